@@ -1,0 +1,135 @@
+"""Engine arguments (vLLM's names) and the two derived configs the core consumes.
+
+`EngineArgs` is what a user passes (`LLM(model=..., **engine_args)`, `llmbench serve --flag`).
+`SchedulerConfig` and `CacheConfig` are the resolved, validated pieces the scheduler and the KV
+cache manager see; they hold plain integers so the core stays testable without a model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from refengine.errors import RefEngineError
+
+POLICIES = ("fcfs", "priority", "sjf")
+KV_LAYOUTS = ("paged", "contiguous")
+BATCHING_MODES = ("continuous", "static")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+@dataclass
+class SchedulerConfig:
+    """Resolved scheduler knobs (all token counts are integers)."""
+
+    max_num_seqs: int = 128
+    max_num_batched_tokens: int = 2048
+    max_model_len: int = 2048
+    enable_chunked_prefill: bool = True
+    # Cap on the tokens one request may prefill in one step (vLLM: long_prefill_token_threshold);
+    # 0 means no cap beyond the step's token budget.
+    long_prefill_token_threshold: int = 0
+    policy: str = "fcfs"
+    # SJF aging: a waiting request's effective length shrinks by this many tokens per second
+    # waited, so a long prompt beats any fresh shorter one after (len_long - len_short) / rate s.
+    sjf_aging_tokens_per_s: float = 256.0
+    # Admission watermark: a waiting request is admitted only if this fraction of all KV blocks
+    # stays free afterwards, leaving running requests room to grow before anyone is preempted.
+    watermark: float = 0.01
+    batching: str = "continuous"
+
+    def __post_init__(self) -> None:
+        if self.max_num_seqs < 1:
+            raise RefEngineError(f"max_num_seqs must be >= 1, got {self.max_num_seqs}")
+        if self.max_num_batched_tokens < 1:
+            raise RefEngineError(f"max_num_batched_tokens must be >= 1, got {self.max_num_batched_tokens}")
+        if self.max_model_len < 2:
+            raise RefEngineError(f"max_model_len must be >= 2, got {self.max_model_len}")
+        if not self.enable_chunked_prefill and self.max_num_batched_tokens < self.max_model_len:
+            raise RefEngineError(
+                f"max_num_batched_tokens ({self.max_num_batched_tokens}) is smaller than max_model_len "
+                f"({self.max_model_len}) with chunked prefill off, so long prompts could never be scheduled; "
+                "raise max_num_batched_tokens, lower max_model_len, or enable chunked prefill")
+        if self.long_prefill_token_threshold < 0:
+            raise RefEngineError("long_prefill_token_threshold must be >= 0 (0 disables the cap)")
+        if self.policy not in POLICIES:
+            raise RefEngineError(f"scheduling_policy must be one of {POLICIES}, got {self.policy!r}")
+        if self.batching not in BATCHING_MODES:
+            raise RefEngineError(f"batching must be one of {BATCHING_MODES}, got {self.batching!r}")
+        if not 0 <= self.watermark < 1:
+            raise RefEngineError(f"watermark must be in [0, 1), got {self.watermark}")
+        if self.sjf_aging_tokens_per_s < 0:
+            raise RefEngineError("sjf_aging_tokens_per_s must be >= 0")
+
+
+@dataclass
+class CacheConfig:
+    """Resolved KV cache layout: how many blocks of how many tokens."""
+
+    block_size: int = 16
+    num_blocks: int = 1024
+    enable_prefix_caching: bool = True
+    kv_layout: str = "paged"
+
+    def __post_init__(self) -> None:
+        if self.block_size < 1:
+            raise RefEngineError(f"block_size must be >= 1, got {self.block_size}")
+        if self.num_blocks < 1:
+            raise RefEngineError(f"the KV cache must hold at least one block, got {self.num_blocks}")
+        if self.kv_layout not in KV_LAYOUTS:
+            raise RefEngineError(f"kv_layout must be one of {KV_LAYOUTS}, got {self.kv_layout!r}")
+
+
+@dataclass
+class EngineArgs:
+    """Everything a user can set, with vLLM's names where vLLM has one."""
+
+    model: str = "tiny"
+    tokenizer: str | None = None
+    dtype: str = "auto"
+    device: str = "auto"
+    seed: int = 0
+    max_model_len: int | None = None
+    max_num_seqs: int = 128
+    max_num_batched_tokens: int | None = None
+    block_size: int = 16
+    enable_prefix_caching: bool = True
+    enable_chunked_prefill: bool = True
+    long_prefill_token_threshold: int = 0
+    scheduling_policy: str = "fcfs"
+    sjf_aging_tokens_per_s: float = 256.0
+    watermark: float = 0.01
+    # KV budget: bytes (like vLLM's kv_cache_memory_bytes) or a block count (num_gpu_blocks_override).
+    kv_cache_memory_bytes: int | None = None
+    num_gpu_blocks_override: int | None = None
+    # Ablations that exist only to measure what paging and continuous batching buy.
+    kv_layout: str = "paged"
+    batching: str = "continuous"
+
+    def __post_init__(self) -> None:
+        if self.dtype not in DTYPES:
+            raise RefEngineError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
+        if self.device not in ("auto", "cpu", "cuda"):
+            raise RefEngineError(f"device must be auto, cpu or cuda, got {self.device!r}")
+        if self.kv_cache_memory_bytes is not None and self.kv_cache_memory_bytes <= 0:
+            raise RefEngineError("kv_cache_memory_bytes must be positive")
+        if self.num_gpu_blocks_override is not None and self.num_gpu_blocks_override <= 0:
+            raise RefEngineError("num_gpu_blocks_override must be positive")
+
+    @classmethod
+    def from_kwargs(cls, model: str, **kwargs) -> "EngineArgs":
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(kwargs) - known)
+        if unknown:
+            raise RefEngineError(f"unknown engine argument(s): {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        return cls(model=model, **kwargs)
+
+    def scheduler_config(self, max_model_len: int) -> SchedulerConfig:
+        budget = self.max_num_batched_tokens
+        if budget is None:
+            # vLLM's defaults: a modest budget with chunking, whole prompts without it.
+            budget = 2048 if self.enable_chunked_prefill else max(max_model_len, 2048)
+        return SchedulerConfig(
+            max_num_seqs=self.max_num_seqs, max_num_batched_tokens=budget, max_model_len=max_model_len,
+            enable_chunked_prefill=self.enable_chunked_prefill,
+            long_prefill_token_threshold=self.long_prefill_token_threshold, policy=self.scheduling_policy,
+            sjf_aging_tokens_per_s=self.sjf_aging_tokens_per_s, watermark=self.watermark, batching=self.batching)

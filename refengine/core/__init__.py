@@ -1,0 +1,1 @@
+"""The engine core: KV block accounting and scheduling, pure Python over integers."""

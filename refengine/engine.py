@@ -1,0 +1,200 @@
+"""LLMEngine: builds the model, the KV cache and the scheduler, and runs the step loop.
+
+One step = schedule → execute on the model runner → update the scheduler → detokenize.
+Everything a user can get wrong is checked here, before a request reaches the core.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from dataclasses import dataclass
+
+import torch
+
+from refengine.config import CacheConfig, EngineArgs
+from refengine.core.scheduler import Scheduler
+from refengine.errors import RefEngineError
+from refengine.model.hf_config import load_model_config
+from refengine.model.layers.attention import allocate_kv_caches, kv_cache_bytes_per_block
+from refengine.model.loader import load_model
+from refengine.model.tiny import resolve_model
+from refengine.output_processor import OutputProcessor
+from refengine.outputs import RequestOutput
+from refengine.request import Request, RequestStatus
+from refengine.runner.model_runner import ModelRunner
+from refengine.sampling_params import SamplingParams
+from refengine.tokenizer import load_tokenizer
+
+log = logging.getLogger(__name__)
+
+DEFAULT_KV_CACHE_BYTES_CPU = 1 << 30   # 1 GiB: plenty for the tiny models, safe on a laptop
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass
+class EngineStats:
+    """Live counters for the server's /metrics (vLLM semantics: prefix counts are in tokens)."""
+
+    num_running: int
+    num_waiting: int
+    kv_usage: float
+    num_blocks: int
+    block_size: int
+    num_preemptions_total: int
+    prefix_cache_queries: int
+    prefix_cache_hits: int
+    prompt_tokens_total: int
+    generation_tokens_total: int
+    tokens_processed_total: int
+    num_steps: int
+
+
+def _resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise RefEngineError("device='cuda' was asked for but no CUDA GPU is visible; use device='cpu'")
+    return torch.device(name)
+
+
+def _resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+    if name == "auto":
+        # No AMX on these CPUs: float32 matmul beats bfloat16 there (DESIGN section 9).
+        return torch.float32 if device.type == "cpu" else torch.bfloat16
+    return _DTYPES[name]
+
+
+class LLMEngine:
+    def __init__(self, args: EngineArgs):
+        self.args = args
+        self.model_dir = resolve_model(args.model)
+        self.model_config = load_model_config(self.model_dir)
+        self.tokenizer = load_tokenizer(self.model_dir if args.tokenizer is None else resolve_model(args.tokenizer))
+        self.device = _resolve_device(args.device)
+        self.dtype = _resolve_dtype(args.dtype, self.device)
+        self.max_model_len = self._resolve_max_model_len()
+        self.scheduler_config = args.scheduler_config(self.max_model_len)
+        self.cache_config = CacheConfig(
+            block_size=args.block_size, num_blocks=self._num_kv_blocks(),
+            enable_prefix_caching=args.enable_prefix_caching and args.kv_layout == "paged",
+            kv_layout=args.kv_layout)
+        self._check_kv_holds_one_request()
+        torch.manual_seed(args.seed)
+        model = load_model(self.model_dir, self.model_config, self.dtype, self.device)
+        kv_caches = allocate_kv_caches(self.model_config, self.cache_config.num_blocks, args.block_size,
+                                       self.dtype, self.device)
+        self.runner = ModelRunner(model, kv_caches, args.block_size, self.device, args.seed)
+        self.scheduler = Scheduler(self.scheduler_config, self.cache_config)
+        self.outputs = OutputProcessor(self.tokenizer)
+        self._ids = itertools.count()
+        self.prompt_tokens_total = 0
+        self.generation_tokens_total = 0
+        self.tokens_processed_total = 0   # every token a forward pass computed, recompute included
+        self.num_steps = 0
+
+    # ----- configuration -------------------------------------------------------------------
+    def _resolve_max_model_len(self) -> int:
+        limit = self.model_config.max_position_embeddings
+        if self.args.max_model_len is None:
+            return limit
+        if self.args.max_model_len > limit:
+            raise RefEngineError(
+                f"max_model_len={self.args.max_model_len} exceeds the model's max_position_embeddings ({limit}); "
+                f"use max_model_len <= {limit}")
+        return self.args.max_model_len
+
+    def _num_kv_blocks(self) -> int:
+        if self.args.num_gpu_blocks_override is not None:
+            return self.args.num_gpu_blocks_override
+        per_block = kv_cache_bytes_per_block(self.model_config, self.args.block_size, self.dtype)
+        budget = self.args.kv_cache_memory_bytes or DEFAULT_KV_CACHE_BYTES_CPU
+        blocks = budget // per_block
+        if blocks < 1:
+            raise RefEngineError(
+                f"kv_cache_memory_bytes={budget} is smaller than one KV block ({per_block} bytes); raise it")
+        return blocks
+
+    def _check_kv_holds_one_request(self) -> None:
+        need = -(-self.max_model_len // self.args.block_size)
+        have = self.cache_config.num_blocks
+        if have < need:
+            raise RefEngineError(
+                f"the KV cache has {have} blocks ({have * self.args.block_size} tokens) but one request of "
+                f"max_model_len={self.max_model_len} needs {need} blocks; lower max_model_len to "
+                f"{have * self.args.block_size} or raise the KV budget (kv_cache_memory_bytes / num_gpu_blocks_override)")
+
+    # ----- requests ------------------------------------------------------------------------
+    def encode_prompt(self, prompt: str | list[int]) -> tuple[str | None, list[int]]:
+        if isinstance(prompt, str):
+            if self.tokenizer is None:
+                raise RefEngineError(f"model {self.args.model!r} has no tokenizer.json; pass token ids instead of text")
+            return prompt, self.tokenizer.encode(prompt)
+        ids = [int(t) for t in prompt]
+        vocab = self.model_config.vocab_size
+        bad = [t for t in ids if not 0 <= t < vocab]
+        if bad:
+            raise RefEngineError(f"prompt token ids must be in [0, {vocab}); got {bad[:5]}")
+        return None, ids
+
+    def add_request(self, prompt: str | list[int], params: SamplingParams | None = None,
+                    request_id: str | None = None, priority: int = 0) -> str:
+        params = params or SamplingParams()
+        text, ids = self.encode_prompt(prompt)
+        if not ids:
+            raise RefEngineError("the prompt is empty; send at least one token")
+        if len(ids) >= self.max_model_len:
+            raise RefEngineError(
+                f"the prompt has {len(ids)} tokens but max_model_len is {self.max_model_len} (room is needed for "
+                f"at least one generated token); shorten the prompt or raise max_model_len")
+        request_id = request_id if request_id is not None else str(next(self._ids))
+        eos = None if self.tokenizer is None else self.tokenizer.eos_token_id
+        if eos is None:
+            eos = self.model_config.eos_token_id
+        request = Request(request_id, ids, params, eos_token_id=eos, priority=priority)
+        self.outputs.add_request(request_id, text, ids)
+        self.scheduler.add_request(request)
+        return request_id
+
+    def abort_request(self, request_ids) -> None:
+        ids = [request_ids] if isinstance(request_ids, str) else list(request_ids)
+        self.scheduler.finish_requests(ids, RequestStatus.FINISHED_ABORTED)
+        for rid in ids:
+            self.outputs.drop(rid)
+
+    def has_unfinished_requests(self) -> bool:
+        return self.scheduler.has_unfinished_requests()
+
+    # ----- the loop ------------------------------------------------------------------------
+    def step(self) -> list[RequestOutput]:
+        sched = self.scheduler.schedule()
+        if sched.is_empty and not sched.finished_req_ids:
+            return []
+        runner_out = self.runner.execute_model(sched)
+        self.num_steps += 1
+        self.tokens_processed_total += sched.total_num_scheduled_tokens
+        updates = self.scheduler.update_from_output(sched, runner_out)
+        results = []
+        stopped = []
+        for request, new_ids in updates:
+            self.generation_tokens_total += len(new_ids)
+            if new_ids and request.num_output_tokens == len(new_ids):
+                self.prompt_tokens_total += request.num_prompt_tokens  # counted once, at first token
+            out, hit_stop = self.outputs.process(request, new_ids)
+            if hit_stop:
+                stopped.append(request.request_id)
+            results.append(out)
+        if stopped:
+            self.scheduler.finish_requests(stopped, RequestStatus.FINISHED_STOPPED)
+        return results
+
+    def stats(self) -> EngineStats:
+        s = self.scheduler.stats()
+        return EngineStats(
+            num_running=s.num_running, num_waiting=s.num_waiting, kv_usage=s.kv_usage,
+            num_blocks=self.cache_config.num_blocks, block_size=self.cache_config.block_size,
+            num_preemptions_total=s.num_preemptions_total, prefix_cache_queries=s.prefix_cache_queries,
+            prefix_cache_hits=s.prefix_cache_hits, prompt_tokens_total=self.prompt_tokens_total,
+            generation_tokens_total=self.generation_tokens_total,
+            tokens_processed_total=self.tokens_processed_total, num_steps=self.num_steps)

@@ -1,0 +1,1 @@
+"""The model side: input preparation, the forward pass and sampling."""
