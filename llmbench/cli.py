@@ -58,6 +58,17 @@ def generate(
                   f"({n_tokens / max(gen_s, 1e-9):.1f} tok/s)[/]")
 
 
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True,
+                                "help_option_names": []})
+def serve(ctx: typer.Context) -> None:
+    """Serve the reference engine: OpenAI-compatible /v1/completions and /v1/chat/completions (SSE streaming),
+    /v1/models, /health and Prometheus /metrics in vLLM's names. Engine flags use vLLM's spelling
+    (--max-num-seqs, --no-enable-prefix-caching, ...); `llmbench serve --help` lists them all."""
+    from refengine.server.cli import main
+
+    raise typer.Exit(code=main(list(ctx.args), prog="llmbench serve"))
+
+
 @app.command()
 def version() -> None:
     """Print the llmbench version."""

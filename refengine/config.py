@@ -7,7 +7,7 @@ cache manager see; they hold plain integers so the core stays testable without a
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 from refengine.errors import RefEngineError
 
@@ -79,31 +79,42 @@ class CacheConfig:
             raise RefEngineError(f"kv_layout must be one of {KV_LAYOUTS}, got {self.kv_layout!r}")
 
 
+def _arg(default, help: str):
+    return field(default=default, metadata={"help": help})
+
+
 @dataclass
 class EngineArgs:
-    """Everything a user can set, with vLLM's names where vLLM has one."""
+    """Everything a user can set, with vLLM's names where vLLM has one. The help texts feed
+    the `serve` command line, so a flag and its documentation cannot drift apart."""
 
-    model: str = "tiny"
-    tokenizer: str | None = None
-    dtype: str = "auto"
-    device: str = "auto"
-    seed: int = 0
-    max_model_len: int | None = None
-    max_num_seqs: int = 128
-    max_num_batched_tokens: int | None = None
-    block_size: int = 16
-    enable_prefix_caching: bool = True
-    enable_chunked_prefill: bool = True
-    long_prefill_token_threshold: int = 0
-    scheduling_policy: str = "fcfs"
-    sjf_aging_tokens_per_s: float = 256.0
-    watermark: float = 0.01
+    model: str = _arg("tiny", "Built-in preset (tiny, tiny-test) or a Hugging Face model directory.")
+    tokenizer: str | None = _arg(None, "Directory with tokenizer.json if not the model's own.")
+    dtype: str = _arg("auto", "Weights and activations: auto (float32 on CPU, bfloat16 on GPU), float32, "
+                              "bfloat16, float16.")
+    device: str = _arg("auto", "auto (cuda when visible), cpu or cuda.")
+    seed: int = _arg(0, "Seed of the default sampling generator.")
+    max_model_len: int | None = _arg(None, "Longest prompt + output in tokens (default: the model's "
+                                           "max_position_embeddings).")
+    max_num_seqs: int = _arg(128, "Most requests running at once.")
+    max_num_batched_tokens: int | None = _arg(None, "Token budget per step (default 2048 with chunked prefill, "
+                                                    "else max(max_model_len, 2048)).")
+    block_size: int = _arg(16, "Tokens per KV cache block.")
+    enable_prefix_caching: bool = _arg(True, "Reuse KV blocks of shared prompt prefixes.")
+    enable_chunked_prefill: bool = _arg(True, "Split long prompts across steps so decodes keep flowing.")
+    long_prefill_token_threshold: int = _arg(0, "Cap on one request's prefill tokens per step (0: no cap).")
+    scheduling_policy: str = _arg("fcfs", "fcfs, priority (lower value first) or sjf (shortest remaining "
+                                          "prompt first, with aging).")
+    sjf_aging_tokens_per_s: float = _arg(256.0, "SJF aging: tokens of effective length a waiting request "
+                                                "loses per second waited.")
+    watermark: float = _arg(0.01, "Fraction of KV blocks that must stay free when admitting a request.")
     # KV budget: bytes (like vLLM's kv_cache_memory_bytes) or a block count (num_gpu_blocks_override).
-    kv_cache_memory_bytes: int | None = None
-    num_gpu_blocks_override: int | None = None
+    kv_cache_memory_bytes: int | None = _arg(None, "KV cache budget in bytes (default 1 GiB).")
+    num_gpu_blocks_override: int | None = _arg(None, "KV cache budget as a number of blocks (wins over bytes).")
     # Ablations that exist only to measure what paging and continuous batching buy.
-    kv_layout: str = "paged"
-    batching: str = "continuous"
+    kv_layout: str = _arg("paged", "paged, or contiguous (reserve max_model_len per request; ablation only).")
+    batching: str = _arg("continuous", "continuous, or static (no admission until the batch finishes; "
+                                       "ablation only).")
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:

@@ -138,16 +138,20 @@ class LLMEngine:
             raise RefEngineError(f"prompt token ids must be in [0, {vocab}); got {bad[:5]}")
         return None, ids
 
-    def add_request(self, prompt: str | list[int], params: SamplingParams | None = None,
-                    request_id: str | None = None, priority: int = 0) -> str:
-        params = params or SamplingParams()
-        text, ids = self.encode_prompt(prompt)
+    def check_prompt_length(self, ids: list[int]) -> None:
+        """Raise if the prompt is empty or leaves no room to generate (thread-safe: reads config only)."""
         if not ids:
             raise RefEngineError("the prompt is empty; send at least one token")
         if len(ids) >= self.max_model_len:
             raise RefEngineError(
                 f"the prompt has {len(ids)} tokens but max_model_len is {self.max_model_len} (room is needed for "
                 f"at least one generated token); shorten the prompt or raise max_model_len")
+
+    def add_request(self, prompt: str | list[int], params: SamplingParams | None = None,
+                    request_id: str | None = None, priority: int = 0) -> str:
+        params = params or SamplingParams()
+        text, ids = self.encode_prompt(prompt)
+        self.check_prompt_length(ids)
         request_id = request_id if request_id is not None else str(next(self._ids))
         eos = None if self.tokenizer is None else self.tokenizer.eos_token_id
         if eos is None:

@@ -41,19 +41,18 @@ class OutputProcessor:
         state.token_ids.extend(new_token_ids)
         new_text = ""
         hit_stop = False
-        if state.detokenizer is not None and new_token_ids and not state.stopped_by_string:
-            delta = state.detokenizer.add_tokens(new_token_ids)
+        if state.detokenizer is not None and not state.stopped_by_string:
+            delta = state.detokenizer.step(new_token_ids) if new_token_ids else ""
+            if request.is_finished():
+                delta += state.detokenizer.flush()   # emit a held-back partial character at the end
             before = len(state.text)
             candidate = state.text + delta
             stops = request.sampling_params.stop
-            if stops:
-                longest = max(len(s) for s in stops)
-                cut = find_stop(candidate, stops, max(0, before - longest + 1))
-                if cut is not None:
-                    pos, stop_str = cut
-                    candidate = candidate[:pos]
-                    state.stop_reason = stop_str
-                    state.stopped_by_string = hit_stop = True
+            cut = find_stop(candidate, stops, before) if stops and delta else None
+            if cut is not None:
+                state.stop_reason = next(s for s in stops if candidate.startswith(s, cut))
+                candidate = candidate[:cut]
+                state.stopped_by_string = hit_stop = True
             new_text = candidate[before:]
             state.text = candidate
         if (request.status == RequestStatus.FINISHED_STOPPED and state.stop_reason is None

@@ -1,0 +1,271 @@
+"""Continuous batching in one token-budget loop (vLLM v1 style).
+
+Every request has `num_tokens` (prompt + generated) and `num_computed_tokens`; each step
+schedules part of the gap between them. A fresh prompt, a chunk of a long prompt, a prompt that
+starts after a prefix-cache hit, a request resuming after preemption and a decode step are all
+the same thing: catch-up within the step's token budget. Running requests go first (they hold
+KV already); waiting ones are admitted with what is left, unless someone was preempted this
+step (then memory is tight and admitting would only cause more preemption).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from refengine.config import CacheConfig, SchedulerConfig
+from refengine.core.kv_cache_manager import KVCacheManager
+from refengine.core.outputs import ModelRunnerOutput, ScheduledRequest, SchedulerOutput
+from refengine.core.request_queue import create_request_queue
+from refengine.errors import RefEngineError
+from refengine.request import Request, RequestStatus
+
+
+@dataclass
+class SchedulerStats:
+    num_running: int
+    num_waiting: int
+    kv_usage: float
+    num_preemptions_total: int
+    prefix_cache_queries: int
+    prefix_cache_hits: int
+    num_blocks_total: int
+    num_free_blocks: int
+
+
+class Scheduler:
+    def __init__(self, scheduler_config: SchedulerConfig, cache_config: CacheConfig,
+                 clock: Callable[[], float] = time.monotonic):
+        self.config = scheduler_config
+        self.cache_config = cache_config
+        self.clock = clock
+        self.max_model_len = scheduler_config.max_model_len
+        if cache_config.num_blocks * cache_config.block_size < self.max_model_len:
+            # Otherwise one request could outgrow the whole cache and be preempted forever.
+            raise RefEngineError(
+                f"the KV cache holds {cache_config.num_blocks} blocks of {cache_config.block_size} tokens = "
+                f"{cache_config.num_blocks * cache_config.block_size} tokens, less than one request of "
+                f"max_model_len {self.max_model_len}; give the cache more memory or lower max_model_len")
+        self.kv_cache_manager = KVCacheManager(cache_config, self.max_model_len)
+        self.waiting = create_request_queue(scheduler_config.policy, scheduler_config.sjf_aging_tokens_per_s)
+        # Admission order: the tail is the most recently admitted (the fcfs/sjf victim).
+        self.running: list[Request] = []
+        self.requests: dict[str, Request] = {}
+        self.watermark_blocks = int(scheduler_config.watermark * cache_config.num_blocks)
+        self.num_preemptions_total = 0
+        self._step_id = 0
+        self._finished_since_last_step: set[str] = set()
+
+    # ---- intake --------------------------------------------------------------------------
+
+    def add_request(self, request: Request) -> None:
+        assert 0 < request.num_prompt_tokens < self.max_model_len, (
+            f"prompt of {request.num_prompt_tokens} tokens must be in [1, max_model_len={self.max_model_len})")
+        assert request.request_id not in self.requests, f"duplicate request id {request.request_id!r}"
+        request.status = RequestStatus.WAITING
+        self.requests[request.request_id] = request
+        self.waiting.add(request)
+
+    # ---- one step ------------------------------------------------------------------------
+
+    def schedule(self) -> SchedulerOutput:
+        cfg = self.config
+        budget = cfg.max_num_batched_tokens
+        scheduled: dict[str, ScheduledRequest] = {}
+        preempted: set[str] = set()
+        was_running = bool(self.running)
+
+        i = 0
+        while i < len(self.running) and budget > 0:
+            request = self.running[i]
+            num_new = self._cap(request.num_tokens - request.num_computed_tokens, budget)
+            if num_new <= 0:  # the runner dropped its sampled token; nothing to compute
+                i += 1
+                continue
+            while self.kv_cache_manager.allocate_slots(request, num_new) is None:
+                victim = self._pick_victim()
+                victim_index = self.running.index(victim)
+                if victim.request_id in scheduled:
+                    budget += scheduled.pop(victim.request_id).num_tokens
+                self._preempt(victim)
+                preempted.add(victim.request_id)
+                if victim is request:
+                    break
+                if victim_index < i:
+                    i -= 1
+            else:
+                scheduled[request.request_id] = self._make_scheduled(request, num_new)
+                budget -= num_new
+                i += 1
+                continue
+            break  # the request preempted itself: nothing after it can fit either
+
+        static_busy = cfg.batching == "static" and was_running
+        if not preempted and not static_busy:
+            budget = self._admit(budget, scheduled)
+
+        self._step_id += 1
+        finished, self._finished_since_last_step = self._finished_since_last_step, set()
+        return SchedulerOutput(step_id=self._step_id, requests=list(scheduled.values()),
+                               finished_req_ids=finished, preempted_req_ids=preempted)
+
+    def _admit(self, budget: int, scheduled: dict[str, ScheduledRequest]) -> int:
+        cfg = self.config
+        kv = self.kv_cache_manager
+        while self.waiting and len(self.running) < cfg.max_num_seqs and budget > 0:
+            request = self.waiting.peek()
+            computed_blocks, num_cached = kv.get_computed_blocks(request)
+            num_new = request.num_tokens - num_cached
+            if cfg.enable_chunked_prefill:
+                num_new = self._cap(num_new, budget)
+            elif num_new > budget:
+                break  # whole prompts only; do not skip ahead of the head of the queue
+            # The watermark keeps room for running requests to grow; with none running it
+            # would only keep a large prompt out forever.
+            watermark = self.watermark_blocks if self.running else 0
+            if kv.allocate_slots(request, num_new, computed_blocks, watermark) is None:
+                break
+            self.waiting.pop()
+            request.status = RequestStatus.RUNNING
+            request.num_computed_tokens = num_cached
+            request.num_cached_tokens = num_cached
+            if request.timestamps.first_scheduled is None:
+                request.timestamps.first_scheduled = self.clock()
+            self.running.append(request)
+            scheduled[request.request_id] = self._make_scheduled(request, num_new)
+            budget -= num_new
+        return budget
+
+    def _cap(self, num_new: int, budget: int) -> int:
+        threshold = self.config.long_prefill_token_threshold
+        # The long-prefill cap is a chunking knob: with chunking off prompts go whole.
+        if self.config.enable_chunked_prefill and 0 < threshold < num_new:
+            num_new = threshold
+        return min(num_new, budget)
+
+    def _make_scheduled(self, request: Request, num_new: int) -> ScheduledRequest:
+        start = request.num_computed_tokens
+        end = start + num_new
+        prompt_len = request.num_prompt_tokens
+        # Avoid concatenating prompt + output every decode step.
+        if start >= prompt_len:
+            token_ids = request.output_token_ids[start - prompt_len:end - prompt_len]
+        else:
+            token_ids = request.prompt_token_ids[start:end] + request.output_token_ids[:max(0, end - prompt_len)]
+        return ScheduledRequest(
+            req_id=request.request_id, token_ids=token_ids, start_pos=start,
+            block_ids=self.kv_cache_manager.get_block_ids(request), sample=end == request.num_tokens,
+            sampling_params=request.sampling_params, num_output_tokens=request.num_output_tokens,
+            eos_token_id=request.eos_token_id)
+
+    def _pick_victim(self) -> Request:
+        if self.config.policy == "priority":
+            # Scan newest first so ties go to the most recently admitted: picking the oldest
+            # of two equals would let them preempt each other forever.
+            return max(reversed(self.running), key=lambda r: (r.priority, r.arrival_time))
+        return self.running[-1]
+
+    def _preempt(self, request: Request) -> None:
+        """Preempt by recompute: drop the KV (full blocks stay cached) and start over later."""
+        self.running.remove(request)
+        self.kv_cache_manager.free(request)
+        request.num_computed_tokens = 0
+        request.status = RequestStatus.PREEMPTED
+        request.num_preemptions += 1
+        request.timestamps.preemptions.append(self.clock())
+        self.num_preemptions_total += 1
+        self.waiting.prepend(request)
+
+    # ---- results -------------------------------------------------------------------------
+
+    def update_from_output(self, scheduler_output: SchedulerOutput,
+                           model_runner_output: ModelRunnerOutput) -> list[tuple[Request, list[int]]]:
+        results: list[tuple[Request, list[int]]] = []
+        finished_any = False
+        for sched in scheduler_output.requests:
+            request = self.requests.get(sched.req_id)
+            # Aborted or preempted since it was scheduled: its work no longer applies.
+            if (request is None or request.status != RequestStatus.RUNNING
+                    or request.num_computed_tokens != sched.start_pos):
+                continue
+            request.num_computed_tokens = sched.end_pos
+            self.kv_cache_manager.cache_blocks(request, request.num_computed_tokens)
+            if not sched.sample or sched.req_id not in model_runner_output.sampled_token_ids:
+                continue
+            token = model_runner_output.sampled_token_ids[sched.req_id]
+            request.output_token_ids.append(token)
+            if request.timestamps.first_token is None:
+                request.timestamps.first_token = self.clock()
+            status = self._check_stop(request, token)
+            if status is not None:
+                self._finish(request, status)
+                finished_any = True
+            results.append((request, [token]))
+        if finished_any:
+            self.running = [r for r in self.running if not r.is_finished()]
+        return results
+
+    def _check_stop(self, request: Request, token: int) -> RequestStatus | None:
+        params = request.sampling_params
+        if request.num_output_tokens >= params.min_tokens:
+            if not params.ignore_eos and request.eos_token_id is not None and token == request.eos_token_id:
+                return RequestStatus.FINISHED_STOPPED
+            if token in params.stop_token_ids:
+                return RequestStatus.FINISHED_STOPPED
+        if params.max_tokens is not None and request.num_output_tokens >= params.max_tokens:
+            return RequestStatus.FINISHED_LENGTH
+        if request.num_tokens >= self.max_model_len:
+            return RequestStatus.FINISHED_LENGTH
+        return None
+
+    def _finish(self, request: Request, status: RequestStatus) -> None:
+        """Mark finished and free; the caller takes it out of `running`/`waiting`."""
+        request.status = status
+        request.timestamps.finished = self.clock()
+        self.kv_cache_manager.free(request)
+        self.requests.pop(request.request_id, None)
+        self._finished_since_last_step.add(request.request_id)
+
+    def finish_requests(self, req_ids: str | Iterable[str], status: RequestStatus) -> list[Request]:
+        """Abort or stop requests wherever they are; unknown or finished ids are ignored."""
+        assert status.finished, f"{status} is not a finished status"
+        if isinstance(req_ids, str):
+            req_ids = [req_ids]
+        done = []
+        for req_id in req_ids:
+            request = self.requests.get(req_id)
+            if request is None or request.is_finished():
+                continue
+            if request.status == RequestStatus.RUNNING:
+                self.running.remove(request)
+            else:
+                self.waiting.remove(request)
+            self._finish(request, status)
+            done.append(request)
+        return done
+
+    # ---- introspection -------------------------------------------------------------------
+
+    def has_unfinished_requests(self) -> bool:
+        return bool(self.running) or bool(self.waiting)
+
+    @property
+    def num_running(self) -> int:
+        return len(self.running)
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self.waiting)
+
+    def get_request(self, req_id: str) -> Request | None:
+        """A request still waiting or running (finished ones are forgotten)."""
+        return self.requests.get(req_id)
+
+    def stats(self) -> SchedulerStats:
+        kv = self.kv_cache_manager
+        return SchedulerStats(
+            num_running=self.num_running, num_waiting=self.num_waiting, kv_usage=kv.usage,
+            num_preemptions_total=self.num_preemptions_total, prefix_cache_queries=kv.prefix_cache_queries,
+            prefix_cache_hits=kv.prefix_cache_hits, num_blocks_total=kv.num_blocks,
+            num_free_blocks=kv.get_num_free_blocks())

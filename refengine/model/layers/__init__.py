@@ -1,0 +1,1 @@
+"""Model building blocks: TP-ready linears and embeddings, RoPE, RMSNorm, SwiGLU, paged attention."""

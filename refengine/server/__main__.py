@@ -1,0 +1,5 @@
+import sys
+
+from refengine.server.cli import main
+
+sys.exit(main())

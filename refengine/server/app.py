@@ -1,0 +1,184 @@
+"""The Starlette app: OpenAI routes, SSE streaming, /health, /metrics.
+
+Every request is validated here (JSON, fields, model name, API key, prompt length) before it
+reaches the engine, so bad input costs a 4xx and nothing else; the engine runs on its own thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import json
+import time
+import uuid
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from refengine.engine import LLMEngine
+from refengine.errors import RefEngineError
+from refengine.server import protocol
+from refengine.server.engine_loop import EngineDead, EngineLoop, EngineOverloaded
+from refengine.server.metrics import CONTENT_TYPE, ServerMetrics
+from refengine.server.protocol import ApiError, GenerationRequest
+
+
+class Server:
+    def __init__(self, engine: LLMEngine, served_model_name: str, api_key: str | None = None,
+                 max_waiting_requests: int = 1024):
+        self.engine = engine
+        self.model_name = served_model_name
+        self.api_key = api_key
+        self.created = int(time.time())
+        self.loop = EngineLoop(engine, max_waiting_requests)
+        self.metrics = ServerMetrics(self.loop, served_model_name, engine.cache_config.block_size,
+                                     engine.cache_config.num_blocks)
+        self.loop.on_output = self.metrics.on_output
+        self.loop.on_abort = self.metrics.aborted
+
+    # ----- helpers -------------------------------------------------------------------------
+    def _error(self, exc: ApiError, reason: str) -> JSONResponse:
+        self.metrics.rejected(reason)
+        return JSONResponse(exc.body(), status_code=exc.status)
+
+    def _check_auth(self, request: Request) -> None:
+        if self.api_key is None:
+            return
+        header = request.headers.get("authorization", "")
+        token = header[7:] if header.lower().startswith("bearer ") else ""
+        if not hmac.compare_digest(token.encode(), self.api_key.encode()):
+            raise ApiError(401, "invalid or missing API key: send 'Authorization: Bearer <key>'",
+                           type="authentication_error", code="invalid_api_key")
+
+    async def _body(self, request: Request) -> dict:
+        raw = await request.body()
+        try:
+            body = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ApiError(400, f"the request body is not valid JSON: {exc}") from None
+        if not isinstance(body, dict):
+            raise ApiError(400, "the request body must be a JSON object")
+        return body
+
+    def _check_model(self, model: str | None) -> None:
+        if model is not None and model != self.model_name:
+            raise ApiError(404, f"the model '{model}' does not exist; this server serves '{self.model_name}'",
+                           type="not_found_error", param="model", code="model_not_found")
+
+    def _render_chat(self, messages: list[dict]) -> str:
+        tok = self.engine.tokenizer
+        if tok is None:
+            raise ApiError(400, "this model has no tokenizer, so chat is unavailable; use /v1/completions with token ids")
+        if tok.chat_template:
+            try:
+                return tok.apply_chat_template(messages, add_generation_prompt=True)
+            except Exception as exc:  # a template error is the request's fault (odd roles, ...)
+                raise ApiError(400, f"the chat template could not render these messages: {exc}") from None
+        return protocol.plain_chat_prompt(messages)
+
+    def _prompt_ids(self, req: GenerationRequest) -> list[int]:
+        try:
+            if req.chat:
+                ids = self.engine.tokenizer.encode(req.prompt, add_bos=False)
+            else:
+                _, ids = self.engine.encode_prompt(req.prompt)
+            self.engine.check_prompt_length(ids)
+        except RefEngineError as exc:
+            raise ApiError(400, str(exc), param="messages" if req.chat else "prompt") from None
+        return ids
+
+    # ----- routes --------------------------------------------------------------------------
+    async def completions(self, request: Request) -> Response:
+        return await self._generate(request, chat=False)
+
+    async def chat_completions(self, request: Request) -> Response:
+        return await self._generate(request, chat=True)
+
+    async def _generate(self, request: Request, chat: bool) -> Response:
+        try:
+            self._check_auth(request)
+            body = await self._body(request)
+            req = protocol.parse_chat(body, self._render_chat) if chat else protocol.parse_completion(body)
+            self._check_model(req.model)
+            ids = self._prompt_ids(req)
+            request_id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
+            outputs = self.loop.generate(ids, req.params, request_id, req.priority)
+        except ApiError as exc:
+            return self._error(exc, "invalid" if exc.status < 500 else "server")
+        except EngineOverloaded as exc:
+            return self._error(ApiError(503, str(exc), type="overloaded_error"), "overloaded")
+        except EngineDead as exc:
+            return self._error(ApiError(503, str(exc), type="server_error"), "unhealthy")
+        if req.stream:
+            return StreamingResponse(self._sse(req, request_id, ids, outputs), media_type="text/event-stream",
+                                     headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        return await self._complete(req, request_id, ids, outputs)
+
+    async def _complete(self, req, request_id, ids, outputs) -> Response:
+        final = None
+        try:
+            async for out in outputs:
+                final = out
+        except EngineDead as exc:
+            return JSONResponse(ApiError(500, str(exc), type="server_error").body(), status_code=500)
+        c = final.outputs[0]
+        return JSONResponse(protocol.full_response(req, request_id, self.model_name, c.text, c.finish_reason,
+                                                   len(ids), len(c.token_ids)))
+
+    async def _sse(self, req, request_id, ids, outputs):
+        first, n_out, created = True, 0, int(time.time())
+        try:
+            async for out in outputs:
+                c = out.outputs[0]
+                n_out = len(c.token_ids)
+                reason = c.finish_reason if out.finished else None
+                if out.new_token_ids or out.new_text or reason:
+                    yield _sse(protocol.chunk(req, request_id, self.model_name, out.new_text, reason, first, created))
+                    first = False
+            if req.include_usage:
+                yield _sse(protocol.usage_chunk(req, request_id, self.model_name, len(ids), n_out))
+        except EngineDead as exc:
+            yield _sse(ApiError(500, str(exc), type="server_error").body())
+        finally:
+            with contextlib.suppress(Exception):
+                await outputs.aclose()
+        yield "data: [DONE]\n\n"
+
+    async def models(self, request: Request) -> Response:
+        try:
+            self._check_auth(request)
+        except ApiError as exc:
+            return self._error(exc, "auth")
+        card = {"id": self.model_name, "object": "model", "created": self.created, "owned_by": "refengine",
+                "root": str(self.engine.model_dir), "max_model_len": self.engine.max_model_len}
+        return JSONResponse({"object": "list", "data": [card]})
+
+    async def health(self, request: Request) -> Response:
+        if self.loop.healthy:
+            return Response(status_code=200)
+        return JSONResponse({"error": f"engine loop stopped: {self.loop.error!r}"}, status_code=503)
+
+    async def metrics_endpoint(self, request: Request) -> Response:
+        return Response(self.metrics.render(), media_type=CONTENT_TYPE)
+
+    def app(self) -> Starlette:
+        @contextlib.asynccontextmanager
+        async def lifespan(_app):
+            self.loop.start()
+            yield
+            self.loop.stop()
+
+        routes = [
+            Route("/v1/completions", self.completions, methods=["POST"]),
+            Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
+            Route("/v1/models", self.models, methods=["GET"]),
+            Route("/health", self.health, methods=["GET"]),
+            Route("/metrics", self.metrics_endpoint, methods=["GET"]),
+        ]
+        return Starlette(routes=routes, lifespan=lifespan)
+
+
+def _sse(obj: dict) -> str:
+    return f"data: {json.dumps(obj, separators=(',', ':'))}\n\n"

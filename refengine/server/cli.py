@@ -1,0 +1,92 @@
+"""Command line of the server: `python -m refengine.server` and `llmbench serve` share it.
+
+Engine flags are generated from `EngineArgs` (vLLM's spelling: --max-num-seqs, --no-enable-prefix-caching),
+so adding an engine argument adds its flag and help text in one place.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import sys
+import typing
+
+from refengine.config import EngineArgs
+from refengine.errors import RefEngineError
+
+
+def _base_type(annotation):
+    """'int | None' → int; dataclass annotations are strings under `from __future__ import annotations`."""
+    text = str(annotation)
+    for name, typ in (("bool", bool), ("int", int), ("float", float), ("str", str)):
+        if text.startswith(name):
+            return typ
+    return str
+
+
+def add_engine_args(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("engine arguments (vLLM names)")
+    for f in dataclasses.fields(EngineArgs):
+        flag = "--" + f.name.replace("_", "-")
+        help_text = f.metadata.get("help", "")
+        typ = _base_type(f.type)
+        if typ is bool:
+            group.add_argument(flag, action=argparse.BooleanOptionalAction, default=f.default,
+                               help=help_text + " (default: %(default)s)")
+        else:
+            group.add_argument(flag, type=typ, default=f.default, metavar=f.name.upper(),
+                               help=help_text + (" (default: %(default)s)" if f.default is not None else ""))
+
+
+def build_parser(prog: str = "refengine-serve") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description="Serve the reference engine over an OpenAI-compatible "
+                                "HTTP API with Prometheus /metrics.")
+    p.add_argument("model_positional", nargs="?", metavar="MODEL", help="Same as --model.")
+    p.add_argument("--host", default="127.0.0.1", help="Address to bind. Loopback by default; binding another "
+                   "address (e.g. 0.0.0.0) exposes the server and must be asked for explicitly.")
+    p.add_argument("--port", type=int, default=8000, help="TCP port (default: %(default)s).")
+    p.add_argument("--api-key", default=None, help="Require 'Authorization: Bearer KEY' on /v1 routes.")
+    p.add_argument("--served-model-name", default=None, help="Model name clients send and metrics carry "
+                   "(default: the --model value).")
+    p.add_argument("--max-waiting-requests", type=int, default=1024, help="Waiting-queue bound; beyond it new "
+                   "requests get 503 instead of growing memory (default: %(default)s).")
+    p.add_argument("--graceful-shutdown-s", type=float, default=10.0, help="On SIGINT/SIGTERM, how long in-flight "
+                   "requests may finish before they are aborted (default: %(default)s).")
+    p.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"],
+                   help="uvicorn log level (default: %(default)s).")
+    add_engine_args(p)
+    return p
+
+
+def engine_args_from(ns: argparse.Namespace) -> EngineArgs:
+    values = {f.name: getattr(ns, f.name) for f in dataclasses.fields(EngineArgs)}
+    if ns.model_positional:
+        values["model"] = ns.model_positional
+    return EngineArgs(**values)
+
+
+def main(argv: list[str] | None = None, prog: str = "refengine-serve") -> int:
+    ns = build_parser(prog).parse_args(argv)
+    logging.basicConfig(level=ns.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        import uvicorn
+
+        from refengine.engine import LLMEngine
+        from refengine.server.app import Server
+
+        if ns.max_waiting_requests < 1:
+            raise RefEngineError("--max-waiting-requests must be >= 1")
+        engine = LLMEngine(engine_args_from(ns))
+    except RefEngineError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    name = ns.served_model_name or engine.args.model
+    server = Server(engine, name, api_key=ns.api_key, max_waiting_requests=ns.max_waiting_requests)
+    cfg = engine.cache_config
+    print(f"refengine serving '{name}' on http://{ns.host}:{ns.port} (device {engine.device}, {engine.dtype}, "
+          f"max_model_len {engine.max_model_len}, {cfg.num_blocks} KV blocks of {cfg.block_size} tokens)",
+          flush=True)
+    uvicorn.run(server.app(), host=ns.host, port=ns.port, log_level=ns.log_level,
+                timeout_graceful_shutdown=ns.graceful_shutdown_s)
+    return 0

@@ -1,0 +1,106 @@
+"""Real servers on free loopback ports: one subprocess (`python -m refengine.server`) and one
+in-process uvicorn (so a test can look inside the engine, e.g. run the KV integrity check)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import httpx
+import pytest
+
+MODEL = "tiny-test"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_healthy(url: str, proc: subprocess.Popen | None = None, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"server exited early with {proc.returncode}: {proc.stdout.read()}")
+        try:
+            if httpx.get(url + "/health", timeout=1.0).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise TimeoutError(f"{url} did not become healthy in {timeout} s")
+
+
+def _start_server_process(*extra: str) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    cmd = [sys.executable, "-m", "refengine.server", "--model", MODEL, "--port", str(port),
+           "--max-model-len", "256", *extra]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=os.environ.copy())
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(url, proc)
+    except BaseException:
+        proc.kill()
+        raise
+    return proc, url
+
+
+@pytest.fixture(scope="module")
+def server_url():
+    proc, url = _start_server_process("--api-key", "sekret", "--served-model-name", "tiny-test")
+    yield url
+    proc.terminate()
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+class _InProcessServer:
+    def __init__(self, max_waiting: int = 1024, **engine_kwargs):
+        import uvicorn
+
+        from refengine.config import EngineArgs
+        from refengine.engine import LLMEngine
+        from refengine.server.app import Server
+
+        self.engine = LLMEngine(EngineArgs(model=MODEL, max_model_len=256, **engine_kwargs))
+        self.server = Server(self.engine, MODEL, max_waiting_requests=max_waiting)
+        port = free_port()
+        self.url = f"http://127.0.0.1:{port}"
+        self.uvicorn = uvicorn.Server(uvicorn.Config(self.server.app(), host="127.0.0.1", port=port,
+                                                     log_level="warning"))
+        self.thread = threading.Thread(target=self.uvicorn.run, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        wait_healthy(self.url)
+        return self
+
+    def wait_idle(self, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            s = self.server.loop.stats
+            if s.num_running == 0 and s.num_waiting == 0 and not self.engine.has_unfinished_requests():
+                return
+            time.sleep(0.05)
+        raise TimeoutError("engine did not go idle")
+
+    def __exit__(self, *exc):
+        self.uvicorn.should_exit = True
+        self.thread.join(30)
+
+
+@pytest.fixture
+def InProcessServer():  # noqa: N802 - a fixture that hands out the class
+    return _InProcessServer
+
+
+@pytest.fixture
+def start_server_process():
+    return _start_server_process
