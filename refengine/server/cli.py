@@ -9,8 +9,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
+import signal
 import sys
-import typing
+
+import uvicorn
 
 from refengine.config import EngineArgs
 from refengine.errors import RefEngineError
@@ -66,12 +68,24 @@ def engine_args_from(ns: argparse.Namespace) -> EngineArgs:
     return EngineArgs(**values)
 
 
+class _GracefulServer(uvicorn.Server):
+    """uvicorn.Server that exits 0 after a graceful SIGINT/SIGTERM shutdown.
+
+    uvicorn re-raises the captured signal once it has drained, so the process would die with
+    status -15; a server that finished its in-flight requests cleanly should say so with 0.
+    """
+
+    def handle_exit(self, sig, frame):
+        if self.should_exit and sig == signal.SIGINT:
+            self.force_exit = True      # a second Ctrl-C: stop waiting for streams
+        else:
+            self.should_exit = True
+
+
 def main(argv: list[str] | None = None, prog: str = "refengine-serve") -> int:
     ns = build_parser(prog).parse_args(argv)
     logging.basicConfig(level=ns.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        import uvicorn
-
         from refengine.engine import LLMEngine
         from refengine.server.app import Server
 
@@ -87,6 +101,7 @@ def main(argv: list[str] | None = None, prog: str = "refengine-serve") -> int:
     print(f"refengine serving '{name}' on http://{ns.host}:{ns.port} (device {engine.device}, {engine.dtype}, "
           f"max_model_len {engine.max_model_len}, {cfg.num_blocks} KV blocks of {cfg.block_size} tokens)",
           flush=True)
-    uvicorn.run(server.app(), host=ns.host, port=ns.port, log_level=ns.log_level,
-                timeout_graceful_shutdown=ns.graceful_shutdown_s)
+    config = uvicorn.Config(server.app(), host=ns.host, port=ns.port, log_level=ns.log_level,
+                            timeout_graceful_shutdown=ns.graceful_shutdown_s)
+    _GracefulServer(config).run()
     return 0
