@@ -106,7 +106,7 @@ class Server:
             request_id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
             outputs = self.loop.generate(ids, req.params, request_id, req.priority)
         except ApiError as exc:
-            return self._error(exc, "invalid" if exc.status < 500 else "server")
+            return self._error(exc, "auth" if exc.status == 401 else "invalid")
         except EngineOverloaded as exc:
             return self._error(ApiError(503, str(exc), type="overloaded_error"), "overloaded")
         except EngineDead as exc:
