@@ -69,6 +69,11 @@ def serve(ctx: typer.Context) -> None:
     raise typer.Exit(code=main(list(ctx.args), prog="llmbench serve"))
 
 
+from llmbench.sweep_cli import sweep  # noqa: E402  (registered below; imports are lazy inside)
+
+app.command(help=sweep.__doc__)(sweep)
+
+
 @app.command()
 def version() -> None:
     """Print the llmbench version."""

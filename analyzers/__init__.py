@@ -1,0 +1,1 @@
+"""Analyzers read run directories and compute statistics, verdicts and findings."""

@@ -1,0 +1,200 @@
+"""A sweep: levels of load (concurrency or request rate × input length × output length), each
+warmed up and measured, written to a run directory as it goes, summarized at the end.
+
+The loop tolerates everything a target can do wrong: a level whose server died ends early, the
+run is marked `interrupted` with all that was measured so far, and `--resume` picks it up at
+the first level that did not finish.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import platform
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from analyzers.latency import DEFAULT_SLOS, LevelStats, best_level_within_slo, ceiling_notes, summarize_level
+from llmbench import __version__
+from llmbench.rundir import RequestRecord, RunDir, RunInfo
+from loadgen.level import LevelProgress, LevelResult, LevelSpec, TargetSpec, run_level
+from reports.terminal import summary_table
+
+
+@dataclass
+class SweepSpec:
+    concurrency: list[int] = field(default_factory=list)
+    request_rate: list[float] = field(default_factory=list)
+    input_lens: list[int] = field(default_factory=lambda: [128])
+    output_lens: list[int] = field(default_factory=lambda: [64])
+    warmup_s: float = 5.0
+    duration_s: float = 30.0
+    request_timeout_s: float = 180.0
+    workers: int = 1
+    burstiness: float = 1.0
+    workload: dict = field(default_factory=lambda: {"kind": "random"})
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if bool(self.concurrency) == bool(self.request_rate):
+            raise ValueError("give either --concurrency or --request-rate levels (exactly one of them)")
+        if any(c < 1 for c in self.concurrency):
+            raise ValueError("every concurrency level must be >= 1")
+        if any(r <= 0 for r in self.request_rate):
+            raise ValueError("every request rate must be > 0 requests/s")
+        if any(n < 1 for n in self.input_lens + self.output_lens):
+            raise ValueError("input and output lengths must be >= 1 token")
+        if self.duration_s <= 0 or self.warmup_s < 0 or self.request_timeout_s <= 0:
+            raise ValueError("--duration and --request-timeout must be > 0 and --warmup >= 0")
+        if self.workers < 1:
+            raise ValueError("--workers must be >= 1")
+
+    def levels(self) -> list[LevelSpec]:
+        loads = [("c", c, None) for c in self.concurrency] + [("r", None, r) for r in self.request_rate]
+        out = []
+        for inp in self.input_lens:
+            for outl in self.output_lens:
+                for prefix, c, r in loads:
+                    load = c if c is not None else f"{r:g}"
+                    out.append(LevelSpec(
+                        level_id=f"{prefix}{load}-in{inp}-out{outl}", concurrency=c, request_rate=r,
+                        burstiness=self.burstiness, input_len=inp, output_len=outl, warmup_s=self.warmup_s,
+                        duration_s=self.duration_s, request_timeout_s=self.request_timeout_s,
+                        workers=self.workers, seed=self.seed))
+        return out
+
+
+def host_facts() -> dict:
+    return {"hostname": socket.gethostname(), "platform": platform.platform(), "python": sys.version.split()[0],
+            "cpus": __import__("os").cpu_count()}
+
+
+def new_run_info(run_id: str, spec: SweepSpec, target: dict, slos: dict) -> RunInfo:
+    return RunInfo(run_id=run_id, command=sys.argv, target=target, sweep=dataclasses.asdict(spec),
+                   slos=slos, host=host_facts(), tool_version=__version__)
+
+
+class _LiveView:
+    """Progress bar of one level with live TTFT/TPOT P50 from the records received so far."""
+
+    def __init__(self, progress: Progress, level: LevelSpec):
+        self.progress = progress
+        total = level.warmup_s + level.duration_s
+        self.task = progress.add_task(level.level_id, total=total, stats="starting")
+        self.start = time.monotonic()
+        self.ttft: list[float] = []
+        self.tpot: list[float] = []
+        self.done = 0
+
+    def records(self, recs: list[RequestRecord]) -> None:
+        for r in recs:
+            self.done += 1
+            if r.status == "ok" and r.ttft_s is not None:
+                self.ttft.append(r.ttft_s)
+            if r.tpot_s is not None:
+                self.tpot.append(r.tpot_s)
+        self.refresh()
+
+    def refresh(self, _p: LevelProgress | None = None) -> None:
+        def p50(xs):
+            return f"{sorted(xs)[len(xs) // 2] * 1000:.0f} ms" if xs else "—"
+
+        self.progress.update(self.task, completed=min(time.monotonic() - self.start, self.progress.tasks[
+            self.task].total), stats=f"{self.done} done · TTFT P50 {p50(self.ttft)} · TPOT P50 {p50(self.tpot)}")
+
+
+def run_sweep(spec: SweepSpec, run: RunDir, target: TargetSpec, console: Console,
+              target_alive: Callable[[], bool] = lambda: True, slos: dict | None = None) -> list[LevelStats]:
+    """Run the levels not yet done in `run` (all of them for a new run). Returns every level's stats."""
+    slos = {**DEFAULT_SLOS, **(slos or {})}
+    info = run.read_info()
+    levels = spec.levels()
+    info.status = "running"
+    run.write_info(info)
+    # Records of a level that did not finish would mix two attempts: set them aside (kept, not lost).
+    run.set_aside_records(keep_levels=set(info.levels_done))
+    stats: dict[str, LevelStats] = {s["level_id"]: _stats_from_dict(s) for s in (run.read_summary() or {}).get("levels", [])
+                                    if s["level_id"] in info.levels_done}
+    interrupted = False
+    try:
+        with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TimeElapsedColumn(),
+                      TextColumn("{task.fields[stats]}"), console=console) as progress:
+            for level in levels:
+                if level.level_id in info.levels_done:
+                    continue
+                view = _LiveView(progress, level)
+                level_records: list[RequestRecord] = []
+
+                def on_records(recs: list[RequestRecord], _store=level_records, _view=view) -> None:
+                    run.append_records(recs)
+                    _store.extend(recs)
+                    _view.records(recs)
+
+                result = run_level(level, target, on_records, on_progress=view.refresh)
+                window = max(result.window_end - result.window_start, 1e-9)
+                lv = summarize_level(level_records, level.level_id, window, slos)
+                _add_client_notes(lv, result)
+                stats[level.level_id] = lv
+                if result.server_died or not target_alive():
+                    interrupted = True
+                    console.print(f"[red]the target stopped answering during {level.level_id}; "
+                                  "stopping the sweep (resume with --resume)[/]")
+                    break
+                info.levels_done.append(level.level_id)
+                run.write_info(info)
+                _write_summary(run, info, levels, stats, slos)
+    except KeyboardInterrupt:
+        interrupted = True
+        console.print("[yellow]interrupted: the run directory keeps everything measured so far[/]")
+    info.status = "interrupted" if interrupted else "complete"
+    info.finished = time.time()
+    run.write_info(info)
+    ordered = _write_summary(run, info, levels, stats, slos)
+    notes = ceiling_notes(ordered)
+    console.print(summary_table(ordered, notes, title=f"run {info.run_id} ({info.status})"))
+    best = best_level_within_slo(ordered)
+    console.print(f"highest load within SLO: [bold]{best.level_id}[/] ({best.output_tok_s:.1f} output tok/s)"
+                  if best else "[red]no level met the SLO[/]")
+    if interrupted:
+        raise KeyboardInterrupt
+    return ordered
+
+
+def _add_client_notes(lv: LevelStats, result: LevelResult) -> None:
+    if result.fell_behind:
+        lv.notes.append(f"INVALID: the client fell behind (send lag P99 {result.send_lag_p99_s * 1000:.0f} ms, "
+                        f"client CPU {result.client_cpu_percent:.0f}%); add --workers")
+    if result.server_died:
+        lv.notes.append("the target stopped answering during this level")
+
+
+def _write_summary(run: RunDir, info: RunInfo, levels: list[LevelSpec], stats: dict[str, LevelStats],
+                   slos: dict) -> list[LevelStats]:
+    ordered = [stats[lv.level_id] for lv in levels if lv.level_id in stats]
+    notes = ceiling_notes(ordered)
+    best = best_level_within_slo(ordered)
+    run.write_summary({
+        "schema_version": info.schema_version, "run_id": info.run_id, "status": info.status, "slos": slos,
+        "levels": [{**lv.to_dict(), "ceiling_note": notes.get(lv.level_id)} for lv in ordered],
+        "best_level_within_slo": best.level_id if best else None})
+    return ordered
+
+
+def _stats_from_dict(d: dict) -> LevelStats:
+    from analyzers.latency import Distribution
+
+    d = dict(d)
+    d.pop("ceiling_note", None)
+    for key in ("ttft", "tpot", "itl", "e2e", "send_lag"):
+        d[key] = Distribution(**d[key])
+    return LevelStats(**d)
+
+
+def default_run_dir(label: str) -> Path:
+    return Path("runs") / f"{time.strftime('%Y%m%d-%H%M%S')}-{label}"

@@ -1,0 +1,127 @@
+"""`llmbench sweep`: option parsing and wiring (target, run directory, resume) around llmbench.sweep."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+console = Console()
+
+
+def parse_list(text: str | None, kind=int, name: str = "value") -> list:
+    if not text:
+        return []
+    try:
+        return [kind(x) for x in text.replace(" ", "").split(",") if x]
+    except ValueError:
+        raise typer.BadParameter(f"{name} must be a comma-separated list of numbers, got {text!r}") from None
+
+
+def parse_duration(text: str, name: str) -> float:
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h)?\s*", text)
+    if not m:
+        raise typer.BadParameter(f"{name} must look like 30, 30s, 3m or 1h, got {text!r}")
+    return float(m.group(1)) * {"ms": 0.001, None: 1, "s": 1, "m": 60, "min": 60, "h": 3600}[m.group(2)]
+
+
+def sweep(
+    concurrency: Optional[str] = typer.Option(None, help="Closed-loop levels: that many users each sending back to "
+                                              "back, e.g. 1,8,32,64 (default when no --request-rate)."),
+    request_rate: Optional[str] = typer.Option(None, help="Open-loop levels in requests/s with Poisson arrivals, "
+                                               "e.g. 1,2,4 (instead of --concurrency)."),
+    burstiness: float = typer.Option(1.0, help="Open loop: gamma shape of inter-arrival times (1 = Poisson, "
+                                     "< 1 burstier)."),
+    input_len: str = typer.Option("128", help="Prompt lengths in tokens, one level set each, e.g. 512,2048,4096."),
+    output_len: str = typer.Option("64", help="Output lengths in tokens (max_tokens with ignore_eos)."),
+    input_len_spread: float = typer.Option(0.0, help="Prompt lengths drawn uniformly within ±this fraction."),
+    workload: str = typer.Option("random", help="random | sharegpt | shared-prefix | mixed."),
+    dataset: Optional[Path] = typer.Option(None, help="ShareGPT JSON/JSONL file for --workload sharegpt."),
+    warmup: str = typer.Option("5s", help="Warm-up per level before measuring."),
+    duration: str = typer.Option("20s", help="Measured window per level. Production runs want >= 3m."),
+    request_timeout: str = typer.Option("3m", help="Per-request timeout (connect + whole stream)."),
+    workers: int = typer.Option(1, help="Locust worker processes on this machine (one drives ~1,000 streams/s)."),
+    target: Optional[str] = typer.Option(None, help="Base URL of an OpenAI-compatible server; default: start the "
+                                         "bundled engine on a free loopback port."),
+    model: Optional[str] = typer.Option(None, help="Model name to send (--target) or to serve (embedded, "
+                                        "default tiny)."),
+    api_key: Optional[str] = typer.Option(None, envvar="OPENAI_API_KEY", help="Bearer token for --target."),
+    endpoint: str = typer.Option("completions", help="completions (token-id prompts) or chat."),
+    ignore_eos: bool = typer.Option(True, help="Send ignore_eos so outputs have the requested length; turn off "
+                                    "for servers that reject it."),
+    engine_arg: list[str] = typer.Option([], help="Extra flag for the embedded engine, repeatable, e.g. "
+                                         "--engine-arg=--max-num-seqs=32."),
+    slo_ttft: float = typer.Option(1.5, help="SLO: TTFT P99 in seconds."),
+    slo_tpot: float = typer.Option(0.050, help="SLO: TPOT P95 in seconds."),
+    out: Optional[Path] = typer.Option(None, help="Run directory (default ./runs/<timestamp>-<label>)."),
+    label: Optional[str] = typer.Option(None, help="Label in the default run directory name."),
+    resume: Optional[Path] = typer.Option(None, help="Continue an interrupted run directory at its first "
+                                          "unfinished level (same spec)."),
+    seed: int = typer.Option(0, help="Seed of the workload."),
+) -> None:
+    """Sweep load levels against a server and write a run directory with per-request records and a summary."""
+    from llmbench.embedded import EmbeddedServer
+    from llmbench.rundir import RunDir
+    from llmbench.sweep import SweepSpec, default_run_dir, new_run_info, run_sweep
+    from loadgen.level import TargetSpec
+
+    slos = {"ttft_p99_s": slo_ttft, "tpot_p95_s": slo_tpot}
+    if resume is not None:
+        run = RunDir(resume)
+        if not run.exists():
+            raise typer.BadParameter(f"{resume} is not a run directory (no run.json)", param_hint="--resume")
+        info = run.read_info()
+        spec = SweepSpec(**info.sweep)
+        target_info = info.target
+        slos = info.slos
+        console.print(f"resuming {resume}: {len(info.levels_done)} of {len(spec.levels())} levels done")
+    else:
+        try:
+            spec = SweepSpec(
+                concurrency=parse_list(concurrency, int, "--concurrency") or ([] if request_rate else [1, 8, 32, 64]),
+                request_rate=parse_list(request_rate, float, "--request-rate"), burstiness=burstiness,
+                input_lens=parse_list(input_len, int, "--input-len"), output_lens=parse_list(output_len, int, "--output-len"),
+                warmup_s=parse_duration(warmup, "--warmup"), duration_s=parse_duration(duration, "--duration"),
+                request_timeout_s=parse_duration(request_timeout, "--request-timeout"), workers=workers,
+                workload={"kind": workload, "dataset": str(dataset) if dataset else None,
+                          "input_len_spread": input_len_spread}, seed=seed)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc)) from None
+        kind = "external" if target else "embedded"
+        target_info = {"url": target, "model": model or ("tiny" if not target else None), "kind": kind,
+                       "endpoint": endpoint, "ignore_eos": ignore_eos, "engine_args": list(engine_arg)}
+        if kind == "external" and not model:
+            raise typer.BadParameter("--model is required with --target (the name the server serves)")
+        run = RunDir(out or default_run_dir(label or (target_info["model"] or "run")))
+        if run.path.exists():
+            raise typer.BadParameter(f"{run.path} exists; choose another --out or --resume it")
+        run.create(new_run_info(run.path.name, spec, target_info, slos))
+        console.print(f"run directory: [bold]{run.path}[/]")
+
+    server = None
+    try:
+        if target_info["kind"] == "embedded":
+            server = EmbeddedServer(target_info["model"], target_info.get("engine_args"))
+            with console.status(f"starting the bundled engine ({target_info['model']}) on {server.url} ..."):
+                server.start()
+            url = server.url
+        else:
+            url = target_info["url"]
+        tspec = TargetSpec(url=url, model=target_info["model"], api_key=api_key, endpoint=target_info["endpoint"],
+                           send_ignore_eos=target_info["ignore_eos"])
+        alive = server.alive if server else (lambda: True)
+        run_sweep(spec, run, tspec, console, target_alive=alive, slos=slos)
+    except KeyboardInterrupt:
+        raise typer.Exit(code=130)
+    except RuntimeError as exc:
+        console.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(code=1)
+    finally:
+        if server is not None:
+            server.stop()
+    console.print(f"run directory: [bold]{run.path}[/]")
