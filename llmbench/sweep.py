@@ -23,7 +23,9 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from analyzers.latency import DEFAULT_SLOS, LevelStats, best_level_within_slo, ceiling_notes, summarize_level
 from llmbench import __version__
 from llmbench.rundir import RequestRecord, RunDir, RunInfo
-from loadgen.level import LevelProgress, LevelResult, LevelSpec, TargetSpec, run_level
+from loadgen.level import run_level
+from loadgen.specs import LevelProgress, LevelResult, LevelSpec, TargetSpec
+from loadgen.workloads import level_workload_factory
 from reports.terminal import summary_table
 
 
@@ -38,6 +40,8 @@ class SweepSpec:
     request_timeout_s: float = 180.0
     workers: int = 1
     burstiness: float = 1.0
+    # WorkloadOptions of loadgen.workloads (kind, spreads, dataset, vocab size, ...), minus the
+    # lengths and seed, which come from each level.
     workload: dict = field(default_factory=lambda: {"kind": "random"})
     seed: int = 0
 
@@ -136,8 +140,12 @@ def run_sweep(spec: SweepSpec, run: RunDir, target: TargetSpec, console: Console
                     _store.extend(recs)
                     _view.records(recs)
 
-                result = run_level(level, target, on_records, on_progress=view.refresh)
-                window = max(result.window_end - result.window_start, 1e-9)
+                result = run_level(level, target, level_workload_factory(**spec.workload), on_records,
+                                   on_progress=view.refresh)
+                if result.window_start is None or result.window_end is None:
+                    window = level.duration_s      # the level ended before its window: nothing measured
+                else:
+                    window = max(result.window_end - result.window_start, 1e-9)
                 lv = summarize_level(level_records, level.level_id, window, slos)
                 _add_client_notes(lv, result)
                 stats[level.level_id] = lv
@@ -168,8 +176,9 @@ def run_sweep(spec: SweepSpec, run: RunDir, target: TargetSpec, console: Console
 
 def _add_client_notes(lv: LevelStats, result: LevelResult) -> None:
     if result.fell_behind:
-        lv.notes.append(f"INVALID: the client fell behind (send lag P99 {result.send_lag_p99_s * 1000:.0f} ms, "
-                        f"client CPU {result.client_cpu_percent:.0f}%); add --workers")
+        lv.notes.append("INVALID: the client fell behind (" + "; ".join(result.fell_behind_reasons) + "); add --workers")
+    if result.records_missing:
+        lv.notes.append(f"{result.records_missing} requests sent but never reported by the client")
     if result.server_died:
         lv.notes.append("the target stopped answering during this level")
 

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import dataclasses
 import re
-import time
 from pathlib import Path
 from typing import Optional
 
@@ -28,6 +26,27 @@ def parse_duration(text: str, name: str) -> float:
     if not m:
         raise typer.BadParameter(f"{name} must look like 30, 30s, 3m or 1h, got {text!r}")
     return float(m.group(1)) * {"ms": 0.001, None: 1, "s": 1, "m": 60, "min": 60, "h": 3600}[m.group(2)]
+
+
+def _workload_options(kind: str, dataset: Path | None, spread: float, target: str | None, model: str | None,
+                      tokenizer: Path | None) -> dict:
+    """Workload options for loadgen; random token ids must stay inside the target's vocabulary."""
+    kind = kind.replace("-", "_")
+    opts = {"kind": kind, "input_len_spread": spread, "dataset_path": str(dataset) if dataset else None}
+    tok_path = tokenizer
+    if target is None:  # the embedded engine: its own tokenizer tells the vocabulary
+        from refengine.model.tiny import resolve_model
+
+        tok_path = resolve_model(model or "tiny")
+    if tok_path is not None:
+        from tokenizers import Tokenizer
+
+        file = Path(tok_path) / "tokenizer.json" if Path(tok_path).is_dir() else Path(tok_path)
+        if not file.is_file():
+            raise ValueError(f"no tokenizer.json at {tok_path}")
+        opts["vocab_size"] = Tokenizer.from_file(str(file)).get_vocab_size()
+        opts["tokenizer"] = str(file)
+    return opts
 
 
 def sweep(
@@ -62,6 +81,8 @@ def sweep(
     label: Optional[str] = typer.Option(None, help="Label in the default run directory name."),
     resume: Optional[Path] = typer.Option(None, help="Continue an interrupted run directory at its first "
                                           "unfinished level (same spec)."),
+    tokenizer: Optional[Path] = typer.Option(None, help="tokenizer.json (or its directory) of the target's model: "
+                                             "token-id range of random prompts and ShareGPT lengths."),
     seed: int = typer.Option(0, help="Seed of the workload."),
 ) -> None:
     """Sweep load levels against a server and write a run directory with per-request records and a summary."""
@@ -88,8 +109,8 @@ def sweep(
                 input_lens=parse_list(input_len, int, "--input-len"), output_lens=parse_list(output_len, int, "--output-len"),
                 warmup_s=parse_duration(warmup, "--warmup"), duration_s=parse_duration(duration, "--duration"),
                 request_timeout_s=parse_duration(request_timeout, "--request-timeout"), workers=workers,
-                workload={"kind": workload, "dataset": str(dataset) if dataset else None,
-                          "input_len_spread": input_len_spread}, seed=seed)
+                workload=_workload_options(workload, dataset, input_len_spread, target, model, tokenizer),
+                seed=seed)
         except ValueError as exc:
             raise typer.BadParameter(str(exc)) from None
         kind = "external" if target else "embedded"

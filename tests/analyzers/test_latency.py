@@ -1,0 +1,82 @@
+"""Per-level statistics against hand-computed values, including the edge cases."""
+
+import math
+
+import pytest
+
+from analyzers.latency import Distribution, best_level_within_slo, ceiling_notes, summarize_level
+from llmbench.rundir import RequestRecord
+
+
+def rec(ttft, e2e, n_out, status="ok", in_window=True, level="c1", t0=1000.0, n_in=10, kind=None, itl=()):
+    r = RequestRecord(level_id=level, concurrency=1, request_rate=None, target_input_len=n_in, target_output_len=n_out,
+                      t_scheduled=t0, t_sent=t0, t_first_token=None if ttft is None else t0 + ttft,
+                      t_done=None if e2e is None else t0 + e2e, status=status, in_window=in_window,
+                      prompt_tokens=n_in if status == "ok" else None, completion_tokens=n_out if status == "ok" else None,
+                      client_completion_tokens=n_out if status == "ok" else None, itl_s=list(itl), error_kind=kind)
+    return r.derive()
+
+
+def test_definitions_and_percentiles():
+    # TTFT 0.1..1.0 s; E2E = TTFT + 1.0 s over 11 tokens -> TPOT exactly 0.1 s.
+    records = [rec(0.1 * i, 0.1 * i + 1.0, 11) for i in range(1, 11)]
+    lv = summarize_level(records, "c1", window_s=10.0)
+    assert lv.ttft.n == 10 and math.isclose(lv.ttft.mean, 0.55)
+    assert math.isclose(lv.ttft.p["p50"], 0.55)
+    assert math.isclose(lv.ttft.p["p90"], 0.91)            # numpy linear: 0.1 + 0.9 * 9 * 0.1
+    assert all(math.isclose(v, 0.1) for v in lv.tpot.p.values())
+    assert lv.output_tok_s == pytest.approx(110 / 10.0)
+    assert lv.total_tok_s == pytest.approx((110 + 100) / 10.0)
+    assert lv.req_s == pytest.approx(1.0)
+    assert not lv.ttft.p99_reliable and any("unreliable" in n for n in lv.notes)
+
+
+def test_slo_verdict_and_goodput():
+    fast = [rec(0.2, 1.2, 21) for _ in range(5)]              # TPOT 0.05 s: meets 50 ms exactly
+    slow = [rec(2.0, 3.0, 21) for _ in range(5)]              # TTFT 2 s breaks the 1.5 s SLO
+    lv = summarize_level(fast + slow, "c1", window_s=5.0)
+    assert lv.slo_met is False
+    assert lv.goodput_req_s == pytest.approx(5 / 5.0)
+    assert summarize_level(fast, "c1", window_s=5.0).slo_met is True
+
+
+def test_errors_counted_beside_percentiles_and_out_of_window_ignored():
+    records = [rec(0.1, 0.5, 5), rec(None, None, 5, status="error", kind="http_status"),
+               rec(None, 30.0, 5, status="timeout", kind="timeout"), rec(0.1, 0.5, 5, in_window=False)]
+    lv = summarize_level(records, "c1", window_s=1.0)
+    assert (lv.n_sent, lv.n_in_window, lv.n_ok, lv.n_error, lv.n_timeout) == (4, 3, 1, 1, 1)
+    assert lv.errors_by_kind == {"http_status": 1, "timeout": 1}
+    assert lv.ttft.n == 1
+
+
+def test_zero_successes_all_errors_and_one_token_outputs():
+    lv = summarize_level([rec(None, None, 5, status="error", kind="connect")] * 3, "c1", window_s=2.0)
+    assert lv.n_ok == 0 and lv.ttft.n == 0 and lv.ttft.p["p99"] is None and lv.slo_met is None
+    assert lv.output_tok_s == 0
+    one = summarize_level([rec(0.2, 0.2, 1)], "c1", window_s=1.0)
+    assert one.tpot.n == 0 and one.ttft.n == 1 and one.slo_met is True
+
+
+def test_unhonoured_output_length_and_token_mismatch_reported():
+    r = rec(0.1, 0.5, 5)
+    r.target_output_len = 8
+    r.client_completion_tokens = 4
+    lv = summarize_level([r], "c1", window_s=1.0)
+    assert lv.output_len_unhonoured == 1 and lv.token_count_mismatches == 1
+    assert any("requested 8" in n for n in lv.notes)
+
+
+def test_ceiling_notes_and_best_level():
+    levels = []
+    for i, (c, tput, ttft) in enumerate([(1, 100, 0.1), (8, 600, 0.3), (32, 630, 0.9), (64, 640, 2.5)]):
+        n_out = 11
+        rs = [rec(ttft, ttft + 0.3, n_out, level=f"c{c}") for _ in range(tput)]  # TPOT 30 ms
+        levels.append(summarize_level(rs, f"c{c}", window_s=n_out))
+    notes = ceiling_notes(levels)
+    assert notes == {"c1": "normal", "c8": "normal", "c32": "near ceiling", "c64": "over SLO"}
+    assert best_level_within_slo(levels).level_id == "c32"
+
+
+def test_distribution_of_nothing():
+    d = Distribution.of([None, None])
+    assert d.n == 0 and d.mean is None

@@ -1,0 +1,75 @@
+"""End to end: `llmbench sweep` against the embedded engine writes a valid run directory, and
+`--resume` completes an interrupted one."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from llmbench.rundir import RequestRecord, RunDir
+
+SWEEP = [sys.executable, "-m", "llmbench.cli", "sweep", "--model", "tiny-test", "--input-len", "16",
+         "--output-len", "8", "--warmup", "1s", "--duration", "3s", "--request-timeout", "30s"]
+
+
+def _run(args, **kw):
+    return subprocess.run(SWEEP + args, capture_output=True, text=True, timeout=300, env=os.environ.copy(), **kw)
+
+
+def test_two_level_sweep_writes_a_valid_run_directory(tmp_path):
+    out = tmp_path / "run"
+    proc = _run(["--concurrency", "1,4", "--out", str(out)])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run = RunDir(out)
+    info = run.read_info()
+    assert info.status == "complete" and info.levels_done == ["c1-in16-out8", "c4-in16-out8"]
+    assert info.target["kind"] == "embedded"
+    records = list(run.iter_records())
+    assert {r.level_id for r in records} == set(info.levels_done)
+    ok = [r for r in records if r.status == "ok"]
+    assert ok and all(r.completion_tokens == 8 and r.prompt_tokens == 16 for r in ok)
+    assert all(r.ttft_s > 0 and r.e2e_s >= r.ttft_s for r in ok)
+    for line in run.requests_jsonl.read_text().splitlines():
+        RequestRecord.from_dict(json.loads(line))             # every line fits the contract
+    summary = run.read_summary()
+    assert [lv["level_id"] for lv in summary["levels"]] == info.levels_done
+    for lv in summary["levels"]:
+        assert lv["n_in_window"] == sum(1 for r in records if r.level_id == lv["level_id"] and r.in_window)
+        assert lv["n_error"] == 0 and lv["output_tok_s"] > 0
+    assert "c4" in proc.stdout and "TTFT" in proc.stdout
+
+
+def test_interrupted_sweep_resumes_at_first_unfinished_level(tmp_path):
+    out = tmp_path / "run"
+    proc = subprocess.Popen(SWEEP + ["--concurrency", "1,2", "--duration", "4s", "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=os.environ.copy())
+    run = RunDir(out)
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:          # wait until the first level is done, then interrupt
+        if run.exists() and run.read_info().levels_done:
+            break
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    proc.wait(timeout=120)
+    info = run.read_info()
+    assert info.status == "interrupted" and info.levels_done == ["c1-in16-out8"]
+    resumed = subprocess.run([sys.executable, "-m", "llmbench.cli", "sweep", "--resume", str(out)],
+                             capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    info = run.read_info()
+    assert info.status == "complete" and info.levels_done == ["c1-in16-out8", "c2-in16-out8"]
+    levels = {r.level_id for r in run.iter_records()}
+    assert levels == {"c1-in16-out8", "c2-in16-out8"}
+
+
+def test_bad_options_are_one_line_errors(tmp_path):
+    proc = _run(["--concurrency", "1,x", "--out", str(tmp_path / "r")])
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    proc = _run(["--concurrency", "1", "--request-rate", "2", "--out", str(tmp_path / "r")])
+    assert proc.returncode == 2 and "exactly one" in proc.stdout + proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "llmbench.cli", "sweep", "--resume", str(tmp_path / "nope")],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and "not a run directory" in proc.stdout + proc.stderr
