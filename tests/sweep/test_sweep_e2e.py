@@ -15,8 +15,11 @@ SWEEP = [sys.executable, "-m", "llmbench.cli", "sweep", "--model", "tiny-test", 
          "--output-len", "8", "--warmup", "1s", "--duration", "3s", "--request-timeout", "30s"]
 
 
+ENV = {**os.environ, "COLUMNS": "200"}   # rich boxes wrap long messages at 80 columns
+
+
 def _run(args, **kw):
-    return subprocess.run(SWEEP + args, capture_output=True, text=True, timeout=300, env=os.environ.copy(), **kw)
+    return subprocess.run(SWEEP + args, capture_output=True, text=True, timeout=300, env=ENV, **kw)
 
 
 def test_two_level_sweep_writes_a_valid_run_directory(tmp_path):
@@ -71,5 +74,5 @@ def test_bad_options_are_one_line_errors(tmp_path):
     proc = _run(["--concurrency", "1", "--request-rate", "2", "--out", str(tmp_path / "r")])
     assert proc.returncode == 2 and "exactly one" in proc.stdout + proc.stderr
     proc = subprocess.run([sys.executable, "-m", "llmbench.cli", "sweep", "--resume", str(tmp_path / "nope")],
-                          capture_output=True, text=True)
+                          capture_output=True, text=True, env=ENV)
     assert proc.returncode == 2 and "not a run directory" in proc.stdout + proc.stderr

@@ -1,0 +1,145 @@
+"""The level's conductor inside the locust master (or the single local process).
+
+It hands each worker its config, starts the users, publishes the Plan, forwards every record to
+the parent process as it arrives, stops the level when all workers have drained their in-window
+requests (or the server died, or the deadline passed) and waits for every worker's last word.
+
+Output: JSON lines on a file descriptor (the parent's pipe), one object per line:
+  {"type": "plan", ...Plan}                      once the users are spawned and the clock starts
+  {"type": "records", "records": [...]}          as records arrive, in batches
+  {"type": "progress", "sent": n, "in_flight": n}
+  {"type": "worker_done", "worker_id": ..., "cpu_percent": ..., ...}
+  {"type": "stop", "reason": ...}
+  {"type": "done", "end_reason": ..., "server_died": bool}
+  {"type": "error", "message": ...}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict
+
+import gevent
+import gevent.os
+from gevent.event import Event
+
+from loadgen.session import (MSG_DONE, MSG_DRAINED, MSG_PLAN, MSG_READY, MSG_RECORDS, MSG_SERVER_DEAD, MSG_STOP,
+                             Plan)
+from loadgen.specs import LevelSpec
+
+PROGRESS_INTERVAL_S = 0.5
+
+
+class JsonLinesOut:
+    """Cooperative writes to a pipe: a slow reader must not freeze the gevent loop (and with it the
+    users' timestamps) on a blocking write."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+        gevent.os.make_nonblocking(fd)
+
+    def write(self, obj: dict) -> None:
+        data = (json.dumps(obj, separators=(",", ":")) + "\n").encode()
+        view = memoryview(data)
+        while view:
+            n = gevent.os.nb_write(self.fd, view)
+            view = view[n:]
+
+
+class Coordinator:
+    def __init__(self, runner, level: LevelSpec, n_workers: int, out: JsonLinesOut):
+        self.runner, self.level, self.n_workers, self.out = runner, level, n_workers, out
+        self.ready: set[str] = set()
+        self.drained: set[str] = set()
+        self.done: dict[str, dict] = {}
+        self.counters: dict[str, tuple[int, int]] = {}
+        self.stop_reason: str | None = None
+        self.server_died = False
+        self.all_ready, self.all_done = Event(), Event()
+        for msg_type, fn in ((MSG_READY, self._on_ready), (MSG_RECORDS, self._on_records),
+                             (MSG_DRAINED, self._on_drained), (MSG_SERVER_DEAD, self._on_server_dead),
+                             (MSG_DONE, self._on_done)):
+            runner.register_message(msg_type, fn)
+
+    # ----- listeners (they only record and forward; nothing here blocks) --------------------
+    def _on_ready(self, environment, msg, **_kw) -> None:
+        self.ready.add(msg.data["worker_id"])
+        if len(self.ready) >= self.n_workers:
+            self.all_ready.set()
+
+    def _on_records(self, environment, msg, **_kw) -> None:
+        d = msg.data
+        self.counters[d["worker_id"]] = (d["sent"], d["in_flight"])
+        if d["records"]:
+            self.out.write({"type": "records", "records": d["records"]})
+
+    def _on_drained(self, environment, msg, **_kw) -> None:
+        self.drained.add(msg.data["worker_id"])
+        if len(self.drained) >= self.n_workers:
+            self.stop("drained")
+
+    def _on_server_dead(self, environment, msg, **_kw) -> None:
+        self.server_died = True
+        self.stop("server_died")
+
+    def _on_done(self, environment, msg, **_kw) -> None:
+        self.done[msg.data["worker_id"]] = msg.data
+        self.out.write({"type": "worker_done", **msg.data})
+        if len(self.done) >= self.n_workers:
+            self.all_done.set()
+
+    # ----- driving the level ---------------------------------------------------------------
+    def stop(self, reason: str) -> None:
+        if self.stop_reason is None:
+            self.stop_reason = reason
+            self.out.write({"type": "stop", "reason": reason})
+        self.runner.send_message(MSG_STOP, {"reason": self.stop_reason})
+
+    def run(self, user_class: type, user_count: int, lead_s: float) -> str:
+        """Spawn the users, publish the plan, wait for the end. Returns the end reason."""
+        self.runner.start(user_count, spawn_rate=max(1, user_count), user_classes=[user_class])
+        spawning = getattr(self.runner, "spawning_greenlet", None)
+        if spawning is not None:        # LocalRunner spawns in a greenlet; MasterRunner.start blocks
+            spawning.join()
+        plan = Plan.starting_at(time.time() + lead_s, self.level)
+        self.out.write({"type": "plan", **asdict(plan)})
+        self.runner.send_message(MSG_PLAN, asdict(plan))
+        progress = gevent.spawn(self._progress_loop)
+        try:
+            # Workers stop themselves by hard_deadline + 2 s at the latest; past that, give up on them.
+            if not self.all_done.wait(timeout=max(0.0, plan.hard_deadline + 6.0 - time.time())):
+                self.stop("deadline")
+                self.all_done.wait(timeout=5.0)
+        finally:
+            progress.kill()
+        if self.server_died:
+            reason = "server_died"
+        elif self.stop_reason == "drained":
+            reason = "complete" if len(self.done) >= self.n_workers else "deadline"
+        else:
+            reason = self.stop_reason or "deadline"
+        self.out.write({"type": "done", "end_reason": reason, "server_died": self.server_died,
+                        "workers_done": len(self.done)})
+        return reason
+
+    def _progress_loop(self) -> None:
+        while True:
+            gevent.sleep(PROGRESS_INTERVAL_S)
+            sent = sum(c[0] for c in self.counters.values())
+            in_flight = sum(c[1] for c in self.counters.values())
+            self.out.write({"type": "progress", "sent": sent, "in_flight": in_flight})
+
+
+def user_count_for(level: LevelSpec, n_workers: int) -> int:
+    """Closed loop: `concurrency` users over all workers; open loop: one pacer per worker."""
+    return level.concurrency if not level.open_loop else n_workers
+
+
+def fd_for_output() -> int:
+    """Take over stdout for the JSON lines and point fd 1 at stderr, so that a stray print from
+    any library cannot corrupt the stream."""
+    fd = os.dup(1)
+    os.dup2(2, 1)
+    return fd

@@ -1,0 +1,223 @@
+"""One locust process's share of a level: the local runner's, or one worker's under a master.
+
+The session owns what the users of this process share: the workload slice (indices k, k+N, ...),
+the level's timeline (the Plan, in epoch seconds, from the coordinator), the greenlets of the
+requests in flight, the outbox of finished RequestRecords, and the dead-server detector. Its
+supervisor greenlet walks the timeline:
+
+  plan -> [warm-up] -> window_start -> [measured window] -> window_end
+       -> drain: wait until this process's in-window requests have finished  -> MSG_DRAINED
+       -> MSG_STOP from the coordinator (all drained, server died, deadline)
+       -> stop sending, cancel what is still in flight (status "cancelled"), flush -> MSG_DONE
+
+Message listeners only set state; the supervisor does the waiting, so a LocalRunner (which
+delivers messages synchronously) and a WorkerRunner (over zmq) behave the same.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from dataclasses import dataclass
+
+import gevent
+import psutil
+from gevent.event import Event
+from gevent.pool import Group
+
+from loadgen.openai_body import request_body, request_headers
+from loadgen.specs import LevelSpec, TargetSpec
+from loadgen.workloads import RequestSpec, make_workload
+from llmbench.rundir import RequestRecord
+
+MSG_CONFIG = "llmbench_config"            # coordinator -> worker: level, target, workload, worker index
+MSG_READY = "llmbench_ready"              # worker -> coordinator: session built
+MSG_PLAN = "llmbench_plan"                # coordinator -> workers: the timeline
+MSG_STOP = "llmbench_stop"                # coordinator -> workers: stop, cancel in-flight, report done
+MSG_RECORDS = "llmbench_records"          # worker -> coordinator: finished records and counters
+MSG_DRAINED = "llmbench_drained"          # worker -> coordinator: my in-window requests have all finished
+MSG_SERVER_DEAD = "llmbench_server_dead"  # worker -> coordinator: the target keeps refusing connections
+MSG_DONE = "llmbench_done"                # worker -> coordinator: last word of the level
+
+DRAIN_GRACE_S = 1.0          # past the last in-window request's own deadline
+FLUSH_INTERVAL_S = 0.1       # records leave the process at most this long after they finish
+COUNTER_INTERVAL_S = 0.5     # counters (for progress bars) are sent at least this often
+MAX_RECORDS_PER_MESSAGE = 200    # a record with a long ITL list is ~10-20 kB of msgpack
+DEAD_AFTER_REFUSALS = 5      # consecutive refused connections ...
+DEAD_AFTER_S = 0.5           # ... spanning at least this long: the server is gone
+DEAD_SERVER_GRACE_S = 1.0    # in-flight requests of a dead server get this long to fail on their own
+
+
+@dataclass
+class Plan:
+    t_start: float
+    window_start: float
+    window_end: float
+    hard_deadline: float     # every in-window request has finished or timed out by now
+
+    @classmethod
+    def starting_at(cls, t_start: float, level: LevelSpec) -> "Plan":
+        window_start = t_start + level.warmup_s
+        window_end = window_start + level.duration_s
+        return cls(t_start, window_start, window_end, window_end + level.request_timeout_s + DRAIN_GRACE_S)
+
+
+class LevelSession:
+    def __init__(self, config: dict, runner):
+        self.runner = runner
+        self.level = LevelSpec(**config["level"])
+        self.target = TargetSpec(**config["target"])
+        self.workload = make_workload(config["workload"])
+        self.worker_index, self.n_workers = int(config["worker_index"]), int(config["n_workers"])
+        self.worker_id = f"w{self.worker_index}@{socket.gethostname()}"
+        self.headers = request_headers(self.target)
+        self.plan: Plan | None = None
+        self.plan_ready, self.stop_requested, self.finished = Event(), Event(), Event()
+        self.stop_reason: str | None = None
+        self.sending = True
+        self.inflight = Group()
+        self.in_window_inflight = 0
+        self._window_over = False
+        self._drained = Event()
+        self.sent = self.cancelled = self.pacers = 0
+        self.cpu_percent: float | None = None
+        self._k = 0
+        self._outbox: list[dict] = []
+        self._refused, self._refused_since = 0, 0.0
+        self._dead_reported = False
+
+    # ----- used by the users ---------------------------------------------------------------
+    def next_request(self) -> tuple[RequestSpec, bytes]:
+        i = self.worker_index + self.n_workers * self._k
+        self._k += 1
+        spec = self.workload.spec(i)
+        return spec, request_body(spec, self.target)
+
+    def may_send(self, t: float) -> bool:
+        if not self.sending or self.plan is None:
+            return False
+        return not (self.level.drain == "stop_sending" and t >= self.plan.window_end)
+
+    def in_window(self, t_sent: float) -> bool:
+        return self.plan.window_start <= t_sent < self.plan.window_end
+
+    def request_sent(self, in_window: bool) -> None:
+        self.sent += 1
+        if in_window:
+            self.in_window_inflight += 1
+
+    def request_finished(self, record: RequestRecord) -> None:
+        if record.in_window:
+            self.in_window_inflight -= 1
+            if self._window_over and self.in_window_inflight == 0:
+                self._drained.set()
+        if record.status == "cancelled":
+            self.cancelled += 1
+        record.worker_id = self.worker_id
+        # A shallow copy: asdict() deep-copies the itl list, ~0.5 ms a record at no benefit.
+        self._outbox.append(dict(record.__dict__))
+
+    def note_response(self) -> None:
+        self._refused = 0
+
+    def note_refused(self) -> None:
+        now = time.time()
+        if self._refused == 0:
+            self._refused_since = now
+        self._refused += 1
+        if (self._refused >= DEAD_AFTER_REFUSALS and now - self._refused_since >= DEAD_AFTER_S
+                and not self._dead_reported):
+            self._dead_reported = True
+            self.sending = False        # at once; the coordinator's stop follows
+            self.runner.send_message(MSG_SERVER_DEAD, {"worker_id": self.worker_id,
+                                                       "refusals": self._refused})
+
+    # ----- driven by messages --------------------------------------------------------------
+    def set_plan(self, plan: dict) -> None:
+        self.plan = Plan(**plan)
+        self.plan_ready.set()
+        self.runner.greenlet.spawn(self._supervise)
+        self.runner.greenlet.spawn(self._flush_loop)
+
+    def request_stop(self, reason: str) -> None:
+        if self.stop_reason is None:
+            self.stop_reason = reason
+        if reason == "server_died":
+            self.sending = False
+        self.stop_requested.set()
+
+    # ----- the supervisor ------------------------------------------------------------------
+    def _supervise(self) -> None:
+        plan = self.plan
+        proc = psutil.Process()
+        _sleep_until(plan.window_start, self.stop_requested)
+        cpu0, t0 = _cpu_s(proc), time.time()
+        _sleep_until(plan.window_end, self.stop_requested)
+        t1 = time.time()
+        if t1 - t0 > 0.05:
+            self.cpu_percent = 100.0 * (_cpu_s(proc) - cpu0) / (t1 - t0)
+        self._window_over = True
+        if self.in_window_inflight == 0:
+            self._drained.set()
+        gevent.wait([self._drained, self.stop_requested], count=1, timeout=max(0.0, plan.hard_deadline - time.time()))
+        if not self.stop_requested.is_set():
+            self.runner.send_message(MSG_DRAINED, {"worker_id": self.worker_id})
+        # The coordinator answers at once when all workers drained; the deadline covers a lost master.
+        self.stop_requested.wait(timeout=max(0.0, plan.hard_deadline + 2.0 - time.time()))
+        self.sending = False
+        if self.stop_reason == "server_died":
+            self.inflight.join(timeout=DEAD_SERVER_GRACE_S)
+        self.inflight.kill(block=True, timeout=5.0)   # each killed request records itself as cancelled
+        self._flush()
+        self.runner.send_message(MSG_DONE, {
+            "worker_id": self.worker_id, "sent": self.sent, "cancelled": self.cancelled,
+            "cpu_percent": self.cpu_percent, "pacers": self.pacers,
+            "stop_reason": self.stop_reason or "deadline"})
+        self.finished.set()
+
+    def _flush_loop(self) -> None:
+        last_counters = 0.0
+        while not self.finished.is_set():
+            gevent.sleep(FLUSH_INTERVAL_S)
+            if self._outbox or time.time() - last_counters >= COUNTER_INTERVAL_S:
+                self._flush()
+                last_counters = time.time()
+
+    def _flush(self) -> None:
+        while True:
+            batch, self._outbox = self._outbox[:MAX_RECORDS_PER_MESSAGE], self._outbox[MAX_RECORDS_PER_MESSAGE:]
+            self.runner.send_message(MSG_RECORDS, {"worker_id": self.worker_id, "records": batch,
+                                                   "sent": self.sent, "in_flight": len(self.inflight)})
+            if not self._outbox:
+                return
+
+
+def _sleep_until(t: float, wake: Event) -> None:
+    delay = t - time.time()
+    if delay > 0:
+        wake.wait(timeout=delay)
+
+
+def _cpu_s(proc: psutil.Process) -> float:
+    times = proc.cpu_times()
+    return times.user + times.system
+
+
+def attach_worker_side(runner, make_session) -> None:
+    """Register the listeners a load-generating process needs. `make_session(config)` is called on
+    MSG_CONFIG (workers); a local runner creates its session directly and passes it in instead."""
+    env = runner.environment
+
+    def on_config(environment, msg, **_kw):
+        env.llmbench_session = make_session(msg.data)
+        runner.send_message(MSG_READY, {"worker_id": env.llmbench_session.worker_id})
+
+    def on_plan(environment, msg, **_kw):
+        env.llmbench_session.set_plan(msg.data)
+
+    def on_stop(environment, msg, **_kw):
+        env.llmbench_session.request_stop((msg.data or {}).get("reason", "stop"))
+
+    runner.register_message(MSG_CONFIG, on_config)
+    runner.register_message(MSG_PLAN, on_plan)
+    runner.register_message(MSG_STOP, on_stop)

@@ -1,0 +1,137 @@
+"""What a level is asked to do (TargetSpec, LevelSpec) and what it reports (LevelProgress, LevelResult).
+
+These are plain dataclasses that cross process boundaries as JSON: run_level hands them to the
+locust process, the locust master hands them on to its workers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+ENDPOINTS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
+DRAIN_MODES = ("keep_load", "stop_sending")
+
+
+@dataclass
+class TargetSpec:
+    """The server under test: an OpenAI-compatible base URL (with or without a trailing /v1)."""
+
+    url: str
+    model: str
+    api_key: str | None = None
+    endpoint: str = "completions"      # completions | chat (chat needs text prompts)
+    send_ignore_eos: bool = True       # vLLM/SGLang/refengine extension; turn off for servers that reject it
+
+    def __post_init__(self) -> None:
+        if self.endpoint not in ENDPOINTS:
+            raise ValueError(f"endpoint must be one of {sorted(ENDPOINTS)}, got {self.endpoint!r}")
+        url = self.url.rstrip("/")
+        self.url = url[: -len("/v1")] if url.endswith("/v1") else url
+
+    @property
+    def path(self) -> str:
+        return ENDPOINTS[self.endpoint]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class LevelSpec:
+    """One load level. Exactly one of `concurrency` (closed loop: N users back to back) and
+    `request_rate` (open loop: gamma arrivals, burstiness 1 = Poisson) is set.
+
+    Timeline: warm up for warmup_s, then the measured window of duration_s; requests sent inside
+    the window have in_window=True. After the window the level drains: in `keep_load` mode (the
+    default, DESIGN section 4: "the load keeps running until they finish") load continues,
+    recorded as out of window, until every in-window request has finished, so the last in-window
+    requests see the same load as the others; in `stop_sending` mode nothing new is sent after the
+    window. Either way a request gets at most request_timeout_s, and whatever is still in flight
+    when the level stops is recorded as `cancelled`.
+    """
+
+    level_id: str
+    concurrency: int | None = None
+    request_rate: float | None = None      # requests/s over all workers
+    burstiness: float = 1.0                # gamma shape of inter-arrival gaps; 1 = Poisson, <1 burstier
+    input_len: int = 512
+    output_len: int = 128
+    warmup_s: float = 5.0
+    duration_s: float = 30.0
+    request_timeout_s: float = 120.0       # connect + whole stream, per request
+    workers: int = 1                       # locust processes; >1 runs a master and N workers
+    seed: int = 0
+    drain: str = "keep_load"               # keep_load | stop_sending (see above)
+    max_in_flight: int = 10_000            # open loop, per worker: more arrivals wait (and show as send lag)
+
+    def __post_init__(self) -> None:
+        if (self.concurrency is None) == (self.request_rate is None):
+            raise ValueError("set exactly one of concurrency (closed loop) and request_rate (open loop)")
+        if self.concurrency is not None and self.concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1, got {self.concurrency}")
+        if self.request_rate is not None and not self.request_rate > 0:
+            raise ValueError(f"request_rate must be > 0, got {self.request_rate}")
+        if not self.burstiness > 0:
+            raise ValueError(f"burstiness must be > 0, got {self.burstiness}")
+        if self.warmup_s < 0 or not self.duration_s > 0 or not self.request_timeout_s > 0:
+            raise ValueError("warmup_s must be >= 0; duration_s and request_timeout_s must be > 0")
+        if self.workers < 1:
+            raise ValueError(f"workers must be >= 1, got {self.workers}")
+        if self.drain not in DRAIN_MODES:
+            raise ValueError(f"drain must be one of {DRAIN_MODES}, got {self.drain!r}")
+
+    @property
+    def open_loop(self) -> bool:
+        return self.request_rate is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class LevelProgress:
+    """A snapshot for progress bars, sent every ~0.5 s while a level runs."""
+
+    level_id: str
+    phase: str                 # starting | warmup | measuring | draining | done
+    elapsed_s: float           # since the level's load started
+    window_remaining_s: float  # of the measured window (0 once it is over)
+    sent: int                  # as last reported by the workers
+    in_flight: int
+    finished: int              # records received
+    ok: int
+    errors: int                # error + timeout records
+
+
+@dataclass
+class LevelResult:
+    """Counts and client health of one level. Counts cover every request the level sent (warm-up,
+    window and drain); in_window and in_window_ok are the measured subset."""
+
+    level_id: str
+    sent: int = 0
+    in_window: int = 0
+    in_window_ok: int = 0
+    ok: int = 0
+    errors_by_kind: dict[str, int] = field(default_factory=dict)   # error_kind -> count (timeouts included)
+    timeouts: int = 0
+    cancelled: int = 0
+    window_start: float | None = None      # epoch seconds
+    window_end: float | None = None
+    client_cpu_percent: float | None = None                 # busiest load-generator process, mean over the window
+    client_cpu_by_worker: dict[str, float] = field(default_factory=dict)
+    send_lag_p50_s: float | None = None     # over in-window requests
+    send_lag_p99_s: float | None = None
+    fell_behind: bool = False
+    fell_behind_reasons: list[str] = field(default_factory=list)
+    server_died: bool = False
+    end_reason: str = "complete"           # complete | server_died | deadline | interrupted
+    worker_ids: list[str] = field(default_factory=list)
+    records_missing: int = 0               # sent per the workers' counters minus records received
+    wall_s: float = 0.0
+    client_log_tail: str = ""              # end of the locust processes' logs when the level hit its deadline
+
+    @property
+    def errors(self) -> int:
+        return sum(self.errors_by_kind.values())

@@ -1,0 +1,160 @@
+"""Reading an OpenAI streaming response (server-sent events), independent of any HTTP client.
+
+`read_sse_stream(readline, clock)` pulls lines until `data: [DONE]` and timestamps each one the
+moment readline returns it, so the caller must hand over lines as they arrive (locust's
+FastHttpUser: `resp._response.readline(b"\\n")`; `iter_content` buffers and would move first-token
+times late). Definitions (DESIGN section 4):
+
+- a chunk carries a token when a choice has non-empty completions `text`, or a chat `delta` with
+  non-empty `content` (or reasoning / tool-call content), or non-empty `token_ids`. A role-only or
+  finish-only chunk does not count;
+- t_first_token is the time of the first such chunk; each gap between consecutive ones is an ITL;
+  the number of such chunks is the client's completion-token count (a server that packs several
+  tokens in one chunk makes it smaller than usage.completion_tokens, which is reported, not hidden);
+- server usage is taken from the last chunk that has a `usage` object.
+
+Errors: a data line that is not JSON -> bad_payload; an error object inside the stream, or the
+stream ending (or the connection failing) before [DONE] -> stream_broken; a TimeoutError out of
+readline -> timeout. The first problem in stream order decides. Anything that is not an Exception
+(a greenlet being killed) propagates; the caller can then digest() what had arrived.
+
+Why two phases: while a stream is read, each line is only timestamped and kept; the JSON is
+parsed after the stream ends. A server that emits a token for every sequence of a batch at once
+wakes many readers at the same moment; each reader's timestamp waits for the readers served
+before it, so the work done between a line's arrival and the next readline is kept minimal.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+MAX_ERROR_CHARS = 500
+
+
+@dataclass
+class StreamResult:
+    t_first_token: float | None = None
+    t_last_token: float | None = None
+    t_done: float | None = None            # when [DONE] arrived, or when the stream failed
+    token_chunks: int = 0                  # client completion-token count
+    itl_s: list[float] = field(default_factory=list)
+    prompt_tokens: int | None = None       # server usage
+    completion_tokens: int | None = None
+    finish_reason: str | None = None
+    saw_done: bool = False
+    error_kind: str | None = None          # None when the stream completed
+    error: str | None = None
+    pending: list[tuple[float, bytes]] = field(default_factory=list)   # (arrival, data payload), not yet parsed
+
+    @property
+    def ok(self) -> bool:
+        return self.error_kind is None and self.saw_done
+
+    def digest(self) -> "StreamResult":
+        """Parse the pending data lines in order. The first error in the stream wins over a later one."""
+        pending, self.pending = self.pending, []
+        for t, payload in pending:
+            problem = _take_payload(self, t, payload)
+            if problem is not None:
+                self.saw_done = False
+                _fail(self, t, *problem, force=True)
+                break
+        return self
+
+
+def read_sse_stream(readline: Callable[[], bytes], clock: Callable[[], float] = time.time,
+                    result: StreamResult | None = None) -> StreamResult:
+    """Read to [DONE], the end of the stream or a failure, then digest. Fills `result` in place when
+    given, so that a caller whose read is cut off still has the lines that had arrived."""
+    r = result if result is not None else StreamResult()
+    pending = r.pending
+    while True:
+        try:
+            raw = readline()
+        except TimeoutError as exc:
+            _fail(r, clock(), "timeout", f"deadline passed while streaming: {exc or type(exc).__name__}")
+            break
+        except Exception as exc:   # connection reset, incomplete chunked body, parser errors
+            _fail(r, clock(), "stream_broken", f"{type(exc).__name__}: {exc}")
+            break
+        now = clock()
+        if not raw:
+            _fail(r, now, "stream_broken", "stream ended without data: [DONE]")
+            break
+        if raw.startswith(b"data:"):
+            payload = raw[5:].strip()
+            if payload == b"[DONE]":
+                r.saw_done, r.t_done = True, now
+                break
+            pending.append((now, payload))
+        elif raw.lstrip().startswith(b"{"):
+            _fail(r, now, "bad_payload", "response is not an SSE stream: " + _snippet(raw.rstrip()))
+            break
+        # else: an empty line (event separator), a comment (": keep-alive") or an event:/id:/retry:
+        # field, none of which carries anything we use
+    return r.digest()
+
+
+def _take_payload(r: StreamResult, now: float, payload: bytes) -> tuple[str, str] | None:
+    """Account one data line; returns (error_kind, message) when the line is a problem."""
+    try:
+        obj = json.loads(payload)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return "bad_payload", "data line is not JSON: " + _snippet(payload)
+    if not isinstance(obj, dict):
+        return "bad_payload", "data line is not a JSON object: " + _snippet(payload)
+    err = _error_message(obj)
+    if err is not None:
+        return "stream_broken", "error inside the stream: " + err
+    carries = False
+    for choice in obj.get("choices") or ():
+        if isinstance(choice, dict):
+            carries = carries or _carries_token(choice)
+            if choice.get("finish_reason"):
+                r.finish_reason = choice["finish_reason"]
+    if carries:
+        if r.t_first_token is None:
+            r.t_first_token = now
+        else:
+            r.itl_s.append(now - r.t_last_token)
+        r.t_last_token = now
+        r.token_chunks += 1
+    usage = obj.get("usage")
+    if isinstance(usage, dict):
+        r.prompt_tokens = usage.get("prompt_tokens", r.prompt_tokens)
+        r.completion_tokens = usage.get("completion_tokens", r.completion_tokens)
+    return None
+
+
+def _carries_token(choice: dict) -> bool:
+    if choice.get("text") or choice.get("token_ids"):
+        return True
+    delta = choice.get("delta")
+    if isinstance(delta, dict):
+        return bool(delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
+                    or delta.get("tool_calls"))
+    return False
+
+
+def _error_message(obj: dict) -> str | None:
+    err = obj.get("error")
+    if err:
+        if isinstance(err, dict):
+            return str(err.get("message") or err)[:MAX_ERROR_CHARS]
+        return str(err)[:MAX_ERROR_CHARS]
+    if obj.get("object") == "error":           # vLLM's ErrorResponse shape
+        return str(obj.get("message") or obj)[:MAX_ERROR_CHARS]
+    return None
+
+
+def _fail(r: StreamResult, now: float, kind: str, message: str, force: bool = False) -> None:
+    if r.error_kind is None or force:
+        r.t_done = now
+        r.error_kind, r.error = kind, message[:MAX_ERROR_CHARS]
+
+
+def _snippet(b: bytes, n: int = 120) -> str:
+    return repr(b[:n])[2:-1]

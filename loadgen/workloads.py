@@ -1,0 +1,199 @@
+"""Workloads: deterministic, endless streams of RequestSpecs.
+
+`spec(i)` depends only on the options and i, so the same seed gives the same requests in any
+process and in any order: locust workers each take their own slice of indices (k, k+N, ...)
+without talking to each other, and two runs of a sweep send the same prompts.
+
+Kinds:
+  random         token-id prompts of exact length, lengths spread uniformly around the target
+  sharegpt       text prompts from a ShareGPT JSON/JSONL file (the first human turn)
+  shared_prefix  N prefixes x M suffixes in token ids (prefix-cache workloads)
+  mixed          a fraction of long prompts among short ones (head-of-line blocking)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Iterator
+
+import numpy as np
+
+from loadgen.errors import WorkloadError
+from loadgen.sharegpt import load_sharegpt, tokenizer_length_fn
+
+KINDS = ("random", "sharegpt", "shared_prefix", "mixed")
+__all__ = ["KINDS", "RequestSpec", "Workload", "WorkloadError", "WorkloadOptions", "level_workload_factory",
+           "make_workload"]
+
+
+@dataclass
+class RequestSpec:
+    prompt: list[int] | str
+    target_input_len: int          # prompt tokens intended (0: unknown, a text prompt without a tokenizer)
+    target_output_len: int
+    max_tokens: int
+    extra: dict[str, Any] = field(default_factory=dict)   # merged into the request body last
+
+
+@dataclass
+class WorkloadOptions:
+    """Everything needed to rebuild a workload anywhere: plain JSON values only."""
+
+    kind: str = "random"
+    input_len: int = 512
+    output_len: int = 128
+    input_len_spread: float = 0.0      # lengths uniform in [len*(1-s), len*(1+s)]
+    output_len_spread: float = 0.0
+    seed: int = 0
+    vocab_size: int = 32_000           # token ids are drawn from [first_token_id, vocab_size)
+    first_token_id: int = 16           # the first ids are usually special (bos, eos, pad, unk, ...)
+    num_prompts: int | None = None     # cycle after this many distinct requests (None: never repeat, except sharegpt)
+    dataset_path: str | None = None    # sharegpt
+    tokenizer: str | None = None       # sharegpt: tokenizer.json (or a directory holding one) to count tokens
+    num_prefixes: int = 4              # shared_prefix
+    prefix_len: int = 256
+    suffix_len: int | None = None      # None: input_len - prefix_len
+    suffixes_per_prefix: int = 8
+    long_fraction: float = 0.1         # mixed
+    long_len: int = 4096
+    short_len: int | None = None       # None: input_len
+    extra_body: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class Workload:
+    """An endless deterministic stream of RequestSpecs; repeats with `period` when that is set."""
+
+    def __init__(self, options: WorkloadOptions, make: Callable[[int], RequestSpec], period: int | None,
+                 rebuildable: bool = True):
+        self.options = options
+        self.period = period
+        self.rebuildable = rebuildable     # make_workload(self.options) gives the same requests
+        self._make = make
+
+    def spec(self, i: int) -> RequestSpec:
+        return self._make(i % self.period if self.period else i)
+
+    def take(self, n: int, start: int = 0) -> list[RequestSpec]:
+        return [self.spec(i) for i in range(start, start + n)]
+
+    def __iter__(self) -> Iterator[RequestSpec]:
+        i = 0
+        while True:
+            yield self.spec(i)
+            i += 1
+
+
+def make_workload(options: WorkloadOptions | dict, length_fn: Callable[[str], int] | None = None) -> Workload:
+    """Build a workload from options (a WorkloadOptions or its dict). `length_fn` (text -> token count)
+    overrides options.tokenizer for sharegpt; it cannot travel to another process, options can."""
+    o = WorkloadOptions(**options) if isinstance(options, dict) else options
+    _check(o)
+    if o.kind == "random":
+        return Workload(o, lambda i: _random_spec(o, i), o.num_prompts)
+    if o.kind == "shared_prefix":
+        return _shared_prefix(o)
+    if o.kind == "mixed":
+        return Workload(o, lambda i: _mixed_spec(o, i), o.num_prompts)
+    return _sharegpt(o, length_fn)
+
+
+def level_workload_factory(**options: Any) -> Callable[[Any], Workload]:
+    """A run_level workload_factory: these options, with input_len, output_len and seed from the level."""
+    def factory(level) -> Workload:
+        return make_workload(WorkloadOptions(**{**options, "input_len": level.input_len,
+                                                "output_len": level.output_len, "seed": level.seed}))
+    return factory
+
+
+# ----- generators -----------------------------------------------------------------------------
+
+def _rng(o: WorkloadOptions, i: int, stream: int = 0) -> np.random.Generator:
+    # SeedSequence of plain ints: the same stream in every process (unlike hash()).
+    return np.random.default_rng([o.seed & 0xFFFFFFFF, stream, i])
+
+
+def _spread(rng: np.random.Generator, length: int, spread: float) -> int:
+    if spread <= 0:
+        return length
+    lo, hi = max(1, math.floor(length * (1 - spread))), max(1, math.ceil(length * (1 + spread)))
+    return int(rng.integers(lo, hi + 1))
+
+
+def _tokens(rng: np.random.Generator, o: WorkloadOptions, n: int) -> list[int]:
+    return rng.integers(o.first_token_id, o.vocab_size, n).tolist()
+
+
+def _random_spec(o: WorkloadOptions, i: int) -> RequestSpec:
+    rng = _rng(o, i)
+    n_in, n_out = _spread(rng, o.input_len, o.input_len_spread), _spread(rng, o.output_len, o.output_len_spread)
+    return RequestSpec(_tokens(rng, o, n_in), n_in, n_out, n_out, dict(o.extra_body))
+
+
+def _mixed_spec(o: WorkloadOptions, i: int) -> RequestSpec:
+    rng = _rng(o, i)
+    long = bool(rng.random() < o.long_fraction)
+    base = o.long_len if long else (o.short_len or o.input_len)
+    n_in, n_out = _spread(rng, base, o.input_len_spread), _spread(rng, o.output_len, o.output_len_spread)
+    return RequestSpec(_tokens(rng, o, n_in), n_in, n_out, n_out, dict(o.extra_body))
+
+
+def _shared_prefix(o: WorkloadOptions) -> Workload:
+    suffix_len = o.suffix_len if o.suffix_len is not None else o.input_len - o.prefix_len
+    if suffix_len < 1:
+        raise WorkloadError(f"shared_prefix needs suffix_len >= 1 "
+                            f"(input_len {o.input_len} - prefix_len {o.prefix_len})")
+    prefixes = [_tokens(_rng(o, p, stream=1), o, o.prefix_len) for p in range(o.num_prefixes)]
+    n_groups = o.num_prefixes * o.suffixes_per_prefix
+
+    def make(i: int) -> RequestSpec:
+        # Interleave prefixes (request i uses prefix i mod N) so that every prefix stays warm in turn;
+        # suffix j of prefix p is the same tokens every time it comes round.
+        p, j = i % o.num_prefixes, (i // o.num_prefixes) % o.suffixes_per_prefix
+        rng = _rng(o, p * o.suffixes_per_prefix + j, stream=2)
+        n_out = _spread(_rng(o, i, stream=3), o.output_len, o.output_len_spread)
+        prompt = prefixes[p] + _tokens(rng, o, suffix_len)
+        return RequestSpec(prompt, len(prompt), n_out, n_out, dict(o.extra_body))
+
+    return Workload(o, make, o.num_prompts or n_groups)
+
+
+def _sharegpt(o: WorkloadOptions, length_fn: Callable[[str], int] | None) -> Workload:
+    if not o.dataset_path:
+        raise WorkloadError("the sharegpt workload needs dataset_path (a ShareGPT .json or .jsonl file)")
+    explicit_fn = length_fn
+    if length_fn is None and o.tokenizer:
+        length_fn = tokenizer_length_fn(o.tokenizer)
+    convs = load_sharegpt(o.dataset_path)
+    order = np.random.default_rng([o.seed & 0xFFFFFFFF, 4]).permutation(len(convs))
+    if o.num_prompts:
+        order = order[: o.num_prompts]
+    specs = []
+    for k in order.tolist():
+        prompt, reply = convs[k]
+        n_in = length_fn(prompt) if length_fn else 0
+        n_out = length_fn(reply) if (length_fn and reply) else o.output_len
+        n_out = max(1, n_out)
+        specs.append(RequestSpec(prompt, n_in, n_out, n_out, dict(o.extra_body)))
+    # A length function passed in (not options.tokenizer) cannot travel to another process.
+    return Workload(o, lambda i: specs[i], len(specs), rebuildable=explicit_fn is None)
+
+
+def _check(o: WorkloadOptions) -> None:
+    if o.kind not in KINDS:
+        raise WorkloadError(f"workload kind must be one of {KINDS}, got {o.kind!r}")
+    for name in ("input_len", "output_len", "prefix_len", "long_len", "num_prefixes", "suffixes_per_prefix"):
+        if getattr(o, name) < 1:
+            raise WorkloadError(f"{name} must be >= 1, got {getattr(o, name)}")
+    for name in ("input_len_spread", "output_len_spread"):
+        if not 0 <= getattr(o, name) < 1:
+            raise WorkloadError(f"{name} must be in [0, 1), got {getattr(o, name)}")
+    if not 0 <= o.long_fraction <= 1:
+        raise WorkloadError(f"long_fraction must be in [0, 1], got {o.long_fraction}")
+    if not 0 <= o.first_token_id < o.vocab_size:
+        raise WorkloadError(f"need 0 <= first_token_id < vocab_size, got {o.first_token_id}, {o.vocab_size}")
+    if o.num_prompts is not None and o.num_prompts < 1:
+        raise WorkloadError(f"num_prompts must be >= 1 or None, got {o.num_prompts}")
