@@ -69,9 +69,10 @@ def serve(ctx: typer.Context) -> None:
     raise typer.Exit(code=main(list(ctx.args), prog="llmbench serve"))
 
 
-from llmbench.sweep_cli import sweep  # noqa: E402  (registered below; imports are lazy inside)
+from llmbench.sweep_cli import sweep, worker  # noqa: E402  (imports inside them are lazy)
 
 app.command(help=sweep.__doc__)(sweep)
+app.command(help=worker.__doc__)(worker)
 
 
 @app.command()

@@ -114,7 +114,8 @@ class _LiveView:
 
 
 def run_sweep(spec: SweepSpec, run: RunDir, target: TargetSpec, console: Console,
-              target_alive: Callable[[], bool] = lambda: True, slos: dict | None = None) -> list[LevelStats]:
+              target_alive: Callable[[], bool] = lambda: True, slos: dict | None = None,
+              master_bind: str | None = None) -> list[LevelStats]:
     """Run the levels not yet done in `run` (all of them for a new run). Returns every level's stats."""
     slos = {**DEFAULT_SLOS, **(slos or {})}
     info = run.read_info()
@@ -141,7 +142,7 @@ def run_sweep(spec: SweepSpec, run: RunDir, target: TargetSpec, console: Console
                     _view.records(recs)
 
                 result = run_level(level, target, level_workload_factory(**spec.workload), on_records,
-                                   on_progress=view.refresh)
+                                   on_progress=view.refresh, master_bind=master_bind)
                 if result.window_start is None or result.window_end is None:
                     window = level.duration_s      # the level ended before its window: nothing measured
                 else:

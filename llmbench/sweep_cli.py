@@ -64,7 +64,10 @@ def sweep(
     warmup: str = typer.Option("5s", help="Warm-up per level before measuring."),
     duration: str = typer.Option("20s", help="Measured window per level. Production runs want >= 3m."),
     request_timeout: str = typer.Option("3m", help="Per-request timeout (connect + whole stream)."),
-    workers: int = typer.Option(1, help="Locust worker processes on this machine (one drives ~1,000 streams/s)."),
+    workers: int = typer.Option(1, help="Locust worker processes on this machine (one drives ~1,000 streams/s); "
+                                "with --master-bind, the number of remote workers to wait for."),
+    master_bind: Optional[str] = typer.Option(None, help="Run the locust master on HOST:PORT and wait for --workers "
+                                              "workers started elsewhere with `llmbench worker --master-host`."),
     target: Optional[str] = typer.Option(None, help="Base URL of an OpenAI-compatible server; default: start the "
                                          "bundled engine on a free loopback port."),
     model: Optional[str] = typer.Option(None, help="Model name to send (--target) or to serve (embedded, "
@@ -136,7 +139,7 @@ def sweep(
         tspec = TargetSpec(url=url, model=target_info["model"], api_key=api_key, endpoint=target_info["endpoint"],
                            send_ignore_eos=target_info["ignore_eos"])
         alive = server.alive if server else (lambda: True)
-        run_sweep(spec, run, tspec, console, target_alive=alive, slos=slos)
+        run_sweep(spec, run, tspec, console, target_alive=alive, slos=slos, master_bind=master_bind)
     except KeyboardInterrupt:
         raise typer.Exit(code=130)
     except RuntimeError as exc:
@@ -146,3 +149,16 @@ def sweep(
         if server is not None:
             server.stop()
     console.print(f"run directory: [bold]{run.path}[/]")
+
+
+def worker(
+    master_host: str = typer.Option(..., help="Address of the machine running `llmbench sweep --master-bind`."),
+    port: int = typer.Option(5557, help="The master's port."),
+    once: bool = typer.Option(False, help="Serve one level, then exit (default: serve levels until stopped)."),
+) -> None:
+    """Run a load-generator worker for a sweep driven from another machine (locust's distributed mode)."""
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "loadgen.locust_proc", "--worker", "--master-host", master_host, "--port", str(port)]
+    raise typer.Exit(code=subprocess.call(cmd + (["--once"] if once else [])))

@@ -72,11 +72,16 @@ def run_master(config: dict, out: JsonLinesOut, bind_host: str = "*", bind_port:
                                    f"in {connect_timeout_s:g} s")
             gevent.sleep(0.05)
         workers = sorted(runner.clients.keys(), key=runner.get_worker_index)[:expect_workers]
-        for index, client_id in enumerate(workers):
-            runner.send_message(MSG_CONFIG, {**config, "worker_index": index, "n_workers": expect_workers},
-                                client_id=client_id)
-        if not coordinator.all_ready.wait(timeout=connect_timeout_s):
-            raise TimeoutError(f"only {len(coordinator.ready)} of {expect_workers} workers set up the level")
+        # A worker registers its message handlers just after it connects, so a config sent in
+        # that gap is dropped ("Unknown message type"): send it again until every worker is
+        # ready (workers ignore a repeat of the config they already have).
+        while not coordinator.all_ready.is_set():
+            if time.time() > deadline + connect_timeout_s:
+                raise TimeoutError(f"only {len(coordinator.ready)} of {expect_workers} workers set up the level")
+            for index, client_id in enumerate(workers):
+                runner.send_message(MSG_CONFIG, {**config, "worker_index": index, "n_workers": expect_workers},
+                                    client_id=client_id)
+            coordinator.all_ready.wait(timeout=1.0)
         user_class = OpenLoopPacer if level.open_loop else ClosedLoopUser
         return coordinator.run(user_class, user_count_for(level, expect_workers), LEAD_DISTRIBUTED_S)
     finally:

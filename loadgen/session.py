@@ -209,7 +209,10 @@ def attach_worker_side(runner, make_session) -> None:
     env = runner.environment
 
     def on_config(environment, msg, **_kw):
-        env.llmbench_session = make_session(msg.data)
+        # The master repeats the config until this worker answers READY: build the session once.
+        if getattr(env, "llmbench_config", None) != msg.data:
+            env.llmbench_session = make_session(msg.data)
+            env.llmbench_config = msg.data
         runner.send_message(MSG_READY, {"worker_id": env.llmbench_session.worker_id})
 
     def on_plan(environment, msg, **_kw):

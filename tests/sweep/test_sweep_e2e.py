@@ -76,3 +76,55 @@ def test_bad_options_are_one_line_errors(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "llmbench.cli", "sweep", "--resume", str(tmp_path / "nope")],
                           capture_output=True, text=True, env=ENV)
     assert proc.returncode == 2 and "not a run directory" in proc.stdout + proc.stderr
+
+
+def test_two_workers_account_for_every_request(tmp_path):
+    out = tmp_path / "run"
+    proc = _run(["--concurrency", "4", "--workers", "2", "--out", str(out)])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run = RunDir(out)
+    records = list(run.iter_records())
+    assert len({r.worker_id for r in records}) == 2
+    lv = run.read_summary()["levels"][0]
+    assert lv["n_in_window"] == sum(r.in_window for r in records) and lv["n_ok"] == lv["n_in_window"]
+    assert not any("never reported" in n for n in lv["notes"])
+
+
+def test_target_killed_mid_sweep_leaves_an_interrupted_run(tmp_path):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen([sys.executable, "-m", "refengine.server", "--model", "tiny-test", "--port", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        import httpx
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        out = tmp_path / "run"
+        sweep = subprocess.Popen(SWEEP + ["--target", f"http://127.0.0.1:{port}", "--concurrency", "2,4",
+                                          "--duration", "6s", "--tokenizer", _tiny_test_dir(), "--out", str(out)],
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV)
+        run = RunDir(out)
+        while time.monotonic() < deadline and not (run.exists() and any(True for _ in run.iter_records())):
+            time.sleep(0.2)
+        server.kill()
+        output, _ = sweep.communicate(timeout=180)
+    finally:
+        server.kill()
+    info = run.read_info()
+    assert info.status == "interrupted", output
+    assert list(run.iter_records()), "what was measured before the kill is kept"
+    assert "Traceback" not in output
+
+
+def _tiny_test_dir() -> str:
+    from refengine.model.tiny import resolve_model
+
+    return str(resolve_model("tiny-test"))
