@@ -23,6 +23,7 @@ from refengine.model.tiny import resolve_model
 from refengine.output_processor import OutputProcessor
 from refengine.outputs import RequestOutput
 from refengine.request import Request, RequestStatus
+from refengine.runner.host_tuning import keep_freed_memory_on_heap
 from refengine.runner.model_runner import ModelRunner
 from refengine.sampling_params import SamplingParams
 from refengine.tokenizer import load_tokenizer
@@ -82,6 +83,8 @@ class LLMEngine:
             kv_layout=args.kv_layout)
         self._check_kv_holds_one_request()
         torch.manual_seed(args.seed)
+        if self.device.type == "cpu":
+            keep_freed_memory_on_heap()
         model = load_model(self.model_dir, self.model_config, self.dtype, self.device)
         kv_caches = allocate_kv_caches(self.model_config, self.cache_config.num_blocks, args.block_size,
                                        self.dtype, self.device)

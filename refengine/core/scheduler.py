@@ -56,6 +56,7 @@ class Scheduler:
         self.num_preemptions_total = 0
         self._step_id = 0
         self._finished_since_last_step: set[str] = set()
+        self._static_batch_open = True
 
     # ---- intake --------------------------------------------------------------------------
 
@@ -101,14 +102,29 @@ class Scheduler:
                 continue
             break  # the request preempted itself: nothing after it can fit either
 
-        static_busy = cfg.batching == "static" and was_running
-        if not preempted and not static_busy:
+        if cfg.batching == "static":
+            self._admit_static(budget, scheduled, was_running, preempted)
+        elif not preempted:
             budget = self._admit(budget, scheduled)
 
         self._step_id += 1
         finished, self._finished_since_last_step = self._finished_since_last_step, set()
         return SchedulerOutput(step_id=self._step_id, requests=list(scheduled.values()),
                                finished_req_ids=finished, preempted_req_ids=preempted)
+
+    def _admit_static(self, budget: int, scheduled: dict[str, ScheduledRequest], was_running: bool,
+                      preempted: set[str]) -> None:
+        """Static batching (an ablation): a batch forms from what is waiting, possibly over several
+        steps when its prompts exceed one step's token budget, and then admits nobody until all of
+        its requests finish, like padded `generate` batches."""
+        if not was_running:
+            self._static_batch_open = True
+        if not self._static_batch_open or preempted:
+            return
+        budget = self._admit(budget, scheduled)
+        # Sealed once admission stops for any reason but this step's token budget.
+        if budget > 0 or not self.waiting or len(self.running) >= self.config.max_num_seqs:
+            self._static_batch_open = False
 
     def _admit(self, budget: int, scheduled: dict[str, ScheduledRequest]) -> int:
         cfg = self.config

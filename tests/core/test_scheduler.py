@@ -430,3 +430,17 @@ def test_prompt_must_be_shorter_than_max_model_len():
     s = make_scheduler(max_model_len=16, num_blocks=8)
     with pytest.raises(AssertionError):
         s.add_request(make_request("a", 16))
+
+
+def test_static_batch_forms_over_several_steps_when_prompts_exceed_the_budget():
+    s = make_scheduler(batching="static", max_num_seqs=8, max_num_batched_tokens=10)
+    for name in "abcd":
+        s.add_request(make_request(name, 4, max_tokens=3))
+    first, _ = step(s)
+    second, _ = step(s)
+    # 10 tokens a step: a, b and part of c, then the rest of c and d join the same batch.
+    assert set(scheduled(first)) | set(scheduled(second)) == set("abcd")
+    s.add_request(make_request("late", 4, max_tokens=1))
+    while any(s.get_request(n) is not None for n in "abcd"):
+        out, _ = step(s)
+        assert "late" not in scheduled(out)
