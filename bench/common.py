@@ -131,6 +131,12 @@ def _machine_busy_s() -> float:
     return (sum(v) - v[3] - v[4]) / os.sysconf("SC_CLK_TCK")
 
 
+def proc_minflt(pid: str | int = "self") -> int:
+    """Minor page faults of a process so far (all its threads)."""
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[7])
+
+
 def thread_cpu_s(pid: int) -> dict[int, float]:
     """CPU seconds of each thread of a process (tid -> s); the main thread's tid is the pid."""
     out = {}
