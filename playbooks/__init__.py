@@ -1,0 +1,1 @@
+"""playbooks package."""
