@@ -23,8 +23,10 @@ def free_loopback_port() -> int:
 
 
 class EmbeddedServer:
-    def __init__(self, model: str = "tiny", engine_args: list[str] | None = None, startup_timeout_s: float = 300.0):
+    def __init__(self, model: str = "tiny", engine_args: list[str] | None = None, startup_timeout_s: float = 300.0,
+                 threads: int | None = None):
         self.model = model
+        self.threads = threads       # torch intra-op threads of the server (None: torch's default, one per core)
         self.engine_args = list(engine_args or [])
         self.port = free_loopback_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -38,7 +40,12 @@ class EmbeddedServer:
                 *self.engine_args]
 
     def start(self) -> "EmbeddedServer":
-        self.proc = subprocess.Popen(self.command, stdout=self.log, stderr=subprocess.STDOUT, env=os.environ.copy())
+        env = os.environ.copy()
+        if self.threads is not None:
+            if self.threads < 1:
+                raise ValueError(f"server threads must be at least 1, got {self.threads}")
+            env["OMP_NUM_THREADS"] = str(self.threads)     # torch sizes its intra-op pool from it
+        self.proc = subprocess.Popen(self.command, stdout=self.log, stderr=subprocess.STDOUT, env=env)
         deadline = time.monotonic() + self.startup_timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

@@ -46,7 +46,8 @@ class RequestRecord:
     prompt_tokens: int | None = None           # server usage
     completion_tokens: int | None = None       # server usage
     client_prompt_tokens: int | None = None    # client tokenizer (or the token ids sent)
-    client_completion_tokens: int | None = None  # token-carrying chunks / client tokenizer
+    client_completion_tokens: int | None = None  # client tokenizer count of the streamed text
+    client_token_chunks: int | None = None     # token-carrying chunks received
     ttft_s: float | None = None
     tpot_s: float | None = None
     e2e_s: float | None = None
@@ -70,10 +71,19 @@ class RequestRecord:
             self.ttft_s = self.t_first_token - self.t_sent
         if self.t_done is not None:
             self.e2e_s = self.t_done - self.t_sent
-        n = self.completion_tokens if self.completion_tokens is not None else self.client_completion_tokens
+        n = self.output_tokens()
         if self.status == "ok" and self.ttft_s is not None and self.e2e_s is not None and n and n > 1:
             self.tpot_s = (self.e2e_s - self.ttft_s) / (n - 1)
         return self
+
+    def output_tokens(self) -> int | None:
+        """The best count of generated tokens: the server's usage, else the client tokenizer's count of
+        the streamed text, else the number of token-carrying chunks (exact only for servers that
+        send one token per chunk, as refengine and vLLM's default stream interval do)."""
+        for n in (self.completion_tokens, self.client_completion_tokens, self.client_token_chunks):
+            if n is not None:
+                return n
+        return None
 
     @classmethod
     def from_dict(cls, d: dict) -> "RequestRecord":

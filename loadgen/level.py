@@ -29,6 +29,7 @@ from typing import Callable
 from loadgen.errors import LoadGeneratorError
 from loadgen.specs import LevelProgress, LevelResult, LevelSpec, TargetSpec
 from loadgen.tally import LevelTally
+from loadgen.token_count import ClientTokenCounter, records_without_counting
 from loadgen.workloads import Workload, level_workload_factory
 from llmbench.rundir import RequestRecord
 
@@ -60,7 +61,9 @@ def run_level(spec: LevelSpec, target: TargetSpec,
     config = {"level": spec.to_dict(), "target": target.to_dict(), "workload": workload.options.to_dict()}
     with tempfile.TemporaryDirectory(prefix="llmbench-loadgen-") as logdir:
         procs = _start_processes(spec, config, logdir, master_bind)
-        loop = _LevelLoop(spec, procs, on_records, on_progress)
+        tokenizer = config["workload"].get("tokenizer")
+        loop = _LevelLoop(spec, procs, on_records, on_progress,
+                          ClientTokenCounter(tokenizer).records if tokenizer else records_without_counting)
         try:
             return loop.run()
         finally:
@@ -138,8 +141,9 @@ def _free_port() -> int:
 # ----- the parent's loop --------------------------------------------------------------------
 
 class _LevelLoop:
-    def __init__(self, spec: LevelSpec, procs: list[subprocess.Popen], on_records, on_progress):
+    def __init__(self, spec: LevelSpec, procs: list[subprocess.Popen], on_records, on_progress, make_records):
         self.spec, self.procs, self.on_records, self.on_progress = spec, procs, on_records, on_progress
+        self.make_records = make_records
         self.tally = LevelTally(spec)
         self.plan: dict | None = None
         self.worker_done: dict[str, dict] = {}
@@ -217,7 +221,7 @@ class _LevelLoop:
     def _handle(self, msg: dict) -> None:
         kind = msg["type"]
         if kind == "records":
-            records = [RequestRecord.from_dict(d) for d in msg["records"]]
+            records = self.make_records(msg["records"])
             for r in records:
                 self.tally.add(r)
             self.on_records(records)

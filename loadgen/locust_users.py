@@ -67,7 +67,7 @@ def stream_request(user: FastHttpUser, s: LevelSession, spec: RequestSpec, body:
         if raw is not None:
             raw.release()              # back to the pool when the body was read to its end, else closed
         rec.derive()
-        s.request_finished(rec)
+        s.request_finished(rec, "".join(stream.text_parts))
         _report_to_locust(user, s, rec)
     return rec
 
@@ -106,7 +106,7 @@ def _read_response(s: LevelSession, resp, rec: RequestRecord, stream: StreamResu
 
 def _take_stream(rec: RequestRecord, result: StreamResult) -> None:
     rec.t_first_token, rec.itl_s = result.t_first_token, result.itl_s
-    rec.client_completion_tokens = result.token_chunks if result.t_first_token is not None or result.saw_done else None
+    rec.client_token_chunks = result.token_chunks if result.t_first_token is not None or result.saw_done else None
     rec.prompt_tokens, rec.completion_tokens = result.prompt_tokens, result.completion_tokens
 
 

@@ -27,6 +27,7 @@ from gevent.pool import Group
 
 from loadgen.openai_body import request_body, request_headers
 from loadgen.specs import LevelSpec, TargetSpec
+from loadgen.token_count import COMPLETION_TEXT_KEY
 from loadgen.workloads import RequestSpec, make_workload
 from llmbench.rundir import RequestRecord
 
@@ -71,6 +72,9 @@ class LevelSession:
         self.worker_index, self.n_workers = int(config["worker_index"]), int(config["n_workers"])
         self.worker_id = f"w{self.worker_index}@{socket.gethostname()}"
         self.headers = request_headers(self.target)
+        # The parent counts output tokens with the client tokenizer (not here: tokenizing in the
+        # locust process would take CPU from the streams); ship the text only when it will be used.
+        self.ship_text = bool(config["workload"].get("tokenizer"))
         self.plan: Plan | None = None
         self.plan_ready, self.stop_requested, self.finished = Event(), Event(), Event()
         self.stop_reason: str | None = None
@@ -106,7 +110,7 @@ class LevelSession:
         if in_window:
             self.in_window_inflight += 1
 
-    def request_finished(self, record: RequestRecord) -> None:
+    def request_finished(self, record: RequestRecord, completion_text: str = "") -> None:
         if record.in_window:
             self.in_window_inflight -= 1
             if self._window_over and self.in_window_inflight == 0:
@@ -115,7 +119,10 @@ class LevelSession:
             self.cancelled += 1
         record.worker_id = self.worker_id
         # A shallow copy: asdict() deep-copies the itl list, ~0.5 ms a record at no benefit.
-        self._outbox.append(dict(record.__dict__))
+        d = dict(record.__dict__)
+        if self.ship_text and record.client_token_chunks is not None:
+            d[COMPLETION_TEXT_KEY] = completion_text
+        self._outbox.append(d)
 
     def note_response(self) -> None:
         self._refused = 0

@@ -39,7 +39,8 @@ class StreamResult:
     t_first_token: float | None = None
     t_last_token: float | None = None
     t_done: float | None = None            # when [DONE] arrived, or when the stream failed
-    token_chunks: int = 0                  # client completion-token count
+    token_chunks: int = 0                  # chunks that carried generated output
+    text_parts: list[str] = field(default_factory=list)   # the streamed output text, for the client tokenizer
     itl_s: list[float] = field(default_factory=list)
     prompt_tokens: int | None = None       # server usage
     completion_tokens: int | None = None
@@ -113,6 +114,7 @@ def _take_payload(r: StreamResult, now: float, payload: bytes) -> tuple[str, str
     for choice in obj.get("choices") or ():
         if isinstance(choice, dict):
             carries = carries or _carries_token(choice)
+            _collect_text(r.text_parts, choice)
             if choice.get("finish_reason"):
                 r.finish_reason = choice["finish_reason"]
     if carries:
@@ -137,6 +139,17 @@ def _carries_token(choice: dict) -> bool:
         return bool(delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
                     or delta.get("tool_calls"))
     return False
+
+
+def _collect_text(parts: list[str], choice: dict) -> None:
+    text = choice.get("text")
+    if isinstance(text, str) and text:
+        parts.append(text)
+    delta = choice.get("delta")
+    if isinstance(delta, dict):
+        for key in ("reasoning_content", "reasoning", "content"):
+            if isinstance(delta.get(key), str) and delta[key]:
+                parts.append(delta[key])
 
 
 def _error_message(obj: dict) -> str | None:

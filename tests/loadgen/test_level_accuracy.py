@@ -62,7 +62,7 @@ def test_closed_loop_timing_and_counts(delay_server, concurrency):
     assert abs(tpot - ITL_S) < 0.0015
     assert abs(tpot - actual["tpot_p50"]) < 0.0005
     for r in inw:
-        assert r.completion_tokens == r.client_completion_tokens == OUT and r.prompt_tokens == 32
+        assert r.completion_tokens == r.client_token_chunks == OUT and r.prompt_tokens == 32
         assert len(r.itl_s) == OUT - 1 and r.client_prompt_tokens == 32
     # closed loop: concurrency users back to back, so about concurrency * window / e2e requests
     e2e = TTFT_S + (OUT - 1) * ITL_S
@@ -96,7 +96,7 @@ def test_chat_endpoint_role_chunk_is_not_the_first_token(delay_server, tmp_path)
              level_workload_factory(kind="sharegpt", dataset_path=str(path)))
     inw = lr.in_window
     assert inw and all(r.status == "ok" for r in inw)
-    assert all(r.client_completion_tokens == r.completion_tokens == 8 for r in inw)
+    assert all(r.client_token_chunks == r.completion_tokens == 8 for r in inw)
     assert abs(np.median([r.ttft_s for r in inw]) - TTFT_S) < 0.008
     assert all(r.target_input_len == 0 and r.client_prompt_tokens is None for r in inw)   # no tokenizer given
 
@@ -114,3 +114,24 @@ def test_a_length_fn_that_cannot_travel_is_refused(tmp_path):
                                           length_fn=len)
     with pytest.raises(ValueError, match="tokenizer instead"):
         run_level(LevelSpec("x", concurrency=1), TargetSpec("http://127.0.0.1:9", "m"), factory, lambda recs: None)
+
+
+def test_client_tokenizer_counts_the_streamed_text(delay_server):
+    # The delay server streams " t0", " t1", ...: the client tokenizer's count of that text lands in
+    # client_completion_tokens (next to usage and the chunk count); the text is not kept.
+    from tokenizers import Tokenizer
+
+    from refengine.model.tiny import resolve_model
+
+    tok_dir = resolve_model("tiny-test")
+    tok = Tokenizer.from_file(str(tok_dir / "tokenizer.json"))
+    expected = len(tok.encode("".join(f" t{k}" for k in range(8)), add_special_tokens=False).ids)
+    server = delay_server(ttft_ms=5, itl_ms=1)
+    spec = LevelSpec("tok", concurrency=2, input_len=16, output_len=8, warmup_s=0.2, duration_s=0.8)
+    lr = run(spec, server.target(), level_workload_factory(tokenizer=str(tok_dir)))
+    inw = lr.in_window
+    assert inw and all(r.status == "ok" for r in inw)
+    assert all(r.client_completion_tokens == expected and r.client_token_chunks == r.completion_tokens == 8
+               for r in inw)
+    assert expected != 8          # the test would not tell the two counts apart otherwise
+    assert all("completion_text" not in r.__dict__ for r in lr.records)

@@ -40,7 +40,7 @@ def test_error_classes(delay_server, mode, kind):
     else:
         assert all(r.http_status == 200 and r.t_first_token is not None for r in failed)
     if mode == "close":
-        assert all(r.client_completion_tokens == 4 for r in failed)   # half of 8, then the drop
+        assert all(r.client_token_chunks == 4 for r in failed)   # half of 8, then the drop
 
 
 @pytest.mark.parametrize("mode", ["hang", "stall"])
@@ -60,7 +60,7 @@ def test_hung_server_times_out_within_the_deadline(delay_server, mode):
     assert all(r.e2e_s == pytest.approx(1.0, abs=0.05) for r in inw)
     assert res.timeouts == res.errors_by_kind["timeout"] == sum(r.status == "timeout" for r in lr.records)
     if mode == "stall":
-        assert all(r.t_first_token is not None and r.client_completion_tokens == 1 for r in inw)
+        assert all(r.t_first_token is not None and r.client_token_chunks == 1 for r in inw)
     # the requests sent after the window were cut off when the level stopped, and say so
     assert all(r.status == "cancelled" and not r.in_window for r in lr.records if r.status != "timeout")
 

@@ -28,5 +28,5 @@ def test_ctrl_c_cancels_in_flight_requests_and_reraises(delay_server):
     assert pressed and time.time() - pressed[0] < 4.0
     cancelled = [r for r in records if r.status == "cancelled"]
     assert len(cancelled) == spec.concurrency
-    assert all(r.t_first_token is not None and 0 < r.client_completion_tokens < 200 for r in cancelled)
+    assert all(r.t_first_token is not None and 0 < r.client_token_chunks < 200 for r in cancelled)
     assert all(r.status == "ok" for r in records if r.status != "cancelled")
