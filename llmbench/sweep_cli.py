@@ -78,6 +78,8 @@ def sweep(
                                     "for servers that reject it."),
     engine_arg: list[str] = typer.Option([], help="Extra flag for the embedded engine, repeatable, e.g. "
                                          "--engine-arg=--max-num-seqs=32."),
+    server_threads: Optional[int] = typer.Option(None, min=1, help="torch threads of the embedded engine (default: one per "
+                                                 "core; see docs/cli.md for the trade-off when the client shares them)."),
     slo_ttft: float = typer.Option(1.5, help="SLO: TTFT P99 in seconds."),
     slo_tpot: float = typer.Option(0.050, help="SLO: TPOT P95 in seconds."),
     out: Optional[Path] = typer.Option(None, help="Run directory (default ./runs/<timestamp>-<label>)."),
@@ -85,7 +87,8 @@ def sweep(
     resume: Optional[Path] = typer.Option(None, help="Continue an interrupted run directory at its first "
                                           "unfinished level (same spec)."),
     tokenizer: Optional[Path] = typer.Option(None, help="tokenizer.json (or its directory) of the target's model: "
-                                             "token-id range of random prompts and ShareGPT lengths."),
+                                             "token-id range of random prompts, ShareGPT lengths, and the client's "
+                                             "count of output tokens (default for the embedded engine: its own)."),
     seed: int = typer.Option(0, help="Seed of the workload."),
 ) -> None:
     """Sweep load levels against a server and write a run directory with per-request records and a summary."""
@@ -118,7 +121,8 @@ def sweep(
             raise typer.BadParameter(str(exc)) from None
         kind = "external" if target else "embedded"
         target_info = {"url": target, "model": model or ("tiny" if not target else None), "kind": kind,
-                       "endpoint": endpoint, "ignore_eos": ignore_eos, "engine_args": list(engine_arg)}
+                       "endpoint": endpoint, "ignore_eos": ignore_eos, "engine_args": list(engine_arg),
+                       "server_threads": server_threads}
         if kind == "external" and not model:
             raise typer.BadParameter("--model is required with --target (the name the server serves)")
         run = RunDir(out or default_run_dir(label or (target_info["model"] or "run")))
@@ -130,7 +134,8 @@ def sweep(
     server = None
     try:
         if target_info["kind"] == "embedded":
-            server = EmbeddedServer(target_info["model"], target_info.get("engine_args"))
+            server = EmbeddedServer(target_info["model"], target_info.get("engine_args"),
+                                    threads=target_info.get("server_threads"))
             with console.status(f"starting the bundled engine ({target_info['model']}) on {server.url} ..."):
                 server.start()
             url = server.url
