@@ -1,0 +1,137 @@
+"""P99 checks that need only the requests: head-of-line blocking by long prefills, and whether
+the client itself fell behind (in which case the tail is partly the measurement's own).
+
+Head-of-line blocking leaves a signature in the timestamps alone: a short request stuck behind a
+long prefill gets its first token within a step or two after that prefill ends (the long
+request's first token). So a short request counts as "released by a long prefill" when a long
+request's first token came while it was waiting and at most RELEASE_STEPS median inter-token
+gaps before its own first token. The window has the same length for every request, so a spike's
+longer wait does not by itself make it more likely to be counted. The check asks whether released
+short requests are far more likely to be in the TTFT tail than the others (a relative risk), and
+whether most of the short tail is made of them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from analyzers.table import RequestTable
+from analyzers.tail_windows import TailWindows, Window
+from analyzers.triage_types import CheckResult, Finding, failed, passed, unchecked
+
+LONG_PROMPT_FACTOR = 4.0      # a long prompt is at least this many times the run's median prompt
+MIN_SPIKES = 3                # fewer short spikes than this prove nothing either way
+HOL_MIN_SHARE = 0.5           # at least half of the short spikes were released by a long prefill ...
+HOL_MIN_RISK = 2.0            # ... and a released short request is at least twice as likely to spike
+RELEASE_STEPS = 2.0           # "right after": within this many median inter-token gaps
+MIN_RELEASE_S = 0.005
+SEND_LAG_FLOOR_S = 0.010      # send lag under this is noise on any machine
+SEND_LAG_SHARE = 0.10         # ... and above this share of the TTFT P50 distorts TTFT
+
+HOL_ID, HOL_TITLE = "p99.sched.hol_blocking", "long prefills blocking short requests (head-of-line)"
+LAG_ID, LAG_TITLE = "p99.client.send_lag", "the load generator kept its schedule"
+
+
+def holds_a_point(starts: np.ndarray, ends: np.ndarray, points: np.ndarray) -> np.ndarray:
+    """For each interval [starts[i], ends[i]], whether one of `points` falls inside it (O((n + m) log m))."""
+    pts = np.sort(points)
+    return np.searchsorted(pts, ends, side="right") > np.searchsorted(pts, starts, side="left")
+
+
+def check_hol_blocking(table: RequestTable, ttft: TailWindows) -> CheckResult:
+    df = table.df
+    ok = (df["status"] == "ok").to_numpy() & df["t_first_token"].notna().to_numpy()
+    tokens = df["in_tokens"].to_numpy(float)
+    if not ok.any() or not (tokens[ok] > 0).any():
+        return unchecked(HOL_ID, "scheduling", HOL_TITLE, "no prompt token counts in the records")
+    median = float(np.median(tokens[ok]))
+    long_min = LONG_PROMPT_FACTOR * median
+    is_long = ok & (tokens >= long_min)
+    if not is_long.any():
+        return passed(HOL_ID, "scheduling", HOL_TITLE,
+                      f"no long prompts: every prompt is under {LONG_PROMPT_FACTOR:g}x the median of "
+                      f"{median:.0f} tokens", max_prompt_tokens=float(tokens[ok].max()))
+    t_sent, t_first = df["t_sent"].to_numpy(float), df["t_first_token"].to_numpy(float)
+    long_rows = np.flatnonzero(is_long)
+    short_spikes = ttft.spike_rows[~is_long[ttft.spike_rows]]
+    short_calm = ttft.calm_rows[~is_long[ttft.calm_rows]]
+    if short_spikes.size < MIN_SPIKES:
+        return passed(HOL_ID, "scheduling", HOL_TITLE,
+                      f"{short_spikes.size} short requests in the TTFT tail (< {MIN_SPIKES}): nothing to explain",
+                      short_spikes=int(short_spikes.size))
+
+    long_done = t_first[long_rows]
+    step_s = float(np.median(table.itl)) if table.itl.size else 0.0
+    release_s = max(RELEASE_STEPS * step_s, MIN_RELEASE_S)
+    short = np.concatenate([short_spikes, short_calm])
+    crossed = holds_a_point(np.maximum(t_sent[short], t_first[short] - release_s), t_first[short], long_done)
+    is_spike = np.arange(short.size) < short_spikes.size
+    spike_hit = crossed[is_spike]
+    spike_share = float(spike_hit.mean())
+    risk_crossed = float(is_spike[crossed].mean()) if crossed.any() else 0.0
+    risk_not = float(is_spike[~crossed].mean()) if (~crossed).any() else 0.0
+    relative_risk = risk_crossed / risk_not if risk_not > 0 else (float("inf") if risk_crossed > 0 else 0.0)
+    ttft_s = df["ttft_s"].to_numpy(float)
+    evidence = dict(long_prompts=int(long_rows.size), long_prompt_tokens_median=float(np.median(tokens[long_rows])),
+                    short_prompt_tokens_median=float(np.median(tokens[ok & ~is_long])),
+                    short_spikes=int(short_spikes.size), release_window_s=release_s,
+                    short_spikes_released_by_long_prefill=spike_share,
+                    spike_rate_when_released=risk_crossed, spike_rate_otherwise=risk_not,
+                    relative_risk=relative_risk,
+                    short_spike_ttft_p50_s=float(np.median(ttft_s[short_spikes])),
+                    short_calm_ttft_p50_s=float(np.median(ttft_s[short_calm])) if short_calm.size else None)
+    if (~crossed).sum() == 0:
+        return unchecked(HOL_ID, "scheduling", HOL_TITLE, "every short request was released by a long prefill: "
+                         "nothing to compare against (run a lighter level)")
+    if spike_share < HOL_MIN_SHARE or relative_risk < HOL_MIN_RISK:
+        return passed(HOL_ID, "scheduling", HOL_TITLE,
+                      f"{spike_share:.0%} of short TTFT spikes got their first token right after a long prefill; "
+                      f"such requests spiked "
+                      f"{relative_risk:.1f}x as often as the others: no head-of-line pattern", **evidence)
+    blocked = short_spikes[spike_hit]
+    explains = ttft.windows_hit(t_sent[blocked], t_first[blocked])
+    severity = "high" if spike_share >= 0.8 and relative_risk >= 2 * HOL_MIN_RISK else "medium"
+    finding = Finding(
+        HOL_ID, "scheduling", severity,
+        f"{spike_share:.0%} of short requests in the TTFT tail got their first token right after a long prompt "
+        f"(~{evidence['long_prompt_tokens_median']:.0f} tokens) finished prefilling; such requests spiked "
+        f"{relative_risk:.1f}x as often as the others",
+        evidence, explains, len(ttft.windows_hit(t_sent[short_spikes], t_first[short_spikes])),
+        "enable chunked prefill (--enable-chunked-prefill with a --max-num-batched-tokens budget) or cap long "
+        "prefills (--long-prefill-token-threshold), or schedule short jobs first (--scheduling-policy sjf); "
+        "then compare the runs with `llmbench compare`")
+    return failed(finding, HOL_TITLE, finding.title)
+
+
+def check_send_lag(table: RequestTable, ttft: TailWindows) -> CheckResult:
+    df = table.df
+    measured = df["in_window"].to_numpy() & df["send_lag_s"].notna().to_numpy()
+    if not measured.any():
+        return unchecked(LAG_ID, "client", LAG_TITLE, "no measured requests")
+    lag = df["send_lag_s"].to_numpy(float)
+    p99 = float(np.percentile(lag[measured], 99))
+    ttft_ok = df["ttft_s"].to_numpy(float)[(df["status"] == "ok").to_numpy() & measured]
+    ttft_p50 = float(np.nanmedian(ttft_ok)) if ttft_ok.size else 0.0
+    limit = max(SEND_LAG_FLOOR_S, SEND_LAG_SHARE * ttft_p50)
+    if p99 <= limit:
+        return passed(LAG_ID, "client", LAG_TITLE, f"send lag P99 {1e3 * p99:.1f} ms (limit {1e3 * limit:.1f} ms)",
+                      send_lag_p99_s=p99)
+    spikes = ttft.spike_rows
+    late = spikes[lag[spikes] > limit] if spikes.size else spikes
+    t_sent, t_sched = df["t_sent"].to_numpy(float), df["t_scheduled"].to_numpy(float)
+    explains = ttft.windows_hit(t_sched[late], t_sent[late]) if late.size else []
+    evidence = dict(send_lag_p99_s=p99, limit_s=limit, ttft_p50_s=ttft_p50,
+                    spikes_sent_late=int(late.size), spikes=int(spikes.size))
+    finding = Finding(LAG_ID, "client", "high" if late.size else "medium",
+                      f"the client sent requests late (send lag P99 {1e3 * p99:.0f} ms): part of the measured "
+                      "tail is the load generator's own", evidence, explains, len(ttft.spikes),
+                      "add load-generator workers (--workers N, or remote workers) and re-run before trusting the P99")
+    return failed(finding, LAG_TITLE, finding.title)
+
+
+def episode(windows: list[Window]) -> str:
+    """A short description of windows for tables: how many, and the longest."""
+    if not windows:
+        return "-"
+    longest = max(windows, key=lambda w: w.seconds)
+    return f"{len(windows)} window(s), longest {longest.seconds:.1f} s"

@@ -1,0 +1,57 @@
+"""Run directories with one planted cause of a bad P99 each, written through the run-directory
+contract: a steady closed-loop level, then the cause laid over chosen time windows."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from llmbench.rundir import RequestRecord, RunDir, RunInfo
+
+T0 = 1_800_000_000.0          # a fixed epoch, so windows are easy to read in failures
+BASE_TTFT_S, TPOT_S, OUT = 0.100, 0.020, 32
+
+
+def base_records(n: int = 600, concurrency: int = 8, seed: int = 0, prompt: int = 256,
+                 long_every: int = 0, long_prompt: int = 4096) -> list[RequestRecord]:
+    """Closed loop: `concurrency` users sending back to back with TTFT ~ 100 ms +- a little."""
+    rng = np.random.default_rng(seed)
+    recs, clocks = [], [T0 + 0.01 * u for u in range(concurrency)]
+    for i in range(n):
+        u = i % concurrency
+        t_sent = clocks[u]
+        is_long = bool(long_every) and i % long_every == long_every - 1
+        ttft = BASE_TTFT_S * (1 + 0.1 * rng.random()) + (0.5 if is_long else 0.0)
+        e2e = ttft + TPOT_S * (OUT - 1)
+        r = RequestRecord(level_id="c8", concurrency=concurrency, request_rate=None,
+                          target_input_len=long_prompt if is_long else prompt, target_output_len=OUT,
+                          t_scheduled=t_sent, t_sent=t_sent, t_first_token=t_sent + ttft, t_done=t_sent + e2e,
+                          status="ok", in_window=True, prompt_tokens=long_prompt if is_long else prompt,
+                          completion_tokens=OUT, itl_s=[TPOT_S] * (OUT - 1))
+        recs.append(r.derive())
+        clocks[u] = t_sent + e2e + 0.001
+    return recs
+
+
+def delay(r: RequestRecord, extra_s: float) -> None:
+    """Make a request's first token (and everything after it) `extra_s` later."""
+    r.t_first_token += extra_s
+    r.t_done += extra_s
+    r.derive()
+
+
+def write_run(path: Path, records: list[RequestRecord], probes: dict[str, list[dict]] | None = None) -> RunDir:
+    run = RunDir(path)
+    t_end = max(r.t_done for r in records)
+    run.create(RunInfo(run_id=path.name, command=["planted"], target={"url": "http://127.0.0.1:1", "model": "m",
+                       "kind": "external"}, sweep={}, slos={"ttft_p99_s": 1.5, "tpot_p95_s": 0.05}, host={},
+                       tool_version="test", status="complete", started=T0, finished=t_end,
+                       levels_done=["c8"]))
+    run.append_records(records)
+    for name, rows in (probes or {}).items():
+        f = run.probe_file(name)
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return run
