@@ -111,18 +111,13 @@ def complement(span: Window, windows: list[Window]) -> list[Window]:
     return [w for w in out if w.seconds > 0]
 
 
-def find_tail_windows(table: RequestTable, metric: str = "ttft") -> TailWindows:
-    """Spike and calm windows of `metric` (ttft, tpot or e2e) over the run's measured requests."""
-    if metric not in METRIC_SPANS:
-        raise ValueError(f"metric must be one of {', '.join(METRIC_SPANS)}, got {metric!r}")
-    start_col, end_col, value_col = METRIC_SPANS[metric]
-    df = table.df
-    measured = (df["status"] == "ok").to_numpy() & df["in_window"].to_numpy() & df[value_col].notna().to_numpy()
+def spike_mask(values: np.ndarray, rows_by_level: dict[str, np.ndarray],
+               eligible: np.ndarray) -> tuple[np.ndarray, list[LevelTail]]:
+    """Which eligible rows are spikes of their level (module docstring), and each level's tail."""
+    spike = np.zeros(values.shape, dtype=bool)
     levels: list[LevelTail] = []
-    spike = np.zeros(len(df), dtype=bool)
-    values = df[value_col].to_numpy(float)
-    for level_id, rows in table.level_rows().items():
-        rows = rows[measured[rows]]
+    for level_id, rows in rows_by_level.items():
+        rows = rows[eligible[rows]]
         if rows.size == 0:
             continue
         v = values[rows]
@@ -131,6 +126,18 @@ def find_tail_windows(table: RequestTable, metric: str = "ttft") -> TailWindows:
         hit = rows[v > threshold]
         spike[hit] = True
         levels.append(LevelTail(level_id, int(rows.size), p50, p99, threshold, int(hit.size)))
+    return spike, levels
+
+
+def find_tail_windows(table: RequestTable, metric: str = "ttft") -> TailWindows:
+    """Spike and calm windows of `metric` (ttft, tpot or e2e) over the run's measured requests."""
+    if metric not in METRIC_SPANS:
+        raise ValueError(f"metric must be one of {', '.join(METRIC_SPANS)}, got {metric!r}")
+    start_col, end_col, value_col = METRIC_SPANS[metric]
+    df = table.df
+    measured = (df["status"] == "ok").to_numpy() & df["in_window"].to_numpy() & df[value_col].notna().to_numpy()
+    values = df[value_col].to_numpy(float)
+    spike, levels = spike_mask(values, table.level_rows(), measured)
     starts, ends = df[start_col].to_numpy(float), df[end_col].to_numpy(float)
     spike_rows = np.flatnonzero(spike)
     per_request = {int(i): Window(starts[i], ends[i]) for i in spike_rows}

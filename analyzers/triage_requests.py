@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from analyzers.table import RequestTable
-from analyzers.tail_windows import TailWindows, Window
+from analyzers.tail_windows import TailWindows, Window, merge, spike_mask
 from analyzers.triage_types import CheckResult, Finding, failed, passed, unchecked
 
 LONG_PROMPT_FACTOR = 4.0      # a long prompt is at least this many times the run's median prompt
@@ -53,8 +53,11 @@ def check_hol_blocking(table: RequestTable, ttft: TailWindows) -> CheckResult:
                       f"{median:.0f} tokens", max_prompt_tokens=float(tokens[ok].max()))
     t_sent, t_first = df["t_sent"].to_numpy(float), df["t_first_token"].to_numpy(float)
     long_rows = np.flatnonzero(is_long)
-    short_spikes = ttft.spike_rows[~is_long[ttft.spike_rows]]
-    short_calm = ttft.calm_rows[~is_long[ttft.calm_rows]]
+    # The short requests' own tail: long prompts are slow to their first token by nature, and would
+    # otherwise fill the level's tail by themselves.
+    short_measured = ok & ~is_long & df["in_window"].to_numpy()
+    spike, _ = spike_mask(df["ttft_s"].to_numpy(float), table.level_rows(), short_measured)
+    short_spikes, short_calm = np.flatnonzero(spike), np.flatnonzero(short_measured & ~spike)
     if short_spikes.size < MIN_SPIKES:
         return passed(HOL_ID, "scheduling", HOL_TITLE,
                       f"{short_spikes.size} short requests in the TTFT tail (< {MIN_SPIKES}): nothing to explain",
@@ -89,14 +92,15 @@ def check_hol_blocking(table: RequestTable, ttft: TailWindows) -> CheckResult:
                       f"such requests spiked "
                       f"{relative_risk:.1f}x as often as the others: no head-of-line pattern", **evidence)
     blocked = short_spikes[spike_hit]
-    explains = ttft.windows_hit(t_sent[blocked], t_first[blocked])
+    scope = merge([Window(t_sent[i], t_first[i]) for i in short_spikes])
+    explains = [w for w in scope if np.any((t_sent[blocked] <= w.end) & (t_first[blocked] >= w.start))]
     severity = "high" if spike_share >= 0.8 and relative_risk >= 2 * HOL_MIN_RISK else "medium"
     finding = Finding(
         HOL_ID, "scheduling", severity,
         f"{spike_share:.0%} of short requests in the TTFT tail got their first token right after a long prompt "
         f"(~{evidence['long_prompt_tokens_median']:.0f} tokens) finished prefilling; such requests spiked "
         f"{relative_risk:.1f}x as often as the others",
-        evidence, explains, len(ttft.windows_hit(t_sent[short_spikes], t_first[short_spikes])),
+        evidence, explains, len(scope),
         "enable chunked prefill (--enable-chunked-prefill with a --max-num-batched-tokens budget) or cap long "
         "prefills (--long-prefill-token-threshold), or schedule short jobs first (--scheduling-policy sjf); "
         "then compare the runs with `llmbench compare`")

@@ -29,10 +29,11 @@ def parse_duration(text: str, name: str) -> float:
 
 
 def _workload_options(kind: str, dataset: Path | None, spread: float, target: str | None, model: str | None,
-                      tokenizer: Path | None) -> dict:
+                      tokenizer: Path | None, long_len: int = 4096, long_fraction: float = 0.1) -> dict:
     """Workload options for loadgen; random token ids must stay inside the target's vocabulary."""
     kind = kind.replace("-", "_")
-    opts = {"kind": kind, "input_len_spread": spread, "dataset_path": str(dataset) if dataset else None}
+    opts = {"kind": kind, "input_len_spread": spread, "dataset_path": str(dataset) if dataset else None,
+            "long_len": long_len, "long_fraction": long_fraction}
     tok_path = tokenizer
     if target is None:  # the embedded engine: its own tokenizer tells the vocabulary
         from refengine.model.tiny import resolve_model
@@ -60,6 +61,9 @@ def sweep(
     output_len: str = typer.Option("64", help="Output lengths in tokens (max_tokens with ignore_eos)."),
     input_len_spread: float = typer.Option(0.0, help="Prompt lengths drawn uniformly within ±this fraction."),
     workload: str = typer.Option("random", help="random | sharegpt | shared-prefix | mixed."),
+    long_len: int = typer.Option(4096, min=1, help="--workload mixed: prompt length of the long requests (the short "
+                                 "ones use --input-len)."),
+    long_fraction: float = typer.Option(0.1, min=0.0, max=1.0, help="--workload mixed: share of long requests."),
     dataset: Optional[Path] = typer.Option(None, help="ShareGPT JSON/JSONL file for --workload sharegpt."),
     warmup: str = typer.Option("5s", help="Warm-up per level before measuring."),
     duration: str = typer.Option("20s", help="Measured window per level. Production runs want >= 3m."),
@@ -90,6 +94,11 @@ def sweep(
                                              "token-id range of random prompts, ShareGPT lengths, and the client's "
                                              "count of output tokens (default for the embedded engine: its own)."),
     seed: int = typer.Option(0, help="Seed of the workload."),
+    probes: str = typer.Option("default", help="Probes sampled during the sweep: comma list of gpu, server, host, "
+                               "irq, tcp, capture, stacks; 'default' (gpu,server,host,irq,tcp), 'all' or 'none'."),
+    probe_interval: float = typer.Option(1.0, help="Seconds between probe samples."),
+    server_pid: Optional[int] = typer.Option(None, help="PID of a local --target server, for the host and stacks "
+                                             "probes (the embedded engine's is known)."),
 ) -> None:
     """Sweep load levels against a server and write a run directory with per-request records and a summary."""
     from llmbench.embedded import EmbeddedServer
@@ -98,6 +107,14 @@ def sweep(
     from loadgen.level import TargetSpec
 
     slos = {"ttft_p99_s": slo_ttft, "tpot_p95_s": slo_tpot}
+    from probes.registry import parse_probe_list
+
+    try:
+        probe_names = parse_probe_list(probes)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--probes") from None
+    if probe_interval <= 0:
+        raise typer.BadParameter("must be > 0 seconds", param_hint="--probe-interval")
     if resume is not None:
         run = RunDir(resume)
         if not run.exists():
@@ -115,7 +132,8 @@ def sweep(
                 input_lens=parse_list(input_len, int, "--input-len"), output_lens=parse_list(output_len, int, "--output-len"),
                 warmup_s=parse_duration(warmup, "--warmup"), duration_s=parse_duration(duration, "--duration"),
                 request_timeout_s=parse_duration(request_timeout, "--request-timeout"), workers=workers,
-                workload=_workload_options(workload, dataset, input_len_spread, target, model, tokenizer),
+                workload=_workload_options(workload, dataset, input_len_spread, target, model, tokenizer,
+                                           long_len, long_fraction),
                 seed=seed)
         except ValueError as exc:
             raise typer.BadParameter(str(exc)) from None
@@ -144,7 +162,12 @@ def sweep(
         tspec = TargetSpec(url=url, model=target_info["model"], api_key=api_key, endpoint=target_info["endpoint"],
                            send_ignore_eos=target_info["ignore_eos"])
         alive = server.alive if server else (lambda: True)
-        run_sweep(spec, run, tspec, console, target_alive=alive, slos=slos, master_bind=master_bind)
+        from probes.runner import sweep_probe_set
+
+        probe_set = sweep_probe_set(probe_names, run.path, url, server.proc.pid if server else server_pid,
+                                    probe_interval, log=lambda m: console.print(f"[yellow]{m}[/]", highlight=False))
+        run_sweep(spec, run, tspec, console, target_alive=alive, slos=slos, master_bind=master_bind,
+                  probes=probe_set)
     except KeyboardInterrupt:
         raise typer.Exit(code=130)
     except RuntimeError as exc:
