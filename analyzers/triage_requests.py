@@ -28,8 +28,8 @@ MIN_RELEASE_S = 0.005
 SEND_LAG_FLOOR_S = 0.010      # send lag under this is noise on any machine
 SEND_LAG_SHARE = 0.10         # ... and above this share of the TTFT P50 distorts TTFT
 
-HOL_ID, HOL_TITLE = "p99.sched.hol_blocking", "long prefills blocking short requests (head-of-line)"
-LAG_ID, LAG_TITLE = "p99.client.send_lag", "the load generator kept its schedule"
+HOL_ID, HOL_TITLE = "p99.sched.long-prefill", "long prefills blocking short requests (head-of-line)"
+LAG_ID, LAG_TITLE = "p99.client-lag", "the load generator kept its schedule"
 
 
 def holds_a_point(starts: np.ndarray, ends: np.ndarray, points: np.ndarray) -> np.ndarray:

@@ -19,7 +19,7 @@ STATUSES = ("failed", "passed", "unchecked")
 
 @dataclass
 class Finding:
-    check_id: str                       # the playbook step this check automates, e.g. "p99.sched.hol_blocking"
+    check_id: str                       # the playbook step this check automates, e.g. "p99.sched.long-prefill"
     category: str
     severity: str
     title: str                          # one line, plain words

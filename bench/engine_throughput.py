@@ -1,12 +1,12 @@
 """What continuous batching and paging buy, and how far a step is from the matmul limit.
 
-One run, one workload (seeded; prompts 32-512, outputs 16-256, greedy, ignore EOS) on the
-`tiny` preset in float32, through:
-  refengine continuous (LLM("tiny"), default args) | refengine static (batching="static") |
-  transformers generate in padded static batches | transformers continuous batching.
-Then: the most sequences a fixed KV budget holds, paged vs contiguous; scheduler + input prep
-as a share of a decode step at 64 sequences; MFU of a 2048-token prefill step and of that
-decode step against this machine's measured float32 matmul peak, with a profile of the decode.
+In one run, on the `tiny` preset in float32: (1) this machine's float32 matmul peak; (2) a
+2048-token prefill step and a decode step at 64 sequences: MFU, scheduler + input prep share,
+a profile of the decode and its attention against two candidate fixes; (3) the most sequences a
+fixed KV budget holds, paged vs contiguous; (4) one workload (64 requests, seeded; prompts
+32-512, outputs 16-256, greedy, ignore EOS) through refengine continuous (LLM("tiny"), default
+args) and static batching, both also capped at 16 sequences, transformers generate in padded
+static batches, and transformers continuous batching.
 
     python bench/engine_throughput.py [--quick] [--json bench/engine_throughput.json]
 """
@@ -30,7 +30,7 @@ from common import (CpuMeter, StepRecorder, decode_attention_variants, greedy, m
 
 PAD = 3
 FULL = dict(n=64, prompts=(32, 512), outputs=(16, 256), hf_bs=(16, 32), cap_seqs=16, cap_len=1024, cap_blocks=1200,
-            cap_prompt=(464, 496), cap_out=32, cap_n=64, prefill=(4, 512), reps=3, dec_n=64, dec_steps=8, prof_steps=3)
+            cap_prompt=(464, 496), cap_out=32, cap_n=64, prefill=(4, 512), reps=3, dec_n=64, dec_steps=12, prof_steps=3)
 QUICK = dict(n=8, prompts=(32, 128), outputs=(8, 32), hf_bs=(4, 8), cap_seqs=4, cap_len=256, cap_blocks=160,
              cap_prompt=(112, 124), cap_out=8, cap_n=24, prefill=(2, 256), reps=1, dec_n=16, dec_steps=3, prof_steps=1)
 MM_SHAPES = [(2048, 5632, 1024), (2048, 1024, 2816), (2048, 1536, 1024), (64, 5632, 1024), (64, 1024, 2816),
@@ -218,6 +218,38 @@ def main() -> None:
     t_start = time.perf_counter()
     res["matmul"] = mm = quietest(lambda: metered(matmul_peak, MM_SHAPES, 0.5 if args.quick else 1.5), args.retries)
     peak = max(v for k, v in mm.items() if " @ " in k)
+    # Step anatomy first, in a fresh process; the peak again right after it (the VM's speed drifts over a
+    # long run): MFU divides by the higher of the two peaks.
+    dec_reqs = make_workload(c["dec_n"], c["prompts"], c["outputs"], seed=0)
+    res["probe"] = p = quietest(lambda: metered(probe, c, coef, peak, dec_reqs), args.retries)
+    res["matmul_after_probe"] = mm2 = quietest(lambda: metered(matmul_peak, MM_SHAPES, 0.5 if args.quick else 1.5),
+                                               args.retries)
+    res["peak_flops"] = peak = max(peak, max(v for k, v in mm2.items() if " @ " in k))
+    for kind in ("prefill", "decode"):
+        p[kind]["mfu"] = p[kind]["gflops"] * 1e9 / peak
+    rows = [[k, f"{v['step_s'] * 1e3:.0f}", v["tokens"], f"{v['gflop']:.1f}", f"{v['gflops']:.1f}", f"{v['mfu']:.1%}",
+             f"{v['overhead_share']:.1%}"] for k, v in (("prefill", p["prefill"]), (f"decode@{c['dec_n']}", p["decode"]))]
+    print_table(f"Step anatomy (matmul peak {peak / 1e9:.1f} GFLOP/s: best sustained F.linear, model shapes, "
+                f"measured before and after these steps)",
+                ["step", "ms", "tokens", "GFLOP", "GFLOP/s", "MFU", "sched+update+prepare"], rows)
+    prof = p["profile"]
+    print_table(f"Decode step at {c['dec_n']} sequences, profiled ({prof['wall_s'] * 1e3:.0f} ms/step under profiler)",
+                ["where", "ms/step", "share"], [[k, f"{v * 1e3:.1f}", f"{v / prof['wall_s']:.0%}"]
+                                                 for k, v in prof["categories_s"].items()])
+    a = p["attention"]
+    base = a["per_layer_s"]["engine (gather + SDPA enable_gqa)"]
+    pad = 1 - a["context_slots"] / a["padded_slots"]
+    print_table(f"Decode attention at {c['dec_n']} sequences, x {a['layers']} layers per step ({pad:.0%} of gathered "
+                f"K/V slots are padding; {p['decode']['minor_faults']:.0f} minor page faults per decode step)",
+                ["variant", "ms/step", "vs engine"],
+                [[k, f"{v * a['layers'] * 1e3:.1f}", f"{base / v:.2f}x"] for k, v in a["per_layer_s"].items()])
+    cap_reqs = make_workload(c["cap_n"], c["cap_prompt"], (c["cap_out"], c["cap_out"]), seed=2)
+    res["capacity"] = {lay: capacity(lay, cap_reqs, c["cap_len"], c["cap_blocks"]) for lay in ("paged", "contiguous")}
+    gc.collect()
+    print_table(f"KV capacity: {c['cap_blocks']} blocks of 16, max_model_len {c['cap_len']}, requests "
+                f"{c['cap_prompt']}+{c['cap_out']} tokens", ["layout", "peak running", "running at first finish",
+                "KV usage at peak", "preemptions"], [[k, v["peak_running"], v["running_at_first_finish"],
+                f"{v['kv_usage_at_peak']:.0%}", v["preemptions"]] for k, v in res["capacity"].items()])
     reqs = make_workload(c["n"], c["prompts"], c["outputs"], seed=0)
     n_out = sum(r.max_tokens for r in reqs)
     res["workload"] = dict(n=len(reqs), prompt_tokens=sum(len(r.prompt) for r in reqs), output_tokens=n_out)
@@ -240,36 +272,6 @@ def main() -> None:
     hf_best = max((k for k in systems if k.startswith("transformers generate bs") and "tok_s" in systems[k]),
                   key=lambda k: systems[k]["tok_s"])
     res["hf_generate_best"] = hf_best
-    cap_reqs = make_workload(c["cap_n"], c["cap_prompt"], (c["cap_out"], c["cap_out"]), seed=2)
-    res["capacity"] = {lay: capacity(lay, cap_reqs, c["cap_len"], c["cap_blocks"]) for lay in ("paged", "contiguous")}
-    gc.collect()
-    print_table(f"KV capacity: {c['cap_blocks']} blocks of 16, max_model_len {c['cap_len']}, requests "
-                f"{c['cap_prompt']}+{c['cap_out']} tokens", ["layout", "peak running", "running at first finish",
-                "KV usage at peak", "preemptions"], [[k, v["peak_running"], v["running_at_first_finish"],
-                f"{v['kv_usage_at_peak']:.0%}", v["preemptions"]] for k, v in res["capacity"].items()])
-    # The peak again, next to the steps it divides (the VM's speed drifts over a long run); MFU uses the higher.
-    res["matmul_before_probe"] = mm2 = quietest(lambda: metered(matmul_peak, MM_SHAPES, 0.5 if args.quick else 1.5),
-                                                args.retries)
-    peak = max(peak, max(v for k, v in mm2.items() if " @ " in k))
-    res["peak_flops"] = peak
-    dec_reqs = make_workload(c["dec_n"], c["prompts"], c["outputs"], seed=0)
-    res["probe"] = p = quietest(lambda: metered(probe, c, coef, peak, dec_reqs), args.retries)
-    rows = [[k, f"{v['step_s'] * 1e3:.0f}", v["tokens"], f"{v['gflop']:.1f}", f"{v['gflops']:.1f}", f"{v['mfu']:.1%}",
-             f"{v['overhead_share']:.1%}"] for k, v in (("prefill", p["prefill"]), (f"decode@{c['dec_n']}", p["decode"]))]
-    print_table(f"Step anatomy (matmul peak {peak / 1e9:.1f} GFLOP/s: best sustained F.linear, model shapes, "
-                f"measured at start and before these steps)",
-                ["step", "ms", "tokens", "GFLOP", "GFLOP/s", "MFU", "sched+update+prepare"], rows)
-    prof = p["profile"]
-    print_table(f"Decode step at {c['dec_n']} sequences, profiled ({prof['wall_s'] * 1e3:.0f} ms/step under profiler)",
-                ["where", "ms/step", "share"], [[k, f"{v * 1e3:.1f}", f"{v / prof['wall_s']:.0%}"]
-                                                 for k, v in prof["categories_s"].items()])
-    a = p["attention"]
-    base = a["per_layer_s"]["engine (gather + SDPA enable_gqa)"]
-    pad = 1 - a["context_slots"] / a["padded_slots"]
-    print_table(f"Decode attention at {c['dec_n']} sequences, x {a['layers']} layers per step ({pad:.0%} of gathered "
-                f"K/V slots are padding; {p['decode']['minor_faults']:.0f} minor page faults per decode step)",
-                ["variant", "ms/step", "vs engine"],
-                [[k, f"{v * a['layers'] * 1e3:.1f}", f"{base / v:.2f}x"] for k, v in a["per_layer_s"].items()])
     cont, static, k = systems["refengine continuous"], systems["refengine static"], c["cap_seqs"]
     cb = systems["transformers generate_batch (CB)"]
     targets = [

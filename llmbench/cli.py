@@ -74,6 +74,15 @@ from llmbench.sweep_cli import sweep, worker  # noqa: E402  (imports inside them
 app.command(help=sweep.__doc__)(sweep)
 app.command(help=worker.__doc__)(worker)
 
+from llmbench.report_cli import compare, report  # noqa: E402  (imports inside them are lazy)
+
+app.command(help=report.__doc__)(report)
+app.command(help=compare.__doc__)(compare)
+
+from llmbench.quality_cli import quality  # noqa: E402
+
+app.command(help=quality.__doc__)(quality)
+
 
 @app.command()
 def version() -> None:

@@ -23,5 +23,18 @@ def version() -> None:
     console.print(f"llmdiag (llmbench {__version__})")
 
 
+from llmbench.diag_probe_cli import comm, pcap, probe  # noqa: E402  (probes, collective bandwidth, pcap analysis)
+
+app.command(help=probe.__doc__)(probe)
+app.command(help=comm.__doc__)(comm)
+app.command(help=pcap.__doc__)(pcap)
+
+from llmbench.diag_oom_cli import oom  # noqa: E402  (memory model, OOM logs, KV ramp)
+from llmbench.diag_plan_cli import plan  # noqa: E402  (parallel plan ranking)
+
+app.command(help=" ".join(oom.__doc__.split()))(oom)      # one paragraph: rich keeps docstring line breaks
+app.command(help=" ".join(plan.__doc__.split()))(plan)
+
+
 if __name__ == "__main__":
     app()

@@ -106,6 +106,9 @@ class RunInfo:
     finished: float | None = None
     probes: dict[str, Any] = field(default_factory=dict)   # probe name -> "ok" or why it could not run
     levels_done: list[str] = field(default_factory=list)
+    # level id -> {"window_start", "window_end", "window_s", "notes"}: the measured window and the
+    # client's own findings (fell behind, records missing), so a report can be rebuilt from files.
+    level_meta: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.status not in RUN_STATUSES:

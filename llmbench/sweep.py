@@ -20,13 +20,14 @@ from typing import Callable
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from analyzers.latency import DEFAULT_SLOS, LevelStats, best_level_within_slo, ceiling_notes, summarize_level
+from analyzers.latency import DEFAULT_SLOS, LevelStats, Window, summarize_level
+from analyzers.summary import RunSummary, summary_of_levels
 from llmbench import __version__
 from llmbench.rundir import RequestRecord, RunDir, RunInfo
 from loadgen.level import run_level
 from loadgen.specs import LevelProgress, LevelResult, LevelSpec, TargetSpec
 from loadgen.workloads import level_workload_factory
-from reports.terminal import summary_table
+from reports.terminal import run_summary_table
 
 
 @dataclass
@@ -115,16 +116,19 @@ class _LiveView:
 
 def run_sweep(spec: SweepSpec, run: RunDir, target: TargetSpec, console: Console,
               target_alive: Callable[[], bool] = lambda: True, slos: dict | None = None,
-              master_bind: str | None = None) -> list[LevelStats]:
-    """Run the levels not yet done in `run` (all of them for a new run). Returns every level's stats."""
+              master_bind: str | None = None, probes=None) -> list[LevelStats]:
+    """Run the levels not yet done in `run` (all of them for a new run). Returns every level's stats.
+    `probes` (a probes.runner.ProbeSet) samples from before the first level to after the last."""
     slos = {**DEFAULT_SLOS, **(slos or {})}
     info = run.read_info()
     levels = spec.levels()
     info.status = "running"
+    if probes is not None:
+        info.probes.update(probes.start())     # name -> "ok" or why it cannot run here
     run.write_info(info)
     # Records of a level that did not finish would mix two attempts: set them aside (kept, not lost).
     run.set_aside_records(keep_levels=set(info.levels_done))
-    stats: dict[str, LevelStats] = {s["level_id"]: _stats_from_dict(s) for s in (run.read_summary() or {}).get("levels", [])
+    stats: dict[str, LevelStats] = {s["level_id"]: LevelStats.from_dict(s) for s in (run.read_summary() or {}).get("levels", [])
                                     if s["level_id"] in info.levels_done}
     interrupted = False
     try:
@@ -144,11 +148,14 @@ def run_sweep(spec: SweepSpec, run: RunDir, target: TargetSpec, console: Console
                 result = run_level(level, target, level_workload_factory(**spec.workload), on_records,
                                    on_progress=view.refresh, master_bind=master_bind)
                 if result.window_start is None or result.window_end is None:
-                    window = level.duration_s      # the level ended before its window: nothing measured
+                    window = Window(level.duration_s)      # the level ended before its window: nothing measured
                 else:
-                    window = max(result.window_end - result.window_start, 1e-9)
+                    window = Window(max(result.window_end - result.window_start, 1e-9), result.window_start,
+                                    result.window_end)
                 lv = summarize_level(level_records, level.level_id, window, slos)
-                _add_client_notes(lv, result)
+                # Kept in run.json so that `llmbench report` rebuilds the same summary from files.
+                info.level_meta[level.level_id] = {"window_s": window.seconds, "window_start": window.start,
+                                                   "window_end": window.end, "notes": _add_client_notes(lv, result)}
                 stats[level.level_id] = lv
                 if result.server_died or not target_alive():
                     interrupted = True
@@ -161,13 +168,16 @@ def run_sweep(spec: SweepSpec, run: RunDir, target: TargetSpec, console: Console
     except KeyboardInterrupt:
         interrupted = True
         console.print("[yellow]interrupted: the run directory keeps everything measured so far[/]")
+    finally:
+        if probes is not None:
+            probes.stop()
     info.status = "interrupted" if interrupted else "complete"
     info.finished = time.time()
     run.write_info(info)
     ordered = _write_summary(run, info, levels, stats, slos)
-    notes = ceiling_notes(ordered)
-    console.print(summary_table(ordered, notes, title=f"run {info.run_id} ({info.status})"))
-    best = best_level_within_slo(ordered)
+    summary = _write_reports(run, console) or summary_of_levels(info, slos, ordered)
+    console.print(run_summary_table(summary, title=f"run {info.run_id} ({info.status})"))
+    best = summary.best
     console.print(f"highest load within SLO: [bold]{best.level_id}[/] ({best.output_tok_s:.1f} output tok/s)"
                   if best else "[red]no level met the SLO[/]")
     if interrupted:
@@ -175,35 +185,37 @@ def run_sweep(spec: SweepSpec, run: RunDir, target: TargetSpec, console: Console
     return ordered
 
 
-def _add_client_notes(lv: LevelStats, result: LevelResult) -> None:
+def _add_client_notes(lv: LevelStats, result: LevelResult) -> list[str]:
+    notes = []
     if result.fell_behind:
-        lv.notes.append("INVALID: the client fell behind (" + "; ".join(result.fell_behind_reasons) + "); add --workers")
+        notes.append("INVALID: the client fell behind (" + "; ".join(result.fell_behind_reasons) + "); add --workers")
     if result.records_missing:
-        lv.notes.append(f"{result.records_missing} requests sent but never reported by the client")
+        notes.append(f"{result.records_missing} requests sent but never reported by the client")
     if result.server_died:
-        lv.notes.append("the target stopped answering during this level")
+        notes.append("the target stopped answering during this level")
+    lv.notes.extend(notes)
+    return notes
+
+
+def _write_reports(run: RunDir, console: Console) -> RunSummary | None:
+    """report.html, report.md, summary.csv and summary.json, rebuilt from the run directory."""
+    try:
+        from reports.write import write_reports
+
+        summary, paths = write_reports(run)
+    except Exception as exc:  # noqa: BLE001  a report bug must not cost the run: everything is on disk
+        console.print(f"[yellow]could not write the report ({type(exc).__name__}: {exc}); "
+                      f"retry with `llmbench report {run.path}`[/]")
+        return None
+    console.print(f"report: [bold]{paths['html']}[/]")
+    return summary
 
 
 def _write_summary(run: RunDir, info: RunInfo, levels: list[LevelSpec], stats: dict[str, LevelStats],
                    slos: dict) -> list[LevelStats]:
     ordered = [stats[lv.level_id] for lv in levels if lv.level_id in stats]
-    notes = ceiling_notes(ordered)
-    best = best_level_within_slo(ordered)
-    run.write_summary({
-        "schema_version": info.schema_version, "run_id": info.run_id, "status": info.status, "slos": slos,
-        "levels": [{**lv.to_dict(), "ceiling_note": notes.get(lv.level_id)} for lv in ordered],
-        "best_level_within_slo": best.level_id if best else None})
+    run.write_summary(summary_of_levels(info, slos, ordered).to_dict())
     return ordered
-
-
-def _stats_from_dict(d: dict) -> LevelStats:
-    from analyzers.latency import Distribution
-
-    d = dict(d)
-    d.pop("ceiling_note", None)
-    for key in ("ttft", "tpot", "itl", "e2e", "send_lag"):
-        d[key] = Distribution(**d[key])
-    return LevelStats(**d)
 
 
 def default_run_dir(label: str) -> Path:

@@ -165,7 +165,8 @@ def sweep(
         from probes.runner import sweep_probe_set
 
         probe_set = sweep_probe_set(probe_names, run.path, url, server.proc.pid if server else server_pid,
-                                    probe_interval, log=lambda m: console.print(f"[yellow]{m}[/]", highlight=False))
+                                    probe_interval,
+                                    log=lambda m: console.print(m, style="yellow", highlight=False, markup=False))
         run_sweep(spec, run, tspec, console, target_alive=alive, slos=slos, master_bind=master_bind,
                   probes=probe_set)
     except KeyboardInterrupt:

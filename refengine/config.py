@@ -115,6 +115,38 @@ class EngineArgs:
     kv_layout: str = _arg("paged", "paged, or contiguous (reserve max_model_len per request; ablation only).")
     batching: str = _arg("continuous", "continuous, or static (no admission until the batch finishes; "
                                        "ablation only).")
+    # FP8 (refengine/quant; docs/quantization.md).
+    quantization: str | None = _arg(None, "Weight quantization: fp8 (E4M3, quantized at load time; an FP8 "
+                                          "checkpoint is detected from config.json). Default: none.")
+    fp8_weight_scales: str = _arg("channel", "FP8 weight scales when quantizing at load time: channel (one per "
+                                             "output row) or block (128x128 tiles).")
+    quantization_skip: str | None = _arg(None, "Comma-separated modules to keep unquantized besides lm_head, "
+                                               "embeddings, norms and MoE routers (e.g. qkv_proj,o_proj; 'seed' = "
+                                               "qkv_proj, the seed article's fix).")
+    kv_cache_dtype: str = _arg("auto", "KV cache storage: auto (the model dtype) or fp8 (E4M3 with per-layer "
+                                       "K/V scales; 1 byte per element).")
+    calculate_kv_scales: bool = _arg(False, "With an fp8 KV cache: measure per-layer K/V scales (amax / 448) "
+                                            "on a few built-in prompts at start-up instead of using 1.0.")
+    # Parallelism (refengine/distributed; docs/distributed.md). rank = pp_rank * tp + tp_rank.
+    tensor_parallel_size: int = _arg(1, "Tensor-parallel ranks (heads, MLP and vocab split; one all-reduce per "
+                                        "attention and MLP block).")
+    pipeline_parallel_size: int = _arg(1, "Pipeline stages (contiguous layer ranges; activations sent between "
+                                          "stages).")
+    pipeline_layer_partition: str | None = _arg(None, "Layers per stage, comma-separated (e.g. 3,5); default: "
+                                                      "balanced.")
+    pipeline_micro_batches: int | None = _arg(None, "Micro-batches a step is split into so stages overlap "
+                                                    "(default: pipeline_parallel_size).")
+    enable_expert_parallel: bool = _arg(False, "MoE: place whole experts across the tensor-parallel ranks "
+                                               "(all-to-all dispatch) instead of sharding every expert.")
+    moe_capacity_factor: float = _arg(1.25, "MoE: an expert takes at most ceil(factor x tokens x top_k / "
+                                            "experts) tokens per step; overflow is dropped and counted (0: no "
+                                            "limit).")
+    moe_dispatch: str = _arg("auto", "MoE expert-parallel dispatch: all_to_all, allgather, or auto "
+                                     "(all_to_all where the backend has it).")
+    distributed_backend: str = _arg("auto", "torch.distributed backend: auto (nccl on CUDA, gloo on CPU), gloo "
+                                            "or nccl.")
+    distributed_timeout_s: float = _arg(30.0, "Seconds a collective inside a step may wait before the engine "
+                                              "fails (a dead rank is noticed at once).")
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:

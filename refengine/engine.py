@@ -1,7 +1,12 @@
 """LLMEngine: builds the model, the KV cache and the scheduler, and runs the step loop.
 
-One step = schedule → execute on the model runner → update the scheduler → detokenize.
-Everything a user can get wrong is checked here, before a request reaches the core.
+One step = schedule → execute on the executor → update the scheduler → detokenize.
+Everything a user can get wrong is checked here, before a request reaches the core (the
+parallel layout too, before any weight is read).
+
+The executor runs the model: in this process (`UniprocExecutor`), or with tensor/pipeline
+parallelism on all ranks (`DistributedExecutor`: this process is rank 0, the driver; see
+refengine/distributed and docs/distributed.md). `self.runner` is the driver's own ModelRunner.
 """
 
 from __future__ import annotations
@@ -17,10 +22,16 @@ from refengine.config import CacheConfig, EngineArgs
 from refengine.core.scheduler import Scheduler
 from refengine.errors import RefEngineError
 from refengine.model.hf_config import load_model_config
-from refengine.model.layers.attention import allocate_kv_caches, kv_cache_bytes_per_block
+from refengine.distributed.executor import DistributedExecutor, UniprocExecutor
+from refengine.distributed.parallel_config import ParallelConfig, validate_layout
+from refengine.distributed.worker import WorkerSpec, kv_blocks_for
+from refengine.model.layers.attention import allocate_kv_caches
 from refengine.model.loader import load_model
 from refengine.model.tiny import resolve_model
 from refengine.output_processor import OutputProcessor
+from refengine.quant.config import QuantConfig
+from refengine.quant.engine_setup import finish_quantized_model
+from refengine.quant.kv_cache import resolve_kv_cache_dtype
 from refengine.outputs import RequestOutput
 from refengine.request import Request, RequestStatus
 from refengine.runner.host_tuning import keep_freed_memory_on_heap
@@ -30,7 +41,6 @@ from refengine.tokenizer import load_tokenizer
 
 log = logging.getLogger(__name__)
 
-DEFAULT_KV_CACHE_BYTES_CPU = 1 << 30   # 1 GiB: plenty for the tiny models, safe on a laptop
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -50,6 +60,10 @@ class EngineStats:
     generation_tokens_total: int
     tokens_processed_total: int
     num_steps: int
+    # MoE models: tokens routed to each expert (summed over layers) and assignments dropped by
+    # the capacity factor; empty / 0 for dense models.
+    moe_expert_tokens: tuple = ()
+    moe_overflow_total: int = 0
 
 
 def _resolve_device(name: str) -> torch.device:
@@ -75,7 +89,13 @@ class LLMEngine:
         self.tokenizer = load_tokenizer(self.model_dir if args.tokenizer is None else resolve_model(args.tokenizer))
         self.device = _resolve_device(args.device)
         self.dtype = _resolve_dtype(args.dtype, self.device)
+        self.quant = QuantConfig.resolve(args.quantization, args.fp8_weight_scales, args.quantization_skip,
+                                         args.kv_cache_dtype, args.calculate_kv_scales, self.model_dir,
+                                         self.dtype, self.device)
+        self.kv_cache_dtype = resolve_kv_cache_dtype(args.kv_cache_dtype, self.dtype)
         self.max_model_len = self._resolve_max_model_len()
+        self.parallel_config = ParallelConfig.from_engine_args(args)
+        validate_layout(self.model_config, self.parallel_config)
         self.scheduler_config = args.scheduler_config(self.max_model_len)
         self.cache_config = CacheConfig(
             block_size=args.block_size, num_blocks=self._num_kv_blocks(),
@@ -85,10 +105,8 @@ class LLMEngine:
         torch.manual_seed(args.seed)
         if self.device.type == "cpu":
             keep_freed_memory_on_heap()
-        model = load_model(self.model_dir, self.model_config, self.dtype, self.device)
-        kv_caches = allocate_kv_caches(self.model_config, self.cache_config.num_blocks, args.block_size,
-                                       self.dtype, self.device)
-        self.runner = ModelRunner(model, kv_caches, args.block_size, self.device, args.seed)
+        self.executor = self._make_executor()
+        self.runner = self.executor.runner  # the driver's own runner
         self.scheduler = Scheduler(self.scheduler_config, self.cache_config)
         self.outputs = OutputProcessor(self.tokenizer)
         self._ids = itertools.count()
@@ -108,16 +126,42 @@ class LLMEngine:
                 f"use max_model_len <= {limit}")
         return self.args.max_model_len
 
-    def _num_kv_blocks(self) -> int:
-        if self.args.num_gpu_blocks_override is not None:
-            return self.args.num_gpu_blocks_override
-        per_block = kv_cache_bytes_per_block(self.model_config, self.args.block_size, self.dtype)
-        budget = self.args.kv_cache_memory_bytes or DEFAULT_KV_CACHE_BYTES_CPU
-        blocks = budget // per_block
-        if blocks < 1:
-            raise RefEngineError(
-                f"kv_cache_memory_bytes={budget} is smaller than one KV block ({per_block} bytes); raise it")
-        return blocks
+    def _num_kv_blocks(self, kv_dtype: torch.dtype | None = None) -> int:
+        """Blocks in the KV budget at the cache's real element size (FP8: 1 byte). The budget is per
+        rank; with TP/PP a rank holds only its layers and KV heads, so it buys more blocks."""
+        return kv_blocks_for(self.args, self.model_config, self.parallel_config, kv_dtype or self.kv_cache_dtype)
+
+    def _moe_parallel(self):
+        from refengine.model.layers.moe import MoEParallel
+        pc = self.parallel_config
+        return MoEParallel(capacity_factor=pc.moe_capacity_factor, dispatch=pc.moe_dispatch)
+
+    def _make_executor(self):
+        args = self.args
+        if self.parallel_config.world_size == 1:
+            extra = {"moe": self._moe_parallel()} if self.model_config.num_experts else {}
+            model = load_model(self.model_dir, self.model_config, self.dtype, self.device, quantization=self.quant,
+                               **extra)
+            kv_caches = allocate_kv_caches(self.model_config, self.cache_config.num_blocks, args.block_size,
+                                           self.kv_cache_dtype, self.device)
+            self.quant_memory = finish_quantized_model(self, model)  # FP8 KV calibration, bytes saved, policy log
+            return UniprocExecutor(ModelRunner(model, kv_caches, args.block_size, self.device, args.seed))
+        if args.calculate_kv_scales:
+            raise RefEngineError("calculate_kv_scales runs in one process only; drop it or use "
+                                 "tensor_parallel_size=pipeline_parallel_size=1")
+        self.quant_memory = None
+        spec = WorkerSpec(args, str(self.model_dir), self.dtype, self.device.type, self.cache_config.num_blocks,
+                          quant=self.quant, kv_cache_dtype=self.kv_cache_dtype)
+        return DistributedExecutor(spec, self.model_config, self.parallel_config)
+
+    def shutdown(self) -> None:
+        """Stop the other ranks (a no-op for a one-process engine)."""
+        self.executor.shutdown()
+
+    @property
+    def healthy(self) -> bool:
+        """False once a rank has died (the executor says why in `executor.dead_reason`)."""
+        return self.executor.healthy
 
     def _check_kv_holds_one_request(self) -> None:
         need = -(-self.max_model_len // self.args.block_size)
@@ -178,7 +222,7 @@ class LLMEngine:
         sched = self.scheduler.schedule()
         if sched.is_empty and not sched.finished_req_ids:
             return []
-        runner_out = self.runner.execute_model(sched)
+        runner_out = self.executor.execute_model(sched)
         self.num_steps += 1
         self.tokens_processed_total += sched.total_num_scheduled_tokens
         updates = self.scheduler.update_from_output(sched, runner_out)
@@ -204,4 +248,13 @@ class LLMEngine:
             num_preemptions_total=s.num_preemptions_total, prefix_cache_queries=s.prefix_cache_queries,
             prefix_cache_hits=s.prefix_cache_hits, prompt_tokens_total=self.prompt_tokens_total,
             generation_tokens_total=self.generation_tokens_total,
-            tokens_processed_total=self.tokens_processed_total, num_steps=self.num_steps)
+            tokens_processed_total=self.tokens_processed_total, num_steps=self.num_steps,
+            **self._moe_stats())
+
+    def _moe_stats(self) -> dict:
+        # Every rank routes (or, under expert parallelism, all-gathers) every token's expert choice.
+        moe = getattr(self.runner.model, "moe_stats", None)
+        if moe is None:
+            return {}
+        s = moe()
+        return {"moe_expert_tokens": tuple(s["expert_tokens"]), "moe_overflow_total": s["overflow_total"]}

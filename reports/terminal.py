@@ -1,37 +1,90 @@
-"""The sweep's summary table, in the shape of the seed's case study:
-concurrency | input len | throughput | TTFT P50/P99 | TPOT P50/P95 | E2E P99 | req/s | errors | SLO."""
+"""Terminal tables (rich): the sweep's summary in the shape of the seed's case study
+(concurrency | input len | throughput | TTFT P50/P99 | TPOT P50/P95 | E2E P99 | req/s | errors |
+SLO | note), and the A/B comparison. Run-supplied text goes through `escape` so a level id or
+error string cannot inject rich markup."""
 
 from __future__ import annotations
 
+from rich.markup import escape
 from rich.table import Table
 
+from analyzers.compare import Comparison
 from analyzers.latency import LevelStats
+from analyzers.summary import RunSummary
 
 
 def _ms(v: float | None) -> str:
     return "—" if v is None else f"{v * 1000:.0f}"
 
 
-def _load(lv: LevelStats) -> str:
+def load_label(lv: LevelStats) -> str:
     return str(lv.concurrency) if lv.concurrency is not None else f"{lv.request_rate:g}/s"
 
 
 def summary_table(levels: list[LevelStats], notes: dict[str, str], title: str = "sweep summary") -> Table:
     load_header = "concurrency" if all(lv.concurrency is not None for lv in levels) else "load"
-    t = Table(title=title, title_justify="left")
+    t = Table(title=escape(title), title_justify="left")
     for name, justify in [(load_header, "right"), ("input len", "right"), ("output tok/s", "right"),
                           ("TTFT P50/P99 ms", "right"), ("TPOT P50/P95 ms", "right"), ("E2E P99 s", "right"),
-                          ("req/s", "right"), ("n (ok)", "right"), ("errors", "right"), ("SLO", "center"),
-                          ("note", "left")]:
+                          ("req/s", "right"), ("goodput", "right"), ("n (ok)", "right"), ("errors", "right"),
+                          ("SLO", "center"), ("note", "left")]:
         t.add_column(name, justify=justify)
     for lv in levels:
         errors = lv.n_error + lv.n_timeout
         slo = {True: "[green]met[/]", False: "[red]missed[/]", None: "—"}[lv.slo_met]
         ttft = f"{_ms(lv.ttft.p['p50'])}/{_ms(lv.ttft.p['p99'])}" + ("*" if lv.ttft.n and not lv.ttft.p99_reliable else "")
         e2e = "—" if lv.e2e.p["p99"] is None else f"{lv.e2e.p['p99']:.2f}"
-        t.add_row(_load(lv), str(lv.input_len), f"{lv.output_tok_s:.1f}", ttft,
+        t.add_row(load_label(lv), str(lv.input_len), f"{lv.output_tok_s:.1f}", ttft,
                   f"{_ms(lv.tpot.p['p50'])}/{_ms(lv.tpot.p['p95'])}", e2e, f"{lv.req_s:.2f}",
-                  f"{lv.n_in_window} ({lv.n_ok})", f"[red]{errors}[/]" if errors else "0", slo,
-                  notes.get(lv.level_id, ""))
-    t.caption = "* P99 from fewer than 100 samples. Percentiles over requests sent in each level's measured window."
+                  f"{lv.goodput_req_s:.2f}", f"{lv.n_in_window} ({lv.n_ok})",
+                  f"[red]{errors} ({lv.error_rate:.0%})[/]" if errors else "0", slo,
+                  escape(notes.get(lv.level_id, "")))
+    t.caption = ("* P99 from fewer than 100 samples. Percentiles over requests sent in each level's measured "
+                 "window; goodput = requests/s that met every SLO.")
     return t
+
+
+def run_summary_table(summary: RunSummary, title: str | None = None) -> Table:
+    notes = {lv.level_id: summary.note(lv.level_id) for lv in summary.levels}
+    return summary_table(summary.levels, notes, title=title or f"run {summary.info.run_id}")
+
+
+def compare_table(c: Comparison) -> Table:
+    t = Table(title=escape(f"A = {c.run_a}   B = {c.run_b}"), title_justify="left")
+    for name, justify in [("level", "left"), ("metric", "left"), ("A", "right"), ("B", "right"),
+                          ("B − A", "right"), ("95% CI of B − A", "right"), ("verdict", "left")]:
+        t.add_column(name, justify=justify)
+    colour = {"better": "green", "worse": "red", "within noise": "dim", "n/a": "dim"}
+    for lc in c.levels:
+        for i, d in enumerate(lc.deltas):
+            t.add_row(escape(lc.level_id) if i == 0 else "", d.metric, fmt_value(d.metric, d.a),
+                      fmt_value(d.metric, d.b), fmt_delta(d), fmt_ci(d.metric, d.ci),
+                      f"[{colour[d.verdict]}]{d.verdict}[/]", end_section=i == len(lc.deltas) - 1)
+    return t
+
+
+def fmt_value(metric: str, v: float | None) -> str:
+    """Latencies in ms, rates as they are, error rate in %."""
+    if v is None:
+        return "—"
+    if metric == "error rate":
+        return f"{v:.2%}"
+    if "/s" in metric:
+        return f"{v:.2f}"
+    return f"{v * 1000:.1f} ms"
+
+
+def fmt_delta(d) -> str:
+    if d.delta is None:
+        return "—"
+    rel = f" ({d.rel:+.1%})" if d.rel is not None else ""
+    sign = "+" if d.delta >= 0 else "−"
+    return sign + fmt_value(d.metric, abs(d.delta)) + rel
+
+
+def fmt_ci(metric: str, ci: list[float] | None) -> str:
+    if not ci:
+        return "—"
+    def one(x):
+        return ("−" if x < 0 else "") + fmt_value(metric, abs(x))
+    return f"[{one(ci[0])}, {one(ci[1])}]"

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from refengine.errors import RefEngineError
 
-SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM")
+SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM", "MixtralForCausalLM")
 _PLAIN_ROPE_TYPES = ("default", None)
 SUPPORTED_ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn")
 
@@ -54,6 +54,9 @@ class ModelConfig:
     eos_token_ids: list[int] = field(default_factory=list)
     # The checkpoint's own dtype ("bfloat16", ...) if config.json says; used by dtype="auto".
     dtype: str | None = None
+    # Mixture of experts (Mixtral): experts per layer and experts each token is routed to; 0 = dense.
+    num_experts: int = 0
+    num_experts_per_tok: int = 0
 
     @property
     def eos_token_id(self) -> int | None:
@@ -68,7 +71,7 @@ class ModelConfig:
             attn += q_out + 2 * kv_out
         if self.o_proj_bias:
             attn += h
-        mlp = 3 * h * self.intermediate_size
+        mlp = 3 * h * self.intermediate_size * max(1, self.num_experts) + h * self.num_experts  # + router
         if self.mlp_bias:
             mlp += 2 * self.intermediate_size + h
         per_layer = attn + mlp + 2 * h  # two RMSNorm weights
@@ -147,7 +150,9 @@ def parse_model_config(cfg: dict) -> ModelConfig:
         mlp_bias=bool(cfg.get("mlp_bias", False)) if arch == "LlamaForCausalLM" else False,
         max_position_embeddings=int(cfg.get("max_position_embeddings", 2048)),
         bos_token_id=None if bos is None else int(bos), eos_token_ids=eos_ids,
-        dtype=cfg.get("torch_dtype") or cfg.get("dtype"))
+        dtype=cfg.get("torch_dtype") or cfg.get("dtype"),
+        num_experts=int(cfg.get("num_local_experts", 0) or 0) if arch == "MixtralForCausalLM" else 0,
+        num_experts_per_tok=int(cfg.get("num_experts_per_tok", 0) or 0) if arch == "MixtralForCausalLM" else 0)
 
 
 def load_model_config(path: str | Path) -> ModelConfig:

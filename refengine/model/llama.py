@@ -9,10 +9,12 @@ The forward works on a flat token axis (all sequences' new tokens concatenated, 
 layers/attention.py) with explicit positions, so one call serves any mix of prefills, prefill
 chunks and decodes.
 
-Pipeline parallelism later: a PP rank owns layers [start_layer, end_layer) of `model.layers`
-(the layers outside its slice can become weightless placeholders), receives hidden states and
-residual from the previous rank instead of embedding, and only the last rank applies the final
-norm and the LM head. `kv_caches` holds this rank's layers only, hence `i - start_layer`.
+Pipeline parallelism: a PP stage owns layers [start_layer, end_layer) of `model.layers` (the
+others are weightless `MissingLayer`s, so no rank holds the whole model); a stage after the first
+takes (hidden, residual) from the previous stage instead of embedding, a stage before the last
+returns them, and only the last applies the final norm and owns the LM head. `kv_caches` holds
+this stage's layers only, hence `i - start_layer`. `remap_weight_name` tells the loader which
+checkpoint tensors this stage skips.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from refengine.distributed.parallel_config import PipelineStage
 from refengine.model.hf_config import ModelConfig
 from refengine.model.layers.activation import SiluAndMul
 from refengine.model.layers.attention import Attention, AttentionMetadata
@@ -82,21 +85,32 @@ class LlamaDecoderLayer(nn.Module):
         return self.mlp(hidden), residual
 
 
-class LlamaModel(nn.Module):
-    def __init__(self, cfg: ModelConfig, tp: dict, linear_method: LinearMethod | None):
-        super().__init__()
-        self.embed_tokens = VocabParallelEmbedding(cfg.vocab_size, cfg.hidden_size, **tp)
-        rope = RotaryEmbedding(cfg.head_dim, cfg.max_position_embeddings, cfg.rope_theta, cfg.rope_scaling)
-        self.layers = nn.ModuleList(LlamaDecoderLayer(cfg, rope, tp, linear_method)
-                                    for _ in range(cfg.num_hidden_layers))
-        # PP: this rank runs layers[start_layer:end_layer]; today that is all of them.
-        self.start_layer, self.end_layer = 0, cfg.num_hidden_layers
-        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+class MissingLayer(nn.Module):
+    """Placeholder for a layer another pipeline stage owns: no weights, never called."""
 
-    def forward(self, input_ids, positions, kv_caches, meta):
-        hidden, residual = self.embed_tokens(input_ids), None
+
+class LlamaModel(nn.Module):
+    def __init__(self, cfg: ModelConfig, tp: dict, linear_method: LinearMethod | None,
+                 stage: PipelineStage | None = None, make_layer=LlamaDecoderLayer):
+        super().__init__()
+        self.stage = stage = stage or PipelineStage.whole(cfg.num_hidden_layers)
+        self.embed_tokens = VocabParallelEmbedding(cfg.vocab_size, cfg.hidden_size, **tp) if stage.is_first else None
+        rope = RotaryEmbedding(cfg.head_dim, cfg.max_position_embeddings, cfg.rope_theta, cfg.rope_scaling)
+        self.start_layer, self.end_layer = stage.start_layer, stage.end_layer
+        self.layers = nn.ModuleList(make_layer(cfg, rope, tp, linear_method)
+                                    if self.start_layer <= i < self.end_layer else MissingLayer()
+                                    for i in range(cfg.num_hidden_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps) if stage.is_last else None
+
+    def forward(self, input_ids, positions, kv_caches, meta, intermediate=None):
+        if self.stage.is_first:
+            hidden, residual = self.embed_tokens(input_ids), None
+        else:
+            hidden, residual = intermediate  # from the previous stage
         for i in range(self.start_layer, self.end_layer):
             hidden, residual = self.layers[i](positions, hidden, residual, kv_caches[i - self.start_layer], meta)
+        if not self.stage.is_last:
+            return hidden, residual
         hidden, _ = self.norm(hidden, residual)
         return hidden
 
@@ -112,22 +126,36 @@ class LlamaForCausalLM(nn.Module):
     ]
 
     def __init__(self, config: ModelConfig, linear_method: LinearMethod | None = None, tp_rank: int = 0,
-                 tp_size: int = 1):
+                 tp_size: int = 1, stage: PipelineStage | None = None, make_layer=LlamaDecoderLayer):
         super().__init__()
         self.config = config
         tp = {"tp_rank": tp_rank, "tp_size": tp_size}
-        self.model = LlamaModel(config, tp, linear_method)
-        self.lm_head = ParallelLMHead(config.vocab_size, config.hidden_size, **tp)
-        if config.tie_word_embeddings:
+        self.model = LlamaModel(config, tp, linear_method, stage, make_layer)
+        self.stage = self.model.stage
+        self.lm_head = ParallelLMHead(config.vocab_size, config.hidden_size, **tp) if self.stage.is_last else None
+        if config.tie_word_embeddings and self.stage.is_first and self.stage.is_last:
             self.lm_head.tie_to(self.model.embed_tokens)
+
+    def remap_weight_name(self, name: str) -> str | None:
+        """The parameter a checkpoint tensor fills on this pipeline stage, or None to skip it."""
+        stage = self.stage
+        if name.startswith("model.layers."):
+            return name if stage.start_layer <= int(name.split(".")[2]) < stage.end_layer else None
+        if name == "model.embed_tokens.weight" and not stage.is_first:
+            # A tied last stage has no embedding: its LM head loads the same tensor.
+            return "lm_head.weight" if stage.is_last and self.config.tie_word_embeddings else None
+        if name.startswith(("model.norm.", "lm_head.")) and not stage.is_last:
+            return None
+        return name
 
     # no_grad rather than inference_mode: callers (sampler, tests) may edit the outputs in place,
     # which inference tensors forbid outside inference mode. The runner may add inference_mode.
     @torch.no_grad()
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, kv_caches: list[torch.Tensor],
-                attn_metadata: AttentionMetadata) -> torch.Tensor:
-        """input_ids, positions: [T] long (flat varlen order) -> final-normed hidden states [T, hidden]."""
-        return self.model(input_ids, positions, kv_caches, attn_metadata)
+                attn_metadata: AttentionMetadata, intermediate=None):
+        """input_ids, positions: [T] long (flat varlen order) -> final-normed hidden states [T, hidden]
+        (on a stage before the last: the (hidden, residual) pair for the next stage)."""
+        return self.model(input_ids, positions, kv_caches, attn_metadata, intermediate)
 
     @torch.no_grad()
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:

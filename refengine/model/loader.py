@@ -98,6 +98,11 @@ def load_weights(model: LlamaForCausalLM, weights) -> None:
             continue
         if name == "lm_head.weight" and model.config.tie_word_embeddings:
             continue
+        remap = getattr(model, "remap_weight_name", None)
+        if remap is not None:  # pipeline stages skip other stages' tensors
+            name = remap(name)
+            if name is None:
+                continue
         pname, shard = name, None
         for fused, ckpt, shard_id in mapping:
             if f".{ckpt}." in name:
@@ -131,15 +136,28 @@ def _checkpoint_name(pname: str, shard, mapping) -> str:
     return pname
 
 
+def model_class(model_config: ModelConfig):
+    """The module class for the checkpoint's architecture (the Llama family, or Mixtral's MoE)."""
+    if model_config.architecture == "MixtralForCausalLM":
+        from refengine.model.mixtral import MixtralForCausalLM
+        return MixtralForCausalLM
+    return LlamaForCausalLM
+
+
 def load_model(model_dir: str | Path, model_config: ModelConfig, dtype: torch.dtype = torch.float32,
                device: torch.device | str = "cpu", linear_method: LinearMethod | None = None,
-               tp_rank: int = 0, tp_size: int = 1) -> LlamaForCausalLM:
-    """Build the model on `device` in `dtype` and fill it from the directory's safetensors."""
+               tp_rank: int = 0, tp_size: int = 1, quantization=None, **parallel) -> LlamaForCausalLM:
+    """Build the model on `device` in `dtype` and fill it from the directory's safetensors.
+
+    `parallel` (stage=PipelineStage, and for MoE models moe=MoEParallel) is passed to the model."""
     model_dir = Path(model_dir)
     if isinstance(dtype, str):
         dtype = getattr(torch, dtype)
     files = safetensors_files(model_dir)
     with _default_dtype(dtype), torch.device(device):
-        model = LlamaForCausalLM(model_config, linear_method=linear_method, tp_rank=tp_rank, tp_size=tp_size)
+        model = model_class(model_config)(model_config, linear_method=linear_method, tp_rank=tp_rank,
+                                          tp_size=tp_size, **parallel)
+        if quantization is not None:  # refengine.quant.QuantConfig: per-layer FP8 methods, before loading
+            quantization.prepare_model(model)
     load_weights(model, iter_checkpoint(files))
     return model.eval()

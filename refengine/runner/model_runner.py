@@ -1,7 +1,9 @@
 """Runs one scheduled step: flat varlen inputs → forward → logits of finishing rows → tokens.
 
 It owns the model, the KV cache tensors and the sampler; it keeps no per-request state besides
-sampler generators, so a `SchedulerOutput` is all it needs (and all another rank would need).
+sampler generators, so a `SchedulerOutput` is all it needs (and all another rank needs: under
+tensor parallelism every rank runs this same step, and only the one with `samples` samples;
+the pipeline-parallel stage runner is refengine/distributed/pipeline_runner.py).
 """
 
 from __future__ import annotations
@@ -27,8 +29,9 @@ class StepTimings:
 
 class ModelRunner:
     def __init__(self, model: torch.nn.Module, kv_caches: list[torch.Tensor], block_size: int,
-                 device: torch.device, seed: int):
+                 device: torch.device, seed: int, samples: bool = True):
         self.model = model
+        self.samples = samples  # False on TP ranks other than the sampler: they compute logits, return none
         self.kv_caches = kv_caches
         self.block_size = block_size
         self.device = device
@@ -66,10 +69,11 @@ class ModelRunner:
         hidden = self.model(input_ids, positions, self.kv_caches, meta)
         out = ModelRunnerOutput()
         if rows:
-            logits = self.model.compute_logits(hidden[sample_index])
+            logits = self.model.compute_logits(hidden[sample_index])  # a TP all-gather: every rank calls it
             t2 = time.perf_counter()
-            tokens = self.sampler(logits, rows)
-            out.sampled_token_ids = {row.req_id: tok for row, tok in zip(rows, tokens)}
+            if self.samples:
+                tokens = self.sampler(logits, rows)
+                out.sampled_token_ids = {row.req_id: tok for row, tok in zip(rows, tokens)}
         else:
             t2 = time.perf_counter()
         t3 = time.perf_counter()

@@ -85,6 +85,14 @@ class _GracefulServer(uvicorn.Server):
 def main(argv: list[str] | None = None, prog: str = "refengine-serve") -> int:
     ns = build_parser(prog).parse_args(argv)
     logging.basicConfig(level=ns.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from refengine.distributed.launch import run_torchrun_worker, torchrun_env
+    env = torchrun_env()
+    if env is not None and env[0] != 0:  # under torchrun, ranks other than 0 serve the driver's steps
+        try:
+            return run_torchrun_worker(engine_args_from(ns))
+        except RefEngineError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
     try:
         from refengine.engine import LLMEngine
         from refengine.server.app import Server
@@ -95,13 +103,23 @@ def main(argv: list[str] | None = None, prog: str = "refengine-serve") -> int:
     except RefEngineError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except RuntimeError as exc:  # RankFailedError: a rank died while starting
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     name = ns.served_model_name or engine.args.model
     server = Server(engine, name, api_key=ns.api_key, max_waiting_requests=ns.max_waiting_requests)
     cfg = engine.cache_config
+    pc = engine.parallel_config
+    layout = f", TP {pc.tensor_parallel_size} x PP {pc.pipeline_parallel_size}" if pc.world_size > 1 else ""
     print(f"refengine serving '{name}' on http://{ns.host}:{ns.port} (device {engine.device}, {engine.dtype}, "
-          f"max_model_len {engine.max_model_len}, {cfg.num_blocks} KV blocks of {cfg.block_size} tokens)",
+          f"max_model_len {engine.max_model_len}, {cfg.num_blocks} KV blocks of {cfg.block_size} tokens{layout})",
           flush=True)
+    if getattr(engine, "quant", None) is not None:  # the FP8 precision policy in force, and what it saves
+        print(f"{engine.quant.policy.summary()}\nmemory: {engine.quant_memory.summary()}", flush=True)
     config = uvicorn.Config(server.app(), host=ns.host, port=ns.port, log_level=ns.log_level,
                             timeout_graceful_shutdown=ns.graceful_shutdown_s)
-    _GracefulServer(config).run()
+    try:
+        _GracefulServer(config).run()
+    finally:
+        engine.shutdown()  # stops the other ranks
     return 0

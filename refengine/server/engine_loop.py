@@ -73,7 +73,8 @@ class EngineLoop:
 
     @property
     def healthy(self) -> bool:
-        return self.error is None and self._thread.is_alive()
+        # engine.healthy turns False as soon as a distributed rank dies, even while idle.
+        return self.error is None and self._thread.is_alive() and getattr(self.engine, "healthy", True)
 
     # ----- called from the event loop ------------------------------------------------------
     def generate(self, prompt, params: SamplingParams, request_id: str,
@@ -145,6 +146,9 @@ class EngineLoop:
     def _run(self) -> None:
         try:
             while not self._stopping:
+                if not getattr(self.engine, "healthy", True):  # a rank died while we were idle
+                    from refengine.distributed.executor import RankFailedError
+                    raise RankFailedError(f"the distributed engine failed: {self.engine.executor.dead_reason}")
                 self._drain_inbox()
                 if not self.engine.has_unfinished_requests():
                     self.stats = self.engine.stats()

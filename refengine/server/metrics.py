@@ -56,6 +56,14 @@ class _EngineStatsCollector:
                             s.prompt_tokens_total)
         yield self._counter("vllm:generation_tokens", "Generated tokens.", s.generation_tokens_total)
         yield self._gauge("refengine:healthy", "1 while the engine loop runs.", 1.0 if self.engine_loop.healthy else 0.0)
+        if getattr(s, "moe_expert_tokens", ()):  # MoE models: per-expert load, so imbalance is visible
+            c = CounterMetricFamily("refengine:moe_expert_tokens", "Token assignments routed to each expert "
+                                    "(summed over layers).", labels=[*self.labels, "expert"])
+            for expert, n in enumerate(s.moe_expert_tokens):
+                c.add_metric([*self.labels.values(), str(expert)], n)
+            yield c
+            yield self._counter("refengine:moe_capacity_overflow", "Assignments dropped by the MoE capacity "
+                                "factor.", s.moe_overflow_total)
 
 
 class ServerMetrics:
@@ -68,6 +76,8 @@ class ServerMetrics:
         info = Gauge("vllm:cache_config_info", "KV cache configuration.", ["model_name", "block_size", "num_gpu_blocks"],
                      registry=reg)
         info.labels(model_name, str(block_size), str(num_blocks)).set(1)
+        self._quantization_info(getattr(getattr(engine_loop, "engine", None), "quant", None),
+                                getattr(getattr(engine_loop, "engine", None), "quant_memory", None))
         self.request_success = Counter("vllm:request_success", "Finished requests by finish reason.",
                                        ["model_name", "finished_reason"], registry=reg)
         self.requests_rejected = Counter("refengine:requests_rejected", "Requests refused before reaching the "
@@ -85,6 +95,24 @@ class ServerMetrics:
         self.decode = Histogram("vllm:request_decode_time_seconds", "First token → finish.", labels,
                                 buckets=REQUEST_BUCKETS, registry=reg)
         self._last_token_time: dict[str, float] = {}
+
+    def _quantization_info(self, quant, memory) -> None:
+        """The precision policy in force (refengine/quant/policy.py) and the bytes it saves."""
+        if quant is None:
+            return
+        d = quant.policy.as_dict()
+        labels = ["model_name", "quantization", "weight_scales", "kv_cache_dtype", "skip", "fp8_modules"]
+        g = Gauge("refengine:quantization_info", "FP8 precision policy in force (1 = this policy).", labels,
+                  registry=self.registry)
+        g.labels(self.model_name, d["quantization"], str(d["weight_scales"] or ""), d["kv_cache_dtype"],
+                 ",".join(d["skip"]), ",".join(d["fp8_modules"])).set(1)
+        if memory is not None:
+            b = Gauge("refengine:model_memory_bytes", "Bytes of weights and KV per token, as stored and as they "
+                      "would be unquantized.", ["model_name", "what"], registry=self.registry)
+            for what, value in (("weights", memory.weight_bytes), ("weights_unquantized", memory.weight_bytes_unquantized),
+                                ("kv_per_token", memory.kv_bytes_per_token),
+                                ("kv_per_token_unquantized", memory.kv_bytes_per_token_unquantized)):
+                b.labels(self.model_name, what).set(value)
 
     def on_output(self, out: RequestOutput) -> None:
         """Called on the engine thread for each step's output of each request."""

@@ -4,12 +4,14 @@ import math
 
 import pytest
 
-from analyzers.latency import Distribution, best_level_within_slo, ceiling_notes, summarize_level
+from analyzers.distribution import Distribution
+from analyzers.latency import summarize_level
+from analyzers.scaling import best_level_within_slo, ceiling_notes
 from llmbench.rundir import RequestRecord
 
 
-def rec(ttft, e2e, n_out, status="ok", in_window=True, level="c1", t0=1000.0, n_in=10, kind=None, itl=()):
-    r = RequestRecord(level_id=level, concurrency=1, request_rate=None, target_input_len=n_in, target_output_len=n_out,
+def rec(ttft, e2e, n_out, status="ok", in_window=True, level="c1", t0=1000.0, n_in=10, kind=None, itl=(), conc=1):
+    r = RequestRecord(level_id=level, concurrency=conc, request_rate=None, target_input_len=n_in, target_output_len=n_out,
                       t_scheduled=t0, t_sent=t0, t_first_token=None if ttft is None else t0 + ttft,
                       t_done=None if e2e is None else t0 + e2e, status=status, in_window=in_window,
                       prompt_tokens=n_in if status == "ok" else None, completion_tokens=n_out if status == "ok" else None,
@@ -51,8 +53,11 @@ def test_errors_counted_beside_percentiles_and_out_of_window_ignored():
 
 def test_zero_successes_all_errors_and_one_token_outputs():
     lv = summarize_level([rec(None, None, 5, status="error", kind="connect")] * 3, "c1", window_s=2.0)
-    assert lv.n_ok == 0 and lv.ttft.n == 0 and lv.ttft.p["p99"] is None and lv.slo_met is None
-    assert lv.output_tok_s == 0
+    # Every request failed: the level served nobody, so it missed the SLO (no percentile to show).
+    assert lv.n_ok == 0 and lv.ttft.n == 0 and lv.ttft.p["p99"] is None and lv.slo_met is False
+    assert lv.slo_broken == ["no successful requests"] and lv.error_rate == 1.0
+    assert lv.output_tok_s == 0 and lv.goodput_req_s == 0 and lv.output_tok_s_ci is None
+    assert summarize_level([], "c1", window_s=2.0).slo_met is None       # nothing measured: no verdict
     one = summarize_level([rec(0.2, 0.2, 1)], "c1", window_s=1.0)
     assert one.tpot.n == 0 and one.ttft.n == 1 and one.slo_met is True
 
@@ -70,10 +75,13 @@ def test_ceiling_notes_and_best_level():
     levels = []
     for i, (c, tput, ttft) in enumerate([(1, 100, 0.1), (8, 600, 0.3), (32, 630, 0.9), (64, 640, 2.5)]):
         n_out = 11
-        rs = [rec(ttft, ttft + 0.3, n_out, level=f"c{c}") for _ in range(tput)]  # TPOT 30 ms
+        rs = [rec(ttft, ttft + 0.3, n_out, level=f"c{c}", conc=c) for _ in range(tput)]  # TPOT 30 ms
         levels.append(summarize_level(rs, f"c{c}", window_s=n_out))
     notes = ceiling_notes(levels)
-    assert notes == {"c1": "normal", "c8": "normal", "c32": "near ceiling", "c64": "over SLO"}
+    # c8 -> c32: 4x the load for 5% more throughput (efficiency 0.017 < 0.25): near the ceiling;
+    # c32 is also the highest load within the SLO; c64 breaks TTFT P99.
+    assert notes == {"c1": "normal", "c8": "normal", "c32": "at target · near ceiling",
+                     "c64": "over SLO · near ceiling"}
     assert best_level_within_slo(levels).level_id == "c32"
 
 

@@ -57,7 +57,7 @@ def test_head_of_line_blocking_is_named(tmp_path):
     res = check_hol_blocking(table, find_tail_windows(table))
     assert res.status == "failed", res.detail
     f = res.finding
-    assert f.check_id == "p99.sched.hol_blocking" and f.evidence["long_prompts"] == 60
+    assert f.check_id == "p99.sched.long-prefill" and f.evidence["long_prompts"] == 60
     assert f.evidence["short_spikes_released_by_long_prefill"] >= 0.8 and f.coverage > 0.8
 
 

@@ -28,6 +28,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from refengine.quant.kv_cache import from_cache, is_fp8, kv_cache_bytes_per_token, to_cache
+
 
 @dataclass
 class PrefillSlice:
@@ -116,17 +118,28 @@ def build_attention_metadata(seqs: list[tuple[int, int, list[int]]], block_size:
     return meta
 
 
-def store_kv(k: torch.Tensor, v: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor) -> None:
-    """Write this step's K and V ([T, kv_heads * head_dim]) into their cache slots."""
+def store_kv(k: torch.Tensor, v: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor,
+             k_scale: float = 1.0, v_scale: float = 1.0) -> None:
+    """Write this step's K and V ([T, kv_heads * head_dim]) into their cache slots.
+
+    An FP8 cache stores x / scale (saturated); index_copy_ has no float8 kernel, so FP8 is
+    copied through a uint8 view of the same bytes."""
     _, num_blocks, block_size, kv_heads, head_dim = kv_cache.shape
     flat = kv_cache.view(2, num_blocks * block_size, kv_heads, head_dim)
-    flat[0].index_copy_(0, slot_mapping, k.view(-1, kv_heads, head_dim).to(kv_cache.dtype))
-    flat[1].index_copy_(0, slot_mapping, v.view(-1, kv_heads, head_dim).to(kv_cache.dtype))
+    k = to_cache(k.view(-1, kv_heads, head_dim), kv_cache.dtype, k_scale)
+    v = to_cache(v.view(-1, kv_heads, head_dim), kv_cache.dtype, v_scale)
+    if is_fp8(kv_cache.dtype):
+        flat, k, v = flat.view(torch.uint8), k.view(torch.uint8), v.view(torch.uint8)
+    flat[0].index_copy_(0, slot_mapping, k)
+    flat[1].index_copy_(0, slot_mapping, v)
 
 
 def paged_attention(q: torch.Tensor, kv_cache: torch.Tensor, meta: AttentionMetadata, num_heads: int,
-                    scale: float) -> torch.Tensor:
-    """q [T, heads * head_dim] -> attention output [T, heads * head_dim], flat token order."""
+                    scale: float, k_scale: float = 1.0, v_scale: float = 1.0) -> torch.Tensor:
+    """q [T, heads * head_dim] -> attention output [T, heads * head_dim], flat token order.
+
+    K and V are gathered in the cache dtype and converted (x8 * scale for FP8) after the gather,
+    so only the rows a step reads are ever dequantized."""
     _, num_blocks, block_size, kv_heads, head_dim = kv_cache.shape
     flat = kv_cache.view(2, num_blocks * block_size, kv_heads, head_dim)
     compute_dtype = torch.float32 if q.device.type == "cpu" else q.dtype
@@ -140,8 +153,9 @@ def paged_attention(q: torch.Tensor, kv_cache: torch.Tensor, meta: AttentionMeta
         # index_select on the flat slot list is several times faster than advanced indexing with a
         # 2-D index; [B * max_ctx, KVH, D] -> view [B, KVH, max_ctx, D] (SDPA takes the strides).
         slots = meta.decode_slots.view(-1)
-        kd = flat[0].index_select(0, slots).view(b, max_ctx, kv_heads, head_dim).transpose(1, 2).to(compute_dtype)
-        vd = flat[1].index_select(0, slots).view(b, max_ctx, kv_heads, head_dim).transpose(1, 2).to(compute_dtype)
+        kd = from_cache(flat[0].index_select(0, slots), compute_dtype, k_scale).view(b, max_ctx, kv_heads, head_dim)
+        vd = from_cache(flat[1].index_select(0, slots), compute_dtype, v_scale).view(b, max_ctx, kv_heads, head_dim)
+        kd, vd = kd.transpose(1, 2), vd.transpose(1, 2)
         od = F.scaled_dot_product_attention(qd.unsqueeze(2), kd, vd, attn_mask=meta.decode_mask, scale=scale,
                                             enable_gqa=gqa).squeeze(2)
         if meta.decode_only:
@@ -151,8 +165,9 @@ def paged_attention(q: torch.Tensor, kv_cache: torch.Tensor, meta: AttentionMeta
 
     for p in meta.prefills:
         qp = q[p.token_start:p.token_start + p.num_tokens].transpose(0, 1).unsqueeze(0)  # [1, H, n, D]
-        kp = flat[0].index_select(0, p.context_slots).to(compute_dtype).transpose(0, 1).unsqueeze(0)  # [1, KVH, L, D]
-        vp = flat[1].index_select(0, p.context_slots).to(compute_dtype).transpose(0, 1).unsqueeze(0)
+        kp = from_cache(flat[0].index_select(0, p.context_slots), compute_dtype, k_scale)
+        vp = from_cache(flat[1].index_select(0, p.context_slots), compute_dtype, v_scale)
+        kp, vp = kp.transpose(0, 1).unsqueeze(0), vp.transpose(0, 1).unsqueeze(0)  # [1, KVH, L, D]
         op = F.scaled_dot_product_attention(qp, kp, vp, attn_mask=p.mask, is_causal=p.mask is None, scale=scale,
                                             enable_gqa=gqa)
         out[p.token_start:p.token_start + p.num_tokens] = op.squeeze(0).transpose(0, 1)
@@ -160,23 +175,38 @@ def paged_attention(q: torch.Tensor, kv_cache: torch.Tensor, meta: AttentionMeta
 
 
 class Attention(nn.Module):
-    """Stores this step's K/V into the layer's paged cache, then attends over each sequence's context."""
+    """Stores this step's K/V into the layer's paged cache, then attends over each sequence's context.
+
+    `k_scale` / `v_scale`: this layer's FP8 KV scales (used only when the cache is FP8; 1.0 until
+    calibrated). `kv_observer`, when set, sees every K/V before it is stored (calibration).
+    On a GPU the Triton kernels (refengine/kernels) take the step when they apply; this file's
+    PyTorch functions are the fallback and the oracle they are tested against."""
 
     def __init__(self, num_heads: int, head_dim: int, scale: float, num_kv_heads: int):
         super().__init__()
         self.num_heads, self.head_dim, self.scale, self.num_kv_heads = num_heads, head_dim, scale, num_kv_heads
+        self.k_scale, self.v_scale = 1.0, 1.0
+        self.kv_observer = None
+        self.use_kernels = True
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_cache: torch.Tensor,
                 meta: AttentionMetadata) -> torch.Tensor:
-        store_kv(k, v, kv_cache, meta.slot_mapping)
-        return paged_attention(q, kv_cache, meta, self.num_heads, self.scale).to(q.dtype)
+        if self.kv_observer is not None:
+            self.kv_observer(self, k, v)
+        if q.is_cuda and self.use_kernels:
+            from refengine.kernels.dispatch import attention_with_kernels
+            out = attention_with_kernels(self, q, k, v, kv_cache, meta)
+            if out is not None:
+                return out
+        store_kv(k, v, kv_cache, meta.slot_mapping, self.k_scale, self.v_scale)
+        return paged_attention(q, kv_cache, meta, self.num_heads, self.scale, self.k_scale,
+                               self.v_scale).to(q.dtype)
 
 
 def kv_cache_bytes_per_block(model_config, block_size: int, dtype: torch.dtype, tp_size: int = 1) -> int:
-    """Bytes one block id costs across all layers: 2 x layers x block_size x kv_heads x head_dim x itemsize."""
-    kv_heads = max(1, model_config.num_key_value_heads // tp_size)
-    itemsize = torch.empty(0, dtype=dtype).element_size()
-    return 2 * model_config.num_hidden_layers * block_size * kv_heads * model_config.head_dim * itemsize
+    """Bytes one block id costs across all layers: 2 x layers x block_size x kv_heads x head_dim x itemsize
+    (`dtype` is the KV cache's own dtype: 1 byte for FP8)."""
+    return block_size * kv_cache_bytes_per_token(model_config, dtype, tp_size=tp_size)
 
 
 def allocate_kv_caches(model_config, num_blocks: int, block_size: int, dtype: torch.dtype,

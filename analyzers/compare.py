@@ -1,0 +1,134 @@
+"""A/B comparison of runs: the same levels side by side, deltas with bootstrap intervals, a verdict.
+
+For each level both runs share and each metric, the bootstrap draws of run A and of run B
+(independent resamples, see analyzers.distribution) give draws of the delta B − A; its 95%
+interval is their 2.5–97.5 percentiles. The verdict:
+
+- `within noise` when the interval contains 0, or the change is smaller than `min_effect`
+  (default 2%) of A's value: a real but negligible change is not worth a decision;
+- otherwise `better` or `worse` by the metric's direction (latency and error rate: lower is
+  better; throughput and goodput: higher is better).
+
+Levels are matched by level id (load × input length × output length); levels only one run has
+are listed as skipped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from analyzers.distribution import BOOTSTRAP_RESAMPLES, interval, percentile_draws
+from analyzers.latency import throughput_draws
+from analyzers.summary import RunSummary
+from analyzers.table import RequestTable
+
+MIN_EFFECT = 0.02
+# (metric name, column, percentile): latency metrics, where lower is better
+LATENCY_METRICS = [("TTFT P50", "ttft_s", 50), ("TTFT P95", "ttft_s", 95), ("TTFT P99", "ttft_s", 99),
+                   ("TPOT P50", "tpot_s", 50), ("TPOT P95", "tpot_s", 95), ("TPOT P99", "tpot_s", 99),
+                   ("E2E P50", "e2e_s", 50), ("E2E P99", "e2e_s", 99)]
+RATE_METRICS = ["output tok/s", "requests/s", "goodput req/s", "error rate"]
+HIGHER_IS_BETTER = {"output tok/s", "requests/s", "goodput req/s"}
+
+
+@dataclass
+class MetricDelta:
+    metric: str
+    a: float | None
+    b: float | None
+    delta: float | None             # b − a
+    rel: float | None               # delta / a
+    ci: list[float] | None          # 95% interval of the delta
+    verdict: str                    # better | worse | within noise | n/a
+
+
+@dataclass
+class LevelComparison:
+    level_id: str
+    deltas: list[MetricDelta]
+
+
+@dataclass
+class Comparison:
+    run_a: str
+    run_b: str
+    levels: list[LevelComparison]
+    only_a: list[str] = field(default_factory=list)
+    only_b: list[str] = field(default_factory=list)
+
+    def counts(self) -> dict[str, int]:
+        out = {"better": 0, "worse": 0, "within noise": 0, "n/a": 0}
+        for lc in self.levels:
+            for d in lc.deltas:
+                out[d.verdict] += 1
+        return out
+
+
+def compare_runs(a: tuple[RunSummary, RequestTable], b: tuple[RunSummary, RequestTable],
+                 min_effect: float = MIN_EFFECT, seed: int = 0) -> Comparison:
+    (sa, ta), (sb, tb) = a, b
+    ids_a = [lv.level_id for lv in sa.levels]
+    ids_b = [lv.level_id for lv in sb.levels]
+    shared = [i for i in ids_a if i in ids_b]
+    rng_a, rng_b = np.random.default_rng([seed, 1]), np.random.default_rng([seed, 2])
+    rows_a, rows_b = ta.level_rows(), tb.level_rows()
+    levels = []
+    for level_id in shared:
+        da = _draws(ta, rows_a[level_id], sa, level_id, rng_a)
+        db = _draws(tb, rows_b[level_id], sb, level_id, rng_b)
+        levels.append(LevelComparison(level_id, [_delta(m, da[m], db[m], min_effect) for m in da]))
+    return Comparison(sa.info.run_id, sb.info.run_id, levels,
+                      only_a=[i for i in ids_a if i not in shared], only_b=[i for i in ids_b if i not in shared])
+
+
+def _draws(table: RequestTable, rows: np.ndarray, s: RunSummary, level_id: str,
+           rng: np.random.Generator) -> dict[str, tuple[float | None, np.ndarray]]:
+    """metric -> (point estimate, bootstrap draws) for one level of one run."""
+    df = table.df
+    win = df["in_window"].to_numpy()[rows]
+    status = df["status"].to_numpy()[rows]
+    ok = win & (status == "ok")
+    cols = {c: df[c].to_numpy()[rows][ok] for c in ("ttft_s", "tpot_s", "e2e_s", "t_sent", "out_tokens")}
+    out: dict[str, tuple[float | None, np.ndarray]] = {}
+    by_col: dict[str, list[tuple[str, float]]] = {}
+    for name, col, q in LATENCY_METRICS:
+        by_col.setdefault(col, []).append((name, q))
+    for col, metrics in by_col.items():
+        values = cols[col][~np.isnan(cols[col])]
+        qs = [q for _, q in metrics]
+        draws = percentile_draws(values, qs, rng)
+        points = np.percentile(values, qs) if values.size else [None] * len(qs)
+        for i, (name, _) in enumerate(metrics):
+            out[name] = (None if points[i] is None else float(points[i]), draws[:, i])
+    window = s.windows[level_id]
+    tok, req = throughput_draws(cols["t_sent"], cols["out_tokens"], window, rng)
+    good = s.slos.request_meets(cols["ttft_s"], cols["tpot_s"], cols["e2e_s"])
+    _, good_req = throughput_draws(cols["t_sent"][good], cols["out_tokens"][good], window, rng)
+    lv = next(x for x in s.levels if x.level_id == level_id)
+    out["output tok/s"] = (lv.output_tok_s, tok)
+    out["requests/s"] = (lv.req_s, req)
+    out["goodput req/s"] = (lv.goodput_req_s, good_req if good.any() else np.zeros(BOOTSTRAP_RESAMPLES))
+    n = int(win.sum())
+    rate = lv.error_rate
+    out["error rate"] = (rate, rng.binomial(n, rate, BOOTSTRAP_RESAMPLES) / n if n else np.full(1, np.nan))
+    return out
+
+
+def _delta(metric: str, a: tuple[float | None, np.ndarray], b: tuple[float | None, np.ndarray],
+           min_effect: float) -> MetricDelta:
+    (va, da), (vb, db) = a, b
+    if va is None or vb is None or np.isnan(da).all() or np.isnan(db).all():
+        return MetricDelta(metric, va, vb, None, None, None, "n/a")
+    k = min(da.size, db.size)
+    ci = interval(db[:k] - da[:k])
+    delta = vb - va
+    rel = delta / va if va else None
+    small = abs(delta) <= min_effect * abs(va) if va else delta == 0
+    if ci is None or ci[0] <= 0 <= ci[1] or small:
+        verdict = "within noise"
+    else:
+        up = delta > 0
+        verdict = "better" if up == (metric in HIGHER_IS_BETTER) else "worse"
+    return MetricDelta(metric, va, vb, delta, rel, ci, verdict)

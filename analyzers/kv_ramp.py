@@ -1,0 +1,267 @@
+"""The seed's ramp (section 5.2): concurrency 1, then up step by step until errors, preemptions or
+a saturated KV cache; the running count where it saturates is the server's real KV capacity.
+
+Load: a small asyncio + httpx closed loop, not loadgen's locust levels. The ramp has to add users
+one level at a time *without draining* (a drained level never fills the cache), scrape `/metrics`
+every 100 ms on the same clock, and stop at the first saturated level; locust levels are separate
+processes with warm-up and measured windows, built for latency statistics, and take seconds to
+start. Requests have a known length: a prompt of random token ids (unique per request, so prefix
+caching cannot share blocks), `ignore_eos` and a fixed `max_tokens`, non-streaming.
+
+Estimate: blocks // ceil((prompt + max_tokens) / block_size), from the server's own
+`vllm:cache_config_info` (num_gpu_blocks, block_size). Requests whose prompt already occupies all
+the blocks the finished request needs (prompt and output within one block edge) never grow by a
+block mid-decode, so admission alone decides how many run and nothing is preempted; otherwise the
+server admits on prompt blocks, then preempts as requests grow, and the capacity is read from the
+oscillation.
+
+Metric names: vLLM / refengine (`vllm:num_requests_running`, `vllm:num_requests_waiting`,
+`vllm:kv_cache_usage_perc` or v0's `vllm:gpu_cache_usage_perc`, `vllm:num_preemptions_total`) and
+SGLang's (`sglang:num_running_reqs`, `sglang:num_queue_reqs`, `sglang:token_usage`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import statistics
+import time
+from dataclasses import dataclass, field
+
+from analyzers.diagnosis_error import DiagnosisError
+
+_NAMES = {
+    "running": ("vllm:num_requests_running", "sglang:num_running_reqs"),
+    "waiting": ("vllm:num_requests_waiting", "sglang:num_queue_reqs"),
+    "kv_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage"),
+    "preemptions": ("vllm:num_preemptions_total", "vllm:num_preemptions"),
+}
+KV_FULL = 0.90             # KV usage at which the cache counts as saturated
+TOLERANCE = 0.10           # observed vs estimate, the issue's yardstick
+
+
+@dataclass(frozen=True)
+class RampSpec:
+    target: str
+    prompt_tokens: int = 1000
+    max_tokens: int = 8
+    levels: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+    level_seconds: float = 5.0
+    scrape_interval_s: float = 0.1
+    request_timeout_s: float = 300.0
+    model: str | None = None
+    api_key: str | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.target.startswith(("http://", "https://")):
+            raise DiagnosisError(f"--target must be a URL like http://127.0.0.1:8000, got {self.target!r}")
+        if self.prompt_tokens < 1 or self.max_tokens < 1:
+            raise DiagnosisError("prompt and max tokens must be >= 1")
+        if not self.levels or list(self.levels) != sorted(set(self.levels)) or self.levels[0] < 1:
+            raise DiagnosisError("ramp levels must be increasing positive concurrencies")
+        if self.level_seconds <= 0:
+            raise DiagnosisError("level seconds must be > 0")
+
+    @property
+    def request_tokens(self) -> int:
+        return self.prompt_tokens + self.max_tokens
+
+
+@dataclass
+class Sample:
+    t: float
+    running: float
+    waiting: float
+    kv_usage: float | None
+    preemptions: float
+
+
+@dataclass
+class LevelObservation:
+    concurrency: int
+    ok: int = 0
+    errors: int = 0
+    error_text: str = ""
+    samples: list[Sample] = field(default_factory=list)
+    preemptions: float = 0.0           # during this level
+
+    @property
+    def max_running(self) -> int:
+        return int(max((s.running for s in self.samples), default=0))
+
+    @property
+    def max_kv_usage(self) -> float | None:
+        usage = [s.kv_usage for s in self.samples if s.kv_usage is not None]
+        return max(usage) if usage else None
+
+    @property
+    def queued_fraction(self) -> float:
+        return sum(s.waiting > 0 for s in self.samples) / len(self.samples) if self.samples else 0.0
+
+    @property
+    def plateau_running(self) -> int | None:
+        """Running while requests were held back (waiting > 0): what the server could hold at once.
+        Without preemption that is the most it ever ran (dips are requests finishing between steps);
+        with preemption running overshoots and is cut back, so take the median of the oscillation."""
+        held = [s.running for s in self.samples if s.waiting > 0]
+        if not held:
+            return None
+        return int(round(statistics.median(held) if self.preemptions > 0 else max(held)))
+
+    def saturation(self) -> list[str]:
+        why = []
+        if self.errors:
+            why.append(f"{self.errors} errors ({self.error_text})")
+        if self.preemptions > 0:
+            why.append(f"{self.preemptions:g} preemptions")
+        if self.queued_fraction >= 0.5 and (self.max_kv_usage or 0) >= KV_FULL:
+            why.append(f"KV {self.max_kv_usage:.0%} full with requests waiting")
+        elif self.queued_fraction >= 0.5:
+            why.append(f"requests waiting with KV only {(self.max_kv_usage or 0):.0%} full "
+                       "(max_num_seqs or the token budget caps concurrency before KV does)")
+        return why
+
+
+@dataclass
+class RampResult:
+    spec: RampSpec
+    num_blocks: int | None
+    block_size: int | None
+    levels: list[LevelObservation]
+    stop_reason: str
+    completion_tokens_seen: set[int] = field(default_factory=set)
+
+    @property
+    def estimate(self) -> int | None:
+        if not self.num_blocks or not self.block_size:
+            return None
+        return self.num_blocks // -(-self.spec.request_tokens // self.block_size)
+
+    @property
+    def saturated_level(self) -> LevelObservation | None:
+        return next((lv for lv in self.levels if lv.saturation()), None)
+
+    @property
+    def observed_capacity(self) -> int | None:
+        level = self.saturated_level
+        if level is None:
+            return None
+        return level.plateau_running or level.max_running
+
+    @property
+    def kv_limited(self) -> bool:
+        level = self.saturated_level
+        return level is not None and (level.preemptions > 0 or (level.max_kv_usage or 0) >= KV_FULL)
+
+    def within_tolerance(self) -> bool | None:
+        if self.observed_capacity is None or self.estimate is None:
+            return None
+        return abs(self.observed_capacity - self.estimate) <= TOLERANCE * self.estimate
+
+
+def parse_metrics(text: str) -> dict[str, float | None | dict]:
+    """Sum running/waiting/preemptions over label sets, max KV usage; cache_config_info's labels."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: dict = {"running": 0.0, "waiting": 0.0, "kv_usage": None, "preemptions": 0.0, "cache_config": {}}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name == "vllm:cache_config_info":
+                out["cache_config"] = dict(s.labels)
+            for key, names in _NAMES.items():
+                if s.name in names:
+                    if key == "kv_usage":
+                        out[key] = max(out[key] or 0.0, s.value)
+                    elif not (key == "preemptions" and s.name.endswith("_created")):
+                        out[key] += s.value
+    return out
+
+
+async def _scrape(client, url: str) -> dict:
+    resp = await client.get(url + "/metrics", timeout=5.0)
+    resp.raise_for_status()
+    return parse_metrics(resp.text)
+
+
+async def _served_model(client, spec: RampSpec) -> str:
+    if spec.model:
+        return spec.model
+    resp = await client.get(spec.target + "/v1/models", timeout=10.0)
+    resp.raise_for_status()
+    data = resp.json().get("data") or []
+    if not data:
+        raise DiagnosisError(f"{spec.target}/v1/models lists no model; pass --served-model")
+    return data[0]["id"]
+
+
+async def run_ramp(spec: RampSpec, on_level=None) -> RampResult:
+    """Drive the ramp; `on_level(observation)` is called after each level (progress output)."""
+    import httpx
+
+    headers = {"Authorization": f"Bearer {spec.api_key}"} if spec.api_key else {}
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+    async with httpx.AsyncClient(headers=headers, limits=limits, timeout=spec.request_timeout_s) as client:
+        try:
+            first = await _scrape(client, spec.target)
+            model = await _served_model(client, spec)
+        except httpx.HTTPError as exc:
+            raise DiagnosisError(f"cannot reach {spec.target} (/metrics and /v1/models): {exc}") from None
+        cache = first["cache_config"]
+        num_blocks = int(cache["num_gpu_blocks"]) if cache.get("num_gpu_blocks") not in (None, "", "None") else None
+        block_size = int(cache["block_size"]) if cache.get("block_size") not in (None, "", "None") else None
+        rng = random.Random(spec.seed)
+        levels: list[LevelObservation] = []
+        current: list[LevelObservation] = []
+        completion_tokens: set[int] = set()
+
+        async def user() -> None:
+            while True:
+                prompt = [rng.randrange(100, 4000) for _ in range(spec.prompt_tokens)]
+                body = {"model": model, "prompt": prompt, "max_tokens": spec.max_tokens, "temperature": 0.0,
+                        "ignore_eos": True, "stream": False}
+                try:
+                    resp = await client.post(spec.target + "/v1/completions", json=body)
+                    if resp.status_code == 200:
+                        current[0].ok += 1
+                        completion_tokens.add(int((resp.json().get("usage") or {}).get("completion_tokens", -1)))
+                    else:
+                        current[0].errors += 1
+                        current[0].error_text = f"HTTP {resp.status_code}: {resp.text[:120]}"
+                except httpx.HTTPError as exc:
+                    current[0].errors += 1
+                    current[0].error_text = f"{type(exc).__name__}: {exc}"[:160]
+
+        users: list[asyncio.Task] = []
+        last_preemptions = first["preemptions"]
+        stop_reason = f"reached the last level ({spec.levels[-1]}) without saturating"
+        try:
+            for concurrency in spec.levels:
+                level = LevelObservation(concurrency)
+                current[:] = [level]
+                levels.append(level)
+                users += [asyncio.create_task(user()) for _ in range(concurrency - len(users))]
+                end = time.monotonic() + spec.level_seconds
+                while time.monotonic() < end:
+                    await asyncio.sleep(spec.scrape_interval_s)
+                    try:
+                        m = await _scrape(client, spec.target)
+                    except httpx.HTTPError as exc:
+                        level.errors += 1
+                        level.error_text = f"/metrics: {exc}"[:160]
+                        continue
+                    level.samples.append(Sample(time.time(), m["running"], m["waiting"], m["kv_usage"],
+                                                m["preemptions"]))
+                    level.preemptions = m["preemptions"] - last_preemptions
+                if level.samples:
+                    last_preemptions = level.samples[-1].preemptions
+                if on_level is not None:
+                    on_level(level)
+                if level.saturation():
+                    stop_reason = f"saturated at concurrency {concurrency}: " + "; ".join(level.saturation())
+                    break
+        finally:
+            for task in users:
+                task.cancel()           # closing the connections aborts the requests server-side
+            await asyncio.gather(*users, return_exceptions=True)
+    return RampResult(spec, num_blocks, block_size, levels, stop_reason, completion_tokens)

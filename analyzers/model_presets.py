@@ -1,0 +1,174 @@
+"""`ModelShape`: the architecture numbers memory and plan math need, and where they come from.
+
+A shape is resolved from (in this order) a named preset of a common open model, a refengine
+built-in (`tiny`, `tiny-test`), or a path to a Hugging Face `config.json` (or its directory).
+Presets carry the published config.json numbers, so a parameter count computed from them lands
+on the published total (Llama-3-8B 8.0B, Llama-3-70B 70.6B, Qwen2-7B 7.6B, Qwen2-72B 72.7B,
+Mixtral-8x7B 46.7B); a test checks that.
+
+The config.json reader is deliberately more lenient than the engine's loader
+(`refengine.model.hf_config`): it only needs shapes, so it accepts MoE architectures (Mixtral's
+`num_local_experts`, Qwen-MoE's `num_experts`) the engine cannot run.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from analyzers.diagnosis_error import DiagnosisError
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    name: str
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int          # per expert for MoE models
+    vocab_size: int
+    tie_word_embeddings: bool = False
+    qkv_bias: bool = False
+    num_experts: int = 1            # 1 = dense MLP
+    experts_per_token: int = 1
+    max_position_embeddings: int = 4096
+
+    def __post_init__(self) -> None:
+        for field_name in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim",
+                           "intermediate_size", "vocab_size", "num_experts", "experts_per_token"):
+            if getattr(self, field_name) < 1:
+                raise DiagnosisError(f"model {self.name!r}: {field_name} must be >= 1")
+        if self.num_heads % self.num_kv_heads:
+            raise DiagnosisError(f"model {self.name!r}: num_heads ({self.num_heads}) must be a multiple of "
+                                 f"num_kv_heads ({self.num_kv_heads})")
+        if self.experts_per_token > self.num_experts:
+            raise DiagnosisError(f"model {self.name!r}: experts_per_token > num_experts")
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 1
+
+    # ---- parameter counts (per layer pieces, so the memory model can split them by TP/PP) ----
+    def attention_params(self) -> int:
+        q_out, kv_out = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        bias = (q_out + 2 * kv_out) if self.qkv_bias else 0
+        return self.hidden_size * (q_out + 2 * kv_out) + q_out * self.hidden_size + bias
+
+    def mlp_params(self) -> int:
+        """All experts' gate/up/down projections plus the router (MoE)."""
+        per_expert = 3 * self.hidden_size * self.intermediate_size
+        router = self.hidden_size * self.num_experts if self.is_moe else 0
+        return self.num_experts * per_expert + router
+
+    def layer_params(self) -> int:
+        return self.attention_params() + self.mlp_params() + 2 * self.hidden_size   # two RMSNorms
+
+    def embedding_params(self) -> int:
+        return self.vocab_size * self.hidden_size
+
+    def lm_head_params(self) -> int:
+        return 0 if self.tie_word_embeddings else self.vocab_size * self.hidden_size
+
+    def num_parameters(self) -> int:
+        return (self.embedding_params() + self.num_layers * self.layer_params() + self.hidden_size
+                + self.lm_head_params())
+
+    def active_parameters(self) -> int:
+        """Parameters one token touches (MoE: only its top-k experts)."""
+        inactive = (self.num_experts - self.experts_per_token) * 3 * self.hidden_size * self.intermediate_size
+        return self.num_parameters() - self.num_layers * inactive
+
+    def kv_bytes_per_token(self, kv_bytes: float) -> float:
+        """DESIGN section 8: 2 (K and V) x layers x kv_heads x head_dim x bytes — the whole model."""
+        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * kv_bytes
+
+
+# Published config.json numbers (Hugging Face model cards of the base models).
+PRESETS: dict[str, ModelShape] = {
+    "llama-3-8b": ModelShape("llama-3-8b", hidden_size=4096, num_layers=32, num_heads=32, num_kv_heads=8,
+                             head_dim=128, intermediate_size=14336, vocab_size=128256,
+                             max_position_embeddings=8192),
+    "llama-3-70b": ModelShape("llama-3-70b", hidden_size=8192, num_layers=80, num_heads=64, num_kv_heads=8,
+                              head_dim=128, intermediate_size=28672, vocab_size=128256,
+                              max_position_embeddings=8192),
+    "qwen2-7b": ModelShape("qwen2-7b", hidden_size=3584, num_layers=28, num_heads=28, num_kv_heads=4,
+                           head_dim=128, intermediate_size=18944, vocab_size=152064, qkv_bias=True,
+                           max_position_embeddings=131072),
+    "qwen2-72b": ModelShape("qwen2-72b", hidden_size=8192, num_layers=80, num_heads=64, num_kv_heads=8,
+                            head_dim=128, intermediate_size=29568, vocab_size=152064, qkv_bias=True,
+                            max_position_embeddings=131072),
+    "mixtral-8x7b": ModelShape("mixtral-8x7b", hidden_size=4096, num_layers=32, num_heads=32, num_kv_heads=8,
+                               head_dim=128, intermediate_size=14336, vocab_size=32000, num_experts=8,
+                               experts_per_token=2, max_position_embeddings=32768),
+}
+# Spellings people type: "Llama-3-70B", "meta-llama/Meta-Llama-3-70B", "llama3-70b", "Qwen/Qwen2-7B".
+_ALIASES = {"meta-llama-3-8b": "llama-3-8b", "llama3-8b": "llama-3-8b", "meta-llama-3-70b": "llama-3-70b",
+            "llama3-70b": "llama-3-70b", "mixtral-8x7b-v0.1": "mixtral-8x7b"}
+
+
+def _normalise(name: str) -> str:
+    key = name.strip().lower().rsplit("/", 1)[-1].replace("_", "-")
+    for suffix in ("-instruct", "-hf"):
+        key = key.removesuffix(suffix)
+    return _ALIASES.get(key, key)
+
+
+def shape_from_hf_config(cfg: dict, name: str = "config.json") -> ModelShape:
+    """Shapes from an already-parsed config.json (dense Llama-family or MoE)."""
+    try:
+        hidden, heads = int(cfg["hidden_size"]), int(cfg["num_attention_heads"])
+        layers, inter, vocab = int(cfg["num_hidden_layers"]), int(cfg["intermediate_size"]), int(cfg["vocab_size"])
+    except KeyError as e:
+        raise DiagnosisError(f"{name} lacks required field {e.args[0]!r}") from None
+    archs = " ".join(cfg.get("architectures") or [])
+    experts = int(cfg.get("num_local_experts") or cfg.get("num_experts") or 1)
+    if "moe_intermediate_size" in cfg and experts > 1:
+        inter = int(cfg["moe_intermediate_size"])   # Qwen-MoE: experts are narrower than the dense size
+    return ModelShape(
+        name=name, hidden_size=hidden, num_layers=layers, num_heads=heads,
+        num_kv_heads=int(cfg.get("num_key_value_heads") or heads),
+        head_dim=int(cfg.get("head_dim") or hidden // heads), intermediate_size=inter, vocab_size=vocab,
+        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        qkv_bias="Qwen2" in archs or bool(cfg.get("attention_bias", False)),
+        num_experts=experts, experts_per_token=int(cfg.get("num_experts_per_tok") or 1) if experts > 1 else 1,
+        max_position_embeddings=int(cfg.get("max_position_embeddings") or 4096))
+
+
+def _refengine_builtin(name: str) -> ModelShape | None:
+    from refengine.model.tiny import PRESETS as TINY, VOCAB_SIZE
+
+    p = TINY.get(name)
+    if p is None:
+        return None
+    return ModelShape(name=name, hidden_size=p.hidden_size, num_layers=p.num_layers, num_heads=p.num_heads,
+                      num_kv_heads=p.num_kv_heads, head_dim=p.head_dim, intermediate_size=p.intermediate_size,
+                      vocab_size=VOCAB_SIZE, tie_word_embeddings=p.tie_word_embeddings,
+                      max_position_embeddings=p.max_position_embeddings)
+
+
+def resolve_model(spec: str) -> ModelShape:
+    """A preset name, a refengine built-in, or a path to config.json / a model directory."""
+    key = _normalise(spec)
+    if key in PRESETS:
+        return PRESETS[key]
+    builtin = _refengine_builtin(spec)
+    if builtin is not None:
+        return builtin
+    path = Path(spec)
+    if path.is_dir():
+        path = path / "config.json"
+    if not path.is_file():
+        raise DiagnosisError(f"unknown model {spec!r}: give a preset ({', '.join(PRESETS)}), a refengine model "
+                             "(tiny, tiny-test) or a path to a Hugging Face config.json")
+    try:
+        cfg = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise DiagnosisError(f"{path} is not valid JSON: {e}") from None
+    if not isinstance(cfg, dict):
+        raise DiagnosisError(f"{path} must hold a JSON object")
+    # Multimodal wrappers keep the language model under text_config.
+    cfg = {**cfg, **cfg["text_config"]} if isinstance(cfg.get("text_config"), dict) else cfg
+    return replace(shape_from_hf_config(cfg, name=str(path)), name=path.parent.name or str(path))

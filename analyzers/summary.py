@@ -1,0 +1,138 @@
+"""A whole run analyzed: every level's statistics, scaling, SLO answers and findings.
+
+This is what summary.json holds and every report renders. It is computed from the run
+directory alone, so `llmbench report` regenerates it for any run, an interrupted one included.
+Each level's measured window comes from run.json's `level_meta` (written by the sweep as each
+level ends); runs written before that field existed fall back to summary.json's `window_s`,
+then to the spec's duration.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from analyzers.latency import LevelStats, Window, level_stats
+from analyzers.scaling import ScalingPoint, Series, analyze_scaling, best_level_within_slo
+from analyzers.slo import Slos
+from analyzers.table import RequestTable
+from analyzers.table_cache import load_cached
+from llmbench.rundir import RunDir, RunInfo
+
+
+@dataclass
+class RunSummary:
+    info: RunInfo
+    slos: Slos
+    levels: list[LevelStats]
+    scaling: dict[str, ScalingPoint]
+    series: list[Series]
+    findings: list[str] = field(default_factory=list)
+    windows: dict[str, Window] = field(default_factory=dict)     # level id -> the window used
+
+    @property
+    def best(self) -> LevelStats | None:
+        return best_level_within_slo(self.levels)
+
+    def note(self, level_id: str) -> str:
+        p = self.scaling.get(level_id)
+        return p.note if p else ""
+
+    def to_dict(self) -> dict:
+        best = self.best
+        levels = []
+        for lv in self.levels:
+            p = self.scaling.get(lv.level_id)
+            levels.append({**lv.to_dict(), "ceiling_note": p.note if p else None,
+                           "linearity": p.linearity if p else None,
+                           "scaling_efficiency": p.efficiency if p else None})
+        return {"schema_version": self.info.schema_version, "run_id": self.info.run_id, "status": self.info.status,
+                "slos": self.slos.to_dict(), "levels": levels,
+                "best_level_within_slo": best.level_id if best else None,
+                "series": [{"key": s.key, "levels": s.level_ids, "knee": s.knee,
+                            "best_within_slo": s.best_within_slo} for s in self.series],
+                "findings": self.findings}
+
+
+def level_windows(run: RunDir, info: RunInfo) -> dict[str, Window]:
+    windows: dict[str, Window] = {}
+    for level_id, meta in (getattr(info, "level_meta", None) or {}).items():
+        if meta.get("window_s"):
+            windows[level_id] = Window(float(meta["window_s"]), meta.get("window_start"), meta.get("window_end"))
+    try:
+        old = run.read_summary() or {}
+    except ValueError:           # a summary.json torn by a crash: recomputed from the records anyway
+        old = {}
+    for lv in old.get("levels", []):
+        if lv.get("level_id") not in windows and lv.get("window_s"):
+            windows[lv["level_id"]] = Window(float(lv["window_s"]))
+    return windows
+
+
+def summarize_table(table: RequestTable, info: RunInfo, windows: dict[str, Window],
+                    slos: "Slos | dict | None" = None, extra_notes: dict[str, list[str]] | None = None,
+                    seed: int = 0) -> RunSummary:
+    """Analyze `table` (a run's records). `windows`: level id -> measured window; levels without
+    one use the spec's duration."""
+    slos = Slos.of(slos if slos is not None else info.slos)
+    default_window = float(info.sweep.get("duration_s") or 1.0)
+    rows_by_level = table.level_rows()
+    order = [lv for lv in info.levels_done if lv in rows_by_level]
+    order += [lv for lv in rows_by_level if lv not in order]
+    levels = []
+    used = {level_id: windows.get(level_id, Window(default_window)) for level_id in order}
+    for i, level_id in enumerate(order):
+        lv = level_stats(table, rows_by_level[level_id], level_id, used[level_id], slos,
+                         np.random.default_rng([seed, i]))
+        meta = (getattr(info, "level_meta", None) or {}).get(level_id, {})
+        lv.notes.extend(meta.get("notes", []))
+        lv.notes.extend((extra_notes or {}).get(level_id, []))
+        levels.append(lv)
+    return summary_of_levels(info, slos, levels, used)
+
+
+def summary_of_levels(info: RunInfo, slos: "Slos | dict", levels: list[LevelStats],
+                      windows: dict[str, Window] | None = None) -> RunSummary:
+    """Cross-level analysis (scaling, SLO answers, findings) of levels already summarized."""
+    scaling, series = analyze_scaling(levels)
+    summary = RunSummary(info, Slos.of(slos), levels, scaling, series, windows=windows or {})
+    summary.findings = findings(summary)
+    return summary
+
+
+def analyze_run(run: RunDir, slos: "Slos | dict | None" = None) -> tuple[RunSummary, RequestTable]:
+    """Read and analyze a run directory. Raises FileNotFoundError if it is not one."""
+    info = run.read_info()
+    table = load_cached(run)
+    return summarize_table(table, info, level_windows(run, info), slos), table
+
+
+def findings(s: RunSummary) -> list[str]:
+    """The plain-language conclusions, most important first."""
+    out = []
+    if s.info.status != "complete":
+        out.append(f"The run is {s.info.status}: {len(s.info.levels_done)} levels finished; "
+                   "statistics cover what was measured.")
+    by_id = {lv.level_id: lv for lv in s.levels}
+    for ser in s.series:
+        if ser.best_within_slo:
+            best = by_id[ser.best_within_slo]
+            out.append(f"{ser.key}: the highest load within the SLO ({s.slos.describe()}) is {best.level_id} "
+                       f"at {best.output_tok_s:.1f} output tok/s, goodput {best.goodput_req_s:.2f} req/s.")
+        elif any(by_id[i].slo_met is not None for i in ser.level_ids):
+            out.append(f"{ser.key}: no level met the SLO ({s.slos.describe()}).")
+        if ser.knee:
+            nxt = ser.level_ids[ser.level_ids.index(ser.knee) + 1]
+            eff = s.scaling[nxt].efficiency
+            out.append(f"{ser.key}: throughput stops scaling after {ser.knee} (the knee): {nxt} turned only "
+                       f"{eff:.0%} of its added load into throughput; the rest became queueing.")
+    for lv in s.levels:
+        if lv.slo_broken:
+            out.append(f"{lv.level_id}: over SLO: {'; '.join(lv.slo_broken)}.")
+        if lv.n_error + lv.n_timeout:
+            kinds = ", ".join(f"{k} {v}" for k, v in sorted(lv.errors_by_kind.items()))
+            out.append(f"{lv.level_id}: {lv.n_error} errors and {lv.n_timeout} timeouts of {lv.n_in_window} "
+                       f"requests ({lv.error_rate:.1%}): {kinds}.")
+        out.extend(f"{lv.level_id}: {n}." for n in lv.notes)
+    return out

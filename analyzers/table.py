@@ -1,0 +1,112 @@
+"""A run's requests as columns: one pandas row per request, the inter-token gaps pooled apart.
+
+Every statistic in analyzers/ is computed from this table, whether the records come from a
+requests.jsonl on disk (`llmbench report`, `compare`) or from the sweep's memory (its live
+summary), so there is one set of statistics code. The gaps (`itl_s`) live outside the DataFrame
+in one flat array with the row each gap belongs to: a pooled ITL percentile is then one numpy
+call instead of a Python loop over lists.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+from dataclasses import dataclass
+from typing import Iterable
+
+import numpy as np
+import pandas as pd
+
+from llmbench.rundir import RequestRecord, RunDir
+
+FLOAT_COLUMNS = ("request_rate", "t_scheduled", "t_sent", "t_first_token", "t_done", "ttft_s", "tpot_s",
+                 "e2e_s", "send_lag_s", "concurrency", "target_input_len", "target_output_len", "prompt_tokens",
+                 "completion_tokens", "client_prompt_tokens", "client_completion_tokens", "http_status")
+TEXT_COLUMNS = ("level_id", "status", "error", "error_kind", "worker_id")
+_RECORD_FIELDS = tuple(f.name for f in dataclasses.fields(RequestRecord) if f.name != "itl_s")
+
+
+@dataclass
+class RequestTable:
+    df: pd.DataFrame        # one row per request; numeric columns are float64 with NaN for null
+    itl: np.ndarray         # every inter-token gap of every request, in row order
+    itl_row: np.ndarray     # the df row (position) each gap belongs to
+
+    # ----- building -------------------------------------------------------------------------
+    @classmethod
+    def from_dicts(cls, rows: list[dict]) -> "RequestTable":
+        """Columns straight from parsed JSON objects (unknown keys are ignored, missing ones null)."""
+        cols: dict[str, object] = {}
+        for name in FLOAT_COLUMNS:
+            # None -> NaN happens inside numpy's float conversion, at C speed.
+            cols[name] = np.array([r.get(name) for r in rows], dtype=float)
+        for name in TEXT_COLUMNS:
+            cols[name] = np.array([r.get(name) for r in rows], dtype=object)
+        cols["in_window"] = np.array([bool(r.get("in_window")) for r in rows], dtype=bool)
+        gaps = [r.get("itl_s") or () for r in rows]
+        lengths = np.fromiter(map(len, gaps), dtype=np.int64, count=len(gaps))
+        itl = np.fromiter(itertools.chain.from_iterable(gaps), dtype=float, count=int(lengths.sum()))
+        df = pd.DataFrame(cols)
+        df["n_itl"] = lengths
+        return cls(df=derive_columns(df), itl=itl, itl_row=np.repeat(np.arange(len(rows)), lengths))
+
+    @classmethod
+    def from_records(cls, records: Iterable[RequestRecord]) -> "RequestTable":
+        return cls.from_dicts([dataclasses.asdict(r) for r in records])
+
+    @classmethod
+    def load(cls, run: RunDir, chunk_lines: int = 100_000) -> "RequestTable":
+        """Read requests.jsonl; a torn or malformed line (a run killed mid-write) is skipped. Parsed in
+        chunks so that a million records never exist as a million dicts at once."""
+        parts: list[RequestTable] = []
+        rows: list[dict] = []
+        if run.requests_jsonl.exists():
+            loads = json.loads
+            with open(run.requests_jsonl, "rb") as f:
+                for line in f:
+                    try:
+                        row = loads(line)
+                    except ValueError:
+                        continue
+                    if isinstance(row, dict) and "level_id" in row:
+                        rows.append(row)
+                        if len(rows) == chunk_lines:
+                            parts.append(cls.from_dicts(rows))
+                            rows = []
+        parts.append(cls.from_dicts(rows))
+        return cls.concat(parts)
+
+    @classmethod
+    def concat(cls, parts: list["RequestTable"]) -> "RequestTable":
+        if len(parts) == 1:
+            return parts[0]
+        offsets = np.cumsum([0] + [len(p.df) for p in parts[:-1]])
+        return cls(df=pd.concat([p.df for p in parts], ignore_index=True),
+                   itl=np.concatenate([p.itl for p in parts]),
+                   itl_row=np.concatenate([p.itl_row + off for p, off in zip(parts, offsets)]))
+
+    # ----- reading --------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self.df)
+
+    def level_ids(self) -> list[str]:
+        """Level ids in the order their first record appears."""
+        return list(pd.unique(self.df["level_id"])) if len(self.df) else []
+
+    def level_rows(self) -> dict[str, np.ndarray]:
+        """Level id -> positions of its rows (one groupby pass, not one scan per level)."""
+        if not len(self.df):
+            return {}
+        return {k: np.asarray(v) for k, v in self.df.groupby("level_id", sort=False).indices.items()}
+
+    def gaps_of(self, row_mask: np.ndarray) -> np.ndarray:
+        """The pooled inter-token gaps of the rows where `row_mask` (a boolean array over rows) is True."""
+        return self.itl[row_mask[self.itl_row]] if self.itl.size else self.itl
+
+
+def derive_columns(df: pd.DataFrame) -> pd.DataFrame:
+    """Token counts the statistics use: the server's usage, else the client's count (section 4)."""
+    df["out_tokens"] = df["completion_tokens"].fillna(df["client_completion_tokens"]).fillna(0.0)
+    df["in_tokens"] = df["prompt_tokens"].fillna(df["client_prompt_tokens"]).fillna(0.0)
+    return df

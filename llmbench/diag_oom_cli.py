@@ -1,0 +1,200 @@
+"""`llmdiag oom`: why it ran out of memory — the memory model, OOM log parsing and the KV ramp,
+ending with the oom playbook's steps and the fixes in the seed's order."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from llmbench.cli_common import user_errors
+
+console = Console()
+
+
+def _gib(x: float) -> str:
+    return f"{x / 1024 ** 3:,.2f}"
+
+
+def oom(
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="A preset (llama-3-8b, llama-3-70b, qwen2-7b, "
+                                        "qwen2-72b, mixtral-8x7b), a refengine model (tiny, tiny-test) or a path to "
+                                        "a Hugging Face config.json (or its directory)."),
+    tp: int = typer.Option(1, "--tp", help="Tensor-parallel size (GPUs that split each layer)."),
+    pp: int = typer.Option(1, "--pp", help="Pipeline-parallel size (stages that split the layers)."),
+    dtype: str = typer.Option("bf16", "--dtype", help="Weight dtype: fp32, fp16, bf16, fp8, int8, int4."),
+    kv_dtype: str = typer.Option("auto", "--kv-dtype", help="KV cache dtype: auto (16-bit), fp16, bf16, fp8, int8, "
+                                 "int4."),
+    max_model_len: int = typer.Option(4096, "--max-model-len", help="Longest prompt + output one request may reach."),
+    concurrency: int = typer.Option(32, "--concurrency", "-c", help="Concurrent requests the plan must hold."),
+    request_tokens: Optional[int] = typer.Option(None, "--request-tokens", help="Prompt + output tokens a typical "
+                                                 "request reaches (default: max_model_len, the worst case)."),
+    gpu_memory: float = typer.Option(80.0, "--gpu-memory", help="Memory per GPU in GiB (H100/A100-80GB: 80)."),
+    gpu_memory_utilization: float = typer.Option(0.90, "--gpu-memory-utilization", help="Fraction of GPU memory "
+                                                 "the engine may use (vLLM's flag)."),
+    block_size: int = typer.Option(16, "--block-size", help="Tokens per KV block."),
+    max_num_batched_tokens: int = typer.Option(2048, "--max-num-batched-tokens", help="Token budget per step "
+                                               "(sizes the prefill activations)."),
+    max_num_seqs: int = typer.Option(256, "--max-num-seqs", help="The engine's cap on running requests."),
+    enforce_eager: bool = typer.Option(False, "--enforce-eager", help="No CUDA graphs (their memory is not counted)."),
+    kv_layout: str = typer.Option("paged", "--kv-layout", help="paged, or contiguous (reserve max_model_len per "
+                                  "request, like engines without paging)."),
+    log: Optional[Path] = typer.Option(None, "--log", help="A log with a PyTorch CUDA OOM or vLLM KV-cache error "
+                                       "to explain."),
+    ramp: bool = typer.Option(False, "--ramp", help="Ramp a live server from concurrency 1 up until errors, "
+                              "preemptions or KV saturation; needs --target."),
+    target: Optional[str] = typer.Option(None, "--target", help="Base URL of a vLLM-compatible server for --ramp "
+                                         "(loopback or your own test hosts)."),
+    ramp_prompt_tokens: int = typer.Option(1000, "--ramp-prompt-tokens", help="Prompt length of each ramp request "
+                                           "(random token ids, unique per request)."),
+    ramp_max_tokens: int = typer.Option(8, "--ramp-max-tokens", help="Output tokens per ramp request (ignore_eos)."),
+    ramp_levels: str = typer.Option("1,2,4,8,16,32,64,128,256", "--ramp-levels", help="Comma-separated "
+                                    "concurrencies to step through."),
+    level_seconds: float = typer.Option(5.0, "--level-seconds", help="Seconds at each ramp level."),
+    served_model: Optional[str] = typer.Option(None, "--served-model", help="Model name to send (default: the "
+                                               "first of /v1/models)."),
+    api_key: Optional[str] = typer.Option(None, "--api-key", help="Bearer token for the target."),
+) -> None:
+    """Why it ran out of memory: memory per GPU for a model and plan, the verdict and the fixes in the
+    seed's order (--model); explain an OOM message (--log); find a live server's real KV capacity (--ramp)."""
+    from analyzers.diagnosis_error import DiagnosisError
+    from playbooks.playbook import PlaybookRun, load_playbook, render
+
+    with user_errors():
+        if not (model or log or ramp):
+            raise DiagnosisError("give --model (memory model), --log FILE (explain an OOM) or --ramp --target URL")
+        run = PlaybookRun(load_playbook("oom"))
+        estimate = findings = result = None
+        if model:
+            estimate = _model_mode(model, dict(
+                tp=tp, pp=pp, weight_dtype=dtype, kv_dtype=kv_dtype, max_model_len=max_model_len,
+                concurrency=concurrency, request_tokens=request_tokens, gpu_memory_gib=gpu_memory,
+                gpu_memory_utilization=gpu_memory_utilization, block_size=block_size,
+                max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
+                cuda_graphs=not enforce_eager, kv_layout=kv_layout))
+        if log:
+            findings = _log_mode(log)
+        if ramp:
+            if not target:
+                raise DiagnosisError("--ramp needs --target URL (a vLLM-compatible server)")
+            result = _ramp_mode(target, ramp_prompt_tokens, ramp_max_tokens, ramp_levels, level_seconds,
+                                served_model, api_key, estimate)
+        from analyzers.oom_triage import mark_oom_playbook
+
+        mark_oom_playbook(run, estimate, findings, result)
+        console.print()
+        render(run, console)
+
+
+def _model_mode(model: str, plan_kwargs: dict):
+    from analyzers.memory_model import ASSUMPTIONS, ServingPlan, estimate_memory
+    from analyzers.model_presets import resolve_model
+    from analyzers.oom_fixes import suggest_fixes, verdict
+
+    shape = resolve_model(model)
+    plan = ServingPlan(**plan_kwargs)
+    est = estimate_memory(shape, plan)
+    moe = f", MoE {shape.num_experts} experts top-{shape.experts_per_token}" if shape.is_moe else ""
+    console.print(Text(f"{shape.name}: {shape.num_parameters() / 1e9:.2f}B parameters{moe}; TP {plan.tp} x PP "
+                       f"{plan.pp}, weights {plan.weight_dtype}, KV {plan.kv_bytes:g} B/elem, max_model_len "
+                       f"{plan.max_model_len:,}, {plan.concurrency} concurrent, {plan.gpu_memory_gib:g} GiB x "
+                       f"{plan.gpu_memory_utilization:.2f}", style="bold"))
+    table = Table(title="memory per GPU (the fullest GPU of a replica)", title_justify="left")
+    table.add_column("part")
+    table.add_column("GiB", justify="right")
+    table.add_column("share", justify="right")
+    rows = [("weights", est.weights), ("activations (peak prefill)", est.activations),
+            ("communication buffers", est.comm_buffers), ("CUDA context", est.cuda_context),
+            ("CUDA graphs", est.cuda_graphs), ("fragmentation headroom", est.fragmentation),
+            ("KV cache (what is left)", est.kv_budget), ("outside gpu_memory_utilization", est.total - est.usable)]
+    for name, value in rows:
+        table.add_row(name, _gib(value), f"{value / est.total:.0%}")
+    table.add_row("[bold]total[/]", f"[bold]{_gib(est.total)}[/]", "100%")
+    console.print(table)
+    tokens = plan.max_model_len if plan.kv_layout == "contiguous" else plan.tokens_per_request
+    per_req = est.blocks_per_request(tokens) * est.block_bytes
+    console.print(f"KV per token: {shape.kv_bytes_per_token(plan.kv_bytes) / 1024:,.0f} KiB for the model "
+                  f"(2 x {shape.num_layers} layers x {shape.num_kv_heads} KV heads x {shape.head_dim} x "
+                  f"{plan.kv_bytes:g} B), {est.kv_bytes_per_token_gpu / 1024:,.1f} KiB per GPU")
+    console.print(f"per request of {tokens:,} tokens: {est.blocks_per_request(tokens):,} blocks of {plan.block_size} "
+                  f"= {per_req / 1024 ** 2:,.1f} MiB per GPU; {plan.concurrency} requests need "
+                  f"{_gib(est.kv_needed)} GiB, the cache has {_gib(max(est.kv_budget, 0))} GiB")
+    console.print(f"KV blocks: {est.num_blocks:,} ({est.kv_tokens:,} tokens); max concurrency "
+                  f"{est.num_blocks:,} // {est.blocks_per_request(tokens):,} = {est.max_concurrency()}; with 20% "
+                  f"headroom: {est.safe_concurrency()}")
+    v = verdict(est)
+    console.print(Text(("verdict: " if v.fits else "verdict: DOES NOT FIT — ") + v.headline,
+                       style="bold green" if v.fits else "bold red"))
+    for reason in v.reasons:
+        console.print(Text(f"  - {reason}"))
+    fixes = Table(title="fixes, in the seed's order", title_justify="left")
+    for col in ("#", "fix", "set", "before", "after", "note"):
+        fixes.add_column(col, overflow="fold")
+    for f in suggest_fixes(est):
+        fixes.add_row(str(f.step), f.name, Text(f.change), Text(f.before), Text(f.after), Text(f.note))
+    console.print(fixes)
+    console.print("[dim]assumptions: " + "; ".join(ASSUMPTIONS) + "[/]")
+    return est
+
+
+def _log_mode(path: Path):
+    from analyzers.diagnosis_error import DiagnosisError
+    from analyzers.oom_log import parse_oom_log
+
+    if not path.is_file():
+        raise DiagnosisError(f"--log {str(path)!r} is not a file")
+    findings = parse_oom_log(path.read_text(errors="replace"))
+    for f in findings:
+        console.print(Text(f"{path.name}: {f.wording}", style="bold"))
+        console.print(Text(f"  {f.excerpt}", style="dim"))
+        for line in f.explanation:
+            console.print(Text(f"  - {line}"))
+        for line in f.fixes:
+            console.print(Text(f"  fix: {line}", style="green"))
+    return findings
+
+
+def _ramp_mode(target, prompt_tokens, max_tokens, levels_text, level_seconds, served_model, api_key, estimate):
+    import asyncio
+
+    from analyzers.diagnosis_error import DiagnosisError
+    from analyzers.kv_ramp import RampSpec, run_ramp
+
+    try:
+        levels = tuple(int(x) for x in levels_text.split(",") if x.strip())
+    except ValueError:
+        raise DiagnosisError(f"--ramp-levels must be comma-separated integers, got {levels_text!r}") from None
+    spec = RampSpec(target=target.rstrip("/"), prompt_tokens=prompt_tokens, max_tokens=max_tokens, levels=levels,
+                    level_seconds=level_seconds, model=served_model, api_key=api_key)
+    table = Table(title=f"KV ramp against {spec.target} ({spec.request_tokens} tokens per request)",
+                  title_justify="left")
+    for col in ("concurrency", "ok", "errors", "max running", "held at", "max KV usage", "preemptions", "saturated by"):
+        table.add_column(col, justify="right" if col != "saturated by" else "left")
+
+    def on_level(lv) -> None:
+        kv = "n/a" if lv.max_kv_usage is None else f"{lv.max_kv_usage:.0%}"
+        console.print(f"[dim]level {lv.concurrency}: {lv.ok} ok, {lv.errors} errors, running <= {lv.max_running}, "
+                      f"KV {kv}[/]")
+        table.add_row(str(lv.concurrency), str(lv.ok), str(lv.errors), str(lv.max_running),
+                      str(lv.plateau_running or "-"), kv, f"{lv.preemptions:g}", Text("; ".join(lv.saturation())))
+
+    result = asyncio.run(run_ramp(spec, on_level))
+    console.print(table)
+    console.print(Text(result.stop_reason))
+    est = result.estimate
+    est_text = (f"{est} (server: {result.num_blocks} blocks of {result.block_size}; "
+                f"{-(-spec.request_tokens // result.block_size)} blocks per request)") if est is not None else \
+        "n/a (the server exposes no vllm:cache_config_info)"
+    observed = "not reached" if result.observed_capacity is None else result.observed_capacity
+    console.print(f"observed KV capacity: {observed} concurrent requests; estimate {est_text}")
+    if estimate is not None:
+        console.print(f"memory model ({estimate.shape.name}): {estimate.max_concurrency(spec.request_tokens)} "
+                      f"requests of {spec.request_tokens} tokens")
+    if any(t != spec.max_tokens for t in result.completion_tokens_seen):
+        console.print(Text(f"note: the server returned {sorted(result.completion_tokens_seen)} completion tokens, "
+                           f"not {spec.max_tokens}: it may not honour ignore_eos", style="yellow"))
+    return result

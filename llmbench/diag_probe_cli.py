@@ -1,0 +1,199 @@
+"""`llmdiag probe`, `llmdiag comm`, `llmdiag pcap`: probes without a sweep, collective bandwidth,
+and the TCP health of a packet capture. Registered on the llmdiag app by llmbench/diag_cli.py."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from llmbench.cli_common import err_console, user_errors
+
+console = Console()
+
+
+@contextlib.contextmanager
+def clean_errors():
+    """User mistakes (bad option values, unreadable input files) as one line, exit 2."""
+    from probes.base import ProbeInputError
+
+    with user_errors():
+        try:
+            yield
+        except (ProbeInputError, ValueError, FileNotFoundError, IsADirectoryError, PermissionError) as exc:
+            err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
+            raise typer.Exit(code=2)
+
+
+def probe(
+    probes: str = typer.Option("default", help="Comma list of gpu, server, host, irq, tcp, capture, stacks; "
+                               "'default' (gpu,server,host,irq,tcp), 'all' or 'none'."),
+    duration: str = typer.Option("60s", help="How long to record, e.g. 60s, 5m."),
+    out: Path = typer.Option(..., help="Run directory to create; analyzers and reports read it like a sweep's."),
+    target: Optional[str] = typer.Option(None, help="Base URL of the server being observed (server, tcp, capture "
+                                         "probes), e.g. http://127.0.0.1:8000."),
+    pid: Optional[int] = typer.Option(None, help="PID of the local server process (host and stacks probes)."),
+    interval: float = typer.Option(1.0, help="Seconds between samples (stacks dumps every 5 s regardless)."),
+    capture_port: Optional[int] = typer.Option(None, help="TCP port to capture (default: the target's port)."),
+    capture_iface: Optional[str] = typer.Option(None, help="Interface to capture on (default lo for a loopback "
+                                                "target)."),
+    capture_max_packets: int = typer.Option(20000, help="Stop capturing after this many packets."),
+    stacks_record: bool = typer.Option(False, help="Also run `py-spy record` into probes/stacks.speedscope.json."),
+) -> None:
+    """Record probes alone (for a server someone else is loading) into a run directory."""
+    from llmbench.rundir import RunDir, RunInfo
+    from llmbench.sweep import host_facts
+    from llmbench.sweep_cli import parse_duration
+    from llmbench import __version__
+    from probes.base import ProbeContext
+    from probes.registry import parse_probe_list
+    from probes.runner import ProbeSet
+    import sys
+
+    with clean_errors():
+        names = parse_probe_list(probes)
+        seconds = parse_duration(duration, "--duration")
+        if interval <= 0:
+            raise ValueError("--interval must be > 0 seconds")
+        run = RunDir(out)
+        if run.path.exists():
+            raise ValueError(f"{run.path} exists; choose another --out")
+        info = RunInfo(run_id=run.path.name, command=sys.argv, target={"url": target, "model": None,
+                       "kind": "external", "pid": pid}, sweep={"probe_only": True, "duration_s": seconds},
+                       slos={}, host=host_facts(), tool_version=__version__)
+        run.create(info)
+    ctx = ProbeContext(out_dir=run.path, target_url=target, server_pid=pid, interval_s=interval,
+                       capture_port=capture_port, capture_iface=capture_iface,
+                       capture_max_packets=capture_max_packets, capture_max_s=seconds, stacks_record=stacks_record)
+    pset = ProbeSet(names, ctx, log=lambda m: console.print(m, style="yellow", highlight=False, markup=False))
+    info.probes = pset.start()
+    run.write_info(info)
+    console.print(f"recording {', '.join(n for n, s in info.probes.items() if s == 'ok') or 'nothing'} "
+                  f"for {seconds:g} s into [bold]{run.path}[/]")
+    try:
+        with console.status("recording ... (Ctrl-C stops early, keeping what was recorded)"):
+            time.sleep(seconds)
+        info.status = "complete"
+    except KeyboardInterrupt:
+        info.status = "interrupted"
+    finally:
+        stats = pset.stop()
+        info.finished = time.time()
+        if info.status == "running":
+            info.status = "interrupted"
+        run.write_info(info)
+    table = Table(title="probes")
+    for col in ("probe", "status", "rows", "errors", "CPU % of a core"):
+        table.add_column(col)
+    for name, status in info.probes.items():
+        s = stats.get(name)
+        table.add_row(name, status, str(s.rows) if s else "—", str(s.errors) if s else "—",
+                      f"{100 * s.cpu_s / s.wall_s:.2f}" if s and s.wall_s else "—")
+    console.print(table)
+
+
+def comm(
+    backend: str = typer.Option("gloo", help="gloo (CPU tensors) or nccl (GPU tensors)."),
+    ops: str = typer.Option("all_reduce,all_gather,reduce_scatter,all_to_all,sendrecv",
+                            help="Comma list of all_reduce, all_gather, reduce_scatter, all_to_all, sendrecv."),
+    min_bytes: str = typer.Option("1K", help="Smallest message (nccl-tests -b), e.g. 1K."),
+    max_bytes: str = typer.Option("64M", help="Largest message (nccl-tests -e), e.g. 64M."),
+    step_factor: int = typer.Option(2, help="Multiply the size by this between steps (nccl-tests -f)."),
+    nprocs: int = typer.Option(2, help="Local processes to launch; ignored under torchrun (which sets RANK)."),
+    iters: int = typer.Option(20, help="Timed iterations per size."),
+    warmup: int = typer.Option(5, help="Untimed iterations per size first."),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the rows and plateaus as JSON here."),
+) -> None:
+    """Collective bandwidth over torch.distributed, with nccl-tests' algbw/busbw definitions."""
+    from probes.comm import CommSpec, run_local, run_torchrun, under_torchrun
+    from probes.comm_table import parse_size, size_steps
+
+    with clean_errors():
+        if step_factor < 2:
+            raise ValueError("--step-factor must be >= 2")
+        spec = CommSpec(backend=backend, ops=tuple(o for o in ops.replace(" ", "").split(",") if o),
+                        sizes=tuple(size_steps(parse_size(min_bytes), parse_size(max_bytes), step_factor)),
+                        iters=iters, warmup=warmup)
+        if backend == "nccl":
+            import torch
+
+            if not torch.cuda.is_available():
+                raise ValueError("--backend nccl needs CUDA GPUs; none is visible here (use --backend gloo)")
+    if under_torchrun():
+        rank, n, rows = run_torchrun(spec)
+        if rows is None:
+            return
+    else:
+        n = nprocs
+        with clean_errors():
+            if nprocs < 2:
+                raise ValueError("--nprocs must be >= 2 (a collective needs two ranks)")
+        with console.status(f"running {len(spec.ops)} ops × {len(spec.sizes)} sizes on {n} {backend} ranks ..."):
+            rows = run_local(spec, n)
+    print_comm_table(rows, n, backend, json_out)
+
+
+def print_comm_table(rows, n: int, backend: str, json_out: Path | None) -> None:
+    from probes.comm_table import human_bytes, plateau
+
+    plateaus = {}
+    for op in dict.fromkeys(r.op for r in rows):
+        op_rows = [r for r in rows if r.op == op]
+        table = Table(title=f"{op} — {n} ranks, {backend}",
+                      caption="size B · count elements · time us (slowest rank) · algbw, busbw GB/s (10^9 B/s) · "
+                              "skew = slowest / median rank time")
+        for col in ("size", "count", "type", "redop", "time", "algbw", "busbw", "skew"):
+            table.add_column(col, justify="right")
+        for r in op_rows:
+            med = sorted(r.rank_times_us)[len(r.rank_times_us) // 2]
+            strag = f"rank {r.straggler_rank}" if r.straggler_rank is not None else ""
+            table.add_row(str(r.size_bytes), str(r.count), r.dtype, r.redop, f"{r.time_us:.1f}", f"{r.algbw_gbs:.3f}",
+                          f"{r.busbw_gbs:.3f}", f"{max(r.rank_times_us) / med:.2f} {strag}".strip())
+        console.print(table)
+        plateaus[op] = plateau(op_rows)
+        p = plateaus[op]
+        console.print(f"{op}: large-message plateau busbw {p['busbw_gbs']:.3f} GB/s, reached at "
+                      f"{human_bytes(p['reached_at_bytes'])}B")
+    if json_out is not None:
+        from dataclasses import asdict
+
+        json_out.write_text(json.dumps({"ranks": n, "backend": backend, "rows": [asdict(r) for r in rows],
+                                        "plateau": plateaus}, indent=2))
+
+
+def pcap(
+    file: Path = typer.Argument(..., help="A classic pcap file (e.g. probes/capture.pcap of a run)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the report as JSON instead of tables."),
+    top: int = typer.Option(20, help="Flows to list, worst first."),
+) -> None:
+    """Retransmissions, duplicate ACKs and zero windows per TCP flow, as Wireshark defines them."""
+    from probes.pcap_analysis import analyze_pcap
+
+    with clean_errors():
+        if not file.is_file():
+            raise ValueError(f"{file}: no such file")
+        report = analyze_pcap(str(file))
+    if json_out:
+        console.print_json(json.dumps(report.to_dict()))
+        return
+    table = Table(title=f"{file} — {report.tcp_packets} TCP packets in {len(report.flows)} flows")
+    cols = ("flow", "packets", "data", "retrans", "fast", "spurious", "dup ACKs", "zero win", "keep-alive")
+    for col in cols:
+        table.add_column(col, justify="left" if col == "flow" else "right")
+    for f in report.flows[:top]:
+        table.add_row(f.flow, str(f.packets), str(f.data_packets), str(f.retransmissions), str(f.fast_retransmissions),
+                      str(f.spurious_retransmissions), str(f.dup_acks), str(f.zero_windows), str(f.keepalives))
+    console.print(table)
+    t = report.totals()
+    console.print(f"total: {t['retransmissions']} retransmissions ({t['fast_retransmissions']} fast, "
+                  f"{t['spurious_retransmissions']} spurious), {t['dup_acks']} duplicate ACKs, "
+                  f"{t['zero_windows']} zero windows; {report.capture_duplicates} capture duplicates dropped")
+    if report.truncated:
+        err_console.print(f"[yellow]warning:[/] the file is truncated: {report.truncated}; "
+                          f"results cover the {report.packets_read} packets before it", highlight=False)

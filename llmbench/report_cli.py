@@ -1,0 +1,104 @@
+"""`llmbench report` and `llmbench compare`: shareable files from run directories."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from llmbench.cli_common import err_console, user_errors
+
+console = Console()
+
+
+@contextlib.contextmanager
+def run_errors():
+    """A missing or malformed run directory is the user's mistake: one line, exit 2, no traceback."""
+    try:
+        yield
+    except FileNotFoundError as exc:
+        err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
+        raise typer.Exit(code=2)
+    except (json.JSONDecodeError, TypeError, KeyError) as exc:
+        err_console.print(f"[bold red]error:[/] malformed run directory ({type(exc).__name__}: {escape(str(exc))})",
+                          highlight=False)
+        raise typer.Exit(code=2)
+
+
+def _slos(run_slos: dict, ttft: float | None, tpot: float | None, e2e: float | None) -> dict:
+    overrides = {"ttft_p99_s": ttft, "tpot_p95_s": tpot, "e2e_p99_s": e2e}
+    return {**run_slos, **{k: v for k, v in overrides.items() if v is not None}}
+
+
+def _rundir(path: Path):
+    from llmbench.rundir import RunDir
+
+    run = RunDir(path)
+    if not run.exists():
+        raise FileNotFoundError(f"{path} is not a run directory (no run.json)")
+    return run
+
+
+def report(
+    run_dir: Path = typer.Argument(..., help="A run directory written by `llmbench sweep` (complete or interrupted)."),
+    open_: bool = typer.Option(False, "--open", help="Open report.html in the default browser when done."),
+    slo_ttft: Optional[float] = typer.Option(None, help="SLO: TTFT P99 in seconds (default: the run's, 1.5)."),
+    slo_tpot: Optional[float] = typer.Option(None, help="SLO: TPOT P95 in seconds (default: the run's, 0.050)."),
+    slo_e2e: Optional[float] = typer.Option(None, help="SLO: E2E P99 in seconds (default: the run's, none)."),
+) -> None:
+    """Write report.html (self-contained), report.md, summary.csv and summary.json into a run directory
+    and print the summary table."""
+    from reports.terminal import run_summary_table
+    from reports.write import write_reports
+
+    with user_errors(), run_errors():
+        run = _rundir(run_dir)
+        t0 = time.perf_counter()
+        summary, paths = write_reports(run, _slos(run.read_info().slos, slo_ttft, slo_tpot, slo_e2e))
+    console.print(run_summary_table(summary, title=f"run {summary.info.run_id} ({summary.info.status})"))
+    best = summary.best
+    console.print(f"highest load within SLO: [bold]{best.level_id}[/] ({best.output_tok_s:.1f} output tok/s)"
+                  if best else "[red]no level met the SLO[/]")
+    console.print(f"wrote {paths['html']}, report.md, summary.csv, summary.json in {time.perf_counter() - t0:.1f} s")
+    if open_:
+        import webbrowser
+
+        webbrowser.open(paths["html"].resolve().as_uri())
+
+
+def compare(
+    runs: list[Path] = typer.Argument(..., help="Two or more run directories; each is compared with the first (A)."),
+    out: Optional[Path] = typer.Option(None, help="Folder for compare.html and compare.md (default: the "
+                                       "current directory)."),
+    min_effect: float = typer.Option(0.02, help="Changes smaller than this fraction of A's value are "
+                                     "'within noise' even when the interval excludes zero."),
+    slo_ttft: Optional[float] = typer.Option(None, help="SLO: TTFT P99 in seconds for goodput (default: each run's)."),
+    slo_tpot: Optional[float] = typer.Option(None, help="SLO: TPOT P95 in seconds for goodput (default: each run's)."),
+    slo_e2e: Optional[float] = typer.Option(None, help="SLO: E2E P99 in seconds for goodput (default: none)."),
+) -> None:
+    """Compare runs level by level (A/B before an upgrade or a tuning change): deltas with bootstrap
+    confidence intervals and a verdict per metric (better / worse / within noise)."""
+    from reports.terminal import compare_table
+    from reports.write import write_compare
+
+    if len(runs) < 2:
+        raise typer.BadParameter("give at least two run directories")
+    with user_errors(), run_errors():
+        dirs = [_rundir(p) for p in runs]
+        overrides = _slos({}, slo_ttft, slo_tpot, slo_e2e) or None
+        slos = None if overrides is None else {**dirs[0].read_info().slos, **overrides}
+        comparisons, paths = write_compare(dirs, out or Path("."), slos, min_effect)
+    for c in comparisons:
+        console.print(compare_table(c))
+        if c.only_a or c.only_b:
+            console.print(f"skipped levels: only in A: {', '.join(c.only_a) or '—'}; "
+                          f"only in B: {', '.join(c.only_b) or '—'}", markup=False)
+        if not c.levels:
+            console.print("[yellow]the runs share no level: nothing to compare[/]")
+    console.print(f"wrote {paths['html']} and {paths['md']}")

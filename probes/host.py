@@ -1,0 +1,124 @@
+"""`host` probe: per-core CPU, memory, load, and the server process's CPU, RSS and NUMA placement.
+
+Row fields (see docs/probes.md): cpu_pct (all cores, 0-100), cpu_per_core_pct (list, 0-100 each),
+load1/load5/load15, mem_total_bytes, mem_available_bytes, mem_used_bytes, and when the server is
+local: server_pid, server_cpu_cores (1.0 = one core busy), server_rss_bytes, server_threads,
+server_last_cpu, server_numa_node (node of the CPU it last ran on), server_cpus_allowed,
+server_mems_allowed, server_mem_by_node_bytes (every 30th sample; numa_maps is costly to read).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+from probes import procfs
+from probes.base import Probe, ProbeUnavailable, read_text
+
+NUMA_MAPS_EVERY = 30
+
+
+class HostProbe(Probe):
+    name = "host"
+
+    def __init__(self, ctx, proc: str = "/proc", sys_root: str = "/sys"):
+        super().__init__(ctx)
+        self.proc = Path(proc)
+        self.sys_root = Path(sys_root)
+        self.pid = ctx.server_pid
+        self._prev_cpus: dict | None = None
+        self._prev_proc: tuple[float, int] | None = None   # (monotonic, utime+stime ticks)
+        self._tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+        self._page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+        self._node_of_cpu: dict[int, str] = {}
+        self._n = 0
+        self._pid_gone = False
+
+    def check(self) -> None:
+        if not sys.platform.startswith("linux"):
+            raise ProbeUnavailable(f"needs Linux /proc (this is {sys.platform})")
+        try:
+            read_text(self.proc / "stat")
+        except OSError as exc:
+            raise ProbeUnavailable(f"cannot read {self.proc / 'stat'}: {exc.strerror or exc}") from None
+        self._node_of_cpu = self._numa_nodes()
+        if self.pid is not None:
+            self._server({})             # baseline of the server's CPU ticks
+
+    def _numa_nodes(self) -> dict[int, str]:
+        out: dict[int, str] = {}
+        base = self.sys_root / "devices/system/node"
+        try:
+            nodes = sorted(p for p in base.iterdir() if p.name.startswith("node") and p.name[4:].isdigit())
+        except OSError:
+            return out
+        for node in nodes:
+            try:
+                for cpu in procfs.parse_cpulist(read_text(node / "cpulist")):
+                    out[cpu] = node.name[4:]
+            except OSError:
+                continue
+        return out
+
+    def sample(self) -> dict | None:
+        row: dict = {"t": time.time()}
+        cpus = procfs.parse_proc_stat_cpus(read_text(self.proc / "stat"))
+        if self._prev_cpus is not None:
+            pct = procfs.cpu_busy_pct(self._prev_cpus, cpus)
+            row["cpu_pct"] = pct.get("cpu")
+            cores = sorted((k for k in pct if k != "cpu"), key=lambda k: int(k[3:]) if k[3:].isdigit() else -1)
+            row["cpu_per_core_pct"] = [pct[k] for k in cores]
+        self._prev_cpus = cpus
+        if "cpu_pct" not in row:
+            return None                  # the first sample only sets the baselines
+        self._memory(row)
+        if self.pid is not None and not self._pid_gone:
+            self._server(row)
+        self._n += 1
+        return row
+
+    def _memory(self, row: dict) -> None:
+        try:
+            mem = procfs.parse_meminfo(read_text(self.proc / "meminfo"))
+            row["mem_total_bytes"] = mem.get("MemTotal")
+            row["mem_available_bytes"] = mem.get("MemAvailable")
+            if "MemTotal" in mem and "MemAvailable" in mem:
+                row["mem_used_bytes"] = mem["MemTotal"] - mem["MemAvailable"]
+            load = procfs.parse_loadavg(read_text(self.proc / "loadavg"))
+            if load:
+                row["load1"], row["load5"], row["load15"] = load
+        except OSError as exc:
+            row["mem_error"] = f"cannot read memory/load: {exc.strerror or exc}"
+
+    def _server(self, row: dict) -> None:
+        base = self.proc / str(self.pid)
+        try:
+            st = procfs.parse_pid_stat(read_text(base / "stat"))
+        except OSError:
+            self._pid_gone = True          # the server exited; say so once in the series
+            row["server_gone"] = True
+            return
+        if st is None:
+            return
+        now = time.monotonic()
+        ticks = st["utime"] + st["stime"]
+        row["server_pid"] = self.pid
+        if self._prev_proc is not None and now > self._prev_proc[0]:
+            row["server_cpu_cores"] = round((ticks - self._prev_proc[1]) / self._tick / (now - self._prev_proc[0]), 4)
+        self._prev_proc = (now, ticks)
+        row["server_rss_bytes"] = st["rss_pages"] * self._page
+        row["server_threads"] = st["num_threads"]
+        row["server_last_cpu"] = st["last_cpu"]
+        if self._node_of_cpu:
+            row["server_numa_node"] = self._node_of_cpu.get(st["last_cpu"])
+        if self._n % NUMA_MAPS_EVERY == 0:
+            try:
+                lists = procfs.parse_status_lists(read_text(base / "status"))
+                row["server_cpus_allowed"] = lists.get("Cpus_allowed_list")
+                row["server_mems_allowed"] = lists.get("Mems_allowed_list")
+                if self._node_of_cpu:
+                    row["server_mem_by_node_bytes"] = procfs.parse_numa_maps(read_text(base / "numa_maps"), self._page)
+            except OSError:
+                pass     # numa_maps needs ptrace rights on another user's process: keep the rest

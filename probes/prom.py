@@ -1,0 +1,143 @@
+"""Prometheus /metrics text -> one engine-neutral snapshot, and per-interval quantiles from the
+difference of two histogram snapshots.
+
+Engines name the same things differently; CANONICAL maps our name to the candidates, first
+present wins: refengine and vLLM (new names, then the pre-v1 names), SGLang, TGI. Values of
+the same sample name with different labels (e.g. several model_name or engine labels) are summed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from prometheus_client.parser import text_string_to_metric_families
+
+# gauges and counters: canonical -> candidate sample names (counters with their _total suffix)
+CANONICAL = {
+    "kv_usage": ["vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage"],
+    "running": ["vllm:num_requests_running", "sglang:num_running_reqs", "tgi_batch_current_size"],
+    "waiting": ["vllm:num_requests_waiting", "sglang:num_queue_reqs", "tgi_queue_size"],
+    "preemptions_total": ["vllm:num_preemptions_total", "sglang:num_retracted_reqs_total"],
+    "prefix_cache_queries_total": ["vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"],
+    "prefix_cache_hits_total": ["vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"],
+    # engines that only export a hit-rate gauge (SGLang; vLLM v0)
+    "prefix_cache_hit_rate_gauge": ["sglang:cache_hit_rate", "vllm:gpu_prefix_cache_hit_rate"],
+    "prompt_tokens_total": ["vllm:prompt_tokens_total", "sglang:prompt_tokens_total", "tgi_request_input_length_sum"],
+    "generation_tokens_total": ["vllm:generation_tokens_total", "sglang:generation_tokens_total",
+                                "tgi_request_generated_tokens_sum"],
+}
+# histograms (seconds): canonical -> candidate family names
+HISTOGRAMS = {
+    "ttft": ["vllm:time_to_first_token_seconds", "sglang:time_to_first_token_seconds"],
+    "queue_time": ["vllm:request_queue_time_seconds", "sglang:queue_time_seconds", "tgi_request_queue_duration"],
+    "itl": ["vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds",
+            "sglang:inter_token_latency_seconds", "sglang:time_per_output_token_seconds",
+            "tgi_request_mean_time_per_token_duration"],
+    "e2e": ["vllm:e2e_request_latency_seconds", "sglang:e2e_request_latency_seconds", "tgi_request_duration"],
+}
+QUANTILES = (0.5, 0.9, 0.99)
+
+
+@dataclass
+class Histogram:
+    buckets: dict[float, float] = field(default_factory=dict)   # le -> cumulative count (+inf included)
+    count: float = 0.0
+    sum: float = 0.0
+
+
+@dataclass
+class Snapshot:
+    engine: str                                # refengine | vllm | sglang | tgi | unknown
+    values: dict[str, float]                   # canonical gauges/counters present on the page
+    histograms: dict[str, Histogram]           # canonical histograms present on the page
+    metric_count: int = 0                      # samples on the page
+
+
+def parse_metrics(text: str) -> Snapshot:
+    """Raises ValueError (with the parser's reason) when the text is not Prometheus exposition format."""
+    samples: dict[str, float] = {}
+    hists: dict[str, Histogram] = {}
+    n = 0
+    try:
+        for family in text_string_to_metric_families(text):
+            for s in family.samples:
+                n += 1
+                value = float(s.value)
+                if math.isnan(value):
+                    continue
+                samples[s.name] = samples.get(s.name, 0.0) + value
+                if family.type == "histogram" or s.name.endswith(("_bucket", "_count", "_sum")):
+                    _add_histogram_sample(hists, family.name, s.name, s.labels, value)
+    except Exception as exc:  # the parser raises ValueError, IndexError, ... on bad input
+        raise ValueError(f"not Prometheus text format ({type(exc).__name__}: {exc})") from None
+    values = {}
+    for canon, names in CANONICAL.items():
+        for name in names:
+            if name in samples:
+                values[canon] = samples[name]
+                break
+    histograms = {}
+    for canon, names in HISTOGRAMS.items():
+        for name in names:
+            h = hists.get(name)
+            if h is not None and h.buckets:
+                histograms[canon] = h
+                break
+    return Snapshot(engine=_engine(samples), values=values, histograms=histograms, metric_count=n)
+
+
+def _add_histogram_sample(hists, family: str, name: str, labels: dict, value: float) -> None:
+    h = hists.setdefault(family, Histogram())
+    if name.endswith("_bucket") and "le" in labels:
+        try:
+            le = float(labels["le"])
+        except ValueError:
+            return
+        h.buckets[le] = h.buckets.get(le, 0.0) + value
+    elif name.endswith("_count"):
+        h.count += value
+    elif name.endswith("_sum"):
+        h.sum += value
+
+
+def _engine(samples: dict[str, float]) -> str:
+    names = samples.keys()
+    if any(n.startswith("refengine:") for n in names):
+        return "refengine"
+    for prefix, engine in (("vllm:", "vllm"), ("sglang:", "sglang"), ("tgi_", "tgi")):
+        if any(n.startswith(prefix) for n in names):
+            return engine
+    return "unknown"
+
+
+def histogram_delta(prev: Histogram | None, cur: Histogram) -> Histogram:
+    """What was observed between two scrapes (a server restart resets counters: take cur as is)."""
+    if prev is None or cur.count < prev.count:
+        return cur
+    return Histogram({le: max(c - prev.buckets.get(le, 0.0), 0.0) for le, c in cur.buckets.items()},
+                     cur.count - prev.count, cur.sum - prev.sum)
+
+
+def quantile(h: Histogram, q: float) -> float | None:
+    """Prometheus histogram_quantile: linear within the bucket; above the last finite bound, that bound."""
+    bounds = sorted(h.buckets)
+    if not bounds:
+        return None
+    total = h.buckets[bounds[-1]]
+    if total <= 0:
+        return None
+    rank = q * total
+    prev_le, prev_c = 0.0, 0.0
+    for le in bounds:
+        c = h.buckets[le]
+        if c >= rank:
+            if math.isinf(le):
+                finite = [b for b in bounds if not math.isinf(b)]
+                return finite[-1] if finite else None
+            if c == prev_c:
+                return le
+            lo = prev_le if prev_le >= 0 and not math.isinf(prev_le) else 0.0
+            return lo + (le - lo) * (rank - prev_c) / (c - prev_c)
+        prev_le, prev_c = le, c
+    return None

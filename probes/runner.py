@@ -1,0 +1,140 @@
+"""Run a set of probes in background threads on the run's clock (time.time()).
+
+Each probe gets its own thread: a slow scrape of a remote /metrics page must not delay the
+host or IRQ samples. The thread measures its own CPU time around each sample (thread_time), so
+the probes' cost is recorded next to what they observed (probes/_cost.json at stop).
+A sample that raises is logged once per distinct message and the probe keeps going: one bad
+read must not end a series that the P99 diagnosis needs.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from probes.base import JsonlAppender, Probe, ProbeContext, ProbeUnavailable
+from probes.registry import make_probe
+
+Log = Callable[[str], None]
+
+
+@dataclass
+class ProbeStats:
+    samples: int = 0
+    rows: int = 0
+    errors: int = 0
+    cpu_s: float = 0.0                  # thread CPU time spent inside sample() (not children like `ss`)
+    wall_s: float = 0.0
+    error_messages: list[str] = field(default_factory=list)
+
+
+class _ProbeThread(threading.Thread):
+    def __init__(self, probe: Probe, out: JsonlAppender, log: Log):
+        super().__init__(name=f"probe-{probe.name}", daemon=True)
+        self.probe, self.out, self.log = probe, out, log
+        self.stop_event = threading.Event()
+        self.stats = ProbeStats()
+
+    def run(self) -> None:
+        start = time.monotonic()
+        next_at = start
+        while not self.stop_event.is_set():
+            self._one_sample()
+            next_at += self.probe.interval_s
+            # Fixed-rate schedule; after a long stall, skip the missed ticks rather than bursting.
+            delay = next_at - time.monotonic()
+            if delay < 0:
+                next_at = time.monotonic()
+                delay = 0
+            self.stop_event.wait(delay)
+        self.stats.wall_s = time.monotonic() - start
+
+    def _one_sample(self) -> None:
+        c0 = time.thread_time()
+        try:
+            row = self.probe.sample()
+            if row is not None:
+                self.out.append({"t": row.pop("t", time.time()), **row})
+                self.stats.rows += 1
+        except Exception as exc:  # noqa: BLE001 - a probe must never take the run down
+            self.stats.errors += 1
+            msg = f"{type(exc).__name__}: {exc}"
+            if msg not in self.stats.error_messages:
+                self.stats.error_messages.append(msg)
+                if len(self.stats.error_messages) <= 5:
+                    self.log(f"probe {self.probe.name}: sample failed ({msg}); continuing")
+        self.stats.samples += 1
+        self.stats.cpu_s += time.thread_time() - c0
+
+
+class ProbeSet:
+    """Start the named probes; `start()` returns name -> "ok" or why it cannot run (RunInfo.probes)."""
+
+    def __init__(self, names: list[str], ctx: ProbeContext, log: Log = print):
+        self.names = list(names)
+        self.ctx = ctx
+        self.log = log
+        self.threads: list[_ProbeThread] = []
+        self.availability: dict[str, str] = {}
+
+    def start(self) -> dict[str, str]:
+        (self.ctx.out_dir / "probes").mkdir(parents=True, exist_ok=True)
+        for name in self.names:
+            try:
+                probe = make_probe(name, self.ctx)
+                probe.check()
+            except ProbeUnavailable as exc:
+                self.availability[name] = f"unavailable: {exc}"
+                self.log(f"probe {name} cannot run here: {exc}")
+                continue
+            out = JsonlAppender(self.ctx.out_dir / "probes" / f"{name}.jsonl")
+            thread = _ProbeThread(probe, out, self.log)
+            self.threads.append(thread)
+            self.availability[name] = "ok"
+        for thread in self.threads:
+            thread.start()
+        return dict(self.availability)
+
+    def stop(self) -> dict[str, ProbeStats]:
+        for thread in self.threads:
+            thread.stop_event.set()
+        for thread in self.threads:
+            thread.join(timeout=30)
+            try:
+                last = thread.probe.close()
+                if last is not None:
+                    thread.out.append({"t": last.pop("t", time.time()), **last})
+            except Exception as exc:  # noqa: BLE001
+                self.log(f"probe {thread.probe.name}: close failed ({type(exc).__name__}: {exc})")
+            thread.out.close()
+        stats = {t.probe.name: t.stats for t in self.threads}
+        self._write_cost(stats)
+        self.threads = []
+        return stats
+
+    def _write_cost(self, stats: dict[str, ProbeStats]) -> None:
+        cost = {name: {"samples": s.samples, "rows": s.rows, "errors": s.errors, "cpu_s": round(s.cpu_s, 4),
+                       "wall_s": round(s.wall_s, 3),
+                       "cpu_per_wall_s": round(s.cpu_s / s.wall_s, 5) if s.wall_s else None,
+                       "error_messages": s.error_messages[:5]} for name, s in stats.items()}
+        path = self.ctx.out_dir / "probes" / "_cost.json"
+        path.write_text(json.dumps(cost, indent=2))
+
+    def __enter__(self) -> "ProbeSet":
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def sweep_probe_set(names: list[str], run_path, target_url: str | None, server_pid: int | None,
+                    interval_s: float, log: Log = print) -> ProbeSet | None:
+    """The ProbeSet a sweep runs around its levels (None when no probe was asked for)."""
+    if not names:
+        return None
+    ctx = ProbeContext(out_dir=run_path, target_url=target_url, server_pid=server_pid, interval_s=interval_s)
+    return ProbeSet(names, ctx, log=log)

@@ -1,0 +1,93 @@
+"""`server` probe: scrape the target's Prometheus /metrics and record one engine-neutral row.
+
+Row fields: up (1 scraped, 0 not), engine, scrape_s; kv_usage (0..1), running, waiting;
+preemptions_total and preemptions (this interval); prefix_cache_hit_rate (this interval, from
+hits/queries counters, or the engine's gauge); prompt_tokens, generation_tokens (this interval)
+and prompt_tok_s, generation_tok_s; per histogram h in ttft, queue_time, itl, e2e: h_count (this
+interval), h_mean_s, h_p50_s, h_p90_s, h_p99_s. A scrape that fails writes {up: 0, error}.
+"""
+
+from __future__ import annotations
+
+import time
+import urllib.error
+import urllib.request
+
+from probes.base import Probe, ProbeUnavailable
+from probes.prom import QUANTILES, Snapshot, histogram_delta, parse_metrics, quantile
+
+COUNTERS = ("prompt_tokens", "generation_tokens", "preemptions")
+
+
+class ServerProbe(Probe):
+    name = "server"
+
+    def __init__(self, ctx, timeout_s: float = 2.0):
+        super().__init__(ctx)
+        self.url = (ctx.target_url or "").rstrip("/") + "/metrics"
+        self.timeout_s = timeout_s
+        self._prev: Snapshot | None = None
+        self._prev_t = 0.0
+        self._warned: set[str] = set()
+
+    def check(self) -> None:
+        if not self.ctx.target_url:
+            raise ProbeUnavailable("no target URL to scrape (give --target)")
+        # An unreachable target is not "cannot run": it may come up later, and its absence is evidence.
+
+    def fetch(self) -> str:
+        with urllib.request.urlopen(self.url, timeout=self.timeout_s) as resp:
+            return resp.read().decode("utf-8", "replace")
+
+    def sample(self) -> dict | None:
+        t0 = time.time()
+        try:
+            text = self.fetch()
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            return {"t": t0, "up": 0, "error": f"cannot scrape {self.url}: {getattr(exc, 'reason', exc)}"}
+        return self.row_from_text(text, t0, time.time() - t0)
+
+    def row_from_text(self, text: str, t: float, scrape_s: float = 0.0) -> dict:
+        try:
+            snap = parse_metrics(text)
+        except ValueError as exc:
+            return {"t": t, "up": 1, "error": f"{self.url}: {exc}"}
+        row: dict = {"t": t, "up": 1, "engine": snap.engine, "scrape_s": round(scrape_s, 4)}
+        if not snap.values and not snap.histograms:
+            row["error"] = (f"{self.url}: no refengine/vLLM/SGLang/TGI metric names among "
+                            f"{snap.metric_count} samples")
+        v = snap.values
+        for key in ("kv_usage", "running", "waiting", "preemptions_total"):
+            if key in v:
+                row[key] = v[key]
+        prev, dt = self._prev, t - self._prev_t
+        if prev is not None and dt > 0:
+            for name in COUNTERS:
+                cur_v, old_v = v.get(f"{name}_total"), prev.values.get(f"{name}_total")
+                if cur_v is not None and old_v is not None:
+                    d = cur_v - old_v if cur_v >= old_v else cur_v     # counter reset
+                    row[name] = d
+                    if name != "preemptions":
+                        row[f"{name.replace('_tokens', '')}_tok_s"] = round(d / dt, 3)
+        row["prefix_cache_hit_rate"] = self._hit_rate(v, prev)
+        for h_name, h in snap.histograms.items():
+            d = histogram_delta(prev.histograms.get(h_name) if prev else None, h)
+            if prev is None:
+                continue          # the first scrape holds the whole history, not an interval
+            row[f"{h_name}_count"] = d.count
+            if d.count > 0:
+                row[f"{h_name}_mean_s"] = round(d.sum / d.count, 6)
+                for q in QUANTILES:
+                    val = quantile(d, q)
+                    row[f"{h_name}_p{int(q * 100)}_s"] = round(val, 6) if val is not None else None
+        self._prev, self._prev_t = snap, t
+        return row
+
+    @staticmethod
+    def _hit_rate(v: dict, prev: Snapshot | None) -> float | None:
+        q, h = v.get("prefix_cache_queries_total"), v.get("prefix_cache_hits_total")
+        if q is not None and h is not None and prev is not None:
+            dq = q - prev.values.get("prefix_cache_queries_total", q)
+            dh = h - prev.values.get("prefix_cache_hits_total", h)
+            return round(dh / dq, 4) if dq > 0 else None
+        return v.get("prefix_cache_hit_rate_gauge")

@@ -1,0 +1,1 @@
+"""Tensor, pipeline and expert parallelism over torch.distributed (see docs/distributed.md)."""

@@ -1,0 +1,64 @@
+"""report.html and compare.html: one self-contained file each (see reports.html_templates)."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from analyzers.compare import Comparison, MIN_EFFECT
+from analyzers.probe_series import ProbeSeries
+from analyzers.scaling import series_of
+from analyzers.summary import RunSummary
+from analyzers.table import RequestTable
+from llmbench import __version__
+from reports import plots, tables
+from reports.definitions import DEFINITIONS, OTHER_TOOLS, OTHER_TOOLS_HEADER
+from reports.html_templates import CSS, environment
+from reports.probe_sections import TimeAxis, render_probe
+from reports.terminal import fmt_ci, fmt_delta, fmt_value
+
+
+def time_axis(summary: RunSummary, table: RequestTable, probes: list[ProbeSeries]) -> TimeAxis:
+    """The run's clock: 0 at the run's start, to the last thing anything recorded."""
+    info = summary.info
+    t_sent = table.df["t_sent"].to_numpy() if len(table) else np.array([])
+    t0 = min([info.started] + ([float(np.nanmin(t_sent))] if t_sent.size else []))
+    ends = [info.finished or t0]
+    if len(table):
+        ends.append(float(np.nanmax(table.df[["t_sent", "t_done"]].to_numpy())))
+    ends += [float(p.t.max()) for p in probes]
+    return TimeAxis(t0, (0.0, max(max(ends) - t0, 1.0)))
+
+
+def _common() -> dict:
+    return {"css": CSS, "version": __version__, "definitions": DEFINITIONS, "tools_header": OTHER_TOOLS_HEADER,
+            "tools": OTHER_TOOLS, "generated": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
+
+
+def render_report(summary: RunSummary, table: RequestTable, probes: list[ProbeSeries]) -> str:
+    axis = time_axis(summary, table, probes)
+    measured = [lv for lv in summary.levels if lv.n_ok]
+    scaling_figs = [plots.scaling_figure(group, key) for key, group in series_of(measured).items()]
+    ctx = {
+        **_common(), "title": f"llmbench report: {summary.info.run_id}", "info": summary.info,
+        "slos": summary.slos.describe(), "best": summary.best, "findings": summary.findings,
+        "summary_header": tables.SUMMARY_HEADER, "summary_rows": tables.summary_rows(summary),
+        "detail_header": tables.DETAIL_HEADER, "detail_rows": tables.detail_rows(summary),
+        "error_rows": tables.error_rows(summary), "config": tables.config_rows(summary.info),
+        "scaling_figs": scaling_figs,
+        "latency_throughput_fig": plots.latency_throughput_figure(measured) if measured else "",
+        "cdf_fig": plots.cdf_figure(table, summary) if measured else "",
+        "timeline_fig": plots.timeline_figure(table, summary, axis.t0, axis.xlim) if len(table) else "",
+        "probe_sections": [render_probe(p, axis) for p in probes],
+    }
+    return environment().get_template("report").render(**ctx)
+
+
+def render_compare(comparisons: list[Comparison], summaries: list[RunSummary], min_effect: float = MIN_EFFECT) -> str:
+    ctx = {**_common(), "title": "llmbench comparison: " + " vs ".join(s.info.run_id for s in summaries),
+           "comparisons": comparisons, "min_effect": min_effect,
+           "configs": [(f"{'AB'[min(i, 1)] if len(summaries) == 2 else i}: {s.info.run_id}", tables.config_rows(s.info))
+                       for i, s in enumerate(summaries)],
+           "fmt_value": fmt_value, "fmt_delta": fmt_delta, "fmt_ci": fmt_ci}
+    return environment().get_template("compare").render(**ctx)

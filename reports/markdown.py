@@ -1,0 +1,68 @@
+"""report.md and compare.md: the same content as the HTML minus the figures, for pull requests and
+chat. Text from the run is escaped (`md`) so a model name or error string cannot break a table or
+inject HTML into a renderer that allows it."""
+
+from __future__ import annotations
+
+import html
+import re
+
+from analyzers.compare import Comparison, MIN_EFFECT
+from analyzers.summary import RunSummary
+from reports import tables
+from reports.definitions import DEFINITIONS, OTHER_TOOLS, OTHER_TOOLS_HEADER
+from reports.terminal import fmt_ci, fmt_delta, fmt_value
+
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]|#])")
+
+
+def md(text) -> str:
+    """Escape Markdown and HTML specials and fold newlines, so text stays text inside a table cell."""
+    s = html.escape(str(text), quote=False)
+    return _MD_SPECIAL.sub(r"\\\1", s).replace("\r", " ").replace("\n", " ")
+
+
+def md_table(header: list[str], rows: list[list[str]]) -> list[str]:
+    out = ["| " + " | ".join(md(h) for h in header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(md(c) for c in r) + " |" for r in rows]
+    return out + [""]
+
+
+def _definitions() -> list[str]:
+    out = ["## Metric definitions", ""] + md_table(["metric", "definition"], [list(d) for d in DEFINITIONS])
+    return out + ["Other tools' names:", ""] + md_table(list(OTHER_TOOLS_HEADER), [list(r) for r in OTHER_TOOLS])
+
+
+def render_report_md(s: RunSummary) -> str:
+    best = s.best
+    out = [f"# llmbench report: {md(s.info.run_id)}", "",
+           f"{md(s.info.status)} · model {md(s.info.target.get('model'))} · SLO {md(s.slos.describe())}", ""]
+    out.append(f"**Highest load within the SLO: {md(best.level_id)}** ({best.output_tok_s:.1f} output tok/s, "
+               f"goodput {best.goodput_req_s:.2f} req/s)." if best else "**No level met the SLO.**")
+    out += ["", "## Findings", ""] + [f"- {md(f)}" for f in s.findings] + [""]
+    out += ["## Summary", ""] + md_table(tables.SUMMARY_HEADER, tables.summary_rows(s))
+    out += ["\\* P99 from fewer than 100 samples (unreliable). Figures: see report.html.", ""]
+    errors = tables.error_rows(s)
+    out += ["## Errors", ""] + (md_table(["level", "kind", "count", "rate", "first error text"], errors)
+                                if errors else ["No errors or timeouts in any measured window.", ""])
+    out += ["## All percentiles", ""] + md_table(tables.DETAIL_HEADER, tables.detail_rows(s))
+    out += ["## Run configuration and target", ""] + md_table(["", ""], [list(r) for r in tables.config_rows(s.info)])
+    return "\n".join(out + _definitions())
+
+
+def render_compare_md(comparisons: list[Comparison], min_effect: float = MIN_EFFECT) -> str:
+    out = ["# llmbench comparison", ""]
+    for c in comparisons:
+        n = c.counts()
+        out += [f"## A = {md(c.run_a)} · B = {md(c.run_b)}", "",
+                f"{n['better']} better, {n['worse']} worse, {n['within noise']} within noise (B − A with its 95% "
+                f"bootstrap interval; within noise: the interval contains 0 or the change is under "
+                f"{min_effect * 100:g}%).", ""]
+        if c.only_a or c.only_b:
+            out += [f"Skipped levels: only in A: {md(', '.join(c.only_a) or '—')}; "
+                    f"only in B: {md(', '.join(c.only_b) or '—')}.", ""]
+        rows = [[lc.level_id if i == 0 else "", d.metric, fmt_value(d.metric, d.a), fmt_value(d.metric, d.b),
+                 fmt_delta(d), fmt_ci(d.metric, d.ci), d.verdict]
+                for lc in c.levels for i, d in enumerate(lc.deltas)]
+        out += md_table(["level", "metric", "A", "B", "B − A", "95% CI of B − A", "verdict"], rows)
+    return "\n".join(out + _definitions())

@@ -1,0 +1,118 @@
+"""The report's tables as plain rows of text, shared by the HTML and the Markdown renderers (which
+escape them), and the raw-number table that becomes summary.csv."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pandas as pd
+
+from analyzers.distribution import PERCENTILES, pname
+from analyzers.latency import LevelStats
+from analyzers.summary import RunSummary
+from llmbench.rundir import RunInfo
+from reports.terminal import load_label
+
+SUMMARY_HEADER = ["level", "load", "in", "out", "output tok/s (95% CI)", "TTFT P50/P99 ms", "TPOT P50/P95 ms",
+                  "E2E P99 s", "req/s", "goodput req/s", "n (ok)", "errors", "SLO", "note"]
+DETAIL_HEADER = ["level", "metric", "n", "mean"] + [pname(q).upper() for q in PERCENTILES] + ["P95 CI", "P99 CI"]
+
+
+def _ms(v: float | None, digits: int = 0) -> str:
+    return "—" if v is None else f"{v * 1000:.{digits}f}"
+
+
+def _ci(ci, scale: float = 1000, digits: int = 0) -> str:
+    return "—" if not ci else f"{ci[0] * scale:.{digits}f}–{ci[1] * scale:.{digits}f}"
+
+
+def slo_word(lv: LevelStats) -> str:
+    return {True: "met", False: "missed", None: "—"}[lv.slo_met]
+
+
+def summary_rows(s: RunSummary) -> list[list[str]]:
+    rows = []
+    for lv in s.levels:
+        star = "*" if lv.ttft.n and not lv.ttft.p99_reliable else ""
+        errors = lv.n_error + lv.n_timeout
+        rows.append([
+            lv.level_id, load_label(lv), str(lv.input_len), str(lv.output_len),
+            f"{lv.output_tok_s:.1f} ({_ci(lv.output_tok_s_ci, 1, 1)})",
+            f"{_ms(lv.ttft.p['p50'])}/{_ms(lv.ttft.p['p99'])}{star}",
+            f"{_ms(lv.tpot.p['p50'], 1)}/{_ms(lv.tpot.p['p95'], 1)}",
+            "—" if lv.e2e.p["p99"] is None else f"{lv.e2e.p['p99']:.2f}",
+            f"{lv.req_s:.2f}", f"{lv.goodput_req_s:.2f}", f"{lv.n_in_window} ({lv.n_ok})",
+            f"{errors} ({lv.error_rate:.1%})" if errors else "0", slo_word(lv), s.note(lv.level_id)])
+    return rows
+
+
+def detail_rows(s: RunSummary) -> list[list[str]]:
+    rows = []
+    for lv in s.levels:
+        for name in ("ttft", "tpot", "itl", "e2e", "send_lag"):
+            d = getattr(lv, name)
+            digits = 1 if name in ("tpot", "itl") else 0
+            rows.append([lv.level_id, name.upper().replace("_", " ") + " ms", str(d.n), _ms(d.mean, digits)]
+                        + [_ms(d.p[pname(q)], digits) for q in PERCENTILES]
+                        + [_ci(d.ci.get("p95"), digits=digits), _ci(d.ci.get("p99"), digits=digits)])
+    return rows
+
+
+def error_rows(s: RunSummary) -> list[list[str]]:
+    rows = []
+    for lv in s.levels:
+        for kind, count in sorted(lv.errors_by_kind.items()):
+            rows.append([lv.level_id, kind, str(count), f"{count / max(lv.n_in_window, 1):.1%}",
+                         lv.error_samples.get(kind, "")])
+    return rows
+
+
+def config_rows(info: RunInfo) -> list[tuple[str, str]]:
+    t = info.target or {}
+    sw = info.sweep or {}
+    loads = sw.get("concurrency") or [f"{r:g}/s" for r in sw.get("request_rate") or []]
+
+    def when(ts):
+        return "—" if not ts else time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ts))
+
+    return [
+        ("run", f"{info.run_id} ({info.status})"),
+        ("target", f"{t.get('kind', '?')} · {t.get('url') or 'bundled engine on loopback'} · "
+                   f"endpoint {t.get('endpoint', '?')}"),
+        ("model", str(t.get("model"))),
+        ("engine args", " ".join(map(str, t.get("engine_args") or [])) or "—"),
+        ("levels", f"{'concurrency' if sw.get('concurrency') else 'request rate'} {', '.join(map(str, loads))} × "
+                   f"input {sw.get('input_lens')} × output {sw.get('output_lens')}"),
+        ("per level", f"warm-up {sw.get('warmup_s')} s, measured {sw.get('duration_s')} s, "
+                      f"timeout {sw.get('request_timeout_s')} s, {sw.get('workers')} worker(s)"),
+        ("workload", json.dumps(sw.get("workload"), sort_keys=True)),
+        ("SLOs", json.dumps(info.slos, sort_keys=True)),
+        ("started / finished", f"{when(info.started)} / {when(info.finished)}"),
+        ("host", ", ".join(f"{k} {v}" for k, v in (info.host or {}).items())),
+        ("probes", ", ".join(f"{k}: {v}" for k, v in (info.probes or {}).items()) or "none"),
+        ("command", " ".join(map(str, info.command or []))),
+        ("tool", f"llmbench {info.tool_version}, run format v{info.schema_version}"),
+    ]
+
+
+def csv_frame(s: RunSummary) -> pd.DataFrame:
+    """One row per level, raw numbers in seconds and per-second rates (summary.csv)."""
+    rows = []
+    for lv in s.levels:
+        row = {"level_id": lv.level_id, "concurrency": lv.concurrency, "request_rate": lv.request_rate,
+               "input_len": lv.input_len, "output_len": lv.output_len, "window_s": lv.window_s,
+               "n_sent": lv.n_sent, "n_in_window": lv.n_in_window, "n_ok": lv.n_ok, "n_error": lv.n_error,
+               "n_timeout": lv.n_timeout, "n_cancelled": lv.n_cancelled, "error_rate": lv.error_rate,
+               "output_tok_s": lv.output_tok_s, "total_tok_s": lv.total_tok_s, "req_s": lv.req_s,
+               "goodput_req_s": lv.goodput_req_s, "slo_met": lv.slo_met, "note": s.note(lv.level_id),
+               "token_count_mismatches": lv.token_count_mismatches,
+               "output_len_unhonoured": lv.output_len_unhonoured}
+        for name in ("ttft", "tpot", "itl", "e2e", "send_lag"):
+            d = getattr(lv, name)
+            row[f"{name}_n"] = d.n
+            row[f"{name}_mean_s"] = d.mean
+            for q in PERCENTILES:
+                row[f"{name}_{pname(q)}_s"] = d.p[pname(q)]
+        rows.append(row)
+    return pd.DataFrame(rows)

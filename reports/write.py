@@ -1,0 +1,50 @@
+"""Write a run's shareable files: summary.json, summary.csv, report.md and report.html; and the
+compare report. Everything is recomputed from the run directory, so this works on any run,
+complete or interrupted, and the sweep calls the same function at its end."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from analyzers.compare import MIN_EFFECT, Comparison, compare_runs
+from analyzers.probe_series import read_probes
+from analyzers.slo import Slos
+from analyzers.summary import RunSummary, analyze_run
+from llmbench.rundir import RunDir
+
+
+def _write(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)          # a reader never sees half a report
+
+
+def write_reports(run: RunDir, slos: "Slos | dict | None" = None) -> tuple[RunSummary, dict[str, Path]]:
+    from reports.html import render_report          # matplotlib is imported only when a report is drawn
+    from reports.markdown import render_report_md
+    from reports.tables import csv_frame
+
+    summary, table = analyze_run(run, slos)
+    run.write_summary(summary.to_dict())
+    paths = {"json": run.summary_json, "csv": run.path / "summary.csv", "md": run.path / "report.md",
+             "html": run.path / "report.html"}
+    _write(paths["csv"], csv_frame(summary).to_csv(index=False))
+    _write(paths["md"], render_report_md(summary))
+    _write(paths["html"], render_report(summary, table, read_probes(run)))
+    return summary, paths
+
+
+def write_compare(runs: list[RunDir], out_dir: Path, slos: "Slos | dict | None" = None,
+                  min_effect: float = MIN_EFFECT) -> tuple[list[Comparison], dict[str, Path]]:
+    """Compare every run after the first against the first (the baseline)."""
+    from reports.html import render_compare
+    from reports.markdown import render_compare_md
+
+    analyzed = [analyze_run(r, slos) for r in runs]
+    comparisons = [compare_runs(analyzed[0], other, min_effect=min_effect) for other in analyzed[1:]]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = {"md": out_dir / "compare.md", "html": out_dir / "compare.html"}
+    _write(paths["md"], render_compare_md(comparisons, min_effect))
+    _write(paths["html"], render_compare(comparisons, [s for s, _ in analyzed], min_effect))
+    return comparisons, paths
