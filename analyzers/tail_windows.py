@@ -4,7 +4,7 @@
 retransmit burst, a long prefill, a preemption) lines up with the spikes and not with the calm.
 
 A spike is a measured, successful request whose latency is in its level's tail: above the level's
-P95 *and* at least TAIL_RATIO times its median (so a level whose P99 is close to its P50 has no
+P90 *and* at least TAIL_RATIO times its median (so a level whose P99 is close to its P50 has no
 spikes to explain). Its window is the interval that latency covers: [sent, first token] for TTFT,
 [first token, done] for TPOT, [sent, done] for E2E. Overlapping or nearly touching windows merge.
 Calm is the rest of the run's measured span.
@@ -19,7 +19,7 @@ import numpy as np
 from analyzers.table import RequestTable
 
 TAIL_RATIO = 1.5          # a spike is at least this many times its level's median
-TAIL_QUANTILE = 95.0      # ... and above this percentile of its level
+TAIL_QUANTILE = 90.0      # ... and above this percentile of its level (at most 10% are spikes)
 MERGE_GAP_S = 0.25        # windows closer than this are one episode
 METRIC_SPANS = {"ttft": ("t_sent", "t_first_token", "ttft_s"),
                 "tpot": ("t_first_token", "t_done", "tpot_s"),

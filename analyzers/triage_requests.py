@@ -89,8 +89,7 @@ def check_hol_blocking(table: RequestTable, ttft: TailWindows) -> CheckResult:
     if spike_share < HOL_MIN_SHARE or relative_risk < HOL_MIN_RISK:
         return passed(HOL_ID, "scheduling", HOL_TITLE,
                       f"{spike_share:.0%} of short TTFT spikes got their first token right after a long prefill; "
-                      f"such requests spiked "
-                      f"{relative_risk:.1f}x as often as the others: no head-of-line pattern", **evidence)
+                      f"{_risk_words(relative_risk)}: no head-of-line pattern", **evidence)
     blocked = short_spikes[spike_hit]
     scope = merge([Window(t_sent[i], t_first[i]) for i in short_spikes])
     explains = [w for w in scope if np.any((t_sent[blocked] <= w.end) & (t_first[blocked] >= w.start))]
@@ -98,13 +97,18 @@ def check_hol_blocking(table: RequestTable, ttft: TailWindows) -> CheckResult:
     finding = Finding(
         HOL_ID, "scheduling", severity,
         f"{spike_share:.0%} of short requests in the TTFT tail got their first token right after a long prompt "
-        f"(~{evidence['long_prompt_tokens_median']:.0f} tokens) finished prefilling; such requests spiked "
-        f"{relative_risk:.1f}x as often as the others",
+        f"(~{evidence['long_prompt_tokens_median']:.0f} tokens) finished prefilling; {_risk_words(relative_risk)}",
         evidence, explains, len(scope),
         "enable chunked prefill (--enable-chunked-prefill with a --max-num-batched-tokens budget) or cap long "
         "prefills (--long-prefill-token-threshold), or schedule short jobs first (--scheduling-policy sjf); "
         "then compare the runs with `llmbench compare`")
     return failed(finding, HOL_TITLE, finding.title)
+
+
+def _risk_words(relative_risk: float) -> str:
+    if relative_risk == float("inf"):
+        return "no other short request spiked"
+    return f"such requests spiked {relative_risk:.1f}x as often as the others"
 
 
 def check_send_lag(table: RequestTable, ttft: TailWindows) -> CheckResult:

@@ -35,6 +35,10 @@ from llmbench.diag_plan_cli import plan  # noqa: E402  (parallel plan ranking)
 app.command(help=" ".join(oom.__doc__.split()))(oom)      # one paragraph: rich keeps docstring line breaks
 app.command(help=" ".join(plan.__doc__.split()))(plan)
 
+from llmbench.diag_p99_cli import p99  # noqa: E402  (tail triage: network, scheduling, host)
+
+app.command(help=" ".join(p99.__doc__.split()))(p99)
+
 
 if __name__ == "__main__":
     app()

@@ -55,3 +55,23 @@ def write_run(path: Path, records: list[RequestRecord], probes: dict[str, list[d
         f.parent.mkdir(parents=True, exist_ok=True)
         f.write_text("".join(json.dumps(row) + "\n" for row in rows))
     return run
+
+
+def clean_probes(t_start: float, t_end: float, ncpu: int = 8) -> dict[str, list[dict]]:
+    """One row a second of healthy probes: no retransmits, NIC IRQs spread, CPU half idle, no queue."""
+    rng = np.random.default_rng(7)
+    out: dict[str, list[dict]] = {"tcp": [], "irq": [], "host": [], "server": []}
+    for k, t in enumerate(np.arange(t_start, t_end + 1.0, 1.0)):
+        t = float(t)
+        out["tcp"].append({"t": t, "dt_s": 1.0, "Tcp.OutSegs": 1000, "Tcp.RetransSegs": 0, "TcpExt.TCPTimeouts": 0})
+        out["irq"].append({"t": t, "dt_s": 1.0, "ncpu": ncpu, "nic_irq_total": 2000, "nic_busiest_share": 0.16,
+                           "nic_busiest_cpu": int(rng.integers(ncpu))})
+        out["host"].append({"t": t, "cpu_pct": 40.0, "cpu_per_core_pct": [40.0] * ncpu, "server_cpu_cores": 3.0})
+        out["server"].append({"t": t, "up": 1, "kv_usage": 0.5, "running": 8, "waiting": 0, "preemptions": 0,
+                              "preemptions_total": 0})
+    return out
+
+
+def rows_in(rows: list[dict], windows: list[tuple[float, float]]) -> list[dict]:
+    """The probe rows whose one-second interval overlaps any of `windows`."""
+    return [r for r in rows if any(r["t"] - 1.0 < e and r["t"] > s for s, e in windows)]

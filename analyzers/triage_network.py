@@ -1,0 +1,103 @@
+"""P99 checks of the network, first in the seed's order: TCP retransmits and NIC interrupts
+piled on one core, each judged by whether it lines up with the spike windows."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from analyzers.tail_windows import TailWindows
+from analyzers.triage_evidence import SampleSplit, lift
+from analyzers.triage_types import CheckResult, Finding, failed, passed, unchecked
+
+MIN_RETRANS = 3             # retransmitted segments in the spikes before they count as evidence
+RETRANS_LIFT = 3.0          # ... at this many times the calm's rate per second
+NIC_PINNED_SHARE = 0.9      # the busiest core takes this share of NIC interrupts: pinned
+MIN_NIC_IRQ_S = 50.0        # NIC interrupts/s below which placement does not matter
+CORE_SATURATED_PCT = 90.0
+
+RETRANS_ID, RETRANS_TITLE = "p99.net.retransmits", "TCP retransmits in the spike windows"
+IRQ_ID, IRQ_TITLE = "p99.net.irq-affinity", "NIC interrupts spread over cores"
+LINK_ID, LINK_TITLE = "p99.net.link-saturation", "links not saturated"
+COMM_ID, COMM_TITLE = "p99.net.collectives", "collective bandwidth matches the hardware"
+
+
+def check_retransmits(tcp: SampleSplit | None, tails: TailWindows) -> CheckResult:
+    if tcp is None or not tcp.has("Tcp.RetransSegs"):
+        return unchecked(RETRANS_ID, "network", RETRANS_TITLE, "no tcp probe in this run (llmbench sweep --probes tcp)")
+    if not tails.spikes:
+        return passed(RETRANS_ID, "network", RETRANS_TITLE, "no spike windows to compare")
+    n_spike, n_calm, r_spike, r_calm = tcp.rate("Tcp.RetransSegs")
+    timeouts_spike, _, _, _ = tcp.rate("TcpExt.TCPTimeouts")
+    ratio = lift(r_spike, r_calm)
+    evidence = dict(retrans_in_spikes=n_spike, retrans_in_calm=n_calm, retrans_per_s_spikes=r_spike,
+                    retrans_per_s_calm=r_calm, rto_timeouts_in_spikes=timeouts_spike,
+                    lift=ratio if np.isfinite(ratio) else "only in spikes")
+    if n_spike < MIN_RETRANS or ratio < RETRANS_LIFT:
+        return passed(RETRANS_ID, "network", RETRANS_TITLE,
+                      f"{n_spike:.0f} retransmits in the spikes ({r_spike:.2f}/s) vs {r_calm:.2f}/s in the calm",
+                      **evidence)
+    explains = tcp.windows_where(tails, np.nan_to_num(tcp.values("Tcp.RetransSegs")) > 0)
+    severity = "high" if timeouts_spike > 0 or ratio >= 10 else "medium"
+    finding = Finding(RETRANS_ID, "network", severity,
+                      f"TCP retransmits burst in the spike windows: {n_spike:.0f} segments ({r_spike:.1f}/s) vs "
+                      f"{r_calm:.2f}/s in the calm" + (f", {timeouts_spike:.0f} RTO timeouts" if timeouts_spike else ""),
+                      evidence, explains, len(tails.spikes),
+                      "find the lossy hop: `llmbench sweep --probes tcp,capture` then `llmdiag pcap` per flow; "
+                      "check NIC/switch counters and ring buffer drops (ethtool -S)")
+    return failed(finding, RETRANS_TITLE, finding.title)
+
+
+def check_irq_affinity(irq: SampleSplit | None, host: SampleSplit | None, tails: TailWindows) -> CheckResult:
+    if irq is None or not irq.has("ncpu"):
+        return unchecked(IRQ_ID, "network", IRQ_TITLE, "no irq probe in this run (llmbench sweep --probes irq)")
+    total = np.nan_to_num(irq.values("nic_irq_total"))
+    dt = np.maximum(irq.end - irq.start, 1e-9)
+    per_s = total / dt
+    ncpu = int(np.nanmax(irq.values("ncpu")))
+    if ncpu < 2 or not (per_s >= MIN_NIC_IRQ_S).any():
+        return passed(IRQ_ID, "network", IRQ_TITLE, f"NIC interrupts under {MIN_NIC_IRQ_S:g}/s (or one CPU): "
+                      "placement does not matter here", nic_irq_per_s_max=float(per_s.max(initial=0.0)), ncpu=ncpu)
+    share = irq.values("nic_busiest_share")
+    busy = (per_s >= MIN_NIC_IRQ_S) & np.isfinite(share)
+    pinned = busy & (share >= NIC_PINNED_SHARE)
+    median_share = float(np.median(share[busy]))
+    busiest = irq.values("nic_busiest_cpu")[busy]
+    core = int(np.bincount(busiest[np.isfinite(busiest)].astype(int)).argmax()) if np.isfinite(busiest).any() else None
+    evidence = dict(ncpu=ncpu, nic_irq_per_s_median=float(np.median(per_s[busy])),
+                    busiest_core=core, busiest_core_share_median=median_share,
+                    even_share=1.0 / ncpu, pinned_intervals=int(pinned.sum()), busy_intervals=int(busy.sum()))
+    if median_share < NIC_PINNED_SHARE:
+        return passed(IRQ_ID, "network", IRQ_TITLE, f"the busiest core takes {median_share:.0%} of NIC interrupts "
+                      f"(even would be {1 / ncpu:.0%})", **evidence)
+    core_busy = _core_busy(host, irq, core)
+    if core_busy is not None:
+        evidence["busiest_core_cpu_pct_spikes"], evidence["busiest_core_cpu_pct_calm"] = core_busy
+    saturated = core_busy is not None and (core_busy[0] or 0) >= CORE_SATURATED_PCT
+    # Pinned IRQs are a standing condition; the windows they explain are those where the NIC was
+    # busy above its own median while pinned.
+    loaded = pinned & (per_s >= np.median(per_s[busy]))
+    explains = irq.windows_where(tails, loaded)
+    finding = Finding(IRQ_ID, "network", "high" if saturated or len(explains) else "medium",
+                      f"{median_share:.0%} of NIC interrupts land on cpu{core} of {ncpu}"
+                      + (f", which ran {core_busy[0]:.0f}% busy in the spikes" if core_busy and core_busy[0] else ""),
+                      evidence, explains, len(tails.spikes),
+                      "spread the NIC queues' IRQs over cores (irqbalance, or write smp_affinity_list per queue; "
+                      "enable RSS/RPS), keeping them off the cores the engine's threads use")
+    return failed(finding, IRQ_TITLE, finding.title)
+
+
+def _core_busy(host: SampleSplit | None, irq: SampleSplit, core: int | None) -> tuple[float | None, float | None] | None:
+    field = f"cpu_per_core_pct.{core}"
+    if host is None or core is None or not host.has(field):
+        return None
+    return host.mean(field)
+
+
+def check_link_saturation() -> CheckResult:
+    return unchecked(LINK_ID, "network", LINK_TITLE, "no probe records NIC bytes/s against link speed yet "
+                     "(check `sar -n DEV 1` or the switch during a run)")
+
+
+def check_collectives() -> CheckResult:
+    return unchecked(COMM_ID, "network", COMM_TITLE, "no collective results in the run; run `llmdiag comm` on the "
+                     "nodes and compare busbw with the interconnect's rating")

@@ -1,0 +1,86 @@
+"""P99 checks of scheduling from the server's own metrics (probe `server`): preemption bursts with
+the KV cache at its ceiling, requests queueing, and a running batch too large for TPOT."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from analyzers.tail_windows import TailWindows
+from analyzers.triage_evidence import SampleSplit, lift
+from analyzers.triage_types import CheckResult, Finding, failed, passed, unchecked
+
+MIN_PREEMPTIONS = 1
+PREEMPT_LIFT = 3.0
+KV_CEILING = 0.95
+QUEUE_LIFT = 2.0            # mean waiting in the spikes at least this many times the calm's ...
+MIN_WAITING = 1.0           # ... and at least one request waiting on average
+BATCH_LIFT = 1.5            # running requests in TPOT spikes vs calm
+
+PREEMPT_ID, PREEMPT_TITLE = "p99.sched.preemption", "no preemption storm"
+QUEUE_ID, QUEUE_TITLE = "p99.sched.queueing", "requests do not queue"
+BATCH_ID, BATCH_TITLE = "p99.sched.batch-size", "the running batch is not too large for TPOT"
+NO_SERVER = "no server probe in this run (llmbench sweep --probes server)"
+
+
+def check_preemptions(server: SampleSplit | None, tails: TailWindows) -> CheckResult:
+    if server is None or not server.has("preemptions"):
+        return unchecked(PREEMPT_ID, "scheduling", PREEMPT_TITLE, NO_SERVER + " or no preemption counter")
+    n_spike, n_calm, r_spike, r_calm = server.rate("preemptions")
+    kv_spike, kv_calm = server.mean("kv_usage")
+    kv = server.values("kv_usage")
+    kv_max = float(np.nanmax(kv[server.spike])) if server.has("kv_usage") and np.isfinite(kv[server.spike]).any() else None
+    ratio = lift(r_spike, r_calm)
+    evidence = dict(preemptions_in_spikes=n_spike, preemptions_in_calm=n_calm, preemptions_per_s_spikes=r_spike,
+                    preemptions_per_s_calm=r_calm, kv_usage_mean_spikes=kv_spike, kv_usage_mean_calm=kv_calm,
+                    kv_usage_max_spikes=kv_max)
+    if n_spike < MIN_PREEMPTIONS or ratio < PREEMPT_LIFT:
+        return passed(PREEMPT_ID, "scheduling", PREEMPT_TITLE,
+                      f"{n_spike:.0f} preemptions in the spikes vs {n_calm:.0f} in the calm", **evidence)
+    explains = server.windows_where(tails, np.nan_to_num(server.values("preemptions")) > 0)
+    at_ceiling = kv_max is not None and kv_max >= KV_CEILING
+    finding = Finding(PREEMPT_ID, "scheduling", "high" if at_ceiling or ratio >= 10 else "medium",
+                      f"{n_spike:.0f} preemptions in the spike windows ({r_spike:.2f}/s vs {r_calm:.2f}/s calm)"
+                      + (f" with the KV cache at {kv_max:.0%}" if kv_max is not None else ""),
+                      evidence, explains, len(tails.spikes),
+                      "KV ran out and running requests were evicted and recomputed: lower --max-num-seqs, "
+                      "shorten --max-model-len, or give the KV cache more memory (see `llmdiag oom`)")
+    return failed(finding, PREEMPT_TITLE, finding.title)
+
+
+def check_queueing(server: SampleSplit | None, tails: TailWindows) -> CheckResult:
+    if server is None or not server.has("waiting"):
+        return unchecked(QUEUE_ID, "scheduling", QUEUE_TITLE, NO_SERVER + " or no waiting-requests gauge")
+    w_spike, w_calm = server.mean("waiting")
+    q_spike, q_calm = server.mean("queue_time_p99_s")
+    evidence = dict(waiting_mean_spikes=w_spike, waiting_mean_calm=w_calm, queue_time_p99_s_spikes=q_spike,
+                    queue_time_p99_s_calm=q_calm)
+    if w_spike is None or w_spike < MIN_WAITING or lift(w_spike, w_calm) < QUEUE_LIFT:
+        return passed(QUEUE_ID, "scheduling", QUEUE_TITLE,
+                      f"waiting requests: {w_spike or 0:.1f} in the spikes vs {w_calm or 0:.1f} in the calm", **evidence)
+    waiting = np.nan_to_num(server.values("waiting"))
+    explains = server.windows_where(tails, waiting >= MIN_WAITING)
+    finding = Finding(QUEUE_ID, "scheduling", "medium",
+                      f"requests queued in the spike windows: {w_spike:.1f} waiting on average vs {w_calm or 0:.1f} "
+                      "in the calm", evidence, explains, len(tails.spikes),
+                      "the load went above what the server admits: lower the offered load or --max-num-seqs "
+                      "limits, or add replicas; the TTFT tail here is queueing, not compute")
+    return failed(finding, QUEUE_TITLE, finding.title)
+
+
+def check_batch_size(server: SampleSplit | None, tails: TailWindows) -> CheckResult:
+    if tails.metric != "tpot":
+        return unchecked(BATCH_ID, "scheduling", BATCH_TITLE, "applies to TPOT tails (llmdiag p99 --metric tpot)")
+    if server is None or not server.has("running"):
+        return unchecked(BATCH_ID, "scheduling", BATCH_TITLE, NO_SERVER + " or no running-requests gauge")
+    r_spike, r_calm = server.mean("running")
+    evidence = dict(running_mean_spikes=r_spike, running_mean_calm=r_calm)
+    if r_spike is None or lift(r_spike, r_calm) < BATCH_LIFT:
+        return passed(BATCH_ID, "scheduling", BATCH_TITLE,
+                      f"running requests: {r_spike or 0:.1f} in the spikes vs {r_calm or 0:.1f} in the calm", **evidence)
+    running = np.nan_to_num(server.values("running"))
+    explains = server.windows_where(tails, running >= (r_calm or 0) * BATCH_LIFT)
+    finding = Finding(BATCH_ID, "scheduling", "medium",
+                      f"TPOT spikes come with larger batches: {r_spike:.1f} running vs {r_calm or 0:.1f} in the calm",
+                      evidence, explains, len(tails.spikes),
+                      "cap --max-num-seqs at the largest batch whose TPOT meets the SLO (read it off the sweep)")
+    return failed(finding, BATCH_TITLE, finding.title)

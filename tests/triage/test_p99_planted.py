@@ -1,0 +1,123 @@
+"""`llmdiag p99` on run directories that each carry one planted cause: the cause is named, ranked
+first, and nothing else is invented; clean data gives "no cause found"."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+from analyzers.p99_triage import diagnose_p99, mark_playbook
+
+from planted import base_records, clean_probes, delay, rows_in, write_run
+
+EPISODES = [(10.0, 11.5), (25.0, 26.5), (40.0, 41.5)]     # seconds after the first request
+
+
+def _spike_windows(recs, episodes=EPISODES, extra_s=1.0):
+    t0 = recs[0].t_sent
+    abs_windows = [(t0 + a, t0 + b) for a, b in episodes]
+    for r in recs:
+        if any(s <= r.t_sent <= e for s, e in abs_windows):
+            delay(r, extra_s)
+    return abs_windows
+
+
+def _probes(recs):
+    return clean_probes(recs[0].t_sent - 1, max(r.t_done for r in recs) + 1)
+
+
+def test_clean_run_has_no_cause(tmp_path):
+    recs = base_records()
+    diag = diagnose_p99(write_run(tmp_path / "r", recs, _probes(recs)))
+    assert diag.findings == [] and diag.headline.startswith("no cause found among: p99.net.retransmits")
+    assert not any(c.status == "failed" for c in diag.checks)
+
+
+def test_spikes_without_evidence_find_no_cause(tmp_path):
+    recs = base_records()
+    _spike_windows(recs)
+    diag = diagnose_p99(write_run(tmp_path / "r", recs, _probes(recs)))
+    assert len(diag.tails.spikes) == 3 and diag.findings == [], [f.title for f in diag.findings]
+
+
+def test_retransmit_burst_is_ranked_first(tmp_path):
+    recs = base_records()
+    windows = _spike_windows(recs)
+    probes = _probes(recs)
+    for row in rows_in(probes["tcp"], windows):
+        row["Tcp.RetransSegs"], row["TcpExt.TCPTimeouts"] = 40, 2
+    diag = diagnose_p99(write_run(tmp_path / "r", recs, probes))
+    assert [f.check_id for f in diag.findings] == ["p99.net.retransmits"]
+    f = diag.findings[0]
+    assert f.severity == "high" and f.coverage == 1.0 and f.evidence["retrans_per_s_calm"] == 0
+
+
+def test_pinned_nic_irqs_are_ranked_first(tmp_path):
+    recs = base_records()
+    windows = _spike_windows(recs)
+    probes = _probes(recs)
+    for row in probes["irq"]:
+        row["nic_busiest_share"], row["nic_busiest_cpu"] = 1.0, 0
+    for row in rows_in(probes["irq"], windows):
+        row["nic_irq_total"] = 40000              # bursts of traffic, all on cpu0 ...
+    for row in rows_in(probes["host"], windows):
+        row["cpu_per_core_pct"] = [100.0] + [40.0] * 7   # ... which saturate it
+    diag = diagnose_p99(write_run(tmp_path / "r", recs, probes))
+    assert [f.check_id for f in diag.findings] == ["p99.net.irq-affinity"]
+    f = diag.findings[0]
+    assert f.evidence["busiest_core"] == 0 and f.evidence["busiest_core_cpu_pct_spikes"] > 1.5 * f.evidence["busiest_core_cpu_pct_calm"] and f.coverage == 1.0
+
+
+def test_head_of_line_blocking_is_ranked_first(tmp_path):
+    recs = base_records(long_every=10)
+    blocking = [r.t_first_token for r in recs if r.prompt_tokens == 4096][::3]
+    for r in recs:
+        for t_end in blocking:
+            if r.prompt_tokens != 4096 and r.t_sent < t_end < r.t_first_token + 0.5 and r.t_first_token < t_end:
+                delay(r, t_end + 0.02 - r.t_first_token)
+    diag = diagnose_p99(write_run(tmp_path / "r", recs, _probes(recs)))
+    assert [f.check_id for f in diag.findings] == ["p99.sched.long-prefill"]
+
+
+def test_preemption_burst_and_playbook_marks(tmp_path):
+    recs = base_records()
+    windows = _spike_windows(recs)
+    probes = _probes(recs)
+    for row in rows_in(probes["server"], windows):
+        row["preemptions"], row["kv_usage"] = 5, 1.0
+    diag = diagnose_p99(write_run(tmp_path / "r", recs, probes))
+    assert [f.check_id for f in diag.findings] == ["p99.sched.preemption"]
+    marks = {s["id"]: s["status"] for s in mark_playbook(diag).to_dict()["steps"]}
+    assert marks["p99.sched.preemption"] == "failed" and marks["p99.net.retransmits"] == "passed"
+    assert marks["p99.host.gpu-throttle"] == "could not be checked" and marks["p99.net.isolation"] == "manual"
+
+
+def test_missing_probes_are_unchecked_not_passed(tmp_path):
+    recs = base_records()
+    diag = diagnose_p99(write_run(tmp_path / "r", recs))
+    status = {c.check_id: c.status for c in diag.checks}
+    assert status["p99.net.retransmits"] == status["p99.sched.preemption"] == status["p99.host.cpu"] == "unchecked"
+    assert status["p99.sched.long-prefill"] == "passed"
+
+
+def test_cli_prints_the_cause_and_saves_json(tmp_path):
+    recs = base_records()
+    windows = _spike_windows(recs)
+    probes = _probes(recs)
+    for row in rows_in(probes["tcp"], windows):
+        row["Tcp.RetransSegs"] = 40
+    run = write_run(tmp_path / "r", recs, probes)
+    env = dict(os.environ, COLUMNS="200")
+    out = subprocess.run([sys.executable, "-m", "llmbench.diag_cli", "p99", str(run.path)], capture_output=True,
+                         text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "TCP retransmits burst in the spike windows" in out.stdout and "p99.net.retransmits" in out.stdout
+    saved = json.loads((run.path / "diagnosis_p99.json").read_text())
+    assert saved["findings"][0]["check_id"] == "p99.net.retransmits" and len(saved["spike_windows"]) == 3
+    bad = subprocess.run([sys.executable, "-m", "llmbench.diag_cli", "p99", str(tmp_path / "nope")],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert bad.returncode == 2 and "not a run directory" in bad.stderr and "Traceback" not in bad.stderr
