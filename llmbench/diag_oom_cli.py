@@ -58,15 +58,19 @@ def oom(
     served_model: Optional[str] = typer.Option(None, "--served-model", help="Model name to send (default: the "
                                                "first of /v1/models)."),
     api_key: Optional[str] = typer.Option(None, "--api-key", help="Bearer token for the target."),
+    run_dir: Optional[Path] = typer.Option(None, "--run", help="A run directory: say whether and when memory "
+                                           "pressure occurred (KV usage, preemptions, GPU memory, OOM errors)."),
 ) -> None:
     """Why it ran out of memory: memory per GPU for a model and plan, the verdict and the fixes in the
-    seed's order (--model); explain an OOM message (--log); find a live server's real KV capacity (--ramp)."""
+    seed's order (--model); explain an OOM message (--log); find a live server's real KV capacity (--ramp); say
+    when a recorded run hit memory pressure (--run)."""
     from analyzers.diagnosis_error import DiagnosisError
     from playbooks.playbook import PlaybookRun, load_playbook, render
 
     with user_errors():
-        if not (model or log or ramp):
-            raise DiagnosisError("give --model (memory model), --log FILE (explain an OOM) or --ramp --target URL")
+        if not (model or log or ramp or run_dir):
+            raise DiagnosisError("give --model (memory model), --log FILE (explain an OOM), --ramp --target URL "
+                                 "or --run RUN")
         run = PlaybookRun(load_playbook("oom"))
         estimate = findings = result = None
         if model:
@@ -86,6 +90,8 @@ def oom(
         from analyzers.oom_triage import mark_oom_playbook
 
         mark_oom_playbook(run, estimate, findings, result)
+        if run_dir:
+            _run_mode(run_dir, run)
         console.print()
         render(run, console)
 
@@ -198,3 +204,38 @@ def _ramp_mode(target, prompt_tokens, max_tokens, levels_text, level_seconds, se
         console.print(Text(f"note: the server returned {sorted(result.completion_tokens_seen)} completion tokens, "
                            f"not {spec.max_tokens}: it may not honour ignore_eos", style="yellow"))
     return result
+
+
+def _run_mode(run_dir: Path, playbook) -> None:
+    """Memory pressure in a recorded run; marks oom.ramp with what the run itself showed."""
+    from analyzers.oom_run import memory_pressure
+    from llmbench.rundir import RunDir
+
+    mp = memory_pressure(RunDir(run_dir))
+    facts = [("KV usage, max", "n/a" if mp.kv_usage_max is None else f"{mp.kv_usage_max:.0%}"),
+             ("preemptions", "n/a" if mp.preemptions is None else f"{mp.preemptions:.0f}"),
+             ("GPU memory used, max share", "n/a" if mp.gpu_mem_share_max is None else f"{mp.gpu_mem_share_max:.0%}"),
+             ("requests failed with an OOM/KV error", str(mp.oom_errors))]
+    table = Table(title=f"memory pressure in run {mp.run_id}", title_justify="left")
+    table.add_column("evidence")
+    table.add_column("value", justify="right")
+    for k, v in facts:
+        table.add_row(k, v)
+    console.print(table)
+    if mp.episodes:
+        ep = Table(title="episodes (first 20)", title_justify="left")
+        for col in ("kind", "from", "seconds", "levels", "detail"):
+            ep.add_column(col, overflow="fold")
+        t0 = mp.episodes[0].window.start
+        for e in mp.episodes[:20]:
+            ep.add_row(e.kind, f"+{e.window.start - t0:.1f} s", f"{e.window.seconds:.1f}", Text(", ".join(e.levels)),
+                       Text(e.detail))
+        console.print(ep)
+    console.print(Text(mp.headline, style="bold red" if mp.occurred else "bold green"))
+    evidence = mp.headline + (f"; first at level {mp.first_level}" if mp.first_level else "")
+    if mp.occurred:
+        playbook.failed("oom.ramp", "run: " + evidence)
+    elif len(mp.evidence_missing) < 3:          # some probe evidence, and none of it showed pressure
+        playbook.passed("oom.ramp", "run: " + evidence)
+    else:
+        playbook.unchecked("oom.ramp", "run: no server or gpu probe data (llmbench sweep --probes server,gpu)")
