@@ -182,14 +182,19 @@ def pcap(
     if json_out:
         console.print_json(json.dumps(report.to_dict()))
         return
-    table = Table(title=f"{file} — {report.tcp_packets} TCP packets in {len(report.flows)} flows")
-    cols = ("flow", "packets", "data", "retrans", "fast", "spurious", "dup ACKs", "zero win", "keep-alive")
-    for col in cols:
-        table.add_column(col, justify="left" if col == "flow" else "right")
+    from rich import box
+
+    table = Table(title=f"{file} — {report.tcp_packets} TCP packets in {len(report.flows)} flows",
+                  box=box.SIMPLE_HEAD)
+    table.add_column("flow", overflow="fold", min_width=18)
+    for col in ("pkts", "data", "retr", "fast", "spur", "dupack", "0win", "kalive"):
+        table.add_column(col, justify="right", no_wrap=True, min_width=len(col))
     for f in report.flows[:top]:
         table.add_row(f.flow, str(f.packets), str(f.data_packets), str(f.retransmissions), str(f.fast_retransmissions),
                       str(f.spurious_retransmissions), str(f.dup_acks), str(f.zero_windows), str(f.keepalives))
     console.print(table)
+    console.print("[dim]retr = retransmissions (fast / spurious among them), dupack = duplicate ACKs, 0win = zero "
+                  "windows, kalive = keep-alives (Wireshark's definitions)[/]")
     t = report.totals()
     console.print(f"total: {t['retransmissions']} retransmissions ({t['fast_retransmissions']} fast, "
                   f"{t['spurious_retransmissions']} spurious), {t['dup_acks']} duplicate ACKs, "

@@ -131,7 +131,8 @@ def analyze_pcap(path: str) -> PcapReport:
             recent = {k: v for k, v in recent.items() if t - v <= DUPLICATE_WINDOW_S}
         report.tcp_packets += 1
         _account(dirs, ip, ip[TCP])
-    report.flows = sorted((d.stats for d in dirs.values()), key=lambda s: (-s.retransmissions, s.flow))
+    report.flows = sorted((d.stats for d in dirs.values()),
+                          key=lambda s: (-s.retransmissions, -s.dup_acks, -s.zero_windows, -s.packets, s.flow))
     return report
 
 

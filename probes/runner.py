@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from llmbench.rundir import RunDir
 from probes.base import JsonlAppender, Probe, ProbeContext, ProbeUnavailable
 from probes.registry import make_probe
 
@@ -50,6 +51,8 @@ class _ProbeThread(threading.Thread):
                 next_at = time.monotonic()
                 delay = 0
             self.stop_event.wait(delay)
+        # One last sample at stop, so counters and deltas cover the run up to its very end.
+        self._one_sample()
         self.stats.wall_s = time.monotonic() - start
 
     def _one_sample(self) -> None:
@@ -90,7 +93,7 @@ class ProbeSet:
                 self.availability[name] = f"unavailable: {exc}"
                 self.log(f"probe {name} cannot run here: {exc}")
                 continue
-            out = JsonlAppender(self.ctx.out_dir / "probes" / f"{name}.jsonl")
+            out = JsonlAppender(RunDir(self.ctx.out_dir).probe_file(name))    # the run-directory contract
             thread = _ProbeThread(probe, out, self.log)
             self.threads.append(thread)
             self.availability[name] = "ok"

@@ -67,3 +67,23 @@ def test_real_gpu(tmp_path):
     probe.close()
     g = row["gpus"][0]
     assert g["mem_total_bytes"] > 0 and 0 <= g["util_gpu_pct"] <= 100 and g["power_w"] > 1
+
+
+def test_recorder_output_replays_into_the_same_rows(tmp_path):
+    """probes/nvml_record.py writes what fake_nvml replays: record from the replay, replay the record."""
+    import json
+
+    from probes.nvml_record import record
+
+    recorded = record(samples=2, interval_s=0.0, nv=FakeNvml(DATA))
+    path = tmp_path / "rec.json"
+    path.write_text(json.dumps(recorded))
+    rows = []
+    for source in (DATA, path):
+        probe = GpuProbe(ProbeContext(out_dir=tmp_path), nvml=FakeNvml(source))
+        probe.check()
+        rows.append([probe.sample() for _ in range(2)])
+    strip = lambda rs: [[{k: v for k, v in g.items() if not k.startswith("nvlink")} for g in r["gpus"]]  # noqa: E731
+                        for r in rs]
+    assert strip(rows[0]) == strip(rows[1])
+    assert [r["xid_events"] for r in rows[0]] == [r["xid_events"] for r in rows[1]]

@@ -18,7 +18,7 @@ ENV = {**os.environ, "COLUMNS": "200"}
 def test_sweep_with_probes_writes_aligned_series(tmp_path):
     out = tmp_path / "run"
     proc = subprocess.run([sys.executable, "-m", "llmbench.cli", "sweep", "--model", "tiny-test", "--input-len", "16",
-                           "--output-len", "8", "--warmup", "0s", "--duration", "3s", "--request-timeout", "30s",
+                           "--output-len", "8", "--warmup", "0s", "--duration", "2s", "--request-timeout", "30s",
                            "--concurrency", "2", "--probes", "gpu,server,host,irq,tcp", "--probe-interval", "0.5",
                            "--out", str(out)], capture_output=True, text=True, timeout=300, env=ENV)
     assert proc.returncode == 0, proc.stdout + proc.stderr
