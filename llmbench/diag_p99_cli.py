@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
+from typing import Optional
 
 import typer
 from rich.console import Console
@@ -16,8 +19,19 @@ console = Console()
 
 
 def p99(
-    run: Path = typer.Argument(..., help="A run directory written by `llmbench sweep` or `llmdiag probe`."),
+    run: Optional[Path] = typer.Argument(None, help="A run directory written by `llmbench sweep` (with --live: "
+                                         "where to write the observation, default ./runs/<timestamp>-p99-live)."),
     metric: str = typer.Option("ttft", help="Which tail to explain: ttft, tpot or e2e."),
+    live: bool = typer.Option(False, help="Observe a running server first: a light closed-loop load with every "
+                              "probe that can run here, for --duration, then diagnose that run."),
+    target: Optional[str] = typer.Option(None, help="--live: base URL of the server (loopback or your own hosts)."),
+    model: Optional[str] = typer.Option(None, help="--live: the model name the server serves."),
+    duration: str = typer.Option("60s", help="--live: how long to observe, e.g. 60s or 5m."),
+    concurrency: int = typer.Option(2, min=1, help="--live: concurrent requests of the light load."),
+    input_len: int = typer.Option(128, min=1, help="--live: prompt tokens of the light load."),
+    output_len: int = typer.Option(32, min=1, help="--live: output tokens of the light load."),
+    tokenizer: Optional[Path] = typer.Option(None, help="--live: tokenizer.json (or its directory) of the served "
+                                             "model, so random prompt ids are valid ids."),
     json_out: bool = typer.Option(False, "--json", help="Print the diagnosis as JSON instead of tables."),
     save: bool = typer.Option(True, help="Also write diagnosis_p99.json into the run directory (the report shows it)."),
 ) -> None:
@@ -28,6 +42,12 @@ def p99(
     from playbooks.playbook import render
 
     with user_errors():
+        if live:
+            run = _observe(run, target, model, duration, concurrency, input_len, output_len, tokenizer)
+        elif run is None:
+            from analyzers.diagnosis_error import DiagnosisError
+
+            raise DiagnosisError("give a run directory, or --live --target URL --model NAME")
         diag = diagnose_p99(RunDir(run), metric)
         playbook = mark_playbook(diag)
     data = diag.to_dict() | {"playbook": playbook.to_dict()}
@@ -39,6 +59,26 @@ def p99(
     _print_tail(diag)
     _print_findings(diag)
     render(playbook, console)
+
+
+def _observe(out: Path | None, target, model, duration, concurrency, input_len, output_len, tokenizer) -> Path:
+    """Run a one-level sweep with the default probes against the live target; return its run directory."""
+    from analyzers.diagnosis_error import DiagnosisError
+    from llmbench.sweep import default_run_dir
+
+    if not target or not model:
+        raise DiagnosisError("--live needs --target URL and --model NAME")
+    out = out or default_run_dir("p99-live")
+    cmd = [sys.executable, "-m", "llmbench.cli", "sweep", "--target", target, "--model", model,
+           "--concurrency", str(concurrency), "--input-len", str(input_len), "--output-len", str(output_len),
+           "--warmup", "2s", "--duration", duration, "--out", str(out)]
+    if tokenizer:
+        cmd += ["--tokenizer", str(tokenizer)]
+    console.print(f"observing {target} for {duration} (concurrency {concurrency}) into {out}")
+    rc = subprocess.call(cmd)
+    if rc != 0 or not (out / "run.json").exists():
+        raise DiagnosisError(f"the observation run failed (exit {rc}); see the messages above")
+    return out
 
 
 def _print_tail(diag) -> None:
