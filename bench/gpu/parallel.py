@@ -8,6 +8,7 @@ the single-GPU engine benchmark, as one short script that prints a table.
    a seeded workload; with >= 2 GPUs also TP 2 and PP 2, with communication ms per step.
 
     python bench/gpu/parallel.py [--quick] [--json out.json]
+    python bench/gpu/parallel.py --quick --cpu-dry-run   # the same code paths on CPU/gloo (no figures)
 
 Runs in a few minutes on one H100/H200-class GPU (--quick: under one).
 """
@@ -22,6 +23,8 @@ import tempfile
 import time
 
 import torch
+
+DEVICE = {"device": "cuda", "backend": "nccl"}  # --cpu-dry-run: cpu / gloo
 
 
 def random_checkpoints(root: str) -> dict[str, str]:
@@ -40,7 +43,7 @@ def random_checkpoints(root: str) -> dict[str, str]:
 def greedy_tokens(model: str, **kw) -> list[list[int]]:
     from refengine import LLM, SamplingParams
 
-    llm = LLM(model=model, device="cuda", dtype="float32", max_model_len=128, num_gpu_blocks_override=64,
+    llm = LLM(model=model, device=DEVICE["device"], dtype="float32", max_model_len=128, num_gpu_blocks_override=64,
               block_size=4, seed=0, **kw)
     try:
         prompts = [[5 + i, 17, 42 + 3 * i, 7] * (1 + i % 3) for i in range(6)]
@@ -63,8 +66,9 @@ def equality_rows(n_gpus: int) -> list[dict]:
         want = {name: greedy_tokens(path) for name, path in dirs.items()}
         for label, model, layout in cases:
             t = time.perf_counter()
-            got = greedy_tokens(dirs[model], distributed_backend="nccl", **layout)
-            rows.append({"check": f"{label} == 1 GPU (greedy)", "result": "equal" if got == want[model] else "DIFFERENT",
+            got = greedy_tokens(dirs[model], distributed_backend=DEVICE["backend"], **layout)
+            rows.append({"check": f"{label} == 1 GPU (greedy)",
+                         "result": "equal" if got == want[model] else "DIFFERENT",
                          "seconds": round(time.perf_counter() - t, 1)})
     return rows
 
@@ -74,14 +78,16 @@ def bench(n: int, prompt: int, output: int, **layout) -> dict:
 
     rng = random.Random(0)
     prompts = [[rng.randrange(7, 4096) for _ in range(prompt)] for _ in range(n)]
-    llm = LLM(model="tiny", device="cuda", max_model_len=prompt + output + 16, seed=0, **layout)
+    llm = LLM(model="tiny", device=DEVICE["device"], max_model_len=prompt + output + 16, seed=0,
+              num_gpu_blocks_override=n * (-(-(prompt + output) // 16)) + 16, **layout)
     engine = llm.llm_engine
     try:
         llm.generate(prompts[:2], SamplingParams(max_tokens=2, temperature=0, ignore_eos=True))  # warm-up
         timed = engine.executor.world_size > 1
         if timed:
             engine.executor.enable_comm_timer(True)
-        torch.cuda.synchronize()
+        if DEVICE["device"] == "cuda":
+            torch.cuda.synchronize()
         t = time.perf_counter()
         outs = llm.generate(prompts, SamplingParams(max_tokens=output, temperature=0, ignore_eos=True))
         wall = time.perf_counter() - t
@@ -101,21 +107,28 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--cpu-dry-run", action="store_true", help="run the same code on CPU with gloo, as if 2 "
+                    "devices existed: checks the script, measures nothing")
     args = ap.parse_args()
-    if not torch.cuda.is_available():
+    if args.cpu_dry_run:
+        DEVICE.update(device="cpu", backend="gloo")
+        n_gpus = 2
+        print("CPU dry run (gloo): these are not GPU figures")
+    elif not torch.cuda.is_available():
         print("no CUDA GPU visible: nothing to do here (the CPU figures come from bench/parallel_scaling.py)")
         return 0
-    n_gpus = torch.cuda.device_count()
-    print(f"{n_gpus} x {torch.cuda.get_device_name(0)}, torch {torch.__version__}")
+    else:
+        n_gpus = torch.cuda.device_count()
+        print(f"{n_gpus} x {torch.cuda.get_device_name(0)}, torch {torch.__version__}")
     checks = equality_rows(n_gpus)
     n, prompt, output = (8, 64, 16) if args.quick else (64, 256, 128)
     benches = [bench(n, prompt, output)]
     if n_gpus >= 2:
         benches += [bench(n, prompt, output, tensor_parallel_size=2),
                     bench(n, prompt, output, pipeline_parallel_size=2)]
-    print(f"\n{'check':<44}result")
+    print(f"\n{'check':<50}result")
     for r in checks:
-        print(f"{r['check']:<44}{r['result']}")
+        print(f"{r['check']:<50}{r['result']}")
     print(f"\ntiny preset, {n} requests x {prompt} prompt -> {output} output tokens, greedy")
     print(f"{'layout':<12}{'dtype':<16}{'tok/s':>9}{'wall s':>9}  comm ms/step per rank")
     for b in benches:

@@ -68,12 +68,14 @@ def safetensors_files(model_dir: Path) -> list[Path]:
         "transformers: AutoModelForCausalLM.from_pretrained(dir).save_pretrained(dir, safe_serialization=True)")
 
 
-def iter_checkpoint(files: list[Path]) -> Iterator[tuple[str, torch.Tensor]]:
-    """Yield (name, tensor) one at a time from memory-mapped safetensors files."""
+def iter_checkpoint(files: list[Path], keep=None) -> Iterator[tuple[str, torch.Tensor]]:
+    """Yield (name, tensor) one at a time from memory-mapped safetensors files; `keep(name)` False
+    skips a tensor without reading it (a pipeline stage skips the other stages' layers)."""
     for path in files:
         with safe_open(str(path), framework="pt", device="cpu") as f:
             for name in f.keys():
-                yield name, f.get_tensor(name)
+                if keep is None or keep(name):
+                    yield name, f.get_tensor(name)
 
 
 def _default_weight_loader(param: torch.nn.Parameter, loaded_weight: torch.Tensor, shard_id=None) -> None:
@@ -159,5 +161,6 @@ def load_model(model_dir: str | Path, model_config: ModelConfig, dtype: torch.dt
                                           tp_size=tp_size, **parallel)
         if quantization is not None:  # refengine.quant.QuantConfig: per-layer FP8 methods, before loading
             quantization.prepare_model(model)
-    load_weights(model, iter_checkpoint(files))
+    remap = getattr(model, "remap_weight_name", None)
+    load_weights(model, iter_checkpoint(files, None if remap is None else (lambda n: remap(n) is not None)))
     return model.eval()

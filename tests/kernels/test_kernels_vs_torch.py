@@ -49,6 +49,8 @@ CASES = {
     "gqa": dict(lengths=[1, 5, 8, 13], bs=4, heads=4, kv_heads=2, head_dim=16),
     "mha_odd_head_dim": dict(lengths=[3, 7], bs=4, heads=2, kv_heads=2, head_dim=24),
     "group4_block8": dict(lengths=[9, 16, 2], bs=8, heads=8, kv_heads=2, head_dim=8),
+    # past one 64-token tile: a tile boundary exactly at 64, one token over, and three tiles
+    "multi_tile": dict(lengths=[64, 65, 150, 1], bs=8, heads=4, kv_heads=2, head_dim=16),
 }
 
 
@@ -66,7 +68,8 @@ def test_paged_decode_matches_oracle(case, num_splits):
 
 def test_split_k_more_splits_than_a_short_sequence_has_blocks():
     from refengine.kernels.paged_decode import paged_decode_attention
-    q, cache, meta = _decode_case([2, 30], bs=4, heads=2, kv_heads=1, head_dim=8, cache_dtype=torch.float32)
+    # 200 tokens = 4 tiles, one split each: the 2-token sequence leaves three splits empty
+    q, cache, meta = _decode_case([2, 200], bs=4, heads=2, kv_heads=1, head_dim=8, cache_dtype=torch.float32)
     want = paged_attention(q, cache, meta, 2, 0.3)
     got = paged_decode_attention(q, cache, meta.block_tables, meta.seq_lens, 2, 0.3, num_splits=4)
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
@@ -75,7 +78,7 @@ def test_split_k_more_splits_than_a_short_sequence_has_blocks():
 def test_paged_decode_fp8_cache_with_scales():
     from refengine.kernels.paged_decode import paged_decode_attention
     s = 0.02
-    q, cache, meta = _decode_case([6, 11], bs=4, heads=4, kv_heads=2, head_dim=16, cache_dtype=FP8_DTYPE, scale=s * 30)
+    q, cache, meta = _decode_case([6, 100], bs=4, heads=4, kv_heads=2, head_dim=16, cache_dtype=FP8_DTYPE, scale=s * 30)
     assert cache.dtype == FP8_DTYPE
     want = paged_attention(q, cache, meta, 4, 0.25, s * 30, s * 30)
     got = paged_decode_attention(q, cache, meta.block_tables, meta.seq_lens, 4, 0.25, s * 30, s * 30, num_splits=2)
@@ -160,3 +163,17 @@ def test_dispatch_runs_decode_and_mixed_steps_like_the_torch_path():
     assert choose_num_splits(64, 8, 8192, torch.device("cpu")) == 1       # enough programs already
     assert choose_num_splits(1, 8, 512, torch.device("cpu")) == 1         # short context
     assert choose_num_splits(1, 8, 8192, torch.device("cpu")) == 16       # long context, idle SMs
+
+
+def test_cpu_engine_never_imports_the_kernels():
+    """On CPU the engine runs the PyTorch path and must not import (decorate) the Triton kernels: a kernel
+    decorated without TRITON_INTERPRET would stay compiled-mode for the whole process."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from refengine import LLM, SamplingParams; "
+            "llm = LLM('tiny-test', device='cpu', max_model_len=64, kv_cache_memory_bytes=1 << 20, quantization='fp8', "
+            "kv_cache_dtype='fp8'); llm.generate(['hi'], SamplingParams(max_tokens=2)); "
+            "print(sorted(m for m in sys.modules if m.startswith('refengine.kernels')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == "[]"

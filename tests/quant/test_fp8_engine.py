@@ -134,3 +134,19 @@ def test_policy_and_bytes_in_server_metrics():
     text = ServerMetrics(loop, "m", 16, engine.cache_config.num_blocks).render().decode()
     assert 'refengine:quantization_info{' in text and 'skip="qkv_proj"' in text and 'kv_cache_dtype="fp8"' in text
     assert f'refengine:model_memory_bytes{{model_name="m",what="kv_per_token"}} {float(engine.quant_memory.kv_bytes_per_token)}' in text
+
+
+def test_server_prints_and_exports_the_policy():
+    """A real `python -m refengine.server` on loopback: the start-up lines and /metrics carry the policy."""
+    import urllib.request
+
+    from llmbench.embedded import EmbeddedServer
+
+    args = ["--quantization", "fp8", "--quantization-skip", "seed", "--kv-cache-dtype", "fp8",
+            "--max-model-len", "256", "--kv-cache-memory-bytes", str(1 << 22)]
+    with EmbeddedServer("tiny-test", args, startup_timeout_s=120) as server:
+        metrics = urllib.request.urlopen(server.url + "/metrics", timeout=10).read().decode()
+        log = server.tail(50)
+    assert "precision policy: weights fp8 (channel scales)" in log and "self_attn.qkv_proj; KV cache fp8" in log
+    assert "KV 128 B/token (unquantized 512)" in log
+    assert 'refengine:quantization_info{' in metrics and 'skip="qkv_proj"' in metrics

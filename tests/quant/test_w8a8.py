@@ -1,4 +1,7 @@
-"""W8A8 (FP8 x FP8 GEMM with per-token activation and per-channel weight scales) on a lent GPU."""
+"""W8A8: FP8 x FP8 GEMM with per-token activation and per-channel weight scales.
+
+The math runs on CPU too (this torch has a CPU torch._scaled_mm), so it is checked here; the
+engine selects it only on CUDA sm89+ (gpu-marked tests)."""
 
 from __future__ import annotations
 
@@ -9,7 +12,24 @@ import torch.nn.functional as F
 from refengine.quant.fp8 import dequantize, quantize_per_channel
 from refengine.quant.fp8_matmul import w8a8_linear, w8a8_supported
 
-pytestmark = pytest.mark.gpu
+def test_w8a8_math_on_cpu():
+    from types import SimpleNamespace
+
+    from refengine.quant.fp8_matmul import _can_w8a8
+
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(64, 128, generator=g) * 0.02
+    x = torch.randn(2, 5, 128, generator=g)
+    bias = torch.randn(64, generator=g)
+    w8, s = quantize_per_channel(w)
+    y = w8a8_linear(x, w8, s, bias)
+    ref = F.linear(x, dequantize(w8, s), bias)
+    assert y.shape == (2, 5, 64) and y.dtype == torch.float32
+    rel = float((y - ref).norm() / ref.norm())
+    assert 1e-4 < rel < 0.05        # activation quantization costs something, not much
+    # the engine never picks it for CPU tensors (nor for block scales)
+    layer = SimpleNamespace(weight=w8, weight_scale=s, fp8_use_w8a8=True)
+    assert not _can_w8a8(layer, x)
 
 
 def _need_fp8_gemm():
@@ -17,6 +37,7 @@ def _need_fp8_gemm():
         pytest.skip("FP8 tensor cores need compute capability 8.9+")
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_w8a8_close_to_weight_only(dtype):
     _need_fp8_gemm()
@@ -32,6 +53,7 @@ def test_w8a8_close_to_weight_only(dtype):
     assert rel < 0.05   # per-token E4M3 activations: ~2-3% relative error in the product
 
 
+@pytest.mark.gpu
 def test_engine_uses_w8a8_and_stays_close():
     _need_fp8_gemm()
     from llmbench.quality import BUILTIN_TEXTS, run_quality_check
