@@ -60,11 +60,12 @@ def run_layout(name: str, cfg: dict, prompts, **layout) -> dict:
         if distributed:
             ex.enable_comm_timer(True)
             before, wall0, steps0 = ex.collect_stats(), ex.step_wall_s, ex.steps
+        steps_before = engine.num_steps
         t0 = time.perf_counter()
         outs = llm.generate(prompts, sp)
         wall = time.perf_counter() - t0
         tokens = sum(len(o.outputs[0].token_ids) for o in outs)
-        row = {"layout": name, "ranks": ex.world_size, "threads_per_rank": torch.get_num_threads(),
+        row = {"layout": name, "ranks": ex.world_size, "threads_per_rank": torch.get_num_threads(),  # as run
                "output_tokens": tokens, "wall_s": wall, "tok_s": tokens / wall,
                "token_ids": [o.outputs[0].token_ids for o in outs]}
         if distributed:
@@ -80,17 +81,19 @@ def run_layout(name: str, cfg: dict, prompts, **layout) -> dict:
                 row.update(micro_batches=mb, bubble_measured=max(0.0, 1 - busy / (pp * step_wall)),
                            bubble_formula=(pp - 1) / (pp + mb - 1))
         else:
-            row.update(steps=engine.num_steps)
+            steps = engine.num_steps - steps_before
+            row.update(steps=steps, step_wall_ms=1e3 * wall / steps)
         return row
     finally:
         engine.shutdown()
 
 
 def print_rows(rows: list[dict]) -> None:
-    print(f"{'layout':<16}{'ranks':>6}{'tok/s':>9}{'steps':>7}{'step ms':>9}  comm ms/step per rank")
+    print(f"{'layout':<10}{'ranks':>6}{'threads/rank':>13}{'tok/s':>9}{'steps':>7}{'step ms':>9}  "
+          "comm ms/step per rank")
     for r in rows:
-        print(f"{r['layout']:<16}{r['ranks']:>6}{r['tok_s']:>9.1f}{r['steps']:>7}"
-              f"{r.get('step_wall_ms', float('nan')):>9.2f}  {r.get('comm_ms_per_step', '-')}")
+        print(f"{r['layout']:<10}{r['ranks']:>6}{r['threads_per_rank']:>13}{r['tok_s']:>9.1f}{r['steps']:>7}"
+              f"{r['step_wall_ms']:>9.2f}  {r.get('comm_ms_per_step', '-')}")
 
 
 def main() -> None:

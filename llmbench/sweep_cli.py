@@ -161,6 +161,7 @@ def sweep(
             url = target_info["url"]
         tspec = TargetSpec(url=url, model=target_info["model"], api_key=api_key, endpoint=target_info["endpoint"],
                            send_ignore_eos=target_info["ignore_eos"])
+        _record_engine_facts(run, url, api_key)
         alive = server.alive if server else (lambda: True)
         from probes.runner import sweep_probe_set
 
@@ -178,6 +179,17 @@ def sweep(
         if server is not None:
             server.stop()
     console.print(f"run directory: [bold]{run.path}[/]")
+
+
+def _record_engine_facts(run, url: str, api_key: str | None) -> None:
+    """The target's own account of its config (KV blocks, precision policy) into run.json."""
+    from llmbench.target_facts import engine_facts
+
+    facts = engine_facts(url, api_key)
+    if facts:
+        info = run.read_info()
+        info.target["engine_facts"] = facts
+        run.write_info(info)
 
 
 def worker(

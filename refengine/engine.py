@@ -149,10 +149,11 @@ class LLMEngine:
         if args.calculate_kv_scales:
             raise RefEngineError("calculate_kv_scales runs in one process only; drop it or use "
                                  "tensor_parallel_size=pipeline_parallel_size=1")
-        self.quant_memory = None
         spec = WorkerSpec(args, str(self.model_dir), self.dtype, self.device.type, self.cache_config.num_blocks,
                           quant=self.quant, kv_cache_dtype=self.kv_cache_dtype)
-        return DistributedExecutor(spec, self.model_config, self.parallel_config)
+        executor = DistributedExecutor(spec, self.model_config, self.parallel_config)
+        self.quant_memory = finish_quantized_model(self, executor.runner.model)  # the driver's shard
+        return executor
 
     def shutdown(self) -> None:
         """Stop the other ranks (a no-op for a one-process engine)."""

@@ -20,6 +20,7 @@ import atexit
 import logging
 import time
 
+import torch
 import torch.distributed as dist
 
 from refengine.core.outputs import ModelRunnerOutput, SchedulerOutput
@@ -66,6 +67,10 @@ class DistributedExecutor:
         self.step_wall_s = 0.0
         self.steps = 0
         backend = pc.resolve_backend(spec.device_type)
+        local = local_world_size(pc)
+        if spec.device_type == "cuda" and torch.cuda.device_count() < local:
+            raise RefEngineError(f"{local} ranks on this machine need {local} GPUs (one each) but "
+                                 f"{torch.cuda.device_count()} are visible; lower the parallel sizes or run on CPU")
         env = torchrun_env()
         if env is not None:
             rank, world = env
@@ -77,6 +82,7 @@ class DistributedExecutor:
             store = None
         else:
             store, self.procs = spawn_local_ranks(spec, model_config, pc, backend)
+        self._threads_before = torch.get_num_threads()  # restored at shutdown: this process lives on
         if spec.device_type == "cpu":
             self.threads = set_cpu_threads(local_world_size(pc))
         self._closed = False
@@ -86,8 +92,17 @@ class DistributedExecutor:
             self.runner = build_runner(spec, model_config, pc, self.groups)
             dist.barrier(group=self.groups.control)
         except RuntimeError as exc:
+            dead = [f"rank {i + 1} exited with code {p.exitcode}" for i, p in enumerate(self.procs)
+                    if p.exitcode is not None]
+            hint = (f" ({', '.join(dead)}; its error is printed above. A script that builds a parallel LLM needs "
+                    "`if __name__ == '__main__':`, since ranks are spawned)") if dead else ""
             self._kill_ranks()
-            raise RankFailedError(f"the ranks did not start: {str(exc).splitlines()[0]}") from None
+            self.shutdown()
+            raise RankFailedError(f"the ranks did not start: {str(exc).splitlines()[0]}{hint}") from None
+        except BaseException:
+            self._kill_ranks()  # e.g. a RefEngineError while loading: stop the other ranks, then report it
+            self.shutdown()
+            raise
         self.watchdog = RankWatchdog(self.procs, self._on_rank_death)
         self.watchdog.start()
 
@@ -162,7 +177,7 @@ class DistributedExecutor:
         self._closed = True
         if getattr(self, "watchdog", None) is not None:
             self.watchdog.stop()
-        if self.dead_reason is None and getattr(self, "groups", None) is not None:
+        if self.dead_reason is None and getattr(self, "runner", None) is not None:
             try:
                 self._send("shutdown")
             except RuntimeError:
@@ -171,3 +186,4 @@ class DistributedExecutor:
             p.join(5)
         self._kill_ranks()
         destroy_process_groups()
+        torch.set_num_threads(self._threads_before)

@@ -18,6 +18,7 @@ import datetime
 import logging
 import multiprocessing.connection
 import os
+import signal
 import sys
 import threading
 import time
@@ -53,6 +54,9 @@ def _exit_with_parent(parent_pid: int) -> None:
 
 
 def _run_rank(rank: int, spec: WorkerSpec, model_config, pc: ParallelConfig, backend: str, store) -> None:
+    # Ctrl-C reaches the whole process group (and torchrun forwards it): the driver drains and then
+    # tells the workers to stop, so a worker must not die on SIGINT mid-step.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     if spec.device_type == "cpu":
         set_cpu_threads(local_world_size(pc))
     groups = init_process_groups(pc, rank, store, backend, spec.device_type)
@@ -78,6 +82,9 @@ def _child_main(rank: int, port: int, spec: WorkerSpec, model_config, pc: Parall
 
 def spawn_local_ranks(spec: WorkerSpec, model_config, pc: ParallelConfig, backend: str):
     """Open the store and start ranks 1..N-1 on this machine; returns (store, processes)."""
+    if os.path.exists("/sys/class/net/lo"):
+        # All ranks are local: keep gloo's connections on loopback (the children inherit this).
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     store = dist.TCPStore("127.0.0.1", 0, pc.world_size, is_master=True, wait_for_workers=False,
                           timeout=datetime.timedelta(seconds=max(60.0, pc.timeout_s)))
     ctx = mp.get_context("spawn")

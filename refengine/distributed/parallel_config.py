@@ -153,7 +153,8 @@ def validate_layout(model_config, pc: ParallelConfig) -> None:
     elif c.intermediate_size % tp:
         raise RefEngineError(f"intermediate_size ({c.intermediate_size}) is not divisible by {where}")
     if pc.enable_expert_parallel and not num_experts:
-        raise RefEngineError(f"enable_expert_parallel needs a mixture-of-experts model; {c.architecture} has no experts")
+        raise RefEngineError(f"enable_expert_parallel needs a mixture-of-experts model; {c.architecture} "
+                             "has no experts")
     layers = c.num_hidden_layers
     if pc.layer_partition is not None:
         part = pc.layer_partition

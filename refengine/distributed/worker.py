@@ -64,7 +64,8 @@ def kv_blocks_for(args, model_config, pc: ParallelConfig, dtype: torch.dtype) ->
     budget = args.kv_cache_memory_bytes or DEFAULT_KV_CACHE_BYTES_CPU
     blocks = budget // per_block
     if blocks < 1:
-        raise RefEngineError(f"kv_cache_memory_bytes={budget} is smaller than one KV block ({per_block} bytes); raise it")
+        raise RefEngineError(f"kv_cache_memory_bytes={budget} is smaller than one KV block ({per_block} bytes); "
+                             "raise it")
     return blocks
 
 
@@ -99,7 +100,8 @@ def build_runner(spec: WorkerSpec, model_config, pc: ParallelConfig, groups: Pro
     kv_caches = allocate_kv_caches(stage_config(model_config, pc, info.pp_rank), spec.num_blocks,
                                    spec.args.block_size, spec.kv_cache_dtype or spec.dtype, device, info.tp_size)
     return PipelineStageRunner(model, kv_caches, spec.args.block_size, device, spec.args.seed, info,
-                               pc.num_micro_batches, model_config.hidden_size, spec.dtype)
+                               pc.num_micro_batches if pc.pipeline_parallel_size > 1 else 1,  # nothing to overlap
+                               model_config.hidden_size, spec.dtype)
 
 
 def rank_stats(runner: PipelineStageRunner) -> dict:

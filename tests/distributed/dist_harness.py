@@ -68,30 +68,33 @@ def run_steps(runner, steps) -> list[torch.Tensor]:
     return out if runner.samples else []
 
 
-def reference_logits(model_dir: str, capacity_factor: float = 1.25):
+def reference_logits(model_dir: str, capacity_factor: float = 1.25, device: str = "cpu"):
     cfg = load_model_config(model_dir)
     extra = {"moe": MoEParallel(capacity_factor=capacity_factor)} if cfg.num_experts else {}
-    model = load_model(model_dir, cfg, torch.float32, "cpu", **extra)
-    kv = allocate_kv_caches(cfg, NUM_BLOCKS, BLOCK_SIZE, torch.float32, "cpu")
-    runner = ModelRunner(model, kv, BLOCK_SIZE, torch.device("cpu"), seed=0)
+    model = load_model(model_dir, cfg, torch.float32, device, **extra)
+    kv = allocate_kv_caches(cfg, NUM_BLOCKS, BLOCK_SIZE, torch.float32, device)
+    runner = ModelRunner(model, kv, BLOCK_SIZE, torch.device(device), seed=0)
     logits = run_steps(runner, make_steps(cfg.vocab_size))
     stats = model.moe_stats() if cfg.num_experts else None
     return logits, stats
 
 
-def _rank_main(rank: int, world: int, port: int, cases: list[tuple[str, str, dict]], out_dir: str) -> None:
+def _rank_main(rank: int, world: int, port: int, cases: list[tuple[str, str, dict]], out_dir: str,
+               device_type: str, backend: str) -> None:
     try:
+        os.environ["LOCAL_RANK"] = str(rank)
         torch.set_num_threads(1)
         store = dist.TCPStore("127.0.0.1", port, world, is_master=False, timeout=datetime.timedelta(seconds=60))
         for name, model_dir, layout in cases:
             pc = ParallelConfig(**layout)
-            groups = init_process_groups(pc, rank, store, "gloo", "cpu")
+            groups = init_process_groups(pc, rank, store, backend, device_type)
             cfg = load_model_config(model_dir)
-            spec = WorkerSpec(EngineArgs(model=model_dir, block_size=BLOCK_SIZE), model_dir, torch.float32, "cpu",
-                              NUM_BLOCKS)
+            spec = WorkerSpec(EngineArgs(model=model_dir, block_size=BLOCK_SIZE), model_dir, torch.float32,
+                              device_type, NUM_BLOCKS)
             runner = build_runner(spec, cfg, pc, groups)
             logits = run_steps(runner, make_steps(cfg.vocab_size))
             stats = runner.model.moe_stats() if cfg.num_experts else None
+            logits = [t.cpu() if t is not None else None for t in logits]
             torch.save({"logits": logits, "moe": stats, "rank": rank}, Path(out_dir) / f"{name}.rank{rank}.pt")
             dist.barrier(group=groups.control)
     except BaseException:
@@ -99,12 +102,14 @@ def _rank_main(rank: int, world: int, port: int, cases: list[tuple[str, str, dic
         os._exit(1)
 
 
-def run_layouts(cases: list[tuple[str, str, dict]], out_dir: str, world: int = 2, timeout: float = 120.0) -> dict:
-    """Run every case on `world` spawned gloo ranks; returns {case name: {rank: saved dict}}."""
+def run_layouts(cases: list[tuple[str, str, dict]], out_dir: str, world: int = 2, timeout: float = 120.0,
+                device_type: str = "cpu", backend: str = "gloo") -> dict:
+    """Run every case on `world` spawned ranks; returns {case name: {rank: saved dict}}."""
     store = dist.TCPStore("127.0.0.1", 0, world, is_master=True, wait_for_workers=False,
                           timeout=datetime.timedelta(seconds=60))
     ctx = mp.get_context("spawn")
-    procs = [ctx.Process(target=_rank_main, args=(r, world, store.port, cases, out_dir), daemon=True)
+    procs = [ctx.Process(target=_rank_main, args=(r, world, store.port, cases, out_dir, device_type, backend),
+                         daemon=True)
              for r in range(world)]
     for p in procs:
         p.start()

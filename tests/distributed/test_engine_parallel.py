@@ -75,3 +75,20 @@ def test_killing_a_rank_mid_request_fails_the_engine_quickly(llama_dir):
             engine.step()
     finally:
         engine.shutdown()
+
+
+def test_a_rank_dying_while_idle_is_noticed_without_a_step(llama_dir):
+    llm = LLM(model=llama_dir, pipeline_parallel_size=2, **KW)
+    engine = llm.llm_engine
+    try:
+        os.kill(engine.executor.procs[0].pid, signal.SIGKILL)
+        deadline = time.monotonic() + 3.0
+        while engine.healthy:
+            assert time.monotonic() < deadline, "the watchdog did not notice the dead rank"
+            time.sleep(0.05)
+        assert "rank 1" in engine.executor.dead_reason
+        engine.add_request([5, 6, 7], SamplingParams(max_tokens=4))
+        with pytest.raises(RankFailedError, match="rank 1"):
+            engine.step()
+    finally:
+        engine.shutdown()

@@ -23,12 +23,15 @@ def _sampler_result(results: dict, name: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def two_rank_results(llama_dir, mixtral_dir, tmp_path_factory):
+def two_rank_results(llama_dir, mqa_llama_dir, mixtral_dir, tmp_path_factory):
     """One spawn of two ranks runs every layout in turn (process start-up dominates on 2 cores)."""
     cases = [
         ("tp2", llama_dir, dict(tensor_parallel_size=2)),
         ("pp2", llama_dir, dict(pipeline_parallel_size=2, micro_batches=2)),
         ("pp2_uneven", llama_dir, dict(pipeline_parallel_size=2, layer_partition=(1, 3), micro_batches=3)),
+        # one KV head replicated on both TP ranks; tied embeddings split over two stages
+        ("mqa_tp2", mqa_llama_dir, dict(tensor_parallel_size=2)),
+        ("mqa_tied_pp2", mqa_llama_dir, dict(pipeline_parallel_size=2)),
         ("moe_tp2", mixtral_dir, dict(tensor_parallel_size=2)),
         ("moe_ep2", mixtral_dir, dict(tensor_parallel_size=2, enable_expert_parallel=True, moe_dispatch="all_to_all")),
         ("moe_ep2_allgather", mixtral_dir, dict(tensor_parallel_size=2, enable_expert_parallel=True,
@@ -40,6 +43,12 @@ def two_rank_results(llama_dir, mixtral_dir, tmp_path_factory):
 @pytest.mark.parametrize("name", ["tp2", "pp2", "pp2_uneven"])
 def test_llama_layouts_match_one_process(two_rank_results, llama_dir, name):
     want, _ = reference_logits(llama_dir)
+    _assert_close(_sampler_result(two_rank_results, name)["logits"], want)
+
+
+@pytest.mark.parametrize("name", ["mqa_tp2", "mqa_tied_pp2"])
+def test_replicated_kv_head_and_tied_head_across_stages(two_rank_results, mqa_llama_dir, name):
+    want, _ = reference_logits(mqa_llama_dir)
     _assert_close(_sampler_result(two_rank_results, name)["logits"], want)
 
 
