@@ -4,7 +4,7 @@ This is what summary.json holds and every report renders. It is computed from th
 directory alone, so `llmbench report` regenerates it for any run, an interrupted one included.
 Each level's measured window comes from run.json's `level_meta` (written by the sweep as each
 level ends); runs written before that field existed fall back to summary.json's `window_s`,
-then to the spec's duration.
+then to the spec's duration; a level cut short (Ctrl-C, a crash) uses the span of its send times.
 """
 
 from __future__ import annotations
@@ -74,22 +74,45 @@ def summarize_table(table: RequestTable, info: RunInfo, windows: dict[str, Windo
                     slos: "Slos | dict | None" = None, extra_notes: dict[str, list[str]] | None = None,
                     seed: int = 0) -> RunSummary:
     """Analyze `table` (a run's records). `windows`: level id -> measured window; levels without
-    one use the spec's duration."""
+    one use the spec's duration, or, for a level cut short (Ctrl-C, a crash), the span of its
+    in-window send times."""
     slos = Slos.of(slos if slos is not None else info.slos)
-    default_window = float(info.sweep.get("duration_s") or 1.0)
     rows_by_level = table.level_rows()
     order = [lv for lv in info.levels_done if lv in rows_by_level]
     order += [lv for lv in rows_by_level if lv not in order]
     levels = []
-    used = {level_id: windows.get(level_id, Window(default_window)) for level_id in order}
+    used, estimated = {}, set()
+    for level_id in order:
+        if level_id in windows:
+            used[level_id] = windows[level_id]
+        else:
+            used[level_id], cut_short = _fallback_window(table, rows_by_level[level_id], info,
+                                                         level_id in info.levels_done)
+            if cut_short:
+                estimated.add(level_id)
     for i, level_id in enumerate(order):
         lv = level_stats(table, rows_by_level[level_id], level_id, used[level_id], slos,
                          np.random.default_rng([seed, i]))
         meta = (getattr(info, "level_meta", None) or {}).get(level_id, {})
         lv.notes.extend(meta.get("notes", []))
         lv.notes.extend((extra_notes or {}).get(level_id, []))
+        if level_id in estimated:
+            lv.notes.append(f"the level did not finish: its window ({lv.window_s:.1f} s) is estimated from "
+                            "the first and last send times")
         levels.append(lv)
     return summary_of_levels(info, slos, levels, used)
+
+
+def _fallback_window(table: RequestTable, rows: np.ndarray, info: RunInfo, finished: bool) -> tuple[Window, bool]:
+    """(window, cut short?) for a level whose window was not recorded."""
+    duration = float(info.sweep.get("duration_s") or 1.0)
+    if finished:
+        return Window(duration), False
+    sent = table.df["t_sent"].to_numpy()[rows][table.df["in_window"].to_numpy()[rows]]
+    sent = sent[~np.isnan(sent)]
+    if sent.size < 2 or sent.max() - sent.min() >= duration:
+        return Window(duration), False
+    return Window(float(sent.max() - sent.min()), float(sent.min()), float(sent.max())), True
 
 
 def summary_of_levels(info: RunInfo, slos: "Slos | dict", levels: list[LevelStats],
@@ -111,9 +134,12 @@ def analyze_run(run: RunDir, slos: "Slos | dict | None" = None) -> tuple[RunSumm
 def findings(s: RunSummary) -> list[str]:
     """The plain-language conclusions, most important first."""
     out = []
-    if s.info.status != "complete":
-        out.append(f"The run is {s.info.status}: {len(s.info.levels_done)} levels finished; "
+    if s.info.status == "interrupted":
+        out.append(f"The run was interrupted: {len(s.info.levels_done)} levels finished; "
                    "statistics cover what was measured.")
+    elif s.info.status != "complete":
+        out.append(f"The run's status is '{s.info.status}': it is still going, or it was killed before it could "
+                   f"record its end; {len(s.info.levels_done)} levels finished.")
     by_id = {lv.level_id: lv for lv in s.levels}
     for ser in s.series:
         if ser.best_within_slo:
@@ -124,9 +150,10 @@ def findings(s: RunSummary) -> list[str]:
             out.append(f"{ser.key}: no level met the SLO ({s.slos.describe()}).")
         if ser.knee:
             nxt = ser.level_ids[ser.level_ids.index(ser.knee) + 1]
-            eff = s.scaling[nxt].efficiency
-            out.append(f"{ser.key}: throughput stops scaling after {ser.knee} (the knee): {nxt} turned only "
-                       f"{eff:.0%} of its added load into throughput; the rest became queueing.")
+            a, b = by_id[ser.knee], by_id[nxt]
+            out.append(f"{ser.key}: throughput stops scaling after {ser.knee} (the knee): {nxt} has "
+                       f"{b.load / a.load:.3g}× the load but {b.output_tok_s / a.output_tok_s - 1:+.0%} throughput "
+                       f"(scaling efficiency {s.scaling[nxt].efficiency:.2f}); added load became queueing.")
     for lv in s.levels:
         if lv.slo_broken:
             out.append(f"{lv.level_id}: over SLO: {'; '.join(lv.slo_broken)}.")

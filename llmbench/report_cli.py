@@ -96,6 +96,10 @@ def compare(
         comparisons, paths = write_compare(dirs, out or Path("."), slos, min_effect)
     for c in comparisons:
         console.print(compare_table(c))
+        n = c.counts()
+        console.print(f"B vs A: [green]{n['better']} better[/], [red]{n['worse']} worse[/], "
+                      f"{n['within noise']} within noise (95% bootstrap intervals; changes under "
+                      f"{min_effect:.0%} count as noise)")
         if c.only_a or c.only_b:
             console.print(f"skipped levels: only in A: {', '.join(c.only_a) or '—'}; "
                           f"only in B: {', '.join(c.only_b) or '—'}", markup=False)

@@ -1,1 +1,2 @@
-"""Reports render what the analyzers computed: terminal tables now; HTML and Markdown later."""
+"""Reports render what the analyzers computed: the self-contained HTML report, Markdown, CSV and JSON
+files, terminal tables, the figures, and the same for A/B comparisons (docs/reports.md)."""

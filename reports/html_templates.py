@@ -66,6 +66,9 @@ output tok/s (goodput {{ "%.2f"|format(best.goodput_req_s) }} req/s).</p>
 errors and timeouts beside every row; goodput counts the requests that met every SLO.</p>
 
 <h2 id="plots">Scaling</h2>
+{{ m.grid(scaling_header, scaling_rows, left=1) }}
+<p class="muted">Linearity: throughput ÷ (the lowest load's × the load ratio). Efficiency: the share of the added
+load that became throughput; under 0.25 the level is near the ceiling, and the knee is the last level before.</p>
 {% for svg in scaling_figs %}<div class="fig">{{ svg|safe }}</div>{% endfor %}
 <h3>Latency against throughput</h3><div class="fig">{{ latency_throughput_fig|safe }}</div>
 <h3>TTFT and TPOT distributions</h3><div class="fig">{{ cdf_fig|safe }}</div>

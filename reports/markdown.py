@@ -42,6 +42,7 @@ def render_report_md(s: RunSummary) -> str:
     out += ["", "## Findings", ""] + [f"- {md(f)}" for f in s.findings] + [""]
     out += ["## Summary", ""] + md_table(tables.SUMMARY_HEADER, tables.summary_rows(s))
     out += ["\\* P99 from fewer than 100 samples (unreliable). Figures: see report.html.", ""]
+    out += ["## Scaling", ""] + md_table(tables.SCALING_HEADER, tables.scaling_rows(s))
     errors = tables.error_rows(s)
     out += ["## Errors", ""] + (md_table(["level", "kind", "count", "rate", "first error text"], errors)
                                 if errors else ["No errors or timeouts in any measured window.", ""])

@@ -25,16 +25,18 @@ from analyzers.table import RequestTable  # noqa: E402
 from reports.terminal import load_label  # noqa: E402
 
 MAX_POINTS = 4000
+AXES_LEFT, AXES_RIGHT = 0.08, 0.98      # time-axis figures share these margins (see timeline_figure)
 MAX_CDF_POINTS = 400
 _salt = itertools.count()
 _STYLE = {"svg.fonttype": "none", "font.size": 9, "axes.grid": True, "grid.alpha": 0.3,
           "axes.spines.top": False, "axes.spines.right": False, "figure.dpi": 96}
 
 
-def to_svg(fig) -> str:
+def to_svg(fig, tight: bool = True) -> str:
     buf = io.StringIO()
     with plt.rc_context({"svg.hashsalt": f"fig{next(_salt)}"}):
-        fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None, "Creator": None})
+        fig.savefig(buf, format="svg", bbox_inches="tight" if tight else None,
+                    metadata={"Date": None, "Creator": None})
     plt.close(fig)
     svg = buf.getvalue()
     svg = svg[svg.index("<svg"):]                              # drop the XML prolog and DOCTYPE
@@ -66,7 +68,7 @@ def scaling_figure(levels: list[LevelStats], series_key: str) -> str:
         for a in ax[0]:
             if len(x) > 1 and min(x) > 0 and max(x) / min(x) >= 8:
                 a.set_xscale("log", base=2)
-        fig.suptitle(series_key, fontsize=9)
+        fig.suptitle(series_key, fontsize=9, y=1.06)
         return to_svg(fig)
 
 
@@ -124,7 +126,8 @@ def timeline_figure(table: RequestTable, summary: RunSummary, t0: float, xlim: t
         ok = status == "ok"
         for a, col, title in ((ax[0, 0], "ttft_s", "TTFT (s) by send time"), (ax[1, 0], "e2e_s", "E2E (s) by send time")):
             y = df[col].to_numpy()[idx]
-            a.scatter(sent[ok], y[ok], s=4, alpha=0.5, label="ok", rasterized=False)
+            # Rasterized (a PNG inside the SVG): thousands of points stay a few tens of KB.
+            a.scatter(sent[ok], y[ok], s=4, alpha=0.5, label="ok", rasterized=True)
             bad = ~ok
             if bad.any():
                 a.scatter(sent[bad], np.nan_to_num(y[bad], nan=0.0), s=14, marker="x", color="red", label="failed")
@@ -136,24 +139,35 @@ def timeline_figure(table: RequestTable, summary: RunSummary, t0: float, xlim: t
         ax[1, 0].set(xlabel="seconds since the run started", xlim=xlim)
         note = f" (a random {MAX_POINTS} of {len(df)})" if len(df) > MAX_POINTS else ""
         fig.suptitle("per-request timeline; shaded: measured windows" + note, fontsize=9)
-        return to_svg(fig)
+        # The same width and horizontal margins as the probes' panels (series_figure), so that a
+        # second on this x axis is the same pixel column in every probe section below it.
+        fig.subplots_adjust(left=AXES_LEFT, right=AXES_RIGHT, top=0.88, bottom=0.12, hspace=0.35)
+        return to_svg(fig, tight=False)
 
 
 def series_figure(t: np.ndarray, panels: dict[str, dict[str, np.ndarray]], title: str,
                   xlim: tuple[float, float]) -> str:
     """Stacked full-width panels of time series on the run's clock (the probes' generic rendering):
-    panel title -> {line label -> values}. Full width, so the x axis lines up with the timeline's."""
+    panel title -> {line label -> values}. Full width, so the x axis lines up with the timeline's.
+    Laid out by hand and with 3 y ticks: the "tight" layout pass and tick labels are most of the
+    cost of a dozen panels."""
+    from matplotlib.ticker import MaxNLocator
+
     with plt.rc_context(_STYLE):
-        fig, ax = figure(1, len(panels), height=1.35, sharex=True)
+        height = 1.1 * len(panels) + 0.6
+        fig, ax = figure(1, len(panels), height=height / len(panels), sharex=True)
         for a, (name, lines) in zip(ax[:, 0], panels.items()):
             for label, values in lines.items():
                 a.plot(t, values, label=label, linewidth=1)
-            a.set_title(name, fontsize=8, loc="left")
+            a.set_title(name, fontsize=8, loc="left", pad=2)
+            a.yaxis.set_major_locator(MaxNLocator(3))
             if len(lines) > 1 or next(iter(lines)) != name:
                 a.legend(fontsize=6, ncol=min(4, len(lines)), loc="upper right")
         ax[-1, 0].set(xlim=xlim, xlabel="seconds since the run started")
-        fig.suptitle(title, fontsize=9)
-        return to_svg(fig)
+        fig.subplots_adjust(left=AXES_LEFT, right=AXES_RIGHT, top=1 - 0.35 / height, bottom=0.45 / height,
+                            hspace=0.6)
+        fig.suptitle(title, fontsize=9, y=1 - 0.08 / height)
+        return to_svg(fig, tight=False)
 
 
 def _ms(v: float | None) -> float | None:

@@ -18,7 +18,7 @@ import numpy as np
 from analyzers.probe_series import ProbeSeries
 from reports import plots
 
-MAX_PANELS = 12
+MAX_PANELS = 10
 MAX_LINES_PER_PANEL = 8
 
 

@@ -47,6 +47,24 @@ def summary_rows(s: RunSummary) -> list[list[str]]:
     return rows
 
 
+SCALING_HEADER = ["level", "load", "output tok/s", "linearity vs lowest load", "efficiency vs level below",
+                  "TTFT P99 ms", "note"]
+
+
+def scaling_rows(s: RunSummary) -> list[list[str]]:
+    """Per series, by load: how linear throughput stayed and where it stopped growing (the knee)."""
+    rows = []
+    by_id = {lv.level_id: lv for lv in s.levels}
+    for ser in s.series:
+        for level_id in ser.level_ids:
+            lv, p = by_id[level_id], s.scaling[level_id]
+            knee = " (knee)" if level_id == ser.knee else ""
+            rows.append([level_id + knee, load_label(lv), f"{lv.output_tok_s:.1f}",
+                         "—" if p.linearity is None else f"{p.linearity:.0%}",
+                         "—" if p.efficiency is None else f"{p.efficiency:.2f}", _ms(lv.ttft.p["p99"]), p.note])
+    return rows
+
+
 def detail_rows(s: RunSummary) -> list[list[str]]:
     rows = []
     for lv in s.levels:

@@ -6,6 +6,16 @@ starts after a prefix-cache hit, a request resuming after preemption and a decod
 the same thing: catch-up within the step's token budget. Running requests go first (they hold
 KV already); waiting ones are admitted with what is left, unless someone was preempted this
 step (then memory is tight and admitting would only cause more preemption).
+
+Batch queue (pipeline parallelism, `max_batches_in_flight > 1`): the engine schedules a new
+batch while earlier ones are still in the pipeline. A request's progress only advances when its
+batch lands (`update_from_output`), so a request in flight is skipped: its next token is
+unknown. Invariants, checked: a request is in at most one batch in flight; batches land in the
+order they were scheduled; an in-flight request is never a preemption victim (the victim is
+chosen among the running requests not in flight; the request being scheduled always qualifies);
+and the KV blocks of a request aborted while in flight are freed only when its batch lands, so
+no block is handed to another request while a stage may still write it. Each batch takes at
+most 1/max_batches_in_flight of the live requests, so the next batch has requests to run.
 """
 
 from __future__ import annotations
@@ -36,7 +46,7 @@ class SchedulerStats:
 
 class Scheduler:
     def __init__(self, scheduler_config: SchedulerConfig, cache_config: CacheConfig,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, max_batches_in_flight: int = 1):
         self.config = scheduler_config
         self.cache_config = cache_config
         self.clock = clock
@@ -57,6 +67,10 @@ class Scheduler:
         self._step_id = 0
         self._finished_since_last_step: set[str] = set()
         self._static_batch_open = True
+        assert max_batches_in_flight >= 1
+        self.max_batches_in_flight = max_batches_in_flight
+        self.in_flight: dict[str, int] = {}                # req_id -> step_id of its batch (batch queue only)
+        self._free_on_landing: dict[str, Request] = {}     # finished while in flight: freed when it lands
 
     # ---- intake --------------------------------------------------------------------------
 
@@ -76,10 +90,14 @@ class Scheduler:
         scheduled: dict[str, ScheduledRequest] = {}
         preempted: set[str] = set()
         was_running = bool(self.running)
+        cap = self._batch_request_cap()
 
         i = 0
-        while i < len(self.running) and budget > 0:
+        while i < len(self.running) and budget > 0 and len(scheduled) < cap:
             request = self.running[i]
+            if request.request_id in self.in_flight:  # its next token is still in the pipeline
+                i += 1
+                continue
             num_new = self._cap(request.num_tokens - request.num_computed_tokens, budget)
             if num_new <= 0:  # the runner dropped its sampled token; nothing to compute
                 i += 1
@@ -103,17 +121,33 @@ class Scheduler:
             break  # the request preempted itself: nothing after it can fit either
 
         if cfg.batching == "static":
-            self._admit_static(budget, scheduled, was_running, preempted)
+            self._admit_static(budget, scheduled, was_running, preempted, cap)
         elif not preempted:
-            budget = self._admit(budget, scheduled)
+            budget = self._admit(budget, scheduled, cap)
 
         self._step_id += 1
+        if self.max_batches_in_flight > 1:
+            for req_id in scheduled:
+                assert req_id not in self.in_flight, f"request {req_id} would be in two batches in flight"
+                self.in_flight[req_id] = self._step_id
         finished, self._finished_since_last_step = self._finished_since_last_step, set()
         return SchedulerOutput(step_id=self._step_id, requests=list(scheduled.values()),
                                finished_req_ids=finished, preempted_req_ids=preempted)
 
+    def _batch_request_cap(self) -> int:
+        """Most requests this batch may take. In sync mode, no cap beyond max_num_seqs; under the batch
+        queue, a 1/max_batches_in_flight share of the live requests, so that one batch does not take
+        every request and leave the other stages nothing to overlap with."""
+        depth = self.max_batches_in_flight
+        if depth == 1:
+            return self.config.max_num_seqs
+        batches = set(self.in_flight.values())
+        assert len(batches) < depth, f"schedule() with {len(batches)} batches in flight (at most {depth})"
+        live = len(self.running) + len(self.waiting)
+        return max(1, -(-live // depth))
+
     def _admit_static(self, budget: int, scheduled: dict[str, ScheduledRequest], was_running: bool,
-                      preempted: set[str]) -> None:
+                      preempted: set[str], cap: int) -> None:
         """Static batching (an ablation): a batch forms from what is waiting, possibly over several
         steps when its prompts exceed one step's token budget, and then admits nobody until all of
         its requests finish, like padded `generate` batches."""
@@ -121,16 +155,17 @@ class Scheduler:
             self._static_batch_open = True
         if not self._static_batch_open or preempted:
             return
-        budget = self._admit(budget, scheduled)
+        budget = self._admit(budget, scheduled, cap)
         # Sealed once admission stops for any reason but this step's token budget.
         if budget > 0 or not self.waiting or len(self.running) >= self.config.max_num_seqs:
             self._static_batch_open = False
 
-    def _admit(self, budget: int, scheduled: dict[str, ScheduledRequest]) -> int:
+    def _admit(self, budget: int, scheduled: dict[str, ScheduledRequest], cap: int) -> int:
         cfg = self.config
         kv = self.kv_cache_manager
-        while self.waiting and len(self.running) < cfg.max_num_seqs and budget > 0:
+        while self.waiting and len(self.running) < cfg.max_num_seqs and budget > 0 and len(scheduled) < cap:
             request = self.waiting.peek()
+            assert request.request_id not in self.in_flight, "in-flight requests are never preempted"
             computed_blocks, num_cached = kv.get_computed_blocks(request)
             num_new = request.num_tokens - num_cached
             if cfg.enable_chunked_prefill:
@@ -176,14 +211,18 @@ class Scheduler:
             eos_token_id=request.eos_token_id)
 
     def _pick_victim(self) -> Request:
+        # In-flight requests are never victims: their batch would land on freed blocks and stale
+        # progress. The request being scheduled is not in flight, so there is always a candidate.
+        candidates = [r for r in self.running if r.request_id not in self.in_flight]
         if self.config.policy == "priority":
             # Scan newest first so ties go to the most recently admitted: picking the oldest
             # of two equals would let them preempt each other forever.
-            return max(reversed(self.running), key=lambda r: (r.priority, r.arrival_time))
-        return self.running[-1]
+            return max(reversed(candidates), key=lambda r: (r.priority, r.arrival_time))
+        return candidates[-1]
 
     def _preempt(self, request: Request) -> None:
         """Preempt by recompute: drop the KV (full blocks stay cached) and start over later."""
+        assert request.request_id not in self.in_flight, f"{request.request_id} is in flight"
         self.running.remove(request)
         self.kv_cache_manager.free(request)
         request.num_computed_tokens = 0
@@ -199,6 +238,8 @@ class Scheduler:
                            model_runner_output: ModelRunnerOutput) -> list[tuple[Request, list[int]]]:
         results: list[tuple[Request, list[int]]] = []
         finished_any = False
+        if self.in_flight and scheduler_output.requests:
+            self._land(scheduler_output)
         for sched in scheduler_output.requests:
             request = self.requests.get(sched.req_id)
             # Aborted or preempted since it was scheduled: its work no longer applies.
@@ -222,6 +263,17 @@ class Scheduler:
             self.running = [r for r in self.running if not r.is_finished()]
         return results
 
+    def _land(self, scheduler_output: SchedulerOutput) -> None:
+        """The batch's output arrived: its requests may be scheduled again (batch queue only)."""
+        step_id = scheduler_output.step_id
+        assert step_id == min(self.in_flight.values()), (
+            f"batch {step_id} landed before batch {min(self.in_flight.values())}: outputs must land in order")
+        for sched in scheduler_output.requests:
+            assert self.in_flight.pop(sched.req_id, None) == step_id, f"{sched.req_id} was not in batch {step_id}"
+            aborted = self._free_on_landing.pop(sched.req_id, None)
+            if aborted is not None:
+                self.kv_cache_manager.free(aborted)
+
     def _check_stop(self, request: Request, token: int) -> RequestStatus | None:
         params = request.sampling_params
         if request.num_output_tokens >= params.min_tokens:
@@ -239,7 +291,10 @@ class Scheduler:
         """Mark finished and free; the caller takes it out of `running`/`waiting`."""
         request.status = status
         request.timestamps.finished = self.clock()
-        self.kv_cache_manager.free(request)
+        if request.request_id in self.in_flight:  # a stage may still write its blocks: free on landing
+            self._free_on_landing[request.request_id] = request
+        else:
+            self.kv_cache_manager.free(request)
         self.requests.pop(request.request_id, None)
         self._finished_since_last_step.add(request.request_id)
 
@@ -264,7 +319,8 @@ class Scheduler:
     # ---- introspection -------------------------------------------------------------------
 
     def has_unfinished_requests(self) -> bool:
-        return bool(self.running) or bool(self.waiting)
+        # A batch in flight must still land, even if all its requests were aborted meanwhile.
+        return bool(self.running) or bool(self.waiting) or bool(self.in_flight)
 
     @property
     def num_running(self) -> int:

@@ -72,11 +72,11 @@ def test_all_errors_one_token_and_single_sample(run):
 
 
 def test_windows_fall_back_to_the_spec_and_interrupted_runs_are_said(tmp_path):
-    run = make_run(tmp_path / "r", [rec(0, 0.1, 0.5, 11), rec(1, 0.1, 0.5, 11)], windows=None,
-                   status="interrupted", duration_s=4.0)
-    s, _ = analyze_run(run)
+    records = [rec(0, 0.1, 0.5, 11), rec(1, 0.1, 0.5, 11)]
+    s, _ = analyze_run(make_run(tmp_path / "done", records, windows=None, duration_s=4.0))
     assert s.levels[0].window_s == 4.0 and s.levels[0].req_s == pytest.approx(0.5)
-    assert "interrupted" in s.findings[0]
+    s, _ = analyze_run(make_run(tmp_path / "cut", records, windows=None, status="interrupted", duration_s=4.0))
+    assert "interrupted" in s.findings[0] and s.levels[0].window_s == A(1.0)
 
 
 def test_torn_last_line_and_empty_run(tmp_path):
@@ -106,3 +106,35 @@ def test_seed_case_study_knee_and_notes(tmp_path):
     assert s.scaling["c16"].efficiency == pytest.approx(430 / 260 - 1)
     assert s.scaling["c64"].linearity == pytest.approx(760 / (260 * 8))
     assert any("knee" in f and "c32" in f for f in s.findings)
+    from reports.markdown import render_report_md
+
+    md = render_report_md(s)
+    assert "| c32 (knee) | 32 | 620.0 | 60% | 0.44 | 1280 | at target |" in md
+
+
+def test_open_loop_levels_scale_by_request_rate(tmp_path):
+    records = []
+    for rate, n, ttft in [(1.0, 10, 0.2), (4.0, 40, 0.3), (16.0, 44, 3.0)]:   # saturates at 16 req/s
+        for i in range(n):
+            r = rec(i * 10 / n, ttft, ttft + 0.4, 11, level=f"r{rate:g}")
+            r.concurrency, r.request_rate = None, rate
+            records.append(r)
+    s, _ = analyze_run(make_run(tmp_path / "open", records, {f"r{r:g}": (0, 10) for r in (1, 4, 16)}))
+    assert s.series[0].key.startswith("request rate") and s.series[0].knee == "r4"
+    assert [lv.load for lv in s.levels] == [1.0, 4.0, 16.0]
+    assert {lv.level_id: s.note(lv.level_id) for lv in s.levels} == {
+        "r1": "normal", "r4": "at target", "r16": "over SLO · near ceiling"}
+    from reports.tables import summary_rows
+
+    assert summary_rows(s)[0][1] == "1/s"
+
+
+def test_a_level_cut_short_gets_a_window_from_its_send_times(tmp_path):
+    # c1 finished (window recorded); c2 was interrupted 3 s into its 10 s window.
+    records = [rec(i, 0.1, 0.5, 11, level="c1") for i in range(10)]
+    records += [rec(20 + i * 0.5, 0.1, 0.5, 11, level="c2", concurrency=2) for i in range(7)]
+    s, _ = analyze_run(make_run(tmp_path / "r", records, {"c1": (0, 10)}, status="interrupted"))
+    c1, c2 = s.levels
+    assert c1.window_s == 10 and c1.req_s == pytest.approx(1.0)
+    assert c2.window_s == A(3.0) and c2.req_s == pytest.approx(7 / 3, abs=1e-5)
+    assert any("did not finish" in n for n in c2.notes)

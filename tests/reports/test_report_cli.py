@@ -1,18 +1,15 @@
-"""`llmbench report` and `llmbench compare` as a user runs them: files written, tables printed,
-mistakes answered in one line."""
+"""`llmbench report` and `llmbench compare` as a user runs them (in-process through typer's runner;
+the slow real-run test runs them as subprocesses): files written, tables printed, mistakes answered
+in one line."""
 
-import os
-import subprocess
-import sys
+from typer.testing import CliRunner
 
+from llmbench.cli import app
 from synth_run import make_run, rec
 
-CLI = [sys.executable, "-m", "llmbench.cli"]
-ENV = {**os.environ, "COLUMNS": "200"}
 
-
-def _cli(*args, cwd=None):
-    return subprocess.run(CLI + [str(a) for a in args], capture_output=True, text=True, timeout=180, env=ENV, cwd=cwd)
+def said(res) -> str:
+    return " ".join(res.output.split())          # rich wraps long lines at the terminal width
 
 
 def _run(path, scale=1.0, levels=("c1", "c2")):
@@ -22,31 +19,24 @@ def _run(path, scale=1.0, levels=("c1", "c2")):
 
 
 def test_report_and_compare_commands(tmp_path):
+    runner = CliRunner()
     a = _run(tmp_path / "a")
-    proc = _cli("report", a.path)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "c2" in proc.stdout and "highest load within SLO: c2" in proc.stdout
+    res = runner.invoke(app, ["report", str(a.path)])
+    assert res.exit_code == 0, res.output
+    assert "c2" in res.output and "highest load within SLO: c2" in said(res)
     for name in ("report.html", "report.md", "summary.csv", "summary.json"):
         assert (a.path / name).is_file()
     b = _run(tmp_path / "b", scale=2.0, levels=("c2", "c4"))
-    proc = _cli("compare", a.path, b.path, "--out", tmp_path / "cmp")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "worse" in proc.stdout and "only in A: c1" in proc.stdout and "only in B: c4" in proc.stdout
+    res = runner.invoke(app, ["compare", str(a.path), str(b.path), "--out", str(tmp_path / "cmp")])
+    assert res.exit_code == 0, res.output
+    assert "worse" in res.output and "only in A: c1" in said(res) and "only in B: c4" in said(res)
     html = (tmp_path / "cmp" / "compare.html").read_text()
     assert "<script" not in html and "worse" in html
     assert "worse" in (tmp_path / "cmp" / "compare.md").read_text()
 
 
 def test_user_mistakes_are_one_line(tmp_path):
-    from typer.testing import CliRunner
-
-    from llmbench.cli import app
-
     runner = CliRunner()
-
-    def said(res):
-        return " ".join(res.output.split())          # rich wraps long lines at the terminal width
-
     res = runner.invoke(app, ["report", str(tmp_path / "nope")])
     assert res.exit_code == 2 and "not a run directory" in said(res) and res.exception.__class__ is SystemExit
     bad = tmp_path / "bad"
