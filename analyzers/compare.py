@@ -10,7 +10,8 @@ interval is their 2.5–97.5 percentiles. The verdict:
   better; throughput and goodput: higher is better).
 
 Levels are matched by level id (load × input length × output length); levels only one run has
-are listed as skipped.
+are listed as skipped. Request classes of a mixed workload (`<level>/in<len>`, see
+analyzers.request_classes) are compared too, after their level.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import numpy as np
 
 from analyzers.distribution import BOOTSTRAP_RESAMPLES, interval, percentile_draws
 from analyzers.latency import throughput_draws
+from analyzers.request_classes import all_class_rows
 from analyzers.summary import RunSummary
 from analyzers.table import RequestTable
 
@@ -75,7 +77,15 @@ def compare_runs(a: tuple[RunSummary, RequestTable], b: tuple[RunSummary, Reques
     rng_a, rng_b = np.random.default_rng([seed, 1]), np.random.default_rng([seed, 2])
     rows_a, rows_b = ta.level_rows(), tb.level_rows()
     levels = []
+    # Request classes of mixed workloads compare like levels, right after their level.
+    classes_a, classes_b = all_class_rows(ta), all_class_rows(tb)
+    rows_a.update({cid: r for cid, (_, r) in classes_a.items()})
+    rows_b.update({cid: r for cid, (_, r) in classes_b.items()})
+    order = []
     for level_id in shared:
+        order.append(level_id)
+        order += [cid for cid, (lv, _) in classes_a.items() if lv == level_id and cid in classes_b]
+    for level_id in order:
         da = _draws(ta, rows_a[level_id], sa, level_id, rng_a)
         db = _draws(tb, rows_b[level_id], sb, level_id, rng_b)
         levels.append(LevelComparison(level_id, [_delta(m, da[m], db[m], min_effect) for m in da]))
@@ -106,7 +116,7 @@ def _draws(table: RequestTable, rows: np.ndarray, s: RunSummary, level_id: str,
     tok, req = throughput_draws(cols["t_sent"], cols["out_tokens"], window, rng)
     good = s.slos.request_meets(cols["ttft_s"], cols["tpot_s"], cols["e2e_s"])
     _, good_req = throughput_draws(cols["t_sent"][good], cols["out_tokens"][good], window, rng)
-    lv = next(x for x in s.levels if x.level_id == level_id)
+    lv = next(x for x in s.levels + s.classes if x.level_id == level_id)
     out["output tok/s"] = (lv.output_tok_s, tok)
     out["requests/s"] = (lv.req_s, req)
     out["goodput req/s"] = (lv.goodput_req_s, good_req if good.any() else np.zeros(BOOTSTRAP_RESAMPLES))

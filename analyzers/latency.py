@@ -20,6 +20,7 @@ from llmbench.rundir import RequestRecord
 
 DEFAULT_SLOS = Slos().to_dict()
 THROUGHPUT_SLICES = 20          # time slices of the measured window for throughput's block bootstrap
+TOKENIZER_DIFF_NOTE = 0.05      # a mean client-tokenizer difference this large gets a note
 
 
 @dataclass
@@ -64,6 +65,10 @@ class LevelStats:
     req_s_ci: list[float] | None = None
     slo_broken: list[str] = field(default_factory=list)
     prompt_token_mismatches: int = 0
+    # The client tokenizer's count of the streamed text against the server's usage: re-tokenizing
+    # decoded text need not give the same ids, so this is reported as a difference, not an error.
+    tokenizer_count_differs: int = 0
+    tokenizer_count_diff_mean: float | None = None      # mean (client - server) / server
     error_samples: dict[str, str] = field(default_factory=dict)   # error kind -> one error text
 
     @property
@@ -101,7 +106,8 @@ def level_stats(table: RequestTable, rows: np.ndarray, level_id: str, window: Wi
     df = table.df
     col = {name: df[name].to_numpy()[rows] for name in (
         "status", "in_window", "ttft_s", "tpot_s", "e2e_s", "send_lag_s", "out_tokens", "in_tokens", "t_sent",
-        "completion_tokens", "client_completion_tokens", "prompt_tokens", "client_prompt_tokens",
+        "completion_tokens", "client_completion_tokens", "client_token_chunks", "prompt_tokens",
+        "client_prompt_tokens",
         "target_output_len", "error_kind", "error")}
     win = col["in_window"]
     status = col["status"]
@@ -125,7 +131,10 @@ def level_stats(table: RequestTable, rows: np.ndarray, level_id: str, window: Wi
             error_samples[key] = text[:500]
     n_win = int(win.sum())
     n_error, n_timeout = int((win & (status == "error")).sum()), int((win & (status == "timeout")).sum())
-    mismatches = int(_disagree(col["completion_tokens"][ok], col["client_completion_tokens"][ok]))
+    # Usage against what was streamed: exact for servers that send one token per chunk; a count
+    # that disagrees there means the server's usage (or its stream) is wrong.
+    mismatches = int(_disagree(col["completion_tokens"][ok], col["client_token_chunks"][ok]))
+    tok_differs, tok_diff = _tokenizer_difference(col["completion_tokens"][ok], col["client_completion_tokens"][ok])
     prompt_mismatches = int(_disagree(col["prompt_tokens"][ok], col["client_prompt_tokens"][ok]))
     target_out = col["target_output_len"][ok]
     unhonoured = int((out_tok != target_out).sum())
@@ -144,7 +153,10 @@ def level_stats(table: RequestTable, rows: np.ndarray, level_id: str, window: Wi
         notes.append(f"{unhonoured} requests did not get the requested {int(first_of('target_output_len', 0))} "
                      "output tokens (server ignored max_tokens/ignore_eos?)")
     if mismatches:
-        notes.append(f"{mismatches} requests: server usage and client count of output tokens disagree")
+        notes.append(f"{mismatches} requests: server usage and the streamed token chunks disagree")
+    if tok_diff is not None and abs(tok_diff) >= TOKENIZER_DIFF_NOTE:
+        notes.append(f"client tokenizer counts {tok_diff:+.0%} output tokens vs server usage on average "
+                     f"({tok_differs} requests differ; re-tokenized text need not match the ids)")
     concurrency = first_of("concurrency")
     return LevelStats(
         level_id=level_id, concurrency=None if concurrency is None else int(concurrency),
@@ -160,7 +172,15 @@ def level_stats(table: RequestTable, rows: np.ndarray, level_id: str, window: Wi
         goodput_req_s=float(slos.request_meets(ttft, tpot, e2e).sum()) / window.seconds,
         slo_met=slo_met, token_count_mismatches=mismatches, output_len_unhonoured=unhonoured, notes=notes,
         error_rate=(n_error + n_timeout) / n_win if n_win else 0.0, output_tok_s_ci=out_ci, req_s_ci=req_ci,
-        slo_broken=broken, prompt_token_mismatches=prompt_mismatches, error_samples=error_samples)
+        slo_broken=broken, prompt_token_mismatches=prompt_mismatches, error_samples=error_samples,
+        tokenizer_count_differs=tok_differs, tokenizer_count_diff_mean=tok_diff)
+
+
+def _tokenizer_difference(server: np.ndarray, client: np.ndarray) -> tuple[int, float | None]:
+    both = ~np.isnan(server) & ~np.isnan(client) & (server > 0)
+    if not both.any():
+        return 0, None
+    return int((server[both] != client[both]).sum()), float(np.mean((client[both] - server[both]) / server[both]))
 
 
 def _disagree(server: np.ndarray, client: np.ndarray) -> int:

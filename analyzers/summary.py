@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from analyzers.latency import LevelStats, Window, level_stats
+from analyzers.request_classes import all_class_rows
 from analyzers.scaling import ScalingPoint, Series, analyze_scaling, best_level_within_slo
 from analyzers.slo import Slos
 from analyzers.table import RequestTable
@@ -29,7 +30,8 @@ class RunSummary:
     scaling: dict[str, ScalingPoint]
     series: list[Series]
     findings: list[str] = field(default_factory=list)
-    windows: dict[str, Window] = field(default_factory=dict)     # level id -> the window used
+    windows: dict[str, Window] = field(default_factory=dict)     # level (or class) id -> the window used
+    classes: list[LevelStats] = field(default_factory=list)      # request classes (analyzers/request_classes.py)
 
     @property
     def best(self) -> LevelStats | None:
@@ -52,7 +54,7 @@ class RunSummary:
                 "best_level_within_slo": best.level_id if best else None,
                 "series": [{"key": s.key, "levels": s.level_ids, "knee": s.knee,
                             "best_within_slo": s.best_within_slo} for s in self.series],
-                "findings": self.findings}
+                "findings": self.findings, "classes": [c.to_dict() for c in self.classes]}
 
 
 def level_windows(run: RunDir, info: RunInfo) -> dict[str, Window]:
@@ -100,7 +102,11 @@ def summarize_table(table: RequestTable, info: RunInfo, windows: dict[str, Windo
             lv.notes.append(f"the level did not finish: its window ({lv.window_s:.1f} s) is estimated from "
                             "the first and last send times")
         levels.append(lv)
-    return summary_of_levels(info, slos, levels, used)
+    summary = summary_of_levels(info, slos, levels, used)
+    for i, (cid, (level_id, crows)) in enumerate(all_class_rows(table).items()):
+        summary.classes.append(level_stats(table, crows, cid, used[level_id], slos, np.random.default_rng([seed, 1000 + i])))
+        summary.windows[cid] = used[level_id]
+    return summary
 
 
 def _fallback_window(table: RequestTable, rows: np.ndarray, info: RunInfo, finished: bool) -> tuple[Window, bool]:

@@ -24,7 +24,8 @@ from llmbench.rundir import RequestRecord, RunDir
 
 FLOAT_COLUMNS = ("request_rate", "t_scheduled", "t_sent", "t_first_token", "t_done", "ttft_s", "tpot_s",
                  "e2e_s", "send_lag_s", "concurrency", "target_input_len", "target_output_len", "prompt_tokens",
-                 "completion_tokens", "client_prompt_tokens", "client_completion_tokens", "http_status")
+                 "completion_tokens", "client_prompt_tokens", "client_completion_tokens", "client_token_chunks",
+                 "http_status")
 TEXT_COLUMNS = ("level_id", "status", "error", "error_kind", "worker_id")
 _RECORD_FIELDS = tuple(f.name for f in dataclasses.fields(RequestRecord) if f.name != "itl_s")
 
@@ -114,7 +115,9 @@ class RequestTable:
 
 
 def derive_columns(df: pd.DataFrame) -> pd.DataFrame:
-    """Token counts the statistics use: the server's usage, else the client's count (section 4)."""
-    df["out_tokens"] = df["completion_tokens"].fillna(df["client_completion_tokens"]).fillna(0.0)
+    """Token counts the statistics use: the server's usage, else the client tokenizer's count, else the
+    token-carrying chunks (RequestRecord.output_tokens, section 4)."""
+    df["out_tokens"] = (df["completion_tokens"].fillna(df["client_completion_tokens"])
+                        .fillna(df["client_token_chunks"]).fillna(0.0))
     df["in_tokens"] = df["prompt_tokens"].fillna(df["client_prompt_tokens"]).fillna(0.0)
     return df

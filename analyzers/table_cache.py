@@ -20,7 +20,7 @@ import pandas as pd
 from analyzers.table import FLOAT_COLUMNS, TEXT_COLUMNS, RequestTable, derive_columns
 from llmbench.rundir import RunDir
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2                    # bump when the columns change
 MIN_RECORDS_TO_CACHE = 20_000        # small runs parse faster than a cache file is worth
 
 

@@ -53,6 +53,7 @@ def p99(
     data = diag.to_dict() | {"playbook": playbook.to_dict()}
     if save:
         (run / "diagnosis_p99.json").write_text(json.dumps(data, indent=1, default=str))
+        _refresh_report(run)
     if json_out:
         typer.echo(json.dumps(data, indent=1, default=str))
         return
@@ -79,6 +80,19 @@ def _observe(out: Path | None, target, model, duration, concurrency, input_len, 
     if rc != 0 or not (out / "run.json").exists():
         raise DiagnosisError(f"the observation run failed (exit {rc}); see the messages above")
     return out
+
+
+def _refresh_report(run: Path) -> None:
+    """Re-render the run's report so that it shows this diagnosis (best effort: the diagnosis stands alone)."""
+    from llmbench.rundir import RunDir
+    from reports.write import write_reports
+
+    try:
+        _, paths = write_reports(RunDir(run))
+    except Exception as exc:      # a report that cannot be drawn must not hide the diagnosis printed above
+        console.print(f"[yellow]report not refreshed: {type(exc).__name__}: {exc}[/]")
+        return
+    console.print(f"report with the diagnosis: {paths['html']}")
 
 
 def _print_tail(diag) -> None:

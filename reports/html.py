@@ -36,7 +36,8 @@ def _common() -> dict:
             "tools": OTHER_TOOLS, "generated": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
 
 
-def render_report(summary: RunSummary, table: RequestTable, probes: list[ProbeSeries]) -> str:
+def render_report(summary: RunSummary, table: RequestTable, probes: list[ProbeSeries],
+                  diagnosis: dict | None = None) -> str:
     axis = time_axis(summary, table, probes)
     measured = [lv for lv in summary.levels if lv.n_ok]
     scaling_figs = [plots.scaling_figure(group, key) for key, group in series_of(measured).items()]
@@ -44,6 +45,7 @@ def render_report(summary: RunSummary, table: RequestTable, probes: list[ProbeSe
         **_common(), "title": f"llmbench report: {summary.info.run_id}", "info": summary.info,
         "slos": summary.slos.describe(), "best": summary.best, "findings": summary.findings,
         "summary_header": tables.SUMMARY_HEADER, "summary_rows": tables.summary_rows(summary),
+        "class_rows": tables.summary_rows(summary, summary.classes) if summary.classes else [],
         "detail_header": tables.DETAIL_HEADER, "detail_rows": tables.detail_rows(summary),
         "error_rows": tables.error_rows(summary), "scaling_header": tables.SCALING_HEADER,
         "scaling_rows": tables.scaling_rows(summary), "config": tables.config_rows(summary.info),
@@ -52,6 +54,7 @@ def render_report(summary: RunSummary, table: RequestTable, probes: list[ProbeSe
         "cdf_fig": plots.cdf_figure(table, summary) if measured else "",
         "timeline_fig": plots.timeline_figure(table, summary, axis.t0, axis.xlim) if len(table) else "",
         "probe_sections": [render_probe(p, axis) for p in probes],
+        "diagnosis": diagnosis,
     }
     return environment().get_template("report").render(**ctx)
 

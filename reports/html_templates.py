@@ -64,6 +64,12 @@ output tok/s (goodput {{ "%.2f"|format(best.goodput_req_s) }} req/s).</p>
 </tbody></table>
 <p class="muted">* P99 from fewer than 100 samples (unreliable). Requests sent in each level's measured window;
 errors and timeouts beside every row; goodput counts the requests that met every SLO.</p>
+{% if class_rows %}<h3>Request classes</h3>
+<p>Levels whose requests have a few distinct prompt lengths (a mixed workload), summarized per length
+(<code>level/in&lt;len&gt;</code>): the short requests' tail shows here, apart from the long prompts' own slow first token.</p>
+<table id="class-table"><thead><tr>{% for h in summary_header %}<th>{{ h }}</th>{% endfor %}</tr></thead><tbody>
+{% for r in class_rows %}<tr>{% for c in r %}<td{% if loop.index == 13 %} class="{{ c }}"{% elif loop.index in (1, 14) %} class="l"{% endif %}>{{ c }}</td>{% endfor %}</tr>{% endfor %}
+</tbody></table>{% endif %}
 
 <h2 id="plots">Scaling</h2>
 {{ m.grid(scaling_header, scaling_rows, left=1) }}
@@ -82,6 +88,20 @@ load that became throughput; under 0.25 the level is near the ceiling, and the k
 {% for o in sec.omitted %}<p class="muted">not drawn: {{ o }}</p>{% endfor %}
 {% endfor %}
 {% if not probe_sections %}<p class="muted">No probe data in this run (probes/ is empty).</p>{% endif %}
+
+{% if diagnosis %}<h2 id="diagnosis">Diagnosis: why the tail is bad</h2>
+<p><b>{{ diagnosis.headline }}</b> ({{ diagnosis.metric|upper }} tail; {{ diagnosis.spike_windows|length }} spike
+window(s) covering {{ "%.1f"|format(diagnosis.spike_seconds) }} s; <code>llmdiag p99</code>, docs/diagnosis.md)</p>
+{% if diagnosis.findings %}<table><thead><tr><th>#</th><th>category</th><th>severity</th><th>finding</th>
+<th>spike windows explained</th><th>next step</th></tr></thead><tbody>
+{% for f in diagnosis.findings %}<tr><td>{{ loop.index }}</td><td class="l">{{ f.category }}</td><td class="l">{{ f.severity }}</td>
+<td class="l">{{ f.title }}</td><td>{{ f.explains|length }}/{{ f.spike_windows }}</td><td class="l">{{ f.next_step }}</td></tr>{% endfor %}
+</tbody></table>{% endif %}
+{% if diagnosis.playbook %}<h3>Playbook {{ diagnosis.playbook.playbook }}</h3>
+<table><thead><tr><th>step</th><th>check</th><th>status</th><th>evidence</th></tr></thead><tbody>
+{% for st in diagnosis.playbook.steps %}<tr><td class="l"><code>{{ st.id }}</code></td><td class="l">{{ st.title }}</td>
+<td class="l">{{ st.status }}</td><td class="l">{{ st.evidence }}</td></tr>{% endfor %}
+</tbody></table>{% endif %}{% endif %}
 
 <h2 id="errors">Errors</h2>
 {% if error_rows %}{{ m.grid(["level", "kind", "count", "rate", "first error text"], error_rows, left=2) }}

@@ -33,7 +33,7 @@ def _definitions() -> list[str]:
     return out + ["Other tools' names:", ""] + md_table(list(OTHER_TOOLS_HEADER), [list(r) for r in OTHER_TOOLS])
 
 
-def render_report_md(s: RunSummary) -> str:
+def render_report_md(s: RunSummary, diagnosis: dict | None = None) -> str:
     best = s.best
     out = [f"# llmbench report: {md(s.info.run_id)}", "",
            f"{md(s.info.status)} · model {md(s.info.target.get('model'))} · SLO {md(s.slos.describe())}", ""]
@@ -41,11 +41,21 @@ def render_report_md(s: RunSummary) -> str:
                f"goodput {best.goodput_req_s:.2f} req/s)." if best else "**No level met the SLO.**")
     out += ["", "## Findings", ""] + [f"- {md(f)}" for f in s.findings] + [""]
     out += ["## Summary", ""] + md_table(tables.SUMMARY_HEADER, tables.summary_rows(s))
+    if s.classes:
+        out += ["", "### Request classes (per prompt length)", ""] + md_table(tables.SUMMARY_HEADER,
+                                                                             tables.summary_rows(s, s.classes))
     out += ["\\* P99 from fewer than 100 samples (unreliable). Figures: see report.html.", ""]
     out += ["## Scaling", ""] + md_table(tables.SCALING_HEADER, tables.scaling_rows(s))
     errors = tables.error_rows(s)
     out += ["## Errors", ""] + (md_table(["level", "kind", "count", "rate", "first error text"], errors)
                                 if errors else ["No errors or timeouts in any measured window.", ""])
+    if diagnosis:
+        out += ["## Diagnosis: why the tail is bad", "", f"**{md(diagnosis['headline'])}** "
+                f"({diagnosis['metric'].upper()} tail, {len(diagnosis['spike_windows'])} spike windows; `llmdiag p99`)", ""]
+        if diagnosis["findings"]:
+            out += md_table(["#", "category", "severity", "finding", "next step"],
+                            [[str(i), f["category"], f["severity"], f["title"], f["next_step"]]
+                             for i, f in enumerate(diagnosis["findings"], 1)]) + [""]
     out += ["## All percentiles", ""] + md_table(tables.DETAIL_HEADER, tables.detail_rows(s))
     out += ["## Run configuration and target", ""] + md_table(["", ""], [list(r) for r in tables.config_rows(s.info)])
     return "\n".join(out + _definitions())

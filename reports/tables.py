@@ -31,9 +31,10 @@ def slo_word(lv: LevelStats) -> str:
     return {True: "met", False: "missed", None: "—"}[lv.slo_met]
 
 
-def summary_rows(s: RunSummary) -> list[list[str]]:
+def summary_rows(s: RunSummary, levels: "list[LevelStats] | None" = None) -> list[list[str]]:
+    """One row per level (or per entry of `levels`, e.g. the request classes)."""
     rows = []
-    for lv in s.levels:
+    for lv in s.levels if levels is None else levels:
         star = "*" if lv.ttft.n and not lv.ttft.p99_reliable else ""
         errors = lv.n_error + lv.n_timeout
         rows.append([

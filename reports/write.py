@@ -30,9 +30,21 @@ def write_reports(run: RunDir, slos: "Slos | dict | None" = None) -> tuple[RunSu
     paths = {"json": run.summary_json, "csv": run.path / "summary.csv", "md": run.path / "report.md",
              "html": run.path / "report.html"}
     _write(paths["csv"], csv_frame(summary).to_csv(index=False))
-    _write(paths["md"], render_report_md(summary))
-    _write(paths["html"], render_report(summary, table, read_probes(run)))
+    diagnosis = read_diagnosis(run)
+    _write(paths["md"], render_report_md(summary, diagnosis))
+    _write(paths["html"], render_report(summary, table, read_probes(run), diagnosis))
     return summary, paths
+
+
+def read_diagnosis(run: RunDir) -> dict | None:
+    """`llmdiag p99`'s diagnosis_p99.json, when the run has been diagnosed (a torn file is ignored)."""
+    import json
+
+    path = run.path / "diagnosis_p99.json"
+    try:
+        return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+    except (OSError, ValueError):
+        return None
 
 
 def write_compare(runs: list[RunDir], out_dir: Path, slos: "Slos | dict | None" = None,

@@ -65,10 +65,26 @@ def test_zero_successes_all_errors_and_one_token_outputs():
 def test_unhonoured_output_length_and_token_mismatch_reported():
     r = rec(0.1, 0.5, 5)
     r.target_output_len = 8
-    r.client_completion_tokens = 4
+    r.client_token_chunks = 4                # the server's usage says 5 but only 4 tokens were streamed
     lv = summarize_level([r], "c1", window_s=1.0)
     assert lv.output_len_unhonoured == 1 and lv.token_count_mismatches == 1
-    assert any("requested 8" in n for n in lv.notes)
+    assert any("requested 8" in n for n in lv.notes) and any("streamed token chunks" in n for n in lv.notes)
+
+
+def test_client_tokenizer_difference_is_reported_as_a_difference():
+    rs = [rec(0.1, 0.5, 10) for _ in range(4)]
+    for r, n in zip(rs, (10, 12, 12, 10)):    # re-tokenized text: two requests count 12 tokens, not 10
+        r.client_completion_tokens, r.client_token_chunks = n, 10
+    lv = summarize_level(rs, "c1", window_s=1.0)
+    assert lv.token_count_mismatches == 0 and lv.tokenizer_count_differs == 2
+    assert lv.tokenizer_count_diff_mean == pytest.approx(0.10)
+    assert any("client tokenizer counts +10%" in n for n in lv.notes)
+
+
+def test_output_tokens_fall_back_to_the_client_counts():
+    r = rec(0.1, 0.5, 5)
+    r.completion_tokens, r.client_completion_tokens, r.client_token_chunks = None, None, 7
+    assert summarize_level([r], "c1", window_s=1.0).output_tok_s == 7
 
 
 def test_ceiling_notes_and_best_level():
