@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from llmbench.cli_common import user_errors
+from llmbench.cli_common import err_console, user_errors
 
 console = Console()
 
@@ -53,7 +53,7 @@ def p99(
     data = diag.to_dict() | {"playbook": playbook.to_dict()}
     if save:
         (run / "diagnosis_p99.json").write_text(json.dumps(data, indent=1, default=str))
-        _refresh_report(run)
+        _refresh_report(run, quiet=json_out)
     if json_out:
         typer.echo(json.dumps(data, indent=1, default=str))
         return
@@ -82,7 +82,7 @@ def _observe(out: Path | None, target, model, duration, concurrency, input_len, 
     return out
 
 
-def _refresh_report(run: Path) -> None:
+def _refresh_report(run: Path, quiet: bool = False) -> None:
     """Re-render the run's report so that it shows this diagnosis (best effort: the diagnosis stands alone)."""
     from llmbench.rundir import RunDir
     from reports.write import write_reports
@@ -90,9 +90,10 @@ def _refresh_report(run: Path) -> None:
     try:
         _, paths = write_reports(RunDir(run))
     except Exception as exc:      # a report that cannot be drawn must not hide the diagnosis printed above
-        console.print(f"[yellow]report not refreshed: {type(exc).__name__}: {exc}[/]")
+        err_console.print(f"[yellow]report not refreshed: {type(exc).__name__}: {exc}[/]")
         return
-    console.print(f"report with the diagnosis: {paths['html']}")
+    if not quiet:                 # --json keeps stdout pure JSON
+        console.print(f"report with the diagnosis: {paths['html']}")
 
 
 def _print_tail(diag) -> None:
