@@ -3,19 +3,14 @@ small: the capacity it observes must be within 10% of the block-math estimate.""
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
-import time
 
-import httpx
 import pytest
 from typer.testing import CliRunner
 
 from analyzers.diagnosis_error import DiagnosisError
 from analyzers.kv_ramp import RampSpec, parse_metrics
 from llmbench.diag_cli import app
+from refengine_proc import free_port, refengine_server
 
 # tiny-test KV on CPU (float32): 2 x 2 layers x 2 KV heads x 16 dims x 4 B = 512 B per token; blocks
 # of 128 tokens = 64 KiB. 24 blocks; each request is 80 + 40 = 120 tokens = one block, so the
@@ -24,39 +19,11 @@ BLOCK_SIZE, NUM_BLOCKS = 128, 24
 KV_BYTES = NUM_BLOCKS * BLOCK_SIZE * 512
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def small_kv_server():
-    port = _free_port()
-    cmd = [sys.executable, "-m", "refengine.server", "--model", "tiny-test", "--port", str(port),
-           "--max-model-len", "256", "--block-size", str(BLOCK_SIZE), "--kv-cache-memory-bytes", str(KV_BYTES)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=os.environ.copy())
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    try:
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"server exited early: {proc.stdout.read()}")
-            try:
-                if httpx.get(url + "/health", timeout=1.0).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise TimeoutError("server did not become healthy")
-            time.sleep(0.2)
+    with refengine_server("--max-model-len", "256", "--block-size", str(BLOCK_SIZE),
+                          "--kv-cache-memory-bytes", str(KV_BYTES)) as (_, url):
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 def test_ramp_finds_the_kv_capacity_within_10_percent(small_kv_server):
@@ -98,7 +65,7 @@ def test_ramp_spec_rejects_bad_input():
 
 
 def test_unreachable_target_is_a_clean_error():
-    r = CliRunner().invoke(app, ["oom", "--ramp", "--target", f"http://127.0.0.1:{_free_port()}"])
+    r = CliRunner().invoke(app, ["oom", "--ramp", "--target", f"http://127.0.0.1:{free_port()}"])
     assert r.exit_code == 2 and "cannot reach" in r.output and "Traceback" not in r.output
 
 

@@ -14,27 +14,8 @@ import pytest
 
 from refengine import LLM, SamplingParams
 
-import socket
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_healthy(url: str, proc: subprocess.Popen, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited early with {proc.returncode}: {proc.stdout.read()}")
-        try:
-            if httpx.get(url + "/health", timeout=1.0).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise TimeoutError(f"{url} did not become healthy in {timeout} s")
+from refengine_proc import free_port, wait_healthy  # noqa: E402
 
 SERVE_ARGS = ["--model", "tiny-test", "--max-model-len", "256", "--num-gpu-blocks-override", "256"]
 

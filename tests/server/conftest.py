@@ -4,36 +4,17 @@ in-process uvicorn (so a test can look inside the engine, e.g. run the KV integr
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import threading
 import time
 
-import httpx
 import pytest
 
 MODEL = "tiny-test"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_healthy(url: str, proc: subprocess.Popen | None = None, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"server exited early with {proc.returncode}: {proc.stdout.read()}")
-        try:
-            if httpx.get(url + "/health", timeout=1.0).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise TimeoutError(f"{url} did not become healthy in {timeout} s")
+from refengine_proc import free_port, wait_healthy  # noqa: E402,F401  (shared with other test folders)
 
 
 def _start_server_process(*extra: str) -> tuple[subprocess.Popen, str]:

@@ -7,9 +7,9 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 from llmbench.rundir import RequestRecord, RunDir
+from refengine_proc import start_refengine
 
 SWEEP = [sys.executable, "-m", "llmbench.cli", "sweep", "--model", "tiny-test", "--input-len", "16",
          "--output-len", "8", "--warmup", "1s", "--duration", "3s", "--request-timeout", "30s"]
@@ -91,24 +91,11 @@ def test_two_workers_account_for_every_request(tmp_path):
 
 
 def test_target_killed_mid_sweep_leaves_an_interrupted_run(tmp_path):
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = subprocess.Popen([sys.executable, "-m", "refengine.server", "--model", "tiny-test", "--port", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server, url = start_refengine(quiet=True)
     try:
-        import httpx
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.2)
         out = tmp_path / "run"
-        sweep = subprocess.Popen(SWEEP + ["--target", f"http://127.0.0.1:{port}", "--concurrency", "2,4",
+        sweep = subprocess.Popen(SWEEP + ["--target", url, "--concurrency", "2,4",
                                           "--duration", "6s", "--tokenizer", _tiny_test_dir(), "--out", str(out)],
                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV)
         run = RunDir(out)

@@ -35,6 +35,16 @@ def base_records(n: int = 600, concurrency: int = 8, seed: int = 0, prompt: int 
     return recs
 
 
+def plant_head_of_line(recs: list[RequestRecord]) -> None:
+    """Every third long prompt is prefilled in one 0.5 s step: short requests waiting during that
+    step get their first token one step after it ends, as a non-chunked engine would give it."""
+    blocking = [r.t_first_token for r in recs if r.prompt_tokens == 4096][::3]
+    for r in recs:
+        for t_end in blocking:
+            if r.prompt_tokens != 4096 and r.t_sent < t_end < r.t_first_token + 0.5 and r.t_first_token < t_end:
+                delay(r, t_end + 0.02 - r.t_first_token)
+
+
 def delay(r: RequestRecord, extra_s: float) -> None:
     """Make a request's first token (and everything after it) `extra_s` later."""
     r.t_first_token += extra_s

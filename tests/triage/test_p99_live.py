@@ -5,37 +5,20 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
-import time
-
-import httpx
 
 from refengine.model.tiny import resolve_model
+from refengine_proc import refengine_server
 
 
 def test_live_observation_writes_a_run_and_a_diagnosis(tmp_path):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = subprocess.Popen([sys.executable, "-m", "refengine.server", "--model", "tiny-test", "--port", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.2)
+    with refengine_server() as (_, url):
         out = tmp_path / "live"
         proc = subprocess.run([sys.executable, "-m", "llmbench.diag_cli", "p99", str(out), "--live", "--target",
-                               f"http://127.0.0.1:{port}", "--model", "tiny-test", "--duration", "4s",
+                               url, "--model", "tiny-test", "--duration", "4s",
                                "--input-len", "16", "--output-len", "8", "--tokenizer", str(resolve_model("tiny-test"))],
                               capture_output=True, text=True, timeout=300, env=dict(os.environ, COLUMNS="200"))
-    finally:
-        server.kill()
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     diag = json.loads((out / "diagnosis_p99.json").read_text())
     status = {c["check_id"]: c["status"] for c in diag["checks"]}

@@ -8,11 +8,9 @@ import os
 import subprocess
 import sys
 
-import numpy as np
-
 from analyzers.p99_triage import diagnose_p99, mark_playbook
 
-from planted import base_records, clean_probes, delay, rows_in, write_run
+from planted import base_records, clean_probes, delay, plant_head_of_line, rows_in, write_run
 
 EPISODES = [(10.0, 11.5), (25.0, 26.5), (40.0, 41.5)]     # seconds after the first request
 
@@ -74,11 +72,7 @@ def test_pinned_nic_irqs_are_ranked_first(tmp_path):
 
 def test_head_of_line_blocking_is_ranked_first(tmp_path):
     recs = base_records(long_every=10)
-    blocking = [r.t_first_token for r in recs if r.prompt_tokens == 4096][::3]
-    for r in recs:
-        for t_end in blocking:
-            if r.prompt_tokens != 4096 and r.t_sent < t_end < r.t_first_token + 0.5 and r.t_first_token < t_end:
-                delay(r, t_end + 0.02 - r.t_first_token)
+    plant_head_of_line(recs)
     diag = diagnose_p99(write_run(tmp_path / "r", recs, _probes(recs)))
     assert [f.check_id for f in diag.findings] == ["p99.sched.long-prefill"]
 

@@ -8,7 +8,7 @@ from analyzers.table import RequestTable
 from analyzers.tail_windows import Window, complement, find_tail_windows, merge
 from analyzers.triage_requests import check_hol_blocking, check_send_lag, holds_a_point
 
-from planted import base_records, delay, write_run
+from planted import base_records, delay, plant_head_of_line, write_run
 
 
 def test_merge_and_complement():
@@ -46,13 +46,7 @@ def test_planted_spikes_are_found_and_merged(tmp_path):
 
 def test_head_of_line_blocking_is_named(tmp_path):
     recs = base_records(long_every=10)
-    # Every third long prompt is prefilled in one 0.5 s step: short requests waiting during that step
-    # get their first token one step after it ends, as a non-chunked engine would give it.
-    blocking = [r.t_first_token for r in recs if r.prompt_tokens == 4096][::3]
-    for r in recs:
-        for t_end in blocking:
-            if r.prompt_tokens != 4096 and r.t_sent < t_end < r.t_first_token + 0.5 and r.t_first_token < t_end:
-                delay(r, t_end + 0.02 - r.t_first_token)
+    plant_head_of_line(recs)
     table = RequestTable.load(write_run(tmp_path / "r", recs))
     res = check_hol_blocking(table, find_tail_windows(table))
     assert res.status == "failed", res.detail
