@@ -4,8 +4,9 @@ the client itself fell behind (in which case the tail is partly the measurement'
 Head-of-line blocking leaves a signature in the timestamps alone: a short request stuck behind a
 long prefill gets its first token within a step or two after that prefill ends (the long
 request's first token). So a short request counts as "released by a long prefill" when a long
-request's first token came while it was waiting and at most RELEASE_STEPS median inter-token
-gaps before its own first token. The window has the same length for every request, so a spike's
+request's first token came while it was waiting and at most max(RELEASE_STEPS median inter-token
+gaps, the median short TTFT) before its own first token (the step after a long prefill is often
+the one that prefills the short prompts queued behind it). The window has the same length for every request, so a spike's
 longer wait does not by itself make it more likely to be counted. The check asks whether released
 short requests are far more likely to be in the TTFT tail than the others (a relative risk), and
 whether most of the short tail is made of them.
@@ -64,8 +65,11 @@ def check_hol_blocking(table: RequestTable, ttft: TailWindows) -> CheckResult:
                       short_spikes=int(short_spikes.size))
 
     long_done = t_first[long_rows]
+    # "Right after": the first step or two after the long prefill, and a step that prefills the
+    # queued short prompts takes about as long as a calm short request's TTFT, not one decode step.
     step_s = float(np.median(table.itl)) if table.itl.size else 0.0
-    release_s = max(RELEASE_STEPS * step_s, MIN_RELEASE_S)
+    ttft_s = df["ttft_s"].to_numpy(float)
+    release_s = max(RELEASE_STEPS * step_s, float(np.nanmedian(ttft_s[short_measured])), MIN_RELEASE_S)
     short = np.concatenate([short_spikes, short_calm])
     crossed = holds_a_point(np.maximum(t_sent[short], t_first[short] - release_s), t_first[short], long_done)
     is_spike = np.arange(short.size) < short_spikes.size
@@ -74,7 +78,6 @@ def check_hol_blocking(table: RequestTable, ttft: TailWindows) -> CheckResult:
     risk_crossed = float(is_spike[crossed].mean()) if crossed.any() else 0.0
     risk_not = float(is_spike[~crossed].mean()) if (~crossed).any() else 0.0
     relative_risk = risk_crossed / risk_not if risk_not > 0 else (float("inf") if risk_crossed > 0 else 0.0)
-    ttft_s = df["ttft_s"].to_numpy(float)
     evidence = dict(long_prompts=int(long_rows.size), long_prompt_tokens_median=float(np.median(tokens[long_rows])),
                     short_prompt_tokens_median=float(np.median(tokens[ok & ~is_long])),
                     short_spikes=int(short_spikes.size), release_window_s=release_s,
