@@ -86,6 +86,7 @@ def sweep(
                                                  "core; see docs/cli.md for the trade-off when the client shares them)."),
     slo_ttft: float = typer.Option(1.5, help="SLO: TTFT P99 in seconds."),
     slo_tpot: float = typer.Option(0.050, help="SLO: TPOT P95 in seconds."),
+    slo_e2e: Optional[float] = typer.Option(None, help="SLO: E2E P99 in seconds (default: none)."),
     out: Optional[Path] = typer.Option(None, help="Run directory (default ./runs/<timestamp>-<label>)."),
     label: Optional[str] = typer.Option(None, help="Label in the default run directory name."),
     resume: Optional[Path] = typer.Option(None, help="Continue an interrupted run directory at its first "
@@ -107,6 +108,8 @@ def sweep(
     from loadgen.level import TargetSpec
 
     slos = {"ttft_p99_s": slo_ttft, "tpot_p95_s": slo_tpot}
+    if slo_e2e is not None:
+        slos["e2e_p99_s"] = slo_e2e
     from probes.registry import parse_probe_list
 
     try:
