@@ -1,11 +1,15 @@
 """Tensor and pipeline parallelism on CPU: throughput, communication per step, pipeline bubble.
 
 On the `tiny` preset (float32, gloo, ranks spawned on this machine), one seeded workload runs
-through (1) one process, (2) TP 2, (3) PP 2 with 2 micro-batches; for each: output tokens/s,
-steps, and the seconds per step each rank spends inside torch.distributed calls (all_reduce,
-all_gather, send, recv; waiting for peers included). Then PP 2 at 1, 2, 4 and 8 micro-batches:
-the measured bubble, 1 - (compute summed over stages) / (stages x step wall time), next to the
-formula (PP - 1) / (PP + MB - 1) (DESIGN section 8).
+through (1) one process, (2) TP 2, (3) PP 2 with 2 micro-batches per step, (4) PP 2 with the
+batch queue (vLLM's schedule: 2 scheduled batches in flight across steps); for each: output
+tokens/s, steps, and the seconds per step each rank spends inside torch.distributed calls
+(all_reduce, all_gather, send, recv; waiting for peers included). Then PP 2 at 1, 2, 4 and 8
+micro-batches and with the batch queue: the measured bubble, 1 - (compute summed over stages) /
+(stages x step wall time; under the batch queue: wall time with a batch in the pipeline), next to
+the formula (PP - 1) / (PP + MB - 1) (DESIGN section 8; none for the batch queue, whose steady
+state has no per-step drain). Under the batch queue the driver only posts isend/irecv, which are
+not timed, so its comm column reads ~0; the last stage's recv still shows its waiting.
 
 CPU threads: one process uses all cores; each of N ranks gets cores // N (the engine's choice).
 On a 2-core machine TP 2 cannot be faster than one process: the same cores do the same FLOPs
@@ -76,7 +80,10 @@ def run_layout(name: str, cfg: dict, prompts, **layout) -> dict:
             row.update(steps=steps, step_wall_ms=1e3 * step_wall / steps,
                        comm_ms_per_step=[round(1e3 * r["comm_s"] / max(1, r["steps"]), 3) for r in ranks],
                        busy_ms_per_step=[round(1e3 * r["busy_s"] / max(1, r["steps"]), 3) for r in ranks])
-            if pp > 1:
+            if pp > 1 and layout.get("pipeline_schedule") == "batch-queue":
+                row.update(micro_batches="batch queue", bubble_measured=max(0.0, 1 - busy / (pp * step_wall)),
+                           bubble_formula=None)
+            elif pp > 1:
                 mb = min(layout.get("pipeline_micro_batches") or pp, cfg["n"])
                 row.update(micro_batches=mb, bubble_measured=max(0.0, 1 - busy / (pp * step_wall)),
                            bubble_formula=(pp - 1) / (pp + mb - 1))
@@ -107,15 +114,19 @@ def main() -> None:
           f"greedy; {os.cpu_count()} CPUs")
     rows = [run_layout("TP1 PP1", cfg, prompts),
             run_layout("TP2", cfg, prompts, tensor_parallel_size=2),
-            run_layout("PP2 MB2", cfg, prompts, pipeline_parallel_size=2, pipeline_micro_batches=2)]
+            run_layout("PP2 MB2", cfg, prompts, pipeline_parallel_size=2, pipeline_micro_batches=2,
+                       pipeline_schedule="micro-batch"),
+            run_layout("PP2 BQ", cfg, prompts, pipeline_parallel_size=2, pipeline_schedule="batch-queue")]
     same = all(r["token_ids"] == rows[0]["token_ids"] for r in rows)
     print_rows(rows)
     print(f"greedy tokens identical across layouts: {same}")
-    bubbles = [run_layout(f"PP2 MB{mb}", cfg, prompts, pipeline_parallel_size=2, pipeline_micro_batches=mb)
-               for mb in cfg["mbs"]]
-    print(f"\n{'micro-batches':>14}{'measured bubble':>17}{'(PP-1)/(PP+MB-1)':>18}{'tok/s':>9}")
+    bubbles = [run_layout(f"PP2 MB{mb}", cfg, prompts, pipeline_parallel_size=2, pipeline_micro_batches=mb,
+                          pipeline_schedule="micro-batch") for mb in cfg["mbs"]]
+    bubbles.append(rows[-1])  # the batch-queue arm, measured above
+    print(f"\n{'PP schedule':>14}{'measured bubble':>17}{'(PP-1)/(PP+MB-1)':>18}{'tok/s':>9}{'steps':>7}")
     for b in bubbles:
-        print(f"{b['micro_batches']:>14}{b['bubble_measured']:>17.3f}{b['bubble_formula']:>18.3f}{b['tok_s']:>9.1f}")
+        formula = "-" if b["bubble_formula"] is None else f"{b['bubble_formula']:.3f}"
+        print(f"{b['micro_batches']:>14}{b['bubble_measured']:>17.3f}{formula:>18}{b['tok_s']:>9.1f}{b['steps']:>7}")
     if args.json:
         for r in rows + bubbles:
             r.pop("token_ids", None)

@@ -134,8 +134,12 @@ class EngineArgs:
                                           "stages).")
     pipeline_layer_partition: str | None = _arg(None, "Layers per stage, comma-separated (e.g. 3,5); default: "
                                                       "balanced.")
-    pipeline_micro_batches: int | None = _arg(None, "Micro-batches a step is split into so stages overlap "
-                                                    "(default: pipeline_parallel_size).")
+    pipeline_micro_batches: int | None = _arg(None, "Micro-batches a step is split into so stages overlap, under "
+                                                    "the micro-batch schedule (default: pipeline_parallel_size).")
+    pipeline_schedule: str = _arg("auto", "How pipeline stages overlap: batch-queue (vLLM's: up to "
+                                           "pipeline_parallel_size scheduled batches in flight across steps), "
+                                           "micro-batch (each step split into pipeline_micro_batches), or auto "
+                                           "(micro-batch if pipeline_micro_batches is set, else batch-queue).")
     enable_expert_parallel: bool = _arg(False, "MoE: place whole experts across the tensor-parallel ranks "
                                                "(all-to-all dispatch) instead of sharding every expert.")
     moe_capacity_factor: float = _arg(1.25, "MoE: an expert takes at most ceil(factor x tokens x top_k / "

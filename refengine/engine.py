@@ -7,6 +7,9 @@ parallel layout too, before any weight is read).
 The executor runs the model: in this process (`UniprocExecutor`), or with tensor/pipeline
 parallelism on all ranks (`DistributedExecutor`: this process is rank 0, the driver; see
 refengine/distributed and docs/distributed.md). `self.runner` is the driver's own ModelRunner.
+Under pipeline parallelism with `pipeline_schedule="batch-queue"` a step goes through the
+`BatchQueue` instead: up to PP batches in flight, and a step returns the outputs of the oldest
+batch when it lands (or nothing, while the pipeline fills).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from refengine.config import CacheConfig, EngineArgs
 from refengine.core.scheduler import Scheduler
 from refengine.errors import RefEngineError
 from refengine.model.hf_config import load_model_config
+from refengine.distributed.batch_queue import BatchQueue
 from refengine.distributed.executor import DistributedExecutor, UniprocExecutor
 from refengine.distributed.parallel_config import ParallelConfig, validate_layout
 from refengine.distributed.worker import WorkerSpec, kv_blocks_for
@@ -107,7 +111,9 @@ class LLMEngine:
             keep_freed_memory_on_heap()
         self.executor = self._make_executor()
         self.runner = self.executor.runner  # the driver's own runner
-        self.scheduler = Scheduler(self.scheduler_config, self.cache_config)
+        depth = self.parallel_config.batches_in_flight
+        self.scheduler = Scheduler(self.scheduler_config, self.cache_config, max_batches_in_flight=depth)
+        self.batch_queue = BatchQueue(self.scheduler, self.executor, depth) if depth > 1 else None
         self.outputs = OutputProcessor(self.tokenizer)
         self._ids = itertools.count()
         self.prompt_tokens_total = 0
@@ -220,10 +226,16 @@ class LLMEngine:
 
     # ----- the loop ------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
-        sched = self.scheduler.schedule()
-        if sched.is_empty and not sched.finished_req_ids:
-            return []
-        runner_out = self.executor.execute_model(sched)
+        if self.batch_queue is not None:
+            landed = self.batch_queue.step()
+            if landed is None:
+                return []
+            sched, runner_out = landed
+        else:
+            sched = self.scheduler.schedule()
+            if sched.is_empty and not sched.finished_req_ids:
+                return []
+            runner_out = self.executor.execute_model(sched)
         self.num_steps += 1
         self.tokens_processed_total += sched.total_num_scheduled_tokens
         updates = self.scheduler.update_from_output(sched, runner_out)

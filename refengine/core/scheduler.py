@@ -7,15 +7,12 @@ the same thing: catch-up within the step's token budget. Running requests go fir
 KV already); waiting ones are admitted with what is left, unless someone was preempted this
 step (then memory is tight and admitting would only cause more preemption).
 
-Batch queue (pipeline parallelism, `max_batches_in_flight > 1`): the engine schedules a new
-batch while earlier ones are still in the pipeline. A request's progress only advances when its
-batch lands (`update_from_output`), so a request in flight is skipped: its next token is
-unknown. Invariants, checked: a request is in at most one batch in flight; batches land in the
-order they were scheduled; an in-flight request is never a preemption victim (the victim is
-chosen among the running requests not in flight; the request being scheduled always qualifies);
-and the KV blocks of a request aborted while in flight are freed only when its batch lands, so
-no block is handed to another request while a stage may still write it. Each batch takes at
-most 1/max_batches_in_flight of the live requests, so the next batch has requests to run.
+Batch queue (pipeline parallelism, `max_batches_in_flight > 1`; docs/distributed.md): batches
+are scheduled while earlier ones are in the pipeline, and progress advances only when a batch
+lands, so a request in flight is skipped (its next token is unknown). Checked: a request is in
+at most one batch in flight; batches land in order; in-flight requests are never preemption
+victims; an aborted in-flight request's blocks are freed only when its batch lands. Each batch
+takes at most a 1/max_batches_in_flight share of the live requests, so the next one has work.
 """
 
 from __future__ import annotations
@@ -156,8 +153,9 @@ class Scheduler:
         if not self._static_batch_open or preempted:
             return
         budget = self._admit(budget, scheduled, cap)
-        # Sealed once admission stops for any reason but this step's token budget.
-        if budget > 0 or not self.waiting or len(self.running) >= self.config.max_num_seqs:
+        # Sealed once admission stops for any reason but this step's token budget (or batch share).
+        stopped_by_step = budget <= 0 or len(scheduled) >= cap
+        if not stopped_by_step or not self.waiting or len(self.running) >= self.config.max_num_seqs:
             self._static_batch_open = False
 
     def _admit(self, budget: int, scheduled: dict[str, ScheduledRequest], cap: int) -> int:

@@ -2,7 +2,7 @@
 
 `UniprocExecutor` is the ModelRunner of a one-process engine. `DistributedExecutor` is the driver
 (rank 0): it starts or joins the other ranks, builds its own part of the model, and for each
-step broadcasts the SchedulerOutput on the control group, runs its own part, and returns the
+step sends the SchedulerOutput to every rank on the control group, runs its own part, and returns the
 tokens the sampler rank sent back. What crosses per step: the pickled SchedulerOutput (driver ->
 all), activations between stages, TP collectives inside the layers, and one int64 tensor of
 sampled tokens (sampler rank -> driver).
@@ -12,6 +12,10 @@ Failure: a rank that dies closes its sockets, so the next collective on any peer
 while the engine is idle. Either way the executor turns unhealthy, stops the other ranks, and
 every later step raises `RankFailedError` with the reason, which fails the engine loop (the
 server's /health then answers 503).
+
+Under the batch queue (`pipeline_schedule="batch-queue"`, PP > 1) the engine calls `submit`
+(post the step to the ranks, run stage 0, return a PendingBatch at once) and later `collect`
+(wait for that batch's tokens), oldest first; `execute_model` is submit + collect.
 """
 
 from __future__ import annotations
@@ -24,9 +28,11 @@ import torch
 import torch.distributed as dist
 
 from refengine.core.outputs import ModelRunnerOutput, SchedulerOutput
+from refengine.distributed.control_channel import ControlChannel
 from refengine.distributed.launch import RankWatchdog, local_world_size, spawn_local_ranks, torchrun_env
 from refengine.distributed.parallel_config import ParallelConfig
 from refengine.distributed.parallel_state import destroy_process_groups, init_process_groups
+from refengine.distributed.pipeline_runner import PendingBatch
 from refengine.distributed.worker import WorkerSpec, build_runner, rank_stats, set_cpu_threads
 from refengine.errors import RefEngineError
 
@@ -64,8 +70,11 @@ class DistributedExecutor:
         self.world_size = pc.world_size
         self.dead_reason: str | None = None
         self.procs = []
-        self.step_wall_s = 0.0
+        self.step_wall_s = 0.0   # driver wall time with a batch in the pipeline (the bubble's denominator)
         self.steps = 0
+        self._in_flight = 0      # batches submitted, not yet collected
+        self._busy_since = 0.0
+        self._unattached = []    # control messages of empty batch-queue steps, waited with the next batch
         backend = pc.resolve_backend(spec.device_type)
         local = local_world_size(pc)
         if spec.device_type == "cuda" and torch.cuda.device_count() < local:
@@ -89,6 +98,7 @@ class DistributedExecutor:
         atexit.register(self.shutdown)
         try:
             self.groups = init_process_groups(pc, 0, store, backend, spec.device_type)
+            self.control = ControlChannel(self.groups.control, pc.world_size, 0)
             self.runner = build_runner(spec, model_config, pc, self.groups)
             dist.barrier(group=self.groups.control)
         except RuntimeError as exc:
@@ -129,11 +139,14 @@ class DistributedExecutor:
 
     # ----- steps ----------------------------------------------------------------------------
     def _send(self, kind: str, payload=None) -> None:
-        dist.broadcast_object_list([(kind, payload)], src=0, group=self.groups.control)
+        self.control.send(kind, payload)
 
-    def execute_model(self, sched: SchedulerOutput) -> ModelRunnerOutput:
+    def _check_alive(self) -> None:
         if self.dead_reason is not None:
             raise RankFailedError(f"the distributed engine failed: {self.dead_reason}")
+
+    def execute_model(self, sched: SchedulerOutput) -> ModelRunnerOutput:
+        self._check_alive()
         t0 = time.perf_counter()
         try:
             self._send("step", sched)
@@ -144,6 +157,45 @@ class DistributedExecutor:
             self.step_wall_s += time.perf_counter() - t0
             self.steps += 1
         return out
+
+    def submit(self, sched: SchedulerOutput) -> PendingBatch | None:
+        """Batch queue: start a batch through the pipeline without waiting for the last stage. An
+        empty one (finished request ids only) is just told to the ranks: None, nothing to collect."""
+        self._check_alive()
+        try:
+            posted = self.control.post("step", sched)
+            if sched.is_empty:  # not waited here: a busy stage takes it after its current batch
+                self._unattached.append(posted)
+                return None
+            if self._in_flight == 0:
+                self._busy_since = time.perf_counter()
+            self._in_flight += 1
+            pending = self.runner.submit(sched)
+        except RuntimeError as exc:
+            raise self._fail(exc) from None
+        for message in (*self._unattached, posted):
+            pending.sends += message.works
+            pending.buffers += message.buffers
+        self._unattached = []
+        return pending
+
+    def collect(self, pending: PendingBatch) -> ModelRunnerOutput:
+        """Batch queue: wait for a submitted batch's tokens (the oldest batch first)."""
+        self._check_alive()
+        try:
+            out = self.runner.collect(pending)
+        except RuntimeError as exc:
+            raise self._fail(exc) from None
+        self.steps += 1
+        self._in_flight -= 1
+        if self._in_flight == 0:  # the pipeline drained: the time since it filled counts as step time
+            self.step_wall_s += time.perf_counter() - self._busy_since
+        return out
+
+    def _pipeline_wall_s(self) -> float:
+        """step_wall_s including a batch still in flight (for a bubble read mid-run)."""
+        extra = time.perf_counter() - self._busy_since if self._in_flight else 0.0
+        return self.step_wall_s + extra
 
     def collect_stats(self) -> list[dict]:
         """Every rank's counters (rank order): steps, busy/wall seconds, comm seconds, MoE loads."""
@@ -160,10 +212,11 @@ class DistributedExecutor:
     def measured_bubble(self, stats: list[dict] | None = None) -> float | None:
         """1 - (compute summed over stages) / (stages x driver step wall time), over all steps so far."""
         stats = stats if stats is not None else self.collect_stats()
-        if not self.step_wall_s:
+        wall = self._pipeline_wall_s()
+        if not wall:
             return None
         busy = sum(s["busy_s"] for s in stats if s["tp_rank"] == 0)  # one rank per stage
-        return max(0.0, 1.0 - busy / (self.pc.pipeline_parallel_size * self.step_wall_s))
+        return max(0.0, 1.0 - busy / (self.pc.pipeline_parallel_size * wall))
 
     # ----- shutdown -------------------------------------------------------------------------
     def _kill_ranks(self) -> None:

@@ -20,6 +20,17 @@ from refengine.errors import RefEngineError
 
 BACKENDS = ("auto", "gloo", "nccl")
 MOE_DISPATCH = ("auto", "all_to_all", "allgather")
+PIPELINE_SCHEDULES = ("auto", "batch-queue", "micro-batch")
+
+
+def resolve_pipeline_schedule(schedule: str, micro_batches: int | None) -> str:
+    """auto: the batch queue (it measured the smaller bubble, bench/parallel_scaling.py), unless a
+    micro-batch count was asked for, which only the micro-batch schedule uses."""
+    if schedule == "auto":
+        return "micro-batch" if micro_batches is not None else "batch-queue"
+    if schedule not in PIPELINE_SCHEDULES:
+        raise RefEngineError(f"pipeline_schedule must be one of {PIPELINE_SCHEDULES}, got {schedule!r}")
+    return schedule
 
 
 @dataclass(frozen=True)
@@ -28,6 +39,7 @@ class ParallelConfig:
     pipeline_parallel_size: int = 1
     layer_partition: tuple[int, ...] | None = None  # layers per stage; None = balanced
     micro_batches: int | None = None                # None = pipeline_parallel_size
+    schedule: str = "micro-batch"                   # PP overlap: "batch-queue" (across steps) or "micro-batch"
     enable_expert_parallel: bool = False
     moe_capacity_factor: float = 1.25
     moe_dispatch: str = "auto"
@@ -39,6 +51,11 @@ class ParallelConfig:
             raise RefEngineError("tensor_parallel_size and pipeline_parallel_size must be >= 1")
         if self.micro_batches is not None and self.micro_batches < 1:
             raise RefEngineError("pipeline_micro_batches must be >= 1")
+        if self.schedule not in PIPELINE_SCHEDULES[1:]:
+            raise RefEngineError(f"pipeline_schedule must be one of {PIPELINE_SCHEDULES}, got {self.schedule!r}")
+        if self.schedule == "batch-queue" and self.micro_batches is not None:
+            raise RefEngineError("pipeline_micro_batches splits steps under pipeline_schedule='micro-batch'; the "
+                                 "batch queue overlaps whole batches instead: drop one of the two")
         if self.backend not in BACKENDS:
             raise RefEngineError(f"distributed_backend must be one of {BACKENDS}, got {self.backend!r}")
         if self.moe_dispatch not in MOE_DISPATCH:
@@ -59,6 +76,7 @@ class ParallelConfig:
                                      f"{args.pipeline_layer_partition!r}") from None
         return cls(tensor_parallel_size=args.tensor_parallel_size, pipeline_parallel_size=args.pipeline_parallel_size,
                    layer_partition=partition, micro_batches=args.pipeline_micro_batches,
+                   schedule=resolve_pipeline_schedule(args.pipeline_schedule, args.pipeline_micro_batches),
                    enable_expert_parallel=args.enable_expert_parallel, moe_capacity_factor=args.moe_capacity_factor,
                    moe_dispatch=args.moe_dispatch, backend=args.distributed_backend,
                    timeout_s=args.distributed_timeout_s)
@@ -70,6 +88,15 @@ class ParallelConfig:
     @property
     def num_micro_batches(self) -> int:
         return self.micro_batches or self.pipeline_parallel_size
+
+    @property
+    def batches_in_flight(self) -> int:
+        """Scheduled batches the engine keeps in the pipeline at once: PP under the batch queue, else 1."""
+        return self.pipeline_parallel_size if self.schedule == "batch-queue" else 1
+
+    @property
+    def uses_micro_batches(self) -> bool:
+        return self.pipeline_parallel_size > 1 and self.batches_in_flight == 1
 
     def resolve_backend(self, device_type: str) -> str:
         if self.backend != "auto":

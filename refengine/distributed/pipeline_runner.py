@@ -1,26 +1,28 @@
-"""One pipeline stage's part of a step, with micro-batches so the stages overlap.
+"""One pipeline stage's part of a step: micro-batches within a step, or whole batches in a queue.
 
-Every rank receives the same SchedulerOutput and splits its requests the same way into up to
-`num_micro_batches` contiguous micro-batches of about equal token counts. Stage s runs them in
-order: a stage after the first receives (hidden, residual) for the micro-batch from its TP peer
-in stage s - 1 (shapes are known from the SchedulerOutput, so no metadata is exchanged), runs
-its layers, and sends the pair on with isend, so it moves to the next micro-batch while stage
-s + 1 works on this one. The last stage computes logits and samples; its sampler rank sends
-the step's tokens (one per sampling row, in request order) to the driver.
+Every rank receives the same SchedulerOutput. Two schedules (`--pipeline-schedule`):
 
-With PP stages and MB micro-batches of equal cost, each stage idles for (PP - 1) of the
-(PP + MB - 1) slots of a step: the bubble (DESIGN section 8). `stats` keeps the time this rank
-computed and the time its steps took, from which the executor reports the measured bubble.
+- micro-batch: every rank splits the step's requests the same way into up to `num_micro_batches`
+  contiguous micro-batches of about equal token counts. Stage s runs them in order: a stage after
+  the first receives (hidden, residual) for the micro-batch from its TP peer in stage s - 1
+  (shapes are known from the SchedulerOutput, so no metadata is exchanged), runs its layers and
+  sends the pair on with isend, so it moves to the next micro-batch while stage s + 1 works on
+  this one. Bubble per step: (PP - 1) / (PP + MB - 1) (DESIGN section 8).
+- batch-queue (vLLM's): each scheduled batch is one micro-batch, and the overlap is across steps:
+  the driver (stage 0) `submit`s batch N + 1 while later stages still compute batch N, and
+  `collect`s a batch's tokens when the engine needs them (refengine/distributed/batch_queue.py).
+  Every stage runs batches in the order they were scheduled.
 
-vLLM overlaps whole steps instead (a batch queue of PP scheduled batches, the scheduler
-advancing requests when it schedules them). Here the scheduler advances a request when its
-tokens come back, so the overlap is inside a step; the bubble arithmetic is the same.
+The last stage computes logits and samples; its sampler rank sends the step id followed by the
+step's tokens (one per sampling row, in request order) to the driver, which checks the id, so a
+batch's tokens can never be taken for another's. `stats` keeps the time this rank computed and
+the time its steps took, from which the executor reports the measured bubble.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
@@ -53,6 +55,18 @@ class StageStats:
     wall_s: float = 0.0   # from the step's start to its last send/recv on this rank
 
 
+@dataclass
+class PendingBatch:
+    """A batch the driver submitted whose tokens have not been collected yet."""
+
+    sched: SchedulerOutput
+    sends: list = field(default_factory=list)          # isend works (activations, control message)
+    buffers: list = field(default_factory=list)        # kept alive until the sends complete
+    token_recv: object = None                          # irecv work of [step_id, tokens...], or None
+    token_buf: torch.Tensor | None = None
+    sample_ids: list[str] = field(default_factory=list)
+
+
 class PipelineStageRunner(ModelRunner):
     def __init__(self, model, kv_caches, block_size, device, seed, info: RankInfo, num_micro_batches: int,
                  hidden_size: int, dtype: torch.dtype):
@@ -71,16 +85,13 @@ class PipelineStageRunner(ModelRunner):
         dist.recv(residual, src=src)
         return hidden, residual
 
-    @torch.inference_mode()
-    def execute_model(self, sched: SchedulerOutput) -> ModelRunnerOutput:
-        self.sampler.forget(sched.finished_req_ids)
-        if sched.is_empty:
-            return ModelRunnerOutput()
+    def _run_stage(self, sched: SchedulerOutput, num_micro_batches: int):
+        """This stage's layers over the step, micro-batch by micro-batch. Returns (send works and their
+        tensors, sampled tokens, their request ids, compute seconds)."""
         info = self.info
-        t_start = time.perf_counter()
         busy = 0.0
-        sends, tokens, sample_ids = [], [], []
-        for mb in split_micro_batches(sched.requests, self.num_micro_batches):
+        sends, buffers, tokens, sample_ids = [], [], [], []
+        for mb in split_micro_batches(sched.requests, num_micro_batches):
             input_ids, positions, meta, sample_index, rows = self._prepare(SchedulerOutput(sched.step_id, mb))
             intermediate = None if info.is_first_stage else self._recv_intermediate(len(input_ids))
             t0 = time.perf_counter()
@@ -88,7 +99,9 @@ class PipelineStageRunner(ModelRunner):
             if not info.is_last_stage:
                 busy += time.perf_counter() - t0
                 dst = info.stage_rank(info.pp_rank + 1)
-                sends += [dist.isend(t.contiguous(), dst=dst) for t in out]
+                pair = [t.contiguous() for t in out]
+                buffers += pair
+                sends += [dist.isend(t, dst=dst) for t in pair]
                 continue
             sample_ids += [row.req_id for row in rows]
             if rows:
@@ -96,15 +109,63 @@ class PipelineStageRunner(ModelRunner):
                 if self.samples:
                     tokens += self.sampler(logits, rows)
             busy += time.perf_counter() - t0
-        for work in sends:
-            work.wait()
-        result = self._return_tokens(sched, tokens, sample_ids)
-        wall = time.perf_counter() - t_start
+        return sends, buffers, tokens, sample_ids, busy
+
+    def _account(self, busy: float, wall: float) -> None:
         self.stats.steps += 1
         self.stats.busy_s += busy
         self.stats.wall_s += wall
         self.last_timings = StepTimings(forward_s=busy)
+
+    @torch.inference_mode()
+    def execute_model(self, sched: SchedulerOutput) -> ModelRunnerOutput:
+        """Run the whole step on this rank (every rank but a batch-queue driver)."""
+        self.sampler.forget(sched.finished_req_ids)
+        if sched.is_empty:
+            return ModelRunnerOutput()
+        t_start = time.perf_counter()
+        sends, _buffers, tokens, sample_ids, busy = self._run_stage(sched, self.num_micro_batches)
+        for work in sends:
+            work.wait()
+        result = self._return_tokens(sched, tokens, sample_ids)
+        self._account(busy, time.perf_counter() - t_start)
         return result
+
+    # ----- batch queue (driver only) -------------------------------------------------------
+    @torch.inference_mode()
+    def submit(self, sched: SchedulerOutput) -> PendingBatch:
+        """Stage 0 of a non-empty batch; returns at once after handing it on (no wait for later stages)."""
+        info = self.info
+        assert info.is_driver and not info.is_last_stage, "the batch queue runs on a pipeline's driver"
+        self.sampler.forget(sched.finished_req_ids)
+        pending = PendingBatch(sched, sample_ids=[r.req_id for r in sched.requests if r.sample])
+        if pending.sample_ids:
+            # Posted before computing, so the sampler rank never waits for the driver to take its tokens.
+            pending.token_buf = torch.empty(1 + len(pending.sample_ids), dtype=torch.long, device=self.device)
+            pending.token_recv = dist.irecv(pending.token_buf, src=info.sampler_rank)
+        sends, buffers, _, _, busy = self._run_stage(sched, 1)
+        pending.sends += sends
+        pending.buffers += buffers
+        self.stats.steps += 1
+        self.stats.busy_s += busy
+        self.last_timings = StepTimings(forward_s=busy)
+        return pending
+
+    def collect(self, pending: PendingBatch) -> ModelRunnerOutput:
+        """Block until the batch's tokens came back from the sampler rank."""
+        for work in pending.sends:
+            work.wait()
+        if pending.token_recv is None:
+            return ModelRunnerOutput()
+        pending.token_recv.wait()
+        return self._tokens_from(pending.sched, pending.token_buf, pending.sample_ids)
+
+    # ----- tokens back to the driver -------------------------------------------------------
+    @staticmethod
+    def _tokens_from(sched: SchedulerOutput, buf: torch.Tensor, ids: list[str]) -> ModelRunnerOutput:
+        values = buf.tolist()
+        assert values[0] == sched.step_id, f"tokens of step {values[0]} arrived for step {sched.step_id}"
+        return ModelRunnerOutput(dict(zip(ids, values[1:])))
 
     def _return_tokens(self, sched: SchedulerOutput, tokens: list[int], sample_ids: list[str]) -> ModelRunnerOutput:
         """The sampler rank sends the step's tokens to the driver; the driver returns them."""
@@ -113,13 +174,13 @@ class PipelineStageRunner(ModelRunner):
             return ModelRunnerOutput(dict(zip(sample_ids, tokens)))
         if info.samples:
             if tokens:  # the driver expects exactly one token per sampling row, and none when there are none
-                dist.send(torch.tensor(tokens, dtype=torch.long, device=self.device), dst=0)
+                dist.send(torch.tensor([sched.step_id, *tokens], dtype=torch.long, device=self.device), dst=0)
             return ModelRunnerOutput()
         if info.is_driver:
             ids = [r.req_id for r in sched.requests if r.sample]
             if not ids:
                 return ModelRunnerOutput()
-            buf = torch.empty(len(ids), dtype=torch.long, device=self.device)
+            buf = torch.empty(1 + len(ids), dtype=torch.long, device=self.device)
             dist.recv(buf, src=info.sampler_rank)
-            return ModelRunnerOutput(dict(zip(ids, buf.tolist())))
+            return self._tokens_from(sched, buf, ids)
         return ModelRunnerOutput()

@@ -6,10 +6,11 @@ KV blocks is a scheduler quantity and must be the same on every rank, so every r
 with `kv_blocks_for` from the same engine arguments (the budget is per rank, the layout of the
 largest stage decides).
 
-The worker loop waits on the control group for the driver's next message:
+The worker loop waits on the control group for the driver's next message (control_channel.py):
 ("step", SchedulerOutput) runs the step, ("stats", None) answers with this rank's counters,
 ("shutdown", None) returns. A failed collective raises out of the loop and the process exits
-non-zero; the driver sees its sockets close.
+non-zero; the driver sees its sockets close. Under the batch queue the messages of several steps
+may be queued for a busy rank; it runs them in order.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import torch
 import torch.distributed as dist
 
 from refengine.distributed.comm_timer import CommTimer
+from refengine.distributed.control_channel import ControlChannel
 from refengine.distributed.parallel_config import ParallelConfig, PipelineStage
 from refengine.distributed.parallel_state import ProcessGroups
 from refengine.distributed.pipeline_runner import PipelineStageRunner
@@ -99,9 +101,10 @@ def build_runner(spec: WorkerSpec, model_config, pc: ParallelConfig, groups: Pro
                        quantization=spec.quant, **extra)
     kv_caches = allocate_kv_caches(stage_config(model_config, pc, info.pp_rank), spec.num_blocks,
                                    spec.args.block_size, spec.kv_cache_dtype or spec.dtype, device, info.tp_size)
+    # One micro-batch per step when nothing overlaps (PP 1) or whole batches overlap (batch queue).
+    micro_batches = pc.num_micro_batches if pc.uses_micro_batches else 1
     return PipelineStageRunner(model, kv_caches, spec.args.block_size, device, spec.args.seed, info,
-                               pc.num_micro_batches if pc.pipeline_parallel_size > 1 else 1,  # nothing to overlap
-                               model_config.hidden_size, spec.dtype)
+                               micro_batches, model_config.hidden_size, spec.dtype)
 
 
 def rank_stats(runner: PipelineStageRunner) -> dict:
@@ -115,10 +118,9 @@ def rank_stats(runner: PipelineStageRunner) -> dict:
 
 
 def worker_loop(runner: PipelineStageRunner, groups: ProcessGroups) -> None:
+    channel = ControlChannel(groups.control, dist.get_world_size(), groups.info.rank)
     while True:
-        box = [None]
-        dist.broadcast_object_list(box, src=0, group=groups.control)
-        kind, payload = box[0]
+        kind, payload = channel.receive()
         if kind == "step":
             runner.execute_model(payload)
         elif kind == "stats":
