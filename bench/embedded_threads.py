@@ -42,8 +42,15 @@ def measure(threads: int, conc: int, c: dict) -> dict:
     ok = [r for r in records if r.in_window and r.status == "ok"]
     if not ok:
         return dict(n=0)
-    out_tokens = sum(r.output_tokens() or 0 for r in ok)
-    return dict(n=len(ok), out_tok_s=out_tokens / c["duration_s"],
+    # Throughput from token arrival times (first token + the gaps), counted inside the window over
+    # every request: counting whole in-window requests would quantize it to a few requests' worth.
+    w0, w1 = res.window_start, res.window_end
+    in_window_tokens = 0
+    for r in records:
+        if r.t_first_token is not None:
+            times = r.t_first_token + np.concatenate([[0.0], np.cumsum(r.itl_s)])
+            in_window_tokens += int(((times >= w0) & (times < w1)).sum())
+    return dict(n=len(ok), out_tok_s=in_window_tokens / (w1 - w0),
                 ttft_p50_ms=1e3 * float(np.median([r.ttft_s for r in ok])),
                 ttft_p99_ms=1e3 * float(np.percentile([r.ttft_s for r in ok], 99)),
                 tpot_p50_ms=1e3 * float(np.median([r.tpot_s for r in ok if r.tpot_s is not None])),

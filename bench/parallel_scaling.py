@@ -12,8 +12,10 @@ state has no per-step drain). Under the batch queue the driver only posts isend/
 not timed, so its comm column reads ~0; the last stage's recv still shows its waiting.
 
 CPU threads: one process uses all cores; each of N ranks gets cores // N (the engine's choice).
-On a 2-core machine TP 2 cannot be faster than one process: the same cores do the same FLOPs
-plus the all-reduces. The point is the communication cost and the bubble, measured.
+On a 2-core machine TP 2 does the same FLOPs on the same cores plus the all-reduces, so any gain
+over one process is not parallel compute: it is one 2-thread OpenMP process's synchronization on
+small decode ops traded for two single-threaded ranks that meet only at the collectives. The
+point is the communication cost and the bubble, measured.
 
     python bench/parallel_scaling.py [--quick] [--json bench/parallel_scaling.json]
 """
