@@ -3,9 +3,7 @@ in-process uvicorn (so a test can look inside the engine, e.g. run the KV integr
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 import threading
 import time
 
@@ -14,21 +12,11 @@ import pytest
 MODEL = "tiny-test"
 
 
-from refengine_proc import free_port, wait_healthy  # noqa: E402,F401  (shared with other test folders)
+from refengine_proc import free_port, start_refengine, wait_healthy  # noqa: E402,F401  (shared with other test folders)
 
 
 def _start_server_process(*extra: str) -> tuple[subprocess.Popen, str]:
-    port = free_port()
-    cmd = [sys.executable, "-m", "refengine.server", "--model", MODEL, "--port", str(port),
-           "--max-model-len", "256", *extra]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=os.environ.copy())
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_healthy(url, proc)
-    except BaseException:
-        proc.kill()
-        raise
-    return proc, url
+    return start_refengine("--max-model-len", "256", *extra, model=MODEL)
 
 
 @pytest.fixture(scope="module")
