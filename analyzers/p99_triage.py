@@ -25,6 +25,7 @@ from analyzers.triage_types import CheckResult, Finding, rank
 from llmbench.rundir import RunDir
 
 PROBES = ("tcp", "irq", "server", "host", "gpu")
+DIAGNOSIS_FILE = "diagnosis_p99.json"        # in the run directory; the report shows it
 WINDOWS_ID = "p99.windows"
 
 
@@ -100,3 +101,16 @@ def mark_playbook(diag: P99Diagnosis):
         else:
             run.unchecked(c.check_id, c.detail)
     return run
+
+
+def diagnosis_record(diag: P99Diagnosis) -> dict:
+    """What diagnosis_p99.json holds: the diagnosis and its marked playbook."""
+    return diag.to_dict() | {"playbook": mark_playbook(diag).to_dict()}
+
+
+def save_diagnosis(run: RunDir, record: dict) -> None:
+    import json
+
+    tmp = run.path / (DIAGNOSIS_FILE + ".tmp")
+    tmp.write_text(json.dumps(record, indent=1, default=str), encoding="utf-8")
+    tmp.replace(run.path / DIAGNOSIS_FILE)

@@ -37,8 +37,9 @@ def p99(
 ) -> None:
     """Why P99 is bad: finds the spike windows of the tail, checks the network, then scheduling, then the
     host for evidence that coincides with them, ranks the causes and marks the p99 playbook."""
-    from analyzers.p99_triage import diagnose_p99, mark_playbook
+    from analyzers.p99_triage import diagnose_p99, diagnosis_record, save_diagnosis
     from llmbench.rundir import RunDir
+    from analyzers.p99_triage import mark_playbook
     from playbooks.playbook import render
 
     with user_errors():
@@ -49,17 +50,16 @@ def p99(
 
             raise DiagnosisError("give a run directory, or --live --target URL --model NAME")
         diag = diagnose_p99(RunDir(run), metric)
-        playbook = mark_playbook(diag)
-    data = diag.to_dict() | {"playbook": playbook.to_dict()}
+    data = diagnosis_record(diag)
     if save:
-        (run / "diagnosis_p99.json").write_text(json.dumps(data, indent=1, default=str))
+        save_diagnosis(RunDir(run), data)
         _refresh_report(run, quiet=json_out)
     if json_out:
         typer.echo(json.dumps(data, indent=1, default=str))
         return
     _print_tail(diag)
     _print_findings(diag)
-    render(playbook, console)
+    render(mark_playbook(diag), console)
 
 
 def _observe(out: Path | None, target, model, duration, concurrency, input_len, output_len, tokenizer) -> Path:

@@ -198,7 +198,17 @@ def _add_client_notes(lv: LevelStats, result: LevelResult) -> list[str]:
 
 
 def _write_reports(run: RunDir, console: Console) -> RunSummary | None:
-    """report.html, report.md, summary.csv and summary.json, rebuilt from the run directory."""
+    """The P99 diagnosis, then report.html (which shows it), report.md, summary.csv and summary.json,
+    rebuilt from the run directory."""
+    try:
+        from analyzers.p99_triage import diagnose_p99, diagnosis_record, save_diagnosis
+
+        diag = diagnose_p99(run)
+        save_diagnosis(run, diagnosis_record(diag))
+        console.print(f"P99 diagnosis: {diag.headline} (details: `llmdiag p99 {run.path}`)", highlight=False,
+                      markup=False)
+    except Exception as exc:  # noqa: BLE001  no records, or a diagnosis bug: the report goes on without it
+        console.print(f"[yellow]no P99 diagnosis ({type(exc).__name__}: {exc})[/]")
     try:
         from reports.write import write_reports
 

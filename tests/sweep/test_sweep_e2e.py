@@ -43,6 +43,11 @@ def test_two_level_sweep_writes_a_valid_run_directory(tmp_path):
         assert lv["n_in_window"] == sum(1 for r in records if r.level_id == lv["level_id"] and r.in_window)
         assert lv["n_error"] == 0 and lv["output_tok_s"] > 0
     assert "c4" in proc.stdout and "TTFT" in proc.stdout
+    # the sweep diagnoses its own tail and the report shows the diagnosis
+    diagnosis = json.loads((out / "diagnosis_p99.json").read_text())
+    assert diagnosis["run_id"] == info.run_id and diagnosis["playbook"]["playbook"] == "p99"
+    assert "P99 diagnosis:" in proc.stdout and 'id="diagnosis"' in (out / "report.html").read_text()
+    assert info.target["engine_facts"]["cache_config"]["block_size"]       # the target's own account
 
 
 def test_interrupted_sweep_resumes_at_first_unfinished_level(tmp_path):
