@@ -66,7 +66,24 @@ class LlamaMLP(nn.Module):
         return self.down_proj(self.act_fn(self.gate_up_proj(x)))
 
 
-class LlamaDecoderLayer(nn.Module):
+class PreNormDecoderLayer(nn.Module):
+    """Attention then a feed-forward, each behind an RMSNorm with the residual add fused into the
+    next norm. Subclasses build `self_attn`, the two norms and their feed-forward (`feed_forward`)."""
+
+    def feed_forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def forward(self, positions, hidden, residual, kv_cache, meta):
+        if residual is None:
+            residual, hidden = hidden, self.input_layernorm(hidden)
+        else:
+            hidden, residual = self.input_layernorm(hidden, residual)
+        hidden = self.self_attn(positions, hidden, kv_cache, meta)
+        hidden, residual = self.post_attention_layernorm(hidden, residual)
+        return self.feed_forward(hidden), residual
+
+
+class LlamaDecoderLayer(PreNormDecoderLayer):
     def __init__(self, cfg: ModelConfig, rotary_emb: RotaryEmbedding, tp: dict, linear_method: LinearMethod | None):
         super().__init__()
         self.self_attn = LlamaAttention(cfg, rotary_emb, tp, linear_method)
@@ -74,15 +91,8 @@ class LlamaDecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
-    def forward(self, positions, hidden, residual, kv_cache, meta):
-        # Pre-norm residual block; the residual add is fused into the next norm.
-        if residual is None:
-            residual, hidden = hidden, self.input_layernorm(hidden)
-        else:
-            hidden, residual = self.input_layernorm(hidden, residual)
-        hidden = self.self_attn(positions, hidden, kv_cache, meta)
-        hidden, residual = self.post_attention_layernorm(hidden, residual)
-        return self.mlp(hidden), residual
+    def feed_forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.mlp(hidden)
 
 
 class MissingLayer(nn.Module):

@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 
 import torch
-from torch import nn
 
 from refengine.distributed.parallel_config import PipelineStage
 from refengine.model.hf_config import ModelConfig
@@ -19,10 +18,10 @@ from refengine.model.layers.linear import LinearMethod
 from refengine.model.layers.moe import MoE, MoEParallel
 from refengine.model.layers.norm import RMSNorm
 from refengine.model.layers.rotary import RotaryEmbedding
-from refengine.model.llama import LlamaAttention, LlamaForCausalLM
+from refengine.model.llama import LlamaAttention, LlamaForCausalLM, PreNormDecoderLayer
 
 
-class MixtralDecoderLayer(nn.Module):
+class MixtralDecoderLayer(PreNormDecoderLayer):
     def __init__(self, cfg: ModelConfig, rotary_emb: RotaryEmbedding, tp: dict, linear_method: LinearMethod | None,
                  moe: MoEParallel | None = None):
         super().__init__()
@@ -32,14 +31,8 @@ class MixtralDecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
-    def forward(self, positions, hidden, residual, kv_cache, meta):
-        if residual is None:
-            residual, hidden = hidden, self.input_layernorm(hidden)
-        else:
-            hidden, residual = self.input_layernorm(hidden, residual)
-        hidden = self.self_attn(positions, hidden, kv_cache, meta)
-        hidden, residual = self.post_attention_layernorm(hidden, residual)
-        return self.block_sparse_moe(hidden), residual
+    def feed_forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.block_sparse_moe(hidden)
 
 
 class MixtralForCausalLM(LlamaForCausalLM):
