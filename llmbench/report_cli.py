@@ -61,7 +61,8 @@ def report(
         run = _rundir(run_dir)
         t0 = time.perf_counter()
         summary, paths = write_reports(run, _slos(run.read_info().slos, slo_ttft, slo_tpot, slo_e2e))
-    console.print(run_summary_table(summary, title=f"run {summary.info.run_id} ({summary.info.status})"))
+    console.print(run_summary_table(summary, title=f"run {summary.info.run_id} ({summary.info.status})",
+                                    width=console.width))
     best = summary.best
     console.print(f"highest load within SLO: [bold]{best.level_id}[/] ({best.output_tok_s:.1f} output tok/s)"
                   if best else "[red]no level met the SLO[/]")

@@ -176,7 +176,7 @@ def run_sweep(spec: SweepSpec, run: RunDir, target: TargetSpec, console: Console
     run.write_info(info)
     ordered = _write_summary(run, info, levels, stats, slos)
     summary = _write_reports(run, console) or summary_of_levels(info, slos, ordered)
-    console.print(run_summary_table(summary, title=f"run {info.run_id} ({info.status})"))
+    console.print(run_summary_table(summary, title=f"run {info.run_id} ({info.status})", width=console.width))
     best = summary.best
     console.print(f"highest load within SLO: [bold]{best.level_id}[/] ({best.output_tok_s:.1f} output tok/s)"
                   if best else "[red]no level met the SLO[/]")

@@ -5,6 +5,7 @@ error string cannot inject rich markup."""
 
 from __future__ import annotations
 
+from rich import box
 from rich.markup import escape
 from rich.table import Table
 
@@ -21,32 +22,46 @@ def load_label(lv: LevelStats) -> str:
     return str(lv.concurrency) if lv.concurrency is not None else f"{lv.request_rate:g}/s"
 
 
-def summary_table(levels: list[LevelStats], notes: dict[str, str], title: str = "sweep summary") -> Table:
+COMPACT_BELOW = 110     # terminal columns under which the table drops what the report already shows
+
+
+def summary_table(levels: list[LevelStats], notes: dict[str, str], title: str = "sweep summary",
+                  width: int | None = None) -> Table:
+    """The seed's table. On a terminal narrower than COMPACT_BELOW columns, goodput and the request
+    counts are left to the report and headers go on two lines, so the numbers are never cut."""
+    compact = width is not None and width < COMPACT_BELOW
     load_header = "concurrency" if all(lv.concurrency is not None for lv in levels) else "load"
-    t = Table(title=escape(title), title_justify="left")
-    for name, justify in [(load_header, "right"), ("input len", "right"), ("output tok/s", "right"),
-                          ("TTFT P50/P99 ms", "right"), ("TPOT P50/P95 ms", "right"), ("E2E P99 s", "right"),
-                          ("req/s", "right"), ("goodput", "right"), ("n (ok)", "right"), ("errors", "right"),
-                          ("SLO", "center"), ("note", "left")]:
-        t.add_column(name, justify=justify)
+    t = Table(title=escape(title), title_justify="left", box=box.SIMPLE_HEAD if compact else box.HEAVY_HEAD,
+              pad_edge=not compact, collapse_padding=compact)
+    columns = [(load_header if not compact else load_header[:4], "right"), ("input\nlen", "right"),
+               ("output\ntok/s", "right"), ("TTFT ms\nP50/P99", "right"), ("TPOT ms\nP50/P95", "right"),
+               ("E2E\nP99 s", "right"), ("req/s", "right")]
+    if not compact:
+        columns += [("goodput", "right"), ("n (ok)", "right")]
+    columns += [("errors" if not compact else "err", "right"), ("SLO", "center"), ("note", "left")]
+    for name, justify in columns:
+        t.add_column(name, justify=justify, no_wrap=name != "note", overflow="fold",
+                     min_width=10 if name == "note" else None)
     for lv in levels:
         errors = lv.n_error + lv.n_timeout
         slo = {True: "[green]met[/]", False: "[red]missed[/]", None: "—"}[lv.slo_met]
         ttft = f"{_ms(lv.ttft.p['p50'])}/{_ms(lv.ttft.p['p99'])}" + ("*" if lv.ttft.n and not lv.ttft.p99_reliable else "")
         e2e = "—" if lv.e2e.p["p99"] is None else f"{lv.e2e.p['p99']:.2f}"
-        t.add_row(load_label(lv), str(lv.input_len), f"{lv.output_tok_s:.1f}", ttft,
-                  f"{_ms(lv.tpot.p['p50'])}/{_ms(lv.tpot.p['p95'])}", e2e, f"{lv.req_s:.2f}",
-                  f"{lv.goodput_req_s:.2f}", f"{lv.n_in_window} ({lv.n_ok})",
-                  f"[red]{errors} ({lv.error_rate:.0%})[/]" if errors else "0", slo,
-                  escape(notes.get(lv.level_id, "")))
+        row = [load_label(lv), str(lv.input_len), f"{lv.output_tok_s:.1f}", ttft,
+               f"{_ms(lv.tpot.p['p50'])}/{_ms(lv.tpot.p['p95'])}", e2e, f"{lv.req_s:.2f}"]
+        if not compact:
+            row += [f"{lv.goodput_req_s:.2f}", f"{lv.n_in_window} ({lv.n_ok})"]
+        row += [f"[red]{errors} ({lv.error_rate:.0%})[/]" if errors else "0", slo, escape(notes.get(lv.level_id, ""))]
+        t.add_row(*row)
     t.caption = ("* P99 from fewer than 100 samples. Percentiles over requests sent in each level's measured "
-                 "window; goodput = requests/s that met every SLO.")
+                 "window" + ("; goodput and counts: see the report." if compact else
+                             "; goodput = requests/s that met every SLO."))
     return t
 
 
-def run_summary_table(summary: RunSummary, title: str | None = None) -> Table:
+def run_summary_table(summary: RunSummary, title: str | None = None, width: int | None = None) -> Table:
     notes = {lv.level_id: summary.note(lv.level_id) for lv in summary.levels}
-    return summary_table(summary.levels, notes, title=title or f"run {summary.info.run_id}")
+    return summary_table(summary.levels, notes, title=title or f"run {summary.info.run_id}", width=width)
 
 
 def compare_table(c: Comparison) -> Table:

@@ -1,0 +1,28 @@
+"""The sweep's terminal table keeps every number whole on an 80-column terminal."""
+
+from __future__ import annotations
+
+from rich.console import Console
+
+from analyzers.summary import analyze_run
+from reports.terminal import run_summary_table
+
+from synth_run import make_run, rec
+
+
+def _render(summary, width: int) -> str:
+    console = Console(width=width, record=True, color_system=None)
+    console.print(run_summary_table(summary, width=width))
+    return console.export_text()
+
+
+def test_narrow_terminal_keeps_the_numbers(tmp_path):
+    recs = [rec(0.1 * i, 0.2 + 0.001 * i, 1.2, 11, level="c64", concurrency=64) for i in range(50)]
+    summary, _ = analyze_run(make_run(tmp_path / "r", recs, windows={"c64": (0.0, 10.0)}))
+    lv = summary.levels[0]
+    ttft = f"{lv.ttft.p['p50'] * 1000:.0f}/{lv.ttft.p['p99'] * 1000:.0f}"
+    narrow, wide = _render(summary, 80), _render(summary, 160)
+    assert all(len(line) <= 80 for line in narrow.splitlines())
+    for text in (narrow, wide):
+        assert ttft in text and f"{lv.output_tok_s:.1f}" in text and "missed" in text   # TPOT 98 ms > 50 ms
+    assert "goodput" in wide and "goodput" not in narrow.split("*")[0]     # left to the report when narrow
