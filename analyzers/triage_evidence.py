@@ -59,7 +59,7 @@ class SampleSplit:
     def mean(self, field: str) -> tuple[float | None, float | None]:
         """Mean of a gauge over spike intervals and over calm intervals (None where there are none)."""
         v = self.values(field)
-        return _nanmean(v[self.spike]), _nanmean(v[~self.spike])
+        return finite_mean(v[self.spike]), finite_mean(v[~self.spike])
 
     def windows_where(self, tails: TailWindows, mask: np.ndarray) -> list[Window]:
         """The spike windows that a kept interval with `mask` True overlaps."""
@@ -94,6 +94,7 @@ def lift(spike: float | None, calm: float | None) -> float:
     return spike / calm
 
 
-def _nanmean(v: np.ndarray) -> float | None:
+def finite_mean(v: np.ndarray) -> float | None:
+    """Mean of the finite values (None when there are none)."""
     v = v[np.isfinite(v)]
     return float(v.mean()) if v.size else None

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from analyzers.tail_windows import TailWindows
-from analyzers.triage_evidence import SampleSplit, lift
+from analyzers.triage_evidence import SampleSplit, finite_mean, lift
 from analyzers.triage_types import CheckResult, Finding, failed, passed, unchecked
 
 HOST_BUSY_PCT = 90.0         # all cores this busy in the spikes: the host is saturated
@@ -30,8 +30,8 @@ def check_cpu(host: SampleSplit | None, tails: TailWindows) -> CheckResult:
     if host.has("server_cpu_cores"):
         server = np.nan_to_num(host.values("server_cpu_cores"))
         others = np.clip(host.values("cpu_pct") / 100.0 * ncores - server, 0.0, None)
-        o_spike, o_calm = _mean(others[host.spike]), _mean(others[~host.spike])
-        evidence.update(server_cpu_cores_spikes=_mean(server[host.spike]), server_cpu_cores_calm=_mean(server[~host.spike]),
+        o_spike, o_calm = finite_mean(others[host.spike]), finite_mean(others[~host.spike])
+        evidence.update(server_cpu_cores_spikes=finite_mean(server[host.spike]), server_cpu_cores_calm=finite_mean(server[~host.spike]),
                         other_cpu_cores_spikes=o_spike, other_cpu_cores_calm=o_calm)
         if o_spike is not None and o_spike >= NEIGHBOUR_CORES and lift(o_spike, o_calm) >= NEIGHBOUR_LIFT:
             explains = host.windows_where(tails, others >= NEIGHBOUR_CORES)
@@ -67,7 +67,7 @@ def check_gpu_throttle(gpu: SampleSplit | None, tails: TailWindows) -> CheckResu
             if (hit & gpu.spike).any():
                 reasons.add(name)
             slowed |= hit
-    s_spike, s_calm = _mean(slowed[gpu.spike].astype(float)), _mean(slowed[~gpu.spike].astype(float))
+    s_spike, s_calm = finite_mean(slowed[gpu.spike].astype(float)), finite_mean(slowed[~gpu.spike].astype(float))
     evidence = dict(throttled_share_spikes=s_spike, throttled_share_calm=s_calm, reasons=sorted(reasons))
     if not s_spike or lift(s_spike, s_calm) < 2.0:
         return passed(GPU_ID, "host", GPU_TITLE, f"clocks slowed in {s_spike or 0:.0%} of spike intervals vs "
@@ -78,7 +78,3 @@ def check_gpu_throttle(gpu: SampleSplit | None, tails: TailWindows) -> CheckResu
                       "check cooling and power limits (nvidia-smi -q -d PERFORMANCE,POWER,TEMPERATURE)")
     return failed(finding, GPU_TITLE, finding.title)
 
-
-def _mean(v: np.ndarray) -> float | None:
-    v = v[np.isfinite(v)]
-    return float(v.mean()) if v.size else None

@@ -38,6 +38,11 @@ def start_refengine(*args: str, model: str = "tiny-test", quiet: bool = False) -
     """`python -m refengine.server --model MODEL --port <free> ARGS`, healthy; returns (process, base URL)."""
     port = free_port()
     cmd = [sys.executable, "-m", "refengine.server", "--model", model, "--port", str(port), *args]
+    return start_process(cmd, port, quiet)
+
+
+def start_process(cmd: list[str], port: int, quiet: bool = False) -> tuple[subprocess.Popen, str]:
+    """Any server command listening on 127.0.0.1:`port` (e.g. under torchrun), healthy; (process, base URL)."""
     out = subprocess.DEVNULL if quiet else subprocess.PIPE
     proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, text=True, env=os.environ.copy())
     url = f"http://127.0.0.1:{port}"

@@ -1,14 +1,12 @@
 """The batch queue (vLLM's PP schedule) on 2 spawned gloo ranks: several scheduled batches in the
 pipeline at once give the same tokens as one process, with preemption and aborts in flight."""
 
-import os
-import signal
-import time
 
 import pytest
 
 from refengine import LLM, SamplingParams
-from refengine.distributed.executor import RankFailedError
+
+from rank_kill import kill_a_rank_mid_request
 
 KW = dict(max_model_len=64, block_size=4, seed=0)
 N = 14
@@ -87,15 +85,7 @@ def test_abort_while_in_flight_and_a_rank_killed_mid_request():
         assert engine.scheduler.kv_cache_manager.check_integrity()["used"] == 0
         assert set(ids) - set(in_flight[:1])
 
-        engine.add_request([5, 6, 7, 8], SamplingParams(max_tokens=100, ignore_eos=True, temperature=0))
-        for _ in range(3):
-            engine.step()
-        os.kill(engine.executor.procs[0].pid, signal.SIGKILL)
-        t0 = time.monotonic()
-        with pytest.raises(RankFailedError, match="rank 1"):
-            while engine.has_unfinished_requests():
-                engine.step()
-        assert time.monotonic() - t0 < 5.0 and not engine.healthy
+        kill_a_rank_mid_request(engine)
     finally:
         engine.shutdown()
 

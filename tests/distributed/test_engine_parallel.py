@@ -10,6 +10,8 @@ import pytest
 from refengine import LLM, SamplingParams
 from refengine.distributed.executor import RankFailedError
 
+from rank_kill import kill_a_rank_mid_request
+
 KW = dict(max_model_len=128, num_gpu_blocks_override=64, block_size=4, seed=0)
 
 
@@ -61,16 +63,7 @@ def test_killing_a_rank_mid_request_fails_the_engine_quickly(llama_dir):
     llm = LLM(model=llama_dir, tensor_parallel_size=2, **KW)
     engine = llm.llm_engine
     try:
-        engine.add_request([5, 6, 7, 8], SamplingParams(max_tokens=100, ignore_eos=True, temperature=0))
-        for _ in range(3):
-            engine.step()
-        os.kill(engine.executor.procs[0].pid, signal.SIGKILL)
-        t0 = time.monotonic()
-        with pytest.raises(RankFailedError, match="rank 1"):
-            while engine.has_unfinished_requests():
-                engine.step()
-        assert time.monotonic() - t0 < 5.0
-        assert not engine.healthy
+        kill_a_rank_mid_request(engine)
         with pytest.raises(RankFailedError):  # and it stays failed
             engine.step()
     finally:

@@ -15,7 +15,7 @@ import pytest
 from refengine import LLM, SamplingParams
 
 
-from refengine_proc import free_port, wait_healthy  # noqa: E402
+from refengine_proc import free_port, start_process as start  # noqa: E402
 
 SERVE_ARGS = ["--model", "tiny-test", "--max-model-len", "256", "--num-gpu-blocks-override", "256"]
 
@@ -24,17 +24,6 @@ def rank_pids(server_pid: int) -> list[int]:
     """The spawned ranks among the server's children (not multiprocessing's resource tracker)."""
     children = Path(f"/proc/{server_pid}/task/{server_pid}/children").read_text().split()
     return [int(c) for c in children if b"spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes()]
-
-
-def start(cmd: list[str], port: int) -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=os.environ.copy())
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_healthy(url, proc)
-    except BaseException:
-        proc.kill()
-        raise
-    return proc, url
 
 
 def stop(proc: subprocess.Popen) -> str:
