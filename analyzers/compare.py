@@ -24,7 +24,7 @@ from analyzers.distribution import BOOTSTRAP_RESAMPLES, interval, percentile_dra
 from analyzers.latency import throughput_draws
 from analyzers.request_classes import all_class_rows
 from analyzers.summary import RunSummary
-from analyzers.table import RequestTable
+from rundir.table import RequestTable
 
 MIN_EFFECT = 0.02
 # (metric name, column, percentile): latency metrics, where lower is better

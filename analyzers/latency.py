@@ -15,10 +15,9 @@ import numpy as np
 
 from analyzers.distribution import MIN_SAMPLES_FOR_P99, Distribution, interval, sum_draws
 from analyzers.slo import Slos
-from analyzers.table import RequestTable
-from llmbench.rundir import RequestRecord
+from rundir.table import RequestTable
+from rundir import RequestRecord
 
-DEFAULT_SLOS = Slos().to_dict()
 THROUGHPUT_SLICES = 20          # time slices of the measured window for throughput's block bootstrap
 TOKENIZER_DIFF_NOTE = 0.05      # a mean client-tokenizer difference this large gets a note
 

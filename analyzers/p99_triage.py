@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 
 from analyzers.diagnosis_error import DiagnosisError
 from analyzers.probe_series import read_probe
-from analyzers.table import RequestTable
+from rundir.table import RequestTable
 from analyzers.distribution import MIN_SAMPLES_FOR_P99
 from analyzers.tail_windows import TailWindows, find_tail_windows
 from analyzers.triage_evidence import split_samples
@@ -22,10 +22,9 @@ from analyzers.triage_network import check_collectives, check_irq_affinity, chec
 from analyzers.triage_requests import check_hol_blocking, check_send_lag
 from analyzers.triage_server import check_batch_size, check_preemptions, check_queueing
 from analyzers.triage_types import CheckResult, Finding, rank
-from llmbench.rundir import RunDir
+from rundir import RunDir
 
 PROBES = ("tcp", "irq", "server", "host", "gpu")
-DIAGNOSIS_FILE = "diagnosis_p99.json"        # in the run directory; the report shows it
 WINDOWS_ID = "p99.windows"
 
 
@@ -109,8 +108,4 @@ def diagnosis_record(diag: P99Diagnosis) -> dict:
 
 
 def save_diagnosis(run: RunDir, record: dict) -> None:
-    import json
-
-    tmp = run.path / (DIAGNOSIS_FILE + ".tmp")
-    tmp.write_text(json.dumps(record, indent=1, default=str), encoding="utf-8")
-    tmp.replace(run.path / DIAGNOSIS_FILE)
+    run.write_json(run.diagnosis_p99_json, record)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from llmbench.rundir import RunDir
+from rundir import RunDir
 
 MAX_TEXT_VALUES = 20
 
@@ -73,7 +73,7 @@ def read_probe(path: Path, name: str | None = None) -> ProbeSeries | None:
 
 def read_probes(run: RunDir) -> list[ProbeSeries]:
     """Every probes/*.jsonl of the run that has rows, sorted by name."""
-    folder = run.path / "probes"
+    folder = run.probes_dir
     if not folder.is_dir():
         return []
     found = (read_probe(p) for p in sorted(folder.glob("*.jsonl")))

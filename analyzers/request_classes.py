@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from analyzers.table import RequestTable
+from rundir.table import RequestTable
 
 MAX_CLASSES = 4          # more distinct lengths than this is a length spread, not classes
 

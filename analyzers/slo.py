@@ -13,23 +13,21 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from analyzers.distribution import Distribution
+from rundir import SloSpec
 
 
 @dataclass(frozen=True)
-class Slos:
-    ttft_p99_s: float = 1.5
-    tpot_p95_s: float = 0.050
-    e2e_p99_s: float | None = None
+class Slos(SloSpec):
+    """The contract's SLO bounds (rundir.SloSpec, where the defaults live) with their verdicts."""
 
     @classmethod
-    def of(cls, d: "dict | Slos | None") -> "Slos":
+    def of(cls, d: "dict | SloSpec | None") -> "Slos":
         if isinstance(d, Slos):
             return d
+        if isinstance(d, SloSpec):
+            d = asdict(d)
         d = d or {}
         return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__ and v is not None})
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
     def describe(self) -> str:
         parts = [f"TTFT P99 ≤ {self.ttft_p99_s * 1000:g} ms", f"TPOT P95 ≤ {self.tpot_p95_s * 1000:g} ms"]

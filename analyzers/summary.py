@@ -17,9 +17,9 @@ from analyzers.latency import LevelStats, Window, level_stats
 from analyzers.request_classes import all_class_rows
 from analyzers.scaling import ScalingPoint, Series, analyze_scaling, best_level_within_slo
 from analyzers.slo import Slos
-from analyzers.table import RequestTable
-from analyzers.table_cache import load_cached
-from llmbench.rundir import RunDir, RunInfo
+from rundir.table import RequestTable
+from rundir.table_cache import load_cached
+from rundir import RunDir, RunInfo
 
 
 @dataclass
@@ -111,7 +111,7 @@ def summarize_table(table: RequestTable, info: RunInfo, windows: dict[str, Windo
 
 def _fallback_window(table: RequestTable, rows: np.ndarray, info: RunInfo, finished: bool) -> tuple[Window, bool]:
     """(window, cut short?) for a level whose window was not recorded."""
-    duration = float(info.sweep.get("duration_s") or 1.0)
+    duration = float(info.sweep.duration_s or 1.0)
     if finished:
         return Window(duration), False
     sent = table.df["t_sent"].to_numpy()[rows][table.df["in_window"].to_numpy()[rows]]

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from analyzers.table import RequestTable
+from rundir.table import RequestTable
 
 TAIL_RATIO = 1.5          # a spike is at least this many times its level's median
 TAIL_QUANTILE = 90.0      # ... and above this percentile of its level (at most 10% are spikes)

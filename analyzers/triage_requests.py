@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from analyzers.table import RequestTable
+from rundir.table import RequestTable
 from analyzers.tail_windows import TailWindows, Window, merge, spike_mask
 from analyzers.triage_types import CheckResult, Finding, failed, passed, unchecked
 

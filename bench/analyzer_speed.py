@@ -31,8 +31,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from analyzers.summary import level_windows, summarize_table  # noqa: E402
-from analyzers.table_cache import load_cached  # noqa: E402
-from llmbench.rundir import RunDir, RunInfo  # noqa: E402
+from rundir.table_cache import load_cached  # noqa: E402
+from rundir import RunDir, RunInfo  # noqa: E402
 
 LEVELS = (1, 2, 4, 8, 16, 32, 64, 128)
 OUT_TOKENS = 16
@@ -45,12 +45,12 @@ def write_run(path: Path, n: int, seed: int = 0) -> RunDir:
     rng = np.random.default_rng(seed)
     run = RunDir(path)
     per = n // len(LEVELS)
-    info = RunInfo(run_id=path.name, command=["bench/analyzer_speed.py"],
-                   target={"model": "synthetic", "kind": "external"},
-                   sweep={"concurrency": list(LEVELS), "request_rate": [], "input_lens": [128],
-                          "output_lens": [OUT_TOKENS], "duration_s": 600.0},
-                   slos={"ttft_p99_s": 1.5, "tpot_p95_s": 0.05}, host={}, tool_version="bench", status="complete",
-                   started=T0, finished=T0 + 600 * len(LEVELS))
+    info = RunInfo.from_dict(dict(
+        run_id=path.name, command=["bench/analyzer_speed.py"], target={"url": None, "model": "synthetic", "kind": "external"},
+        sweep={"concurrency": list(LEVELS), "request_rate": [], "input_lens": [128],
+               "output_lens": [OUT_TOKENS], "duration_s": 600.0},
+        slos={"ttft_p99_s": 1.5, "tpot_p95_s": 0.05}, host={}, tool_version="bench", status="complete",
+        started=T0, finished=T0 + 600 * len(LEVELS)))
     for i, c in enumerate(LEVELS):
         info.levels_done.append(f"c{c}-in128-out{OUT_TOKENS}")
         info.level_meta[info.levels_done[-1]] = {"window_s": 600.0, "window_start": T0 + 600 * i,

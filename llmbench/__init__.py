@@ -1,3 +1,5 @@
 """llmbench: benchmark, profile and diagnose LLM inference deployments."""
 
-__version__ = "0.1.0"
+from rundir.version import __version__
+
+__all__ = ["__version__"]

@@ -209,7 +209,7 @@ def _ramp_mode(target, prompt_tokens, max_tokens, levels_text, level_seconds, se
 def _run_mode(run_dir: Path, playbook) -> None:
     """Memory pressure in a recorded run; marks oom.ramp with what the run itself showed."""
     from analyzers.oom_run import memory_pressure
-    from llmbench.rundir import RunDir
+    from rundir import RunDir
 
     mp = memory_pressure(RunDir(run_dir))
     facts = [("KV usage, max", "n/a" if mp.kv_usage_max is None else f"{mp.kv_usage_max:.0%}"),

@@ -14,6 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from llmbench.cli_common import err_console, user_errors
+from rundir import RunDir
 
 console = Console()
 
@@ -38,7 +39,7 @@ def p99(
     """Why P99 is bad: finds the spike windows of the tail, checks the network, then scheduling, then the
     host for evidence that coincides with them, ranks the causes and marks the p99 playbook."""
     from analyzers.p99_triage import diagnose_p99, diagnosis_record, save_diagnosis
-    from llmbench.rundir import RunDir
+    from rundir import RunDir
     from analyzers.p99_triage import mark_playbook
     from playbooks.playbook import render
 
@@ -77,14 +78,14 @@ def _observe(out: Path | None, target, model, duration, concurrency, input_len, 
         cmd += ["--tokenizer", str(tokenizer)]
     console.print(f"observing {target} for {duration} (concurrency {concurrency}) into {out}")
     rc = subprocess.call(cmd)
-    if rc != 0 or not (out / "run.json").exists():
+    if rc != 0 or not RunDir(out).exists():
         raise DiagnosisError(f"the observation run failed (exit {rc}); see the messages above")
     return out
 
 
 def _refresh_report(run: Path, quiet: bool = False) -> None:
     """Re-render the run's report so that it shows this diagnosis (best effort: the diagnosis stands alone)."""
-    from llmbench.rundir import RunDir
+    from rundir import RunDir
     from reports.write import write_reports
 
     try:

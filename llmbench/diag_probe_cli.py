@@ -47,10 +47,9 @@ def probe(
     stacks_record: bool = typer.Option(False, help="Also run `py-spy record` into probes/stacks.speedscope.json."),
 ) -> None:
     """Record probes alone (for a server someone else is loading) into a run directory."""
-    from llmbench.rundir import RunDir, RunInfo
+    from llmbench.cli_parse import parse_duration
     from llmbench.sweep import host_facts
-    from llmbench.sweep_cli import parse_duration
-    from llmbench import __version__
+    from rundir import RunDir, RunInfo, SloSpec, SweepInfo, TargetInfo
     from probes.base import ProbeContext
     from probes.registry import parse_probe_list
     from probes.runner import ProbeSet
@@ -64,9 +63,9 @@ def probe(
         run = RunDir(out)
         if run.path.exists():
             raise ValueError(f"{run.path} exists; choose another --out")
-        info = RunInfo(run_id=run.path.name, command=sys.argv, target={"url": target, "model": None,
-                       "kind": "external", "pid": pid}, sweep={"probe_only": True, "duration_s": seconds},
-                       slos={}, host=host_facts(), tool_version=__version__)
+        info = RunInfo(run_id=run.path.name, command=sys.argv,
+                       target=TargetInfo(url=target, model=None, kind="external", pid=pid),
+                       sweep=SweepInfo(probe_only=True, duration_s=seconds), slos=SloSpec(), host=host_facts())
         run.create(info)
     ctx = ProbeContext(out_dir=run.path, target_url=target, server_pid=pid, interval_s=interval,
                        capture_port=capture_port, capture_iface=capture_iface,

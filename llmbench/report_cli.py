@@ -37,7 +37,7 @@ def _slos(run_slos: dict, ttft: float | None, tpot: float | None, e2e: float | N
 
 
 def _rundir(path: Path):
-    from llmbench.rundir import RunDir
+    from rundir import RunDir
 
     run = RunDir(path)
     if not run.exists():
@@ -60,7 +60,7 @@ def report(
     with user_errors(), run_errors():
         run = _rundir(run_dir)
         t0 = time.perf_counter()
-        summary, paths = write_reports(run, _slos(run.read_info().slos, slo_ttft, slo_tpot, slo_e2e))
+        summary, paths = write_reports(run, _slos(run.read_info().slos.to_dict(), slo_ttft, slo_tpot, slo_e2e))
     console.print(run_summary_table(summary, title=f"run {summary.info.run_id} ({summary.info.status})",
                                     width=console.width))
     best = summary.best
@@ -93,7 +93,7 @@ def compare(
     with user_errors(), run_errors():
         dirs = [_rundir(p) for p in runs]
         overrides = _slos({}, slo_ttft, slo_tpot, slo_e2e) or None
-        slos = None if overrides is None else {**dirs[0].read_info().slos, **overrides}
+        slos = None if overrides is None else {**dirs[0].read_info().slos.to_dict(), **overrides}
         comparisons, paths = write_compare(dirs, out or Path("."), slos, min_effect)
     for c in comparisons:
         console.print(compare_table(c))

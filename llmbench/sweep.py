@@ -13,17 +13,16 @@ import platform
 import socket
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from analyzers.latency import DEFAULT_SLOS, LevelStats, Window, summarize_level
+from analyzers.latency import LevelStats, Window, summarize_level
 from analyzers.summary import RunSummary, summary_of_levels
-from llmbench import __version__
-from llmbench.rundir import RequestRecord, RunDir, RunInfo
+from rundir import RequestRecord, RunDir, RunInfo, SloSpec, SweepInfo, TargetInfo
 from loadgen.level import run_level
 from loadgen.specs import LevelProgress, LevelResult, LevelSpec, TargetSpec
 from loadgen.workloads import level_workload_factory
@@ -31,20 +30,12 @@ from reports.terminal import run_summary_table
 
 
 @dataclass
-class SweepSpec:
-    concurrency: list[int] = field(default_factory=list)
-    request_rate: list[float] = field(default_factory=list)
-    input_lens: list[int] = field(default_factory=lambda: [128])
-    output_lens: list[int] = field(default_factory=lambda: [64])
-    warmup_s: float = 5.0
-    duration_s: float = 30.0
-    request_timeout_s: float = 180.0
-    workers: int = 1
-    burstiness: float = 1.0
-    # WorkloadOptions of loadgen.workloads (kind, spreads, dataset, vocab size, ...), minus the
-    # lengths and seed, which come from each level.
-    workload: dict = field(default_factory=lambda: {"kind": "random"})
-    seed: int = 0
+class SweepSpec(SweepInfo):
+    """The contract's sweep plan (rundir.SweepInfo, where the defaults live), validated, as levels."""
+
+    @classmethod
+    def of(cls, info: SweepInfo) -> "SweepSpec":
+        return cls(**{f.name: getattr(info, f.name) for f in dataclasses.fields(SweepInfo)})
 
     def __post_init__(self) -> None:
         if bool(self.concurrency) == bool(self.request_rate):
@@ -80,9 +71,9 @@ def host_facts() -> dict:
             "cpus": __import__("os").cpu_count()}
 
 
-def new_run_info(run_id: str, spec: SweepSpec, target: dict, slos: dict) -> RunInfo:
-    return RunInfo(run_id=run_id, command=sys.argv, target=target, sweep=dataclasses.asdict(spec),
-                   slos=slos, host=host_facts(), tool_version=__version__)
+def new_run_info(run_id: str, spec: SweepSpec, target: TargetInfo, slos: SloSpec) -> RunInfo:
+    return RunInfo(run_id=run_id, command=sys.argv, target=target, sweep=spec,
+                   slos=slos, host=host_facts())
 
 
 class _LiveView:
@@ -115,12 +106,12 @@ class _LiveView:
 
 
 def run_sweep(spec: SweepSpec, run: RunDir, target: TargetSpec, console: Console,
-              target_alive: Callable[[], bool] = lambda: True, slos: dict | None = None,
+              target_alive: Callable[[], bool] = lambda: True, slos: SloSpec | None = None,
               master_bind: str | None = None, probes=None) -> list[LevelStats]:
     """Run the levels not yet done in `run` (all of them for a new run). Returns every level's stats.
     `probes` (a probes.runner.ProbeSet) samples from before the first level to after the last."""
-    slos = {**DEFAULT_SLOS, **(slos or {})}
     info = run.read_info()
+    slos_d = (slos or info.slos).to_dict()
     levels = spec.levels()
     info.status = "running"
     if probes is not None:
@@ -152,7 +143,7 @@ def run_sweep(spec: SweepSpec, run: RunDir, target: TargetSpec, console: Console
                 else:
                     window = Window(max(result.window_end - result.window_start, 1e-9), result.window_start,
                                     result.window_end)
-                lv = summarize_level(level_records, level.level_id, window, slos)
+                lv = summarize_level(level_records, level.level_id, window, slos_d)
                 # Kept in run.json so that `llmbench report` rebuilds the same summary from files.
                 info.level_meta[level.level_id] = {"window_s": window.seconds, "window_start": window.start,
                                                    "window_end": window.end, "notes": _add_client_notes(lv, result)}
@@ -164,7 +155,7 @@ def run_sweep(spec: SweepSpec, run: RunDir, target: TargetSpec, console: Console
                     break
                 info.levels_done.append(level.level_id)
                 run.write_info(info)
-                _write_summary(run, info, levels, stats, slos)
+                _write_summary(run, info, levels, stats, slos_d)
     except KeyboardInterrupt:
         interrupted = True
         console.print("[yellow]interrupted: the run directory keeps everything measured so far[/]")
@@ -174,8 +165,8 @@ def run_sweep(spec: SweepSpec, run: RunDir, target: TargetSpec, console: Console
     info.status = "interrupted" if interrupted else "complete"
     info.finished = time.time()
     run.write_info(info)
-    ordered = _write_summary(run, info, levels, stats, slos)
-    summary = _write_reports(run, console) or summary_of_levels(info, slos, ordered)
+    ordered = _write_summary(run, info, levels, stats, slos_d)
+    summary = _write_reports(run, console) or summary_of_levels(info, slos_d, ordered)
     console.print(run_summary_table(summary, title=f"run {info.run_id} ({info.status})", width=console.width))
     best = summary.best
     console.print(f"highest load within SLO: [bold]{best.level_id}[/] ({best.output_tok_s:.1f} output tok/s)"

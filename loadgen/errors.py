@@ -1,4 +1,4 @@
-"""The load generator's error taxonomy (llmbench.rundir.ERROR_KINDS) for failures before a stream starts.
+"""The load generator's error taxonomy (rundir.ERROR_KINDS) for failures before a stream starts.
 
   connect        no HTTP response: refused, reset, unreachable, DNS, closed before the headers
   http_status    a response with a status other than 200

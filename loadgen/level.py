@@ -31,7 +31,7 @@ from loadgen.specs import LevelProgress, LevelResult, LevelSpec, TargetSpec
 from loadgen.tally import LevelTally
 from loadgen.token_count import ClientTokenCounter, records_without_counting
 from loadgen.workloads import Workload, level_workload_factory
-from llmbench.rundir import RequestRecord
+from rundir import RequestRecord
 
 STARTUP_TIMEOUT_S = 60.0
 KILL_GRACE_S = 15.0          # past the plan's hard deadline (the coordinator gives up 11 s after it)

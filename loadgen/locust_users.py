@@ -27,7 +27,7 @@ from loadgen.errors import RequestDeadline, classify_request_error, is_refused
 from loadgen.session import LevelSession
 from loadgen.sse import MAX_ERROR_CHARS, StreamResult, read_sse_stream
 from loadgen.workloads import RequestSpec
-from llmbench.rundir import RequestRecord
+from rundir import RequestRecord
 
 CONNECT_ERROR_BACKOFF_S = 0.05   # a closed-loop user does not spin on a refusing server
 DRAIN_AFTER_DONE_S = 1.0         # reading past [DONE] to the end of the body, to reuse the connection

@@ -29,7 +29,7 @@ from loadgen.openai_body import request_body, request_headers
 from loadgen.specs import LevelSpec, TargetSpec
 from loadgen.token_count import COMPLETION_TEXT_KEY
 from loadgen.workloads import RequestSpec, make_workload
-from llmbench.rundir import RequestRecord
+from rundir import RequestRecord
 
 MSG_CONFIG = "llmbench_config"            # coordinator -> worker: level, target, workload, worker index
 MSG_READY = "llmbench_ready"              # worker -> coordinator: session built

@@ -7,7 +7,7 @@ from collections import Counter
 import numpy as np
 
 from loadgen.specs import LevelResult, LevelSpec
-from llmbench.rundir import RequestRecord
+from rundir import RequestRecord
 
 SEND_LAG_P99_LIMIT_S = 0.050     # open loop: later than this at P99 and the offered rate was not offered
 CLIENT_CPU_LIMIT_PERCENT = 90.0  # a load-generator process this busy delays its own timestamps

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from llmbench.rundir import RequestRecord
+from rundir import RequestRecord
 
 COMPLETION_TEXT_KEY = "completion_text"
 

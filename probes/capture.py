@@ -15,6 +15,7 @@ import time
 from urllib.parse import urlparse
 
 from probes.base import Probe, ProbeUnavailable
+from rundir import files
 from probes.tcp import target_port
 
 
@@ -32,7 +33,7 @@ class CaptureProbe(Probe):
         super().__init__(ctx)
         self.port = ctx.capture_port or target_port(ctx.target_url)
         self.iface = ctx.capture_iface or default_iface(ctx.target_url)
-        self.path = ctx.out_dir / "probes" / "capture.pcap"
+        self.path = ctx.out_dir / files.PROBES_DIR / files.CAPTURE_PCAP
         self.sniffer = None
         self.writer = None
         self.count = 0

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from llmbench.rundir import RunDir
+from rundir import RunDir, files
 from probes.base import JsonlAppender, Probe, ProbeContext, ProbeUnavailable
 from probes.registry import make_probe
 
@@ -84,7 +84,7 @@ class ProbeSet:
         self.availability: dict[str, str] = {}
 
     def start(self) -> dict[str, str]:
-        (self.ctx.out_dir / "probes").mkdir(parents=True, exist_ok=True)
+        (self.ctx.out_dir / files.PROBES_DIR).mkdir(parents=True, exist_ok=True)
         for name in self.names:
             try:
                 probe = make_probe(name, self.ctx)
@@ -123,8 +123,7 @@ class ProbeSet:
                        "wall_s": round(s.wall_s, 3),
                        "cpu_per_wall_s": round(s.cpu_s / s.wall_s, 5) if s.wall_s else None,
                        "error_messages": s.error_messages[:5]} for name, s in stats.items()}
-        path = self.ctx.out_dir / "probes" / "_cost.json"
-        path.write_text(json.dumps(cost, indent=2))
+        RunDir(self.ctx.out_dir).write_json(RunDir(self.ctx.out_dir).probe_cost_json, cost)
 
     def __enter__(self) -> "ProbeSet":
         self.start()

@@ -18,6 +18,7 @@ import sys
 import time
 
 from probes.base import Probe, ProbeUnavailable
+from rundir import files
 
 
 def parse_dump(text: str) -> list[dict]:
@@ -48,7 +49,7 @@ class StacksProbe(Probe):
         self.pid = ctx.server_pid
         self.py_spy = shutil.which("py-spy") or _venv_bin("py-spy")
         self.recorder: subprocess.Popen | None = None
-        self.record_file = ctx.out_dir / "probes" / "stacks.speedscope.json"
+        self.record_file = ctx.out_dir / files.PROBES_DIR / files.STACKS_SPEEDSCOPE
 
     def check(self) -> None:
         if self.pid is None:

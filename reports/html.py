@@ -10,8 +10,8 @@ from analyzers.compare import Comparison, MIN_EFFECT
 from analyzers.probe_series import ProbeSeries
 from analyzers.scaling import series_of
 from analyzers.summary import RunSummary
-from analyzers.table import RequestTable
-from llmbench import __version__
+from rundir.table import RequestTable
+from rundir import __version__
 from reports import plots, tables
 from reports.definitions import DEFINITIONS, OTHER_TOOLS, OTHER_TOOLS_HEADER
 from reports.html_templates import CSS, environment

@@ -49,7 +49,7 @@ MACROS = """
 
 REPORT = """{% extends "base" %}{% import "macros" as m %}{% block body %}
 <h1>llmbench report: {{ info.run_id }}</h1>
-<p class="muted">{{ info.status }} · model {{ info.target.get("model") }} · SLO {{ slos }}</p>
+<p class="muted">{{ info.status }} · model {{ info.target.model }} · SLO {{ slos }}</p>
 
 <h2 id="answer">Answer</h2>
 {% if best %}<p>Highest load within the SLO: <b>{{ best.level_id }}</b> at {{ "%.1f"|format(best.output_tok_s) }}

@@ -36,7 +36,7 @@ def _definitions() -> list[str]:
 def render_report_md(s: RunSummary, diagnosis: dict | None = None) -> str:
     best = s.best
     out = [f"# llmbench report: {md(s.info.run_id)}", "",
-           f"{md(s.info.status)} · model {md(s.info.target.get('model'))} · SLO {md(s.slos.describe())}", ""]
+           f"{md(s.info.status)} · model {md(s.info.target.model)} · SLO {md(s.slos.describe())}", ""]
     out.append(f"**Highest load within the SLO: {md(best.level_id)}** ({best.output_tok_s:.1f} output tok/s, "
                f"goodput {best.goodput_req_s:.2f} req/s)." if best else "**No level met the SLO.**")
     out += ["", "## Findings", ""] + [f"- {md(f)}" for f in s.findings] + [""]

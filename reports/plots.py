@@ -21,7 +21,7 @@ import numpy as np  # noqa: E402
 
 from analyzers.latency import LevelStats  # noqa: E402
 from analyzers.summary import RunSummary  # noqa: E402
-from analyzers.table import RequestTable  # noqa: E402
+from rundir.table import RequestTable  # noqa: E402
 from reports.terminal import load_label  # noqa: E402
 
 MAX_POINTS = 4000

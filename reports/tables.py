@@ -11,7 +11,7 @@ import pandas as pd
 from analyzers.distribution import PERCENTILES, pname
 from analyzers.latency import LevelStats
 from analyzers.summary import RunSummary
-from llmbench.rundir import RunInfo
+from rundir import RunInfo
 from reports.terminal import load_label
 
 SUMMARY_HEADER = ["level", "load", "in", "out", "output tok/s (95% CI)", "TTFT P50/P99 ms", "TPOT P50/P95 ms",
@@ -88,25 +88,24 @@ def error_rows(s: RunSummary) -> list[list[str]]:
 
 
 def config_rows(info: RunInfo) -> list[tuple[str, str]]:
-    t = info.target or {}
-    sw = info.sweep or {}
-    loads = sw.get("concurrency") or [f"{r:g}/s" for r in sw.get("request_rate") or []]
+    t, sw = info.target, info.sweep
+    loads = sw.concurrency or [f"{r:g}/s" for r in sw.request_rate]
 
     def when(ts):
         return "—" if not ts else time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ts))
 
     return [
         ("run", f"{info.run_id} ({info.status})"),
-        ("target", f"{t.get('kind', '?')} · {t.get('url') or 'bundled engine on loopback'} · "
-                   f"endpoint {t.get('endpoint', '?')}"),
-        ("model", str(t.get("model"))),
-        ("engine args", " ".join(map(str, t.get("engine_args") or [])) or "—"),
-        ("levels", f"{'concurrency' if sw.get('concurrency') else 'request rate'} {', '.join(map(str, loads))} × "
-                   f"input {sw.get('input_lens')} × output {sw.get('output_lens')}"),
-        ("per level", f"warm-up {sw.get('warmup_s')} s, measured {sw.get('duration_s')} s, "
-                      f"timeout {sw.get('request_timeout_s')} s, {sw.get('workers')} worker(s)"),
-        ("workload", json.dumps(sw.get("workload"), sort_keys=True)),
-        ("SLOs", json.dumps(info.slos, sort_keys=True)),
+        ("target", f"{t.kind} · {t.url or 'bundled engine on loopback'} · "
+                   f"endpoint {t.endpoint}"),
+        ("model", str(t.model)),
+        ("engine args", " ".join(map(str, t.engine_args)) or "—"),
+        ("levels", f"{'concurrency' if sw.concurrency else 'request rate'} {', '.join(map(str, loads))} × "
+                   f"input {sw.input_lens} × output {sw.output_lens}"),
+        ("per level", f"warm-up {sw.warmup_s} s, measured {sw.duration_s} s, "
+                      f"timeout {sw.request_timeout_s} s, {sw.workers} worker(s)"),
+        ("workload", json.dumps(sw.workload, sort_keys=True)),
+        ("SLOs", json.dumps(info.slos.to_dict(), sort_keys=True)),
         ("started / finished", f"{when(info.started)} / {when(info.finished)}"),
         ("host", ", ".join(f"{k} {v}" for k, v in (info.host or {}).items())),
         ("probes", ", ".join(f"{k}: {v}" for k, v in (info.probes or {}).items()) or "none"),

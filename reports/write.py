@@ -4,20 +4,17 @@ complete or interrupted, and the sweep calls the same function at its end."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from analyzers.compare import MIN_EFFECT, Comparison, compare_runs
 from analyzers.probe_series import read_probes
 from analyzers.slo import Slos
 from analyzers.summary import RunSummary, analyze_run
-from llmbench.rundir import RunDir
+from rundir import RunDir, files
+from rundir.atomic import atomic_write
 
 
-def _write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)          # a reader never sees half a report
+_write = atomic_write              # a reader never sees half a report
 
 
 def write_reports(run: RunDir, slos: "Slos | dict | None" = None) -> tuple[RunSummary, dict[str, Path]]:
@@ -27,8 +24,7 @@ def write_reports(run: RunDir, slos: "Slos | dict | None" = None) -> tuple[RunSu
 
     summary, table = analyze_run(run, slos)
     run.write_summary(summary.to_dict())
-    paths = {"json": run.summary_json, "csv": run.path / "summary.csv", "md": run.path / "report.md",
-             "html": run.path / "report.html"}
+    paths = {"json": run.summary_json, "csv": run.summary_csv, "md": run.report_md, "html": run.report_html}
     _write(paths["csv"], csv_frame(summary).to_csv(index=False))
     diagnosis = read_diagnosis(run)
     _write(paths["md"], render_report_md(summary, diagnosis))
@@ -40,7 +36,7 @@ def read_diagnosis(run: RunDir) -> dict | None:
     """`llmdiag p99`'s diagnosis_p99.json, when the run has been diagnosed (a torn file is ignored)."""
     import json
 
-    path = run.path / "diagnosis_p99.json"
+    path = run.diagnosis_p99_json
     try:
         return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
     except (OSError, ValueError):
@@ -56,7 +52,7 @@ def write_compare(runs: list[RunDir], out_dir: Path, slos: "Slos | dict | None" 
     analyzed = [analyze_run(r, slos) for r in runs]
     comparisons = [compare_runs(analyzed[0], other, min_effect=min_effect) for other in analyzed[1:]]
     out_dir.mkdir(parents=True, exist_ok=True)
-    paths = {"md": out_dir / "compare.md", "html": out_dir / "compare.html"}
+    paths = {"md": out_dir / files.COMPARE_MD, "html": out_dir / files.COMPARE_HTML}
     _write(paths["md"], render_compare_md(comparisons, min_effect))
     _write(paths["html"], render_compare(comparisons, [s for s, _ in analyzed], min_effect))
     return comparisons, paths

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from llmbench.rundir import RequestRecord, RunDir, RunInfo
+from rundir import RequestRecord, RunDir, RunInfo
 
 T0 = 1_800_000_000.0     # the synthetic run's start (epoch seconds)
 
@@ -31,12 +31,13 @@ def make_run(path: Path, records: list[RequestRecord], windows: dict[str, tuple[
     run = RunDir(path)
     levels = list(dict.fromkeys(r.level_id for r in records))
     concurrency = sorted({r.concurrency for r in records if r.concurrency is not None})
-    info = RunInfo(run_id=path.name, command=["llmbench", "sweep"], target={"url": None, "model": model,
-                   "kind": "embedded", "endpoint": "completions", "engine_args": []},
-                   sweep={"concurrency": concurrency, "request_rate": [], "input_lens": [10], "output_lens": [11],
-                          "warmup_s": 0.0, "duration_s": duration_s, "workers": 1, "workload": {"kind": "random"}},
-                   slos=slos or {"ttft_p99_s": 1.5, "tpot_p95_s": 0.05}, host={"hostname": "test"},
-                   tool_version="test", status=status, started=T0, finished=T0 + 100)
+    info = RunInfo.from_dict(dict(
+        run_id=path.name, command=["llmbench", "sweep"], target={"url": None, "model": model,
+        "kind": "embedded", "endpoint": "completions", "engine_args": []},
+        sweep={"concurrency": concurrency, "request_rate": [], "input_lens": [10], "output_lens": [11],
+               "warmup_s": 0.0, "duration_s": duration_s, "workers": 1, "workload": {"kind": "random"}},
+        slos=slos or {"ttft_p99_s": 1.5, "tpot_p95_s": 0.05}, host={"hostname": "test"},
+        tool_version="test", status=status, started=T0, finished=T0 + 100))
     info.levels_done = levels if status == "complete" else levels[:-1]
     for level, (start, end) in (windows or {}).items():
         info.level_meta[level] = {"window_s": end - start, "window_start": T0 + start, "window_end": T0 + end,

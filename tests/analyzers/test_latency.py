@@ -7,7 +7,7 @@ import pytest
 from analyzers.distribution import Distribution
 from analyzers.latency import summarize_level
 from analyzers.scaling import best_level_within_slo, ceiling_notes
-from llmbench.rundir import RequestRecord
+from rundir import RequestRecord
 
 
 def rec(ttft, e2e, n_out, status="ok", in_window=True, level="c1", t0=1000.0, n_in=10, kind=None, itl=(), conc=1):

@@ -5,7 +5,7 @@ import json
 import numpy as np
 
 from analyzers.probe_series import flatten, read_probe, read_probes
-from llmbench.rundir import RunDir
+from rundir import RunDir
 
 
 def test_flatten_nested_dicts_and_lists():

@@ -3,9 +3,9 @@
 import numpy as np
 import pandas as pd
 
-from analyzers import table_cache
-from analyzers.table import RequestTable
-from analyzers.table_cache import cache_path, load_cached
+from rundir import table_cache
+from rundir.table import RequestTable
+from rundir.table_cache import cache_path, load_cached
 from synth_run import make_run, rec
 
 

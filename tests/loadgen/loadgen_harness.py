@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 
-from llmbench.rundir import RequestRecord
+from rundir import RequestRecord
 from loadgen import LevelProgress, LevelResult, LevelSpec, TargetSpec, run_level
 
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from llmbench.rundir import RequestRecord
+from rundir import RequestRecord
 from loadgen import LevelSpec
 from loadgen.tally import LevelTally, fell_behind_reasons
 

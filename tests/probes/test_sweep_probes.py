@@ -9,7 +9,7 @@ import sys
 from typer.testing import CliRunner
 
 from llmbench.diag_cli import app
-from llmbench.rundir import RunDir
+from rundir import RunDir
 from probes.base import read_rows
 
 ENV = {**os.environ, "COLUMNS": "200"}
@@ -51,7 +51,7 @@ def test_llmdiag_probe_records_alone(tmp_path):
                                    "--interval", "0.25", "--pid", str(os.getpid()), "--out", str(out)], env=ENV)
     assert res.exit_code == 0, res.output
     info = RunDir(out).read_info()
-    assert info.status == "complete" and info.target["kind"] == "external"
+    assert info.status == "complete" and info.target.kind == "external"
     assert info.probes["server"] == "unavailable: no target URL to scrape (give --target)"
     assert len(read_rows(out / "probes" / "host.jsonl")) >= 3
     assert read_rows(out / "probes" / "host.jsonl")[0]["server_pid"] == os.getpid()

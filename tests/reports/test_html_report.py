@@ -9,7 +9,7 @@ from html.parser import HTMLParser
 
 import pytest
 
-from llmbench.rundir import RunDir
+from rundir import RunDir
 from reports.write import write_reports
 from synth_run import T0, make_run, rec
 

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from llmbench.rundir import RunDir
+from rundir import RunDir
 
 SWEEP = [sys.executable, "-m", "llmbench.cli", "sweep", "--model", "tiny-test", "--input-len", "16",
          "--output-len", "8", "--warmup", "1s", "--duration", "3s", "--request-timeout", "30s", "--probes", "none"]

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from llmbench.rundir import RequestRecord, RunDir
+from rundir import RequestRecord, RunDir
 from refengine_proc import start_refengine
 
 SWEEP = [sys.executable, "-m", "llmbench.cli", "sweep", "--model", "tiny-test", "--input-len", "16",
@@ -29,7 +29,7 @@ def test_two_level_sweep_writes_a_valid_run_directory(tmp_path):
     run = RunDir(out)
     info = run.read_info()
     assert info.status == "complete" and info.levels_done == ["c1-in16-out8", "c4-in16-out8"]
-    assert info.target["kind"] == "embedded"
+    assert info.target.kind == "embedded"
     records = list(run.iter_records())
     assert {r.level_id for r in records} == set(info.levels_done)
     ok = [r for r in records if r.status == "ok"]
@@ -47,7 +47,7 @@ def test_two_level_sweep_writes_a_valid_run_directory(tmp_path):
     diagnosis = json.loads((out / "diagnosis_p99.json").read_text())
     assert diagnosis["run_id"] == info.run_id and diagnosis["playbook"]["playbook"] == "p99"
     assert "P99 diagnosis:" in proc.stdout and 'id="diagnosis"' in (out / "report.html").read_text()
-    assert info.target["engine_facts"]["cache_config"]["block_size"]       # the target's own account
+    assert info.target.engine_facts["cache_config"]["block_size"]       # the target's own account
 
 
 def test_interrupted_sweep_resumes_at_first_unfinished_level(tmp_path):

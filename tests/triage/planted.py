@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from llmbench.rundir import RequestRecord, RunDir, RunInfo
+from rundir import RequestRecord, RunDir, RunInfo
 
 T0 = 1_800_000_000.0          # a fixed epoch, so windows are easy to read in failures
 BASE_TTFT_S, TPOT_S, OUT = 0.100, 0.020, 32
@@ -55,10 +55,10 @@ def delay(r: RequestRecord, extra_s: float) -> None:
 def write_run(path: Path, records: list[RequestRecord], probes: dict[str, list[dict]] | None = None) -> RunDir:
     run = RunDir(path)
     t_end = max(r.t_done for r in records)
-    run.create(RunInfo(run_id=path.name, command=["planted"], target={"url": "http://127.0.0.1:1", "model": "m",
-                       "kind": "external"}, sweep={}, slos={"ttft_p99_s": 1.5, "tpot_p95_s": 0.05}, host={},
-                       tool_version="test", status="complete", started=T0, finished=t_end,
-                       levels_done=["c8"]))
+    run.create(RunInfo.from_dict(dict(
+        run_id=path.name, command=["planted"], target={"url": "http://127.0.0.1:1", "model": "m",
+        "kind": "external"}, sweep={}, slos={"ttft_p99_s": 1.5, "tpot_p95_s": 0.05}, host={},
+        tool_version="test", status="complete", started=T0, finished=t_end, levels_done=["c8"])))
     run.append_records(records)
     for name, rows in (probes or {}).items():
         f = run.probe_file(name)

@@ -15,7 +15,7 @@ import pytest
 
 from analyzers.compare import compare_runs
 from analyzers.summary import analyze_run
-from llmbench.rundir import RunDir
+from rundir import RunDir
 
 ENV = dict(os.environ, COLUMNS="200")
 SWEEP = [sys.executable, "-m", "llmbench.cli", "sweep", "--workload", "mixed", "--input-len", "32", "--long-len",

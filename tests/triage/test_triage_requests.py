@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from analyzers.table import RequestTable
+from rundir.table import RequestTable
 from analyzers.tail_windows import Window, complement, find_tail_windows, merge
 from analyzers.triage_requests import check_hol_blocking, check_send_lag, holds_a_point
 

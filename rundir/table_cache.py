@@ -17,15 +17,16 @@ import zipfile
 import numpy as np
 import pandas as pd
 
-from analyzers.table import FLOAT_COLUMNS, TEXT_COLUMNS, RequestTable, derive_columns
-from llmbench.rundir import RunDir
+from rundir.records import FLOAT_COLUMNS, TEXT_COLUMNS
+from rundir.run_dir import RunDir
+from rundir.table import RequestTable, derive_columns
 
-CACHE_VERSION = 2                    # bump when the columns change
+CACHE_VERSION = 3                    # bump when the columns change
 MIN_RECORDS_TO_CACHE = 20_000        # small runs parse faster than a cache file is worth
 
 
 def cache_path(run: RunDir):
-    return run.path / ".cache" / "requests.npz"
+    return run.table_cache
 
 
 def _key(run: RunDir) -> np.ndarray:

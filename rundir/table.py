@@ -20,14 +20,9 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from llmbench.rundir import RequestRecord, RunDir
+from rundir.records import BOOL_COLUMNS, FLOAT_COLUMNS, LIST_COLUMNS, TEXT_COLUMNS, RequestRecord
+from rundir.run_dir import RunDir
 
-FLOAT_COLUMNS = ("request_rate", "t_scheduled", "t_sent", "t_first_token", "t_done", "ttft_s", "tpot_s",
-                 "e2e_s", "send_lag_s", "concurrency", "target_input_len", "target_output_len", "prompt_tokens",
-                 "completion_tokens", "client_prompt_tokens", "client_completion_tokens", "client_token_chunks",
-                 "http_status")
-TEXT_COLUMNS = ("level_id", "status", "error", "error_kind", "worker_id")
-_RECORD_FIELDS = tuple(f.name for f in dataclasses.fields(RequestRecord) if f.name != "itl_s")
 
 
 @dataclass
@@ -41,7 +36,7 @@ class RequestTable:
     def from_dicts(cls, rows: list[dict]) -> "RequestTable":
         """Columns straight from parsed JSON objects (unknown keys are ignored, missing ones null)."""
         # pandas' own list-of-dicts conversion is several times faster than one comprehension per column.
-        df = pd.DataFrame(rows, columns=[*FLOAT_COLUMNS, *TEXT_COLUMNS, "in_window", "itl_s"])
+        df = pd.DataFrame(rows, columns=[*FLOAT_COLUMNS, *TEXT_COLUMNS, *BOOL_COLUMNS, *LIST_COLUMNS])
         gaps = [g if g.__class__ is list else () for g in df.pop("itl_s").to_numpy()]
         for name in FLOAT_COLUMNS:
             df[name] = df[name].astype(float)          # null -> NaN

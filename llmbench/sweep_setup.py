@@ -1,0 +1,193 @@
+"""From `llmbench sweep`'s options to a running sweep: validate everything, create (or resume) the
+run directory, start the target, record its facts, run the levels.
+
+Every check that can fail on user input runs before the run directory is created, so a typo
+costs a one-line error and leaves nothing behind stuck at `running`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+from llmbench.cli_parse import parse_duration, parse_list
+from rundir import RunDir, RunInfo, SloSpec, TargetInfo
+
+DEFAULT_CONCURRENCY = [1, 8, 32, 64]          # the seed's sweep (DESIGN section 8)
+
+
+@dataclass
+class SweepArgs:
+    """`llmbench sweep`'s options as typed; the command's signature holds their defaults and help."""
+
+    concurrency: Optional[str]
+    request_rate: Optional[str]
+    burstiness: float
+    input_len: str
+    output_len: str
+    input_len_spread: float
+    workload: str
+    long_len: int
+    long_fraction: float
+    dataset: Optional[Path]
+    warmup: str
+    duration: str
+    request_timeout: str
+    workers: int
+    master_bind: Optional[str]
+    target: Optional[str]
+    model: Optional[str]
+    api_key: Optional[str]
+    endpoint: str
+    ignore_eos: bool
+    engine_arg: list[str]
+    server_threads: Optional[int]
+    slo_ttft: float
+    slo_tpot: float
+    slo_e2e: Optional[float]
+    out: Optional[Path]
+    label: Optional[str]
+    resume: Optional[Path]
+    tokenizer: Optional[Path]
+    seed: int
+    probes: str
+    probe_interval: float
+    server_pid: Optional[int]
+
+
+def workload_options(kind: str, dataset: Path | None, spread: float, target: str | None, model: str | None,
+                     tokenizer: Path | None, long_len: int = 4096, long_fraction: float = 0.1) -> dict:
+    """Workload options for loadgen; random token ids must stay inside the target's vocabulary."""
+    kind = kind.replace("-", "_")
+    opts = {"kind": kind, "input_len_spread": spread, "dataset_path": str(dataset) if dataset else None,
+            "long_len": long_len, "long_fraction": long_fraction}
+    tok_path = tokenizer
+    if target is None:  # the embedded engine: its own tokenizer tells the vocabulary
+        from refengine.model.tiny import resolve_model
+
+        tok_path = resolve_model(model or "tiny")
+    if tok_path is not None:
+        from tokenizers import Tokenizer
+
+        file = Path(tok_path) / "tokenizer.json" if Path(tok_path).is_dir() else Path(tok_path)
+        if not file.is_file():
+            raise ValueError(f"no tokenizer.json at {tok_path}")
+        opts["vocab_size"] = Tokenizer.from_file(str(file)).get_vocab_size()
+        opts["tokenizer"] = str(file)
+    return opts
+
+
+def _slos(a: SweepArgs) -> SloSpec:
+    try:
+        return SloSpec(ttft_p99_s=a.slo_ttft, tpot_p95_s=a.slo_tpot, e2e_p99_s=a.slo_e2e)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--slo-ttft/--slo-tpot/--slo-e2e") from None
+
+
+def _new_run(a: SweepArgs, console: Console) -> tuple[RunDir, RunInfo]:
+    from llmbench.sweep import SweepSpec, default_run_dir, new_run_info
+
+    slos = _slos(a)
+    try:
+        spec = SweepSpec(
+            concurrency=parse_list(a.concurrency, int, "--concurrency") or ([] if a.request_rate else DEFAULT_CONCURRENCY),
+            request_rate=parse_list(a.request_rate, float, "--request-rate"), burstiness=a.burstiness,
+            input_lens=parse_list(a.input_len, int, "--input-len"), output_lens=parse_list(a.output_len, int, "--output-len"),
+            warmup_s=parse_duration(a.warmup, "--warmup"), duration_s=parse_duration(a.duration, "--duration"),
+            request_timeout_s=parse_duration(a.request_timeout, "--request-timeout"), workers=a.workers,
+            workload=workload_options(a.workload, a.dataset, a.input_len_spread, a.target, a.model, a.tokenizer,
+                                      a.long_len, a.long_fraction),
+            seed=a.seed)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    kind = "external" if a.target else "embedded"
+    target = TargetInfo(url=a.target, model=a.model or ("tiny" if not a.target else None), kind=kind,
+                        endpoint=a.endpoint, ignore_eos=a.ignore_eos, engine_args=list(a.engine_arg),
+                        server_threads=a.server_threads)
+    if kind == "external" and not a.model:
+        raise typer.BadParameter("--model is required with --target (the name the server serves)")
+    run = RunDir(a.out or default_run_dir(a.label or (target.model or "run")))
+    if run.path.exists():
+        raise typer.BadParameter(f"{run.path} exists; choose another --out or --resume it")
+    info = new_run_info(run.path.name, spec, target, slos)
+    run.create(info)
+    console.print(f"run directory: [bold]{run.path}[/]")
+    return run, info
+
+
+def _resumed_run(path: Path, console: Console) -> tuple[RunDir, RunInfo]:
+    from llmbench.sweep import SweepSpec
+
+    run = RunDir(path)
+    if not run.exists():
+        raise typer.BadParameter(f"{path} is not a run directory (no run.json)", param_hint="--resume")
+    info = run.read_info()
+    info.sweep = SweepSpec.of(info.sweep)
+    console.print(f"resuming {path}: {len(info.levels_done)} of {len(info.sweep.levels())} levels done")
+    return run, info
+
+
+def prepare_run(a: SweepArgs, console: Console) -> tuple[RunDir, RunInfo, list[str]]:
+    """Validate the options, then create the run directory (or open the one to resume)."""
+    from probes.registry import parse_probe_list
+
+    try:
+        probe_names = parse_probe_list(a.probes)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--probes") from None
+    if a.probe_interval <= 0:
+        raise typer.BadParameter("must be > 0 seconds", param_hint="--probe-interval")
+    run, info = _resumed_run(a.resume, console) if a.resume is not None else _new_run(a, console)
+    return run, info, probe_names
+
+
+def execute_sweep(run: RunDir, info: RunInfo, a: SweepArgs, probe_names: list[str], console: Console) -> None:
+    """Start the target (embedded) or use it (external), record its facts, run the levels with probes."""
+    from llmbench.embedded import EmbeddedServer
+    from llmbench.sweep import run_sweep
+    from loadgen.specs import TargetSpec
+    from probes.runner import sweep_probe_set
+
+    target = info.target
+    server = None
+    try:
+        if target.kind == "embedded":
+            server = EmbeddedServer(target.model, target.engine_args, threads=target.server_threads)
+            with console.status(f"starting the bundled engine ({target.model}) on {server.url} ..."):
+                server.start()
+            url = server.url
+        else:
+            url = target.url
+        tspec = TargetSpec(url=url, model=target.model, api_key=a.api_key, endpoint=target.endpoint,
+                           send_ignore_eos=target.ignore_eos)
+        _record_engine_facts(run, url, a.api_key)
+        alive = server.alive if server else (lambda: True)
+        probe_set = sweep_probe_set(probe_names, run.path, url, server.proc.pid if server else a.server_pid,
+                                    a.probe_interval,
+                                    log=lambda m: console.print(m, style="yellow", highlight=False, markup=False))
+        run_sweep(info.sweep, run, tspec, console, target_alive=alive, slos=info.slos, master_bind=a.master_bind,
+                  probes=probe_set)
+    except KeyboardInterrupt:
+        raise typer.Exit(code=130)
+    except RuntimeError as exc:
+        console.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(code=1)
+    finally:
+        if server is not None:
+            server.stop()
+    console.print(f"run directory: [bold]{run.path}[/]")
+
+
+def _record_engine_facts(run: RunDir, url: str, api_key: str | None) -> None:
+    """The target's own account of its config (KV blocks, precision policy) into run.json."""
+    from llmbench.target_facts import engine_facts
+
+    facts = engine_facts(url, api_key)
+    if facts:
+        info = run.read_info()
+        info.target.engine_facts = facts
+        run.write_info(info)

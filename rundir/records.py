@@ -1,0 +1,93 @@
+"""RequestRecord: one request as the client saw it, one line of requests.jsonl.
+
+The columnar reader (rundir.table) derives its column lists from this dataclass's field types,
+so a field added here is a column there without a second list to keep in step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+REQUEST_STATUSES = ("ok", "error", "timeout", "cancelled")
+# Error classes of the load generator's taxonomy (RequestRecord.error_kind).
+ERROR_KINDS = ("connect", "http_status", "stream_broken", "timeout", "bad_payload")
+
+
+@dataclass
+class RequestRecord:
+    """One request as the client saw it. Times are Unix epoch seconds (time.time())."""
+
+    level_id: str
+    concurrency: int | None
+    request_rate: float | None
+    target_input_len: int
+    target_output_len: int
+    t_scheduled: float                 # when the plan wanted it sent
+    t_sent: float                      # when the request left the client
+    t_first_token: float | None        # first chunk that carries a generated token
+    t_done: float | None               # stream ended (or failed)
+    status: str                        # ok | error | timeout | cancelled
+    in_window: bool                    # sent inside the level's measured window
+    prompt_tokens: int | None = None           # server usage
+    completion_tokens: int | None = None       # server usage
+    client_prompt_tokens: int | None = None    # client tokenizer (or the token ids sent)
+    client_completion_tokens: int | None = None  # client tokenizer count of the streamed text
+    client_token_chunks: int | None = None     # token-carrying chunks received
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+    e2e_s: float | None = None
+    itl_s: list[float] = field(default_factory=list)
+    error: str | None = None
+    error_kind: str | None = None
+    http_status: int | None = None
+    worker_id: str | None = None
+    send_lag_s: float = 0.0            # t_sent - t_scheduled: how far the client fell behind its plan
+
+    def __post_init__(self) -> None:
+        if self.status not in REQUEST_STATUSES:
+            raise ValueError(f"status must be one of {REQUEST_STATUSES}, got {self.status!r}")
+        if self.error_kind is not None and self.error_kind not in ERROR_KINDS:
+            raise ValueError(f"error_kind must be one of {ERROR_KINDS}, got {self.error_kind!r}")
+
+    def derive(self) -> "RequestRecord":
+        """Fill ttft/tpot/e2e from the timestamps with DESIGN section 4's definitions."""
+        self.send_lag_s = max(0.0, self.t_sent - self.t_scheduled)
+        if self.t_first_token is not None:
+            self.ttft_s = self.t_first_token - self.t_sent
+        if self.t_done is not None:
+            self.e2e_s = self.t_done - self.t_sent
+        n = self.output_tokens()
+        if self.status == "ok" and self.ttft_s is not None and self.e2e_s is not None and n and n > 1:
+            self.tpot_s = (self.e2e_s - self.ttft_s) / (n - 1)
+        return self
+
+    def output_tokens(self) -> int | None:
+        """The best count of generated tokens: the server's usage, else the client tokenizer's count of
+        the streamed text, else the number of token-carrying chunks (exact only for servers that
+        send one token per chunk, as refengine and vLLM's default stream interval do)."""
+        for n in (self.completion_tokens, self.client_completion_tokens, self.client_token_chunks):
+            if n is not None:
+                return n
+        return None
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "RequestRecord":
+        return cls(**{k: v for k, v in d.items() if k in RECORD_FIELDS})
+
+
+RECORD_FIELDS = frozenset(f.name for f in dataclasses.fields(RequestRecord))
+
+
+def _columns_of(*type_names: str) -> tuple[str, ...]:
+    """Field names whose annotation (a string, under `from __future__ import annotations`) is one of these."""
+    return tuple(f.name for f in dataclasses.fields(RequestRecord) if str(f.type) in type_names)
+
+
+# The columnar table's columns, by kind. Numbers become float64 (NaN for null), strings stay objects.
+FLOAT_COLUMNS = _columns_of("int", "int | None", "float", "float | None")
+TEXT_COLUMNS = _columns_of("str", "str | None")
+BOOL_COLUMNS = _columns_of("bool")
+LIST_COLUMNS = _columns_of("list[float]")
+assert set(FLOAT_COLUMNS + TEXT_COLUMNS + BOOL_COLUMNS + LIST_COLUMNS) == RECORD_FIELDS, \
+    "every RequestRecord field has a column kind"

@@ -1,0 +1,152 @@
+"""RunInfo: what ran, against what, with which spec and SLOs, and how it ended (run.json).
+
+The target, sweep and SLO parts are typed. Keys this version does not know (a newer tool's, or a
+field since removed) are kept in each part's `extra` and written back, so reading and rewriting
+a run.json never loses what was there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from rundir.version import __version__
+
+SCHEMA_VERSION = 1
+RUN_STATUSES = ("running", "complete", "interrupted")
+TARGET_KINDS = ("embedded", "external")
+
+# Defaults the CLI, the sweep and the analyzers share (DESIGN section 4; the CLI shows them in --help).
+DEFAULT_TTFT_P99_S = 1.5
+DEFAULT_TPOT_P95_S = 0.050
+DEFAULT_WARMUP_S = 5.0
+DEFAULT_DURATION_S = 20.0
+DEFAULT_REQUEST_TIMEOUT_S = 180.0
+
+T = TypeVar("T")
+
+
+def _split_known(cls: type, d: dict) -> tuple[dict, dict]:
+    names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+    return {k: v for k, v in d.items() if k in names}, {k: v for k, v in d.items() if k not in names}
+
+
+def _from_dict(cls: type[T], d: dict | None) -> T:
+    known, extra = _split_known(cls, dict(d or {}))
+    return cls(**known, extra={**known.pop("extra", {}), **extra})  # type: ignore[call-arg]
+
+
+def _to_dict(obj: Any) -> dict:
+    d = dataclasses.asdict(obj)
+    extra = d.pop("extra", {})
+    return {**extra, **d}
+
+
+@dataclass(frozen=True)
+class SloSpec:
+    """The bounds a level must meet (seconds). analyzers.slo adds the verdicts."""
+
+    ttft_p99_s: float = DEFAULT_TTFT_P99_S
+    tpot_p95_s: float = DEFAULT_TPOT_P95_S
+    e2e_p99_s: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("ttft_p99_s", "tpot_p95_s", "e2e_p99_s"):
+            v = getattr(self, name)
+            if v is not None and not (isinstance(v, (int, float)) and v > 0):
+                raise ValueError(f"SLO {name} must be a positive number of seconds, got {v!r}")
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class TargetInfo:
+    """The server under test: the embedded refengine (a subprocess of the sweep) or an external URL."""
+
+    url: str | None
+    model: str | None
+    kind: str = "external"                 # embedded | external
+    endpoint: str = "completions"          # completions | chat
+    ignore_eos: bool = True                # whether the sweep asks the server to ignore EOS
+    engine_args: list[str] = field(default_factory=list)    # embedded: extra `llmbench serve` flags
+    server_threads: int | None = None
+    pid: int | None = None                 # the server's process, when known (host and stacks probes)
+    engine_facts: dict[str, Any] = field(default_factory=dict)   # the target's own account (/metrics)
+    adaptations: list[dict[str, Any]] = field(default_factory=list)  # what the preflight changed, and why
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.kind not in TARGET_KINDS:
+            raise ValueError(f"target kind must be one of {TARGET_KINDS}, got {self.kind!r}")
+
+
+@dataclass
+class SweepInfo:
+    """The sweep's plan as recorded: levels, workload, durations. loadgen turns it into levels."""
+
+    concurrency: list[int] = field(default_factory=list)
+    request_rate: list[float] = field(default_factory=list)
+    input_lens: list[int] = field(default_factory=lambda: [128])
+    output_lens: list[int] = field(default_factory=lambda: [64])
+    warmup_s: float = DEFAULT_WARMUP_S
+    duration_s: float = DEFAULT_DURATION_S
+    request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S
+    workers: int = 1
+    burstiness: float = 1.0
+    # loadgen.workloads' options (kind, spreads, dataset, vocab size, ...), minus the lengths and
+    # seed, which come from each level.
+    workload: dict[str, Any] = field(default_factory=lambda: {"kind": "random"})
+    seed: int = 0
+    probe_only: bool = False               # `llmdiag probe`: probes, no load
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RunInfo:
+    run_id: str
+    command: list[str]
+    target: TargetInfo
+    sweep: SweepInfo
+    slos: SloSpec
+    host: dict[str, Any]
+    tool_version: str = __version__
+    schema_version: int = SCHEMA_VERSION
+    status: str = "running"
+    started: float = field(default_factory=time.time)
+    finished: float | None = None
+    probes: dict[str, Any] = field(default_factory=dict)   # probe name -> "ok" or why it could not run
+    levels_done: list[str] = field(default_factory=list)
+    # level id -> {"window_start", "window_end", "window_s", "notes"}: the measured window and the
+    # client's own findings (fell behind, records missing), so a report can be rebuilt from files.
+    level_meta: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.status not in RUN_STATUSES:
+            raise ValueError(f"status must be one of {RUN_STATUSES}, got {self.status!r}")
+        if not isinstance(self.target, TargetInfo) or not isinstance(self.sweep, SweepInfo) \
+                or not isinstance(self.slos, SloSpec):
+            raise TypeError("RunInfo takes TargetInfo, SweepInfo and SloSpec (use RunInfo.from_dict for JSON)")
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["target"], d["sweep"] = _to_dict(self.target), _to_dict(self.sweep)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "RunInfo":
+        """From run.json's object; raises ValueError/TypeError with the reason when it is not one."""
+        if not isinstance(d, dict):
+            raise ValueError("run.json must hold a JSON object")
+        d = dict(d)
+        slos = {k: v for k, v in (d.get("slos") or {}).items() if v is not None}
+        d["target"] = _from_dict(TargetInfo, d.get("target"))
+        d["sweep"] = _from_dict(SweepInfo, d.get("sweep"))
+        d["slos"] = SloSpec(**_split_known(SloSpec, slos)[0])
+        known, _ = _split_known(cls, d)
+        missing = {"run_id", "command", "host"} - known.keys()
+        if missing:
+            raise ValueError(f"run.json lacks {', '.join(sorted(missing))}")
+        return cls(**known)
