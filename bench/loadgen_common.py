@@ -31,15 +31,12 @@ from bisect import bisect_left
 from collections import defaultdict
 
 import psutil
+from rundir.ports import free_port
 
 HOST = "127.0.0.1"
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
 
 
 def http_impl() -> str:
@@ -122,7 +119,7 @@ class DelayServers:
 
     def __init__(self, n: int, ttft_ms: float, itl_ms: float, startup_s: float = 20.0):
         self.n, self.ttft_ms, self.itl_ms, self.startup_s = n, ttft_ms, itl_ms, startup_s
-        self.port = free_port()
+        self.port = free_port(HOST)
         self.url = f"http://{HOST}:{self.port}"
         self.procs: list[subprocess.Popen] = []
         self.controls: list[int] = []
@@ -130,7 +127,7 @@ class DelayServers:
     def __enter__(self) -> "DelayServers":
         try:
             for _ in range(self.n):
-                control = free_port()
+                control = free_port(HOST)
                 log = tempfile.TemporaryFile()    # a pipe nobody reads would freeze the server when full
                 cmd = [sys.executable, os.path.abspath(__file__), "serve", "--port", str(self.port),
                        "--control-port", str(control), "--ttft-ms", str(self.ttft_ms), "--itl-ms", str(self.itl_ms)]

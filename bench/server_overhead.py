@@ -19,7 +19,6 @@ import argparse
 import asyncio
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -28,6 +27,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import (CpuMeter, greedy, machine, make_workload, note, print_table, proc_minflt,  # noqa: E402
+from rundir.ports import free_port
                     thread_cpu_s, verdict, write_json)
 
 FULL = dict(n=64, n1=16, prompt=128, out=64, conc=32)
@@ -35,10 +35,6 @@ QUICK = dict(n=8, n1=2, prompt=32, out=8, conc=32)
 HOST = "127.0.0.1"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
 
 
 def start_server(port: int, max_num_seqs: int, log):
@@ -153,7 +149,7 @@ def main() -> None:
     res = dict(machine=machine(), config=dict(c, reps=reps), model="tiny")
     t_start = time.perf_counter()
     from refengine import LLM
-    port = free_port()
+    port = free_port(HOST)
     with tempfile.NamedTemporaryFile("w", prefix="refengine-server-", suffix=".log", delete=False) as log:
         proc = start_server(port, c["conc"], log)
         try:

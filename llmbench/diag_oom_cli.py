@@ -168,14 +168,18 @@ def _ramp_mode(target, prompt_tokens, max_tokens, levels_text, level_seconds, se
     import asyncio
 
     from analyzers.diagnosis_error import DiagnosisError
-    from analyzers.kv_ramp import RampSpec, run_ramp
+    from llmbench.target_facts import server_gauges
+    from loadgen.kv_ramp import RampError, RampSpec, run_ramp
 
     try:
         levels = tuple(int(x) for x in levels_text.split(",") if x.strip())
     except ValueError:
         raise DiagnosisError(f"--ramp-levels must be comma-separated integers, got {levels_text!r}") from None
-    spec = RampSpec(target=target.rstrip("/"), prompt_tokens=prompt_tokens, max_tokens=max_tokens, levels=levels,
-                    level_seconds=level_seconds, model=served_model, api_key=api_key)
+    try:
+        spec = RampSpec(target=target.rstrip("/"), prompt_tokens=prompt_tokens, max_tokens=max_tokens, levels=levels,
+                        level_seconds=level_seconds, model=served_model, api_key=api_key)
+    except RampError as exc:
+        raise DiagnosisError(str(exc)) from None
     table = Table(title=f"KV ramp against {spec.target} ({spec.request_tokens} tokens per request)",
                   title_justify="left")
     for col in ("concurrency", "ok", "errors", "max running", "held at", "max KV usage", "preemptions", "saturated by"):
@@ -188,7 +192,10 @@ def _ramp_mode(target, prompt_tokens, max_tokens, levels_text, level_seconds, se
         table.add_row(str(lv.concurrency), str(lv.ok), str(lv.errors), str(lv.max_running),
                       str(lv.plateau_running or "-"), kv, f"{lv.preemptions:g}", Text("; ".join(lv.saturation())))
 
-    result = asyncio.run(run_ramp(spec, on_level))
+    try:
+        result = asyncio.run(run_ramp(spec, server_gauges, on_level))
+    except RampError as exc:
+        raise DiagnosisError(str(exc)) from None
     console.print(table)
     console.print(Text(result.stop_reason))
     est = result.estimate

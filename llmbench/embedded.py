@@ -7,19 +7,15 @@ not also run model compute (DESIGN section 9).
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.error
 import urllib.request
+from rundir.ports import free_port
 
 
-def free_loopback_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class EmbeddedServer:
@@ -28,7 +24,7 @@ class EmbeddedServer:
         self.model = model
         self.threads = threads       # torch intra-op threads of the server (None: torch's default, one per core)
         self.engine_args = list(engine_args or [])
-        self.port = free_loopback_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.startup_timeout_s = startup_timeout_s
         self.proc: subprocess.Popen | None = None

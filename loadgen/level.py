@@ -18,7 +18,6 @@ import json
 import os
 import queue
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -32,6 +31,7 @@ from loadgen.tally import LevelTally
 from loadgen.token_count import ClientTokenCounter, records_without_counting
 from loadgen.workloads import Workload, level_workload_factory
 from rundir import RequestRecord
+from rundir.ports import free_port
 
 STARTUP_TIMEOUT_S = 60.0
 KILL_GRACE_S = 15.0          # past the plan's hard deadline (the coordinator gives up 11 s after it)
@@ -83,7 +83,7 @@ def _start_processes(spec: LevelSpec, config: dict, logdir: str, master_bind: st
     if spec.workers == 1 and master_bind is None:
         cmds = [base + ["--local"]]
     else:
-        host, port = (master_bind.rsplit(":", 1) if master_bind else ("127.0.0.1", str(_free_port())))
+        host, port = (master_bind.rsplit(":", 1) if master_bind else ("127.0.0.1", str(free_port())))
         cmds = [base + ["--master", "--bind-host", host, "--port", port, "--expect-workers", str(spec.workers)]]
         if master_bind is None:
             cmds += [base + ["--worker", "--master-host", "127.0.0.1", "--port", port, "--once"]] * spec.workers
@@ -132,10 +132,6 @@ def _read_tail(f, n: int = 3000) -> str:
     return f.read().decode("utf-8", "replace")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # ----- the parent's loop --------------------------------------------------------------------

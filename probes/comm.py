@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import tempfile
 import time
 from dataclasses import asdict, dataclass
 
 from probes.comm_table import OPS, CommRow, make_row
+from rundir.ports import free_port
 
 DTYPE_BYTES = 4     # float32: gloo's fastest path, and what nccl-tests uses by default
 
@@ -95,10 +95,6 @@ def run_rank(spec: CommSpec, rank: int, n: int, local_rank: int) -> list[CommRow
             for i, (op, _size, count, _t) in enumerate(measured)]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _spawned(local_rank: int, spec: CommSpec, n: int, port: int, out_path: str) -> None:
@@ -125,7 +121,7 @@ def run_local(spec: CommSpec, nprocs: int) -> list[CommRow]:
         raise ValueError("--nprocs must be >= 2 (a collective needs two ranks)")
     with tempfile.TemporaryDirectory(prefix="llmbench-comm-") as tmp:
         out_path = os.path.join(tmp, "rows.json")
-        mp.spawn(_spawned, args=(spec, nprocs, _free_port(), out_path), nprocs=nprocs, join=True)
+        mp.spawn(_spawned, args=(spec, nprocs, free_port(), out_path), nprocs=nprocs, join=True)
         with open(out_path) as f:
             return [CommRow(**r) for r in json.load(f)]
 

@@ -37,6 +37,11 @@ HISTOGRAMS = {
     "e2e": ["vllm:e2e_request_latency_seconds", "sglang:e2e_request_latency_seconds", "tgi_request_duration"],
 }
 QUANTILES = (0.5, 0.9, 0.99)
+# Shares (0..1) are not additive over label sets (several engines or data-parallel ranks): the
+# fullest one is what matters for saturation, so these take the max instead of the sum.
+MAX_OVER_LABELS = ("kv_usage", "prefix_cache_hit_rate_gauge")
+# Info metrics (value 1, the configuration in labels) the probes and target facts read.
+INFO_METRICS = ("vllm:cache_config_info", "refengine:quantization_info")
 
 
 @dataclass
@@ -52,12 +57,17 @@ class Snapshot:
     values: dict[str, float]                   # canonical gauges/counters present on the page
     histograms: dict[str, Histogram]           # canonical histograms present on the page
     metric_count: int = 0                      # samples on the page
+    info: dict[str, dict[str, str]] = field(default_factory=dict)   # INFO_METRICS name -> labels
+    by_name: dict[str, list[tuple[dict[str, str], float]]] = field(default_factory=dict)  # raw samples of note
 
 
 def parse_metrics(text: str) -> Snapshot:
     """Raises ValueError (with the parser's reason) when the text is not Prometheus exposition format."""
     samples: dict[str, float] = {}
+    maxima: dict[str, float] = {}
     hists: dict[str, Histogram] = {}
+    info: dict[str, dict[str, str]] = {}
+    by_name: dict[str, list[tuple[dict[str, str], float]]] = {}
     n = 0
     try:
         for family in text_string_to_metric_families(text):
@@ -67,6 +77,11 @@ def parse_metrics(text: str) -> Snapshot:
                 if math.isnan(value):
                     continue
                 samples[s.name] = samples.get(s.name, 0.0) + value
+                maxima[s.name] = max(maxima.get(s.name, value), value)
+                if s.name in INFO_METRICS and value == 1:
+                    info[s.name] = dict(s.labels)
+                elif s.name.startswith("refengine:model_memory_bytes"):
+                    by_name.setdefault("refengine:model_memory_bytes", []).append((dict(s.labels), value))
                 if family.type == "histogram" or s.name.endswith(("_bucket", "_count", "_sum")):
                     _add_histogram_sample(hists, family.name, s.name, s.labels, value)
     except Exception as exc:  # the parser raises ValueError, IndexError, ... on bad input
@@ -75,7 +90,7 @@ def parse_metrics(text: str) -> Snapshot:
     for canon, names in CANONICAL.items():
         for name in names:
             if name in samples:
-                values[canon] = samples[name]
+                values[canon] = maxima[name] if canon in MAX_OVER_LABELS else samples[name]
                 break
     histograms = {}
     for canon, names in HISTOGRAMS.items():
@@ -84,7 +99,8 @@ def parse_metrics(text: str) -> Snapshot:
             if h is not None and h.buckets:
                 histograms[canon] = h
                 break
-    return Snapshot(engine=_engine(samples), values=values, histograms=histograms, metric_count=n)
+    return Snapshot(engine=_engine(samples), values=values, histograms=histograms, metric_count=n, info=info,
+                    by_name=by_name)
 
 
 def _add_histogram_sample(hists, family: str, name: str, labels: dict, value: float) -> None:

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from analyzers.diagnosis_error import DiagnosisError
-from analyzers.kv_ramp import RampSpec, parse_metrics
+from llmbench.target_facts import server_gauges
+from loadgen.kv_ramp import RampError, RampSpec
 from llmbench.diag_cli import app
 from refengine_proc import free_port, refengine_server
 
@@ -48,19 +48,19 @@ def test_parse_metrics_reads_vllm_v0_and_v1_names():
           'vllm:kv_cache_usage_perc{model_name="m"} 0.5\n# TYPE vllm:num_preemptions counter\n'
           'vllm:num_preemptions_total{model_name="m"} 7.0\n'
           'vllm:cache_config_info{block_size="16",num_gpu_blocks="2000"} 1.0\n')
-    m = parse_metrics(v1)
-    assert (m["running"], m["waiting"], m["kv_usage"], m["preemptions"]) == (3, 1, 0.5, 7)
-    assert m["cache_config"]["num_gpu_blocks"] == "2000"
+    m = server_gauges(v1)
+    assert (m.running, m.waiting, m.kv_usage, m.preemptions) == (3, 1, 0.5, 7)
+    assert m.cache_config["num_gpu_blocks"] == "2000"
     v0 = ('vllm:num_requests_running{model_name="a"} 2.0\nvllm:num_requests_running{model_name="b"} 4.0\n'
           'vllm:gpu_cache_usage_perc{model_name="a"} 0.25\n')
-    m = parse_metrics(v0)
-    assert m["running"] == 6 and m["kv_usage"] == 0.25 and m["cache_config"] == {}
+    m = server_gauges(v0)
+    assert m.running == 6 and m.kv_usage == 0.25 and m.cache_config == {}
 
 
 def test_ramp_spec_rejects_bad_input():
-    with pytest.raises(DiagnosisError, match="--target must be a URL"):
+    with pytest.raises(RampError, match="--target must be a URL"):
         RampSpec(target="127.0.0.1:8000")
-    with pytest.raises(DiagnosisError, match="increasing"):
+    with pytest.raises(RampError, match="increasing"):
         RampSpec(target="http://127.0.0.1:1", levels=(4, 2))
 
 
@@ -70,7 +70,7 @@ def test_unreachable_target_is_a_clean_error():
 
 
 def test_capacity_is_read_from_the_held_back_samples():
-    from analyzers.kv_ramp import LevelObservation, RampResult, Sample
+    from loadgen.kv_ramp import LevelObservation, RampResult, Sample
 
     def level(conc, pairs, preemptions=0.0, kv=0.95):
         lv = LevelObservation(conc, ok=10, preemptions=preemptions)

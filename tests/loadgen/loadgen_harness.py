@@ -4,7 +4,6 @@ while keeping its records and progress snapshots."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -16,14 +15,11 @@ import httpx
 
 from rundir import RequestRecord
 from loadgen import LevelProgress, LevelResult, LevelSpec, TargetSpec, run_level
+from rundir.ports import free_port
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass

@@ -15,9 +15,9 @@ block mid-decode, so admission alone decides how many run and nothing is preempt
 server admits on prompt blocks, then preempts as requests grow, and the capacity is read from the
 oscillation.
 
-Metric names: vLLM / refengine (`vllm:num_requests_running`, `vllm:num_requests_waiting`,
-`vllm:kv_cache_usage_perc` or v0's `vllm:gpu_cache_usage_perc`, `vllm:num_preemptions_total`) and
-SGLang's (`sglang:num_running_reqs`, `sglang:num_queue_reqs`, `sglang:token_usage`).
+Metric names: the ramp does not parse /metrics itself. Its caller passes `parse_gauges` (text ->
+ServerGauges), built on the probes' one table of each engine's metric names (probes.prom), so
+the ramp, the probes and the target facts read the same names the same way.
 """
 
 from __future__ import annotations
@@ -27,15 +27,24 @@ import random
 import statistics
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
-from analyzers.diagnosis_error import DiagnosisError
 
-_NAMES = {
-    "running": ("vllm:num_requests_running", "sglang:num_running_reqs"),
-    "waiting": ("vllm:num_requests_waiting", "sglang:num_queue_reqs"),
-    "kv_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage"),
-    "preemptions": ("vllm:num_preemptions_total", "vllm:num_preemptions"),
-}
+class RampError(ValueError):
+    """A ramp that cannot run as asked (bad spec, unreachable target): one line for the user."""
+
+
+@dataclass(frozen=True)
+class ServerGauges:
+    """What the ramp reads from one /metrics page, summed over label sets (KV usage: the fullest)."""
+
+    running: float = 0.0
+    waiting: float = 0.0
+    kv_usage: float | None = None
+    preemptions: float = 0.0              # cumulative counter
+    cache_config: dict[str, str] = field(default_factory=dict)   # vllm:cache_config_info's labels
+
+
 KV_FULL = 0.90             # KV usage at which the cache counts as saturated
 TOLERANCE = 0.10           # observed vs estimate, the issue's yardstick
 
@@ -55,13 +64,13 @@ class RampSpec:
 
     def __post_init__(self) -> None:
         if not self.target.startswith(("http://", "https://")):
-            raise DiagnosisError(f"--target must be a URL like http://127.0.0.1:8000, got {self.target!r}")
+            raise RampError(f"--target must be a URL like http://127.0.0.1:8000, got {self.target!r}")
         if self.prompt_tokens < 1 or self.max_tokens < 1:
-            raise DiagnosisError("prompt and max tokens must be >= 1")
+            raise RampError("prompt and max tokens must be >= 1")
         if not self.levels or list(self.levels) != sorted(set(self.levels)) or self.levels[0] < 1:
-            raise DiagnosisError("ramp levels must be increasing positive concurrencies")
+            raise RampError("ramp levels must be increasing positive concurrencies")
         if self.level_seconds <= 0:
-            raise DiagnosisError("level seconds must be > 0")
+            raise RampError("level seconds must be > 0")
 
     @property
     def request_tokens(self) -> int:
@@ -160,28 +169,13 @@ class RampResult:
         return abs(self.observed_capacity - self.estimate) <= TOLERANCE * self.estimate
 
 
-def parse_metrics(text: str) -> dict[str, float | None | dict]:
-    """Sum running/waiting/preemptions over label sets, max KV usage; cache_config_info's labels."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    out: dict = {"running": 0.0, "waiting": 0.0, "kv_usage": None, "preemptions": 0.0, "cache_config": {}}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            if s.name == "vllm:cache_config_info":
-                out["cache_config"] = dict(s.labels)
-            for key, names in _NAMES.items():
-                if s.name in names:
-                    if key == "kv_usage":
-                        out[key] = max(out[key] or 0.0, s.value)
-                    elif not (key == "preemptions" and s.name.endswith("_created")):
-                        out[key] += s.value
-    return out
-
-
-async def _scrape(client, url: str) -> dict:
+async def _scrape(client, url: str, parse_gauges: Callable[[str], ServerGauges]) -> ServerGauges:
     resp = await client.get(url + "/metrics", timeout=5.0)
     resp.raise_for_status()
-    return parse_metrics(resp.text)
+    try:
+        return parse_gauges(resp.text)
+    except ValueError as exc:
+        raise RampError(f"{url}/metrics is not Prometheus text: {exc}") from None
 
 
 async def _served_model(client, spec: RampSpec) -> str:
@@ -191,23 +185,24 @@ async def _served_model(client, spec: RampSpec) -> str:
     resp.raise_for_status()
     data = resp.json().get("data") or []
     if not data:
-        raise DiagnosisError(f"{spec.target}/v1/models lists no model; pass --served-model")
+        raise RampError(f"{spec.target}/v1/models lists no model; pass --served-model")
     return data[0]["id"]
 
 
-async def run_ramp(spec: RampSpec, on_level=None) -> RampResult:
-    """Drive the ramp; `on_level(observation)` is called after each level (progress output)."""
+async def run_ramp(spec: RampSpec, parse_gauges: Callable[[str], ServerGauges], on_level=None) -> RampResult:
+    """Drive the ramp; `parse_gauges` reads a /metrics page, `on_level(observation)` is called after
+    each level (progress output)."""
     import httpx
 
     headers = {"Authorization": f"Bearer {spec.api_key}"} if spec.api_key else {}
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
     async with httpx.AsyncClient(headers=headers, limits=limits, timeout=spec.request_timeout_s) as client:
         try:
-            first = await _scrape(client, spec.target)
+            first = await _scrape(client, spec.target, parse_gauges)
             model = await _served_model(client, spec)
         except httpx.HTTPError as exc:
-            raise DiagnosisError(f"cannot reach {spec.target} (/metrics and /v1/models): {exc}") from None
-        cache = first["cache_config"]
+            raise RampError(f"cannot reach {spec.target} (/metrics and /v1/models): {exc}") from None
+        cache = first.cache_config
         num_blocks = int(cache["num_gpu_blocks"]) if cache.get("num_gpu_blocks") not in (None, "", "None") else None
         block_size = int(cache["block_size"]) if cache.get("block_size") not in (None, "", "None") else None
         rng = random.Random(spec.seed)
@@ -233,7 +228,7 @@ async def run_ramp(spec: RampSpec, on_level=None) -> RampResult:
                     current[0].error_text = f"{type(exc).__name__}: {exc}"[:160]
 
         users: list[asyncio.Task] = []
-        last_preemptions = first["preemptions"]
+        last_preemptions = first.preemptions
         stop_reason = f"reached the last level ({spec.levels[-1]}) without saturating"
         try:
             for concurrency in spec.levels:
@@ -245,14 +240,13 @@ async def run_ramp(spec: RampSpec, on_level=None) -> RampResult:
                 while time.monotonic() < end:
                     await asyncio.sleep(spec.scrape_interval_s)
                     try:
-                        m = await _scrape(client, spec.target)
+                        m = await _scrape(client, spec.target, parse_gauges)
                     except httpx.HTTPError as exc:
                         level.errors += 1
                         level.error_text = f"/metrics: {exc}"[:160]
                         continue
-                    level.samples.append(Sample(time.time(), m["running"], m["waiting"], m["kv_usage"],
-                                                m["preemptions"]))
-                    level.preemptions = m["preemptions"] - last_preemptions
+                    level.samples.append(Sample(time.time(), m.running, m.waiting, m.kv_usage, m.preemptions))
+                    level.preemptions = m.preemptions - last_preemptions
                 if level.samples:
                     last_preemptions = level.samples[-1].preemptions
                 if on_level is not None:
