@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from analyzers.distribution import BOOTSTRAP_RESAMPLES, interval, percentile_draws
-from analyzers.latency import throughput_draws
 from analyzers.request_classes import all_class_rows
 from analyzers.summary import RunSummary
+from analyzers.throughput import throughput_draws
 from rundir.table import RequestTable
 
 MIN_EFFECT = 0.02

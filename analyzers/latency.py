@@ -13,22 +13,13 @@ from typing import Iterable
 
 import numpy as np
 
-from analyzers.distribution import MIN_SAMPLES_FOR_P99, Distribution, interval, sum_draws
+from analyzers.distribution import MIN_SAMPLES_FOR_P99, Distribution
 from analyzers.slo import Slos
-from rundir.table import RequestTable
+from analyzers.throughput import throughput_cis
+from analyzers.token_accounting import account_tokens
+from analyzers.window import Window
 from rundir import RequestRecord
-
-THROUGHPUT_SLICES = 20          # time slices of the measured window for throughput's block bootstrap
-TOKENIZER_DIFF_NOTE = 0.05      # a mean client-tokenizer difference this large gets a note
-
-
-@dataclass
-class Window:
-    """A level's measured window: requests sent inside it count; throughput divides by `seconds`."""
-
-    seconds: float
-    start: float | None = None       # epoch seconds, when known (the sweep records it in run.json)
-    end: float | None = None
+from rundir.table import RequestTable
 
 
 @dataclass
@@ -119,24 +110,11 @@ def level_stats(table: RequestTable, rows: np.ndarray, level_id: str, window: Wi
     d_ttft, d_tpot, d_e2e = (Distribution.of(v, rng) for v in (ttft, tpot, e2e))
     slo_met, broken = slos.level_verdict(int(win.sum()), d_ttft, d_tpot, d_e2e)
     out_tok, in_tok = col["out_tokens"][ok], col["in_tokens"][ok]
-    out_ci, req_ci = _throughput_cis(col["t_sent"][ok], out_tok, window, rng)
+    out_ci, req_ci = throughput_cis(col["t_sent"][ok], out_tok, window, rng)
 
-    errors_by_kind: dict[str, int] = {}
-    error_samples: dict[str, str] = {}
-    for kind, text in zip(col["error_kind"][failed], col["error"][failed]):
-        key = kind if isinstance(kind, str) and kind else "unknown"      # null arrives as None or NaN
-        errors_by_kind[key] = errors_by_kind.get(key, 0) + 1
-        if isinstance(text, str) and text and key not in error_samples:
-            error_samples[key] = text[:500]
+    errors_by_kind, error_samples = error_breakdown(col["error_kind"][failed], col["error"][failed])
     n_win = int(win.sum())
     n_error, n_timeout = int((win & (status == "error")).sum()), int((win & (status == "timeout")).sum())
-    # Usage against what was streamed: exact for servers that send one token per chunk; a count
-    # that disagrees there means the server's usage (or its stream) is wrong.
-    mismatches = int(_disagree(col["completion_tokens"][ok], col["client_token_chunks"][ok]))
-    tok_differs, tok_diff = _tokenizer_difference(col["completion_tokens"][ok], col["client_completion_tokens"][ok])
-    prompt_mismatches = int(_disagree(col["prompt_tokens"][ok], col["client_prompt_tokens"][ok]))
-    target_out = col["target_output_len"][ok]
-    unhonoured = int((out_tok != target_out).sum())
     first = rows[0] if rows.size else None
 
     def first_of(name, default=None):
@@ -148,14 +126,8 @@ def level_stats(table: RequestTable, rows: np.ndarray, level_id: str, window: Wi
     notes = []
     if d_ttft.n and not d_ttft.p99_reliable:
         notes.append(f"P99 from {d_ttft.n} samples (< {MIN_SAMPLES_FOR_P99}) is unreliable")
-    if unhonoured:
-        notes.append(f"{unhonoured} requests did not get the requested {int(first_of('target_output_len', 0))} "
-                     "output tokens (server ignored max_tokens/ignore_eos?)")
-    if mismatches:
-        notes.append(f"{mismatches} requests: server usage and the streamed token chunks disagree")
-    if tok_diff is not None and abs(tok_diff) >= TOKENIZER_DIFF_NOTE:
-        notes.append(f"client tokenizer counts {tok_diff:+.0%} output tokens vs server usage on average "
-                     f"({tok_differs} requests differ; re-tokenized text need not match the ids)")
+    acct = account_tokens(col, ok, int(first_of("target_output_len", 0)))
+    notes += acct.notes
     concurrency = first_of("concurrency")
     return LevelStats(
         level_id=level_id, concurrency=None if concurrency is None else int(concurrency),
@@ -169,40 +141,19 @@ def level_stats(table: RequestTable, rows: np.ndarray, level_id: str, window: Wi
         total_tok_s=float(out_tok.sum() + in_tok.sum()) / window.seconds,
         req_s=float(ok.sum()) / window.seconds,
         goodput_req_s=float(slos.request_meets(ttft, tpot, e2e).sum()) / window.seconds,
-        slo_met=slo_met, token_count_mismatches=mismatches, output_len_unhonoured=unhonoured, notes=notes,
+        slo_met=slo_met, token_count_mismatches=acct.mismatches, output_len_unhonoured=acct.unhonoured, notes=notes,
         error_rate=(n_error + n_timeout) / n_win if n_win else 0.0, output_tok_s_ci=out_ci, req_s_ci=req_ci,
-        slo_broken=broken, prompt_token_mismatches=prompt_mismatches, error_samples=error_samples,
-        tokenizer_count_differs=tok_differs, tokenizer_count_diff_mean=tok_diff)
+        slo_broken=broken, prompt_token_mismatches=acct.prompt_mismatches, error_samples=error_samples,
+        tokenizer_count_differs=acct.tokenizer_differs, tokenizer_count_diff_mean=acct.tokenizer_diff_mean)
 
 
-def _tokenizer_difference(server: np.ndarray, client: np.ndarray) -> tuple[int, float | None]:
-    both = ~np.isnan(server) & ~np.isnan(client) & (server > 0)
-    if not both.any():
-        return 0, None
-    return int((server[both] != client[both]).sum()), float(np.mean((client[both] - server[both]) / server[both]))
-
-
-def _disagree(server: np.ndarray, client: np.ndarray) -> int:
-    both = ~np.isnan(server) & ~np.isnan(client)
-    return int((server[both] != client[both]).sum())
-
-
-def throughput_draws(t_sent: np.ndarray, out_tokens: np.ndarray, window: Window,
-                     rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """Bootstrap draws of (output tok/s, requests/s): the window cut into time slices by send time,
-    slices resampled with replacement (see distribution.sum_draws)."""
-    if t_sent.size == 0:
-        return np.full(1, np.nan), np.full(1, np.nan)
-    start = window.start if window.start is not None else float(t_sent.min())
-    end = window.end if window.end is not None else float(t_sent.max())
-    k = int(min(THROUGHPUT_SLICES, t_sent.size))
-    edges = np.linspace(start, max(end, start + 1e-9), k + 1)
-    slice_of = np.clip(np.searchsorted(edges, t_sent, side="right") - 1, 0, k - 1)
-    tokens = np.bincount(slice_of, weights=out_tokens, minlength=k)
-    requests = np.bincount(slice_of, minlength=k).astype(float)
-    return sum_draws(tokens, rng) / window.seconds, sum_draws(requests, rng) / window.seconds
-
-
-def _throughput_cis(t_sent, out_tokens, window, rng):
-    tok, req = throughput_draws(t_sent, out_tokens, window, rng)
-    return interval(tok), interval(req)
+def error_breakdown(kinds: np.ndarray, texts: np.ndarray) -> tuple[dict[str, int], dict[str, str]]:
+    """Failed requests counted by error kind, with one error text of each kind."""
+    counts: dict[str, int] = {}
+    samples: dict[str, str] = {}
+    for kind, text in zip(kinds, texts):
+        key = kind if isinstance(kind, str) and kind else "unknown"      # null arrives as None or NaN
+        counts[key] = counts.get(key, 0) + 1
+        if isinstance(text, str) and text and key not in samples:
+            samples[key] = text[:500]
+    return counts, samples

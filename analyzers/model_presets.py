@@ -138,7 +138,8 @@ def shape_from_hf_config(cfg: dict, name: str = "config.json") -> ModelShape:
 
 
 def _refengine_builtin(name: str) -> ModelShape | None:
-    from refengine.model.tiny import PRESETS as TINY, VOCAB_SIZE
+    from refengine.model.tiny import PRESETS as TINY
+    from refengine.model.tiny import VOCAB_SIZE
 
     p = TINY.get(name)
     if p is None:

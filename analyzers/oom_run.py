@@ -16,9 +16,9 @@ import numpy as np
 
 from analyzers.diagnosis_error import DiagnosisError
 from analyzers.probe_series import ProbeSeries, read_probe
-from rundir.table import RequestTable
 from analyzers.tail_windows import Window, merge
 from rundir import RunDir
+from rundir.table import RequestTable
 
 KV_FULL = 0.95               # KV usage at or above this is "full"
 GPU_MEM_FULL = 0.95          # GPU memory used / total at or above this is "full"

@@ -12,9 +12,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from analyzers.diagnosis_error import DiagnosisError
-from analyzers.probe_series import read_probe
-from rundir.table import RequestTable
 from analyzers.distribution import MIN_SAMPLES_FOR_P99
+from analyzers.probe_series import read_probe
 from analyzers.tail_windows import TailWindows, find_tail_windows
 from analyzers.triage_evidence import split_samples
 from analyzers.triage_host import check_cpu, check_gpu_throttle
@@ -23,6 +22,7 @@ from analyzers.triage_requests import check_hol_blocking, check_send_lag
 from analyzers.triage_server import check_batch_size, check_preemptions, check_queueing
 from analyzers.triage_types import CheckResult, Finding, rank
 from rundir import RunDir
+from rundir.table import RequestTable
 
 PROBES = ("tcp", "irq", "server", "host", "gpu")
 WINDOWS_ID = "p99.windows"

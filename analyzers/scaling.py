@@ -93,11 +93,6 @@ def _note(lv: LevelStats, best: LevelStats | None, flat: bool) -> str:
     return main
 
 
-def ceiling_notes(levels: list[LevelStats]) -> dict[str, str]:
-    """A plain-language note per level (see the module doc)."""
-    return {k: p.note for k, p in analyze_scaling(levels)[0].items()}
-
-
 def best_level_within_slo(levels: list[LevelStats]) -> LevelStats | None:
     """The highest load that met every SLO (ties: the higher throughput): 'how far does it scale'."""
     ok = [lv for lv in levels if lv.slo_met]

@@ -17,9 +17,9 @@ from analyzers.latency import LevelStats, Window, level_stats
 from analyzers.request_classes import all_class_rows
 from analyzers.scaling import ScalingPoint, Series, analyze_scaling, best_level_within_slo
 from analyzers.slo import Slos
+from rundir import RunDir, RunInfo
 from rundir.table import RequestTable
 from rundir.table_cache import load_cached
-from rundir import RunDir, RunInfo
 
 
 @dataclass

@@ -69,13 +69,6 @@ class TailWindows:
     def calm_s(self) -> float:
         return sum(w.seconds for w in self.calm)
 
-    def in_spikes(self, t: np.ndarray, dt: np.ndarray | float = 0.0) -> np.ndarray:
-        """Which samples (covering [t - dt, t]) overlap a spike window."""
-        return overlaps(np.asarray(t, float) - dt, np.asarray(t, float), self.spikes)
-
-    def in_span(self, t: np.ndarray, dt: np.ndarray | float = 0.0) -> np.ndarray:
-        return overlaps(np.asarray(t, float) - dt, np.asarray(t, float), [self.span])
-
     def windows_hit(self, starts: np.ndarray, ends: np.ndarray) -> list[Window]:
         """The spike windows that at least one of the intervals [starts, ends] overlaps."""
         return [w for w in self.spikes if np.any((starts <= w.end) & (ends >= w.start))]

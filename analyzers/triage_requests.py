@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from rundir.table import RequestTable
 from analyzers.tail_windows import TailWindows, Window, merge, spike_mask
 from analyzers.triage_types import CheckResult, Finding, failed, passed, unchecked
+from rundir.table import RequestTable
 
 LONG_PROMPT_FACTOR = 4.0      # a long prompt is at least this many times the run's median prompt
 MIN_SPIKES = 3                # fewer short spikes than this prove nothing either way

@@ -24,9 +24,24 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import (CpuMeter, StepRecorder, decode_attention_variants, greedy, machine, make_workload, matmul_peak,  # noqa: E402
-                    metered, model_flops, note, print_table, profile_breakdown, quietest, summarize_steps, verdict,
-                    write_json)
+from common import (  # noqa: E402
+    CpuMeter,
+    StepRecorder,
+    decode_attention_variants,
+    greedy,
+    machine,
+    make_workload,
+    matmul_peak,
+    metered,
+    model_flops,
+    note,
+    print_table,
+    profile_breakdown,
+    quietest,
+    summarize_steps,
+    verdict,
+    write_json,
+)
 
 PAD = 3
 FULL = dict(n=64, prompts=(32, 512), outputs=(16, 256), hf_bs=(16, 32), cap_seqs=16, cap_len=1024, cap_blocks=1200,

@@ -40,6 +40,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from loadgen_common import CpuSampler, DelayServers, http_impl, match_server_timings  # noqa: E402
+
 from loadgen import LevelSpec, TargetSpec, level_workload_factory, run_level  # noqa: E402
 
 ERR_P99_LIMIT_MS = 2.0

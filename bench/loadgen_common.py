@@ -31,6 +31,7 @@ from bisect import bisect_left
 from collections import defaultdict
 
 import psutil
+
 from rundir.ports import free_port
 
 HOST = "127.0.0.1"
@@ -53,8 +54,9 @@ def _serve(argv: list[str]) -> None:
     from starlette.responses import JSONResponse, StreamingResponse
     from starlette.routing import Route
     sys.path.insert(0, os.path.join(ROOT, "tests", "loadgen"))
-    from delay_server import DelayServer, _QuietDrops
     import logging
+
+    from delay_server import DelayServer, _QuietDrops
 
     class TimedDelayServer(DelayServer):
         def __init__(self, *a, **kw):
@@ -146,7 +148,7 @@ class DelayServers:
                         break
                     except OSError:
                         if time.monotonic() > deadline:
-                            raise TimeoutError("delay server did not start")
+                            raise TimeoutError("delay server did not start") from None
                         time.sleep(0.05)
         except BaseException:
             self.__exit__()

@@ -19,4 +19,4 @@ def user_errors():
         yield
     except RefEngineError as exc:
         err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
-        raise typer.Exit(code=2)
+        raise typer.Exit(code=2) from None

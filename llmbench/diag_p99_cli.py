@@ -38,10 +38,9 @@ def p99(
 ) -> None:
     """Why P99 is bad: finds the spike windows of the tail, checks the network, then scheduling, then the
     host for evidence that coincides with them, ranks the causes and marks the p99 playbook."""
-    from analyzers.p99_triage import diagnose_p99, diagnosis_record, save_diagnosis
-    from rundir import RunDir
-    from analyzers.p99_triage import mark_playbook
+    from analyzers.p99_triage import diagnose_p99, diagnosis_record, mark_playbook, save_diagnosis
     from playbooks.playbook import render
+    from rundir import RunDir
 
     with user_errors():
         if live:
@@ -85,8 +84,8 @@ def _observe(out: Path | None, target, model, duration, concurrency, input_len, 
 
 def _refresh_report(run: Path, quiet: bool = False) -> None:
     """Re-render the run's report so that it shows this diagnosis (best effort: the diagnosis stands alone)."""
-    from rundir import RunDir
     from reports.write import write_reports
+    from rundir import RunDir
 
     try:
         _, paths = write_reports(RunDir(run))

@@ -28,7 +28,7 @@ def clean_errors():
             yield
         except (ProbeInputError, ValueError, FileNotFoundError, IsADirectoryError, PermissionError) as exc:
             err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
-            raise typer.Exit(code=2)
+            raise typer.Exit(code=2) from None
 
 
 def probe(
@@ -47,13 +47,14 @@ def probe(
     stacks_record: bool = typer.Option(False, help="Also run `py-spy record` into probes/stacks.speedscope.json."),
 ) -> None:
     """Record probes alone (for a server someone else is loading) into a run directory."""
+    import sys
+
     from llmbench.cli_parse import parse_duration
     from llmbench.sweep import host_facts
-    from rundir import RunDir, RunInfo, SloSpec, SweepInfo, TargetInfo
     from probes.base import ProbeContext
     from probes.registry import parse_probe_list
     from probes.runner import ProbeSet
-    import sys
+    from rundir import RunDir, RunInfo, SloSpec, SweepInfo, TargetInfo
 
     with clean_errors():
         names = parse_probe_list(probes)

@@ -13,9 +13,8 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+
 from rundir.ports import free_port
-
-
 
 
 class EmbeddedServer:

@@ -24,11 +24,11 @@ def run_errors():
         yield
     except FileNotFoundError as exc:
         err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
-        raise typer.Exit(code=2)
+        raise typer.Exit(code=2) from None
     except (json.JSONDecodeError, TypeError, KeyError) as exc:
         err_console.print(f"[bold red]error:[/] malformed run directory ({type(exc).__name__}: {escape(str(exc))})",
                           highlight=False)
-        raise typer.Exit(code=2)
+        raise typer.Exit(code=2) from None
 
 
 def _slos(run_slos: dict, ttft: float | None, tpot: float | None, e2e: float | None) -> dict:

@@ -22,11 +22,11 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from analyzers.latency import LevelStats, Window, summarize_level
 from analyzers.summary import RunSummary, summary_of_levels
-from rundir import RequestRecord, RunDir, RunInfo, SloSpec, SweepInfo, TargetInfo
 from loadgen.level import run_level
 from loadgen.specs import LevelProgress, LevelResult, LevelSpec, TargetSpec
 from loadgen.workloads import level_workload_factory
 from reports.terminal import run_summary_table
+from rundir import RequestRecord, RunDir, RunInfo, SloSpec, SweepInfo, TargetInfo
 
 
 @dataclass

@@ -9,8 +9,13 @@ import typer
 from rich.console import Console
 
 from llmbench.cli_parse import seconds_text
-from rundir.run_info import (DEFAULT_DURATION_S, DEFAULT_REQUEST_TIMEOUT_S, DEFAULT_TPOT_P95_S, DEFAULT_TTFT_P99_S,
-                             DEFAULT_WARMUP_S)
+from rundir.run_info import (
+    DEFAULT_DURATION_S,
+    DEFAULT_REQUEST_TIMEOUT_S,
+    DEFAULT_TPOT_P95_S,
+    DEFAULT_TTFT_P99_S,
+    DEFAULT_WARMUP_S,
+)
 
 console = Console()
 

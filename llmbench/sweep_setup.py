@@ -172,10 +172,10 @@ def execute_sweep(run: RunDir, info: RunInfo, a: SweepArgs, probe_names: list[st
         run_sweep(info.sweep, run, tspec, console, target_alive=alive, slos=info.slos, master_bind=a.master_bind,
                   probes=probe_set)
     except KeyboardInterrupt:
-        raise typer.Exit(code=130)
+        raise typer.Exit(code=130) from None
     except RuntimeError as exc:
         console.print(f"[red]error:[/] {exc}")
-        raise typer.Exit(code=1)
+        raise typer.Exit(code=1) from None
     finally:
         if server is not None:
             server.stop()

@@ -25,8 +25,7 @@ import gevent
 import gevent.os
 from gevent.event import Event
 
-from loadgen.session import (MSG_DONE, MSG_DRAINED, MSG_PLAN, MSG_READY, MSG_RECORDS, MSG_SERVER_DEAD, MSG_STOP,
-                             Plan)
+from loadgen.session import MSG_DONE, MSG_DRAINED, MSG_PLAN, MSG_READY, MSG_RECORDS, MSG_SERVER_DEAD, MSG_STOP, Plan
 from loadgen.specs import LevelSpec
 
 PROGRESS_INTERVAL_S = 0.5

@@ -27,8 +27,8 @@ import sys
 import time
 import traceback
 
-import locust  # noqa: F401  (monkey-patches this process with gevent, first thing)
 import gevent
+import locust  # noqa: F401  (monkey-patches this process with gevent, first thing)
 from locust.env import Environment
 
 from loadgen.coordinator import Coordinator, JsonLinesOut, fd_for_output, user_count_for

@@ -15,8 +15,8 @@ import time
 from urllib.parse import urlparse
 
 from probes.base import Probe, ProbeUnavailable
-from rundir import files
 from probes.tcp import target_port
+from rundir import files
 
 
 def default_iface(url: str | None) -> str | None:
@@ -45,7 +45,7 @@ class CaptureProbe(Probe):
             raise ProbeUnavailable("packet capture needs root (or CAP_NET_RAW)")
         try:
             from scapy.config import conf
-            from scapy.layers.inet import TCP   # also registers Ethernet/loopback link types for decoding
+            from scapy.layers.inet import TCP  # also registers Ethernet/loopback link types for decoding
             from scapy.sendrecv import AsyncSniffer
             from scapy.utils import PcapWriter
         except ImportError as exc:

@@ -9,15 +9,14 @@ read must not end a series that the P99 diagnosis needs.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from rundir import RunDir, files
 from probes.base import JsonlAppender, Probe, ProbeContext, ProbeUnavailable
 from probes.registry import make_probe
+from rundir import RunDir, files
 
 Log = Callable[[str], None]
 

@@ -6,17 +6,17 @@ import time
 
 import numpy as np
 
-from analyzers.compare import Comparison, MIN_EFFECT
+from analyzers.compare import MIN_EFFECT, Comparison
 from analyzers.probe_series import ProbeSeries
 from analyzers.scaling import series_of
 from analyzers.summary import RunSummary
-from rundir.table import RequestTable
-from rundir import __version__
 from reports import plots, tables
 from reports.definitions import DEFINITIONS, OTHER_TOOLS, OTHER_TOOLS_HEADER
 from reports.html_templates import CSS, environment
 from reports.probe_sections import TimeAxis, render_probe
 from reports.terminal import fmt_ci, fmt_delta, fmt_value
+from rundir import __version__
+from rundir.table import RequestTable
 
 
 def time_axis(summary: RunSummary, table: RequestTable, probes: list[ProbeSeries]) -> TimeAxis:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import html
 import re
 
-from analyzers.compare import Comparison, MIN_EFFECT
+from analyzers.compare import MIN_EFFECT, Comparison
 from analyzers.summary import RunSummary
 from reports import tables
 from reports.definitions import DEFINITIONS, OTHER_TOOLS, OTHER_TOOLS_HEADER

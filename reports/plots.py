@@ -21,8 +21,8 @@ import numpy as np  # noqa: E402
 
 from analyzers.latency import LevelStats  # noqa: E402
 from analyzers.summary import RunSummary  # noqa: E402
-from rundir.table import RequestTable  # noqa: E402
 from reports.terminal import load_label  # noqa: E402
+from rundir.table import RequestTable  # noqa: E402
 
 MAX_POINTS = 4000
 AXES_LEFT, AXES_RIGHT = 0.08, 0.98      # time-axis figures share these margins (see timeline_figure)
@@ -133,7 +133,7 @@ def timeline_figure(table: RequestTable, summary: RunSummary, t0: float, xlim: t
                 a.scatter(sent[bad], np.nan_to_num(y[bad], nan=0.0), s=14, marker="x", color="red", label="failed")
                 a.legend(fontsize=7)
             a.set_title(title, fontsize=9)
-            for level_id, w in summary.windows.items():
+            for w in summary.windows.values():
                 if w.start is not None and w.end is not None:
                     a.axvspan(w.start - t0, w.end - t0, color="tab:green", alpha=0.07)
         ax[1, 0].set(xlabel="seconds since the run started", xlim=xlim)

@@ -11,8 +11,8 @@ import pandas as pd
 from analyzers.distribution import PERCENTILES, pname
 from analyzers.latency import LevelStats
 from analyzers.summary import RunSummary
-from rundir import RunInfo
 from reports.terminal import load_label
+from rundir import RunInfo
 
 SUMMARY_HEADER = ["level", "load", "in", "out", "output tok/s (95% CI)", "TTFT P50/P99 ms", "TPOT P50/P95 ms",
                   "E2E P99 s", "req/s", "goodput req/s", "n (ok)", "errors", "SLO", "note"]

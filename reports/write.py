@@ -13,12 +13,11 @@ from analyzers.summary import RunSummary, analyze_run
 from rundir import RunDir, files
 from rundir.atomic import atomic_write
 
-
 _write = atomic_write              # a reader never sees half a report
 
 
 def write_reports(run: RunDir, slos: "Slos | dict | None" = None) -> tuple[RunSummary, dict[str, Path]]:
-    from reports.html import render_report          # matplotlib is imported only when a report is drawn
+    from reports.html import render_report  # matplotlib is imported only when a report is drawn
     from reports.markdown import render_report_md
     from reports.tables import csv_frame
 

@@ -91,7 +91,8 @@ class RunDir:
         a level that did not finish is run again; its first attempt is kept there). Returns how many."""
         if not self.requests_jsonl.exists():
             return 0
-        keep, aside = [], []
+        keep: list[str] = []
+        aside: list[str] = []
         with open(self.requests_jsonl, encoding="utf-8") as f:
             for line in f:
                 try:

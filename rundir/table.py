@@ -24,7 +24,6 @@ from rundir.records import BOOL_COLUMNS, FLOAT_COLUMNS, LIST_COLUMNS, TEXT_COLUM
 from rundir.run_dir import RunDir
 
 
-
 @dataclass
 class RequestTable:
     df: pd.DataFrame        # one row per request; numeric columns are float64 with NaN for null
@@ -60,7 +59,7 @@ class RequestTable:
             # The JSON parse is most of the cost of a big run. The C scanner called directly skips
             # json.loads' per-call wrapper (encoding detection, whitespace regexes), and the cyclic
             # GC, which would rescan every dict parsed so far again and again, is paused meanwhile.
-            scan = json.scanner.make_scanner(json.JSONDecoder())
+            scan = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]
             gc_was_on = gc.isenabled()
             gc.disable()
             try:

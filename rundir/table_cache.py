@@ -74,7 +74,7 @@ def _write(path, table: RequestTable, key: np.ndarray) -> None:
 def _from_npz(z) -> RequestTable:
     cols: dict[str, object] = {name: z[f"f_{name}"] for name in FLOAT_COLUMNS}
     for name in TEXT_COLUMNS:
-        uniques = np.append(z[f"u_{name}"].astype(object), None)      # code -1 -> None
+        uniques = np.append(z[f"u_{name}"].astype(object), np.array([None], dtype=object))   # code -1 -> None
         cols[name] = uniques[z[f"c_{name}"]]
     cols["in_window"] = z["in_window"]
     df = pd.DataFrame(cols)

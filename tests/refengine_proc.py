@@ -10,9 +10,8 @@ import sys
 import time
 
 import httpx
+
 from rundir.ports import free_port
-
-
 
 
 def wait_healthy(url: str, proc: subprocess.Popen | None = None, timeout: float = 120.0) -> None:

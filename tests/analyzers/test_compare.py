@@ -3,10 +3,10 @@ exclude zero; runs with different levels compare on the ones they share."""
 
 import numpy as np
 import pytest
+from synth_run import make_run, rec
 
 from analyzers.compare import LATENCY_METRICS, compare_runs
 from analyzers.summary import analyze_run
-from synth_run import make_run, rec
 
 
 def _records(scale: float = 1.0, levels=(("c1", 1), ("c4", 4)), seed: int = 7):

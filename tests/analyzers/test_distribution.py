@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from analyzers.distribution import EXACT_BOOTSTRAP_MAX_N, Distribution, percentile_draws
-from analyzers.latency import Window, throughput_draws
+from analyzers.throughput import throughput_draws
+from analyzers.window import Window
 
 TRUE_P95 = -np.log(0.05)          # exponential(1): P95 = ln 20
 

@@ -6,7 +6,7 @@ import pytest
 
 from analyzers.distribution import Distribution
 from analyzers.latency import summarize_level
-from analyzers.scaling import best_level_within_slo, ceiling_notes
+from analyzers.scaling import analyze_scaling, best_level_within_slo
 from rundir import RequestRecord
 
 
@@ -89,11 +89,11 @@ def test_output_tokens_fall_back_to_the_client_counts():
 
 def test_ceiling_notes_and_best_level():
     levels = []
-    for i, (c, tput, ttft) in enumerate([(1, 100, 0.1), (8, 600, 0.3), (32, 630, 0.9), (64, 640, 2.5)]):
+    for c, tput, ttft in [(1, 100, 0.1), (8, 600, 0.3), (32, 630, 0.9), (64, 640, 2.5)]:
         n_out = 11
         rs = [rec(ttft, ttft + 0.3, n_out, level=f"c{c}", conc=c) for _ in range(tput)]  # TPOT 30 ms
         levels.append(summarize_level(rs, f"c{c}", window_s=n_out))
-    notes = ceiling_notes(levels)
+    notes = {k: p.note for k, p in analyze_scaling(levels)[0].items()}
     # c8 -> c32: 4x the load for 5% more throughput (efficiency 0.017 < 0.25): near the ceiling;
     # c32 is also the highest load within the SLO; c64 breaks TTFT P99.
     assert notes == {"c1": "normal", "c8": "normal", "c32": "at target · near ceiling",

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 
+from synth_run import make_run, rec
+
 from analyzers.compare import compare_runs
 from analyzers.summary import analyze_run
 from reports.write import write_reports
-
-from synth_run import make_run, rec
 
 
 def _mixed(path, short_ttft: float):

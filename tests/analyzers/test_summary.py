@@ -3,9 +3,9 @@ a level with zero successes (all errors), one-token outputs (no TPOT), a single 
 interrupted run, windows from run.json or the spec."""
 
 import pytest
+from synth_run import make_run, rec
 
 from analyzers.summary import analyze_run
-from synth_run import make_run, rec
 
 
 def A(x):

@@ -2,11 +2,11 @@
 
 import numpy as np
 import pandas as pd
+from synth_run import make_run, rec
 
 from rundir import table_cache
 from rundir.table import RequestTable
 from rundir.table_cache import cache_path, load_cached
-from synth_run import make_run, rec
 
 
 def test_cache_round_trip_and_invalidation(tmp_path, monkeypatch):

@@ -3,14 +3,13 @@ small: the capacity it observes must be within 10% of the block-math estimate.""
 
 from __future__ import annotations
 
-
 import pytest
+from refengine_proc import free_port, refengine_server
 from typer.testing import CliRunner
 
+from llmbench.diag_cli import app
 from llmbench.target_facts import server_gauges
 from loadgen.kv_ramp import RampError, RampSpec
-from llmbench.diag_cli import app
-from refengine_proc import free_port, refengine_server
 
 # tiny-test KV on CPU (float32): 2 x 2 layers x 2 KV heads x 16 dims x 4 B = 512 B per token; blocks
 # of 128 tokens = 64 KiB. 24 blocks; each request is 80 + 40 = 120 tokens = one block, so the

@@ -8,8 +8,16 @@ import pytest
 import torch
 
 from analyzers.diagnosis_error import DiagnosisError
-from analyzers.memory_model import (GiB, MiB, MemoryEstimate, ServingPlan, dtype_bytes, estimate_memory,
-                                    kv_bytes_per_token_per_gpu, weights_per_gpu)
+from analyzers.memory_model import (
+    GiB,
+    MemoryEstimate,
+    MiB,
+    ServingPlan,
+    dtype_bytes,
+    estimate_memory,
+    kv_bytes_per_token_per_gpu,
+    weights_per_gpu,
+)
 from analyzers.model_presets import PRESETS, ModelShape, resolve_model
 from analyzers.oom_fixes import suggest_fixes, verdict
 

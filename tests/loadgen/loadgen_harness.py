@@ -13,8 +13,8 @@ from typing import Any
 
 import httpx
 
-from rundir import RequestRecord
 from loadgen import LevelProgress, LevelResult, LevelSpec, TargetSpec, run_level
+from rundir import RequestRecord
 from rundir.ports import free_port
 
 HERE = os.path.dirname(os.path.abspath(__file__))

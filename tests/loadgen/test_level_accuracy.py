@@ -8,10 +8,9 @@ import time
 
 import numpy as np
 import pytest
+from loadgen_harness import run
 
 from loadgen import LevelSpec, TargetSpec, WorkloadOptions, level_workload_factory, make_workload, run_level
-
-from loadgen_harness import run
 
 TTFT_S, ITL_S, OUT = 0.050, 0.010, 16
 

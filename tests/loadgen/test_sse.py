@@ -22,7 +22,7 @@ def feed(lines: list[bytes], times: list[float] | None = None, then: BaseExcepti
             line = next(it)
         except StopIteration:
             if then is not None:
-                raise then
+                raise then from None
             return b""
         state["i"] += 1
         return line

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from rundir import RequestRecord
 from loadgen import LevelSpec
 from loadgen.tally import LevelTally, fell_behind_reasons
+from rundir import RequestRecord
 
 
 def rec(status="ok", kind=None, in_window=True, lag=0.0, worker="w0"):

@@ -3,7 +3,6 @@ ValueError/ProbeInputError), and text that resembles the real format."""
 
 import struct
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

@@ -4,8 +4,8 @@
 import os
 
 import pytest
-
 from fake_nvml import FakeNvml
+
 from probes.base import ProbeContext, ProbeUnavailable
 from probes.gpu import GpuProbe, decode_throttle
 

@@ -9,8 +9,8 @@ import sys
 from typer.testing import CliRunner
 
 from llmbench.diag_cli import app
-from rundir import RunDir
 from probes.base import read_rows
+from rundir import RunDir
 
 ENV = {**os.environ, "COLUMNS": "200"}
 

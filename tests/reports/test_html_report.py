@@ -8,10 +8,10 @@ import subprocess
 from html.parser import HTMLParser
 
 import pytest
-
-from rundir import RunDir
-from reports.write import write_reports
 from synth_run import T0, make_run, rec
+
+from reports.write import write_reports
+from rundir import RunDir
 
 EVIL = "<script>alert(1)</script>"
 

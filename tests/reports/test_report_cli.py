@@ -2,10 +2,10 @@
 the slow real-run test runs them as subprocesses): files written, tables printed, mistakes answered
 in one line."""
 
+from synth_run import make_run, rec
 from typer.testing import CliRunner
 
 from llmbench.cli import app
-from synth_run import make_run, rec
 
 
 def said(res) -> str:

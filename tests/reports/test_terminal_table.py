@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 from rich.console import Console
+from synth_run import make_run, rec
 
 from analyzers.summary import analyze_run
 from reports.terminal import run_summary_table
-
-from synth_run import make_run, rec
 
 
 def _render(summary, width: int) -> str:

@@ -8,8 +8,9 @@ import subprocess
 import sys
 import time
 
-from rundir import RequestRecord, RunDir
 from refengine_proc import start_refengine
+
+from rundir import RequestRecord, RunDir
 
 SWEEP = [sys.executable, "-m", "llmbench.cli", "sweep", "--model", "tiny-test", "--input-len", "16",
          "--output-len", "8", "--warmup", "1s", "--duration", "3s", "--request-timeout", "30s"]

@@ -71,7 +71,7 @@ def clean_probes(t_start: float, t_end: float, ncpu: int = 8) -> dict[str, list[
     """One row a second of healthy probes: no retransmits, NIC IRQs spread, CPU half idle, no queue."""
     rng = np.random.default_rng(7)
     out: dict[str, list[dict]] = {"tcp": [], "irq": [], "host": [], "server": []}
-    for k, t in enumerate(np.arange(t_start, t_end + 1.0, 1.0)):
+    for t in np.arange(t_start, t_end + 1.0, 1.0):
         t = float(t)
         out["tcp"].append({"t": t, "dt_s": 1.0, "Tcp.OutSegs": 1000, "Tcp.RetransSegs": 0, "TcpExt.TCPTimeouts": 0})
         out["irq"].append({"t": t, "dt_s": 1.0, "ncpu": ncpu, "nic_irq_total": 2000, "nic_busiest_share": 0.16,

@@ -6,9 +6,9 @@ import os
 import subprocess
 import sys
 
-from analyzers.oom_run import memory_pressure
-
 from planted import base_records, clean_probes, write_run
+
+from analyzers.oom_run import memory_pressure
 
 
 def _two_levels():

@@ -8,8 +8,9 @@ import os
 import subprocess
 import sys
 
-from refengine.model.tiny import resolve_model
 from refengine_proc import refengine_server
+
+from refengine.model.tiny import resolve_model
 
 
 def test_live_observation_writes_a_run_and_a_diagnosis(tmp_path):

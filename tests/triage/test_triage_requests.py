@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
+from planted import base_records, delay, plant_head_of_line, write_run
 
-from rundir.table import RequestTable
 from analyzers.tail_windows import Window, complement, find_tail_windows, merge
 from analyzers.triage_requests import check_hol_blocking, check_send_lag, holds_a_point
-
-from planted import base_records, delay, plant_head_of_line, write_run
+from rundir.table import RequestTable
 
 
 def test_merge_and_complement():

@@ -1,0 +1,52 @@
+"""Token counts checked against each other: the server's usage, the streamed chunks, the client
+tokenizer, the requested output length (DESIGN section 4: a disagreement is reported, not hidden)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+TOKENIZER_DIFF_NOTE = 0.05      # a mean client-tokenizer difference this large gets a note
+
+
+@dataclass
+class TokenAccounting:
+    mismatches: int                        # usage vs streamed chunks
+    tokenizer_differs: int                 # usage vs the client tokenizer
+    tokenizer_diff_mean: float | None      # mean (client - server) / server
+    prompt_mismatches: int                 # prompt usage vs the client's count
+    unhonoured: int                        # output length other than requested
+    notes: list[str] = field(default_factory=list)
+
+
+def account_tokens(col: dict[str, np.ndarray], ok: np.ndarray, requested_output_len: int) -> TokenAccounting:
+    """`col`: one level's columns; `ok`: its successful in-window rows."""
+    # Usage against what was streamed: exact for servers that send one token per chunk; a count
+    # that disagrees there means the server's usage (or its stream) is wrong.
+    mismatches = _disagree(col["completion_tokens"][ok], col["client_token_chunks"][ok])
+    tok_differs, tok_diff = _tokenizer_difference(col["completion_tokens"][ok], col["client_completion_tokens"][ok])
+    prompt_mismatches = _disagree(col["prompt_tokens"][ok], col["client_prompt_tokens"][ok])
+    unhonoured = int((col["out_tokens"][ok] != col["target_output_len"][ok]).sum())
+    notes = []
+    if unhonoured:
+        notes.append(f"{unhonoured} requests did not get the requested {requested_output_len} "
+                     "output tokens (server ignored max_tokens/ignore_eos?)")
+    if mismatches:
+        notes.append(f"{mismatches} requests: server usage and the streamed token chunks disagree")
+    if tok_diff is not None and abs(tok_diff) >= TOKENIZER_DIFF_NOTE:
+        notes.append(f"client tokenizer counts {tok_diff:+.0%} output tokens vs server usage on average "
+                     f"({tok_differs} requests differ; re-tokenized text need not match the ids)")
+    return TokenAccounting(mismatches, tok_differs, tok_diff, prompt_mismatches, unhonoured, notes)
+
+
+def _tokenizer_difference(server: np.ndarray, client: np.ndarray) -> tuple[int, float | None]:
+    both = ~np.isnan(server) & ~np.isnan(client) & (server > 0)
+    if not both.any():
+        return 0, None
+    return int((server[both] != client[both]).sum()), float(np.mean((client[both] - server[both]) / server[both]))
+
+
+def _disagree(server: np.ndarray, client: np.ndarray) -> int:
+    both = ~np.isnan(server) & ~np.isnan(client)
+    return int((server[both] != client[both]).sum())
