@@ -6,18 +6,21 @@ Presets carry the published config.json numbers, so a parameter count computed f
 on the published total (Llama-3-8B 8.0B, Llama-3-70B 70.6B, Qwen2-7B 7.6B, Qwen2-72B 72.7B,
 Mixtral-8x7B 46.7B); a test checks that.
 
-The config.json reader is deliberately more lenient than the engine's loader
-(`refengine.model.hf_config`): it only needs shapes, so it accepts MoE architectures (Mixtral's
-`num_local_experts`, Qwen-MoE's `num_experts`) the engine cannot run.
+config.json is read by the engine's own reader (`refengine.model.hf_config`), so a field the file
+leaves out gets the same default here as in the engine (transformers' LlamaConfig defaults:
+max_position_embeddings 2048, ...). It reads in its shapes-only mode: architectures the engine
+cannot run (Qwen-MoE's `num_experts`, a multimodal wrapper's `text_config`) still have shapes.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from analyzers.diagnosis_error import DiagnosisError
+from refengine.errors import RefEngineError
+from refengine.model.hf_config import (DEFAULT_MAX_POSITION_EMBEDDINGS, ModelConfig, parse_model_config,
+                                       read_config_json)
 
 
 @dataclass(frozen=True)
@@ -34,7 +37,7 @@ class ModelShape:
     qkv_bias: bool = False
     num_experts: int = 1            # 1 = dense MLP
     experts_per_token: int = 1
-    max_position_embeddings: int = 4096
+    max_position_embeddings: int = DEFAULT_MAX_POSITION_EMBEDDINGS
 
     def __post_init__(self) -> None:
         for field_name in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim",
@@ -116,38 +119,34 @@ def _normalise(name: str) -> str:
     return _ALIASES.get(key, key)
 
 
+def shape_from_model_config(mc: ModelConfig, name: str) -> ModelShape:
+    """The shapes of a refengine ModelConfig (dense: num_experts 0 there, 1 here)."""
+    moe = mc.num_experts > 1
+    return ModelShape(
+        name=name, hidden_size=mc.hidden_size, num_layers=mc.num_hidden_layers, num_heads=mc.num_attention_heads,
+        num_kv_heads=mc.num_key_value_heads, head_dim=mc.head_dim, intermediate_size=mc.intermediate_size,
+        vocab_size=mc.vocab_size, tie_word_embeddings=mc.tie_word_embeddings, qkv_bias=mc.attention_bias,
+        num_experts=mc.num_experts if moe else 1, experts_per_token=(mc.num_experts_per_tok or 1) if moe else 1,
+        max_position_embeddings=mc.max_position_embeddings)
+
+
 def shape_from_hf_config(cfg: dict, name: str = "config.json") -> ModelShape:
     """Shapes from an already-parsed config.json (dense Llama-family or MoE)."""
     try:
-        hidden, heads = int(cfg["hidden_size"]), int(cfg["num_attention_heads"])
-        layers, inter, vocab = int(cfg["num_hidden_layers"]), int(cfg["intermediate_size"]), int(cfg["vocab_size"])
-    except KeyError as e:
-        raise DiagnosisError(f"{name} lacks required field {e.args[0]!r}") from None
-    archs = " ".join(cfg.get("architectures") or [])
-    experts = int(cfg.get("num_local_experts") or cfg.get("num_experts") or 1)
-    if "moe_intermediate_size" in cfg and experts > 1:
-        inter = int(cfg["moe_intermediate_size"])   # Qwen-MoE: experts are narrower than the dense size
-    return ModelShape(
-        name=name, hidden_size=hidden, num_layers=layers, num_heads=heads,
-        num_kv_heads=int(cfg.get("num_key_value_heads") or heads),
-        head_dim=int(cfg.get("head_dim") or hidden // heads), intermediate_size=inter, vocab_size=vocab,
-        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-        qkv_bias="Qwen2" in archs or bool(cfg.get("attention_bias", False)),
-        num_experts=experts, experts_per_token=int(cfg.get("num_experts_per_tok") or 1) if experts > 1 else 1,
-        max_position_embeddings=int(cfg.get("max_position_embeddings") or 4096))
+        mc = parse_model_config(cfg, supported_only=False)
+    except RefEngineError as e:
+        raise DiagnosisError(f"{name}: {e}") from None
+    return shape_from_model_config(mc, name)
 
 
 def _refengine_builtin(name: str) -> ModelShape | None:
     from refengine.model.tiny import PRESETS as TINY
-    from refengine.model.tiny import VOCAB_SIZE
+    from refengine.model.tiny import model_config_dict
 
     p = TINY.get(name)
     if p is None:
         return None
-    return ModelShape(name=name, hidden_size=p.hidden_size, num_layers=p.num_layers, num_heads=p.num_heads,
-                      num_kv_heads=p.num_kv_heads, head_dim=p.head_dim, intermediate_size=p.intermediate_size,
-                      vocab_size=VOCAB_SIZE, tie_word_embeddings=p.tie_word_embeddings,
-                      max_position_embeddings=p.max_position_embeddings)
+    return shape_from_model_config(parse_model_config(model_config_dict(p)), name)
 
 
 def resolve_model(spec: str) -> ModelShape:
@@ -165,11 +164,7 @@ def resolve_model(spec: str) -> ModelShape:
         raise DiagnosisError(f"unknown model {spec!r}: give a preset ({', '.join(PRESETS)}), a refengine model "
                              "(tiny, tiny-test) or a path to a Hugging Face config.json")
     try:
-        cfg = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise DiagnosisError(f"{path} is not valid JSON: {e}") from None
-    if not isinstance(cfg, dict):
-        raise DiagnosisError(f"{path} must hold a JSON object")
-    # Multimodal wrappers keep the language model under text_config.
-    cfg = {**cfg, **cfg["text_config"]} if isinstance(cfg.get("text_config"), dict) else cfg
+        cfg = read_config_json(path)
+    except RefEngineError as e:
+        raise DiagnosisError(str(e)) from None
     return replace(shape_from_hf_config(cfg, name=str(path)), name=path.parent.name or str(path))

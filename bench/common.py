@@ -236,7 +236,8 @@ def decode_attention_variants(kv_cache, seqs, num_heads: int, block_size: int, n
     engine's): 'fold GQA' puts the query heads sharing a KV head on the query axis (SDPA reads each
     K/V row once instead of once per query head); '+ 4 length buckets' also sorts the sequences by
     context and pads each quarter only to its own longest context, not the batch's."""
-    from refengine.model.layers.attention import build_attention_metadata, paged_attention
+    from refengine.attention.metadata import build_attention_metadata
+    from refengine.attention.reference import paged_attention
     _, nb, bs, kvh, d = kv_cache.shape
     flat, scale, g = kv_cache.view(2, nb * bs, kvh, d), d ** -0.5, num_heads // kvh
     q = torch.randn(len(seqs), num_heads * d)

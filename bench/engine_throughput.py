@@ -146,7 +146,7 @@ def probe(c, coef, peak, dec_reqs):
     from torch.profiler import ProfilerActivity, profile
 
     from refengine import LLM
-    from refengine.model.layers.attention import build_attention_metadata
+    from refengine.attention.metadata import build_attention_metadata
     llm = LLM("tiny", max_num_seqs=max(64, c["dec_n"]))
     eng = llm.llm_engine
     rec = StepRecorder(eng)

@@ -23,6 +23,7 @@ import torch
 
 from refengine.config import CacheConfig, EngineArgs
 from refengine.core.scheduler import Scheduler
+from refengine.device import resolve_device_setup
 from refengine.errors import RefEngineError
 from refengine.model.hf_config import load_model_config
 from refengine.distributed.batch_queue import BatchQueue
@@ -33,9 +34,7 @@ from refengine.model.layers.attention import allocate_kv_caches
 from refengine.model.loader import load_model
 from refengine.model.tiny import resolve_model
 from refengine.output_processor import OutputProcessor
-from refengine.quant.config import QuantConfig
 from refengine.quant.engine_setup import finish_quantized_model
-from refengine.quant.kv_cache import resolve_kv_cache_dtype
 from refengine.outputs import RequestOutput
 from refengine.request import Request, RequestStatus
 from refengine.runner.host_tuning import keep_freed_memory_on_heap
@@ -44,9 +43,6 @@ from refengine.sampling_params import SamplingParams
 from refengine.tokenizer import load_tokenizer
 
 log = logging.getLogger(__name__)
-
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
 
 @dataclass
 class EngineStats:
@@ -70,39 +66,21 @@ class EngineStats:
     moe_overflow_total: int = 0
 
 
-def _resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise RefEngineError("device='cuda' was asked for but no CUDA GPU is visible; use device='cpu'")
-    return torch.device(name)
-
-
-def _resolve_dtype(name: str, device: torch.device) -> torch.dtype:
-    if name == "auto":
-        # No AMX on these CPUs: float32 matmul beats bfloat16 there (DESIGN section 9).
-        return torch.float32 if device.type == "cpu" else torch.bfloat16
-    return _DTYPES[name]
-
-
 class LLMEngine:
     def __init__(self, args: EngineArgs):
         self.args = args
         self.model_dir = resolve_model(args.model)
         self.model_config = load_model_config(self.model_dir)
         self.tokenizer = load_tokenizer(self.model_dir if args.tokenizer is None else resolve_model(args.tokenizer))
-        self.device = _resolve_device(args.device)
-        self.dtype = _resolve_dtype(args.dtype, self.device)
-        self.quant = QuantConfig.resolve(args.quantization, args.fp8_weight_scales, args.quantization_skip,
-                                         args.kv_cache_dtype, args.calculate_kv_scales, self.model_dir,
-                                         self.dtype, self.device)
-        self.kv_cache_dtype = resolve_kv_cache_dtype(args.kv_cache_dtype, self.dtype)
+        setup = resolve_device_setup(args, self.model_dir)
+        self.device, self.dtype, self.quant, self.kv_cache_dtype = (setup.device, setup.dtype, setup.quant,
+                                                                    setup.kv_cache_dtype)
         self.max_model_len = self._resolve_max_model_len()
         self.parallel_config = ParallelConfig.from_engine_args(args)
         validate_layout(self.model_config, self.parallel_config)
         self.scheduler_config = args.scheduler_config(self.max_model_len)
         self.cache_config = CacheConfig(
-            block_size=args.block_size, num_blocks=self._num_kv_blocks(),
+            block_size=args.block_size, num_blocks=self.num_kv_blocks(),
             enable_prefix_caching=args.enable_prefix_caching and args.kv_layout == "paged",
             kv_layout=args.kv_layout)
         self._check_kv_holds_one_request()
@@ -132,7 +110,7 @@ class LLMEngine:
                 f"use max_model_len <= {limit}")
         return self.args.max_model_len
 
-    def _num_kv_blocks(self, kv_dtype: torch.dtype | None = None) -> int:
+    def num_kv_blocks(self, kv_dtype: torch.dtype | None = None) -> int:
         """Blocks in the KV budget at the cache's real element size (FP8: 1 byte). The budget is per
         rank; with TP/PP a rank holds only its layers and KV heads, so it buys more blocks."""
         return kv_blocks_for(self.args, self.model_config, self.parallel_config, kv_dtype or self.kv_cache_dtype)

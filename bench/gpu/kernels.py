@@ -23,7 +23,9 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
-from refengine.model.layers.attention import allocate_kv_caches, build_attention_metadata, paged_attention  # noqa: E402
+from refengine.attention.metadata import build_attention_metadata  # noqa: E402
+from refengine.attention.reference import paged_attention  # noqa: E402
+from refengine.model.layers.attention import allocate_kv_caches  # noqa: E402
 from refengine.quant.fp8 import FP8_DTYPE, dequantize, quantize_blocks, quantize_per_channel  # noqa: E402
 
 
@@ -85,7 +87,7 @@ def part_decode(copy_bw: float, quick: bool) -> list[dict]:
 def part_correctness() -> list[dict]:
     from refengine.kernels.fp8_dequant import fp8_dequantize_triton
     from refengine.kernels.kv_store import store_kv_triton
-    from refengine.model.layers.attention import store_kv
+    from refengine.attention.reference import store_kv
     rows = []
     w = torch.randn(4096, 4096, device="cuda") * 0.02
     for kind, (w8, s, b) in {"channel": (*quantize_per_channel(w), 128), "block": (*quantize_blocks(w), 128)}.items():

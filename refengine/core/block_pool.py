@@ -11,6 +11,7 @@ used cached block is the one evicted.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 
@@ -52,6 +53,7 @@ class FreeBlockQueue:
 
     def popleft(self) -> KVCacheBlock:
         block = self._head.next_free
+        assert block is not None, "the head sentinel always links to a block or the tail"
         if block is self._tail:
             raise ValueError("no free blocks left")
         self.remove(block)
@@ -69,6 +71,7 @@ class FreeBlockQueue:
         if block.prev_free is not None or block.next_free is not None:
             raise ValueError(f"block {block.block_id} is already in the free queue")
         last = self._tail.prev_free
+        assert last is not None, "the tail sentinel always links to a block or the head"
         last.next_free = block
         block.prev_free = last
         block.next_free = self._tail
@@ -78,9 +81,9 @@ class FreeBlockQueue:
     def __len__(self) -> int:
         return self.num_free_blocks
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[KVCacheBlock]:
         block = self._head.next_free
-        while block is not self._tail:
+        while block is not None and block is not self._tail:
             yield block
             block = block.next_free
 
@@ -137,14 +140,14 @@ class BlockPool:
                 del self.cached_blocks[block.block_hash]
             block.reset_hash()
 
-    def touch(self, blocks) -> None:
+    def touch(self, blocks: Iterable[KVCacheBlock]) -> None:
         """Take a reference on blocks found in the prefix cache (reviving unreferenced ones)."""
         for block in blocks:
             if block.ref_cnt == 0:
                 self.free_queue.remove(block)
             block.ref_cnt += 1
 
-    def free_blocks(self, blocks) -> None:
+    def free_blocks(self, blocks: Iterable[KVCacheBlock]) -> None:
         """Drop one reference on each block, in the given order; ref-0 blocks join the queue tail."""
         for block in blocks:
             assert block.ref_cnt > 0, f"block {block.block_id} freed more often than it was taken"

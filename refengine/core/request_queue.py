@@ -16,6 +16,9 @@ from collections.abc import Iterator
 
 from refengine.request import Request
 
+# Heap order: (priority, arrival) for the priority policy, (aged remaining tokens, arrival) for sjf.
+SortKey = tuple[float, float]
+
 
 class RequestQueue:
     """Interface shared by the policies."""
@@ -83,10 +86,10 @@ class _HeapQueue(RequestQueue):
     """A heap keyed by `_key(request)`; a sequence number breaks ties deterministically."""
 
     def __init__(self) -> None:
-        self._heap: list[tuple[tuple, int, Request]] = []
+        self._heap: list[tuple[SortKey, int, Request]] = []
         self._seq = itertools.count()
 
-    def _key(self, request: Request) -> tuple:
+    def _key(self, request: Request) -> SortKey:
         raise NotImplementedError
 
     def add(self, request: Request) -> None:
@@ -121,7 +124,7 @@ class _HeapQueue(RequestQueue):
 
 
 class PriorityQueue(_HeapQueue):
-    def _key(self, request: Request) -> tuple:
+    def _key(self, request: Request) -> SortKey:
         return (request.priority, request.arrival_time)
 
 
@@ -130,7 +133,7 @@ class SJFQueue(_HeapQueue):
         super().__init__()
         self.aging_tokens_per_s = aging_tokens_per_s
 
-    def _key(self, request: Request) -> tuple:
+    def _key(self, request: Request) -> SortKey:
         remaining = request.num_tokens - request.num_computed_tokens
         return (remaining + self.aging_tokens_per_s * request.arrival_time, request.arrival_time)
 

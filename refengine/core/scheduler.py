@@ -25,6 +25,8 @@ from refengine.config import CacheConfig, SchedulerConfig
 from refengine.core.kv_cache_manager import KVCacheManager
 from refengine.core.outputs import ModelRunnerOutput, ScheduledRequest, SchedulerOutput
 from refengine.core.request_queue import create_request_queue
+from refengine.core.step_batch import StepBatch, scheduled_request
+from refengine.core.stop_conditions import check_stop
 from refengine.errors import RefEngineError
 from refengine.request import Request, RequestStatus
 
@@ -82,54 +84,25 @@ class Scheduler:
     # ---- one step ------------------------------------------------------------------------
 
     def schedule(self) -> SchedulerOutput:
-        cfg = self.config
-        budget = cfg.max_num_batched_tokens
-        scheduled: dict[str, ScheduledRequest] = {}
-        preempted: set[str] = set()
+        """One step: running requests catch up first, then waiting ones are admitted with what is left."""
         was_running = bool(self.running)
-        cap = self._batch_request_cap()
+        batch = StepBatch(budget=self.config.max_num_batched_tokens, max_requests=self._batch_request_cap())
+        self._schedule_running(batch)
+        if self.config.batching == "static":
+            self._admit_static(batch, was_running)
+        elif not batch.preempted:  # someone was preempted: memory is tight, admitting would preempt more
+            self._admit(batch)
+        return self._close_step(batch)
 
-        i = 0
-        while i < len(self.running) and budget > 0 and len(scheduled) < cap:
-            request = self.running[i]
-            if request.request_id in self.in_flight:  # its next token is still in the pipeline
-                i += 1
-                continue
-            num_new = self._cap(request.num_tokens - request.num_computed_tokens, budget)
-            if num_new <= 0:  # the runner dropped its sampled token; nothing to compute
-                i += 1
-                continue
-            while self.kv_cache_manager.allocate_slots(request, num_new) is None:
-                victim = self._pick_victim()
-                victim_index = self.running.index(victim)
-                if victim.request_id in scheduled:
-                    budget += scheduled.pop(victim.request_id).num_tokens
-                self._preempt(victim)
-                preempted.add(victim.request_id)
-                if victim is request:
-                    break
-                if victim_index < i:
-                    i -= 1
-            else:
-                scheduled[request.request_id] = self._make_scheduled(request, num_new)
-                budget -= num_new
-                i += 1
-                continue
-            break  # the request preempted itself: nothing after it can fit either
-
-        if cfg.batching == "static":
-            self._admit_static(budget, scheduled, was_running, preempted, cap)
-        elif not preempted:
-            budget = self._admit(budget, scheduled, cap)
-
+    def _close_step(self, batch: StepBatch) -> SchedulerOutput:
         self._step_id += 1
         if self.max_batches_in_flight > 1:
-            for req_id in scheduled:
+            for req_id in batch.scheduled:
                 assert req_id not in self.in_flight, f"request {req_id} would be in two batches in flight"
                 self.in_flight[req_id] = self._step_id
         finished, self._finished_since_last_step = self._finished_since_last_step, set()
-        return SchedulerOutput(step_id=self._step_id, requests=list(scheduled.values()),
-                               finished_req_ids=finished, preempted_req_ids=preempted)
+        return SchedulerOutput(step_id=self._step_id, requests=list(batch.scheduled.values()),
+                               finished_req_ids=finished, preempted_req_ids=batch.preempted)
 
     def _batch_request_cap(self) -> int:
         """Most requests this batch may take. In sync mode, no cap beyond max_num_seqs; under the batch
@@ -143,70 +116,42 @@ class Scheduler:
         live = len(self.running) + len(self.waiting)
         return max(1, -(-live // depth))
 
-    def _admit_static(self, budget: int, scheduled: dict[str, ScheduledRequest], was_running: bool,
-                      preempted: set[str], cap: int) -> None:
-        """Static batching (an ablation): a batch forms from what is waiting, possibly over several
-        steps when its prompts exceed one step's token budget, and then admits nobody until all of
-        its requests finish, like padded `generate` batches."""
-        if not was_running:
-            self._static_batch_open = True
-        if not self._static_batch_open or preempted:
-            return
-        budget = self._admit(budget, scheduled, cap)
-        # Sealed once admission stops for any reason but this step's token budget (or batch share).
-        stopped_by_step = budget <= 0 or len(scheduled) >= cap
-        if not stopped_by_step or not self.waiting or len(self.running) >= self.config.max_num_seqs:
-            self._static_batch_open = False
+    # ---- running requests ----------------------------------------------------------------
 
-    def _admit(self, budget: int, scheduled: dict[str, ScheduledRequest], cap: int) -> int:
-        cfg = self.config
-        kv = self.kv_cache_manager
-        while self.waiting and len(self.running) < cfg.max_num_seqs and budget > 0 and len(scheduled) < cap:
-            request = self.waiting.peek()
-            assert request.request_id not in self.in_flight, "in-flight requests are never preempted"
-            computed_blocks, num_cached = kv.get_computed_blocks(request)
-            num_new = request.num_tokens - num_cached
-            if cfg.enable_chunked_prefill:
-                num_new = self._cap(num_new, budget)
-            elif num_new > budget:
-                break  # whole prompts only; do not skip ahead of the head of the queue
-            # The watermark keeps room for running requests to grow; with none running it
-            # would only keep a large prompt out forever.
-            watermark = self.watermark_blocks if self.running else 0
-            if kv.allocate_slots(request, num_new, computed_blocks, watermark) is None:
-                break
-            self.waiting.pop()
-            request.status = RequestStatus.RUNNING
-            request.num_computed_tokens = num_cached
-            request.num_cached_tokens = num_cached
-            if request.timestamps.first_scheduled is None:
-                request.timestamps.first_scheduled = self.clock()
-            self.running.append(request)
-            scheduled[request.request_id] = self._make_scheduled(request, num_new)
-            budget -= num_new
-        return budget
+    def _schedule_running(self, batch: StepBatch) -> None:
+        """Each running request, in admission order, computes its next chunk; if the KV cache is
+        full, the newest (or lowest-priority) running requests are preempted to make room."""
+        i = 0
+        while i < len(self.running) and not batch.is_full:
+            request = self.running[i]
+            if request.request_id in self.in_flight:  # its next token is still in the pipeline
+                i += 1
+                continue
+            num_new = self._cap(request.num_tokens - request.num_computed_tokens, batch.budget)
+            if num_new <= 0:  # the runner dropped its sampled token; nothing to compute
+                i += 1
+                continue
+            next_i = self._allocate_or_preempt(request, num_new, i, batch)
+            if next_i is None:
+                break  # the request preempted itself: nothing after it can fit either
+            batch.add(self._make_scheduled(request, num_new))
+            i = next_i + 1
 
-    def _cap(self, num_new: int, budget: int) -> int:
-        threshold = self.config.long_prefill_token_threshold
-        # The long-prefill cap is a chunking knob: with chunking off prompts go whole.
-        if self.config.enable_chunked_prefill and 0 < threshold < num_new:
-            num_new = threshold
-        return min(num_new, budget)
-
-    def _make_scheduled(self, request: Request, num_new: int) -> ScheduledRequest:
-        start = request.num_computed_tokens
-        end = start + num_new
-        prompt_len = request.num_prompt_tokens
-        # Avoid concatenating prompt + output every decode step.
-        if start >= prompt_len:
-            token_ids = request.output_token_ids[start - prompt_len:end - prompt_len]
-        else:
-            token_ids = request.prompt_token_ids[start:end] + request.output_token_ids[:max(0, end - prompt_len)]
-        return ScheduledRequest(
-            req_id=request.request_id, token_ids=token_ids, start_pos=start,
-            block_ids=self.kv_cache_manager.get_block_ids(request), sample=end == request.num_tokens,
-            sampling_params=request.sampling_params, num_output_tokens=request.num_output_tokens,
-            eos_token_id=request.eos_token_id)
+    def _allocate_or_preempt(self, request: Request, num_new: int, i: int, batch: StepBatch) -> int | None:
+        """Allocate `num_new` slots for running[i], preempting victims until they fit. Returns the
+        request's index in `running` afterwards (victims before it shift it left), or None if the
+        request was itself the victim."""
+        while self.kv_cache_manager.allocate_slots(request, num_new) is None:
+            victim = self._pick_victim()
+            victim_index = self.running.index(victim)
+            batch.unschedule(victim.request_id)
+            self._preempt(victim)
+            batch.preempted.add(victim.request_id)
+            if victim is request:
+                return None
+            if victim_index < i:
+                i -= 1
+        return i
 
     def _pick_victim(self) -> Request:
         # In-flight requests are never victims: their batch would land on freed blocks and stale
@@ -230,6 +175,60 @@ class Scheduler:
         self.num_preemptions_total += 1
         self.waiting.prepend(request)
 
+    # ---- waiting requests ----------------------------------------------------------------
+
+    def _admit(self, batch: StepBatch) -> None:
+        """Admit waiting requests in queue order while the step, max_num_seqs and the KV cache allow."""
+        cfg = self.config
+        kv = self.kv_cache_manager
+        while self.waiting and len(self.running) < cfg.max_num_seqs and not batch.is_full:
+            request = self.waiting.peek()
+            assert request.request_id not in self.in_flight, "in-flight requests are never preempted"
+            computed_blocks, num_cached = kv.get_computed_blocks(request)
+            num_new = request.num_tokens - num_cached
+            if cfg.enable_chunked_prefill:
+                num_new = self._cap(num_new, batch.budget)
+            elif num_new > batch.budget:
+                break  # whole prompts only; do not skip ahead of the head of the queue
+            # The watermark keeps room for running requests to grow; with none running it
+            # would only keep a large prompt out forever.
+            watermark = self.watermark_blocks if self.running else 0
+            if kv.allocate_slots(request, num_new, computed_blocks, watermark) is None:
+                break
+            self.waiting.pop()
+            request.status = RequestStatus.RUNNING
+            request.num_computed_tokens = num_cached
+            request.num_cached_tokens = num_cached
+            if request.timestamps.first_scheduled is None:
+                request.timestamps.first_scheduled = self.clock()
+            self.running.append(request)
+            batch.add(self._make_scheduled(request, num_new))
+
+    def _admit_static(self, batch: StepBatch, was_running: bool) -> None:
+        """Static batching (an ablation): a batch forms from what is waiting, possibly over several
+        steps when its prompts exceed one step's token budget, and then admits nobody until all of
+        its requests finish, like padded `generate` batches."""
+        if not was_running:
+            self._static_batch_open = True
+        if not self._static_batch_open or batch.preempted:
+            return
+        self._admit(batch)
+        # Sealed once admission stops for any reason but this step's token budget (or batch share).
+        if not batch.is_full or not self.waiting or len(self.running) >= self.config.max_num_seqs:
+            self._static_batch_open = False
+
+    # ---- the slice of a request one step computes ------------------------------------------
+
+    def _cap(self, num_new: int, budget: int) -> int:
+        threshold = self.config.long_prefill_token_threshold
+        # The long-prefill cap is a chunking knob: with chunking off prompts go whole.
+        if self.config.enable_chunked_prefill and 0 < threshold < num_new:
+            num_new = threshold
+        return min(num_new, budget)
+
+    def _make_scheduled(self, request: Request, num_new: int) -> ScheduledRequest:
+        return scheduled_request(request, num_new, self.kv_cache_manager.get_block_ids(request))
+
     # ---- results -------------------------------------------------------------------------
 
     def update_from_output(self, scheduler_output: SchedulerOutput,
@@ -252,7 +251,7 @@ class Scheduler:
             request.output_token_ids.append(token)
             if request.timestamps.first_token is None:
                 request.timestamps.first_token = self.clock()
-            status = self._check_stop(request, token)
+            status = check_stop(request, token, self.max_model_len)
             if status is not None:
                 self._finish(request, status)
                 finished_any = True
@@ -271,19 +270,6 @@ class Scheduler:
             aborted = self._free_on_landing.pop(sched.req_id, None)
             if aborted is not None:
                 self.kv_cache_manager.free(aborted)
-
-    def _check_stop(self, request: Request, token: int) -> RequestStatus | None:
-        params = request.sampling_params
-        if request.num_output_tokens >= params.min_tokens:
-            if not params.ignore_eos and request.eos_token_id is not None and token == request.eos_token_id:
-                return RequestStatus.FINISHED_STOPPED
-            if token in params.stop_token_ids:
-                return RequestStatus.FINISHED_STOPPED
-        if params.max_tokens is not None and request.num_output_tokens >= params.max_tokens:
-            return RequestStatus.FINISHED_LENGTH
-        if request.num_tokens >= self.max_model_len:
-            return RequestStatus.FINISHED_LENGTH
-        return None
 
     def _finish(self, request: Request, status: RequestStatus) -> None:
         """Mark finished and free; the caller takes it out of `running`/`waiting`."""

@@ -26,10 +26,13 @@ import time
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from refengine.distributed.parallel_config import ParallelConfig
+from refengine.device import resolve_device_setup
+from refengine.distributed.parallel_config import ParallelConfig, validate_layout
 from refengine.distributed.parallel_state import destroy_process_groups, init_process_groups
-from refengine.distributed.worker import WorkerSpec, build_runner, set_cpu_threads, worker_loop
+from refengine.distributed.worker import WorkerSpec, build_runner, kv_blocks_for, set_cpu_threads, worker_loop
 from refengine.errors import RefEngineError
+from refengine.model.hf_config import load_model_config
+from refengine.model.tiny import resolve_model
 
 log = logging.getLogger(__name__)
 
@@ -99,12 +102,6 @@ def spawn_local_ranks(spec: WorkerSpec, model_config, pc: ParallelConfig, backen
 
 def run_torchrun_worker(args) -> int:
     """Entry for torchrun ranks other than 0: build this rank's part and serve the driver's steps."""
-    from refengine.engine import _resolve_device, _resolve_dtype
-    from refengine.model.hf_config import load_model_config
-    from refengine.model.tiny import resolve_model
-    from refengine.distributed.parallel_config import validate_layout
-    from refengine.distributed.worker import kv_blocks_for
-
     rank, world = torchrun_env()
     pc = ParallelConfig.from_engine_args(args)
     if world != pc.world_size:
@@ -113,17 +110,12 @@ def run_torchrun_worker(args) -> int:
     model_dir = resolve_model(args.model)
     model_config = load_model_config(model_dir)
     validate_layout(model_config, pc)
-    device = _resolve_device(args.device)
-    dtype = _resolve_dtype(args.dtype, device)
     # The same resolution as LLMEngine's, so every rank agrees on weights, KV dtype and block count.
-    from refengine.quant.config import QuantConfig
-    from refengine.quant.kv_cache import resolve_kv_cache_dtype
-    quant = QuantConfig.resolve(args.quantization, args.fp8_weight_scales, args.quantization_skip,
-                                args.kv_cache_dtype, args.calculate_kv_scales, model_dir, dtype, device)
-    kv_dtype = resolve_kv_cache_dtype(args.kv_cache_dtype, dtype)
-    spec = WorkerSpec(args, str(model_dir), dtype, device.type, kv_blocks_for(args, model_config, pc, kv_dtype),
-                      quant=quant, kv_cache_dtype=kv_dtype)
-    _run_rank(rank, spec, model_config, pc, pc.resolve_backend(device.type), None)
+    setup = resolve_device_setup(args, model_dir)
+    spec = WorkerSpec(args, str(model_dir), setup.dtype, setup.device.type,
+                      kv_blocks_for(args, model_config, pc, setup.kv_cache_dtype),
+                      quant=setup.quant, kv_cache_dtype=setup.kv_cache_dtype)
+    _run_rank(rank, spec, model_config, pc, pc.resolve_backend(setup.device.type), None)
     return 0
 
 

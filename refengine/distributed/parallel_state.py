@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch.distributed as dist
 
 from refengine.distributed.parallel_config import ParallelConfig, RankInfo
-from refengine.model.layers.linear import set_tp_group
+from refengine.distributed.tp_ops import set_tp_group
 
 CONTROL_TIMEOUT = datetime.timedelta(days=7)
 

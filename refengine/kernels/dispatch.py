@@ -5,8 +5,8 @@ paged decode kernel on decode-only steps (a step with a prefill uses PyTorch's S
 whole step: prefill is compute-bound and SDPA's flash path is already good), the FP8
 dequantization on every weight-only FP8 linear. `REFENGINE_KERNELS=0` turns them all off (to
 A/B them, or if a Triton build misbehaves); anything a kernel cannot take (a non-power-of-two
-block size, a non-contiguous cache) falls back to the PyTorch path, which is also the oracle the
-kernels are tested against (tests/kernels).
+block size, a non-contiguous cache) falls back to the PyTorch path (refengine/attention/reference.py),
+which is also the oracle the kernels are tested against (tests/kernels).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import os
 
 import torch
 
+from refengine.attention.reference import paged_attention
 from refengine.quant.fp8 import BLOCK, dequantize
 
 # Split-K pays off once one (sequence, KV head) program would walk many blocks while most of the
@@ -59,7 +60,6 @@ def attention_with_kernels(layer, q, k, v, kv_cache, meta):
     if block_size & (block_size - 1):
         return None
     from refengine.kernels.kv_store import store_kv_triton
-    from refengine.model.layers.attention import paged_attention
 
     store_kv_triton(k, v, kv_cache, meta.slot_mapping, layer.k_scale, layer.v_scale)
     if meta.decode_only:

@@ -13,6 +13,12 @@ Supported architectures are the Llama family: `LlamaForCausalLM`, `Qwen2ForCausa
 - `sliding_window` (Mistral, Qwen2 with use_sliding_window) is ignored: every layer attends to
   the whole context. That matches the model exactly while sequences stay within the window
   (4096 for Mistral-7B-v0.1), which covers the lengths this reference engine runs.
+- Missing fields take transformers' LlamaConfig defaults (max_position_embeddings 2048,
+  rope_theta 10000, rms_norm_eps 1e-6, num_key_value_heads = num_attention_heads).
+
+`read_config_json` + `parse_model_config(cfg, supported_only=False)` read only the shapes, also of
+architectures the engine cannot run, for memory and capacity math (llmdiag's memory model reads
+config.json this way, so both agree on every default).
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from refengine.errors import RefEngineError
 SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM", "MixtralForCausalLM")
 _PLAIN_ROPE_TYPES = ("default", None)
 SUPPORTED_ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn")
+DEFAULT_MAX_POSITION_EMBEDDINGS = 2048  # transformers' LlamaConfig default
 
 
 @dataclass
@@ -48,13 +55,14 @@ class ModelConfig:
     attention_bias: bool = False
     o_proj_bias: bool = False
     mlp_bias: bool = False
-    max_position_embeddings: int = 2048
+    max_position_embeddings: int = DEFAULT_MAX_POSITION_EMBEDDINGS
     bos_token_id: int | None = None
     # All ids that end generation; `eos_token_id` is the primary one (the first).
     eos_token_ids: list[int] = field(default_factory=list)
     # The checkpoint's own dtype ("bfloat16", ...) if config.json says; used by dtype="auto".
     dtype: str | None = None
     # Mixture of experts (Mixtral): experts per layer and experts each token is routed to; 0 = dense.
+    # For MoE models `intermediate_size` is one expert's.
     num_experts: int = 0
     num_experts_per_tok: int = 0
 
@@ -101,22 +109,31 @@ def _rope(cfg: dict) -> tuple[float, dict | None]:
     if rope_type in ("llama3", "yarn"):
         # Same default transformers uses when the checkpoint omits it.
         merged.setdefault("original_max_position_embeddings",
-                          cfg.get("original_max_position_embeddings", cfg.get("max_position_embeddings", 2048)))
+                          cfg.get("original_max_position_embeddings",
+                                  cfg.get("max_position_embeddings", DEFAULT_MAX_POSITION_EMBEDDINGS)))
     if rope_type != "yarn" and "factor" not in merged:
         raise RefEngineError(f"rope scaling {rope_type!r} needs a 'factor' in config.json")
     return theta, {"rope_type": rope_type, **merged}
 
 
-def parse_model_config(cfg: dict) -> ModelConfig:
-    """Build a ModelConfig from an already-parsed config.json dict."""
+def parse_model_config(cfg: dict, *, supported_only: bool = True) -> ModelConfig:
+    """Build a ModelConfig from an already-parsed config.json dict.
+
+    `supported_only=False` reads the shapes of any Llama-like config (memory and capacity math):
+    an unknown architecture, activation or RoPE type is not an error, MoE counts are
+    read in Mixtral's (`num_local_experts`) or Qwen-MoE's (`num_experts`, `moe_intermediate_size`)
+    spelling, and a multimodal wrapper's `text_config` is read as its language model."""
+    if not supported_only and isinstance(cfg.get("text_config"), dict):
+        cfg = {**cfg, **cfg["text_config"]}
     archs = cfg.get("architectures") or []
     arch = next((a for a in archs if a in SUPPORTED_ARCHITECTURES), None)
-    if arch is None:
+    if arch is None and supported_only:
         raise RefEngineError(
             f"unsupported architecture {archs or 'None (no architectures in config.json)'}; "
             f"refengine supports {', '.join(SUPPORTED_ARCHITECTURES)}")
+    arch = arch or (archs[0] if archs else "")
     act = cfg.get("hidden_act", "silu")
-    if act != "silu":
+    if act != "silu" and supported_only:
         raise RefEngineError(f"hidden_act {act!r} is not supported; the Llama family uses 'silu'")
     try:
         hidden = int(cfg["hidden_size"])
@@ -130,13 +147,18 @@ def parse_model_config(cfg: dict) -> ModelConfig:
     head_dim = int(cfg.get("head_dim") or hidden // heads)
     if heads % kv_heads:
         raise RefEngineError(f"num_attention_heads ({heads}) must be a multiple of num_key_value_heads ({kv_heads})")
-    theta, scaling = _rope(cfg)
+    theta, scaling = _rope(cfg) if supported_only else _rope_shapes_only(cfg)
     if arch == "Qwen2ForCausalLM":
         qkv_bias, o_bias = True, False
     elif arch == "LlamaForCausalLM":
         qkv_bias = o_bias = bool(cfg.get("attention_bias", False))
-    else:
+    elif arch in SUPPORTED_ARCHITECTURES:
         qkv_bias = o_bias = False
+    else:  # another architecture's shapes: Qwen2-derived ones (MoE, VL) keep Qwen2's q/k/v bias
+        qkv_bias, o_bias = "Qwen2" in " ".join(archs) or bool(cfg.get("attention_bias", False)), False
+    experts, experts_per_tok = _experts(cfg, arch, supported_only)
+    if experts and not supported_only and "moe_intermediate_size" in cfg:
+        inter = int(cfg["moe_intermediate_size"])   # Qwen-MoE: experts are narrower than the dense size
     eos = cfg.get("eos_token_id")
     eos_ids = [] if eos is None else [int(e) for e in (eos if isinstance(eos, list) else [eos])]
     bos = cfg.get("bos_token_id")
@@ -148,11 +170,43 @@ def parse_model_config(cfg: dict) -> ModelConfig:
         vocab_size=vocab, rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)), rope_theta=theta, rope_scaling=scaling,
         tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)), attention_bias=qkv_bias, o_proj_bias=o_bias,
         mlp_bias=bool(cfg.get("mlp_bias", False)) if arch == "LlamaForCausalLM" else False,
-        max_position_embeddings=int(cfg.get("max_position_embeddings", 2048)),
+        max_position_embeddings=int(cfg.get("max_position_embeddings", DEFAULT_MAX_POSITION_EMBEDDINGS)),
         bos_token_id=None if bos is None else int(bos), eos_token_ids=eos_ids,
         dtype=cfg.get("torch_dtype") or cfg.get("dtype"),
-        num_experts=int(cfg.get("num_local_experts", 0) or 0) if arch == "MixtralForCausalLM" else 0,
-        num_experts_per_tok=int(cfg.get("num_experts_per_tok", 0) or 0) if arch == "MixtralForCausalLM" else 0)
+        num_experts=experts, num_experts_per_tok=experts_per_tok)
+
+
+def _rope_shapes_only(cfg: dict) -> tuple[float, dict | None]:
+    """RoPE for shape-only reading: the engine's normalisation where it applies, else plain theta."""
+    try:
+        return _rope(cfg)
+    except (RefEngineError, TypeError, ValueError):
+        return float(cfg.get("rope_theta") or 10000.0), None
+
+
+def _experts(cfg: dict, arch: str, supported_only: bool) -> tuple[int, int]:
+    """(experts per layer, experts per token); (0, 0) for a dense model."""
+    if supported_only:
+        if arch != "MixtralForCausalLM":
+            return 0, 0
+        return int(cfg.get("num_local_experts", 0) or 0), int(cfg.get("num_experts_per_tok", 0) or 0)
+    experts = int(cfg.get("num_local_experts") or cfg.get("num_experts") or 0)
+    if experts <= 1:
+        return 0, 0
+    return experts, int(cfg.get("num_experts_per_tok") or 1)
+
+
+def read_config_json(path: str | Path) -> dict:
+    """The parsed JSON object of a config.json file, or of `<path>/config.json` for a directory."""
+    path = Path(path)
+    cfg_file = path / "config.json" if path.is_dir() else path
+    try:
+        cfg = json.loads(cfg_file.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise RefEngineError(f"{cfg_file} is not valid JSON: {e}") from None
+    if not isinstance(cfg, dict):
+        raise RefEngineError(f"{cfg_file} must hold a JSON object")
+    return cfg
 
 
 def load_model_config(path: str | Path) -> ModelConfig:
@@ -163,10 +217,4 @@ def load_model_config(path: str | Path) -> ModelConfig:
     cfg_file = path / "config.json"
     if not cfg_file.is_file():
         raise RefEngineError(f"{str(path)!r} has no config.json; point the model at a Hugging Face model directory")
-    try:
-        cfg = json.loads(cfg_file.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise RefEngineError(f"{cfg_file} is not valid JSON: {e}") from None
-    if not isinstance(cfg, dict):
-        raise RefEngineError(f"{cfg_file} must hold a JSON object")
-    return parse_model_config(cfg)
+    return parse_model_config(read_config_json(cfg_file))

@@ -25,7 +25,8 @@ from torch import nn
 from refengine.distributed.parallel_config import PipelineStage
 from refengine.model.hf_config import ModelConfig
 from refengine.model.layers.activation import SiluAndMul
-from refengine.model.layers.attention import Attention, AttentionMetadata
+from refengine.attention.metadata import AttentionMetadata
+from refengine.model.layers.attention import Attention
 from refengine.model.layers.embedding import ParallelLMHead, VocabParallelEmbedding
 from refengine.model.layers.linear import (LinearMethod, MergedColumnParallelLinear, QKVParallelLinear,
                                            RowParallelLinear)

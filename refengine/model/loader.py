@@ -24,7 +24,8 @@ from safetensors import safe_open
 
 from refengine.errors import RefEngineError
 from refengine.model.hf_config import ModelConfig
-from refengine.model.layers.linear import LinearBase, LinearMethod, _copy
+from refengine.model.layers.linear import LinearBase, LinearMethod
+from refengine.model.layers.weight_utils import copy_weight
 from refengine.model.llama import LlamaForCausalLM
 
 logger = logging.getLogger(__name__)
@@ -79,7 +80,7 @@ def iter_checkpoint(files: list[Path], keep=None) -> Iterator[tuple[str, torch.T
 
 
 def _default_weight_loader(param: torch.nn.Parameter, loaded_weight: torch.Tensor, shard_id=None) -> None:
-    _copy(param.data, loaded_weight)
+    copy_weight(param.data, loaded_weight)
 
 
 def load_weights(model: LlamaForCausalLM, weights) -> None:

@@ -17,12 +17,12 @@ Two layouts are common on the Hugging Face hub:
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from refengine.errors import RefEngineError
+from refengine.model.hf_config import read_config_json
 from refengine.quant.policy import matches, parse_skip
 
 
@@ -86,10 +86,10 @@ def _fine_grained(q: dict) -> CheckpointFp8Format:
 def read_checkpoint_format(model_dir: str | Path) -> CheckpointFp8Format | None:
     """The FP8 layout config.json declares, or None for an unquantized checkpoint."""
     try:
-        cfg = json.loads((Path(model_dir) / "config.json").read_text())
-    except (OSError, json.JSONDecodeError):
-        return None   # load_model_config reports a broken config.json with a better message
-    q = cfg.get("quantization_config") if isinstance(cfg, dict) else None
+        cfg = read_config_json(Path(model_dir) / "config.json")
+    except (OSError, RefEngineError):
+        return None   # load_model_config reports a missing or broken config.json with a better message
+    q = cfg.get("quantization_config")
     if not q:
         return None
     method = q.get("quant_method")

@@ -38,7 +38,7 @@ def finish_quantized_model(engine, model) -> QuantMemoryReport:
         kv_bytes_per_token=kv_cache_bytes_per_token(cfg, engine.kv_cache_dtype, tp_size=tp),
         kv_bytes_per_token_unquantized=kv_cache_bytes_per_token(cfg, engine.dtype, tp_size=tp),
         num_kv_blocks=engine.cache_config.num_blocks,
-        num_kv_blocks_unquantized=engine._num_kv_blocks(engine.dtype))
+        num_kv_blocks_unquantized=engine.num_kv_blocks(engine.dtype))
     log.info(engine.quant.policy.summary())
     log.info("memory: %s", report.summary())
     return report

@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
+from refengine.model.hf_config import read_config_json
 from refengine.model.loader import iter_checkpoint, safetensors_files
 from refengine.model.tiny import resolve_model
 from refengine.quant.fp8 import quantize_blocks, quantize_per_channel, quantize_per_tensor
@@ -66,7 +67,7 @@ def export_fp8(src: str | Path, dst: str | Path, layout: str = "compressed-tenso
     for f in src.iterdir():
         if f.is_file() and not f.name.endswith(".safetensors") and f.name != "model.safetensors.index.json":
             shutil.copy(f, dst / f.name)
-    cfg = json.loads((src / "config.json").read_text())
+    cfg = read_config_json(src)
     q = _quantization_config(layout, strategy, block)
     ignore_key = "ignore" if layout == "compressed-tensors" else "modules_to_not_convert"
     q[ignore_key] = [*q[ignore_key], *skip]

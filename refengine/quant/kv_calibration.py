@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import torch
 
-from refengine.model.layers.attention import Attention, allocate_kv_caches, build_attention_metadata
+from refengine.attention.metadata import build_attention_metadata
+from refengine.model.layers.attention import Attention, allocate_kv_caches
 from refengine.quant.fp8 import FP8_MAX
 
 # Short, varied English text: enough to see typical activations of a real checkpoint.

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from refengine.core.outputs import ModelRunnerOutput, SchedulerOutput
-from refengine.model.layers.attention import build_attention_metadata
+from refengine.attention.metadata import build_attention_metadata
 from refengine.runner.sampler import Sampler, SamplingRow
 
 

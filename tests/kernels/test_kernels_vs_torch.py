@@ -13,7 +13,9 @@ import random
 import pytest
 import torch
 
-from refengine.model.layers.attention import allocate_kv_caches, build_attention_metadata, paged_attention, store_kv
+from refengine.attention.metadata import build_attention_metadata
+from refengine.attention.reference import paged_attention, store_kv
+from refengine.model.layers.attention import allocate_kv_caches
 from refengine.quant.fp8 import FP8_DTYPE, dequantize, quantize
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"

@@ -16,7 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from refengine.model.layers.linear import _copy, tp_all_gather, tp_all_reduce
+from refengine.distributed.tp_ops import tp_all_gather, tp_all_reduce
+from refengine.model.layers.weight_utils import copy_weight
 
 
 class VocabParallelEmbedding(nn.Module):
@@ -36,8 +37,8 @@ class VocabParallelEmbedding(nn.Module):
     def weight_loader(self, param: nn.Parameter, loaded_weight: torch.Tensor, shard_id=None) -> None:
         n = self.vocab_end - self.vocab_start
         if loaded_weight.shape[0] != self.num_embeddings:
-            _copy(param.data, loaded_weight)  # raises the shape-mismatch message
-        _copy(param.data[:n], loaded_weight.narrow(0, self.vocab_start, n))
+            copy_weight(param.data, loaded_weight)  # raises the shape-mismatch message
+        copy_weight(param.data[:n], loaded_weight.narrow(0, self.vocab_start, n))
         param.data[n:].zero_()
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:

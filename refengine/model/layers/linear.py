@@ -9,7 +9,8 @@ shard, so the loader never needs to know about parallelism.
 - QKVParallelLinear: q, k, v in one matmul; heads are split, and when tp_size > num_kv_heads each
   KV head is replicated on tp_size / num_kv_heads ranks (GQA with few KV heads).
 - RowParallelLinear: the input dim is split; each rank produces a partial sum of the full output,
-  summed by `tp_all_reduce` (a no-op at tp_size 1). The bias is added once, after the sum.
+  summed by `tp_all_reduce` (refengine/distributed/tp_ops.py; a no-op at tp_size 1). The bias is
+  added once, after the sum.
 
 How the matmul is done is delegated to a `LinearMethod` (the quantization hook): it creates the
 weight parameters and applies them. `UnquantizedLinearMethod` is a plain F.linear; FP8 plugs in
@@ -22,36 +23,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from refengine.distributed.tp_ops import tp_all_gather, tp_all_reduce
 from refengine.errors import RefEngineError
-
-# --- collectives: the one place tensor parallelism talks to torch.distributed -----------------
-
-_TP_GROUP = None  # None = the default process group; set_tp_group() narrows it (TP x PP).
-
-
-def set_tp_group(group) -> None:
-    """Install the torch.distributed group the TP collectives run over."""
-    global _TP_GROUP
-    _TP_GROUP = group
-
-
-def tp_all_reduce(x: torch.Tensor, tp_size: int) -> torch.Tensor:
-    """Sum partial results across the TP group (row-parallel outputs, vocab-parallel embedding)."""
-    if tp_size == 1:
-        return x
-    import torch.distributed as dist
-    dist.all_reduce(x, group=_TP_GROUP)
-    return x
-
-
-def tp_all_gather(x: torch.Tensor, tp_size: int, dim: int = -1) -> torch.Tensor:
-    """Concatenate each rank's slice along `dim` (column-parallel gather_output, vocab logits)."""
-    if tp_size == 1:
-        return x
-    import torch.distributed as dist
-    parts = [torch.empty_like(x) for _ in range(tp_size)]
-    dist.all_gather(parts, x.contiguous(), group=_TP_GROUP)
-    return torch.cat(parts, dim=dim)
+from refengine.model.layers.weight_utils import copy_weight
 
 
 def divide(numerator: int, denominator: int, what: str) -> int:
@@ -112,13 +86,6 @@ class LinearBase(nn.Module):
         raise NotImplementedError
 
 
-def _copy(dst: torch.Tensor, src: torch.Tensor) -> None:
-    if dst.shape != src.shape:
-        raise RefEngineError(f"checkpoint tensor has shape {tuple(src.shape)}, expected {tuple(dst.shape)}; "
-                             "does config.json match the weights?")
-    dst.copy_(src)
-
-
 class ColumnParallelLinear(LinearBase):
     """y = x W^T + b with W split by rows (output features) across ranks."""
 
@@ -135,7 +102,7 @@ class ColumnParallelLinear(LinearBase):
 
     def weight_loader(self, param, loaded_weight, shard_id=None):
         size = param.shape[0]
-        _copy(param.data, loaded_weight.narrow(0, self.tp_rank * size, size))
+        copy_weight(param.data, loaded_weight.narrow(0, self.tp_rank * size, size))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.linear_method.apply(self, x, self.bias)
@@ -160,7 +127,7 @@ class MergedColumnParallelLinear(ColumnParallelLinear):
             return super().weight_loader(param, loaded_weight)
         sizes = self.output_partition_sizes()
         offset, size = sum(sizes[:shard_id]), sizes[shard_id]
-        _copy(param.data.narrow(0, offset, size), loaded_weight.narrow(0, self.tp_rank * size, size))
+        copy_weight(param.data.narrow(0, offset, size), loaded_weight.narrow(0, self.tp_rank * size, size))
 
 
 class QKVParallelLinear(ColumnParallelLinear):
@@ -196,7 +163,7 @@ class QKVParallelLinear(ColumnParallelLinear):
         else:
             offset = q if shard_id == "k" else q + kv
             size, rank_chunk = kv, self.tp_rank // self.num_kv_head_replicas
-        _copy(param.data.narrow(0, offset, size), loaded_weight.narrow(0, rank_chunk * size, size))
+        copy_weight(param.data.narrow(0, offset, size), loaded_weight.narrow(0, rank_chunk * size, size))
 
 
 class RowParallelLinear(LinearBase):
@@ -212,9 +179,9 @@ class RowParallelLinear(LinearBase):
 
     def weight_loader(self, param, loaded_weight, shard_id=None):
         if param.dim() == 1:  # the bias is not split: it is added once, after the sum
-            return _copy(param.data, loaded_weight)
+            return copy_weight(param.data, loaded_weight)
         size = param.shape[1]
-        _copy(param.data, loaded_weight.narrow(1, self.tp_rank * size, size))
+        copy_weight(param.data, loaded_weight.narrow(1, self.tp_rank * size, size))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.linear_method.apply(self, x)

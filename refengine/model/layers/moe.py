@@ -35,8 +35,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from refengine.model.layers import linear as _linear
-from refengine.model.layers.linear import _copy, tp_all_reduce
+from refengine.distributed.tp_ops import tp_all_reduce, tp_group
+from refengine.model.layers.weight_utils import copy_weight
 
 
 @dataclass(frozen=True)
@@ -44,10 +44,6 @@ class MoEParallel:
     expert_parallel: bool = False
     capacity_factor: float = 1.25
     dispatch: str = "auto"   # all_to_all | allgather | auto
-
-
-def _group():
-    return _linear._TP_GROUP
 
 
 def _dist():
@@ -85,9 +81,9 @@ class FusedExperts(nn.Module):
         n = self.inter
         shard_rank = 0 if self.ep else self.tp_rank
         if which == 2:  # w2 (down): split its input dim
-            _copy(param.data[local], loaded.narrow(1, shard_rank * n, n))
+            copy_weight(param.data[local], loaded.narrow(1, shard_rank * n, n))
         else:           # w1 (gate) -> rows [0, n), w3 (up) -> rows [n, 2n)
-            _copy(param.data[local, which * n:(which + 1) * n], loaded.narrow(0, shard_rank * n, n))
+            copy_weight(param.data[local, which * n:(which + 1) * n], loaded.narrow(0, shard_rank * n, n))
 
     def expert(self, local: int, x: torch.Tensor) -> torch.Tensor:
         gate, up = F.linear(x, self.w13.weight[local]).chunk(2, dim=-1)
@@ -128,7 +124,8 @@ class MoE(nn.Module):
         position = (one_hot.cumsum(0) * one_hot).sum(-1) - 1 + offsets[flat]
         return position < cap
 
-    def _count(self, counts: torch.Tensor, kept: int, total: int) -> None:
+    def count_assignments(self, counts: torch.Tensor, kept: int, total: int) -> None:
+        """Add one step's per-expert routed assignments and its overflow (total - kept) to the counters."""
         self.expert_tokens += counts.cpu()
         self.overflow += total - kept
 
@@ -153,7 +150,7 @@ class MoE(nn.Module):
         flat_ids = ids.reshape(-1)
         keep = self.keep_mask(ids, torch.zeros(self.num_experts, dtype=torch.long, device=x.device),
                               self.capacity(num_tokens))
-        self._count(torch.bincount(flat_ids, minlength=self.num_experts), int(keep.sum()), keep.numel())
+        self.count_assignments(torch.bincount(flat_ids, minlength=self.num_experts), int(keep.sum()), keep.numel())
         token_of = torch.arange(num_tokens, device=x.device).repeat_interleave(self.top_k)
         out = self._apply_local(x, flat_ids, w.reshape(-1), token_of, keep)
         # TP-sharded experts give partial sums; EP (allgather) gives each rank its experts' share.
@@ -163,8 +160,8 @@ class MoE(nn.Module):
         d = self.parallel.dispatch
         if d != "auto":
             return d
-        return "all_to_all" if _dist().get_backend(_group()) in ("gloo", "nccl") else "allgather"
+        return "all_to_all" if _dist().get_backend(tp_group()) in ("gloo", "nccl") else "allgather"
 
     def _forward_all_to_all(self, x: torch.Tensor) -> torch.Tensor:
         from refengine.model.layers.moe_dispatch import all_to_all_moe
-        return all_to_all_moe(self, x, _group())
+        return all_to_all_moe(self, x, tp_group())

@@ -48,7 +48,7 @@ def all_to_all_moe(moe, x: torch.Tensor, group) -> torch.Tensor:
     all_counts = torch.stack(gathered).cpu()  # split sizes are Python ints
     cap = moe.capacity(x.shape[0])
     kept = kept_counts(all_counts, cap)
-    moe._count(all_counts.sum(0), int(kept.sum()), int(all_counts.sum()))
+    moe.count_assignments(all_counts.sum(0), int(kept.sum()), int(all_counts.sum()))
 
     keep = moe.keep_mask(ids, (all_counts[:rank].sum(0)).to(x.device), cap)
     token_of = torch.arange(xs.shape[0], device=x.device).repeat_interleave(k)

@@ -1,0 +1,71 @@
+"""Paged attention in plain PyTorch: the CPU path, and the oracle the Triton kernels are tested against.
+
+The cache layout and the batch contract are in metadata.py. Decodes (num_new == 1) are batched
+into one SDPA call over K/V gathered through a padded [B, max_context] slot table with a length
+mask. Prefills (num_new > 1) run one SDPA call each, causal with the query offset by start_pos.
+Math is float32 on CPU (no fast bf16 there).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from refengine.attention.metadata import AttentionMetadata
+from refengine.quant.kv_cache import from_cache, is_fp8, to_cache
+
+
+def store_kv(k: torch.Tensor, v: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor,
+             k_scale: float = 1.0, v_scale: float = 1.0) -> None:
+    """Write this step's K and V ([T, kv_heads * head_dim]) into their cache slots.
+
+    An FP8 cache stores x / scale (saturated); index_copy_ has no float8 kernel, so FP8 is
+    copied through a uint8 view of the same bytes."""
+    _, num_blocks, block_size, kv_heads, head_dim = kv_cache.shape
+    flat = kv_cache.view(2, num_blocks * block_size, kv_heads, head_dim)
+    k = to_cache(k.view(-1, kv_heads, head_dim), kv_cache.dtype, k_scale)
+    v = to_cache(v.view(-1, kv_heads, head_dim), kv_cache.dtype, v_scale)
+    if is_fp8(kv_cache.dtype):
+        flat, k, v = flat.view(torch.uint8), k.view(torch.uint8), v.view(torch.uint8)
+    flat[0].index_copy_(0, slot_mapping, k)
+    flat[1].index_copy_(0, slot_mapping, v)
+
+
+def paged_attention(q: torch.Tensor, kv_cache: torch.Tensor, meta: AttentionMetadata, num_heads: int,
+                    scale: float, k_scale: float = 1.0, v_scale: float = 1.0) -> torch.Tensor:
+    """q [T, heads * head_dim] -> attention output [T, heads * head_dim], flat token order.
+
+    K and V are gathered in the cache dtype and converted (x8 * scale for FP8) after the gather,
+    so only the rows a step reads are ever dequantized."""
+    _, num_blocks, block_size, kv_heads, head_dim = kv_cache.shape
+    flat = kv_cache.view(2, num_blocks * block_size, kv_heads, head_dim)
+    compute_dtype = torch.float32 if q.device.type == "cpu" else q.dtype
+    q = q.view(-1, num_heads, head_dim).to(compute_dtype)
+    gqa = kv_heads != num_heads
+    out = torch.empty_like(q) if not meta.decode_only else None
+
+    if meta.decode_slots is not None:
+        b, max_ctx = meta.decode_slots.shape
+        qd = q if meta.decode_only else q[meta.decode_token_indices]
+        # index_select on the flat slot list is several times faster than advanced indexing with a
+        # 2-D index; [B * max_ctx, KVH, D] -> view [B, KVH, max_ctx, D] (SDPA takes the strides).
+        slots = meta.decode_slots.view(-1)
+        kd = from_cache(flat[0].index_select(0, slots), compute_dtype, k_scale).view(b, max_ctx, kv_heads, head_dim)
+        vd = from_cache(flat[1].index_select(0, slots), compute_dtype, v_scale).view(b, max_ctx, kv_heads, head_dim)
+        kd, vd = kd.transpose(1, 2), vd.transpose(1, 2)
+        od = F.scaled_dot_product_attention(qd.unsqueeze(2), kd, vd, attn_mask=meta.decode_mask, scale=scale,
+                                            enable_gqa=gqa).squeeze(2)
+        if meta.decode_only:
+            out = od
+        else:
+            out[meta.decode_token_indices] = od
+
+    for p in meta.prefills:
+        qp = q[p.token_start:p.token_start + p.num_tokens].transpose(0, 1).unsqueeze(0)  # [1, H, n, D]
+        kp = from_cache(flat[0].index_select(0, p.context_slots), compute_dtype, k_scale)
+        vp = from_cache(flat[1].index_select(0, p.context_slots), compute_dtype, v_scale)
+        kp, vp = kp.transpose(0, 1).unsqueeze(0), vp.transpose(0, 1).unsqueeze(0)  # [1, KVH, L, D]
+        op = F.scaled_dot_product_attention(qp, kp, vp, attn_mask=p.mask, is_causal=p.mask is None, scale=scale,
+                                            enable_gqa=gqa)
+        out[p.token_start:p.token_start + p.num_tokens] = op.squeeze(0).transpose(0, 1)
+    return out.reshape(-1, num_heads * head_dim)
