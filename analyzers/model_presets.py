@@ -19,8 +19,7 @@ from pathlib import Path
 
 from analyzers.diagnosis_error import DiagnosisError
 from refengine.errors import RefEngineError
-from refengine.model.hf_config import (DEFAULT_MAX_POSITION_EMBEDDINGS, ModelConfig, parse_model_config,
-                                       read_config_json)
+from refengine.model.hf_config import DEFAULT_MAX_POSITION_EMBEDDINGS, ModelConfig, parse_model_config, read_config_json
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import time
 from dataclasses import dataclass
 
 import torch
@@ -24,18 +23,18 @@ import torch
 from refengine.config import CacheConfig, EngineArgs
 from refengine.core.scheduler import Scheduler
 from refengine.device import resolve_device_setup
-from refengine.errors import RefEngineError
-from refengine.model.hf_config import load_model_config
 from refengine.distributed.batch_queue import BatchQueue
 from refengine.distributed.executor import DistributedExecutor, UniprocExecutor
 from refengine.distributed.parallel_config import ParallelConfig, validate_layout
 from refengine.distributed.worker import WorkerSpec, kv_blocks_for
+from refengine.errors import RefEngineError
+from refengine.model.hf_config import load_model_config
 from refengine.model.layers.attention import allocate_kv_caches
 from refengine.model.loader import load_model
 from refengine.model.tiny import resolve_model
 from refengine.output_processor import OutputProcessor
-from refengine.quant.engine_setup import finish_quantized_model
 from refengine.outputs import RequestOutput
+from refengine.quant.engine_setup import finish_quantized_model
 from refengine.request import Request, RequestStatus
 from refengine.runner.host_tuning import keep_freed_memory_on_heap
 from refengine.runner.model_runner import ModelRunner

@@ -85,9 +85,9 @@ def part_decode(copy_bw: float, quick: bool) -> list[dict]:
 
 
 def part_correctness() -> list[dict]:
+    from refengine.attention.reference import store_kv
     from refengine.kernels.fp8_dequant import fp8_dequantize_triton
     from refengine.kernels.kv_store import store_kv_triton
-    from refengine.attention.reference import store_kv
     rows = []
     w = torch.randn(4096, 4096, device="cuda") * 0.02
     for kind, (w8, s, b) in {"channel": (*quantize_per_channel(w), 128), "block": (*quantize_blocks(w), 128)}.items():

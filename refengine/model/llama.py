@@ -22,14 +22,13 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from refengine.attention.metadata import AttentionMetadata
 from refengine.distributed.parallel_config import PipelineStage
 from refengine.model.hf_config import ModelConfig
 from refengine.model.layers.activation import SiluAndMul
-from refengine.attention.metadata import AttentionMetadata
 from refengine.model.layers.attention import Attention
 from refengine.model.layers.embedding import ParallelLMHead, VocabParallelEmbedding
-from refengine.model.layers.linear import (LinearMethod, MergedColumnParallelLinear, QKVParallelLinear,
-                                           RowParallelLinear)
+from refengine.model.layers.linear import LinearMethod, MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear
 from refengine.model.layers.norm import RMSNorm
 from refengine.model.layers.rotary import RotaryEmbedding
 

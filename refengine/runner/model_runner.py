@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import torch
 
-from refengine.core.outputs import ModelRunnerOutput, SchedulerOutput
 from refengine.attention.metadata import build_attention_metadata
+from refengine.core.outputs import ModelRunnerOutput, SchedulerOutput
 from refengine.runner.sampler import Sampler, SamplingRow
 
 

@@ -11,7 +11,6 @@ import asyncio
 import collections
 import logging
 import threading
-import time
 from dataclasses import dataclass
 from typing import AsyncIterator, Callable
 

@@ -45,7 +45,9 @@ def _imports(name: str, path: Path, mods: dict[str, Path]) -> set[str]:
                 here = name.split(".") if is_pkg else name.split(".")[:-1]
                 here = here[: len(here) - (node.level - 1)]
                 base = ".".join(here + ([node.module] if node.module else []))
-            targets = [base] + [f"{base}.{a.name}" for a in node.names]
+            # `from pkg import mod` imports the module; `from pkg import name` what pkg defines.
+            subs = [f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in mods]
+            targets = subs + ([base] if len(subs) < len(node.names) else [])
         for t in targets:
             parts = t.split(".")
             while parts and ".".join(parts) not in mods:
@@ -64,7 +66,7 @@ def test_the_checker_sees_imports_inside_functions_and_relative_ones(tmp_path):
     mods = {"a": Path("a.py"), "a.b": Path("a/b.py"), "a.c": Path("a/c.py")}
     src = tmp_path / "x.py"
     src.write_text("def f():\n    from a.b import thing\n    from . import c\n", encoding="utf-8")
-    assert _imports("a.x", src, mods) == {"a", "a.b", "a.c"}
+    assert _imports("a.x", src, mods) == {"a.b", "a.c"}
 
 
 def test_dependencies_flow_one_way():

@@ -1,8 +1,15 @@
 """Scheduler behaviour without a model: the runner is simulated by core_sim.step()."""
 
 import pytest
-from core_sim import (FakeClock, assert_all_blocks_free, make_request, make_scheduler, run_to_completion,
-                      runner_output, step)
+from core_sim import (
+    FakeClock,
+    assert_all_blocks_free,
+    make_request,
+    make_scheduler,
+    run_to_completion,
+    runner_output,
+    step,
+)
 
 from refengine.core import kv_cache_manager as kvm
 from refengine.core.outputs import ModelRunnerOutput

@@ -3,10 +3,9 @@ pipeline at once give the same tokens as one process, with preemption and aborts
 
 
 import pytest
+from rank_kill import kill_a_rank_mid_request
 
 from refengine import LLM, SamplingParams
-
-from rank_kill import kill_a_rank_mid_request
 
 KW = dict(max_model_len=64, block_size=4, seed=0)
 N = 14

@@ -6,11 +6,10 @@ import signal
 import time
 
 import pytest
+from rank_kill import kill_a_rank_mid_request
 
 from refengine import LLM, SamplingParams
 from refengine.distributed.executor import RankFailedError
-
-from rank_kill import kill_a_rank_mid_request
 
 KW = dict(max_model_len=128, num_gpu_blocks_override=64, block_size=4, seed=0)
 

@@ -3,7 +3,6 @@ logits of the one-process engine within float32 tolerance, and the same greedy t
 
 import pytest
 import torch
-
 from dist_harness import reference_logits, run_layouts
 
 ATOL = 1e-4
@@ -63,9 +62,8 @@ def test_moe_layouts_match_one_process(two_rank_results, mixtral_dir, name):
 
 
 def test_moe_matches_transformers_at_world_size_one(mixtral_dir):
-    from transformers import MixtralForCausalLM
-
     from dist_harness import make_steps
+    from transformers import MixtralForCausalLM
 
     want, _ = reference_logits(mixtral_dir, capacity_factor=0)  # dropless, as transformers computes
     hf = MixtralForCausalLM.from_pretrained(mixtral_dir).eval()

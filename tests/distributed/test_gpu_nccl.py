@@ -2,7 +2,6 @@
 
 import pytest
 import torch
-
 from dist_harness import reference_logits, run_layouts
 
 pytestmark = pytest.mark.gpu

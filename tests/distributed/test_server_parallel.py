@@ -11,11 +11,10 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
+from refengine_proc import free_port  # noqa: E402
+from refengine_proc import start_process as start
 
 from refengine import LLM, SamplingParams
-
-
-from refengine_proc import free_port, start_process as start  # noqa: E402
 
 SERVE_ARGS = ["--model", "tiny-test", "--max-model-len", "256", "--num-gpu-blocks-override", "256"]
 

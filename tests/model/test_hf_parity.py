@@ -13,8 +13,8 @@ import pytest
 import torch
 import transformers
 
-from refengine.model.hf_config import load_model_config
 from refengine.attention.metadata import build_attention_metadata
+from refengine.model.hf_config import load_model_config
 from refengine.model.layers.attention import allocate_kv_caches
 from refengine.model.loader import load_model
 

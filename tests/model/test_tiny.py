@@ -8,10 +8,10 @@ import json
 import pytest
 import torch
 
+from refengine.attention.metadata import build_attention_metadata
 from refengine.errors import RefEngineError
 from refengine.model import tiny
 from refengine.model.hf_config import load_model_config, parse_model_config
-from refengine.attention.metadata import build_attention_metadata
 from refengine.model.layers.attention import allocate_kv_caches, kv_cache_bytes_per_block
 from refengine.model.loader import load_model
 from refengine.tokenizer import IncrementalDetokenizer, find_stop, load_tokenizer

@@ -124,8 +124,8 @@ def test_kv_scale_calibration_sets_amax_over_448():
 def test_policy_and_bytes_in_server_metrics():
     from types import SimpleNamespace
 
-    from refengine.engine import LLMEngine
     from refengine.config import EngineArgs
+    from refengine.engine import LLMEngine
     from refengine.server.metrics import ServerMetrics
 
     engine = LLMEngine(EngineArgs(model="tiny-test", quantization="fp8", quantization_skip="seed",

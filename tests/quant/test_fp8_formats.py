@@ -13,9 +13,19 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from refengine.quant.fp8 import (FP8_DTYPE, FP8_MAX, dequantize, expand_block_scale, quantize, quantize_blocks,
-                                 quantize_per_channel, quantize_per_tensor, quantize_per_token, saturate_to_fp8,
-                                 scale_kind)
+from refengine.quant.fp8 import (
+    FP8_DTYPE,
+    FP8_MAX,
+    dequantize,
+    expand_block_scale,
+    quantize,
+    quantize_blocks,
+    quantize_per_channel,
+    quantize_per_tensor,
+    quantize_per_token,
+    saturate_to_fp8,
+    scale_kind,
+)
 
 
 def _elementwise_scale(scale: torch.Tensor, shape, block=128) -> torch.Tensor:

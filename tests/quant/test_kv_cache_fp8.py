@@ -55,11 +55,11 @@ def test_paged_attention_over_fp8_cache_matches_fp32():
         need = -(-(ctx + new) // bs)
         seqs.append((ctx, new, [blocks.pop() for _ in range(need)]))
     scale = 0.05
-    for start, new, ids in seqs:                    # fill the context that is already cached
+    for start, _new, ids in seqs:                    # fill the context that is already cached
         if start:
             meta = build_attention_metadata([(0, start, ids)], bs)
             k, v = torch.randn(start, 32), torch.randn(start, 32)
-            for dt, c in caches.items():
+            for c in caches.values():
                 store_kv(k, v, c, meta.slot_mapping, scale, scale)
     meta = build_attention_metadata(seqs, bs)
     q = torch.randn(meta.num_tokens, heads * 16)

@@ -8,8 +8,13 @@ import pytest
 from typer.testing import CliRunner
 
 from llmbench.cli import app
-from llmbench.quality import (QualityThresholds, greedy_match_length, load_prompts, run_quality_check,
-                              sabotage_fp8_scales)
+from llmbench.quality import (
+    QualityThresholds,
+    greedy_match_length,
+    load_prompts,
+    run_quality_check,
+    sabotage_fp8_scales,
+)
 from refengine import LLM
 from refengine.errors import RefEngineError
 

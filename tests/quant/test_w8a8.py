@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from refengine.quant.fp8 import dequantize, quantize_per_channel
 from refengine.quant.fp8_matmul import w8a8_linear, w8a8_supported
 
+
 def test_w8a8_math_on_cpu():
     from types import SimpleNamespace
 

@@ -4,11 +4,9 @@ overload answered with 503, and a clean exit on SIGTERM."""
 import asyncio
 import json
 import signal
-import time
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
-
 
 
 def _metrics(url: str) -> dict:
@@ -70,7 +68,7 @@ def test_disconnect_mid_stream_aborts_and_frees_blocks(InProcessServer):
     with InProcessServer() as srv:
         with httpx.stream("POST", srv.url + "/v1/completions", timeout=60,
                           json={"prompt": [9] * 40, "max_tokens": 200, "stream": True, "ignore_eos": True}) as r:
-            for n, line in enumerate(r.iter_lines()):
+            for n, _line in enumerate(r.iter_lines()):
                 if n >= 3:
                     break          # leave mid-stream: the response is closed here
         srv.wait_idle()
