@@ -108,7 +108,9 @@ def level_stats(table: RequestTable, rows: np.ndarray, level_id: str, window: Wi
     ok_mask[rows[ok]] = True
 
     d_ttft, d_tpot, d_e2e = (Distribution.of(v, rng) for v in (ttft, tpot, e2e))
-    slo_met, broken = slos.level_verdict(int(win.sum()), d_ttft, d_tpot, d_e2e)
+    n_failed = int(failed.sum())
+    slo_met, broken = slos.level_verdict(int(win.sum()), d_ttft, d_tpot, d_e2e,
+                                         n_failed / int(win.sum()) if win.any() else 0.0)
     out_tok, in_tok = col["out_tokens"][ok], col["in_tokens"][ok]
     out_ci, req_ci = throughput_cis(col["t_sent"][ok], out_tok, window, rng)
 

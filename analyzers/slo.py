@@ -15,6 +15,10 @@ import numpy as np
 from analyzers.distribution import Distribution
 from rundir import SloSpec
 
+# A level where more than this share of its requests failed is not a measurement of the server
+# serving its load: it never meets the SLO, so it is never the highest load within it.
+MAX_VALID_ERROR_RATE = 0.05
+
 
 @dataclass(frozen=True)
 class Slos(SloSpec):
@@ -44,13 +48,15 @@ class Slos(SloSpec):
         return ok
 
     def level_verdict(self, n_in_window: int, ttft: Distribution, tpot: Distribution,
-                      e2e: Distribution) -> tuple[bool | None, list[str]]:
+                      e2e: Distribution, error_rate: float = 0.0) -> tuple[bool | None, list[str]]:
         """(met?, the bounds it broke in words). None: nothing was measured."""
         if n_in_window == 0:
             return None, []
         if ttft.n == 0:
             return False, ["no successful requests"]
         broke = []
+        if error_rate > MAX_VALID_ERROR_RATE:
+            broke.append(f"errors {error_rate:.0%} > {MAX_VALID_ERROR_RATE:.0%}: not a valid measurement")
         if ttft.p["p99"] > self.ttft_p99_s:
             broke.append(f"TTFT P99 {ttft.p['p99'] * 1000:.0f} ms > {self.ttft_p99_s * 1000:g} ms")
         if tpot.n and tpot.p["p95"] > self.tpot_p95_s:

@@ -29,6 +29,10 @@ from reports.terminal import run_summary_table
 from rundir import RequestRecord, RunDir, RunInfo, SloSpec, SweepInfo, TargetInfo
 
 
+class SweepStopped(RuntimeError):
+    """The sweep stopped before its end for a reason the user must fix (every request failed)."""
+
+
 @dataclass
 class SweepSpec(SweepInfo):
     """The contract's sweep plan (rundir.SweepInfo, where the defaults live), validated, as levels."""
@@ -122,6 +126,7 @@ def run_sweep(spec: SweepSpec, run: RunDir, target: TargetSpec, console: Console
     stats: dict[str, LevelStats] = {s["level_id"]: LevelStats.from_dict(s) for s in (run.read_summary() or {}).get("levels", [])
                                     if s["level_id"] in info.levels_done}
     interrupted = False
+    stopped: str | None = None          # why the sweep stopped early: a level whose requests all failed
     try:
         with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TimeElapsedColumn(),
                       TextColumn("{task.fields[stats]}"), console=console) as progress:
@@ -148,6 +153,10 @@ def run_sweep(spec: SweepSpec, run: RunDir, target: TargetSpec, console: Console
                 info.level_meta[level.level_id] = {"window_s": window.seconds, "window_start": window.start,
                                                    "window_end": window.end, "notes": _add_client_notes(lv, result)}
                 stats[level.level_id] = lv
+                if result.failure is not None:
+                    stopped = f"level {level.level_id}: {result.failure}"
+                    console.print(f"[red]stopping the sweep: {stopped}[/]", highlight=False)
+                    break
                 if result.server_died or not target_alive():
                     interrupted = True
                     console.print(f"[red]the target stopped answering during {level.level_id}; "
@@ -162,7 +171,7 @@ def run_sweep(spec: SweepSpec, run: RunDir, target: TargetSpec, console: Console
     finally:
         if probes is not None:
             probes.stop()
-    info.status = "interrupted" if interrupted else "complete"
+    info.status = "interrupted" if interrupted or stopped else "complete"
     info.finished = time.time()
     run.write_info(info)
     ordered = _write_summary(run, info, levels, stats, slos_d)
@@ -171,6 +180,9 @@ def run_sweep(spec: SweepSpec, run: RunDir, target: TargetSpec, console: Console
     best = summary.best
     console.print(f"highest load within SLO: [bold]{best.level_id}[/] ({best.output_tok_s:.1f} output tok/s)"
                   if best else "[red]no level met the SLO[/]")
+    if stopped:
+        raise SweepStopped(f"{stopped}\nthe run directory keeps what was measured; fix the cause, then "
+                           f"`llmbench sweep --resume {run.path}`")
     if interrupted:
         raise KeyboardInterrupt
     return ordered
@@ -184,6 +196,8 @@ def _add_client_notes(lv: LevelStats, result: LevelResult) -> list[str]:
         notes.append(f"{result.records_missing} requests sent but never reported by the client")
     if result.server_died:
         notes.append("the target stopped answering during this level")
+    if result.failure:
+        notes.append(f"INVALID: stopped early, {result.failure}")
     lv.notes.extend(notes)
     return notes
 

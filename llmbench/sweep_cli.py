@@ -44,12 +44,17 @@ def sweep(
                                               "workers started elsewhere with `llmbench worker --master-host`."),
     target: Optional[str] = typer.Option(None, help="Base URL of an OpenAI-compatible server; default: start the "
                                          "bundled engine on a free loopback port."),
-    model: Optional[str] = typer.Option(None, help="Model name to send (--target) or to serve (embedded, "
-                                        "default tiny)."),
+    model: Optional[str] = typer.Option(None, help="Model name to send (--target; default: the one model its "
+                                        "/v1/models lists) or to serve (embedded, default tiny)."),
     api_key: Optional[str] = typer.Option(None, envvar="OPENAI_API_KEY", help="Bearer token for --target."),
-    endpoint: str = typer.Option("completions", help="completions (token-id prompts) or chat."),
-    ignore_eos: bool = typer.Option(True, help="Send ignore_eos so outputs have the requested length; turn off "
-                                    "for servers that reject it."),
+    endpoint: str = typer.Option("completions", help="completions (/v1/completions) or chat (/v1/chat/completions)."),
+    ignore_eos: bool = typer.Option(True, help="Send ignore_eos so outputs have the requested length (a server "
+                                    "that refuses it is detected by the preflight and the field dropped)."),
+    prompt_format: str = typer.Option("text", help="text (any OpenAI-compatible server; sized to --input-len with "
+                                      "the target's tokenizer or calibrated against the server's own token count) "
+                                      "or ids (token ids from --tokenizer's vocabulary; vLLM, SGLang, refengine)."),
+    strict: bool = typer.Option(False, help="Fail instead of adapting when the preflight finds the target refuses "
+                                "part of the request (a field, the prompt format)."),
     engine_arg: list[str] = typer.Option([], help="Extra flag for the embedded engine, repeatable, e.g. "
                                          "--engine-arg=--max-num-seqs=32."),
     server_threads: Optional[int] = typer.Option(None, min=1, help="torch threads of the embedded engine (default: one per "
@@ -61,9 +66,11 @@ def sweep(
     label: Optional[str] = typer.Option(None, help="Label in the default run directory name."),
     resume: Optional[Path] = typer.Option(None, help="Continue an interrupted run directory at its first "
                                           "unfinished level (same spec)."),
-    tokenizer: Optional[Path] = typer.Option(None, help="tokenizer.json (or its directory) of the target's model: "
-                                             "token-id range of random prompts, ShareGPT lengths, and the client's "
-                                             "count of output tokens (default for the embedded engine: its own)."),
+    tokenizer: Optional[Path] = typer.Option(None, help="tokenizer.json (or a Hugging Face model directory) of the "
+                                             "target's model: exact prompt sizing, the token-id range of --prompt-format "
+                                             "ids, ShareGPT lengths, and the client's count of output tokens (default for "
+                                             "the embedded engine: its own; without it text prompts are calibrated "
+                                             "against the server)."),
     seed: int = typer.Option(0, help="Seed of the workload."),
     probes: str = typer.Option("default", help="Probes sampled during the sweep: comma list of gpu, server, host, "
                                "irq, tcp, capture, stacks; 'default' (gpu,server,host,irq,tcp), 'all' or 'none'."),

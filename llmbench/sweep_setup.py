@@ -54,17 +54,30 @@ class SweepArgs:
     resume: Optional[Path]
     tokenizer: Optional[Path]
     seed: int
+    prompt_format: str
+    strict: bool
     probes: str
     probe_interval: float
     server_pid: Optional[int]
 
 
 def workload_options(kind: str, dataset: Path | None, spread: float, target: str | None, model: str | None,
-                     tokenizer: Path | None, long_len: int = 4096, long_fraction: float = 0.1) -> dict:
-    """Workload options for loadgen; random token ids must stay inside the target's vocabulary."""
+                     tokenizer: Path | None, long_len: int = 4096, long_fraction: float = 0.1,
+                     prompt_format: str = "text") -> dict:
+    """Workload options for loadgen; token-id prompts must stay inside the target's vocabulary."""
+    from loadgen.workloads import KINDS, PROMPT_FORMATS
+
     kind = kind.replace("-", "_")
-    opts = {"kind": kind, "input_len_spread": spread, "dataset_path": str(dataset) if dataset else None,
-            "long_len": long_len, "long_fraction": long_fraction}
+    if kind not in KINDS:
+        raise ValueError(f"--workload must be one of {', '.join(k.replace('_', '-') for k in KINDS)}, got {kind!r}")
+    if prompt_format not in PROMPT_FORMATS:
+        raise ValueError(f"--prompt-format must be one of {', '.join(PROMPT_FORMATS)}, got {prompt_format!r}")
+    if dataset is not None and not Path(dataset).is_file():
+        raise ValueError(f"--dataset {dataset}: no such file")
+    if kind == "sharegpt" and dataset is None:
+        raise ValueError("--workload sharegpt needs --dataset FILE (a ShareGPT .json or .jsonl file)")
+    opts = {"kind": kind, "prompt_format": prompt_format, "input_len_spread": spread,
+            "dataset_path": str(dataset) if dataset else None, "long_len": long_len, "long_fraction": long_fraction}
     tok_path = tokenizer
     if target is None:  # the embedded engine: its own tokenizer tells the vocabulary
         from refengine.model.tiny import resolve_model
@@ -78,6 +91,9 @@ def workload_options(kind: str, dataset: Path | None, spread: float, target: str
             raise ValueError(f"no tokenizer.json at {tok_path}")
         opts["vocab_size"] = Tokenizer.from_file(str(file)).get_vocab_size()
         opts["tokenizer"] = str(file)
+    elif prompt_format == "ids":
+        raise ValueError("--prompt-format ids needs --tokenizer (the target's tokenizer.json or model directory): "
+                         "token ids must come from the target's own vocabulary")
     return opts
 
 
@@ -100,7 +116,7 @@ def _new_run(a: SweepArgs, console: Console) -> tuple[RunDir, RunInfo]:
             warmup_s=parse_duration(a.warmup, "--warmup"), duration_s=parse_duration(a.duration, "--duration"),
             request_timeout_s=parse_duration(a.request_timeout, "--request-timeout"), workers=a.workers,
             workload=workload_options(a.workload, a.dataset, a.input_len_spread, a.target, a.model, a.tokenizer,
-                                      a.long_len, a.long_fraction),
+                                      a.long_len, a.long_fraction, a.prompt_format),
             seed=a.seed)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
@@ -108,15 +124,22 @@ def _new_run(a: SweepArgs, console: Console) -> tuple[RunDir, RunInfo]:
     target = TargetInfo(url=a.target, model=a.model or ("tiny" if not a.target else None), kind=kind,
                         endpoint=a.endpoint, ignore_eos=a.ignore_eos, engine_args=list(a.engine_arg),
                         server_threads=a.server_threads)
-    if kind == "external" and not a.model:
-        raise typer.BadParameter("--model is required with --target (the name the server serves)")
-    run = RunDir(a.out or default_run_dir(a.label or (target.model or "run")))
+    if a.target is not None and not a.target.startswith(("http://", "https://")):
+        raise typer.BadParameter(f"must be a URL like http://127.0.0.1:8000, got {a.target!r}", param_hint="--target")
+    if a.endpoint not in ("completions", "chat"):
+        raise typer.BadParameter(f"must be completions or chat, got {a.endpoint!r}", param_hint="--endpoint")
+    run = RunDir(a.out or default_run_dir(a.label or (target.model or _host_label(a.target))))
     if run.path.exists():
         raise typer.BadParameter(f"{run.path} exists; choose another --out or --resume it")
-    info = new_run_info(run.path.name, spec, target, slos)
-    run.create(info)
-    console.print(f"run directory: [bold]{run.path}[/]")
-    return run, info
+    # Created only once the target has answered the preflight (execute_sweep): a refused or
+    # unreachable target leaves no run directory behind.
+    return run, new_run_info(run.path.name, spec, target, slos)
+
+
+def _host_label(url: str | None) -> str:
+    from urllib.parse import urlparse
+
+    return (urlparse(url).hostname or "run").replace(".", "-") if url else "run"
 
 
 def _resumed_run(path: Path, console: Console) -> tuple[RunDir, RunInfo]:
@@ -149,7 +172,7 @@ def execute_sweep(run: RunDir, info: RunInfo, a: SweepArgs, probe_names: list[st
     """Start the target (embedded) or use it (external), record its facts, run the levels with probes."""
     from llmbench.embedded import EmbeddedServer
     from llmbench.sweep import run_sweep
-    from loadgen.specs import TargetSpec
+    from llmbench.target_setup import prepare_target
     from probes.runner import sweep_probe_set
 
     target = info.target
@@ -162,8 +185,7 @@ def execute_sweep(run: RunDir, info: RunInfo, a: SweepArgs, probe_names: list[st
             url = server.url
         else:
             url = target.url
-        tspec = TargetSpec(url=url, model=target.model, api_key=a.api_key, endpoint=target.endpoint,
-                           send_ignore_eos=target.ignore_eos)
+        tspec = prepare_target(run, info, url, a.api_key, a.strict, console)
         _record_engine_facts(run, url, a.api_key)
         alive = server.alive if server else (lambda: True)
         probe_set = sweep_probe_set(probe_names, run.path, url, server.proc.pid if server else a.server_pid,
@@ -173,8 +195,8 @@ def execute_sweep(run: RunDir, info: RunInfo, a: SweepArgs, probe_names: list[st
                   probes=probe_set)
     except KeyboardInterrupt:
         raise typer.Exit(code=130) from None
-    except RuntimeError as exc:
-        console.print(f"[red]error:[/] {exc}")
+    except RuntimeError as exc:            # TargetError, SweepStopped, a level that could not run
+        console.print(f"[red]error:[/] {exc}", highlight=False)
         raise typer.Exit(code=1) from None
     finally:
         if server is not None:

@@ -26,6 +26,7 @@ import time
 from typing import Callable
 
 from loadgen.errors import LoadGeneratorError
+from loadgen.fail_fast import FailFast
 from loadgen.specs import LevelProgress, LevelResult, LevelSpec, TargetSpec
 from loadgen.tally import LevelTally
 from loadgen.token_count import ClientTokenCounter, records_without_counting
@@ -141,6 +142,8 @@ class _LevelLoop:
         self.spec, self.procs, self.on_records, self.on_progress = spec, procs, on_records, on_progress
         self.make_records = make_records
         self.tally = LevelTally(spec)
+        self.fail_fast = FailFast()
+        self.failed_fast: str | None = None      # why the level was stopped: all its first requests failed
         self.plan: dict | None = None
         self.worker_done: dict[str, dict] = {}
         self.sent_reported: int | None = None
@@ -192,9 +195,14 @@ class _LevelLoop:
             if self.on_progress and time.time() >= next_progress:
                 self.on_progress(self._progress())
                 next_progress = time.time() + PROGRESS_INTERVAL_S
+            if self.spec.fail_fast and self.end is None and self.failed_fast is None:
+                self.failed_fast = self.fail_fast.reason()
+                if self.failed_fast is not None:
+                    self._interrupt(reason="failed_fast")
 
-    def _interrupt(self) -> None:
-        """Ctrl-C: ask the master to stop in order, and take the cancelled records it sends back."""
+    def _interrupt(self, reason: str = "interrupted") -> None:
+        """Ctrl-C (or fail fast): ask the master to stop in order, and take the cancelled records it
+        sends back."""
         self.procs[0].send_signal(signal.SIGTERM)
         until = time.time() + 5.0
         while self.end is None and time.time() < until:
@@ -205,7 +213,7 @@ class _LevelLoop:
             if line is None:
                 break
             self._handle_line(line)
-        self.error = self.error or "interrupted"
+        self.error = self.error or reason
 
     def _handle_line(self, line: bytes) -> None:
         try:
@@ -220,6 +228,7 @@ class _LevelLoop:
             records = self.make_records(msg["records"])
             for r in records:
                 self.tally.add(r)
+                self.fail_fast.add(r)
             self.on_records(records)
         elif kind == "plan":
             self.plan = msg
@@ -255,14 +264,16 @@ class _LevelLoop:
         r.wall_s = wall_s
         if self.plan:
             r.window_start, r.window_end = self.plan["window_start"], self.plan["window_end"]
-        if self.end is not None:
+        if self.failed_fast is not None:
+            r.end_reason, r.failure = "failed_fast", self.failed_fast
+        elif self.end is not None:
             r.end_reason, r.server_died = self.end["end_reason"], bool(self.end["server_died"])
         elif self.error in ("interrupted", "deadline"):
             r.end_reason = self.error
         else:
             _stop_all(self.procs)
             raise LoadGeneratorError(f"level {self.spec.level_id}: {self.error}\n{self._log_tail()}")
-        if r.end_reason not in ("complete", "server_died", "interrupted"):
+        if r.end_reason not in ("complete", "server_died", "interrupted", "failed_fast"):
             _stop_all(self.procs)
             r.client_log_tail = self._log_tail()
         return r

@@ -45,8 +45,8 @@ def stream_request(user: FastHttpUser, s: LevelSession, spec: RequestSpec, body:
                         target_input_len=spec.target_input_len, target_output_len=spec.target_output_len,
                         t_scheduled=t_scheduled, t_sent=t_sent, t_first_token=None, t_done=None,
                         status="ok", in_window=in_window,
-                        client_prompt_tokens=len(spec.prompt) if isinstance(spec.prompt, list)
-                        else (spec.target_input_len or None))
+                        client_prompt_tokens=spec.client_prompt_tokens if spec.client_prompt_tokens is not None
+                        else len(spec.prompt) if isinstance(spec.prompt, list) else (spec.target_input_len or None))
     resp, stream = None, StreamResult()
     s.request_sent(in_window)          # from here on, the finally below always reports it finished
     deadline = RequestDeadline(f"no complete answer in {level.request_timeout_s:g} s")

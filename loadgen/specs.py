@@ -22,6 +22,7 @@ class TargetSpec:
     api_key: str | None = None
     endpoint: str = "completions"      # completions | chat (chat needs text prompts)
     send_ignore_eos: bool = True       # vLLM/SGLang/refengine extension; turn off for servers that reject it
+    omit_fields: list[str] = field(default_factory=list)   # request fields the preflight found refused
 
     def __post_init__(self) -> None:
         if self.endpoint not in ENDPOINTS:
@@ -64,6 +65,7 @@ class LevelSpec:
     seed: int = 0
     drain: str = "keep_load"               # keep_load | stop_sending (see above)
     max_in_flight: int = 10_000            # open loop, per worker: more arrivals wait (and show as send lag)
+    fail_fast: bool = True                 # stop the level when its first requests all fail (loadgen.fail_fast)
 
     def __post_init__(self) -> None:
         if (self.concurrency is None) == (self.request_rate is None):
@@ -126,7 +128,8 @@ class LevelResult:
     fell_behind: bool = False
     fell_behind_reasons: list[str] = field(default_factory=list)
     server_died: bool = False
-    end_reason: str = "complete"           # complete | server_died | deadline | interrupted
+    end_reason: str = "complete"           # complete | server_died | deadline | interrupted | failed_fast
+    failure: str | None = None             # failed_fast: the server's own message of the commonest failure
     worker_ids: list[str] = field(default_factory=list)
     records_missing: int = 0               # sent per the workers' counters minus records received
     wall_s: float = 0.0

@@ -5,10 +5,14 @@ process and in any order: locust workers each take their own slice of indices (k
 without talking to each other, and two runs of a sweep send the same prompts.
 
 Kinds:
-  random         token-id prompts of exact length, lengths spread uniformly around the target
+  random         prompts of the requested length, lengths spread uniformly around the target
   sharegpt       text prompts from a ShareGPT JSON/JSONL file (the first human turn)
-  shared_prefix  N prefixes x M suffixes in token ids (prefix-cache workloads)
+  shared_prefix  N prefixes x M suffixes (prefix-cache workloads)
   mixed          a fraction of long prompts among short ones (head-of-line blocking)
+
+Prompt formats (random, shared_prefix, mixed): `text` (the default; any OpenAI-compatible server
+takes it), sized by loadgen.prompt_text's TextSizer, or `ids`, token ids drawn from
+[first_token_id, vocab_size) of the target's tokenizer (vLLM, SGLang and refengine take them).
 """
 
 from __future__ import annotations
@@ -20,9 +24,11 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from loadgen.errors import WorkloadError
+from loadgen.prompt_text import TextSizer, estimated_sizer, text_of_words
 from loadgen.sharegpt import load_sharegpt, tokenizer_length_fn
 
 KINDS = ("random", "sharegpt", "shared_prefix", "mixed")
+PROMPT_FORMATS = ("text", "ids")
 __all__ = ["KINDS", "RequestSpec", "Workload", "WorkloadError", "WorkloadOptions", "level_workload_factory",
            "make_workload"]
 
@@ -34,6 +40,7 @@ class RequestSpec:
     target_output_len: int
     max_tokens: int
     extra: dict[str, Any] = field(default_factory=dict)   # merged into the request body last
+    client_prompt_tokens: int | None = None   # the prompt's count as the server will make it, when known exactly
 
 
 @dataclass
@@ -41,6 +48,8 @@ class WorkloadOptions:
     """Everything needed to rebuild a workload anywhere: plain JSON values only."""
 
     kind: str = "random"
+    prompt_format: str = "text"        # text | ids (random, shared_prefix, mixed)
+    text_sizer: dict[str, Any] | None = None   # a TextSizer's dict (None: the built-in estimate)
     input_len: int = 512
     output_len: int = 128
     input_len_spread: float = 0.0      # lengths uniform in [len*(1-s), len*(1+s)]
@@ -92,12 +101,13 @@ def make_workload(options: WorkloadOptions | dict, length_fn: Callable[[str], in
     overrides options.tokenizer for sharegpt; it cannot travel to another process, options can."""
     o = WorkloadOptions(**options) if isinstance(options, dict) else options
     _check(o)
+    prompts = _Prompts(o)
     if o.kind == "random":
-        return Workload(o, lambda i: _random_spec(o, i), o.num_prompts)
+        return Workload(o, lambda i: _random_spec(o, prompts, i), o.num_prompts)
     if o.kind == "shared_prefix":
-        return _shared_prefix(o)
+        return _shared_prefix(o, prompts)
     if o.kind == "mixed":
-        return Workload(o, lambda i: _mixed_spec(o, i), o.num_prompts)
+        return Workload(o, lambda i: _mixed_spec(o, prompts, i), o.num_prompts)
     return _sharegpt(o, length_fn)
 
 
@@ -127,26 +137,58 @@ def _tokens(rng: np.random.Generator, o: WorkloadOptions, n: int) -> list[int]:
     return rng.integers(o.first_token_id, o.vocab_size, n).tolist()
 
 
-def _random_spec(o: WorkloadOptions, i: int) -> RequestSpec:
+class _Prompts:
+    """Prompts of n tokens in the workload's format; text ones also say their exact count when known."""
+
+    def __init__(self, o: WorkloadOptions):
+        self.o = o
+        self.sizer = TextSizer.of(o.text_sizer) if o.text_sizer else estimated_sizer()
+
+    def words_for(self, n_tokens: int, with_overhead: bool = True) -> int:
+        if with_overhead:
+            return self.sizer.words_for(n_tokens)
+        return max(1, int(round(n_tokens / self.sizer.tokens_per_word)))
+
+    def make(self, rng: np.random.Generator, n_tokens: int) -> tuple[list[int] | str, int | None]:
+        if self.o.prompt_format == "ids":
+            return _tokens(rng, self.o, n_tokens), n_tokens
+        n_words = self.words_for(n_tokens)
+        return text_of_words(self.sizer, n_words, rng), self.count(n_words)
+
+    def count(self, n_words: int) -> int | None:
+        return int(round(self.sizer.expected_tokens(n_words))) if self.sizer.exact else None
+
+
+def _spec(prompts: _Prompts, rng: np.random.Generator, n_in: int, n_out: int) -> RequestSpec:
+    prompt, count = prompts.make(rng, n_in)
+    return RequestSpec(prompt, n_in, n_out, n_out, dict(prompts.o.extra_body), client_prompt_tokens=count)
+
+
+def _random_spec(o: WorkloadOptions, prompts: _Prompts, i: int) -> RequestSpec:
     rng = _rng(o, i)
     n_in, n_out = _spread(rng, o.input_len, o.input_len_spread), _spread(rng, o.output_len, o.output_len_spread)
-    return RequestSpec(_tokens(rng, o, n_in), n_in, n_out, n_out, dict(o.extra_body))
+    return _spec(prompts, rng, n_in, n_out)
 
 
-def _mixed_spec(o: WorkloadOptions, i: int) -> RequestSpec:
+def _mixed_spec(o: WorkloadOptions, prompts: _Prompts, i: int) -> RequestSpec:
     rng = _rng(o, i)
     long = bool(rng.random() < o.long_fraction)
     base = o.long_len if long else (o.short_len or o.input_len)
     n_in, n_out = _spread(rng, base, o.input_len_spread), _spread(rng, o.output_len, o.output_len_spread)
-    return RequestSpec(_tokens(rng, o, n_in), n_in, n_out, n_out, dict(o.extra_body))
+    return _spec(prompts, rng, n_in, n_out)
 
 
-def _shared_prefix(o: WorkloadOptions) -> Workload:
+def _shared_prefix(o: WorkloadOptions, prompts: _Prompts) -> Workload:
     suffix_len = o.suffix_len if o.suffix_len is not None else o.input_len - o.prefix_len
     if suffix_len < 1:
         raise WorkloadError(f"shared_prefix needs suffix_len >= 1 "
                             f"(input_len {o.input_len} - prefix_len {o.prefix_len})")
-    prefixes = [_tokens(_rng(o, p, stream=1), o, o.prefix_len) for p in range(o.num_prefixes)]
+    text = o.prompt_format == "text"
+    # Text: the prefix carries the server's constant (BOS, template), the suffix is words only.
+    n_prefix_words, n_suffix_words = prompts.words_for(o.prefix_len), prompts.words_for(suffix_len, False)
+    prefixes = [text_of_words(prompts.sizer, n_prefix_words, _rng(o, p, stream=1)) if text
+                else _tokens(_rng(o, p, stream=1), o, o.prefix_len) for p in range(o.num_prefixes)]
+    count = prompts.count(n_prefix_words + n_suffix_words) if text else None
     n_groups = o.num_prefixes * o.suffixes_per_prefix
 
     def make(i: int) -> RequestSpec:
@@ -155,8 +197,11 @@ def _shared_prefix(o: WorkloadOptions) -> Workload:
         p, j = i % o.num_prefixes, (i // o.num_prefixes) % o.suffixes_per_prefix
         rng = _rng(o, p * o.suffixes_per_prefix + j, stream=2)
         n_out = _spread(_rng(o, i, stream=3), o.output_len, o.output_len_spread)
+        if text:
+            return RequestSpec(prefixes[p] + text_of_words(prompts.sizer, n_suffix_words, rng), o.prefix_len + suffix_len,
+                               n_out, n_out, dict(o.extra_body), client_prompt_tokens=count)
         prompt = prefixes[p] + _tokens(rng, o, suffix_len)
-        return RequestSpec(prompt, len(prompt), n_out, n_out, dict(o.extra_body))
+        return RequestSpec(prompt, len(prompt), n_out, n_out, dict(o.extra_body), client_prompt_tokens=len(prompt))
 
     return Workload(o, make, o.num_prompts or n_groups)
 
@@ -184,7 +229,9 @@ def _sharegpt(o: WorkloadOptions, length_fn: Callable[[str], int] | None) -> Wor
 
 def _check(o: WorkloadOptions) -> None:
     if o.kind not in KINDS:
-        raise WorkloadError(f"workload kind must be one of {KINDS}, got {o.kind!r}")
+        raise WorkloadError(f"workload kind must be one of {', '.join(KINDS)}, got {o.kind!r}")
+    if o.prompt_format not in PROMPT_FORMATS:
+        raise WorkloadError(f"prompt format must be one of {', '.join(PROMPT_FORMATS)}, got {o.prompt_format!r}")
     for name in ("input_len", "output_len", "prefix_len", "long_len", "num_prefixes", "suffixes_per_prefix"):
         if getattr(o, name) < 1:
             raise WorkloadError(f"{name} must be >= 1, got {getattr(o, name)}")

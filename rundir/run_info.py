@@ -75,6 +75,7 @@ class TargetInfo:
     server_threads: int | None = None
     pid: int | None = None                 # the server's process, when known (host and stacks probes)
     engine_facts: dict[str, Any] = field(default_factory=dict)   # the target's own account (/metrics)
+    omit_fields: list[str] = field(default_factory=list)   # request fields the target refused (left out)
     adaptations: list[dict[str, Any]] = field(default_factory=list)  # what the preflight changed, and why
     extra: dict[str, Any] = field(default_factory=dict)
 

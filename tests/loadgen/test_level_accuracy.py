@@ -42,7 +42,7 @@ def test_closed_loop_timing_and_counts(delay_server, concurrency):
     spec = LevelSpec(f"c{concurrency}", concurrency=concurrency, input_len=32, output_len=OUT,
                      warmup_s=0.5, duration_s=2.0, request_timeout_s=10.0)
     t0 = time.time()
-    lr = run(spec, server.target())
+    lr = run(spec, server.target(), level_workload_factory(prompt_format="ids"))   # exact prompt counts
     wall = time.time() - t0
     inw = check_accounting(lr, server, spec)
     ttft = np.median([r.ttft_s for r in inw])
@@ -102,7 +102,8 @@ def test_chat_endpoint_role_chunk_is_not_the_first_token(delay_server, tmp_path)
 
 def test_chat_endpoint_refuses_token_prompts():
     with pytest.raises(ValueError, match="chat endpoint needs text prompts"):
-        run_level(LevelSpec("x", concurrency=1), TargetSpec("http://127.0.0.1:9", "m", endpoint="chat"), None,
+        run_level(LevelSpec("x", concurrency=1), TargetSpec("http://127.0.0.1:9", "m", endpoint="chat"),
+                  level_workload_factory(prompt_format="ids"),
                   lambda recs: None)
 
 

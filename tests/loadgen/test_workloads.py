@@ -12,7 +12,7 @@ from loadgen.specs import TargetSpec
 
 
 def test_random_prompts_have_exact_lengths_and_avoid_special_ids():
-    w = make_workload(WorkloadOptions(input_len=300, output_len=40, vocab_size=1000, seed=3))
+    w = make_workload(WorkloadOptions(prompt_format="ids", input_len=300, output_len=40, vocab_size=1000, seed=3))
     for spec in w.take(20):
         assert len(spec.prompt) == spec.target_input_len == 300
         assert spec.max_tokens == spec.target_output_len == 40
@@ -20,7 +20,7 @@ def test_random_prompts_have_exact_lengths_and_avoid_special_ids():
 
 
 def test_length_spread_stays_in_range_and_varies():
-    w = make_workload(WorkloadOptions(input_len=100, output_len=50, input_len_spread=0.2, output_len_spread=0.5))
+    w = make_workload(WorkloadOptions(prompt_format="ids", input_len=100, output_len=50, input_len_spread=0.2, output_len_spread=0.5))
     specs = w.take(200)
     ins = [len(s.prompt) for s in specs]
     outs = [s.max_tokens for s in specs]
@@ -30,16 +30,16 @@ def test_length_spread_stays_in_range_and_varies():
 
 
 def test_deterministic_by_seed_in_any_order():
-    a = make_workload(WorkloadOptions(input_len=64, input_len_spread=0.5, seed=7))
-    b = make_workload(WorkloadOptions(input_len=64, input_len_spread=0.5, seed=7))
-    c = make_workload(WorkloadOptions(input_len=64, input_len_spread=0.5, seed=8))
+    a = make_workload(WorkloadOptions(prompt_format="ids", input_len=64, input_len_spread=0.5, seed=7))
+    b = make_workload(WorkloadOptions(prompt_format="ids", input_len=64, input_len_spread=0.5, seed=7))
+    c = make_workload(WorkloadOptions(prompt_format="ids", input_len=64, input_len_spread=0.5, seed=8))
     assert [s.prompt for s in a.take(10)] == [b.spec(i).prompt for i in reversed(range(10))][::-1]
     assert a.spec(5).prompt != c.spec(5).prompt
     assert a.spec(5).prompt != a.spec(6).prompt     # no repeats without num_prompts
 
 
 def test_num_prompts_cycles():
-    w = make_workload(WorkloadOptions(input_len=8, num_prompts=3))
+    w = make_workload(WorkloadOptions(prompt_format="ids", input_len=8, num_prompts=3))
     assert w.period == 3
     assert [s.prompt for s in w.take(3)] == [s.prompt for s in w.take(3, start=3)]
     it = iter(w)
@@ -47,7 +47,7 @@ def test_num_prompts_cycles():
 
 
 def test_shared_prefix_structure():
-    o = WorkloadOptions(kind="shared_prefix", num_prefixes=3, prefix_len=20, suffix_len=5, suffixes_per_prefix=4)
+    o = WorkloadOptions(prompt_format="ids", kind="shared_prefix", num_prefixes=3, prefix_len=20, suffix_len=5, suffixes_per_prefix=4)
     w = make_workload(o)
     assert w.period == 12
     specs = w.take(12)
@@ -60,14 +60,14 @@ def test_shared_prefix_structure():
 
 
 def test_shared_prefix_suffix_defaults_to_input_len_minus_prefix():
-    w = make_workload(WorkloadOptions(kind="shared_prefix", input_len=100, prefix_len=60))
+    w = make_workload(WorkloadOptions(prompt_format="ids", kind="shared_prefix", input_len=100, prefix_len=60))
     assert len(w.spec(0).prompt) == 100
     with pytest.raises(WorkloadError, match="suffix_len"):
-        make_workload(WorkloadOptions(kind="shared_prefix", input_len=50, prefix_len=60))
+        make_workload(WorkloadOptions(prompt_format="ids", kind="shared_prefix", input_len=50, prefix_len=60))
 
 
 def test_mixed_long_short():
-    w = make_workload(WorkloadOptions(kind="mixed", long_fraction=0.25, long_len=1000, short_len=10, seed=1))
+    w = make_workload(WorkloadOptions(prompt_format="ids", kind="mixed", long_fraction=0.25, long_len=1000, short_len=10, seed=1))
     lens = [len(s.prompt) for s in w.take(400)]
     assert set(lens) == {10, 1000}
     assert 0.18 < lens.count(1000) / 400 < 0.32
@@ -138,14 +138,14 @@ def test_bad_options_are_rejected():
 
 
 def test_level_factory_takes_lengths_and_seed_from_the_level():
-    factory = level_workload_factory(kind="random", input_len_spread=0.0)
+    factory = level_workload_factory(kind="random", prompt_format="ids", input_len_spread=0.0)
     w = factory(LevelSpec("l", concurrency=1, input_len=77, output_len=9, seed=4))
     assert len(w.spec(0).prompt) == 77 and w.spec(0).max_tokens == 9 and w.options.seed == 4
     assert make_workload(w.options.to_dict()).spec(3).prompt == w.spec(3).prompt   # rebuilt from its options
 
 
 def test_request_body():
-    spec = make_workload(WorkloadOptions(input_len=4, output_len=3, extra_body={"temperature": 0})).spec(0)
+    spec = make_workload(WorkloadOptions(prompt_format="ids", input_len=4, output_len=3, extra_body={"temperature": 0})).spec(0)
     body = json.loads(request_body(spec, TargetSpec("http://h:1/v1/", "m")))
     assert body == {"model": "m", "prompt": spec.prompt, "max_tokens": 3, "stream": True,
                     "stream_options": {"include_usage": True}, "ignore_eos": True, "temperature": 0}

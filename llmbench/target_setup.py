@@ -1,0 +1,82 @@
+"""Before the first level: find out what the target takes and how it counts, and record it.
+
+The model (from /v1/models when --model is not given), the preflight (loadgen.preflight: one
+real request with the sweep's exact body, adapted until the server takes it) and the calibration
+of text prompts against the server's own token count (loadgen.calibration). What was decided is
+written into run.json (target.omit_fields, target.adaptations, sweep.workload's prompt format and
+text sizer), so a resumed sweep sends exactly the same requests without asking again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from rich.console import Console
+
+from loadgen.calibration import calibrate
+from loadgen.preflight import Adaptation, preflight
+from loadgen.prompt_text import TextSizer, estimated_sizer, sizer_for_tokenizer
+from loadgen.specs import TargetSpec
+from loadgen.target_probe import TargetClient
+from loadgen.workloads import WorkloadOptions, make_workload
+from rundir import RunDir, RunInfo
+
+PREFLIGHT_DONE = "preflight_done"        # key in target.extra: this run's requests are settled
+
+
+def target_spec(info: RunInfo, url: str, api_key: str | None) -> TargetSpec:
+    t = info.target
+    return TargetSpec(url=url, model=t.model or "", api_key=api_key, endpoint=t.endpoint,
+                      send_ignore_eos=t.ignore_eos, omit_fields=list(t.omit_fields))
+
+
+def _provisional_sizer(workload: dict) -> TextSizer:
+    exact = sizer_for_tokenizer(workload["tokenizer"]) if workload.get("tokenizer") else None
+    return exact or estimated_sizer()
+
+
+def prepare_target(run: RunDir, info: RunInfo, url: str, api_key: str | None, strict: bool,
+                   console: Console) -> TargetSpec:
+    """Settle the model, the request fields and the prompt sizing; returns the TargetSpec to sweep with."""
+    tspec = target_spec(info, url, api_key)
+    if info.target.extra.get(PREFLIGHT_DONE):
+        return tspec                       # resumed: the same requests as the first attempt
+    workload = info.sweep.workload
+    first = info.sweep.levels()[0]
+    with TargetClient(tspec) as client:
+        if not tspec.model:
+            tspec.model = client.resolve_model()
+            info.target.model = tspec.model
+            console.print(f"model: [bold]{tspec.model}[/] (the one {url}/v1/models lists)")
+        text_kind = workload.get("kind") != "sharegpt"
+        sizer = _provisional_sizer(workload) if text_kind else None
+        options = {**workload, "input_len": first.input_len, "output_len": first.output_len, "seed": first.seed,
+                   "text_sizer": sizer.to_dict() if sizer else None}
+        spec = make_workload(WorkloadOptions(**options)).spec(0)
+        text_spec = (make_workload(WorkloadOptions(**{**options, "prompt_format": "text"})).spec(0)
+                     if workload.get("prompt_format") == "ids" else None)
+        with console.status(f"preflight: one request with the sweep's body to {url} ..."):
+            result = preflight(client, spec, text_spec, workload.get("prompt_format", "text"), strict)
+        adaptations: list[Adaptation] = list(result.adaptations)
+        tspec = result.target
+        workload["prompt_format"] = result.prompt_format
+        if sizer is not None and result.prompt_format == "text":
+            with console.status("calibrating text prompts against the server's token count ..."):
+                sizer, notes = calibrate(client, sizer, first.input_len)
+            adaptations += notes
+            workload["text_sizer"] = sizer.to_dict()
+            check = sizer.extra.get("check")
+            console.print(f"prompts: text, {sizer.tokens_per_word:.3g} tokens per word + {sizer.overhead_tokens:g} "
+                          f"({sizer.source})" + (f"; {check['requested']} requested -> {check['counted']} counted "
+                                                 "by the server" if check else ""), highlight=False)
+    for a in adaptations:
+        console.print(f"[yellow]adapted:[/] {a.line()}", highlight=False)
+    info.target = replace(info.target, omit_fields=list(tspec.omit_fields), ignore_eos=tspec.send_ignore_eos,
+                          adaptations=[a.to_dict() for a in adaptations],
+                          extra={**info.target.extra, PREFLIGHT_DONE: True})
+    if run.exists():
+        run.write_info(info)
+    else:
+        run.create(info)
+        console.print(f"run directory: [bold]{run.path}[/]")
+    return tspec

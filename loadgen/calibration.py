@@ -1,0 +1,109 @@
+"""Text prompts calibrated against the server's own token count.
+
+The server's count is what the figures use (usage.prompt_tokens), so it is the yardstick: vLLM's
+/tokenize where the server has it, else the usage of a one-token completion. Prompts are whole
+passes over a word pool (loadgen.prompt_text), so a count is linear in the number of passes:
+
+  exact pool (the target's tokenizer): one count gives the server's constant (BOS, a chat
+      template); a count that disagrees with the tokenizer means it is not the server's, and the
+      pool is fitted like any other;
+  English pool: counts of one and two passes give tokens per word and the constant.
+
+Then one prompt of the first level's length is counted, and the relative error kept in the
+sizer's `extra` (and so in run.json) as the evidence that input lengths are what was asked.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from loadgen.openai_body import request_dict
+from loadgen.preflight import Adaptation
+from loadgen.prompt_text import TextSizer, relative_error, text_of_words
+from loadgen.target_probe import TargetClient
+from loadgen.workloads import RequestSpec
+
+FIT_POOL_WORDS = 64          # a short pool keeps the two fitting prompts small (servers with a short max_model_len)
+TOLERANCE = 0.05             # the issue's yardstick: lengths within ±5% by the server's count
+CLIENT_SERVER_SLACK = 2      # tokens a tokenizer may differ from the server's count before it is distrusted
+
+
+class TokenCounter:
+    """The server's count of a text prompt, by whichever way this server offers."""
+
+    def __init__(self, client: TargetClient):
+        self.client = client
+        self.method: str | None = None           # "server /tokenize" | "server usage"
+        self._tokenize_works: bool | None = None
+
+    def count(self, text: str) -> int | None:
+        t = self.client.target
+        if self._tokenize_works is not False:
+            body = {"model": t.model, **({"messages": [{"role": "user", "content": text}]} if t.endpoint == "chat"
+                                         else {"prompt": text})}
+            reply = self.client.post("/tokenize", body)
+            n = reply.json.get("count") if reply.ok else None
+            self._tokenize_works = isinstance(n, int)
+            if isinstance(n, int):
+                self.method = "server /tokenize"
+                return n
+        body = request_dict(RequestSpec(text, 0, 1, 1), t, stream=False)
+        body.pop("ignore_eos", None)                 # one token either way
+        reply = self.client.post(t.path, body)
+        n = (reply.json.get("usage") or {}).get("prompt_tokens") if reply.ok else None
+        if isinstance(n, int) and n > 0:
+            self.method = "server usage"
+            return n
+        return None
+
+
+def _fit(counter: TokenCounter, sizer: TextSizer) -> TextSizer | None:
+    pool = replace(sizer, words=sizer.words[:FIT_POOL_WORDS])
+    w = len(pool.words)
+
+    rng = np.random.default_rng(0)
+    t1, t2 = counter.count(text_of_words(pool, w, rng)), counter.count(text_of_words(pool, 2 * w, rng))
+    if t1 is None or t2 is None or t2 <= t1:
+        return None
+    per_word = (t2 - t1) / w
+    return replace(pool, tokens_per_word=per_word, overhead_tokens=float(t1 - per_word * w), exact=False,
+                   source=counter.method or "server", extra={"fit_counts": {w: t1, 2 * w: t2}})
+
+
+def calibrate(client: TargetClient, sizer: TextSizer, check_len: int) -> tuple[TextSizer, list[Adaptation]]:
+    """`sizer` refined by the server's counts; `check_len`: a length to verify (the first level's)."""
+
+    counter = TokenCounter(client)
+    notes: list[Adaptation] = []
+    if sizer.exact:
+        n = min(len(sizer.words), max(8, check_len // 2))
+        measured = counter.count(text_of_words(sizer, n, np.random.default_rng(0)))
+        if measured is None:
+            return sizer, [Adaptation("input length", "not checked", "the server returns no prompt token count",
+                                      "prompt lengths follow the client tokenizer, unverified by the server")]
+        if abs(measured - sizer.expected_tokens(n)) > CLIENT_SERVER_SLACK + 0.02 * n:
+            notes.append(Adaptation("tokenizer", "not the server's",
+                                    f"{n} one-token words counted {measured} by the server",
+                                    "prompt lengths are fitted to the server's count instead"))
+            fitted = _fit(counter, sizer)
+            sizer = fitted if fitted is not None else sizer
+        else:
+            sizer = replace(sizer, overhead_tokens=float(measured - n), source=f"tokenizer + {counter.method}")
+    else:
+        fitted = _fit(counter, sizer)
+        if fitted is None:
+            return sizer, [Adaptation("input length", "estimated", "the server returns no prompt token count",
+                                      f"prompt lengths assume {sizer.tokens_per_word:g} tokens per word")]
+        sizer = fitted
+    n_words = sizer.words_for(check_len)
+    measured = counter.count(text_of_words(sizer, n_words, np.random.default_rng(1)))
+    if measured is not None:
+        err = relative_error(check_len, measured)
+        sizer = replace(sizer, extra={**sizer.extra, "check": {"requested": check_len, "counted": measured,
+                                                              "relative_error": round(err, 4)}})
+        if err > TOLERANCE:
+            notes.append(Adaptation("input length", "off target", f"{check_len} requested, {measured} counted",
+                                    f"prompt lengths are {err:.0%} off by the server's count"))
+    return sizer, notes
