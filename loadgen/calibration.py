@@ -6,8 +6,11 @@ passes over a word pool (loadgen.prompt_text), so a count is linear in the numbe
 
   exact pool (the target's tokenizer): one count gives the server's constant (BOS, a chat
       template); a count that disagrees with the tokenizer means it is not the server's, and the
-      pool is fitted like any other;
-  English pool: counts of one and two passes give tokens per word and the constant.
+      pool is built as below;
+  English pool: each of PROBE_WORDS words is counted alone; the words that share the commonest
+      count form a uniform pool (every word the same number of tokens), and one more count of a
+      whole pass gives tokens per word and the constant exactly. Where too few words agree, counts
+      of one and two passes fit tokens per word and the constant instead.
 
 Then one prompt of the first level's length is counted, and the relative error kept in the
 sizer's `extra` (and so in run.json) as the evidence that input lengths are what was asked.
@@ -26,6 +29,8 @@ from loadgen.target_probe import TargetClient
 from loadgen.workloads import RequestSpec
 
 FIT_POOL_WORDS = 64          # a short pool keeps the two fitting prompts small (servers with a short max_model_len)
+PROBE_WORDS = 96             # words counted one by one for a uniform pool (one-token requests: cheap)
+MIN_UNIFORM_WORDS = 12       # fewer words of the commonest count: fit instead
 TOLERANCE = 0.05             # the issue's yardstick: lengths within ±5% by the server's count
 CLIENT_SERVER_SLACK = 2      # tokens a tokenizer may differ from the server's count before it is distrusted
 
@@ -72,6 +77,29 @@ def _fit(counter: TokenCounter, sizer: TextSizer) -> TextSizer | None:
                    source=counter.method or "server", extra={"fit_counts": {w: t1, 2 * w: t2}})
 
 
+def _uniform(counter: TokenCounter, sizer: TextSizer) -> TextSizer | None:
+    """The words that all count the same, with the count and the constant solved exactly."""
+    alone: dict[int, list[str]] = {}
+    for word in sizer.words[:PROBE_WORDS]:
+        n = counter.count(" " + word)
+        if n is None:
+            return None
+        alone.setdefault(n, []).append(word)
+    t_one, words = max(alone.items(), key=lambda kv: len(kv[1]))
+    if len(words) < MIN_UNIFORM_WORDS:
+        return None
+    pool = replace(sizer, words=words)
+    t_all = counter.count(text_of_words(pool, len(words), np.random.default_rng(0)))
+    if t_all is None or (t_all - t_one) % (len(words) - 1):
+        return None                       # not additive: this server's tokenizer merges across spaces
+    per_word = (t_all - t_one) // (len(words) - 1)
+    if per_word < 1:
+        return None
+    return replace(pool, tokens_per_word=float(per_word), overhead_tokens=float(t_one - per_word), exact=True,
+                   source=counter.method or "server",
+                   extra={"uniform_pool": {"probed": min(PROBE_WORDS, len(sizer.words)), "kept": len(words)}})
+
+
 def calibrate(client: TargetClient, sizer: TextSizer, check_len: int) -> tuple[TextSizer, list[Adaptation]]:
     """`sizer` refined by the server's counts; `check_len`: a length to verify (the first level's)."""
 
@@ -87,12 +115,12 @@ def calibrate(client: TargetClient, sizer: TextSizer, check_len: int) -> tuple[T
             notes.append(Adaptation("tokenizer", "not the server's",
                                     f"{n} one-token words counted {measured} by the server",
                                     "prompt lengths are fitted to the server's count instead"))
-            fitted = _fit(counter, sizer)
+            fitted = _uniform(counter, sizer) or _fit(counter, sizer)
             sizer = fitted if fitted is not None else sizer
         else:
             sizer = replace(sizer, overhead_tokens=float(measured - n), source=f"tokenizer + {counter.method}")
     else:
-        fitted = _fit(counter, sizer)
+        fitted = _uniform(counter, sizer) or _fit(counter, sizer)
         if fitted is None:
             return sizer, [Adaptation("input length", "estimated", "the server returns no prompt token count",
                                       f"prompt lengths assume {sizer.tokens_per_word:g} tokens per word")]

@@ -10,6 +10,7 @@ and shown in the report; `strict` turns any change into an error instead.
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import asdict, dataclass, replace
 
 from loadgen.openai_body import OPTIONAL_FIELDS, request_dict
@@ -18,6 +19,7 @@ from loadgen.target_probe import Reply, TargetClient, TargetError
 from loadgen.workloads import RequestSpec
 
 MAX_ATTEMPTS = 6
+RETRY_AFTER_S = 2.0
 # What a server says when it takes string prompts only (transformers serve, TGI, llama.cpp, ...).
 _TEXT_ONLY = re.compile(r"(prompt|input).{0,40}(must be|should be|expected|only).{0,20}(str|text)|"
                         r"(str|string|text) (type )?expected|token[ _-]?ids?.{0,30}(not supported|unsupported)|"
@@ -85,13 +87,18 @@ def preflight(client: TargetClient, spec: RequestSpec, text_spec: RequestSpec | 
     `text_spec`: the same request with a text prompt, for a server that refuses token ids."""
     target = client.target
     adaptations: list[Adaptation] = []
+    retried = False
     for _ in range(MAX_ATTEMPTS):
         body = request_dict(spec, target)
         reply = client.stream(target.path, body)
         if reply.ok:
             _check_answer(reply, spec, target, adaptations)
             break
-        if reply.status == 200:          # the stream itself failed: the server's words, no guessing
+        if reply.status in (0, 200) and not retried:
+            retried = True               # a server's first request may warm it up and fail: ask once more
+            time.sleep(RETRY_AFTER_S)
+            continue
+        if reply.status in (0, 200):     # the stream itself failed: the server's words, no guessing
             raise TargetError(f"{target.url} answered the preflight with a broken stream: {reply.message}")
         fatal = _fatal(reply.status, reply.message, target, client)
         if fatal is not None:

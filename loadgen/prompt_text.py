@@ -95,9 +95,8 @@ def vocabulary_pool(tokenizer_file: str, max_words: int = 400) -> list[str]:
     from tokenizers import Tokenizer
 
     tok = Tokenizer.from_file(tokenizer_file)
-    vocab = sorted(tok.get_vocab().items(), key=lambda kv: kv[1])     # by id: frequent merges first
     words: list[str] = []
-    for piece, tid in vocab:
+    for tid in sorted(tok.get_vocab().values()):        # by id: in BPE, earlier merges are commoner pieces
         text = tok.decode([tid])
         word = text[1:] if text.startswith(" ") else ""
         if len(word) < 2 or not word.isascii() or not word.isalpha():

@@ -13,8 +13,11 @@ times late). Definitions (DESIGN section 4):
   tokens in one chunk makes it smaller than usage.completion_tokens, which is reported, not hidden);
 - server usage is taken from the last chunk that has a `usage` object.
 
+End: `data: [DONE]`, or the response ending cleanly after a choice's finish_reason (transformers
+serve and some gateways send no [DONE]).
+
 Errors: a data line that is not JSON -> bad_payload; an error object inside the stream, or the
-stream ending (or the connection failing) before [DONE] -> stream_broken; a TimeoutError out of
+stream ending (or the connection failing) before [DONE] and before any finish_reason -> stream_broken; a TimeoutError out of
 readline -> timeout. The first problem in stream order decides. Anything that is not an Exception
 (a greenlet being killed) propagates; the caller can then digest() what had arrived.
 
@@ -46,6 +49,7 @@ class StreamResult:
     completion_tokens: int | None = None
     finish_reason: str | None = None
     saw_done: bool = False
+    ended_without_done: bool = False       # the response ended cleanly, no [DONE] (judged in digest)
     error_kind: str | None = None          # None when the stream completed
     error: str | None = None
     pending: list[tuple[float, bytes]] = field(default_factory=list)   # (arrival, data payload), not yet parsed
@@ -63,6 +67,12 @@ class StreamResult:
                 self.saw_done = False
                 _fail(self, t, *problem, force=True)
                 break
+        if self.ended_without_done and self.error_kind is None:
+            self.ended_without_done = False
+            if self.finish_reason:             # finished, just without the [DONE] sentinel
+                self.saw_done = True
+            else:
+                _fail(self, self.t_done or time.time(), "stream_broken", "stream ended without data: [DONE]")
         return self
 
 
@@ -83,7 +93,7 @@ def read_sse_stream(readline: Callable[[], bytes], clock: Callable[[], float] = 
             break
         now = clock()
         if not raw:
-            _fail(r, now, "stream_broken", "stream ended without data: [DONE]")
+            r.t_done, r.ended_without_done = now, True
             break
         if raw.startswith(b"data:"):
             payload = raw[5:].strip()
