@@ -50,13 +50,14 @@ def oom(
     target: Optional[str] = typer.Option(None, "--target", help="Base URL of a vLLM-compatible server for --ramp "
                                          "(loopback or your own test hosts)."),
     ramp_prompt_tokens: int = typer.Option(1000, "--ramp-prompt-tokens", help="Prompt length of each ramp request "
-                                           "(random token ids, unique per request)."),
+                                           "(text sized by the server's own count, unique per request; shortened "
+                                           "to fit the server's max_model_len)."),
     ramp_max_tokens: int = typer.Option(8, "--ramp-max-tokens", help="Output tokens per ramp request (ignore_eos)."),
     ramp_levels: str = typer.Option("1,2,4,8,16,32,64,128,256", "--ramp-levels", help="Comma-separated "
                                     "concurrencies to step through."),
     level_seconds: float = typer.Option(5.0, "--level-seconds", help="Seconds at each ramp level."),
     served_model: Optional[str] = typer.Option(None, "--served-model", help="Model name to send (default: the "
-                                               "first of /v1/models)."),
+                                               "one /v1/models lists)."),
     api_key: Optional[str] = typer.Option(None, "--api-key", help="Bearer token for the target."),
     run_dir: Optional[Path] = typer.Option(None, "--run", help="A run directory: say whether and when memory "
                                            "pressure occurred (KV usage, preemptions, GPU memory, OOM errors)."),
@@ -85,8 +86,10 @@ def oom(
         if ramp:
             if not target:
                 raise DiagnosisError("--ramp needs --target URL (a vLLM-compatible server)")
-            result = _ramp_mode(target, ramp_prompt_tokens, ramp_max_tokens, ramp_levels, level_seconds,
-                                served_model, api_key, estimate)
+            from llmbench.diag_ramp import ramp_mode
+
+            result = ramp_mode(console, target, ramp_prompt_tokens, ramp_max_tokens, ramp_levels, level_seconds,
+                               served_model, api_key, estimate)
         from analyzers.oom_triage import mark_oom_playbook
 
         mark_oom_playbook(run, estimate, findings, result)
@@ -162,55 +165,6 @@ def _log_mode(path: Path):
         for line in f.fixes:
             console.print(Text(f"  fix: {line}", style="green"))
     return findings
-
-
-def _ramp_mode(target, prompt_tokens, max_tokens, levels_text, level_seconds, served_model, api_key, estimate):
-    import asyncio
-
-    from analyzers.diagnosis_error import DiagnosisError
-    from llmbench.target_facts import server_gauges
-    from loadgen.kv_ramp import RampError, RampSpec, run_ramp
-
-    try:
-        levels = tuple(int(x) for x in levels_text.split(",") if x.strip())
-    except ValueError:
-        raise DiagnosisError(f"--ramp-levels must be comma-separated integers, got {levels_text!r}") from None
-    try:
-        spec = RampSpec(target=target.rstrip("/"), prompt_tokens=prompt_tokens, max_tokens=max_tokens, levels=levels,
-                        level_seconds=level_seconds, model=served_model, api_key=api_key)
-    except RampError as exc:
-        raise DiagnosisError(str(exc)) from None
-    table = Table(title=f"KV ramp against {spec.target} ({spec.request_tokens} tokens per request)",
-                  title_justify="left")
-    for col in ("concurrency", "ok", "errors", "max running", "held at", "max KV usage", "preemptions", "saturated by"):
-        table.add_column(col, justify="right" if col != "saturated by" else "left")
-
-    def on_level(lv) -> None:
-        kv = "n/a" if lv.max_kv_usage is None else f"{lv.max_kv_usage:.0%}"
-        console.print(f"[dim]level {lv.concurrency}: {lv.ok} ok, {lv.errors} errors, running <= {lv.max_running}, "
-                      f"KV {kv}[/]")
-        table.add_row(str(lv.concurrency), str(lv.ok), str(lv.errors), str(lv.max_running),
-                      str(lv.plateau_running or "-"), kv, f"{lv.preemptions:g}", Text("; ".join(lv.saturation())))
-
-    try:
-        result = asyncio.run(run_ramp(spec, server_gauges, on_level))
-    except RampError as exc:
-        raise DiagnosisError(str(exc)) from None
-    console.print(table)
-    console.print(Text(result.stop_reason))
-    est = result.estimate
-    est_text = (f"{est} (server: {result.num_blocks} blocks of {result.block_size}; "
-                f"{-(-spec.request_tokens // result.block_size)} blocks per request)") if est is not None else \
-        "n/a (the server exposes no vllm:cache_config_info)"
-    observed = "not reached" if result.observed_capacity is None else result.observed_capacity
-    console.print(f"observed KV capacity: {observed} concurrent requests; estimate {est_text}")
-    if estimate is not None:
-        console.print(f"memory model ({estimate.shape.name}): {estimate.max_concurrency(spec.request_tokens)} "
-                      f"requests of {spec.request_tokens} tokens")
-    if any(t != spec.max_tokens for t in result.completion_tokens_seen):
-        console.print(Text(f"note: the server returned {sorted(result.completion_tokens_seen)} completion tokens, "
-                           f"not {spec.max_tokens}: it may not honour ignore_eos", style="yellow"))
-    return result
 
 
 def _run_mode(run_dir: Path, playbook) -> None:

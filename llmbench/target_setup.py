@@ -9,7 +9,7 @@ text sizer), so a resumed sweep sends exactly the same requests without asking a
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from rich.console import Console
 
@@ -18,10 +18,11 @@ from loadgen.preflight import Adaptation, preflight
 from loadgen.prompt_text import TextSizer, estimated_sizer, sizer_for_tokenizer
 from loadgen.specs import TargetSpec
 from loadgen.target_probe import TargetClient
-from loadgen.workloads import WorkloadOptions, make_workload
+from loadgen.workloads import RequestSpec, WorkloadOptions, make_workload
 from rundir import RunDir, RunInfo
 
 PREFLIGHT_DONE = "preflight_done"        # key in target.extra: this run's requests are settled
+SHORT_PROMPT_TOKENS = 32                 # the first preflight's prompt, before the server has counted
 
 
 def target_spec(info: RunInfo, url: str, api_key: str | None) -> TargetSpec:
@@ -33,6 +34,58 @@ def target_spec(info: RunInfo, url: str, api_key: str | None) -> TargetSpec:
 def _provisional_sizer(workload: dict) -> TextSizer:
     exact = sizer_for_tokenizer(workload["tokenizer"]) if workload.get("tokenizer") else None
     return exact or estimated_sizer()
+
+
+@dataclass
+class Settled:
+    """What the preflight and the calibration decided for one target."""
+
+    target: TargetSpec
+    prompt_format: str
+    sizer: TextSizer | None
+    adaptations: list[Adaptation]
+
+
+def _first_requests(workload: dict, sizer: TextSizer | None, input_len: int, output_len: int,
+                    seed: int) -> tuple[RequestSpec, RequestSpec | None]:
+    """The workload's first request, and the same as text (for a server that refuses token ids)."""
+    options = {**workload, "input_len": input_len, "output_len": output_len, "seed": seed,
+               "text_sizer": sizer.to_dict() if sizer else None}
+    spec = make_workload(WorkloadOptions(**options)).spec(0)
+    text_spec = (make_workload(WorkloadOptions(**{**options, "prompt_format": "text"})).spec(0)
+                 if options.get("prompt_format") == "ids" else None)
+    return spec, text_spec
+
+
+def settle_requests(client: TargetClient, workload: dict, input_len: int, output_len: int, seed: int,
+                    strict: bool, console: Console) -> Settled:
+    """Preflight (the workload's body with a short prompt: which fields and prompt format the server
+    takes), calibrate text prompts against the server's count, then the exact first request."""
+    text_kind = workload.get("kind", "random") != "sharegpt"
+    sizer = _provisional_sizer(workload) if text_kind else None
+    short = min(input_len, SHORT_PROMPT_TOKENS) if text_kind else input_len
+    with console.status(f"preflight: the sweep's request body to {client.target.url} ..."):
+        result = preflight(client, *_first_requests(workload, sizer, short, output_len, seed),
+                           workload.get("prompt_format", "text"), strict)
+    adaptations: list[Adaptation] = list(result.adaptations)
+    workload = {**workload, "prompt_format": result.prompt_format}
+    if sizer is not None and result.prompt_format == "text":
+        with console.status("calibrating text prompts against the server's token count ..."):
+            sizer, notes = calibrate(client, sizer, input_len)
+        adaptations += notes
+    with console.status("preflight: the first request exactly as the sweep will send it ..."):
+        exact = preflight(client, *_first_requests(workload, sizer, input_len, output_len, seed),
+                          result.prompt_format, strict)
+    adaptations += [a for a in exact.adaptations if a not in adaptations]
+    result = exact
+    if sizer is not None and result.prompt_format == "text":
+        check = sizer.extra.get("check")
+        console.print(f"prompts: text, {sizer.tokens_per_word:.3g} tokens per word + {sizer.overhead_tokens:g} "
+                      f"({sizer.source})" + (f"; {check['requested']} requested -> {check['counted']} counted "
+                                             "by the server" if check else ""), highlight=False)
+    for a in adaptations:
+        console.print(f"[yellow]adapted:[/] {a.line()}", highlight=False)
+    return Settled(result.target, result.prompt_format, sizer, adaptations)
 
 
 def prepare_target(run: RunDir, info: RunInfo, url: str, api_key: str | None, strict: bool,
@@ -48,31 +101,13 @@ def prepare_target(run: RunDir, info: RunInfo, url: str, api_key: str | None, st
             tspec.model = client.resolve_model()
             info.target.model = tspec.model
             console.print(f"model: [bold]{tspec.model}[/] (the one {url}/v1/models lists)")
-        text_kind = workload.get("kind") != "sharegpt"
-        sizer = _provisional_sizer(workload) if text_kind else None
-        options = {**workload, "input_len": first.input_len, "output_len": first.output_len, "seed": first.seed,
-                   "text_sizer": sizer.to_dict() if sizer else None}
-        spec = make_workload(WorkloadOptions(**options)).spec(0)
-        text_spec = (make_workload(WorkloadOptions(**{**options, "prompt_format": "text"})).spec(0)
-                     if workload.get("prompt_format") == "ids" else None)
-        with console.status(f"preflight: one request with the sweep's body to {url} ..."):
-            result = preflight(client, spec, text_spec, workload.get("prompt_format", "text"), strict)
-        adaptations: list[Adaptation] = list(result.adaptations)
-        tspec = result.target
-        workload["prompt_format"] = result.prompt_format
-        if sizer is not None and result.prompt_format == "text":
-            with console.status("calibrating text prompts against the server's token count ..."):
-                sizer, notes = calibrate(client, sizer, first.input_len)
-            adaptations += notes
-            workload["text_sizer"] = sizer.to_dict()
-            check = sizer.extra.get("check")
-            console.print(f"prompts: text, {sizer.tokens_per_word:.3g} tokens per word + {sizer.overhead_tokens:g} "
-                          f"({sizer.source})" + (f"; {check['requested']} requested -> {check['counted']} counted "
-                                                 "by the server" if check else ""), highlight=False)
-    for a in adaptations:
-        console.print(f"[yellow]adapted:[/] {a.line()}", highlight=False)
+        settled = settle_requests(client, workload, first.input_len, first.output_len, first.seed, strict, console)
+    tspec = settled.target
+    workload["prompt_format"] = settled.prompt_format
+    if settled.sizer is not None:
+        workload["text_sizer"] = settled.sizer.to_dict()
     info.target = replace(info.target, omit_fields=list(tspec.omit_fields), ignore_eos=tspec.send_ignore_eos,
-                          adaptations=[a.to_dict() for a in adaptations],
+                          adaptations=[a.to_dict() for a in settled.adaptations],
                           extra={**info.target.extra, PREFLIGHT_DONE: True})
     if run.exists():
         run.write_info(info)

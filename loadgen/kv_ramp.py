@@ -5,8 +5,11 @@ Load: a small asyncio + httpx closed loop, not loadgen's locust levels. The ramp
 one level at a time *without draining* (a drained level never fills the cache), scrape `/metrics`
 every 100 ms on the same clock, and stop at the first saturated level; locust levels are separate
 processes with warm-up and measured windows, built for latency statistics, and take seconds to
-start. Requests have a known length: a prompt of random token ids (unique per request, so prefix
-caching cannot share blocks), `ignore_eos` and a fixed `max_tokens`, non-streaming.
+start. Requests have a known length: the caller's `make_body(i)` builds them with the sweep's own
+request building (text prompts sized by the server's count, unique per request so prefix caching
+cannot share blocks, the fields the preflight found refused left out), non-streaming.
+A level where every request failed stops the ramp with the server's own message: that is a
+refused request, not a capacity of zero.
 
 Estimate: blocks // ceil((prompt + max_tokens) / block_size), from the server's own
 `vllm:cache_config_info` (num_gpu_blocks, block_size). Requests whose prompt already occupies all
@@ -23,7 +26,7 @@ the ramp, the probes and the target facts read the same names the same way.
 from __future__ import annotations
 
 import asyncio
-import random
+import itertools
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -152,9 +155,15 @@ class RampResult:
         return next((lv for lv in self.levels if lv.saturation()), None)
 
     @property
+    def all_failed(self) -> bool:
+        """The ramp stopped because a level's requests all failed (a refusal, not saturation)."""
+        level = self.saturated_level
+        return level is not None and level.ok == 0 and level.errors > 0
+
+    @property
     def observed_capacity(self) -> int | None:
         level = self.saturated_level
-        if level is None:
+        if level is None or self.all_failed:
             return None
         return level.plateau_running or level.max_running
 
@@ -178,20 +187,10 @@ async def _scrape(client, url: str, parse_gauges: Callable[[str], ServerGauges])
         raise RampError(f"{url}/metrics is not Prometheus text: {exc}") from None
 
 
-async def _served_model(client, spec: RampSpec) -> str:
-    if spec.model:
-        return spec.model
-    resp = await client.get(spec.target + "/v1/models", timeout=10.0)
-    resp.raise_for_status()
-    data = resp.json().get("data") or []
-    if not data:
-        raise RampError(f"{spec.target}/v1/models lists no model; pass --served-model")
-    return data[0]["id"]
-
-
-async def run_ramp(spec: RampSpec, parse_gauges: Callable[[str], ServerGauges], on_level=None) -> RampResult:
-    """Drive the ramp; `parse_gauges` reads a /metrics page, `on_level(observation)` is called after
-    each level (progress output)."""
+async def run_ramp(spec: RampSpec, parse_gauges: Callable[[str], ServerGauges], make_body: Callable[[int], dict],
+                   on_level=None) -> RampResult:
+    """Drive the ramp; `parse_gauges` reads a /metrics page, `make_body(i)` is the i-th request's JSON
+    body, `on_level(observation)` is called after each level (progress output)."""
     import httpx
 
     headers = {"Authorization": f"Bearer {spec.api_key}"} if spec.api_key else {}
@@ -199,22 +198,19 @@ async def run_ramp(spec: RampSpec, parse_gauges: Callable[[str], ServerGauges], 
     async with httpx.AsyncClient(headers=headers, limits=limits, timeout=spec.request_timeout_s) as client:
         try:
             first = await _scrape(client, spec.target, parse_gauges)
-            model = await _served_model(client, spec)
         except httpx.HTTPError as exc:
-            raise RampError(f"cannot reach {spec.target} (/metrics and /v1/models): {exc}") from None
+            raise RampError(f"cannot reach {spec.target}/metrics: {exc}") from None
         cache = first.cache_config
         num_blocks = int(cache["num_gpu_blocks"]) if cache.get("num_gpu_blocks") not in (None, "", "None") else None
         block_size = int(cache["block_size"]) if cache.get("block_size") not in (None, "", "None") else None
-        rng = random.Random(spec.seed)
+        sent = itertools.count()
         levels: list[LevelObservation] = []
         current: list[LevelObservation] = []
         completion_tokens: set[int] = set()
 
         async def user() -> None:
             while True:
-                prompt = [rng.randrange(100, 4000) for _ in range(spec.prompt_tokens)]
-                body = {"model": model, "prompt": prompt, "max_tokens": spec.max_tokens, "temperature": 0.0,
-                        "ignore_eos": True, "stream": False}
+                body = make_body(next(sent))
                 try:
                     resp = await client.post(spec.target + "/v1/completions", json=body)
                     if resp.status_code == 200:
@@ -251,6 +247,9 @@ async def run_ramp(spec: RampSpec, parse_gauges: Callable[[str], ServerGauges], 
                     last_preemptions = level.samples[-1].preemptions
                 if on_level is not None:
                     on_level(level)
+                if level.errors and not level.ok:
+                    stop_reason = (f"every request failed at concurrency {concurrency}: {level.error_text}")
+                    break
                 if level.saturation():
                     stop_reason = f"saturated at concurrency {concurrency}: " + "; ".join(level.saturation())
                     break

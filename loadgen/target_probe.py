@@ -122,6 +122,9 @@ class TargetClient:
 
     def served_models(self) -> list[dict]:
         status, data = self.get_json("/v1/models")
+        if status in (401, 403):
+            raise TargetError(f"{self.target.url} refused the credentials (HTTP {status}: {data}); "
+                              "pass --api-key KEY or set OPENAI_API_KEY")
         if status != 200 or not isinstance(data, dict):
             return []
         return [m for m in data.get("data") or [] if isinstance(m, dict) and m.get("id")]
