@@ -134,7 +134,9 @@ def analyze_run(run: RunDir, slos: "Slos | dict | None" = None) -> tuple[RunSumm
     """Read and analyze a run directory. Raises FileNotFoundError if it is not one."""
     info = run.read_info()
     table = load_cached(run)
-    return summarize_table(table, info, level_windows(run, info), slos), table
+    summary = summarize_table(table, info, level_windows(run, info), slos)
+    summary.findings.extend(table.warnings)          # lines of requests.jsonl that were not counted
+    return summary, table
 
 
 def findings(s: RunSummary) -> list[str]:

@@ -14,9 +14,10 @@ err_console = Console(stderr=True)
 def user_errors():
     """Print a RefEngineError (or any ValueError we raise for bad input) as one line and exit 2."""
     from refengine.errors import RefEngineError
+    from rundir.errors import RunDirError
 
     try:
         yield
-    except RefEngineError as exc:
+    except (RefEngineError, RunDirError) as exc:
         err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
         raise typer.Exit(code=2) from None

@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from llmbench.cli_common import err_console, user_errors
+from rundir.errors import RunDirError
 
 console = Console()
 
@@ -22,7 +23,7 @@ def run_errors():
     """A missing or malformed run directory is the user's mistake: one line, exit 2, no traceback."""
     try:
         yield
-    except FileNotFoundError as exc:
+    except (FileNotFoundError, RunDirError) as exc:
         err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
         raise typer.Exit(code=2) from None
     except (json.JSONDecodeError, TypeError, KeyError) as exc:
@@ -61,6 +62,8 @@ def report(
         run = _rundir(run_dir)
         t0 = time.perf_counter()
         summary, paths = write_reports(run, _slos(run.read_info().slos.to_dict(), slo_ttft, slo_tpot, slo_e2e))
+    for warning in (f for f in summary.findings if f.startswith(str(run.requests_jsonl))):
+        err_console.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False)
     console.print(run_summary_table(summary, title=f"run {summary.info.run_id} ({summary.info.status})",
                                     width=console.width))
     best = summary.best

@@ -11,10 +11,11 @@ A leaf package: it imports nothing of ours, and everything else that touches a r
 imports it (docs/run-format.md, docs/architecture.md).
 """
 
+from rundir.errors import RunDirError
 from rundir.records import ERROR_KINDS, REQUEST_STATUSES, RequestRecord
 from rundir.run_dir import RunDir, json_default
 from rundir.run_info import RUN_STATUSES, SCHEMA_VERSION, RunInfo, SloSpec, SweepInfo, TargetInfo
 from rundir.version import __version__
 
-__all__ = ["ERROR_KINDS", "REQUEST_STATUSES", "RUN_STATUSES", "SCHEMA_VERSION", "RequestRecord", "RunDir",
+__all__ = ["ERROR_KINDS", "REQUEST_STATUSES", "RUN_STATUSES", "SCHEMA_VERSION", "RequestRecord", "RunDir", "RunDirError",
            "RunInfo", "SloSpec", "SweepInfo", "TargetInfo", "__version__", "json_default"]

@@ -14,6 +14,7 @@ from typing import Any, Iterator
 
 from rundir import files
 from rundir.atomic import atomic_write
+from rundir.errors import RunDirError
 from rundir.records import RequestRecord
 from rundir.run_info import RunInfo
 
@@ -120,9 +121,13 @@ class RunDir:
 
     def read_info(self) -> RunInfo:
         try:
-            return RunInfo.from_dict(json.loads(self.run_json.read_text()))
+            return RunInfo.from_dict(json.loads(self.run_json.read_text(encoding="utf-8")))
         except FileNotFoundError:
             raise FileNotFoundError(f"{self.path} is not a run directory (no run.json)") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise RunDirError(f"{self.run_json}: not valid JSON ({exc})") from None
+        except (ValueError, TypeError) as exc:
+            raise RunDirError(f"{self.run_json}: {exc}") from None
 
     def iter_records(self) -> Iterator[RequestRecord]:
         if not self.requests_jsonl.exists():
@@ -135,7 +140,16 @@ class RunDir:
                     continue   # a torn last line of a run that was killed mid-write
 
     def read_summary(self) -> dict | None:
-        return json.loads(self.summary_json.read_text()) if self.summary_json.exists() else None
+        """summary.json, or None when there is none or it is not one (it is derived: recomputed anyway)."""
+        if not self.summary_json.exists():
+            return None
+        try:
+            data = json.loads(self.summary_json.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        if not isinstance(data, dict) or not isinstance(data.get("levels", []), list):
+            return None
+        return data
 
 
 def json_default(obj: Any) -> Any:

@@ -20,6 +20,7 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
+from rundir.record_checks import ReadReport, check_columns, check_gaps
 from rundir.records import BOOL_COLUMNS, FLOAT_COLUMNS, LIST_COLUMNS, TEXT_COLUMNS, RequestRecord
 from rundir.run_dir import RunDir
 
@@ -29,19 +30,33 @@ class RequestTable:
     df: pd.DataFrame        # one row per request; numeric columns are float64 with NaN for null
     itl: np.ndarray         # every inter-token gap of every request, in row order
     itl_row: np.ndarray     # the df row (position) each gap belongs to
+    read: ReadReport | None = None     # lines the reader could not use (from a file only)
+
+    @property
+    def warnings(self) -> list[str]:
+        return self.read.warnings() if self.read else []
 
     # ----- building -------------------------------------------------------------------------
     @classmethod
-    def from_dicts(cls, rows: list[dict]) -> "RequestTable":
-        """Columns straight from parsed JSON objects (unknown keys are ignored, missing ones null)."""
+    def from_dicts(cls, rows: list[dict], line_numbers: np.ndarray | None = None,
+                   path: str = "records") -> "RequestTable":
+        """Columns straight from parsed JSON objects (unknown keys are ignored, missing ones null).
+        A field of the wrong type raises RunDirError naming `path` and the line."""
         # pandas' own list-of-dicts conversion is several times faster than one comprehension per column.
         df = pd.DataFrame(rows, columns=[*FLOAT_COLUMNS, *TEXT_COLUMNS, *BOOL_COLUMNS, *LIST_COLUMNS])
+        lines = line_numbers if line_numbers is not None else np.arange(1, len(rows) + 1)
+        if len(df):
+            check_columns(df, lines, path)
         gaps = [g if g.__class__ is list else () for g in df.pop("itl_s").to_numpy()]
         for name in FLOAT_COLUMNS:
-            df[name] = df[name].astype(float)          # null -> NaN
+            df[name] = pd.to_numeric(df[name], errors="coerce").astype(float)   # null -> NaN
         df["in_window"] = df["in_window"].fillna(False).astype(bool)
         lengths = np.fromiter(map(len, gaps), dtype=np.int64, count=len(gaps))
-        itl = np.fromiter(itertools.chain.from_iterable(gaps), dtype=float, count=int(lengths.sum()))
+        try:
+            itl = np.fromiter(itertools.chain.from_iterable(gaps), dtype=float, count=int(lengths.sum()))
+        except (TypeError, ValueError):
+            check_gaps(gaps, lines, path)
+            raise
         df["n_itl"] = lengths
         return cls(df=derive_columns(df), itl=itl, itl_row=np.repeat(np.arange(len(rows)), lengths))
 
@@ -51,10 +66,14 @@ class RequestTable:
 
     @classmethod
     def load(cls, run: RunDir, chunk_lines: int = 100_000) -> "RequestTable":
-        """Read requests.jsonl; a torn or malformed line (a run killed mid-write) is skipped. Parsed in
-        chunks so that a million records never exist as a million dicts at once."""
+        """Read requests.jsonl; a line that is not a record is skipped and counted (`warnings`), a
+        record of the wrong shape raises RunDirError. Parsed in chunks so that a million records
+        never exist as a million dicts at once."""
         parts: list[RequestTable] = []
         rows: list[dict] = []
+        numbers: list[int] = []
+        path = str(run.requests_jsonl)
+        read = ReadReport(path)
         if run.requests_jsonl.exists():
             # The JSON parse is most of the cost of a big run. The C scanner called directly skips
             # json.loads' per-call wrapper (encoding detection, whitespace regexes), and the cyclic
@@ -64,21 +83,29 @@ class RequestTable:
             gc.disable()
             try:
                 with open(run.requests_jsonl, encoding="utf-8", errors="replace") as f:
-                    for line in f:
+                    for no, line in enumerate(f, start=1):
                         try:
                             row = scan(line, 0)[0]
                         except (ValueError, StopIteration):
-                            continue
+                            row = None
                         if isinstance(row, dict) and "level_id" in row:
                             rows.append(row)
+                            numbers.append(no)
                             if len(rows) == chunk_lines:
-                                parts.append(cls.from_dicts(rows))
-                                rows = []
+                                parts.append(cls.from_dicts(rows, np.asarray(numbers), path))
+                                rows, numbers = [], []
+                        elif line.endswith("\n") or line.strip():
+                            if line.endswith("\n"):
+                                read.add(no)
+                            else:
+                                read.torn_last_line = True     # the run was killed mid-write
             finally:
                 if gc_was_on:
                     gc.enable()
-        parts.append(cls.from_dicts(rows))
-        return cls.concat(parts)
+        parts.append(cls.from_dicts(rows, np.asarray(numbers, dtype=np.int64), path))
+        table = cls.concat(parts)
+        table.read = read
+        return table
 
     @classmethod
     def concat(cls, parts: list["RequestTable"]) -> "RequestTable":
