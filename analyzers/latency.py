@@ -17,6 +17,7 @@ from analyzers.distribution import MIN_SAMPLES_FOR_P99, Distribution
 from analyzers.slo import Slos
 from analyzers.throughput import throughput_cis
 from analyzers.token_accounting import account_tokens
+from analyzers.validity import level_validity, stall_words
 from analyzers.window import Window
 from rundir import RequestRecord
 from rundir.table import RequestTable
@@ -60,6 +61,7 @@ class LevelStats:
     tokenizer_count_differs: int = 0
     tokenizer_count_diff_mean: float | None = None      # mean (client - server) / server
     error_samples: dict[str, str] = field(default_factory=dict)   # error kind -> one error text
+    stall_s: float | None = None             # the longest server stall inside the window (analyzers.stalls)
 
     @property
     def load(self) -> float:
@@ -108,9 +110,12 @@ def level_stats(table: RequestTable, rows: np.ndarray, level_id: str, window: Wi
     ok_mask[rows[ok]] = True
 
     d_ttft, d_tpot, d_e2e = (Distribution.of(v, rng) for v in (ttft, tpot, e2e))
-    n_failed = int(failed.sum())
+    validity = level_validity(table, rows, window)
     slo_met, broken = slos.level_verdict(int(win.sum()), d_ttft, d_tpot, d_e2e,
-                                         n_failed / int(win.sum()) if win.any() else 0.0)
+                                         validity.error_rate(int(failed.sum()), int(win.sum())))
+    if validity.stall is not None:
+        broken.append(stall_words(validity.stall, window))
+        slo_met = False if slo_met is not None else None
     out_tok, in_tok = col["out_tokens"][ok], col["in_tokens"][ok]
     out_ci, req_ci = throughput_cis(col["t_sent"][ok], out_tok, window, rng)
 
@@ -130,6 +135,11 @@ def level_stats(table: RequestTable, rows: np.ndarray, level_id: str, window: Wi
         notes.append(f"P99 from {d_ttft.n} samples (< {MIN_SAMPLES_FOR_P99}) is unreliable")
     acct = account_tokens(col, ok, int(first_of("target_output_len", 0)))
     notes += acct.notes
+    if validity.stall is not None:
+        notes.append("INVALID: " + stall_words(validity.stall, window))
+    if validity.carried_failed:
+        notes.append(f"{validity.carried_failed} requests sent during the warm-up failed inside the window "
+                     "(counted in the error rate)")
     concurrency = first_of("concurrency")
     return LevelStats(
         level_id=level_id, concurrency=None if concurrency is None else int(concurrency),
@@ -146,6 +156,7 @@ def level_stats(table: RequestTable, rows: np.ndarray, level_id: str, window: Wi
         slo_met=slo_met, token_count_mismatches=acct.mismatches, output_len_unhonoured=acct.unhonoured, notes=notes,
         error_rate=(n_error + n_timeout) / n_win if n_win else 0.0, output_tok_s_ci=out_ci, req_s_ci=req_ci,
         slo_broken=broken, prompt_token_mismatches=acct.prompt_mismatches, error_samples=error_samples,
+        stall_s=validity.stall.seconds if validity.stall else None,
         tokenizer_count_differs=acct.tokenizer_differs, tokenizer_count_diff_mean=acct.tokenizer_diff_mean)
 
 

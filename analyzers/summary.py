@@ -17,6 +17,7 @@ from analyzers.latency import LevelStats, Window, level_stats
 from analyzers.request_classes import all_class_rows
 from analyzers.scaling import ScalingPoint, Series, analyze_scaling, best_level_within_slo
 from analyzers.slo import Slos
+from analyzers.validity import CUT_SHORT_KEY, mark_cut_short
 from rundir import RunDir, RunInfo
 from rundir.table import RequestTable
 from rundir.table_cache import load_cached
@@ -98,9 +99,12 @@ def summarize_table(table: RequestTable, info: RunInfo, windows: dict[str, Windo
         meta = (getattr(info, "level_meta", None) or {}).get(level_id, {})
         lv.notes.extend(meta.get("notes", []))
         lv.notes.extend((extra_notes or {}).get(level_id, []))
+        if meta.get(CUT_SHORT_KEY):
+            mark_cut_short(lv, lv.window_s, float(meta.get("nominal_s") or info.sweep.duration_s))
         if level_id in estimated:
             lv.notes.append(f"the level did not finish: its window ({lv.window_s:.1f} s) is estimated from "
                             "the first and last send times")
+            mark_cut_short(lv, lv.window_s, float(info.sweep.duration_s))
         levels.append(lv)
     summary = summary_of_levels(info, slos, levels, used)
     for i, (cid, (level_id, crows)) in enumerate(all_class_rows(table).items()):

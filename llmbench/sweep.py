@@ -22,6 +22,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from analyzers.latency import LevelStats, Window, summarize_level
 from analyzers.summary import RunSummary, summary_of_levels
+from analyzers.validity import CUT_SHORT_KEY, mark_cut_short
 from loadgen.level import run_level
 from loadgen.specs import LevelProgress, LevelResult, LevelSpec, TargetSpec
 from loadgen.workloads import level_workload_factory
@@ -31,6 +32,14 @@ from rundir import RequestRecord, RunDir, RunInfo, SloSpec, SweepInfo, TargetInf
 
 class SweepStopped(RuntimeError):
     """The sweep stopped before its end for a reason the user must fix (every request failed)."""
+
+    exit_code = 1
+
+
+class TargetGone(SweepStopped):
+    """The target stopped answering in the middle of the sweep."""
+
+    exit_code = 3
 
 
 @dataclass
@@ -127,6 +136,7 @@ def run_sweep(spec: SweepSpec, run: RunDir, target: TargetSpec, console: Console
                                     if s["level_id"] in info.levels_done}
     interrupted = False
     stopped: str | None = None          # why the sweep stopped early: a level whose requests all failed
+    gone: str | None = None             # the target stopped answering
     try:
         with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TimeElapsedColumn(),
                       TextColumn("{task.fields[stats]}"), console=console) as progress:
@@ -143,24 +153,25 @@ def run_sweep(spec: SweepSpec, run: RunDir, target: TargetSpec, console: Console
 
                 result = run_level(level, target, level_workload_factory(**spec.workload), on_records,
                                    on_progress=view.refresh, master_bind=master_bind)
-                if result.window_start is None or result.window_end is None:
-                    window = Window(level.duration_s)      # the level ended before its window: nothing measured
-                else:
-                    window = Window(max(result.window_end - result.window_start, 1e-9), result.window_start,
-                                    result.window_end)
+                window, cut_short = _measured_window(level, result, level_records)
                 lv = summarize_level(level_records, level.level_id, window, slos_d)
+                if cut_short:
+                    mark_cut_short(lv, window.seconds, level.duration_s)
                 # Kept in run.json so that `llmbench report` rebuilds the same summary from files.
                 info.level_meta[level.level_id] = {"window_s": window.seconds, "window_start": window.start,
-                                                   "window_end": window.end, "notes": _add_client_notes(lv, result)}
+                                                   "window_end": window.end, "notes": _add_client_notes(lv, result),
+                                                   CUT_SHORT_KEY: cut_short, "nominal_s": level.duration_s}
                 stats[level.level_id] = lv
                 if result.failure is not None:
                     stopped = f"level {level.level_id}: {result.failure}"
                     console.print(f"[red]stopping the sweep: {stopped}[/]", highlight=False)
                     break
                 if result.server_died or not target_alive():
-                    interrupted = True
-                    console.print(f"[red]the target stopped answering during {level.level_id}; "
-                                  "stopping the sweep (resume with --resume)[/]")
+                    gone = f"the target stopped answering during {level.level_id}"
+                    console.print(f"[red]{gone}; stopping the sweep (resume with --resume)[/]")
+                    if not cut_short:          # it died after the level's last request: still not a full level
+                        mark_cut_short(lv, window.seconds, level.duration_s)
+                        info.level_meta[level.level_id][CUT_SHORT_KEY] = True
                     break
                 info.levels_done.append(level.level_id)
                 run.write_info(info)
@@ -171,7 +182,7 @@ def run_sweep(spec: SweepSpec, run: RunDir, target: TargetSpec, console: Console
     finally:
         if probes is not None:
             probes.stop()
-    info.status = "interrupted" if interrupted or stopped else "complete"
+    info.status = "interrupted" if interrupted or stopped or gone else "complete"
     info.finished = time.time()
     run.write_info(info)
     ordered = _write_summary(run, info, levels, stats, slos_d)
@@ -180,12 +191,28 @@ def run_sweep(spec: SweepSpec, run: RunDir, target: TargetSpec, console: Console
     best = summary.best
     console.print(f"highest load within SLO: [bold]{best.level_id}[/] ({best.output_tok_s:.1f} output tok/s)"
                   if best else "[red]no level met the SLO[/]")
+    if gone:
+        raise TargetGone(f"{gone}; the run directory keeps what was measured: `llmbench sweep --resume {run.path}` "
+                         "once it is back")
     if stopped:
         raise SweepStopped(f"{stopped}\nthe run directory keeps what was measured; fix the cause, then "
                            f"`llmbench sweep --resume {run.path}`")
     if interrupted:
         raise KeyboardInterrupt
     return ordered
+
+
+def _measured_window(level: LevelSpec, result: LevelResult, records: list[RequestRecord]) -> tuple[Window, bool]:
+    """The window the level really measured: the plan's, or, for a level that ended early (the
+    target died, every request failed), the part of it before the last request ended."""
+    if result.window_start is None or result.window_end is None:
+        return Window(level.duration_s), result.end_reason != "complete"   # ended before its window
+    start, end = result.window_start, result.window_end
+    cut_short = result.end_reason != "complete"
+    if cut_short:
+        last = max((r.t_done or r.t_sent for r in records), default=start)
+        end = max(start, min(end, last))
+    return Window(max(end - start, 1e-9), start, end), cut_short
 
 
 def _add_client_notes(lv: LevelStats, result: LevelResult) -> list[str]:

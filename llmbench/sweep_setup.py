@@ -187,7 +187,7 @@ def execute_sweep(run: RunDir, info: RunInfo, a: SweepArgs, probe_names: list[st
             url = target.url
         tspec = prepare_target(run, info, url, a.api_key, a.strict, console)
         _record_engine_facts(run, url, a.api_key)
-        alive = server.alive if server else (lambda: True)
+        alive = server.alive if server else (lambda: answers(url))
         probe_set = sweep_probe_set(probe_names, run.path, url, server.proc.pid if server else a.server_pid,
                                     a.probe_interval,
                                     log=lambda m: console.print(m, style="yellow", highlight=False, markup=False))
@@ -197,11 +197,25 @@ def execute_sweep(run: RunDir, info: RunInfo, a: SweepArgs, probe_names: list[st
         raise typer.Exit(code=130) from None
     except RuntimeError as exc:            # TargetError, SweepStopped, a level that could not run
         console.print(f"[red]error:[/] {exc}", highlight=False)
-        raise typer.Exit(code=1) from None
+        raise typer.Exit(code=getattr(exc, "exit_code", 1)) from None
     finally:
         if server is not None:
             server.stop()
     console.print(f"run directory: [bold]{run.path}[/]")
+
+
+def answers(url: str, timeout_s: float = 2.0) -> bool:
+    """Whether something still accepts connections at the target's address."""
+    import socket
+    from urllib.parse import urlparse
+
+    u = urlparse(url)
+    try:
+        with socket.create_connection((u.hostname or "127.0.0.1", u.port or (443 if u.scheme == "https" else 80)),
+                                      timeout=timeout_s):
+            return True
+    except OSError:
+        return False
 
 
 def _record_engine_facts(run: RunDir, url: str, api_key: str | None) -> None:

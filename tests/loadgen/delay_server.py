@@ -14,6 +14,8 @@ Failure modes, for the whole instance (--mode) or one request (body field "x_mod
   error_chunk send one token, then an error object inside the stream, then [DONE]
   garbage     send one token, then a data line that is not JSON
 --die-after K: the process exits (no goodbye) right after its K-th request has finished.
+--freeze-at S --freeze-for D: from S seconds after the first request, for D seconds, no token is
+sent to anyone (a frozen engine); tokens due meanwhile go out when it thaws.
 
 Run: python tests/loadgen/delay_server.py --port P --ttft-ms 50 --itl-ms 10 [--mode M] [--die-after K]
 """
@@ -41,8 +43,11 @@ class _DropConnection(Exception):
 
 
 class DelayServer:
-    def __init__(self, ttft_ms: float, itl_ms: float, mode: str = "ok", die_after: int | None = None):
+    def __init__(self, ttft_ms: float, itl_ms: float, mode: str = "ok", die_after: int | None = None,
+                 freeze_at: float | None = None, freeze_for: float = 0.0):
         assert mode in MODES, mode
+        self.freeze_at, self.freeze_for = freeze_at, freeze_for
+        self.t_first_request: float | None = None
         self.ttft_s, self.itl_s = ttft_ms / 1000.0, itl_ms / 1000.0
         self.mode, self.die_after = mode, die_after
         self.received = 0      # requests that reached a handler
@@ -54,6 +59,8 @@ class DelayServer:
     async def completions(self, request: Request) -> Response:
         t_arrival = time.monotonic()
         self.received += 1
+        if self.t_first_request is None:
+            self.t_first_request = t_arrival
         body = await request.json()
         mode = body.get("x_mode", self.mode)
         chat = request.url.path.endswith("/chat/completions")
@@ -80,6 +87,7 @@ class DelayServer:
             t_first = t_last = None
             for k in range(n):
                 await _sleep_until(t_arrival + self.ttft_s + k * self.itl_s)
+                await self._thawed()
                 if mode == "stall" and k == 1:
                     await asyncio.sleep(3600)
                 if mode == "close" and k == n // 2:
@@ -108,6 +116,13 @@ class DelayServer:
             yield "data: [DONE]\n\n"
         finally:
             self._finish()
+
+    async def _thawed(self) -> None:
+        if self.freeze_at is None or self.t_first_request is None:
+            return
+        start = self.t_first_request + self.freeze_at
+        if start <= time.monotonic() < start + self.freeze_for:
+            await _sleep_until(start + self.freeze_for)
 
     def _finish(self) -> None:
         self.finished += 1
@@ -175,8 +190,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--itl-ms", type=float, default=10.0)
     p.add_argument("--mode", choices=MODES, default="ok")
     p.add_argument("--die-after", type=int, default=None)
+    p.add_argument("--freeze-at", type=float, default=None)
+    p.add_argument("--freeze-for", type=float, default=0.0)
     a = p.parse_args(argv)
-    server = DelayServer(a.ttft_ms, a.itl_ms, a.mode, a.die_after)
+    server = DelayServer(a.ttft_ms, a.itl_ms, a.mode, a.die_after, a.freeze_at, a.freeze_for)
     logging.getLogger("uvicorn.error").addFilter(_QuietDrops())
     uvicorn.run(server.app(), host="127.0.0.1", port=a.port, log_level="warning", access_log=False,
                 timeout_keep_alive=30, backlog=4096)

@@ -1,0 +1,58 @@
+"""Whether a level's figures are a measurement at all (issue 14: a sweep never reports a broken
+level as one): a server stall inside the window, failures of warm-up requests that happened inside
+it, and a level cut short (interrupted, the target gone) whose window is what was really measured.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from analyzers.stalls import Stall, longest_stall
+from analyzers.window import Window
+from rundir.table import RequestTable
+
+CUT_SHORT_KEY = "cut_short"          # in run.json level_meta: the level ended before its window did
+
+
+@dataclass
+class Validity:
+    stall: Stall | None
+    carried_failed: int              # sent in warm-up, failed inside the window
+    carried_in_flight: int           # sent in warm-up, still in flight when the window opened
+
+    def error_rate(self, n_failed: int, n_in_window: int) -> float:
+        total = n_in_window + self.carried_in_flight
+        return (n_failed + self.carried_failed) / total if total else 0.0
+
+
+def level_validity(table: RequestTable, rows: np.ndarray, window: Window) -> Validity:
+    df = table.df
+    if window.start is None or rows.size == 0:
+        return Validity(None, 0, 0)
+    sent = df["t_sent"].to_numpy()[rows]
+    done = np.nan_to_num(df["t_done"].to_numpy()[rows], nan=np.inf)
+    status = df["status"].to_numpy()[rows]
+    carried = (~df["in_window"].to_numpy()[rows]) & (sent < window.start) & (done >= window.start)
+    failed = carried & ((status == "error") | (status == "timeout"))
+    return Validity(longest_stall(table, rows, window), int(failed.sum()), int(carried.sum()))
+
+
+def stall_words(stall: Stall, window: Window) -> str:
+    return (f"the server delivered no token for {stall.seconds:.1f} s inside the window (from "
+            f"+{stall.start - (window.start or stall.start):.1f} s) while {stall.in_flight} requests waited")
+
+
+def cut_short_words(measured_s: float, nominal_s: float) -> str:
+    return f"interrupted: measured {measured_s:.1f} s of its {nominal_s:.0f} s window"
+
+
+def mark_cut_short(lv, measured_s: float, nominal_s: float) -> None:
+    """A level that did not run its whole window: its figures stand for what was measured, and it
+    has no SLO verdict (so it is never the highest load within the SLO)."""
+    words = cut_short_words(measured_s, nominal_s)
+    lv.slo_met = None
+    if words not in lv.slo_broken:
+        lv.slo_broken.append(words)
+        lv.notes.append("INVALID: " + words)
