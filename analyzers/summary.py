@@ -110,15 +110,21 @@ def summarize_table(table: RequestTable, info: RunInfo, windows: dict[str, Windo
 
 
 def _fallback_window(table: RequestTable, rows: np.ndarray, info: RunInfo, finished: bool) -> tuple[Window, bool]:
-    """(window, cut short?) for a level whose window was not recorded."""
+    """(window, cut short?) for a level whose window was not recorded. A level cut short spans its
+    first in-window send to its last completion (its tokens arrived in between)."""
     duration = float(info.sweep.duration_s or 1.0)
     if finished:
         return Window(duration), False
-    sent = table.df["t_sent"].to_numpy()[rows][table.df["in_window"].to_numpy()[rows]]
-    sent = sent[~np.isnan(sent)]
-    if sent.size < 2 or sent.max() - sent.min() >= duration:
+    in_win = table.df["in_window"].to_numpy()[rows]
+    sent = table.df["t_sent"].to_numpy()[rows][in_win]
+    done = table.df["t_done"].to_numpy()[rows][in_win]
+    sent, done = sent[~np.isnan(sent)], done[~np.isnan(done)]
+    if sent.size < 2:
         return Window(duration), False
-    return Window(float(sent.max() - sent.min()), float(sent.min()), float(sent.max())), True
+    end = max(float(sent.max()), float(done.max()) if done.size else float(sent.max()))
+    if end - sent.min() >= duration:
+        return Window(duration), False
+    return Window(end - float(sent.min()), float(sent.min()), end), True
 
 
 def summary_of_levels(info: RunInfo, slos: "Slos | dict", levels: list[LevelStats],
