@@ -121,7 +121,6 @@ def level_stats(table: RequestTable, rows: np.ndarray, level_id: str, window: Wi
 
     d_ttft, d_tpot, d_e2e = (Distribution.of(v, rng) for v in (ttft, tpot, e2e))
     slo_met, broken = slos.level_verdict(int(win.sum()), d_ttft, d_tpot, d_e2e)
-    out_tok, in_tok = col["out_tokens"][ok], col["in_tokens"][ok]
     rates = level_rates(table, rows, window, slos, rng)
     lengths = _lengths(col, ok)
 
