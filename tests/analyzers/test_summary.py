@@ -68,7 +68,7 @@ def test_all_errors_one_token_and_single_sample(run):
     assert s.best.level_id == "c8"              # the highest load that met the SLO
     d = s.to_dict()
     assert d["best_level_within_slo"] == "c8" and [x["level_id"] for x in d["levels"]] == ["c1", "c2", "c4", "c8"]
-    assert any("c2: 2 errors and 1 timeouts" in f for f in s.findings)
+    assert any("Errors and timeouts: c2 (3 of 3, 100.0%: http_status 2, timeout 1)" in f for f in s.findings)
 
 
 def test_windows_fall_back_to_the_spec_and_interrupted_runs_are_said(tmp_path):
