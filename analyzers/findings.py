@@ -98,6 +98,10 @@ def _level_findings(s: "RunSummary") -> list[Finding]:
         texts.setdefault(kind, (severity, opening))
 
     for lv in s.levels:
+        if lv.n_in_window == 0:
+            add("nothing_measured", "invalid", "Nothing was measured (no request was sent inside the window: "
+                "the users were still busy with their warm-up requests, or the level was cut short; give it a "
+                "longer --duration)", lv.level_id)
         _slo(lv, add)
         if lv.n_error + lv.n_timeout:
             kinds = ", ".join(f"{k} {v}" for k, v in sorted(lv.errors_by_kind.items()))

@@ -3,8 +3,9 @@
 DESIGN section 4: output tokens/s, total tokens/s and requests/s count the tokens that arrived
 inside the window, by their timestamps, and the requests that finished inside it, so a rate is
 not quantized to whole requests and a request in flight at an edge counts for the part of it
-that fell inside. Every successful request of the level counts, also those sent during the
-warm-up whose tokens stream into the window.
+that fell inside. Every request of the level counts, also those sent during the warm-up whose
+tokens stream into the window, and those cut off or broken after some tokens (what arrived did
+arrive; their count is the client's); requests/s and goodput count successful requests only.
 
 - An output token's time: a record's chunk times are `t_first_token`, then `t_first_token` plus
   the cumulative inter-token gaps (`itl_s`). When a record has fewer chunks than tokens (a server
@@ -115,11 +116,13 @@ def level_rates(table: RequestTable, rows: np.ndarray, window: Window, slos: Slo
     ok_rows = rows[status == "ok"]
     bounds = window_bounds(window, df["t_sent"].to_numpy(float)[rows][in_win])
     zero = {name: 0.0 for name in RATES}
-    if bounds is None or ok_rows.size == 0:
+    if bounds is None:
         return Rates(zero)
     start, end = bounds
     seconds = window.seconds
-    tok_t, tok_w = token_arrivals(table, ok_rows)
+    tok_t, tok_w = token_arrivals(table, rows)
+    if tok_t.size == 0 and ok_rows.size == 0:
+        return Rates(zero)
     t_first = df["t_first_token"].to_numpy(float)[ok_rows]
     prompt = df["in_tokens"].to_numpy(float)[ok_rows]
     t_done = df["t_done"].to_numpy(float)[ok_rows]

@@ -54,8 +54,9 @@ def report(
 ) -> None:
     """Write report.html (self-contained), report.md, summary.csv and summary.json into a run directory
     and print the summary table."""
-    from reports.terminal import run_summary_table
-    from reports.write import write_reports
+    from reports.answer import build_answer
+    from reports.terminal import answer_lines, run_summary_table
+    from reports.write import read_diagnosis, write_reports
 
     with user_errors(), run_errors():
         run = _rundir(run_dir)
@@ -63,9 +64,8 @@ def report(
         summary, paths = write_reports(run, _slos(run.read_info().slos.to_dict(), slo_ttft, slo_tpot, slo_e2e))
     console.print(run_summary_table(summary, title=f"run {summary.info.run_id} ({summary.info.status})",
                                     width=console.width))
-    best = summary.best
-    console.print(f"highest load within SLO: [bold]{best.level_id}[/] ({best.output_tok_s:.1f} output tok/s)"
-                  if best else "[red]no level met the SLO[/]")
+    for line in answer_lines(build_answer(summary, read_diagnosis(run))):
+        console.print(line, highlight=False)
     console.print(f"wrote {paths['html']}, report.md, summary.csv, summary.json in {time.perf_counter() - t0:.1f} s")
     if open_:
         import webbrowser
