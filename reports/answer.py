@@ -76,9 +76,13 @@ def _ceiling(s: RunSummary) -> list[AnswerItem]:
                f"{peak.level_id}"
         if ser.knee:
             nxt = ser.level_ids[ser.level_ids.index(ser.knee) + 1]
-            eff = s.scaling[nxt].efficiency
-            text += (f"; the knee is {ser.knee}: from there to {nxt} only {eff:.0%} of the added load became "
-                     "throughput, the rest queueing.")
+            eff, a, b = s.scaling[nxt].efficiency, by_id[ser.knee], by_id[nxt]
+            if eff is not None and eff < 0:
+                text += (f"; the knee is {ser.knee}: from there to {nxt} the load grew {b.load / a.load:.3g}× and "
+                         f"throughput fell ({b.output_tok_s / a.output_tok_s - 1:+.0%}).")
+            else:
+                text += (f"; the knee is {ser.knee}: from there to {nxt} only {eff or 0:.0%} of the added load "
+                         "became throughput, the rest queueing.")
             items.append(AnswerItem("Ceiling", text, "warn"))
         elif len(measured) > 1:
             last = s.scaling[measured[-1].level_id].efficiency
