@@ -12,13 +12,14 @@ EVIL = "<script>alert(1)</script>"
 SPIKES = [(1.0, 1.3), (6.2, 6.6)]          # seconds after T0
 
 
-def _records():
+def _records(slow: float = 1.0):
     records = []
     for c, base in ((1, 0.1), (4, 0.3), (16, 0.6)):
         start = {1: 0, 4: 5, 16: 10}[c]
         for i in range(40):
-            r = rec(start + i * 0.1, base + 0.01 * (i % 7), base + 0.4 + 0.01 * (i % 5), 11, level=f"c{c}",
-                    concurrency=c, itl=[0.05] * 9)
+            ttft = (base + 0.01 * (i % 7)) * (slow if c > 1 else 1.0)      # c1 the same in both runs
+            r = rec(start + i * 0.1, ttft, ttft + 0.4 + 0.01 * (i % 5), 11, level=f"c{c}", concurrency=c,
+                    itl=[0.04] * 9)
             r.client_token_chunks = 10                 # 11 tokens in 10 chunks: benign, said once
             r.client_completion_tokens = 13            # the client's tokenizer counts more: benign, said once
             records.append(r)
@@ -56,9 +57,9 @@ def _diagnosis(run):
                       "coverage": 0.5}]})
 
 
-def make_report(path, diagnosed: bool):
+def make_report(path, diagnosed: bool, slow: float = 1.0):
     windows = {"c1": (0, 4), "c4": (5, 9), "c16": (10, 14), "c32": (16, 17)}
-    run = make_run(path, _records(), windows, model=EVIL)
+    run = make_run(path, _records(slow), windows, model=EVIL)
     _probes(run)
     if diagnosed:
         _diagnosis(run)

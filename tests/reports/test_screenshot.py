@@ -46,7 +46,11 @@ def test_screenshot_of_the_report_and_the_comparison(diagnosed, tmp_path):
 
     out = Path(os.environ.get("LLMBENCH_SCREENSHOT_DIR") or tmp_path)
     out.mkdir(parents=True, exist_ok=True)
-    _, cmp_paths = write_compare([diagnosed[0], diagnosed[0]], tmp_path / "cmp")
+    slower, _ = make_report(tmp_path / "slower", diagnosed=False, slow=1.5)      # TTFT 1.5× above c1
+    _, cmp_paths = write_compare([diagnosed[0], slower], tmp_path / "cmp")
+    compare = cmp_paths["html"].read_text()
+    verdict = compare[compare.index('id="verdict-1"'):compare.index('id="matrix-1"')]
+    assert "B is worse than A" in verdict and "TTFT P99: c4 +50.0%, c16 +50.0%" in verdict   # c1: unchanged
     for name, page in (("report", diagnosed[1]["html"]), ("compare", cmp_paths["html"])):
         png = out / f"{name}.png"
         proc = _chromium(tmp_path, f"--screenshot={png}", "--window-size=1400,2400", page.as_uri())
