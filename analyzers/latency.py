@@ -8,6 +8,7 @@ on a RequestTable's columns (vectorized), so a million records take seconds, not
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Iterable
 
@@ -141,10 +142,12 @@ def level_stats(table: RequestTable, rows: np.ndarray, level_id: str, window: Wi
     acct = account_tokens(col, ok, int(first_of("target_output_len", 0)))
     notes += acct.notes
     concurrency = first_of("concurrency")
+    input_len, output_len = nominal_lengths(level_id, col, int(first_of("target_input_len", 0)),
+                                            int(first_of("target_output_len", 0)))
     return LevelStats(
         level_id=level_id, concurrency=None if concurrency is None else int(concurrency),
-        request_rate=first_of("request_rate"), input_len=int(first_of("target_input_len", 0)),
-        output_len=int(first_of("target_output_len", 0)), window_s=window.seconds, n_sent=int(rows.size),
+        request_rate=first_of("request_rate"), input_len=input_len,
+        output_len=output_len, window_s=window.seconds, n_sent=int(rows.size),
         n_in_window=n_win, n_ok=int(ok.sum()), n_error=n_error, n_timeout=n_timeout,
         n_cancelled=int((win & (status == "cancelled")).sum()), errors_by_kind=errors_by_kind,
         ttft=d_ttft, tpot=d_tpot, itl=Distribution.of(table.gaps_of(ok_mask)), e2e=d_e2e,
@@ -157,6 +160,21 @@ def level_stats(table: RequestTable, rows: np.ndarray, level_id: str, window: Wi
         goodput_req_s_ci=rates.ci("goodput req/s"), multi_token_chunks=acct.multi_token_chunks, **lengths,
         slo_broken=broken, prompt_token_mismatches=acct.prompt_mismatches, error_samples=error_samples,
         tokenizer_count_differs=acct.tokenizer_differs, tokenizer_count_diff_mean=acct.tokenizer_diff_mean)
+
+
+_NOMINAL = re.compile(r"-in(\d+)-out(\d+)$")     # the sweep's level ids: c8-in512-out64, r2-in128-out64
+
+
+def nominal_lengths(level_id: str, col: dict[str, np.ndarray], first_in: int, first_out: int) -> tuple[int, int]:
+    """A level's prompt and output lengths as the sweep named them. Where the workload varies them per
+    request (ShareGPT, mixed, a spread), the first record's targets say nothing about the level, so
+    the level id's nominal lengths are used (levels of one sweep then stay in one scaling series);
+    the measured lengths are in prompt_tokens_mean / output_tokens_mean."""
+    m = _NOMINAL.search(level_id)
+    vary = any(np.unique(v[~np.isnan(v)]).size > 1 for v in (col["target_input_len"], col["target_output_len"]))
+    if m and vary:
+        return int(m.group(1)), int(m.group(2))
+    return first_in, first_out
 
 
 def _lengths(col: dict[str, np.ndarray], ok: np.ndarray) -> dict:
