@@ -20,14 +20,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING
+from typing import Any
 
 from analyzers.distribution import MIN_SAMPLES_FOR_P99
+from analyzers.latency import LevelStats
 from analyzers.token_accounting import TOKENIZER_DIFF_NOTE
 
-if TYPE_CHECKING:
-    from analyzers.latency import LevelStats
-    from analyzers.summary import RunSummary
+RunSummary = Any      # analyzers.summary.RunSummary, which imports this module (no import back)
 
 SEVERITIES = ("invalid", "caveat", "slo", "info", "warning", "benign")
 # Level notes the analyzers write themselves; their findings come from LevelStats' fields instead.
@@ -58,7 +57,7 @@ def _levels(items: list[tuple[str, str]]) -> str:
     return ", ".join(f"{lv} ({v})" if v else lv for lv, v in items)
 
 
-def run_findings(s: "RunSummary") -> list[Finding]:
+def run_findings(s: RunSummary) -> list[Finding]:
     out: list[Finding] = []
     info = s.info
     if info.status == "interrupted":
@@ -89,7 +88,7 @@ def run_findings(s: "RunSummary") -> list[Finding]:
     return sorted(out, key=lambda f: SEVERITIES.index(f.severity))
 
 
-def _level_findings(s: "RunSummary") -> list[Finding]:
+def _level_findings(s: RunSummary) -> list[Finding]:
     groups: dict[str, list[tuple[str, str]]] = {}
     texts: dict[str, tuple[str, str]] = {}          # kind -> (severity, sentence opening)
 
@@ -140,7 +139,7 @@ def _level_findings(s: "RunSummary") -> list[Finding]:
     return out
 
 
-def _slo(lv: "LevelStats", add) -> None:
+def _slo(lv: LevelStats, add) -> None:
     for broke in lv.slo_broken:
         if broke == "no successful requests":
             add("no_successes", "slo", "No successful requests (the level served nobody, so it missed the SLO)",
