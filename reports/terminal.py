@@ -48,31 +48,35 @@ def summary_table(levels: list[LevelStats], notes: dict[str, str], title: str = 
     load_header = "concurrency" if all(lv.concurrency is not None for lv in levels) else "load"
     shown = {lv.level_id: (SHORT_NOTES.get(notes.get(lv.level_id, ""), notes.get(lv.level_id, "")) if compact
                            else notes.get(lv.level_id, "")) for lv in levels}
-    t = Table(title=escape(title), title_justify="left", box=box.SIMPLE_HEAD if compact else box.HEAVY_HEAD,
-              pad_edge=not compact, collapse_padding=compact)
+    t = Table(title=escape(title), title_justify="left", caption_justify="left",
+              box=box.SIMPLE_HEAD if compact else box.HEAVY_HEAD,
+              pad_edge=not compact, padding=(0, 0) if compact else (0, 1))   # SIMPLE_HEAD spaces the columns
     columns = [(load_header if not compact else load_header[:4], "right"), ("in/out\nlen", "right"),
                ("output\ntok/s", "right"), ("TTFT ms\nP50/P99", "right"), ("TPOT ms\nP50/P95", "right"),
                ("E2E\nP99 s", "right"), ("req/s", "right")]
     if not compact:
         columns += [("goodput", "right"), ("n (ok)", "right")]
-    columns += [("errors" if not compact else "err", "right"), ("SLO", "center"), ("note", "left")]
+    columns += [("errors" if not compact else "err\n%", "right"), ("SLO", "center"), ("note", "left")]
     for name, justify in columns:
         width_of_note = max([len(n) for n in shown.values()] + [4]) if compact else None
         t.add_column(name, justify=justify, no_wrap=True if compact else name != "note", overflow="fold",
                      min_width=width_of_note if name == "note" else None)
     for lv in levels:
         errors = lv.n_error + lv.n_timeout
-        slo = {True: "[green]met[/]", False: "[red]missed[/]", None: "—"}[lv.slo_met]
+        slo = {True: "[green]met[/]", False: "[red]miss[/]" if compact else "[red]missed[/]", None: "—"}[lv.slo_met]
         ttft = f"{_ms(lv.ttft.p['p50'])}/{_ms(lv.ttft.p['p99'])}" + ("*" if lv.ttft.n and not lv.ttft.p99_reliable else "")
         e2e = "—" if lv.e2e.p["p99"] is None else f"{lv.e2e.p['p99']:.2f}"
         row = [load_label(lv), "/".join(lengths(lv)), f"{lv.output_tok_s:.1f}", ttft,
                f"{_ms(lv.tpot.p['p50'])}/{_ms(lv.tpot.p['p95'])}", e2e, f"{lv.req_s:.2f}"]
         if not compact:
             row += [f"{lv.goodput_req_s:.2f}", f"{lv.n_in_window} ({lv.n_ok})"]
-        row += [f"[red]{errors} ({lv.error_rate:.0%})[/]" if errors else "0", slo, escape(shown[lv.level_id])]
+        err = (f"{lv.error_rate:.0%}" if compact else f"{errors} ({lv.error_rate:.0%})") if errors else "0"
+        row += [f"[red]{err}[/]" if errors else err, slo, escape(shown[lv.level_id])]
         t.add_row(*row)
     long_of = {short: long for long, short in SHORT_NOTES.items() if short != long}
     legend = "; ".join(f"{n} = {long_of[n]}" for n in dict.fromkeys(shown.values()) if n in long_of)
+    if compact and any(lv.slo_met is False for lv in levels):
+        legend = "; ".join(x for x in ("miss = missed the SLO", legend) if x)
     if any(lv.lengths_vary for lv in levels):
         legend = "; ".join(x for x in ("~ = mean measured tokens (the workload varies them)", legend) if x)
     t.caption = ("* P99 from fewer than 100 samples. Percentiles over requests sent in each level's measured "
