@@ -42,7 +42,7 @@ def time_axis(summary: RunSummary, table: RequestTable, probes: list[ProbeSeries
 
 
 def _common() -> dict:
-    return {"css": CSS, "script": SCRIPT, "version": __version__, "definitions": DEFINITIONS, "tools_header": OTHER_TOOLS_HEADER,
+    return {"css": CSS, "script": "", "version": __version__, "definitions": DEFINITIONS, "tools_header": OTHER_TOOLS_HEADER,
             "tools": OTHER_TOOLS, "generated": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
 
 
@@ -52,7 +52,7 @@ def render_report(summary: RunSummary, table: RequestTable, probes: list[ProbeSe
     measured = [lv for lv in summary.levels if lv.n_ok]
     scaling_figs = [plots.scaling_figure(group, key) for key, group in series_of(measured).items()]
     ctx = {
-        **_common(), "title": f"llmbench report: {summary.info.run_id}", "info": summary.info,
+        **_common(), "script": SCRIPT, "title": f"llmbench report: {summary.info.run_id}", "info": summary.info,
         "slos": summary.slos.describe(), "answer": build_answer(summary, diagnosis),
         "findings": [f for f in summary.finding_groups if f.severity != "benign"],
         "benign": [f for f in summary.finding_groups if f.severity == "benign"],
