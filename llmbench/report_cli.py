@@ -85,7 +85,8 @@ def compare(
 ) -> None:
     """Compare runs level by level (A/B before an upgrade or a tuning change): deltas with bootstrap
     confidence intervals and a verdict per metric (better / worse / within noise)."""
-    from reports.terminal import compare_table
+    from reports.compare_answer import compare_answer
+    from reports.terminal import answer_lines, compare_table
     from reports.write import write_compare
 
     if len(runs) < 2:
@@ -101,6 +102,8 @@ def compare(
         console.print(f"B vs A: [green]{n['better']} better[/], [red]{n['worse']} worse[/], "
                       f"{n['within noise']} within noise (95% bootstrap intervals; changes under "
                       f"{min_effect:.0%} count as noise)")
+        for line in answer_lines(compare_answer(c)):
+            console.print(line, highlight=False)
         if c.only_a or c.only_b:
             console.print(f"skipped levels: only in A: {', '.join(c.only_a) or '—'}; "
                           f"only in B: {', '.join(c.only_b) or '—'}", markup=False)

@@ -21,7 +21,8 @@ def compare_answer(c: Comparison) -> list[AnswerItem]:
                     rel = f" {d.rel:+.1%}" if d.rel is not None else ""
                     by_metric.setdefault(d.metric, []).append(f"{lc.level_id}{rel}")
         if by_metric:
-            lines = [f"{metric}: {', '.join(levels)}" for metric, levels in by_metric.items()]
+            order = list(dict.fromkeys(d.metric for lc in c.levels for d in lc.deltas))
+            lines = [f"{metric}: {', '.join(by_metric[metric])}" for metric in order if metric in by_metric]
             items.append(AnswerItem(f"B is {verdict} than A", f"on {len(by_metric)} metric(s), "
                                     f"{n[verdict]} level-metric pair(s).", tone, lines))
     if not items:
