@@ -39,7 +39,19 @@ def _probes(run):
             "host": [{"t": T0 + i * 0.5, "cpu_pct": 50 + i, "cpu_per_core_pct": [40 + i, 60], "server_cpu_cores": 0.8,
                       "client_cpu_cores": 0.1 * (i % 3), "others_cpu_cores": 0.05, "mem_total_bytes": 2 ** 34,
                       "mem_used_bytes": 2 ** 32 + i * 2 ** 20, "load1": 1.0 + i, "load5": 2.0}
-                     for i in range(40)]}
+                     for i in range(40)],
+            "gpu": [{"t": T0 + i * 0.5, "gpus": [{"index": g, "name": "H200", "util_gpu_pct": 50 + i + g,
+                                                  "mem_used_bytes": (40 + i) * 2 ** 30, "mem_total_bytes": 141 * 2 ** 30,
+                                                  "power_w": 300 + 5 * i, "power_limit_w": 700, "sm_clock_mhz": 1980 - i,
+                                                  "temp_c": 50 + i % 4, "throttle_mask": 0x4 if 10 <= i < 20 else 0,
+                                                  "throttle_reasons": ["sw_power_cap"] if 10 <= i < 20 else []}
+                                                 for g in (0, 1)], "xid_events": []} for i in range(40)],
+            "tcp": [{"t": T0 + i * 0.5, "dt_s": 0.5, "Tcp.OutSegs": 100 + i, "Tcp.InSegs": 90, "Tcp.RetransSegs": i % 3,
+                     "conns": 4, "conns_retrans_total": i // 4, "conns_rtt_ms_mean": 0.1 + 0.01 * i,
+                     "conns_rtt_ms_max": 0.3 + 0.02 * i} for i in range(40)],
+            "irq": [{"t": T0 + i * 0.5, "dt_s": 0.5, "ncpu": 2, "irq_per_cpu": [10 + i, 5], "nic_irq_per_cpu": [i, 0],
+                     "nic_irq_total": i, "nic_busiest_cpu": 0, "nic_busiest_share": 1.0, "devices": {}}
+                    for i in range(40)]}
     for name, rs in rows.items():
         (run.path / "probes" / f"{name}.jsonl").write_text("\n".join(json.dumps(r) for r in rs) + "\n")
 

@@ -142,3 +142,22 @@ def test_no_probe_files_no_section(tmp_path):
     run = make_run(tmp_path / "r", [rec(0, 0.1, 0.5, 11)], {"c1": (0, 1)})
     _, paths = write_reports(run)
     assert "No probe data in this run" in paths["html"].read_text()
+
+
+def _section(html: str, title: str) -> str:
+    part = html[html.index(f"<h3>{title}</h3>"):]
+    return part[:part.index("</section>")]
+
+
+def test_gpu_tcp_and_irq_panels(html):
+    gpu = _section(html, "GPU")
+    for title in ("GPU utilization (%)", "GPU memory used (GiB)", "GPU power (W)", "SM clock (MHz)",
+                  "throttle reasons (1 = active)", "GPU 0: SW power cap", "GPU 1"):
+        assert title in gpu, title
+    tcp = _section(html, "network: TCP")
+    for title in ("target connections' retransmits (/s)", "target connections' RTT (ms)",
+                  "host-wide TCP retransmits (/s, context)"):
+        assert title in tcp, title
+    irq = _section(html, "network: NIC interrupts")
+    assert "NIC interrupts per core (/s)" in irq and "cpu 0" in irq
+    assert "NIC interrupts on the busiest core (%)" in irq           # flat at 100%: in the constants table
