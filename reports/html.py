@@ -41,6 +41,14 @@ def time_axis(summary: RunSummary, table: RequestTable, probes: list[ProbeSeries
     return TimeAxis(t0, (0.0, max(max(ends) - t0, 1.0)), levels, spikes)
 
 
+# The P99 checklist's order (network, then scheduling, then the host), then any other probe by name.
+PROBE_ORDER = ("tcp", "irq", "server", "host", "gpu")
+
+
+def _probe_rank(p: ProbeSeries) -> tuple[int, str]:
+    return (PROBE_ORDER.index(p.name) if p.name in PROBE_ORDER else len(PROBE_ORDER), p.name)
+
+
 def _common() -> dict:
     return {"css": CSS, "script": "", "version": __version__, "definitions": DEFINITIONS, "tools_header": OTHER_TOOLS_HEADER,
             "tools": OTHER_TOOLS, "generated": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
@@ -65,7 +73,7 @@ def render_report(summary: RunSummary, table: RequestTable, probes: list[ProbeSe
         "latency_throughput_fig": plots.latency_throughput_figure(measured) if measured else "",
         "cdf_fig": plots.cdf_figure(table, summary) if measured else "",
         "timeline_fig": plots.timeline_figure(table, summary, axis) if len(table) else None,
-        "probe_sections": [render_probe(p, axis) for p in probes],
+        "probe_sections": [render_probe(p, axis) for p in sorted(probes, key=_probe_rank)],
         "diagnosis": diagnosis, "fmt_evidence": fmt_evidence, "evidence_name": evidence_name, "length_rows": tables.length_rows(summary),
         "levels_json": [[name, round(a, 3), round(b, 3)] for name, a, b in axis.levels],
     }
