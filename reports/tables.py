@@ -122,6 +122,10 @@ def config_rows(info: RunInfo) -> list[tuple[str, str]]:
     ]
 
 
+def _ci_columns(name: str, ci: list[float] | None) -> dict:
+    return {f"{name}_ci_low": ci[0] if ci else None, f"{name}_ci_high": ci[1] if ci else None}
+
+
 def csv_frame(s: RunSummary) -> pd.DataFrame:
     """One row per level, raw numbers in seconds and per-second rates (summary.csv)."""
     rows = []
@@ -132,6 +136,8 @@ def csv_frame(s: RunSummary) -> pd.DataFrame:
                "n_timeout": lv.n_timeout, "n_cancelled": lv.n_cancelled, "error_rate": lv.error_rate,
                "prompt_tokens_mean": lv.prompt_tokens_mean, "output_tokens_mean": lv.output_tokens_mean,
                "output_tok_s": lv.output_tok_s, "total_tok_s": lv.total_tok_s, "req_s": lv.req_s,
+               **_ci_columns("output_tok_s", lv.output_tok_s_ci), **_ci_columns("total_tok_s", lv.total_tok_s_ci),
+               **_ci_columns("req_s", lv.req_s_ci), **_ci_columns("goodput_req_s", lv.goodput_req_s_ci),
                "goodput_req_s": lv.goodput_req_s, "slo_met": lv.slo_met, "note": s.note(lv.level_id),
                "token_count_mismatches": lv.token_count_mismatches,
                "output_len_unhonoured": lv.output_len_unhonoured}
