@@ -32,7 +32,7 @@ def _ms(v) -> str:
 
 
 def build_answer(s: RunSummary, diagnosis: dict | None = None) -> list[AnswerItem]:
-    return [*_within_slo(s), *_ceiling(s), _diagnosis(diagnosis), _validity(s)]
+    return [*_within_slo(s), *_ceiling(s), _diagnosis(diagnosis), _validity(s, diagnosis)]
 
 
 def _within_slo(s: RunSummary) -> list[AnswerItem]:
@@ -144,11 +144,14 @@ def fmt_evidence(key: str, v) -> str:
     return f"{v:g}" if isinstance(v, float) else str(v)
 
 
-def _validity(s: RunSummary) -> AnswerItem:
-    bad = [f for f in s.finding_groups if f.severity in ("invalid", "caveat")]
-    if not bad:
+def _validity(s: RunSummary, diagnosis: dict | None = None) -> AnswerItem:
+    bad = [f.text for f in s.finding_groups if f.severity in ("invalid", "caveat")]
+    # The diagnosis' own check of the client (its send lag against the tail) is a caveat on the P99.
+    client = [f for f in (diagnosis or {}).get("findings") or [] if f.get("category") == "client"]
+    caveats = [f"The P99 diagnosis: {f.get('title', '')}." for f in client]
+    if not bad and not caveats:
         return AnswerItem("Validity", "nothing found that undermines the numbers: the run completed, the client "
                           "kept up, no errors, no adaptations.", "good")
-    invalid = any(f.severity == "invalid" for f in bad)
+    invalid = any(f.severity == "invalid" for f in s.finding_groups)
     head = "not valid as it stands" if invalid else "valid, with caveats"
-    return AnswerItem("Validity", head + ".", "bad" if invalid else "warn", [f.text for f in bad])
+    return AnswerItem("Validity", head + ".", "bad" if invalid else "warn", bad + caveats)
