@@ -23,7 +23,7 @@ import numpy as np
 from analyzers.distribution import BOOTSTRAP_RESAMPLES, interval, percentile_draws
 from analyzers.request_classes import all_class_rows
 from analyzers.summary import RunSummary
-from analyzers.throughput import throughput_draws
+from analyzers.throughput import level_rates
 from rundir.table import RequestTable
 
 MIN_EFFECT = 0.02
@@ -100,7 +100,7 @@ def _draws(table: RequestTable, rows: np.ndarray, s: RunSummary, level_id: str,
     win = df["in_window"].to_numpy()[rows]
     status = df["status"].to_numpy()[rows]
     ok = win & (status == "ok")
-    cols = {c: df[c].to_numpy()[rows][ok] for c in ("ttft_s", "tpot_s", "e2e_s", "t_sent", "out_tokens")}
+    cols = {c: df[c].to_numpy()[rows][ok] for c in ("ttft_s", "tpot_s", "e2e_s")}
     out: dict[str, tuple[float | None, np.ndarray]] = {}
     by_col: dict[str, list[tuple[str, float]]] = {}
     for name, col, q in LATENCY_METRICS:
@@ -112,14 +112,11 @@ def _draws(table: RequestTable, rows: np.ndarray, s: RunSummary, level_id: str,
         points = np.percentile(values, qs) if values.size else [None] * len(qs)
         for i, (name, _) in enumerate(metrics):
             out[name] = (None if points[i] is None else float(points[i]), draws[:, i])
-    window = s.windows[level_id]
-    tok, req = throughput_draws(cols["t_sent"], cols["out_tokens"], window, rng)
-    good = s.slos.request_meets(cols["ttft_s"], cols["tpot_s"], cols["e2e_s"])
-    _, good_req = throughput_draws(cols["t_sent"][good], cols["out_tokens"][good], window, rng)
+    rates = level_rates(table, rows, s.windows[level_id], s.slos, rng)
     lv = next(x for x in s.levels + s.classes if x.level_id == level_id)
-    out["output tok/s"] = (lv.output_tok_s, tok)
-    out["requests/s"] = (lv.req_s, req)
-    out["goodput req/s"] = (lv.goodput_req_s, good_req if good.any() else np.zeros(BOOTSTRAP_RESAMPLES))
+    for name, value in (("output tok/s", lv.output_tok_s), ("requests/s", lv.req_s),
+                        ("goodput req/s", lv.goodput_req_s)):
+        out[name] = (value, rates.draws.get(name, np.zeros(BOOTSTRAP_RESAMPLES)))
     n = int(win.sum())
     rate = lv.error_rate
     out["error rate"] = (rate, rng.binomial(n, rate, BOOTSTRAP_RESAMPLES) / n if n else np.full(1, np.nan))

@@ -8,6 +8,7 @@ on a RequestTable's columns (vectorized), so a million records take seconds, not
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Iterable
 
@@ -15,7 +16,7 @@ import numpy as np
 
 from analyzers.distribution import MIN_SAMPLES_FOR_P99, Distribution
 from analyzers.slo import Slos
-from analyzers.throughput import throughput_cis
+from analyzers.throughput import level_rates
 from analyzers.token_accounting import account_tokens
 from analyzers.validity import level_validity, stall_words
 from analyzers.window import Window
@@ -62,6 +63,18 @@ class LevelStats:
     tokenizer_count_diff_mean: float | None = None      # mean (client - server) / server
     error_samples: dict[str, str] = field(default_factory=dict)   # error kind -> one error text
     stall_s: float | None = None             # the longest server stall inside the window (analyzers.stalls)
+    total_tok_s_ci: list[float] | None = None
+    goodput_req_s_ci: list[float] | None = None
+    # What was really sent and received (successful requests in the window): mean and [min, max].
+    prompt_tokens_mean: float | None = None
+    prompt_tokens_range: list[float] | None = None
+    output_tokens_mean: float | None = None
+    output_tokens_range: list[float] | None = None
+    lengths_vary: bool = False               # the targets vary, or the measured lengths differ from them
+    # usage vs streamed chunks, split: fewer chunks than tokens is a server sending multi-token chunks
+    # (benign); more chunks than usage says means usage (or the stream) is wrong.
+    multi_token_chunks: int = 0
+    throughput_basis: str = "arrivals"       # tokens that arrived in the window (analyzers.throughput)
 
     @property
     def load(self) -> float:
@@ -100,7 +113,7 @@ def level_stats(table: RequestTable, rows: np.ndarray, level_id: str, window: Wi
         "status", "in_window", "ttft_s", "tpot_s", "e2e_s", "send_lag_s", "out_tokens", "in_tokens", "t_sent",
         "completion_tokens", "client_completion_tokens", "client_token_chunks", "prompt_tokens",
         "client_prompt_tokens",
-        "target_output_len", "error_kind", "error")}
+        "target_input_len", "target_output_len", "error_kind", "error")}
     win = col["in_window"]
     status = col["status"]
     ok = win & (status == "ok")
@@ -116,8 +129,8 @@ def level_stats(table: RequestTable, rows: np.ndarray, level_id: str, window: Wi
     if validity.stall is not None:
         broken.append(stall_words(validity.stall, window))
         slo_met = False if slo_met is not None else None
-    out_tok, in_tok = col["out_tokens"][ok], col["in_tokens"][ok]
-    out_ci, req_ci = throughput_cis(col["t_sent"][ok], out_tok, window, rng)
+    rates = level_rates(table, rows, window, slos, rng)
+    lengths = _lengths(col, ok)
 
     errors_by_kind, error_samples = error_breakdown(col["error_kind"][failed], col["error"][failed])
     n_win = int(win.sum())
@@ -141,23 +154,57 @@ def level_stats(table: RequestTable, rows: np.ndarray, level_id: str, window: Wi
         notes.append(f"{validity.carried_failed} requests sent during the warm-up failed inside the window "
                      "(counted in the error rate)")
     concurrency = first_of("concurrency")
+    input_len, output_len = nominal_lengths(level_id, col, int(first_of("target_input_len", 0)),
+                                            int(first_of("target_output_len", 0)))
     return LevelStats(
         level_id=level_id, concurrency=None if concurrency is None else int(concurrency),
-        request_rate=first_of("request_rate"), input_len=int(first_of("target_input_len", 0)),
-        output_len=int(first_of("target_output_len", 0)), window_s=window.seconds, n_sent=int(rows.size),
+        request_rate=first_of("request_rate"), input_len=input_len,
+        output_len=output_len, window_s=window.seconds, n_sent=int(rows.size),
         n_in_window=n_win, n_ok=int(ok.sum()), n_error=n_error, n_timeout=n_timeout,
         n_cancelled=int((win & (status == "cancelled")).sum()), errors_by_kind=errors_by_kind,
         ttft=d_ttft, tpot=d_tpot, itl=Distribution.of(table.gaps_of(ok_mask)), e2e=d_e2e,
         send_lag=Distribution.of(col["send_lag_s"][win]),
-        output_tok_s=float(out_tok.sum()) / window.seconds,
-        total_tok_s=float(out_tok.sum() + in_tok.sum()) / window.seconds,
-        req_s=float(ok.sum()) / window.seconds,
-        goodput_req_s=float(slos.request_meets(ttft, tpot, e2e).sum()) / window.seconds,
+        output_tok_s=rates.values["output tok/s"], total_tok_s=rates.values["total tok/s"],
+        req_s=rates.values["requests/s"], goodput_req_s=rates.values["goodput req/s"],
         slo_met=slo_met, token_count_mismatches=acct.mismatches, output_len_unhonoured=acct.unhonoured, notes=notes,
-        error_rate=(n_error + n_timeout) / n_win if n_win else 0.0, output_tok_s_ci=out_ci, req_s_ci=req_ci,
+        error_rate=(n_error + n_timeout) / n_win if n_win else 0.0, output_tok_s_ci=rates.ci("output tok/s"),
+        req_s_ci=rates.ci("requests/s"), total_tok_s_ci=rates.ci("total tok/s"),
+        goodput_req_s_ci=rates.ci("goodput req/s"), multi_token_chunks=acct.multi_token_chunks, **lengths,
         slo_broken=broken, prompt_token_mismatches=acct.prompt_mismatches, error_samples=error_samples,
         stall_s=validity.stall.seconds if validity.stall else None,
         tokenizer_count_differs=acct.tokenizer_differs, tokenizer_count_diff_mean=acct.tokenizer_diff_mean)
+
+
+_NOMINAL = re.compile(r"-in(\d+)-out(\d+)$")     # the sweep's level ids: c8-in512-out64, r2-in128-out64
+
+
+def nominal_lengths(level_id: str, col: dict[str, np.ndarray], first_in: int, first_out: int) -> tuple[int, int]:
+    """A level's prompt and output lengths as the sweep named them. Where the workload varies them per
+    request (ShareGPT, mixed, a spread), the first record's targets say nothing about the level, so
+    the level id's nominal lengths are used (levels of one sweep then stay in one scaling series);
+    the measured lengths are in prompt_tokens_mean / output_tokens_mean."""
+    m = _NOMINAL.search(level_id)
+    vary = any(np.unique(v[~np.isnan(v)]).size > 1 for v in (col["target_input_len"], col["target_output_len"]))
+    if m and vary:
+        return int(m.group(1)), int(m.group(2))
+    return first_in, first_out
+
+
+def _lengths(col: dict[str, np.ndarray], ok: np.ndarray) -> dict:
+    """Measured prompt and output lengths of the successful requests, and whether they vary."""
+    out: dict = {}
+    vary = False
+    for name, measured, target in (("prompt", "in_tokens", "target_input_len"),
+                                   ("output", "out_tokens", "target_output_len")):
+        v = col[measured][ok]
+        v = v[~np.isnan(v) & (v > 0)]
+        if v.size:
+            out[f"{name}_tokens_mean"] = float(v.mean())
+            out[f"{name}_tokens_range"] = [float(v.min()), float(v.max())]
+            t = col[target][ok]
+            vary |= bool(np.unique(t).size > 1 or abs(v.mean() - t[0]) > max(1.0, 0.02 * t[0]))
+    out["lengths_vary"] = vary
+    return out
 
 
 def error_breakdown(kinds: np.ndarray, texts: np.ndarray) -> tuple[dict[str, int], dict[str, str]]:

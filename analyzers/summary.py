@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from analyzers.findings import Finding, run_findings
 from analyzers.latency import LevelStats, Window, level_stats
 from analyzers.request_classes import all_class_rows
 from analyzers.scaling import ScalingPoint, Series, analyze_scaling, best_level_within_slo
@@ -30,7 +31,8 @@ class RunSummary:
     levels: list[LevelStats]
     scaling: dict[str, ScalingPoint]
     series: list[Series]
-    findings: list[str] = field(default_factory=list)
+    findings: list[str] = field(default_factory=list)              # the grouped findings' sentences
+    finding_groups: list[Finding] = field(default_factory=list)     # analyzers/findings.py
     windows: dict[str, Window] = field(default_factory=dict)     # level (or class) id -> the window used
     classes: list[LevelStats] = field(default_factory=list)      # request classes (analyzers/request_classes.py)
 
@@ -55,7 +57,8 @@ class RunSummary:
                 "best_level_within_slo": best.level_id if best else None,
                 "series": [{"key": s.key, "levels": s.level_ids, "knee": s.knee,
                             "best_within_slo": s.best_within_slo} for s in self.series],
-                "findings": self.findings, "classes": [c.to_dict() for c in self.classes]}
+                "findings": self.findings, "finding_groups": [f.to_dict() for f in self.finding_groups],
+                "classes": [c.to_dict() for c in self.classes]}
 
 
 def level_windows(run: RunDir, info: RunInfo) -> dict[str, Window]:
@@ -114,15 +117,21 @@ def summarize_table(table: RequestTable, info: RunInfo, windows: dict[str, Windo
 
 
 def _fallback_window(table: RequestTable, rows: np.ndarray, info: RunInfo, finished: bool) -> tuple[Window, bool]:
-    """(window, cut short?) for a level whose window was not recorded."""
+    """(window, cut short?) for a level whose window was not recorded. A level cut short spans its
+    first in-window send to its last completion (its tokens arrived in between)."""
     duration = float(info.sweep.duration_s or 1.0)
     if finished:
         return Window(duration), False
-    sent = table.df["t_sent"].to_numpy()[rows][table.df["in_window"].to_numpy()[rows]]
-    sent = sent[~np.isnan(sent)]
-    if sent.size < 2 or sent.max() - sent.min() >= duration:
+    in_win = table.df["in_window"].to_numpy()[rows]
+    sent = table.df["t_sent"].to_numpy()[rows][in_win]
+    done = table.df["t_done"].to_numpy()[rows][in_win]
+    sent, done = sent[~np.isnan(sent)], done[~np.isnan(done)]
+    if sent.size < 2:
         return Window(duration), False
-    return Window(float(sent.max() - sent.min()), float(sent.min()), float(sent.max())), True
+    end = max(float(sent.max()), float(done.max()) if done.size else float(sent.max()))
+    if end - sent.min() >= duration:
+        return Window(duration), False
+    return Window(end - float(sent.min()), float(sent.min()), end), True
 
 
 def summary_of_levels(info: RunInfo, slos: "Slos | dict", levels: list[LevelStats],
@@ -130,7 +139,8 @@ def summary_of_levels(info: RunInfo, slos: "Slos | dict", levels: list[LevelStat
     """Cross-level analysis (scaling, SLO answers, findings) of levels already summarized."""
     scaling, series = analyze_scaling(levels)
     summary = RunSummary(info, Slos.of(slos), levels, scaling, series, windows=windows or {})
-    summary.findings = findings(summary)
+    summary.finding_groups = run_findings(summary)
+    summary.findings = [f.text for f in summary.finding_groups]
     return summary
 
 
@@ -141,37 +151,3 @@ def analyze_run(run: RunDir, slos: "Slos | dict | None" = None) -> tuple[RunSumm
     summary = summarize_table(table, info, level_windows(run, info), slos)
     summary.findings.extend(table.warnings)          # lines of requests.jsonl that were not counted
     return summary, table
-
-
-def findings(s: RunSummary) -> list[str]:
-    """The plain-language conclusions, most important first."""
-    out = []
-    if s.info.status == "interrupted":
-        out.append(f"The run was interrupted: {len(s.info.levels_done)} levels finished; "
-                   "statistics cover what was measured.")
-    elif s.info.status != "complete":
-        out.append(f"The run's status is '{s.info.status}': it is still going, or it was killed before it could "
-                   f"record its end; {len(s.info.levels_done)} levels finished.")
-    by_id = {lv.level_id: lv for lv in s.levels}
-    for ser in s.series:
-        if ser.best_within_slo:
-            best = by_id[ser.best_within_slo]
-            out.append(f"{ser.key}: the highest load within the SLO ({s.slos.describe()}) is {best.level_id} "
-                       f"at {best.output_tok_s:.1f} output tok/s, goodput {best.goodput_req_s:.2f} req/s.")
-        elif any(by_id[i].slo_met is not None for i in ser.level_ids):
-            out.append(f"{ser.key}: no level met the SLO ({s.slos.describe()}).")
-        if ser.knee:
-            nxt = ser.level_ids[ser.level_ids.index(ser.knee) + 1]
-            a, b = by_id[ser.knee], by_id[nxt]
-            out.append(f"{ser.key}: throughput stops scaling after {ser.knee} (the knee): {nxt} has "
-                       f"{b.load / a.load:.3g}× the load but {b.output_tok_s / a.output_tok_s - 1:+.0%} throughput "
-                       f"(scaling efficiency {s.scaling[nxt].efficiency:.2f}); added load became queueing.")
-    for lv in s.levels:
-        if lv.slo_broken:
-            out.append(f"{lv.level_id}: over SLO: {'; '.join(lv.slo_broken)}.")
-        if lv.n_error + lv.n_timeout:
-            kinds = ", ".join(f"{k} {v}" for k, v in sorted(lv.errors_by_kind.items()))
-            out.append(f"{lv.level_id}: {lv.n_error} errors and {lv.n_timeout} timeouts of {lv.n_in_window} "
-                       f"requests ({lv.error_rate:.1%}): {kinds}.")
-        out.extend(f"{lv.level_id}: {n}." for n in lv.notes)
-    return out

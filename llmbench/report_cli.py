@@ -55,8 +55,9 @@ def report(
 ) -> None:
     """Write report.html (self-contained), report.md, summary.csv and summary.json into a run directory
     and print the summary table."""
-    from reports.terminal import run_summary_table
-    from reports.write import write_reports
+    from reports.answer import build_answer
+    from reports.terminal import answer_lines, run_summary_table
+    from reports.write import read_diagnosis, write_reports
 
     with user_errors(), run_errors():
         run = _rundir(run_dir)
@@ -66,9 +67,8 @@ def report(
         err_console.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False)
     console.print(run_summary_table(summary, title=f"run {summary.info.run_id} ({summary.info.status})",
                                     width=console.width))
-    best = summary.best
-    console.print(f"highest load within SLO: [bold]{best.level_id}[/] ({best.output_tok_s:.1f} output tok/s)"
-                  if best else "[red]no level met the SLO[/]")
+    for line in answer_lines(build_answer(summary, read_diagnosis(run))):
+        console.print(line, highlight=False)
     console.print(f"wrote {paths['html']}, report.md, summary.csv, summary.json in {time.perf_counter() - t0:.1f} s")
     if open_:
         import webbrowser
@@ -88,7 +88,8 @@ def compare(
 ) -> None:
     """Compare runs level by level (A/B before an upgrade or a tuning change): deltas with bootstrap
     confidence intervals and a verdict per metric (better / worse / within noise)."""
-    from reports.terminal import compare_table
+    from reports.compare_answer import compare_answer
+    from reports.terminal import answer_lines, compare_table
     from reports.write import write_compare
 
     if len(runs) < 2:
@@ -104,6 +105,8 @@ def compare(
         console.print(f"B vs A: [green]{n['better']} better[/], [red]{n['worse']} worse[/], "
                       f"{n['within noise']} within noise (95% bootstrap intervals; changes under "
                       f"{min_effect:.0%} count as noise)")
+        for line in answer_lines(compare_answer(c)):
+            console.print(line, highlight=False)
         if c.only_a or c.only_b:
             console.print(f"skipped levels: only in A: {', '.join(c.only_a) or '—'}; "
                           f"only in B: {', '.join(c.only_b) or '—'}", markup=False)

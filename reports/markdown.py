@@ -10,6 +10,8 @@ import re
 from analyzers.compare import MIN_EFFECT, Comparison
 from analyzers.summary import RunSummary
 from reports import tables
+from reports.answer import AnswerItem, build_answer
+from reports.compare_answer import compare_answer
 from reports.definitions import DEFINITIONS, OTHER_TOOLS, OTHER_TOOLS_HEADER
 from reports.terminal import fmt_ci, fmt_delta, fmt_value
 
@@ -33,14 +35,25 @@ def _definitions() -> list[str]:
     return out + ["Other tools' names:", ""] + md_table(list(OTHER_TOOLS_HEADER), [list(r) for r in OTHER_TOOLS])
 
 
+def md_answer(items: list[AnswerItem]) -> list[str]:
+    out = []
+    for a in items:
+        out.append(f"- **{md(a.label)}**: {md(a.text)}")
+        out += [f"  - {md(e)}" for e in a.evidence]
+    return out + [""]
+
+
 def render_report_md(s: RunSummary, diagnosis: dict | None = None) -> str:
-    best = s.best
     out = [f"# llmbench report: {md(s.info.run_id)}", "",
            f"{md(s.info.status)} · model {md(s.info.target.model)} · SLO {md(s.slos.describe())}", ""]
-    out.append(f"**Highest load within the SLO: {md(best.level_id)}** ({best.output_tok_s:.1f} output tok/s, "
-               f"goodput {best.goodput_req_s:.2f} req/s)." if best else "**No level met the SLO.**")
-    out += ["", "## Findings", ""] + [f"- {md(f)}" for f in s.findings] + [""]
-    out += ["## Summary", ""] + md_table(tables.SUMMARY_HEADER, tables.summary_rows(s))
+    out += ["## Answer", ""] + md_answer(build_answer(s, diagnosis))
+    findings = [f for f in s.finding_groups if f.severity != "benign"]
+    benign = [f for f in s.finding_groups if f.severity == "benign"]
+    out += ["## Findings", ""] + [f"- **{f.severity}** {md(f.text)}" for f in findings] + (["- none"] if not findings else [])
+    if benign:
+        out += ["", f"<details><summary>{len(benign)} expected difference(s), explained</summary>", ""]
+        out += [f"**{md(f.text)}** {md(f.detail)}\n" for f in benign] + ["</details>"]
+    out += ["", "## Summary", ""] + md_table(tables.SUMMARY_HEADER, tables.summary_rows(s))
     if s.classes:
         out += ["", "### Request classes (per prompt length)", ""] + md_table(tables.SUMMARY_HEADER,
                                                                              tables.summary_rows(s, s.classes))
@@ -57,6 +70,8 @@ def render_report_md(s: RunSummary, diagnosis: dict | None = None) -> str:
                             [[str(i), f["category"], f["severity"], f["title"], f["next_step"]]
                              for i, f in enumerate(diagnosis["findings"], 1)]) + [""]
     out += ["## All percentiles", ""] + md_table(tables.DETAIL_HEADER, tables.detail_rows(s))
+    out += ["### What was sent and received", ""] + md_table(
+        ["level", "target in/out", "prompt tokens mean (min–max)", "output tokens mean (min–max)"], tables.length_rows(s))
     out += ["## Run configuration and target", ""] + md_table(["", ""], [list(r) for r in tables.config_rows(s.info)])
     return "\n".join(out + _definitions())
 
@@ -65,8 +80,8 @@ def render_compare_md(comparisons: list[Comparison], min_effect: float = MIN_EFF
     out = ["# llmbench comparison", ""]
     for c in comparisons:
         n = c.counts()
-        out += [f"## A = {md(c.run_a)} · B = {md(c.run_b)}", "",
-                f"{n['better']} better, {n['worse']} worse, {n['within noise']} within noise (B − A with its 95% "
+        out += [f"## A = {md(c.run_a)} · B = {md(c.run_b)}", "", "### Verdict", ""] + md_answer(compare_answer(c))
+        out += [f"{n['better']} better, {n['worse']} worse, {n['within noise']} within noise (B − A with its 95% "
                 f"bootstrap interval; within noise: the interval contains 0 or the change is under "
                 f"{min_effect * 100:g}%).", ""]
         if c.only_a or c.only_b:

@@ -22,10 +22,10 @@ import numpy as np  # noqa: E402
 from analyzers.latency import LevelStats  # noqa: E402
 from analyzers.summary import RunSummary  # noqa: E402
 from reports.terminal import load_label  # noqa: E402
+from reports.time_axis import AXES_LEFT, AXES_RIGHT, MAX_HOVER_POINTS, TimeAxis, TimeFigure  # noqa: E402
 from rundir.table import RequestTable  # noqa: E402
 
 MAX_POINTS = 4000
-AXES_LEFT, AXES_RIGHT = 0.08, 0.98      # time-axis figures share these margins (see timeline_figure)
 MAX_CDF_POINTS = 400
 _salt = itertools.count()
 _STYLE = {"svg.fonttype": "none", "font.size": 9, "axes.grid": True, "grid.alpha": 0.3,
@@ -112,9 +112,41 @@ def cdf_figure(table: RequestTable, summary: RunSummary) -> str:
         return to_svg(fig)
 
 
-def timeline_figure(table: RequestTable, summary: RunSummary, t0: float, xlim: tuple[float, float]) -> str:
+def mark_time(ax_list, axis: TimeAxis, label_levels: bool = True) -> None:
+    """The level windows (a thin line at each edge, the level named on the first panel) and the spike
+    windows (shaded red) on every panel of a time-axis figure."""
+    for i, a in enumerate(ax_list):
+        for name, start, end in axis.levels:
+            for x in (start, end):
+                a.axvline(x, color="#8a93a6", linewidth=0.6, linestyle=(0, (3, 3)), zorder=0,
+                          gid=f"level-edge-{next(_salt)}")
+            if label_levels and i == 0:
+                a.text((start + end) / 2, 1.0, name, transform=a.get_xaxis_transform(), ha="center", va="bottom",
+                       fontsize=6.5, color="#4a5163", clip_on=False)
+        for start, end in axis.spikes:
+            a.axvspan(start, max(end, start + (axis.xlim[1] - axis.xlim[0]) / 1500), color="tab:red", alpha=0.18,
+                      linewidth=0, zorder=0, gid=f"spike-window-{next(_salt)}")     # the report's tests find these
+
+
+def _hover(fig, axes, t: np.ndarray, panels: list[tuple[str, dict[str, np.ndarray]]], axis: TimeAxis) -> dict:
+    """What the report's inline script needs to show values under the cursor (reports.time_axis)."""
+    idx = np.arange(t.size)
+    if t.size > MAX_HOVER_POINTS:
+        idx = np.linspace(0, t.size - 1, MAX_HOVER_POINTS).round().astype(int)
+    out = {"x0": axis.xlim[0], "x1": axis.xlim[1], "l": AXES_LEFT, "r": AXES_RIGHT,
+           "t": [round(float(x), 3) for x in t[idx]], "panels": []}
+    for a, (title, lines) in zip(axes, panels):
+        box = a.get_position()
+        out["panels"].append({"title": title, "y0": round(box.y0, 4), "y1": round(box.y1, 4), "lines": {
+            k: [None if not np.isfinite(v) else float(f"{v:.4g}") for v in np.asarray(vals, float)[idx]]
+            for k, vals in lines.items()}})
+    return out
+
+
+def timeline_figure(table: RequestTable, summary: RunSummary, axis: TimeAxis) -> TimeFigure:
     """Every request on the run's clock: TTFT and E2E by send time, failures marked, windows shaded."""
     df = table.df
+    t0, xlim = axis.t0, axis.xlim
     rng = np.random.default_rng(0)
     idx = np.arange(len(df))
     if idx.size > MAX_POINTS:
@@ -132,42 +164,45 @@ def timeline_figure(table: RequestTable, summary: RunSummary, t0: float, xlim: t
             if bad.any():
                 a.scatter(sent[bad], np.nan_to_num(y[bad], nan=0.0), s=14, marker="x", color="red", label="failed")
                 a.legend(fontsize=7)
-            a.set_title(title, fontsize=9)
+            a.set_title(title, fontsize=9, loc="left")
             for w in summary.windows.values():
                 if w.start is not None and w.end is not None:
                     a.axvspan(w.start - t0, w.end - t0, color="tab:green", alpha=0.07)
+        mark_time(ax[:, 0], axis)
         ax[1, 0].set(xlabel="seconds since the run started", xlim=xlim)
         note = f" (a random {MAX_POINTS} of {len(df)})" if len(df) > MAX_POINTS else ""
-        fig.suptitle("per-request timeline; shaded: measured windows" + note, fontsize=9)
+        spikes = "; red: the P99 diagnosis' spike windows" if axis.spikes else ""
+        fig.suptitle("per-request timeline; green: measured windows" + spikes + note, fontsize=9, y=0.995)
         # The same width and horizontal margins as the probes' panels (series_figure), so that a
         # second on this x axis is the same pixel column in every probe section below it.
-        fig.subplots_adjust(left=AXES_LEFT, right=AXES_RIGHT, top=0.88, bottom=0.12, hspace=0.35)
-        return to_svg(fig, tight=False)
+        fig.subplots_adjust(left=AXES_LEFT, right=AXES_RIGHT, top=0.84, bottom=0.12, hspace=0.45)
+        hover = _hover(fig, ax[:, 0], np.array([]), [], axis)
+        return TimeFigure(to_svg(fig, tight=False), hover)
 
 
-def series_figure(t: np.ndarray, panels: dict[str, dict[str, np.ndarray]], title: str,
-                  xlim: tuple[float, float]) -> str:
-    """Stacked full-width panels of time series on the run's clock (the probes' generic rendering):
-    panel title -> {line label -> values}. Full width, so the x axis lines up with the timeline's.
-    Laid out by hand and with 3 y ticks: the "tight" layout pass and tick labels are most of the
-    cost of a dozen panels."""
+def series_figure(t: np.ndarray, panels: dict[str, dict[str, np.ndarray]], title: str, axis: TimeAxis) -> TimeFigure:
+    """Stacked full-width panels of time series on the run's clock: panel title -> {line label -> values}.
+    Full width, so the x axis lines up with the timeline's. Laid out by hand and with 3 y ticks: the
+    "tight" layout pass and tick labels are most of the cost of a dozen panels."""
     from matplotlib.ticker import MaxNLocator
 
     with plt.rc_context(_STYLE):
-        height = 1.1 * len(panels) + 0.6
+        height = 1.15 * len(panels) + 0.7
         fig, ax = figure(1, len(panels), height=height / len(panels), sharex=True)
         for a, (name, lines) in zip(ax[:, 0], panels.items()):
             for label, values in lines.items():
                 a.plot(t, values, label=label, linewidth=1)
-            a.set_title(name, fontsize=8, loc="left", pad=2)
+            a.set_title(name, fontsize=8, loc="left", pad=9 if a is ax[0, 0] and axis.levels else 2)
             a.yaxis.set_major_locator(MaxNLocator(3))
             if len(lines) > 1 or next(iter(lines)) != name:
                 a.legend(fontsize=6, ncol=min(4, len(lines)), loc="upper right")
-        ax[-1, 0].set(xlim=xlim, xlabel="seconds since the run started")
-        fig.subplots_adjust(left=AXES_LEFT, right=AXES_RIGHT, top=1 - 0.35 / height, bottom=0.45 / height,
-                            hspace=0.6)
-        fig.suptitle(title, fontsize=9, y=1 - 0.08 / height)
-        return to_svg(fig, tight=False)
+        mark_time(ax[:, 0], axis)
+        ax[-1, 0].set(xlim=axis.xlim, xlabel="seconds since the run started")
+        fig.subplots_adjust(left=AXES_LEFT, right=AXES_RIGHT, top=1 - 0.45 / height, bottom=0.45 / height,
+                            hspace=0.7)
+        fig.suptitle(title, fontsize=9, y=1 - 0.06 / height)
+        hover = _hover(fig, ax[:, 0], t, list(panels.items()), axis)
+        return TimeFigure(to_svg(fig, tight=False), hover)
 
 
 def _ms(v: float | None) -> float | None:

@@ -11,7 +11,7 @@ import pandas as pd
 from analyzers.distribution import PERCENTILES, pname
 from analyzers.latency import LevelStats
 from analyzers.summary import RunSummary
-from reports.terminal import load_label
+from reports.terminal import lengths, load_label
 from rundir import RunInfo
 
 SUMMARY_HEADER = ["level", "load", "in", "out", "output tok/s (95% CI)", "TTFT P50/P99 ms", "TPOT P50/P95 ms",
@@ -31,6 +31,14 @@ def slo_word(lv: LevelStats) -> str:
     return {True: "met", False: "missed", None: "—"}[lv.slo_met]
 
 
+def length_rows(s: RunSummary) -> list[list[str]]:
+    """What was really sent and received, per level (successful requests in the window)."""
+    def one(mean, rng):
+        return "—" if mean is None else f"{mean:.1f} ({rng[0]:.0f}–{rng[1]:.0f})"
+    return [[lv.level_id, f"{lv.input_len}/{lv.output_len}", one(lv.prompt_tokens_mean, lv.prompt_tokens_range),
+             one(lv.output_tokens_mean, lv.output_tokens_range)] for lv in s.levels]
+
+
 def summary_rows(s: RunSummary, levels: "list[LevelStats] | None" = None) -> list[list[str]]:
     """One row per level (or per entry of `levels`, e.g. the request classes)."""
     rows = []
@@ -38,7 +46,7 @@ def summary_rows(s: RunSummary, levels: "list[LevelStats] | None" = None) -> lis
         star = "*" if lv.ttft.n and not lv.ttft.p99_reliable else ""
         errors = lv.n_error + lv.n_timeout
         rows.append([
-            lv.level_id, load_label(lv), str(lv.input_len), str(lv.output_len),
+            lv.level_id, load_label(lv), *lengths(lv),
             f"{lv.output_tok_s:.1f} ({_ci(lv.output_tok_s_ci, 1, 1)})",
             f"{_ms(lv.ttft.p['p50'])}/{_ms(lv.ttft.p['p99'])}{star}",
             f"{_ms(lv.tpot.p['p50'], 1)}/{_ms(lv.tpot.p['p95'], 1)}",
@@ -114,6 +122,10 @@ def config_rows(info: RunInfo) -> list[tuple[str, str]]:
     ]
 
 
+def _ci_columns(name: str, ci: list[float] | None) -> dict:
+    return {f"{name}_ci_low": ci[0] if ci else None, f"{name}_ci_high": ci[1] if ci else None}
+
+
 def csv_frame(s: RunSummary) -> pd.DataFrame:
     """One row per level, raw numbers in seconds and per-second rates (summary.csv)."""
     rows = []
@@ -122,7 +134,10 @@ def csv_frame(s: RunSummary) -> pd.DataFrame:
                "input_len": lv.input_len, "output_len": lv.output_len, "window_s": lv.window_s,
                "n_sent": lv.n_sent, "n_in_window": lv.n_in_window, "n_ok": lv.n_ok, "n_error": lv.n_error,
                "n_timeout": lv.n_timeout, "n_cancelled": lv.n_cancelled, "error_rate": lv.error_rate,
+               "prompt_tokens_mean": lv.prompt_tokens_mean, "output_tokens_mean": lv.output_tokens_mean,
                "output_tok_s": lv.output_tok_s, "total_tok_s": lv.total_tok_s, "req_s": lv.req_s,
+               **_ci_columns("output_tok_s", lv.output_tok_s_ci), **_ci_columns("total_tok_s", lv.total_tok_s_ci),
+               **_ci_columns("req_s", lv.req_s_ci), **_ci_columns("goodput_req_s", lv.goodput_req_s_ci),
                "goodput_req_s": lv.goodput_req_s, "slo_met": lv.slo_met, "note": s.note(lv.level_id),
                "token_count_mismatches": lv.token_count_mismatches,
                "output_len_unhonoured": lv.output_len_unhonoured}

@@ -22,7 +22,22 @@ def load_label(lv: LevelStats) -> str:
     return str(lv.concurrency) if lv.concurrency is not None else f"{lv.request_rate:g}/s"
 
 
+def lengths(lv: LevelStats) -> tuple[str, str]:
+    """The prompt and output lengths a row shows: the target, or "~mean" measured where the workload
+    varies them (a ShareGPT run's target is 0) or the server did not honour the target."""
+    if not lv.lengths_vary:
+        return str(lv.input_len), str(lv.output_len)
+
+    def one(mean, target):
+        return f"~{mean:.0f}" if mean is not None else str(target)
+    return one(lv.prompt_tokens_mean, lv.input_len), one(lv.output_tokens_mean, lv.output_len)
+
+
 COMPACT_BELOW = 110     # terminal columns under which the table drops what the report already shows
+# Notes abbreviated on a narrow terminal (with a legend), so that no cell is cut mid-word.
+SHORT_NOTES = {"over SLO (no successful requests)": "over, 0 ok", "nothing measured": "none",
+               "at target · near ceiling": "target, ceil", "over SLO · near ceiling": "over, ceil",
+               "near ceiling": "ceiling", "at target": "target", "over SLO": "over", "normal": "normal"}
 
 
 def summary_table(levels: list[LevelStats], notes: dict[str, str], title: str = "sweep summary",
@@ -31,37 +46,59 @@ def summary_table(levels: list[LevelStats], notes: dict[str, str], title: str = 
     counts are left to the report and headers go on two lines, so the numbers are never cut."""
     compact = width is not None and width < COMPACT_BELOW
     load_header = "concurrency" if all(lv.concurrency is not None for lv in levels) else "load"
-    t = Table(title=escape(title), title_justify="left", box=box.SIMPLE_HEAD if compact else box.HEAVY_HEAD,
-              pad_edge=not compact, collapse_padding=compact)
-    columns = [(load_header if not compact else load_header[:4], "right"), ("input\nlen", "right"),
+    shown = {lv.level_id: (SHORT_NOTES.get(notes.get(lv.level_id, ""), notes.get(lv.level_id, "")) if compact
+                           else notes.get(lv.level_id, "")) for lv in levels}
+    t = Table(title=escape(title), title_justify="left", caption_justify="left",
+              box=box.SIMPLE_HEAD if compact else box.HEAVY_HEAD,
+              pad_edge=not compact, padding=(0, 0) if compact else (0, 1))   # SIMPLE_HEAD spaces the columns
+    columns = [(load_header if not compact else load_header[:4], "right"), ("in/out\nlen", "right"),
                ("output\ntok/s", "right"), ("TTFT ms\nP50/P99", "right"), ("TPOT ms\nP50/P95", "right"),
                ("E2E\nP99 s", "right"), ("req/s", "right")]
     if not compact:
         columns += [("goodput", "right"), ("n (ok)", "right")]
-    columns += [("errors" if not compact else "err", "right"), ("SLO", "center"), ("note", "left")]
+    columns += [("errors" if not compact else "err\n%", "right"), ("SLO", "center"), ("note", "left")]
     for name, justify in columns:
-        t.add_column(name, justify=justify, no_wrap=name != "note", overflow="fold",
-                     min_width=10 if name == "note" else None)
+        width_of_note = max([len(n) for n in shown.values()] + [4]) if compact else None
+        t.add_column(name, justify=justify, no_wrap=True if compact else name != "note", overflow="fold",
+                     min_width=width_of_note if name == "note" else None)
     for lv in levels:
         errors = lv.n_error + lv.n_timeout
-        slo = {True: "[green]met[/]", False: "[red]missed[/]", None: "—"}[lv.slo_met]
+        slo = {True: "[green]met[/]", False: "[red]miss[/]" if compact else "[red]missed[/]", None: "—"}[lv.slo_met]
         ttft = f"{_ms(lv.ttft.p['p50'])}/{_ms(lv.ttft.p['p99'])}" + ("*" if lv.ttft.n and not lv.ttft.p99_reliable else "")
         e2e = "—" if lv.e2e.p["p99"] is None else f"{lv.e2e.p['p99']:.2f}"
-        row = [load_label(lv), str(lv.input_len), f"{lv.output_tok_s:.1f}", ttft,
+        row = [load_label(lv), "/".join(lengths(lv)), f"{lv.output_tok_s:.1f}", ttft,
                f"{_ms(lv.tpot.p['p50'])}/{_ms(lv.tpot.p['p95'])}", e2e, f"{lv.req_s:.2f}"]
         if not compact:
             row += [f"{lv.goodput_req_s:.2f}", f"{lv.n_in_window} ({lv.n_ok})"]
-        row += [f"[red]{errors} ({lv.error_rate:.0%})[/]" if errors else "0", slo, escape(notes.get(lv.level_id, ""))]
+        err = (f"{lv.error_rate:.0%}" if compact else f"{errors} ({lv.error_rate:.0%})") if errors else "0"
+        row += [f"[red]{err}[/]" if errors else err, slo, escape(shown[lv.level_id])]
         t.add_row(*row)
+    long_of = {short: long for long, short in SHORT_NOTES.items() if short != long}
+    legend = "; ".join(f"{n} = {long_of[n]}" for n in dict.fromkeys(shown.values()) if n in long_of)
+    if compact and any(lv.slo_met is False for lv in levels):
+        legend = "; ".join(x for x in ("miss = missed the SLO", legend) if x)
+    if any(lv.lengths_vary for lv in levels):
+        legend = "; ".join(x for x in ("~ = mean measured tokens (the workload varies them)", legend) if x)
     t.caption = ("* P99 from fewer than 100 samples. Percentiles over requests sent in each level's measured "
-                 "window" + ("; goodput and counts: see the report." if compact else
-                             "; goodput = requests/s that met every SLO."))
+                 "window; tok/s and req/s over what arrived in it" +
+                 ("; goodput and counts: see the report." if compact else "; goodput = requests/s that met every SLO.")
+                 + (f" {legend}." if legend else ""))
     return t
 
 
 def run_summary_table(summary: RunSummary, title: str | None = None, width: int | None = None) -> Table:
     notes = {lv.level_id: summary.note(lv.level_id) for lv in summary.levels}
     return summary_table(summary.levels, notes, title=title or f"run {summary.info.run_id}", width=width)
+
+
+def answer_lines(items) -> list[str]:
+    """The answer block (reports.answer) as rich markup lines, run text escaped."""
+    colour = {"good": "green", "bad": "red", "warn": "yellow", "neutral": "bold"}
+    out = []
+    for a in items:
+        out.append(f"[{colour.get(a.tone, 'bold')}]{escape(a.label)}:[/] {escape(a.text)}")
+        out += [f"    · {escape(e)}" for e in a.evidence]
+    return out
 
 
 def compare_table(c: Comparison) -> Table:

@@ -1,12 +1,10 @@
 """Percentile confidence intervals: exact bootstrap for small samples, the order-statistic form for
-large ones, both covering the true value about as often as they claim; throughput's block bootstrap."""
+large ones, both covering the true value about as often as they claim (throughput's: test_throughput.py)."""
 
 import numpy as np
 import pytest
 
 from analyzers.distribution import EXACT_BOOTSTRAP_MAX_N, Distribution, percentile_draws
-from analyzers.throughput import throughput_draws
-from analyzers.window import Window
 
 TRUE_P95 = -np.log(0.05)          # exponential(1): P95 = ln 20
 
@@ -39,12 +37,3 @@ def test_draws_are_seeded_and_shaped():
     assert a.shape == (1000, 2) and np.array_equal(a, b)
     assert np.isnan(percentile_draws(np.array([]), (95,))).all()
 
-
-def test_throughput_block_bootstrap():
-    rng = np.random.default_rng(4)
-    sent = np.linspace(0, 10, 200, endpoint=False)               # steady: 20 req/s, 10 tokens each
-    tok, req = throughput_draws(sent, np.full(200, 10.0), Window(10.0, 0.0, 10.0), rng)
-    assert np.median(req) == pytest.approx(20.0) and np.percentile(req, 97.5) - np.percentile(req, 2.5) < 1.0
-    bursty = np.r_[np.zeros(150), np.linspace(5, 10, 50)]       # the same requests, bunched at the start
-    _, req_b = throughput_draws(bursty, np.full(200, 10.0), Window(10.0, 0.0, 10.0), rng)
-    assert np.percentile(req_b, 97.5) - np.percentile(req_b, 2.5) > 5.0

@@ -23,7 +23,7 @@ def test_report_and_compare_commands(tmp_path):
     a = _run(tmp_path / "a")
     res = runner.invoke(app, ["report", str(a.path)])
     assert res.exit_code == 0, res.output
-    assert "c2" in res.output and "highest load within SLO: c2" in said(res)
+    assert "c2" in res.output and "Highest load within the SLO: c2" in said(res)
     for name in ("report.html", "report.md", "summary.csv", "summary.json"):
         assert (a.path / name).is_file()
     b = _run(tmp_path / "b", scale=2.0, levels=("c2", "c4"))

@@ -25,3 +25,21 @@ def test_narrow_terminal_keeps_the_numbers(tmp_path):
     for text in (narrow, wide):
         assert ttft in text and f"{lv.output_tok_s:.1f}" in text and "missed" in text   # TPOT 98 ms > 50 ms
     assert "goodput" in wide and "goodput" not in narrow.split("*")[0]     # left to the report when narrow
+
+
+def test_80_columns_cut_no_word_and_show_what_was_sent(tmp_path):
+    recs = [rec(0.1 * i, 1.4 + 0.01 * i, 2.6, 11 + i % 7, level="c16", concurrency=16, n_in=100 + 37 * (i % 9))
+            for i in range(50)]                           # lengths vary per request (a ShareGPT-like workload)
+    recs += [rec(20 + 0.1 * i, None, None, 11, status="error", level="c64", concurrency=64, kind="connect")
+             for i in range(20)]                           # a level with 100% errors
+    summary, _ = analyze_run(make_run(tmp_path / "r", recs, windows={"c16": (0.0, 10.0), "c64": (20.0, 30.0)}))
+    text = _render(summary, 80)
+    assert all(len(line) <= 80 for line in text.splitlines())
+    rows = {line.split()[0]: line for line in text.splitlines() if line.strip().startswith(("16 ", "64 "))}
+    assert "over, 0 ok" in rows["64"] and "100%" in rows["64"]     # the note whole, abbreviated; the error rate
+    lv = summary.levels[0]
+    assert f"~{lv.prompt_tokens_mean:.0f}/~{lv.output_tokens_mean:.0f}" in rows["16"]   # measured, not 0
+    caption = " ".join(text.split("*", 1)[1].split())
+    for words in ("level's measured window", "over, 0 ok = over SLO (no successful requests)", "miss = missed",
+                  "~ = mean measured tokens"):
+        assert words in caption, caption

@@ -1,0 +1,171 @@
+"""A run's findings, grouped by kind across levels: each said once, with the levels it covers.
+
+A sweep of eight levels used to repeat the same two token-count notes eight times. Here every
+finding has a kind; levels that share a kind share one finding, which names them (with each
+level's own number where it has one). Severities, most important first:
+
+- `invalid`: the measurement itself cannot be trusted as it stands (the client fell behind,
+  records went missing, the target stopped, the run was interrupted);
+- `caveat`: the numbers hold, with a condition (errors, adaptations the preflight made to the
+  requests, a window estimated because the level was cut short);
+- `slo`: a level missed a bound, grouped by the bound;
+- `info`: the knee;
+- `warning`: unreliable P99s, outputs that did not get the requested length, a usage count that
+  disagrees with the stream in the suspicious direction;
+- `benign`: differences that are expected and explained once in plain words (multi-token
+  chunks, the client tokenizer's count).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from analyzers.distribution import MIN_SAMPLES_FOR_P99
+from analyzers.latency import LevelStats
+from analyzers.token_accounting import TOKENIZER_DIFF_NOTE
+
+RunSummary = Any      # analyzers.summary.RunSummary, which imports this module (no import back)
+
+SEVERITIES = ("invalid", "caveat", "slo", "info", "warning", "benign")
+# Level notes the analyzers write themselves; their findings come from LevelStats' fields instead.
+_FROM_FIELDS = ("P99 from ", "requests did not get the requested", "requests streamed more token chunks")
+# The sweep's notes (llmbench/sweep.py, kept in run.json's level_meta) by their opening words.
+_META_KINDS = (("INVALID: the client fell behind", "client_behind", "invalid", "the client fell behind"),
+               ("requests sent but never reported", "records_missing", "invalid",
+                "requests were sent but never reported by the client"),
+               ("the target stopped answering", "target_stopped", "invalid", "the target stopped answering"),
+               ("the level did not finish", "cut_short", "caveat",
+                "the level did not finish: its window is estimated from its first send to its last completion"))
+
+
+@dataclass
+class Finding:
+    kind: str
+    severity: str
+    text: str                                  # one sentence, naming the levels
+    levels: list[str] = field(default_factory=list)
+    detail: str = ""                           # plain-words explanation (benign differences)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _levels(items: list[tuple[str, str]]) -> str:
+    """'c1 (59), c4 (80)' from (level, its own number)."""
+    return ", ".join(f"{lv} ({v})" if v else lv for lv, v in items)
+
+
+def run_findings(s: RunSummary) -> list[Finding]:
+    out: list[Finding] = []
+    info = s.info
+    if info.status == "interrupted":
+        out.append(Finding("interrupted", "invalid", f"The run was interrupted: {len(info.levels_done)} levels "
+                           "finished; statistics cover what was measured."))
+    elif info.status != "complete":
+        out.append(Finding("status", "invalid", f"The run's status is '{info.status}': it is still going, or it "
+                           f"was killed before it could record its end; {len(info.levels_done)} levels finished."))
+    for a in info.target.adaptations or []:
+        if isinstance(a, dict):
+            what = " ".join(str(a[k]) for k in ("field", "action") if a.get(k))
+            rest = "; ".join(f"{k}: {v}" for k, v in a.items() if k not in ("field", "action", "consequence"))
+            text = f"The preflight adapted the requests to the target: {what or a}"
+            text += f" — {a['consequence']}" if a.get("consequence") else ""
+            out.append(Finding("adaptation", "caveat", text + (f" ({rest})" if rest else "") + "."))
+        else:
+            out.append(Finding("adaptation", "caveat", f"The preflight adapted the requests to the target: {a}."))
+    out += _level_findings(s)
+    by_id = {lv.level_id: lv for lv in s.levels}
+    for ser in s.series:
+        if ser.knee:
+            nxt = ser.level_ids[ser.level_ids.index(ser.knee) + 1]
+            a, b = by_id[ser.knee], by_id[nxt]
+            out.append(Finding("knee", "info", f"{ser.key}: throughput stops scaling after {ser.knee} (the knee): "
+                               f"{nxt} has {b.load / a.load:.3g}× the load but "
+                               f"{b.output_tok_s / a.output_tok_s - 1:+.0%} throughput (scaling efficiency "
+                               f"{s.scaling[nxt].efficiency:.2f}); added load became queueing.", [ser.knee, nxt]))
+    return sorted(out, key=lambda f: SEVERITIES.index(f.severity))
+
+
+def _level_findings(s: RunSummary) -> list[Finding]:
+    groups: dict[str, list[tuple[str, str]]] = {}
+    texts: dict[str, tuple[str, str]] = {}          # kind -> (severity, sentence opening)
+
+    def add(kind: str, severity: str, opening: str, level: str, value: str = "") -> None:
+        groups.setdefault(kind, []).append((level, value))
+        texts.setdefault(kind, (severity, opening))
+
+    for lv in s.levels:
+        if lv.n_in_window == 0:
+            add("nothing_measured", "invalid", "Nothing was measured (no request was sent inside the window: "
+                "the users were still busy with their warm-up requests, or the level was cut short; give it a "
+                "longer --duration)", lv.level_id)
+        _slo(lv, add)
+        if lv.n_error + lv.n_timeout:
+            kinds = ", ".join(f"{k} {v}" for k, v in sorted(lv.errors_by_kind.items()))
+            add("errors", "caveat", "Errors and timeouts", lv.level_id,
+                f"{lv.n_error + lv.n_timeout} of {lv.n_in_window}, {lv.error_rate:.1%}: {kinds}")
+        if lv.ttft.n and lv.ttft.n < MIN_SAMPLES_FOR_P99:
+            add("p99_unreliable", "warning", f"P99 from fewer than {MIN_SAMPLES_FOR_P99} samples (unreliable)",
+                lv.level_id, f"n={lv.ttft.n}")
+        if lv.output_len_unhonoured:
+            add("output_len", "warning", "Outputs shorter or longer than requested (did the server ignore "
+                "max_tokens or ignore_eos?)", lv.level_id, f"{lv.output_len_unhonoured} of {lv.n_ok}, asked {lv.output_len}")
+        wrong = lv.token_count_mismatches - lv.multi_token_chunks
+        if wrong > 0:
+            add("usage_below_chunks", "warning", "More token chunks streamed than the server's usage counts "
+                "(its usage, or its stream, is wrong)", lv.level_id, f"{wrong} requests")
+        if lv.multi_token_chunks:
+            add("multi_token_chunks", "benign", "Some stream chunks carried more than one token", lv.level_id,
+                f"{lv.multi_token_chunks} of {lv.n_ok} requests")
+        if lv.tokenizer_count_diff_mean is not None and abs(lv.tokenizer_count_diff_mean) >= TOKENIZER_DIFF_NOTE:
+            add("tokenizer_count", "benign", "The client's tokenizer counts a different number of output tokens "
+                "than the server's usage", lv.level_id, f"{lv.tokenizer_count_diff_mean:+.0%}")
+        for note in lv.notes:
+            if note.startswith(_FROM_FIELDS):
+                continue
+            meta = next((m for m in _META_KINDS if note.startswith(m[0])), None)
+            if meta:
+                add(meta[1], meta[2], meta[3], lv.level_id, _parenthesis(note))
+            else:      # a note of another kind: grouped with the same words (numbers aside)
+                key = "note:" + re.sub(r"[\d.]+", "#", note)
+                add(key, "warning", note if key not in texts else texts[key][1], lv.level_id)
+    out = []
+    for kind, items in groups.items():
+        severity, opening = texts[kind]
+        out.append(Finding(kind, severity, f"{opening}: {_levels(items)}.", [lv for lv, _ in items],
+                           BENIGN_EXPLAINED.get(kind, "")))
+    return out
+
+
+def _slo(lv: LevelStats, add) -> None:
+    for broke in lv.slo_broken:
+        if broke == "no successful requests":
+            add("no_successes", "slo", "No successful requests (the level served nobody, so it missed the SLO)",
+                lv.level_id)
+            continue
+        metric, _, rest = broke.partition(" > ")
+        name = " ".join(metric.split()[:2])                  # "TTFT P99"
+        add(f"over_slo:{name}", "slo", f"Over the SLO on {name} (bound {rest})", lv.level_id,
+            metric[len(name):].strip())
+
+
+def _parenthesis(note: str) -> str:
+    m = re.search(r"\((.*)\)", note)
+    return m.group(1) if m else ""
+
+
+BENIGN_EXPLAINED = {
+    "multi_token_chunks": (
+        "The server's usage counts tokens; the stream counts chunks. Some servers put two or more tokens in "
+        "one chunk (an incremental detokenizer holds back a token that ends mid-character and sends it with "
+        "the next one; vLLM's stream interval does it on purpose), so a request can have fewer chunks than "
+        "tokens. Nothing is lost: TPOT and throughput use the usage count, and throughput spreads a "
+        "request's tokens evenly over its chunks' arrival times. ITL is the gap between chunks."),
+    "tokenizer_count": (
+        "The client re-tokenizes the streamed text with its own tokenizer. Decoding token ids to text and "
+        "encoding the text again need not give the same ids (merges across chunk boundaries, special "
+        "tokens, a different tokenizer), so the two counts differ a little. The server's usage is the "
+        "count every statistic uses."),
+}

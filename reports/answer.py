@@ -1,0 +1,157 @@
+"""The answer a report leads with, in four lines: how far it scales within the SLO, where throughput
+stops growing, why the tail is what it is, and whether the run can be trusted.
+
+Built once from the run's summary and its diagnosis (diagnosis_p99.json, when `llmdiag p99` or the
+sweep wrote one) as plain text; report.html, report.md and the terminal render the same items.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from analyzers.summary import RunSummary
+from reports.terminal import load_label
+
+TONES = ("good", "bad", "warn", "neutral")
+
+
+@dataclass
+class AnswerItem:
+    label: str                                    # "Highest load within the SLO", "Ceiling", ...
+    text: str
+    tone: str = "neutral"                         # good | bad | warn | neutral
+    evidence: list[str] = field(default_factory=list)
+
+
+def _ci(ci, digits: int = 0) -> str:
+    return f" (95% CI {ci[0]:.{digits}f}–{ci[1]:.{digits}f})" if ci else ""
+
+
+def _ms(v) -> str:
+    return "—" if v is None else f"{v * 1000:.0f} ms"
+
+
+def build_answer(s: RunSummary, diagnosis: dict | None = None) -> list[AnswerItem]:
+    return [*_within_slo(s), *_ceiling(s), _diagnosis(diagnosis), _validity(s, diagnosis)]
+
+
+def _within_slo(s: RunSummary) -> list[AnswerItem]:
+    by_id = {lv.level_id: lv for lv in s.levels}
+    items = []
+    label = "Highest load within the SLO"
+    for ser in s.series:
+        prefix = f"{ser.key}: " if len(s.series) > 1 else ""
+        measured = [by_id[i] for i in ser.level_ids if by_id[i].n_in_window]
+        if not measured:
+            continue
+        if ser.best_within_slo:
+            lv = by_id[ser.best_within_slo]
+            text = (f"{prefix}{lv.level_id} (load {load_label(lv)}): {lv.output_tok_s:.1f} output tok/s"
+                    f"{_ci(lv.output_tok_s_ci, 1)}, goodput {lv.goodput_req_s:.2f} req/s"
+                    f"{_ci(lv.goodput_req_s_ci, 2)}; TTFT P99 {_ms(lv.ttft.p['p99'])}, "
+                    f"TPOT P95 {_ms(lv.tpot.p['p95'])} against {s.slos.describe()}.")
+            if lv is measured[-1]:
+                text += " It is the highest load tested: the limit lies above it."
+            items.append(AnswerItem(label, text, "good"))
+        else:
+            low = measured[0]
+            why = "; ".join(low.slo_broken) or "no verdict"
+            items.append(AnswerItem(label, f"{prefix}none: even the lowest load, {low.level_id}, missed the SLO "
+                                    f"({why}).", "bad"))
+    if not items:
+        items.append(AnswerItem(label, "nothing was measured.", "bad"))
+    return items
+
+
+def _ceiling(s: RunSummary) -> list[AnswerItem]:
+    by_id = {lv.level_id: lv for lv in s.levels}
+    items = []
+    for ser in s.series:
+        prefix = f"{ser.key}: " if len(s.series) > 1 else ""
+        measured = [by_id[i] for i in ser.level_ids if by_id[i].n_ok]
+        if not measured:
+            continue
+        peak = max(measured, key=lambda lv: lv.output_tok_s)
+        text = f"{prefix}throughput peaks at {peak.output_tok_s:.1f} output tok/s{_ci(peak.output_tok_s_ci, 1)} at " \
+               f"{peak.level_id}"
+        if ser.knee:
+            nxt = ser.level_ids[ser.level_ids.index(ser.knee) + 1]
+            eff, a, b = s.scaling[nxt].efficiency, by_id[ser.knee], by_id[nxt]
+            if eff is not None and eff < 0:
+                text += (f"; the knee is {ser.knee}: from there to {nxt} the load grew {b.load / a.load:.3g}× and "
+                         f"throughput fell ({b.output_tok_s / a.output_tok_s - 1:+.0%}).")
+            else:
+                text += (f"; the knee is {ser.knee}: from there to {nxt} only {eff or 0:.0%} of the added load "
+                         "became throughput, the rest queueing.")
+            items.append(AnswerItem("Ceiling", text, "warn"))
+        elif len(measured) > 1:
+            last = s.scaling[measured[-1].level_id].efficiency
+            more = f" (efficiency {last:.2f} on the last step)" if last is not None else ""
+            items.append(AnswerItem("Ceiling", text + f"; it still scaled at the highest load tested{more}: the "
+                                    "ceiling lies beyond.", "neutral"))
+        else:
+            items.append(AnswerItem("Ceiling", text + " (one level: no scaling to judge).", "neutral"))
+    return items
+
+
+def _diagnosis(d: dict | None) -> AnswerItem:
+    label = "Why the tail"
+    if not d:
+        return AnswerItem(label, "not diagnosed: `llmdiag p99 RUN` checks network, scheduling and host against "
+                          "the latency spikes.", "neutral")
+    spikes = len(d.get("spike_windows") or [])
+    findings = d.get("findings") or []
+    where = f"{d.get('metric', 'ttft').upper()} tail, {spikes} spike window(s) over " \
+            f"{d.get('spike_seconds', 0.0):.1f} s"
+    if not findings:
+        return AnswerItem(label, f"{d.get('headline', 'no cause found')} ({where}).", "neutral")
+    top = findings[0]
+    evidence = [f"{evidence_name(k)} {fmt_evidence(k, v)}" for k, v in (top.get("evidence") or {}).items()]
+    explains = top.get("explains") or []
+    n = top.get("spike_windows") or spikes
+    evidence.insert(0, f"coincides with {len(explains)} of {n} spike windows")
+    if top.get("next_step"):
+        evidence.append(f"next: {top['next_step']}")
+    others = len(findings) - 1
+    more = f"; {others} more finding(s) below" if others else ""
+    return AnswerItem(label, f"{top.get('category', '')}: {d.get('headline', top.get('title', ''))} ({where}{more}).",
+                      "bad" if top.get("severity") == "high" else "warn", evidence)
+
+
+def evidence_name(key: str) -> str:
+    """`send_lag_p99_s` -> "send lag p99" (the unit goes with the value)."""
+    for suffix in ("_s", "_bytes", "_pct", "_ms"):
+        if key.endswith(suffix):
+            key = key[: -len(suffix)]
+            break
+    return key.replace("_", " ")
+
+
+def fmt_evidence(key: str, v) -> str:
+    """An evidence number with the unit its name says (…_s → ms, …_bytes → MiB, shares → %)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return str(v) if not isinstance(v, (list, dict)) else f"{len(v)} item(s)"
+    if key.endswith("_s"):
+        return f"{v * 1000:.1f} ms" if abs(v) < 10 else f"{v:.1f} s"
+    if key.endswith("_ms"):
+        return f"{v:.1f} ms"
+    if key.endswith("_pct"):
+        return f"{v:.0f}%"
+    if key.endswith("_bytes"):
+        return f"{v / 2**20:.1f} MiB"
+    if key.endswith(("_share", "_ratio", "_rate", "_frac")) and abs(v) <= 1:
+        return f"{v:.1%}"
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def _validity(s: RunSummary, diagnosis: dict | None = None) -> AnswerItem:
+    bad = [f.text for f in s.finding_groups if f.severity in ("invalid", "caveat")]
+    # The diagnosis' own check of the client (its send lag against the tail) is a caveat on the P99.
+    client = [f for f in (diagnosis or {}).get("findings") or [] if f.get("category") == "client"]
+    caveats = [f"The P99 diagnosis: {f.get('title', '')}." for f in client]
+    if not bad and not caveats:
+        return AnswerItem("Validity", "nothing found that undermines the numbers: the run completed, the client "
+                          "kept up, no errors, no adaptations.", "good")
+    invalid = any(f.severity == "invalid" for f in s.finding_groups)
+    head = "not valid as it stands" if invalid else "valid, with caveats"
+    return AnswerItem("Validity", head + ".", "bad" if invalid else "warn", bad + caveats)

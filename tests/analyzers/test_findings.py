@@ -1,0 +1,54 @@
+"""Findings are grouped by kind across levels: each said once, naming its levels; benign differences
+carry one plain-words explanation; the run's validity problems come first."""
+
+from synth_run import make_run, rec
+
+from analyzers.summary import analyze_run
+
+
+def _run(tmp_path, adaptations=None, notes=None):
+    records = []
+    for c in (1, 2, 4, 8):
+        for i in range(20):
+            r = rec(i * 0.5, 0.1 * c, 0.1 * c + 0.3, 11, level=f"c{c}", concurrency=c)
+            r.client_token_chunks = 10                     # 11 tokens in 10 chunks: one carried two
+            r.client_completion_tokens = 13                # the client's tokenizer counts +18%
+            records.append(r)
+    records.append(rec(3, None, None, 11, status="error", level="c8", concurrency=8, kind="http_status",
+                       error="HTTP 500"))
+    run = make_run(tmp_path / "run", records, {f"c{c}": (0, 10) for c in (1, 2, 4, 8)})
+    info = run.read_info()
+    info.target.adaptations = adaptations or []
+    for level, note in (notes or {}).items():
+        info.level_meta[level]["notes"] = [note]
+    run.write_info(info)
+    return analyze_run(run)[0]
+
+
+def test_each_kind_once_with_its_levels(tmp_path):
+    s = _run(tmp_path)
+    kinds = [f.kind for f in s.finding_groups]
+    assert len(kinds) == len(set(kinds)), kinds                    # no kind said twice
+    by = {f.kind: f for f in s.finding_groups}
+    assert by["multi_token_chunks"].levels == ["c1", "c2", "c4", "c8"]
+    assert by["multi_token_chunks"].severity == "benign" and "detokenizer" in by["multi_token_chunks"].detail
+    assert by["tokenizer_count"].levels == ["c1", "c2", "c4", "c8"] and "+18%" in by["tokenizer_count"].text
+    assert by["p99_unreliable"].text.startswith("P99 from fewer than 100 samples") and "c4 (n=20)" in \
+        by["p99_unreliable"].text
+    assert by["errors"].levels == ["c8"] and by["errors"].severity == "caveat"
+    assert sum("chunk" in t for t in s.findings) == 1 and sum("tokenizer" in t for t in s.findings) == 1
+    # benign ones last
+    assert [f.severity for f in s.finding_groups][-2:] == ["benign", "benign"]
+
+
+def test_validity_problems_come_first(tmp_path):
+    s = _run(tmp_path, adaptations=[{"field": "ignore_eos", "action": "dropped",
+                                     "consequence": "outputs may end before max_tokens"}],
+             notes={"c4": "INVALID: the client fell behind (send lag P99 80 ms); add --workers",
+                    "c8": "INVALID: the client fell behind (send lag P99 120 ms); add --workers"})
+    first = s.finding_groups[0]
+    assert first.kind == "client_behind" and first.severity == "invalid" and first.levels == ["c4", "c8"]
+    assert "c4 (send lag P99 80 ms)" in first.text
+    adapt = next(f for f in s.finding_groups if f.kind == "adaptation")
+    assert "ignore_eos dropped" in adapt.text and "outputs may end before max_tokens" in adapt.text
+    assert s.to_dict()["finding_groups"][0]["kind"] == "client_behind"

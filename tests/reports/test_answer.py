@@ -1,0 +1,66 @@
+"""The answer block: what it says when a level met the SLO or none did, at the knee, with and
+without a diagnosis, and what makes a run not valid."""
+
+from synth_run import make_run, rec
+
+from analyzers.summary import analyze_run
+from reports.answer import build_answer, fmt_evidence
+
+
+def _summary(tmp_path, ttft_by_level, windows=None, meta_notes=None):
+    records = []
+    for level, ttft in ttft_by_level.items():
+        c = int(level[1:])
+        records += [rec(i * 0.1, ttft, ttft + 0.3, 11, level=level, concurrency=c) for i in range(50)]
+    run = make_run(tmp_path / "r", records, windows or {lv: (0, 5) for lv in ttft_by_level})
+    if meta_notes:
+        info = run.read_info()
+        for level, note in meta_notes.items():
+            info.level_meta[level]["notes"] = [note]
+        run.write_info(info)
+    return analyze_run(run)[0]
+
+
+def _by_label(items):
+    return {a.label: a for a in items}
+
+
+def test_met_and_knee_and_no_diagnosis(tmp_path):
+    s = _summary(tmp_path, {"c1": 0.1, "c4": 0.2, "c16": 2.0})
+    a = _by_label(build_answer(s))
+    best = a["Highest load within the SLO"]
+    assert best.tone == "good" and best.text.startswith("c4 (load 4)") and "95% CI" in best.text
+    assert "TTFT P99" in best.text and "highest load tested" not in best.text
+    assert "not diagnosed" in a["Why the tail"].text
+    assert a["Validity"].tone == "good"
+
+
+def test_none_met_says_what_the_lowest_load_broke(tmp_path):
+    a = _by_label(build_answer(_summary(tmp_path, {"c1": 2.0, "c2": 3.0})))
+    assert a["Highest load within the SLO"].tone == "bad"
+    assert "even the lowest load, c1, missed the SLO (TTFT P99 2000 ms > 1500 ms)" in a["Highest load within the SLO"].text
+
+
+def test_validity_names_what_undermines_the_run(tmp_path):
+    s = _summary(tmp_path, {"c1": 0.1, "c8": 0.2}, meta_notes={"c8": "INVALID: the client fell behind (send lag "
+                                                                      "P99 80 ms); add --workers"})
+    diagnosis = {"metric": "ttft", "headline": "the client sent requests late", "spike_windows": [{"start": 0, "end": 1}],
+                 "spike_seconds": 1.0, "findings": [{"category": "client", "severity": "high",
+                                                     "title": "the client sent requests late",
+                                                     "evidence": {"send_lag_p99_s": 0.08, "spikes": 4},
+                                                     "explains": [{"start": 0, "end": 1}], "spike_windows": 1}]}
+    a = _by_label(build_answer(s, diagnosis))
+    v = a["Validity"]
+    assert v.tone == "bad" and v.text == "not valid as it stands."
+    assert any("client fell behind: c8 (send lag P99 80 ms)" in e for e in v.evidence)
+    assert any(e.startswith("The P99 diagnosis: the client sent requests late") for e in v.evidence)
+    why = a["Why the tail"]
+    assert why.tone == "bad" and "coincides with 1 of 1 spike windows" in why.evidence
+    assert "send lag p99 80.0 ms" in why.evidence
+
+
+def test_evidence_units():
+    assert fmt_evidence("prefill_p99_s", 0.42) == "420.0 ms"
+    assert fmt_evidence("mem_bytes", 3 * 2 ** 20) == "3.0 MiB"
+    assert fmt_evidence("busiest_share", 0.83) == "83.0%"
+    assert fmt_evidence("windows", [1, 2]) == "2 item(s)"
