@@ -23,8 +23,11 @@ def run_errors():
     """A missing or malformed run directory is the user's mistake: one line, exit 2, no traceback."""
     try:
         yield
-    except (FileNotFoundError, RunDirError) as exc:
+    except FileNotFoundError as exc:
         err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
+        raise typer.Exit(code=2) from None
+    except RunDirError as exc:
+        err_console.print(f"[bold red]error:[/] malformed run directory: {escape(str(exc))}", highlight=False)
         raise typer.Exit(code=2) from None
     except (json.JSONDecodeError, TypeError, KeyError) as exc:
         err_console.print(f"[bold red]error:[/] malformed run directory ({type(exc).__name__}: {escape(str(exc))})",
