@@ -26,7 +26,9 @@ from analyzers.validity import CUT_SHORT_KEY, mark_cut_short
 from loadgen.level import run_level
 from loadgen.specs import LevelProgress, LevelResult, LevelSpec, TargetSpec
 from loadgen.workloads import level_workload_factory
-from reports.terminal import run_summary_table
+from reports.answer import build_answer
+from reports.terminal import answer_lines, run_summary_table
+from reports.write import read_diagnosis
 from rundir import RequestRecord, RunDir, RunInfo, SloSpec, SweepInfo, TargetInfo
 
 
@@ -188,9 +190,8 @@ def run_sweep(spec: SweepSpec, run: RunDir, target: TargetSpec, console: Console
     ordered = _write_summary(run, info, levels, stats, slos_d)
     summary = _write_reports(run, console) or summary_of_levels(info, slos_d, ordered)
     console.print(run_summary_table(summary, title=f"run {info.run_id} ({info.status})", width=console.width))
-    best = summary.best
-    console.print(f"highest load within SLO: [bold]{best.level_id}[/] ({best.output_tok_s:.1f} output tok/s)"
-                  if best else "[red]no level met the SLO[/]")
+    for line in answer_lines(build_answer(summary, read_diagnosis(run))):      # the answer first, as the report
+        console.print(line, highlight=False)
     if gone:
         raise TargetGone(f"{gone}; the run directory keeps what was measured: `llmbench sweep --resume {run.path}` "
                          "once it is back")

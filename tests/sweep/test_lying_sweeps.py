@@ -64,7 +64,7 @@ def test_a_server_that_dies_mid_level_ends_the_sweep_interrupted_with_no_verdict
     level = json.loads((out / "summary.json").read_text())["levels"][0]
     assert level["slo_met"] is None and any("interrupted: measured" in b for b in level["slo_broken"])
     assert level["window_s"] < 20.0                                  # the part really measured
-    assert "highest load within SLO" not in p.stdout
+    assert "Highest load within the SLO: c" not in p.stdout
 
 
 def test_nothing_listening_is_could_not_connect_and_leaves_nothing(tmp_path):
