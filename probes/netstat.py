@@ -42,13 +42,14 @@ def _is_int(tok: str) -> bool:
     return tok.lstrip("-").isdigit()
 
 
-_SS_FIELD = re.compile(r"\b(retrans|rtt|lost|bytes_retrans|cwnd|unacked|rto|bytes_acked|bytes_received)"
+_SS_FIELD = re.compile(r"\b(retrans|rtt|lost|bytes_retrans|cwnd|unacked|rto|backoff|bytes_acked|bytes_received)"
                        r":([\d.]+)(?:/([\d.]+))?")
 
 
 def parse_ss(text: str) -> list[dict]:
     """`ss -tin` (with or without header) -> one dict per connection: local, peer, state, and
-    retrans_current, retrans_total, rtt_ms, rttvar_ms, lost, bytes_retrans, cwnd, rto_ms."""
+    retrans_current, retrans_total, rtt_ms, rttvar_ms, lost, bytes_retrans, cwnd, rto_ms, and backoff
+    (the RTO backoff exponent: > 0 while the connection is recovering from a retransmission timeout)."""
     conns: list[dict] = []
     for line in text.splitlines():
         if not line.strip() or line.startswith("State") or line.startswith("Recv-Q"):

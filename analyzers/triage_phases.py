@@ -1,0 +1,159 @@
+"""Where a level's latency went: queue, prefill and decode time, and the server's state meanwhile.
+
+Two sources, each checking the other:
+- the server's own histograms (probe `server`: vLLM v1's and refengine's
+  `vllm:request_queue_time_seconds`, `..._prefill_time_seconds`, `..._decode_time_seconds`, as
+  per-interval counts and means), summed over the intervals of the level's window;
+- the per-request records: TTFT, E2E − TTFT (the decode phase), output lengths, inter-token gaps.
+
+The part of TTFT that the server does not see (client TTFT minus server queue + prefill) is the
+path between client and server: HTTP, tokenization, the network.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from analyzers.probe_series import ProbeSeries
+from analyzers.tail_windows import Window
+from rundir.table import RequestTable
+
+STALL_GAP_FACTOR = 10.0        # an inter-token gap this many times the level's median is a stall
+
+
+@dataclass
+class LevelPhases:
+    level_id: str
+    n: int
+    ttft_mean_s: float
+    ttft_p99_s: float
+    decode_mean_s: float                       # E2E - TTFT, from the records
+    e2e_mean_s: float
+    tpot_mean_s: float | None
+    out_tokens_mean: float
+    in_tokens_mean: float
+    itl_median_s: float | None
+    stall_share: float | None                  # share of inter-token gaps >= STALL_GAP_FACTOR x median
+    server: dict[str, float | None] = field(default_factory=dict)   # server probe over the window
+    host: dict[str, float | None] = field(default_factory=dict)     # host probe over the window
+
+    @property
+    def queue_s(self) -> float | None:
+        return self.server.get("queue_time_mean_s")
+
+    @property
+    def prefill_s(self) -> float | None:
+        return self.server.get("prefill_time_mean_s")
+
+    def ttft_parts(self) -> dict[str, float]:
+        """TTFT split into queue / prefill / outside the server (client, HTTP, network), seconds.
+        Without the server's histograms only the whole TTFT is known."""
+        q, p = self.queue_s, self.prefill_s
+        if q is None or p is None:
+            return {"ttft (not split: no server histograms)": self.ttft_mean_s}
+        return {"queue": q, "prefill": p, "outside the server": max(self.ttft_mean_s - q - p, 0.0)}
+
+    def e2e_parts(self) -> dict[str, float]:
+        parts = self.ttft_parts()
+        parts["decode"] = self.decode_mean_s
+        return parts
+
+
+def _window_rows(series: ProbeSeries | None, w: Window) -> np.ndarray | None:
+    if series is None or not len(series):
+        return None
+    keep = (series.t >= w.start) & (series.t <= w.end + 1.0)
+    return keep if keep.any() else None
+
+
+def _mean(series: ProbeSeries, keep: np.ndarray, name: str) -> float | None:
+    v = series.numeric.get(name)
+    if v is None:
+        return None
+    v = v[keep]
+    v = v[np.isfinite(v)]
+    return float(v.mean()) if v.size else None
+
+
+def _max(series: ProbeSeries, keep: np.ndarray, name: str) -> float | None:
+    v = series.numeric.get(name)
+    if v is None:
+        return None
+    v = v[keep]
+    v = v[np.isfinite(v)]
+    return float(v.max()) if v.size else None
+
+
+def _sum(series: ProbeSeries, keep: np.ndarray, name: str) -> float | None:
+    v = series.numeric.get(name)
+    if v is None:
+        return None
+    v = v[keep]
+    return float(np.nansum(v)) if np.isfinite(v).any() else None
+
+
+def _hist_mean(series: ProbeSeries, keep: np.ndarray, h: str) -> float | None:
+    """Count-weighted mean of a histogram's per-interval means over the window."""
+    c, m = series.numeric.get(f"{h}_count"), series.numeric.get(f"{h}_mean_s")
+    if c is None or m is None:
+        return None
+    c, m = np.nan_to_num(c[keep]), m[keep]
+    ok = np.isfinite(m) & (c > 0)
+    return float((c[ok] * m[ok]).sum() / c[ok].sum()) if ok.any() else None
+
+
+def server_state(series: ProbeSeries | None, w: Window) -> dict[str, float | None]:
+    keep = _window_rows(series, w)
+    if keep is None:
+        return {}
+    s = series
+    out = {f"{h}_mean_s": _hist_mean(s, keep, h) for h in ("queue_time", "prefill_time", "decode_time", "ttft")}
+    out.update(queue_time_p99_s_max=_max(s, keep, "queue_time_p99_s"),
+               running_mean=_mean(s, keep, "running"), running_max=_max(s, keep, "running"),
+               waiting_mean=_mean(s, keep, "waiting"), waiting_max=_max(s, keep, "waiting"),
+               kv_usage_mean=_mean(s, keep, "kv_usage"), kv_usage_max=_max(s, keep, "kv_usage"),
+               preemptions=_sum(s, keep, "preemptions"), retracted_max=_max(s, keep, "retracted"))
+    running = s.numeric.get("running")
+    if running is not None and out["running_max"]:
+        r = running[keep]
+        r = r[np.isfinite(r)]
+        # Share of scrapes with the batch at its ceiling: a pinned batch is an admission limit.
+        out["running_at_max_share"] = float((r >= out["running_max"] - 0.5).mean()) if r.size else None
+    return out
+
+
+def host_state(series: ProbeSeries | None, w: Window) -> dict[str, float | None]:
+    keep = _window_rows(series, w)
+    if keep is None:
+        return {}
+    s = series
+    ncores = len([k for k in s.numeric if k.startswith("cpu_per_core_pct.")]) or None
+    return dict(cores=ncores, cpu_pct=_mean(s, keep, "cpu_pct"),
+                server_cpu_cores=_mean(s, keep, "server_cpu_cores"),
+                client_cpu_cores=_mean(s, keep, "client_cpu_cores"),
+                others_cpu_cores=_mean(s, keep, "others_cpu_cores"),
+                cpu_pressure_some_avg10=_mean(s, keep, "cpu_pressure_some_avg10"),
+                cpu_pressure_some_share=_mean(s, keep, "cpu_pressure_some_share"),
+                cpu_steal_pct=_mean(s, keep, "cpu_steal_pct"))
+
+
+def level_phases(table: RequestTable, level_id: str, rows: np.ndarray, w: Window,
+                 server: ProbeSeries | None, host: ProbeSeries | None) -> LevelPhases:
+    df = table.df
+    ttft = df["ttft_s"].to_numpy(float)[rows]
+    e2e = df["e2e_s"].to_numpy(float)[rows]
+    tpot = df["tpot_s"].to_numpy(float)[rows]
+    tpot = tpot[np.isfinite(tpot)]
+    mask = np.zeros(len(df), dtype=bool)
+    mask[rows] = True
+    gaps = table.gaps_of(mask)
+    med = float(np.median(gaps)) if gaps.size else None
+    stalls = float((gaps >= STALL_GAP_FACTOR * med).mean()) if gaps.size and med else None
+    return LevelPhases(level_id, int(rows.size), float(np.nanmean(ttft)), float(np.nanpercentile(ttft, 99)),
+                       float(np.nanmean(e2e - ttft)), float(np.nanmean(e2e)),
+                       float(tpot.mean()) if tpot.size else None,
+                       float(np.nanmean(df["out_tokens"].to_numpy(float)[rows])),
+                       float(np.nanmean(df["in_tokens"].to_numpy(float)[rows])), med, stalls,
+                       server_state(server, w), host_state(host, w))
