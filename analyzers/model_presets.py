@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from analyzers.diagnosis_error import DiagnosisError
+from analyzers.model_naming import config_model_name
 
 
 @dataclass(frozen=True)
@@ -172,4 +173,5 @@ def resolve_model(spec: str) -> ModelShape:
         raise DiagnosisError(f"{path} must hold a JSON object")
     # Multimodal wrappers keep the language model under text_config.
     cfg = {**cfg, **cfg["text_config"]} if isinstance(cfg.get("text_config"), dict) else cfg
-    return replace(shape_from_hf_config(cfg, name=str(path)), name=path.parent.name or str(path))
+    shape = shape_from_hf_config(cfg, name=str(path))
+    return replace(shape, name=config_model_name(cfg, shape.num_parameters()))   # not the folder's name

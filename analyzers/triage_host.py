@@ -14,7 +14,8 @@ from analyzers.triage_types import CheckResult, Finding, failed, passed, uncheck
 
 HOST_BUSY_PCT = 90.0         # all cores this busy in the spikes: the host is saturated
 NEIGHBOUR_CORES = 0.5        # other processes using at least this many cores in the spikes ...
-NEIGHBOUR_LIFT = 2.0         # ... and this many times their calm use
+NEIGHBOUR_LIFT = 1.5         # ... and this many times their calm use ...
+NEIGHBOUR_EXTRA = 0.5        # ... and at least this many cores more than in the calm
 COMPUTE_BOUND = 0.75         # the server itself on this share of the cores: saturation
 TOP_NAMED = 5
 # NVML clock event reasons that slow a busy GPU down (idle and application clocks are benign).
@@ -87,7 +88,8 @@ def check_cpu(host: SampleSplit | None, tails: TailWindows, top_others: dict[flo
     if others is not None and tails.spikes:
         o_spike, o_calm = finite_mean(others[host.spike]), finite_mean(others[~host.spike])
         evidence.update(other_cpu_cores_spikes=o_spike, other_cpu_cores_calm=o_calm)
-        if o_spike is not None and o_spike >= NEIGHBOUR_CORES and lift(o_spike, o_calm) >= NEIGHBOUR_LIFT:
+        if o_spike is not None and o_spike >= NEIGHBOUR_CORES and lift(o_spike, o_calm) >= NEIGHBOUR_LIFT \
+                and o_spike - (o_calm or 0.0) >= NEIGHBOUR_EXTRA:
             named = named_others(top_others or {}, host)
             evidence["top_others_spikes"] = named
             who = ", ".join(f"{p['comm']} (pid {p['pid']}, {p['cpu_cores']:.1f} cores)" for p in named[:3])

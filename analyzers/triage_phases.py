@@ -48,12 +48,19 @@ class LevelPhases:
         return self.server.get("prefill_time_mean_s")
 
     def ttft_parts(self) -> dict[str, float]:
-        """TTFT split into queue / prefill / outside the server (client, HTTP, network), seconds.
-        Without the server's histograms only the whole TTFT is known."""
+        """The client's mean TTFT split into queue / prefill / outside the server (client, HTTP,
+        network), seconds. The server's histograms count the requests that finished in the window,
+        the records those sent in it: when the two populations differ by more than 2x, or the
+        server saw no TTFT of its own, the server's queue:prefill ratio is applied to the client's
+        TTFT and nothing is put outside. Without the histograms only the whole TTFT is known."""
         q, p = self.queue_s, self.prefill_s
-        if q is None or p is None:
+        if q is None or p is None or q + p <= 0:
             return {"ttft (not split: no server histograms)": self.ttft_mean_s}
-        return {"queue": q, "prefill": p, "outside the server": max(self.ttft_mean_s - q - p, 0.0)}
+        t_server, n_server = self.server.get("ttft_mean_s"), self.server.get("ttft_count") or 0
+        comparable = t_server is not None and self.n and 0.5 <= n_server / self.n <= 2.0
+        outside = max(self.ttft_mean_s - t_server, 0.0) if comparable else 0.0
+        inside = self.ttft_mean_s - outside
+        return {"queue": inside * q / (q + p), "prefill": inside * p / (q + p), "outside the server": outside}
 
     def e2e_parts(self) -> dict[str, float]:
         parts = self.ttft_parts()
@@ -104,13 +111,15 @@ def _hist_mean(series: ProbeSeries, keep: np.ndarray, h: str) -> float | None:
     return float((c[ok] * m[ok]).sum() / c[ok].sum()) if ok.any() else None
 
 
-def server_state(series: ProbeSeries | None, w: Window) -> dict[str, float | None]:
+def server_state(series: ProbeSeries | None, w: Window, finished: Window | None = None) -> dict[str, float | None]:
     keep = _window_rows(series, w)
     if keep is None:
         return {}
     s = series
-    out = {f"{h}_mean_s": _hist_mean(s, keep, h) for h in ("queue_time", "prefill_time", "decode_time", "ttft")}
-    out.update(queue_time_p99_s_max=_max(s, keep, "queue_time_p99_s"),
+    fin = _window_rows(series, finished) if finished is not None else keep
+    fin = keep if fin is None else fin
+    out = {f"{h}_mean_s": _hist_mean(s, fin, h) for h in ("queue_time", "prefill_time", "decode_time", "ttft")}
+    out.update(queue_time_p99_s_max=_max(s, fin, "queue_time_p99_s"), ttft_count=_sum(s, fin, "ttft_count"),
                running_mean=_mean(s, keep, "running"), running_max=_max(s, keep, "running"),
                waiting_mean=_mean(s, keep, "waiting"), waiting_max=_max(s, keep, "waiting"),
                kv_usage_mean=_mean(s, keep, "kv_usage"), kv_usage_max=_max(s, keep, "kv_usage"),
@@ -141,7 +150,11 @@ def host_state(series: ProbeSeries | None, w: Window) -> dict[str, float | None]
 
 def level_phases(table: RequestTable, level_id: str, rows: np.ndarray, w: Window,
                  server: ProbeSeries | None, host: ProbeSeries | None) -> LevelPhases:
+    """`w` is the level's span (gauges, host); the server's histograms, observed as requests
+    finish, are read over the span in which the level's measured requests finished."""
     df = table.df
+    done = df["t_done"].to_numpy(float)[rows]
+    finished = Window(float(np.nanmin(done)) - 0.5, float(np.nanmax(done)) + 0.5) if rows.size else w
     ttft = df["ttft_s"].to_numpy(float)[rows]
     e2e = df["e2e_s"].to_numpy(float)[rows]
     tpot = df["tpot_s"].to_numpy(float)[rows]
@@ -156,4 +169,4 @@ def level_phases(table: RequestTable, level_id: str, rows: np.ndarray, w: Window
                        float(tpot.mean()) if tpot.size else None,
                        float(np.nanmean(df["out_tokens"].to_numpy(float)[rows])),
                        float(np.nanmean(df["in_tokens"].to_numpy(float)[rows])), med, stalls,
-                       server_state(server, w), host_state(host, w))
+                       server_state(server, w, finished), host_state(host, w))

@@ -23,7 +23,8 @@ from analyzers.triage_phases import LevelPhases
 from analyzers.triage_types import CheckResult, Finding, failed, passed
 
 KV_FULL = 0.95
-PINNED = 0.9                  # running mean >= this x max_num_seqs: the batch is pinned at its cap
+PINNED = 0.75                 # running mean >= this x max_num_seqs: the batch is pinned at its cap
+                              # (scrapes between two steps catch one fewer now and then)
 MIN_WAITING = 0.5             # requests waiting on average while pinned
 NEIGHBOUR_CORES = 0.5
 COMPUTE_BOUND = 0.75          # the server busy on this share of the cores
@@ -98,48 +99,63 @@ def _compute_bound(h: dict) -> str | None:
 def name_cause(metric: str, lv: LevelLoad, ph: LevelPhases, base: LevelPhases | None,
                limits: dict, local_target: bool) -> tuple[str, str, str]:
     """(check id, the dominant part, a sentence with the numbers) for one standing level."""
-    s, h = ph.server, ph.host
-    parts = ph.ttft_parts() if metric == "ttft" else ph.e2e_parts() if metric == "e2e" else {"decode": ph.decode_mean_s}
-    part, part_s, share = _share(parts)
+    parts = phase_parts(metric, ph)
+    part, _, share = _share(parts)
     split = ", ".join(f"{k} {_ms(v)}" for k, v in parts.items())
-    head = f"{lv.level_id}: {lv.why}; {part} is {share:.0%} ({split})"
+    cause, text = _cause(metric, lv, ph, base, limits, local_target, parts, part)
+    return cause, part, f"{text} — {lv.level_id}: {lv.why}; {part} is {share:.0%} of it ({split})"
+
+
+def phase_parts(metric: str, ph: LevelPhases) -> dict[str, float]:
+    if metric == "ttft":
+        return ph.ttft_parts()
+    if metric == "e2e":
+        return ph.e2e_parts()
+    return {"decode": ph.decode_mean_s}
+
+
+def _cause(metric: str, lv: LevelLoad, ph: LevelPhases, base: LevelPhases | None, limits: dict,
+           local_target: bool, parts: dict[str, float], part: str) -> tuple[str, str]:
+    s, h = ph.server, ph.host
     waiting, running = s.get("waiting_mean") or 0.0, s.get("running_mean")
     kv_max, pre, retr = s.get("kv_usage_max"), s.get("preemptions") or 0.0, s.get("retracted_max") or 0.0
     cap = limits.get("max_num_seqs")
     if kv_max is not None and kv_max >= KV_FULL and (pre > 0 or retr > 0 or waiting >= MIN_WAITING):
         what = f"{pre:.0f} preemptions" if pre else f"{retr:.0f} retracted" if retr else f"{waiting:.1f} waiting"
-        return "p99.sched.kv-capacity", part, f"{head}: KV cache {kv_max:.0%} full with {what}"
+        return "p99.sched.kv-capacity", f"KV cache {kv_max:.0%} full with {what}"
     pinned = running is not None and waiting >= MIN_WAITING and (
-        (cap is not None and running >= PINNED * cap) or
-        (cap is None and (s.get("running_at_max_share") or 0) >= 0.8 and lv.load and s["running_max"] < lv.load))
+        (cap is not None and running >= PINNED * cap and cap < (lv.load or float("inf"))) or
+        (cap is None and (s.get("running_at_max_share") or 0) >= 0.6 and lv.load and s["running_max"] < lv.load))
     if pinned:
         limit = f"max_num_seqs={cap}" if cap is not None else f"{s['running_max']:.0f} (its ceiling)"
-        return "p99.sched.admission", part, (f"{head}: admission limit, running pinned at {limit} (mean "
+        return "p99.sched.admission", (f"admission limit, running pinned at {limit} (mean "
                                              f"{running:.1f}) with {waiting:.1f} waiting")
     if part == "outside the server":
-        return ("p99.client-path" if local_target else "p99.net.path"), part, head
+        return ("p99.client-path" if local_target else "p99.net.path"), (
+            f"{parts[part]:.2f} s of the TTFT passes outside the server ("
+            + ("the client and HTTP: the target is on this host" if local_target else "client, HTTP, network") + ")")
     nb = _neighbour(h)
     if nb:
-        return "p99.host.cpu", part, f"{head}: {nb}"
+        return "p99.host.cpu", f"{nb}"
     mbt = limits.get("max_num_batched_tokens")
     if part == "queue" and waiting >= MIN_WAITING and mbt and ph.in_tokens_mean >= 0.5 * mbt:
-        return "p99.sched.token-budget", part, (f"{head}: {waiting:.1f} waiting with prompts of "
+        return "p99.sched.token-budget", (f"{waiting:.1f} waiting with prompts of "
                                                 f"{ph.in_tokens_mean:.0f} tokens against a {mbt}-token budget")
     long_prompts = ph.in_tokens_mean >= LONG_PROMPT_TOKENS or (base is not None and base.in_tokens_mean > 0
                                                                and ph.in_tokens_mean >= 4 * base.in_tokens_mean)
     if part == "prefill" and long_prompts:
-        return "p99.sched.prefill-time", part, f"{head}: long prefills, prompts of {ph.in_tokens_mean:.0f} tokens"
+        return "p99.sched.prefill-time", f"long prefills, prompts of {ph.in_tokens_mean:.0f} tokens"
     if part == "decode" or metric == "tpot":
         if base is not None and running and base.server.get("running_mean") and \
                 running >= BATCH_GROWTH * base.server["running_mean"]:
-            return "p99.sched.batch-size", part, (f"{head}: decode batches of {running:.1f} vs "
+            return "p99.sched.batch-size", (f"decode batches of {running:.1f} vs "
                                                   f"{base.server['running_mean']:.1f} at the baseline, TPOT "
                                                   f"{_ms(ph.tpot_mean_s)} vs {_ms(base.tpot_mean_s)}")
         if ph.stall_share is not None and ph.stall_share >= STALL_SHARE:
-            return "p99.sched.decode-stalls", part, (f"{head}: {ph.stall_share:.1%} of token gaps are stalls "
+            return "p99.sched.decode-stalls", (f"{ph.stall_share:.1%} of token gaps are stalls "
                                                      f"(>= 10x the median {_ms(ph.itl_median_s)})")
     busy = _compute_bound(h)
-    return "p99.sched.saturation", part, (f"{head}: offered load above what the engine serves ("
+    return "p99.sched.saturation", ("saturation: offered load above what the engine serves ("
                                           + ", ".join(x for x in (f"{waiting:.1f} waiting" if waiting else "",
                                                                   f"{running:.1f} running" if running else "",
                                                                   busy or "") if x) + ")")
@@ -165,7 +181,7 @@ def check_standing(metric: str, levels: list[LevelLoad], phases: dict[str, Level
         lv, part, sentence = worst
         ph = phases[lv.level_id]
         evidence = {"levels": [it[0].level_id for it in items], "dominant_part": part,
-                    "parts_s": ph.ttft_parts() if metric == "ttft" else ph.e2e_parts(),
+                    "parts_s": phase_parts(metric, ph),
                     "ttft_mean_s": ph.ttft_mean_s, "decode_mean_s": ph.decode_mean_s, "tpot_mean_s": ph.tpot_mean_s,
                     "in_tokens_mean": ph.in_tokens_mean, "out_tokens_mean": ph.out_tokens_mean,
                     "server": {k: v for k, v in ph.server.items() if v is not None},
