@@ -69,9 +69,17 @@ class LevelPhases:
 
 
 def _window_rows(series: ProbeSeries | None, w: Window) -> np.ndarray | None:
+    """The rows whose interval [t - dt, t] has its middle inside the window (a row describes the
+    second before it, so a row just after the window starts is mostly the previous level's)."""
     if series is None or not len(series):
         return None
-    keep = (series.t >= w.start) & (series.t <= w.end + 1.0)
+    gaps = np.diff(series.t)
+    dt = series.numeric.get("dt_s")
+    step = np.concatenate([[float(np.median(gaps)) if gaps.size else 1.0], gaps])
+    if dt is not None:
+        step = np.where(np.isfinite(dt), dt, step)
+    mid = series.t - 0.5 * step
+    keep = (mid >= w.start) & (mid <= w.end)
     return keep if keep.any() else None
 
 
