@@ -39,6 +39,7 @@ from rundir.table import RequestTable
 
 PROBES = ("tcp", "irq", "server", "host", "gpu")
 WINDOWS_ID = "p99.windows"
+STANDING_STEP = "p99.standing"      # the playbook step every standing-tail cause marks
 
 
 @dataclass
@@ -147,15 +148,21 @@ def mark_playbook(diag: P99Diagnosis):
         windows += f"; P99 from < {MIN_SAMPLES_FOR_P99} samples in {', '.join(small)} (unreliable)"
     run.passed(WINDOWS_ID, windows)
     ids = set(run.playbook.ids)
-    for c in diag.checks:
-        if c.check_id not in ids:
+    standing = [c for c in diag.checks if c.finding is not None and c.finding.kind == "standing"]
+    # Failures last, so that a step checked twice (spikes, then a standing level) shows the failure.
+    for c in sorted(diag.checks, key=lambda c: c.status == "failed"):
+        step = c.check_id if c.check_id in ids else STANDING_STEP if c in standing else None
+        if step is None:
             continue
         if c.status == "failed":
-            run.failed(c.check_id, c.detail)
+            detail = c.detail
+            if step == STANDING_STEP:
+                detail = "; ".join(s.detail for s in standing)
+            run.failed(step, detail)
         elif c.status == "passed":
-            run.passed(c.check_id, c.detail)
+            run.passed(step, c.detail)
         else:
-            run.unchecked(c.check_id, c.detail)
+            run.unchecked(step, c.detail)
     return run
 
 
