@@ -4,12 +4,12 @@ part that dominates and the cause behind it, with the numbers.
 Causes, in the order they are tested (the first that holds is named):
 - KV capacity: the KV cache at its ceiling (>= KV_FULL) with preemptions (vLLM) or retracted
   requests (SGLang), or full while requests wait;
-- admission limit: the running batch pinned at max_num_seqs while requests wait;
-- a CPU neighbour: other processes take cores from a CPU engine (PSI shows the run queue);
-- token budget: requests wait with the batch and KV below their limits, prompts large against
-  max_num_batched_tokens;
-- long prefills: prefill dominates and the prompts are long;
-- decode: larger batches than the baseline's, preemption, or stalls in the token stream;
+- the path: most of TTFT passes outside the server (the network for a remote target);
+- the queue dominates: an admission limit (the running batch pinned at max_num_seqs while
+  requests wait), or the token budget (prompts large against max_num_batched_tokens);
+- prefill dominates with long prompts: long prefills;
+- decode dominates (TPOT, E2E): larger batches than the baseline's, or stalls in the stream;
+- a CPU neighbour: other processes take cores from a CPU engine, more than at the baseline;
 - saturation: none of those, the engine is busy (compute-bound) and the load is above what it
   serves — a capacity verdict, not a fault.
 """
@@ -81,12 +81,19 @@ def _ms(s: float | None) -> str:
     return "?" if s is None else (f"{1e3 * s:.0f} ms" if s < 10 else f"{s:.1f} s")
 
 
-def _neighbour(h: dict) -> str | None:
+def _neighbour(h: dict, base: dict | None) -> str | None:
+    """Other processes' CPU, when it can explain the level: enough of it, and (against a baseline)
+    that much more than the unloaded level had — a neighbour present at the baseline as much as
+    under load does not explain why the load is slower."""
     o, srv = h.get("others_cpu_cores"), h.get("server_cpu_cores")
     if o is None or o < NEIGHBOUR_CORES or (srv is not None and o < 0.3 * srv):
         return None
+    o_base = (base or {}).get("others_cpu_cores")
+    if o_base is not None and o - o_base < NEIGHBOUR_CORES:
+        return None
     psi = h.get("cpu_pressure_some_share")
-    return f"other processes took {o:.1f} cores" + (f", CPU pressure {psi:.0%} of the time" if psi else "")
+    more = f" ({o_base:.1f} at the baseline)" if o_base is not None else ""
+    return f"other processes took {o:.1f} cores{more}" + (f", CPU pressure {psi:.0%} of the time" if psi else "")
 
 
 def _compute_bound(h: dict) -> str | None:
@@ -116,49 +123,54 @@ def phase_parts(metric: str, ph: LevelPhases) -> dict[str, float]:
 
 def _cause(metric: str, lv: LevelLoad, ph: LevelPhases, base: LevelPhases | None, limits: dict,
            local_target: bool, parts: dict[str, float], part: str) -> tuple[str, str]:
+    """The cause of the dominant part: KV first (it shows in every part), then by part — time in
+    the queue (admission, token budget), in prefill (long prompts), in decode (batch, stalls),
+    outside the server (the path) — then a CPU neighbour, then saturation."""
     s, h = ph.server, ph.host
     waiting, running = s.get("waiting_mean") or 0.0, s.get("running_mean")
     kv_max, pre, retr = s.get("kv_usage_max"), s.get("preemptions") or 0.0, s.get("retracted_max") or 0.0
     cap = limits.get("max_num_seqs")
-    if kv_max is not None and kv_max >= KV_FULL and (pre > 0 or retr > 0 or waiting >= MIN_WAITING):
+    queue_part = part in ("queue", "ttft (not split: no server histograms)")
+    if kv_max is not None and kv_max >= KV_FULL and (pre > 0 or retr > 0 or (queue_part and waiting >= MIN_WAITING)):
         what = f"{pre:.0f} preemptions" if pre else f"{retr:.0f} retracted" if retr else f"{waiting:.1f} waiting"
         return "p99.sched.kv-capacity", f"KV cache {kv_max:.0%} full with {what}"
-    pinned = running is not None and waiting >= MIN_WAITING and (
-        (cap is not None and running >= PINNED * cap and cap < (lv.load or float("inf"))) or
-        (cap is None and (s.get("running_at_max_share") or 0) >= 0.6 and lv.load and s["running_max"] < lv.load))
-    if pinned:
-        limit = f"max_num_seqs={cap}" if cap is not None else f"{s['running_max']:.0f} (its ceiling)"
-        return "p99.sched.admission", (f"admission limit, running pinned at {limit} (mean "
-                                             f"{running:.1f}) with {waiting:.1f} waiting")
     if part == "outside the server":
         return ("p99.client-path" if local_target else "p99.net.path"), (
             f"{parts[part]:.2f} s of the TTFT passes outside the server ("
             + ("the client and HTTP: the target is on this host" if local_target else "client, HTTP, network") + ")")
-    nb = _neighbour(h)
-    if nb:
-        return "p99.host.cpu", f"{nb}"
-    mbt = limits.get("max_num_batched_tokens")
-    if part == "queue" and waiting >= MIN_WAITING and mbt and ph.in_tokens_mean >= 0.5 * mbt:
-        return "p99.sched.token-budget", (f"{waiting:.1f} waiting with prompts of "
-                                                f"{ph.in_tokens_mean:.0f} tokens against a {mbt}-token budget")
-    long_prompts = ph.in_tokens_mean >= LONG_PROMPT_TOKENS or (base is not None and base.in_tokens_mean > 0
-                                                               and ph.in_tokens_mean >= 4 * base.in_tokens_mean)
-    if part == "prefill" and long_prompts:
-        return "p99.sched.prefill-time", f"long prefills, prompts of {ph.in_tokens_mean:.0f} tokens"
-    if part == "decode" or metric == "tpot":
+    if queue_part:
+        pinned = running is not None and waiting >= MIN_WAITING and (
+            (cap is not None and running >= PINNED * cap and cap < (lv.load or float("inf"))) or
+            (cap is None and (s.get("running_at_max_share") or 0) >= 0.6 and lv.load and s["running_max"] < lv.load))
+        if pinned:
+            limit = f"max_num_seqs={cap}" if cap is not None else f"{s['running_max']:.0f} (its ceiling)"
+            return "p99.sched.admission", (f"admission limit, running pinned at {limit} (mean {running:.1f}) with "
+                                           f"{waiting:.1f} waiting")
+        mbt = limits.get("max_num_batched_tokens")
+        if waiting >= MIN_WAITING and mbt and ph.in_tokens_mean >= 0.5 * mbt:
+            return "p99.sched.token-budget", (f"{waiting:.1f} waiting with prompts of {ph.in_tokens_mean:.0f} tokens "
+                                              f"against a {mbt}-token budget")
+    if part == "prefill":
+        long_prompts = ph.in_tokens_mean >= LONG_PROMPT_TOKENS or (
+            base is not None and base.in_tokens_mean > 0 and ph.in_tokens_mean >= 4 * base.in_tokens_mean)
+        if long_prompts:
+            return "p99.sched.prefill-time", f"long prefills, prompts of {ph.in_tokens_mean:.0f} tokens"
+    if part == "decode":
         if base is not None and running and base.server.get("running_mean") and \
                 running >= BATCH_GROWTH * base.server["running_mean"]:
-            return "p99.sched.batch-size", (f"decode batches of {running:.1f} vs "
-                                                  f"{base.server['running_mean']:.1f} at the baseline, TPOT "
-                                                  f"{_ms(ph.tpot_mean_s)} vs {_ms(base.tpot_mean_s)}")
+            return "p99.sched.batch-size", (f"decode batches of {running:.1f} vs {base.server['running_mean']:.1f} "
+                                            f"at the baseline, TPOT {_ms(ph.tpot_mean_s)} vs {_ms(base.tpot_mean_s)}")
         if ph.stall_share is not None and ph.stall_share >= STALL_SHARE:
-            return "p99.sched.decode-stalls", (f"{ph.stall_share:.1%} of token gaps are stalls "
-                                                     f"(>= 10x the median {_ms(ph.itl_median_s)})")
+            return "p99.sched.decode-stalls", (f"{ph.stall_share:.1%} of token gaps are stalls (>= 10x the median "
+                                               f"{_ms(ph.itl_median_s)})")
+    nb = _neighbour(h, base.host if base is not None and base is not ph else None)
+    if nb:
+        return "p99.host.cpu", nb
     busy = _compute_bound(h)
     return "p99.sched.saturation", ("saturation: offered load above what the engine serves ("
-                                          + ", ".join(x for x in (f"{waiting:.1f} waiting" if waiting else "",
-                                                                  f"{running:.1f} running" if running else "",
-                                                                  busy or "") if x) + ")")
+                                    + ", ".join(x for x in (f"{waiting:.1f} waiting" if waiting else "",
+                                                            f"{running:.1f} running" if running else "",
+                                                            busy or "") if x) + ")")
 
 
 def check_standing(metric: str, levels: list[LevelLoad], phases: dict[str, LevelPhases], limits: dict,

@@ -48,10 +48,10 @@ def host_rows(t0: float, t1: float, server: float, others: float = 0.05, cores: 
 
 
 def two_levels(tmp_path, loaded_server: dict, loaded_host: dict | None = None, ttft_s: float = 2.5,
-               url: str = "http://127.0.0.1:8000"):
+               url: str = "http://127.0.0.1:8000", tpot_s: float = 0.02):
     base = level("c1", 1, T0, 10, 0.05, 0.01)
     t1 = max(r.t_done for r in base) + 1
-    loaded = level("c16", 16, t1, 10, ttft_s, 0.02, seed=1)
+    loaded = level("c16", 16, t1, 10, ttft_s, tpot_s, seed=1)
     t2 = max(r.t_done for r in loaded)
     probes = {"server": server_rows(T0, t1 - 1, 1, 0, 0.002, 0.04) + server_rows(t1, t2 + 2, **loaded_server),
               "host": host_rows(T0, t1 - 1, 0.3) + host_rows(t1, t2 + 2, **(loaded_host or {"server": 0.6}))}
@@ -96,6 +96,14 @@ def test_time_outside_the_server_on_a_remote_target_is_the_network_path(tmp_path
                      url="http://10.99.0.5:8000")
     f = diagnose_p99(run).findings[0]
     assert f.check_id == "p99.net.path" and f.category == "network" and "outside the server" in f.title
+
+
+def test_a_tpot_tail_from_larger_decode_batches(tmp_path):
+    run = two_levels(tmp_path, dict(running=16, waiting=0, queue_s=0.002, prefill_s=0.05), ttft_s=0.06, tpot_s=0.09)
+    diag = diagnose_p99(run, metric="tpot")
+    f = diag.findings[0]
+    assert f.check_id == "p99.sched.batch-size" and "decode batches of 16.0 vs 1.0" in f.title, diag.headline
+    assert "TPOT P95 9" in f.title and "misses the SLO of 50 ms" in f.title
 
 
 def test_no_standing_tail_when_the_loaded_level_stays_near_its_baseline(tmp_path):
