@@ -29,7 +29,7 @@ import re
 from analyzers.diagnosis_error import DiagnosisError
 from analyzers.oom_engines import parse_engine_messages
 from analyzers.oom_log_text import variants
-from analyzers.oom_types import GiB, SIZE, OomFinding, gib, size_bytes
+from analyzers.oom_types import SIZE, GiB, OomFinding, gib, size_bytes
 
 __all__ = ["EXPANDABLE", "GiB", "OomFinding", "parse_oom_log", "size_bytes"]
 

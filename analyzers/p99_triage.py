@@ -27,8 +27,13 @@ from analyzers.tail_windows import METRIC_SPANS, TailWindows, find_tail_windows,
 from analyzers.triage_evidence import split_samples
 from analyzers.triage_host import check_cpu, check_gpu_throttle, read_top_others
 from analyzers.triage_levels import LevelLoad, level_loads
-from analyzers.triage_network import (check_collectives, check_irq_affinity, check_link_saturation,
-                                      check_retransmits, target_locality)
+from analyzers.triage_network import (
+    check_collectives,
+    check_irq_affinity,
+    check_link_saturation,
+    check_retransmits,
+    target_locality,
+)
 from analyzers.triage_phases import level_phases
 from analyzers.triage_requests import check_hol_blocking, check_send_lag
 from analyzers.triage_server import check_batch_size, check_preemptions, check_queueing
