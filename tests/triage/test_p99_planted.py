@@ -95,6 +95,35 @@ def test_pinned_nic_irqs_are_ranked_first(tmp_path):
     assert f.evidence["busiest_core"] == 0 and f.evidence["busiest_core_cpu_pct_spikes"] > 1.5 * f.evidence["busiest_core_cpu_pct_calm"] and f.coverage == 1.0
 
 
+def test_a_neighbour_behind_a_steady_background_is_named_by_process(tmp_path):
+    """On a shared host other processes take 1.2 cores all the time (the aggregate barely moves);
+    one process that took 0.8 cores only in the spikes is the neighbour, named by pid and command."""
+    recs = base_records()
+    windows = _spike_windows(recs)
+    probes = _probes(recs)
+    for row in probes["host"]:
+        row["others_cpu_cores"], row["top_others"] = 1.2, [{"pid": 77, "comm": "cc1plus", "cpu_cores": 1.2}]
+    for row in rows_in(probes["host"], windows):
+        row["others_cpu_cores"] = 1.5          # the background yields to the burner: the sum grows a little
+        row["top_others"] = [{"pid": 77, "comm": "cc1plus", "cpu_cores": 0.9}, {"pid": 4242, "comm": "burner",
+                                                                                "cpu_cores": 0.8}]
+    diag = diagnose_p99(write_run(tmp_path / "r", recs, probes))
+    assert [f.check_id for f in diag.findings] == ["p99.host.cpu"], diag.headline
+    f = diag.findings[0]
+    assert "burner (pid 4242, " in f.title and "cores vs 0.0)" in f.title and "cc1plus" not in f.title and f.coverage == 1.0
+
+
+def test_the_servers_own_cpu_is_not_a_neighbour(tmp_path):
+    recs = base_records()
+    windows = _spike_windows(recs)
+    probes = _probes(recs)
+    for row in rows_in(probes["host"], windows):
+        row["cpu_pct"], row["server_cpu_cores"] = 100.0, 7.5       # the engine itself on all 8 cores
+    diag = diagnose_p99(write_run(tmp_path / "r", recs, probes))
+    assert not any(f.check_id == "p99.host.cpu" for f in diag.findings)
+    assert any("compute-bound engine (saturation), not a neighbour" in n for n in diag.notes), diag.notes
+
+
 def test_head_of_line_blocking_is_ranked_first(tmp_path):
     recs = base_records(long_every=10)
     plant_head_of_line(recs)
