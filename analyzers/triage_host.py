@@ -14,7 +14,7 @@ HOST_BUSY_PCT = 90.0         # all cores this busy in the spikes: the host is sa
 NEIGHBOUR_CORES = 0.5        # other processes using at least this many cores in the spikes ...
 NEIGHBOUR_LIFT = 1.5         # ... and this many times their calm use ...
 NEIGHBOUR_EXTRA = 0.5        # ... and at least this many cores more than in the calm
-PROCESS_EXTRA = 0.3          # named processes taking this many cores more in the spikes than in the calm
+PROCESS_EXTRA = 0.5          # named processes taking this many cores more in the spikes than in the calm
 COMPUTE_BOUND = 0.75         # the server itself on this share of the cores: saturation
 TOP_NAMED = 5
 __all__ = ["check_cpu", "check_gpu_throttle", "read_top_others"]
@@ -64,8 +64,10 @@ def check_cpu(host: SampleSplit | None, tails: TailWindows, top_others: dict[flo
         if aggregate or extra >= PROCESS_EXTRA:
             named = burst or procs
             evidence["top_others_spikes"] = named[:TOP_NAMED]
-            who = ", ".join(f"{p['comm']} (pid {p['pid']}, {p['cpu_cores_spikes']:.1f} cores vs "
-                            f"{p['cpu_cores_calm']:.1f})" for p in named[:3])
+            who = ", ".join(f"{p['comm']} (pid {p['pid']}, {p['cpu_cores_spikes']:.2f} cores vs "
+                            f"{p['cpu_cores_calm']:.2f})" for p in named[:3])
+            if len(burst) > 3:
+                who += f" and {len(burst) - 3} more"
             psi = evidence.get("cpu_pressure_some_share_spikes")
             pids = {p["pid"] for p in burst}
             mask = np.nan_to_num(others) >= NEIGHBOUR_CORES if not burst else np.array(

@@ -14,9 +14,9 @@ from pathlib import Path
 
 from analyzers.triage_evidence import SampleSplit
 
-SPIKING_MIN_CORES = 0.2       # a process this busy on average in the spikes ...
-SPIKING_LIFT = 2.0            # ... at this many times its calm use ...
-SPIKING_EXTRA = 0.1           # ... and this many cores more
+SPIKING_LIFT = 2.0            # a process busy in the spikes at this many times its calm use ...
+SPIKING_EXTRA = 0.05          # ... and at least this many cores more (many small burners add up:
+                              # the check sums what the spiking processes took together)
 
 
 def read_top_others(path: Path) -> dict[float, list[dict]]:
@@ -52,6 +52,6 @@ def per_process(rows: dict[float, list[dict]], host: SampleSplit) -> list[dict]:
 
 def spiking(processes: list[dict]) -> list[dict]:
     """The processes that took clearly more CPU in the spikes than in the calm."""
-    return [p for p in processes if p["cpu_cores_spikes"] >= SPIKING_MIN_CORES
-            and p["cpu_cores_spikes"] >= SPIKING_LIFT * p["cpu_cores_calm"]
-            and p["cpu_cores_spikes"] - p["cpu_cores_calm"] >= SPIKING_EXTRA]
+    out = [p for p in processes if p["cpu_cores_spikes"] >= SPIKING_LIFT * p["cpu_cores_calm"]
+           and p["cpu_cores_spikes"] - p["cpu_cores_calm"] >= SPIKING_EXTRA]
+    return sorted(out, key=lambda p: -(p["cpu_cores_spikes"] - p["cpu_cores_calm"]))

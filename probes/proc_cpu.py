@@ -25,7 +25,7 @@ from pathlib import Path
 
 from probes import procfs
 
-TOP_OTHERS = 8               # busiest other processes named per sample
+TOP_OTHERS = 10              # busiest other processes named per sample
 MIN_NAMED_CORES = 0.05       # ... when they take at least this share of a core
 
 

@@ -110,7 +110,7 @@ def test_a_neighbour_behind_a_steady_background_is_named_by_process(tmp_path):
     diag = diagnose_p99(write_run(tmp_path / "r", recs, probes))
     assert [f.check_id for f in diag.findings] == ["p99.host.cpu"], diag.headline
     f = diag.findings[0]
-    assert "burner (pid 4242, " in f.title and "cores vs 0.0)" in f.title and "cc1plus" not in f.title and f.coverage == 1.0
+    assert "burner (pid 4242, " in f.title and "cores vs 0.00)" in f.title and "cc1plus" not in f.title and f.coverage == 1.0
 
 
 def test_the_servers_own_cpu_is_not_a_neighbour(tmp_path):
