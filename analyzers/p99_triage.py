@@ -101,9 +101,11 @@ def diagnose_p99(run: RunDir, metric: str = "ttft") -> P99Diagnosis:
     p = {name: split_samples(series[name], tails) for name in PROBES}
     locality = target_locality(info.target.url, (info.host or {}).get("hostname"))
     levels = level_loads(table, info, metric)
+    top_others = read_top_others(run.probe_file("host"))
     rows = table.level_rows()
-    phases = {lv.level_id: level_phases(table, lv.level_id, rows[lv.level_id][_ok(table, metric)[rows[lv.level_id]]],
-                                        lv.window, series["server"], series["host"])
+    phases = {lv.level_id: level_phases(table, lv.level_id, lv.tail_rows if lv.unfinished else
+                                        rows[lv.level_id][_ok(table, metric)[rows[lv.level_id]]],
+                                        lv.window, series["server"], series["host"], top_others)
               for lv in levels if lv.standing or lv.level_id == lv.baseline_level}
     limits = engine_limits(info.target.engine_args, info.target.kind == "embedded")
     checks = [
@@ -112,7 +114,7 @@ def diagnose_p99(run: RunDir, metric: str = "ttft") -> P99Diagnosis:
         check_hol_blocking(table, ttft), check_preemptions(p["server"], tails), check_queueing(p["server"], tails),
         check_batch_size(p["server"], tails),
         *check_standing(metric, levels, phases, limits, locality is not None),
-        check_cpu(p["host"], tails, read_top_others(run.probe_file("host"))), check_gpu_throttle(p["gpu"], tails),
+        check_cpu(p["host"], tails, top_others), check_gpu_throttle(p["gpu"], tails),
         check_send_lag(table, ttft),
     ]
     found = [c.finding for c in checks if c.finding is not None]
@@ -135,6 +137,9 @@ def _set_tail_shares(table: RequestTable, metric: str, tails: TailWindows, level
     start_col, end_col, _ = METRIC_SPANS[metric]
     starts = table.df[start_col].to_numpy(float)[tail]
     ends = table.df[end_col].to_numpy(float)[tail]
+    # A request cut off before its first token: its window runs to when it was cut off.
+    starts = np.where(np.isfinite(starts), starts, table.df["t_sent"].to_numpy(float)[tail])
+    ends = np.where(np.isfinite(ends), ends, table.df["t_done"].to_numpy(float)[tail])
     for f in findings:
         f.tail_share = float(overlaps(starts, ends, f.explains).mean()) if tail.size else 0.0
     return int(tail.size)

@@ -43,6 +43,7 @@ class LevelLoad:
     standing: bool
     why: str                       # "misses the SLO ..." / "median N x the baseline ..." / ""
     tail_rows: np.ndarray          # table rows of this level's standing-tail requests (empty if not standing)
+    unfinished: bool = False       # no request finished: p50 and slo_stat are lower bounds (time until cut off)
 
     @property
     def misses_slo(self) -> bool:
@@ -68,11 +69,14 @@ def level_loads(table: RequestTable, info: RunInfo | None, metric: str) -> list[
     t_sent, t_done = df["t_sent"].to_numpy(float), df["t_done"].to_numpy(float)
     slo_name, q = SLO_STAT[metric]
     bound = getattr(info.slos, slo_name, None) if info is not None else None
-    raw = []
+    raw, unfinished = [], []
+    cut = df["status"].isin(["cancelled", "timeout"]).to_numpy()
     for level_id, rows in table.level_rows().items():
-        rows = rows[ok[rows]]
-        if rows.size:
-            raw.append((level_id, rows, _load_of(df, rows)))
+        done = rows[ok[rows]]
+        if done.size:
+            raw.append((level_id, done, _load_of(df, done)))
+        elif cut[rows].any():
+            unfinished.append((level_id, rows[cut[rows]], _load_of(df, rows)))
     known = [r for r in raw if r[2] is not None]
     base = min(known, key=lambda r: r[2]) if len(known) > 1 else None
     base_p50 = float(np.median(values[base[1]])) if base else None
@@ -92,6 +96,17 @@ def level_loads(table: RequestTable, info: RunInfo | None, metric: str) -> list[
         out.append(LevelLoad(level_id, load, int(rows.size),
                              Window(float(np.nanmin(t_sent[rows])), float(np.nanmax(t_done[rows]))),
                              p50, stat, bound, base[0] if base else None, base_p50, bool(why), why, tail))
+    # A level in which no request finished is the worst tail of all: every request was cut off (the
+    # level ended) or timed out; how long they had waited is a lower bound of their latency.
+    for level_id, rows, load in unfinished:
+        waited = t_done[rows] - t_sent[rows]
+        waited = waited[np.isfinite(waited)]
+        p50 = float(np.median(waited)) if waited.size else float("nan")
+        why = (f"no request finished: all {rows.size} were cut off or timed out, after {_ms(p50)} (median) "
+               "without an answer")
+        out.append(LevelLoad(level_id, load, 0, Window(float(np.nanmin(t_sent[rows])), float(np.nanmax(t_done[rows]))),
+                             p50, float(np.nanmax(waited)) if waited.size else p50, bound,
+                             base[0] if base else None, base_p50, True, why, rows, unfinished=True))
     return out
 
 

@@ -37,7 +37,7 @@ class LevelPhases:
     itl_median_s: float | None
     stall_share: float | None                  # share of inter-token gaps >= STALL_GAP_FACTOR x median
     server: dict[str, float | None] = field(default_factory=dict)   # server probe over the window
-    host: dict[str, float | None] = field(default_factory=dict)     # host probe over the window
+    host: dict = field(default_factory=dict)     # host probe over the window (top_others: the busiest others)
 
     @property
     def queue_s(self) -> float | None:
@@ -66,6 +66,16 @@ class LevelPhases:
         parts = self.ttft_parts()
         parts["decode"] = self.decode_mean_s
         return parts
+
+
+def _nanmean(v: np.ndarray) -> float:
+    v = v[np.isfinite(v)]
+    return float(v.mean()) if v.size else 0.0
+
+
+def _nanpct(v: np.ndarray, q: float) -> float:
+    v = v[np.isfinite(v)]
+    return float(np.percentile(v, q)) if v.size else 0.0
 
 
 def _window_rows(series: ProbeSeries | None, w: Window) -> np.ndarray | None:
@@ -132,7 +142,14 @@ def server_state(series: ProbeSeries | None, w: Window, finished: Window | None 
                waiting_mean=_mean(s, keep, "waiting"), waiting_max=_max(s, keep, "waiting"),
                kv_usage_mean=_mean(s, keep, "kv_usage"), kv_usage_max=_max(s, keep, "kv_usage"),
                preemptions=_sum(s, keep, "preemptions"), retracted_max=_max(s, keep, "retracted"))
-    running = s.numeric.get("running")
+    running, waiting = s.numeric.get("running"), s.numeric.get("waiting")
+    if running is not None and waiting is not None:
+        # The batch while requests waited: a level's first and last scrapes (ramp-up, drain) see
+        # an empty queue, and would dilute "pinned at the cap" if averaged in.
+        r, q = running[keep], waiting[keep]
+        queued = np.isfinite(r) & np.isfinite(q) & (q >= 1)
+        out["waiting_share"] = float(queued.mean()) if queued.size else None
+        out["running_when_waiting"] = float(r[queued].mean()) if queued.any() else None
     if running is not None and out["running_max"]:
         r = running[keep]
         r = r[np.isfinite(r)]
@@ -141,13 +158,27 @@ def server_state(series: ProbeSeries | None, w: Window, finished: Window | None 
     return out
 
 
-def host_state(series: ProbeSeries | None, w: Window) -> dict[str, float | None]:
+def busiest_others(series: ProbeSeries, keep: np.ndarray, top_others: dict[float, list[dict]] | None,
+                   n: int = 3) -> list[dict]:
+    """The other processes that took the most CPU over the window: [{pid, comm, cpu_cores}] (means)."""
+    acc: dict[int, list] = {}
+    rows = int(keep.sum())
+    for t in series.t[keep]:
+        for p in (top_others or {}).get(float(t), []) or []:
+            if isinstance(p, dict) and "pid" in p:
+                e = acc.setdefault(int(p["pid"]), [str(p.get("comm", "?")), 0.0])
+                e[1] += float(p.get("cpu_cores") or 0.0)
+    ranked = sorted(acc.items(), key=lambda kv: -kv[1][1])[:n]
+    return [{"pid": pid, "comm": comm, "cpu_cores": round(c / rows, 2)} for pid, (comm, c) in ranked if rows]
+
+
+def host_state(series: ProbeSeries | None, w: Window, top_others: dict[float, list[dict]] | None = None) -> dict:
     keep = _window_rows(series, w)
     if keep is None:
         return {}
     s = series
     ncores = len([k for k in s.numeric if k.startswith("cpu_per_core_pct.")]) or None
-    return dict(cores=ncores, cpu_pct=_mean(s, keep, "cpu_pct"),
+    return dict(cores=ncores, top_others=busiest_others(s, keep, top_others), cpu_pct=_mean(s, keep, "cpu_pct"),
                 server_cpu_cores=_mean(s, keep, "server_cpu_cores"),
                 client_cpu_cores=_mean(s, keep, "client_cpu_cores"),
                 others_cpu_cores=_mean(s, keep, "others_cpu_cores"),
@@ -157,7 +188,8 @@ def host_state(series: ProbeSeries | None, w: Window) -> dict[str, float | None]
 
 
 def level_phases(table: RequestTable, level_id: str, rows: np.ndarray, w: Window,
-                 server: ProbeSeries | None, host: ProbeSeries | None) -> LevelPhases:
+                 server: ProbeSeries | None, host: ProbeSeries | None,
+                 top_others: dict[float, list[dict]] | None = None) -> LevelPhases:
     """`w` is the level's span (gauges, host); the server's histograms, observed as requests
     finish, are read over the span in which the level's measured requests finished."""
     df = table.df
@@ -165,6 +197,11 @@ def level_phases(table: RequestTable, level_id: str, rows: np.ndarray, w: Window
     finished = Window(float(np.nanmin(done)) - 0.5, float(np.nanmax(done)) + 0.5) if rows.size else w
     ttft = df["ttft_s"].to_numpy(float)[rows]
     e2e = df["e2e_s"].to_numpy(float)[rows]
+    if not np.isfinite(ttft).any():
+        # No first token at all (the level's requests were cut off): how long they waited is the
+        # TTFT's lower bound, and there was no decode.
+        ttft = done - df["t_sent"].to_numpy(float)[rows]
+        e2e = ttft
     tpot = df["tpot_s"].to_numpy(float)[rows]
     tpot = tpot[np.isfinite(tpot)]
     mask = np.zeros(len(df), dtype=bool)
@@ -172,9 +209,8 @@ def level_phases(table: RequestTable, level_id: str, rows: np.ndarray, w: Window
     gaps = table.gaps_of(mask)
     med = float(np.median(gaps)) if gaps.size else None
     stalls = float((gaps >= STALL_GAP_FACTOR * med).mean()) if gaps.size and med else None
-    return LevelPhases(level_id, int(rows.size), float(np.nanmean(ttft)), float(np.nanpercentile(ttft, 99)),
-                       float(np.nanmean(e2e - ttft)), float(np.nanmean(e2e)),
+    return LevelPhases(level_id, int(rows.size), _nanmean(ttft), _nanpct(ttft, 99), _nanmean(e2e - ttft), _nanmean(e2e),
                        float(tpot.mean()) if tpot.size else None,
-                       float(np.nanmean(df["out_tokens"].to_numpy(float)[rows])),
-                       float(np.nanmean(df["in_tokens"].to_numpy(float)[rows])), med, stalls,
-                       server_state(server, w, finished), host_state(host, w))
+                       _nanmean(df["out_tokens"].to_numpy(float)[rows]),
+                       _nanmean(df["in_tokens"].to_numpy(float)[rows]), med, stalls,
+                       server_state(server, w, finished), host_state(host, w, top_others))

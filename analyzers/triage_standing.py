@@ -25,7 +25,8 @@ from analyzers.triage_types import CheckResult, Finding, failed, passed
 KV_FULL = 0.95
 PINNED = 0.75                 # running mean >= this x max_num_seqs: the batch is pinned at its cap
                               # (scrapes between two steps catch one fewer now and then)
-MIN_WAITING = 0.5             # requests waiting on average while pinned
+MIN_WAITING = 0.5             # requests waiting on average (KV, token budget)
+MIN_QUEUED_SHARE = 0.3        # requests waited in at least this share of the level's scrapes (admission)
 NEIGHBOUR_CORES = 0.5
 COMPUTE_BOUND = 0.75          # the server busy on this share of the cores
 LONG_PROMPT_TOKENS = 1024
@@ -33,6 +34,7 @@ BATCH_GROWTH = 1.5
 STALL_SHARE = 0.02
 
 STANDING_ID, STANDING_TITLE = "p99.standing", "standing tails are explained"
+NOT_SPLIT = "ttft (not split: no server histograms)"
 NEXT = {
     "p99.sched.kv-capacity": "give the KV cache more room (fp8 KV, more memory, TP) or admit fewer requests "
                              "(--max-num-seqs at `llmdiag oom`'s safe concurrency); see `llmdiag oom --run`",
@@ -93,7 +95,10 @@ def _neighbour(h: dict, base: dict | None) -> str | None:
         return None
     psi = h.get("cpu_pressure_some_share")
     more = f" ({o_base:.1f} at the baseline)" if o_base is not None else ""
-    return f"other processes took {o:.1f} cores{more}" + (f", CPU pressure {psi:.0%} of the time" if psi else "")
+    who = ", ".join(f"{p['comm']} pid {p['pid']} {p['cpu_cores']:.1f}" for p in h.get("top_others") or [])
+    srv = f"; the server got {srv:.1f}" if srv is not None else ""
+    return (f"other processes took {o:.1f} cores{more}" + (f" ({who})" if who else "") + srv
+            + (f", CPU pressure {psi:.0%} of the time" if psi else ""))
 
 
 def _compute_bound(h: dict) -> str | None:
@@ -108,8 +113,10 @@ def name_cause(metric: str, lv: LevelLoad, ph: LevelPhases, base: LevelPhases | 
     """(check id, the dominant part, a sentence with the numbers) for one standing level."""
     parts = phase_parts(metric, ph)
     part, _, share = _share(parts)
-    split = ", ".join(f"{k} {_ms(v)}" for k, v in parts.items())
     cause, text = _cause(metric, lv, ph, base, limits, local_target, parts, part)
+    if part == NOT_SPLIT:
+        return cause, part, f"{text} — {lv.level_id}: {lv.why} (no queue/prefill split: the server's histograms saw none)"
+    split = ", ".join(f"{k} {_ms(v)}" for k, v in parts.items())
     return cause, part, f"{text} — {lv.level_id}: {lv.why}; {part} is {share:.0%} of it ({split})"
 
 
@@ -130,7 +137,7 @@ def _cause(metric: str, lv: LevelLoad, ph: LevelPhases, base: LevelPhases | None
     waiting, running = s.get("waiting_mean") or 0.0, s.get("running_mean")
     kv_max, pre, retr = s.get("kv_usage_max"), s.get("preemptions") or 0.0, s.get("retracted_max") or 0.0
     cap = limits.get("max_num_seqs")
-    queue_part = part in ("queue", "ttft (not split: no server histograms)")
+    queue_part = part in ("queue", NOT_SPLIT)
     if kv_max is not None and kv_max >= KV_FULL and (pre > 0 or retr > 0 or (queue_part and waiting >= MIN_WAITING)):
         what = f"{pre:.0f} preemptions" if pre else f"{retr:.0f} retracted" if retr else f"{waiting:.1f} waiting"
         return "p99.sched.kv-capacity", f"KV cache {kv_max:.0%} full with {what}"
@@ -139,13 +146,15 @@ def _cause(metric: str, lv: LevelLoad, ph: LevelPhases, base: LevelPhases | None
             f"{parts[part]:.2f} s of the TTFT passes outside the server ("
             + ("the client and HTTP: the target is on this host" if local_target else "client, HTTP, network") + ")")
     if queue_part:
-        pinned = running is not None and waiting >= MIN_WAITING and (
-            (cap is not None and running >= PINNED * cap and cap < (lv.load or float("inf"))) or
-            (cap is None and (s.get("running_at_max_share") or 0) >= 0.6 and lv.load and s["running_max"] < lv.load))
+        held = s.get("running_when_waiting")
+        queued = s.get("waiting_share") or 0.0
+        pinned = held is not None and queued >= MIN_QUEUED_SHARE and (
+            (cap is not None and held >= PINNED * cap and cap < (lv.load or float("inf"))) or
+            (cap is None and held >= PINNED * (s.get("running_max") or 0) and lv.load and s["running_max"] < lv.load))
         if pinned:
             limit = f"max_num_seqs={cap}" if cap is not None else f"{s['running_max']:.0f} (its ceiling)"
-            return "p99.sched.admission", (f"admission limit, running pinned at {limit} (mean {running:.1f}) with "
-                                           f"{waiting:.1f} waiting")
+            return "p99.sched.admission", (f"admission limit, running pinned at {limit} (mean {held:.1f} while "
+                                           f"requests waited, {queued:.0%} of the level) with {waiting:.1f} waiting")
         mbt = limits.get("max_num_batched_tokens")
         if waiting >= MIN_WAITING and mbt and ph.in_tokens_mean >= 0.5 * mbt:
             return "p99.sched.token-budget", (f"{waiting:.1f} waiting with prompts of {ph.in_tokens_mean:.0f} tokens "

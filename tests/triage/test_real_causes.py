@@ -25,7 +25,7 @@ def _sweep(out, *args) -> RunDir:
 
 
 def test_a_real_admission_limit_is_a_standing_tail_named_first(tmp_path):
-    run = _sweep(tmp_path / "adm", "--concurrency", "12", "--engine-arg=--max-num-seqs=1", "--warmup", "1s",
+    run = _sweep(tmp_path / "adm", "--concurrency", "8", "--engine-arg=--max-num-seqs=1", "--warmup", "1s",
                  "--duration", "4s", "--slo-ttft", "0.3")
     diag = diagnose_p99(run)
     assert diag.findings, diag.headline
