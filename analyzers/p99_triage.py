@@ -99,7 +99,9 @@ def diagnose_p99(run: RunDir, metric: str = "ttft") -> P99Diagnosis:
     info = run.read_info()
     series = {name: read_probe(run.probe_file(name), name) for name in PROBES}
     p = {name: split_samples(series[name], tails) for name in PROBES}
-    locality = target_locality(info.target.url, (info.host or {}).get("hostname"))
+    # The embedded engine is the sweep's own subprocess on this host (its URL is not recorded).
+    locality = "this host (the embedded engine)" if info.target.kind == "embedded" else \
+        target_locality(info.target.url, (info.host or {}).get("hostname"))
     levels = level_loads(table, info, metric)
     top_others = read_top_others(run.probe_file("host"))
     rows = table.level_rows()

@@ -4,7 +4,9 @@ part that dominates and the cause behind it, with the numbers.
 Causes, in the order they are tested (the first that holds is named):
 - KV capacity: the KV cache at its ceiling (>= KV_FULL) with preemptions (vLLM) or retracted
   requests (SGLang), or full while requests wait;
-- the path: most of TTFT passes outside the server (the network for a remote target);
+- the path: most of TTFT passes outside the server: the network for a remote target, the client
+  when the load generator is busy; on this host otherwise the server's own front end, starved
+  like the engine (saturation or a neighbour, below);
 - the queue dominates: an admission limit (the running batch pinned at max_num_seqs while
   requests wait), or the token budget (prompts large against max_num_batched_tokens);
 - prefill dominates with long prompts: long prefills;
@@ -30,6 +32,7 @@ MIN_QUEUED_SHARE = 0.3        # requests waited in at least this share of the le
 NEIGHBOUR_CORES = 0.5
 COMPUTE_BOUND = 0.75          # the server busy on this share of the cores
 LONG_PROMPT_TOKENS = 1024
+CLIENT_BUSY_CORES = 0.8       # the load generator this busy: time outside the engine may be the client's
 BATCH_GROWTH = 1.5
 STALL_SHARE = 0.02
 
@@ -141,10 +144,17 @@ def _cause(metric: str, lv: LevelLoad, ph: LevelPhases, base: LevelPhases | None
     if kv_max is not None and kv_max >= KV_FULL and (pre > 0 or retr > 0 or (queue_part and waiting >= MIN_WAITING)):
         what = f"{pre:.0f} preemptions" if pre else f"{retr:.0f} retracted" if retr else f"{waiting:.1f} waiting"
         return "p99.sched.kv-capacity", f"KV cache {kv_max:.0%} full with {what}"
+    outside = ""
     if part == "outside the server":
-        return ("p99.client-path" if local_target else "p99.net.path"), (
-            f"{parts[part]:.2f} s of the TTFT passes outside the server ("
-            + ("the client and HTTP: the target is on this host" if local_target else "client, HTTP, network") + ")")
+        if not local_target:
+            return "p99.net.path", (f"{parts[part]:.2f} s of the TTFT passes outside the server (client, HTTP, "
+                                    "the network to a remote target)")
+        if (h.get("client_cpu_cores") or 0.0) >= CLIENT_BUSY_CORES:
+            return "p99.client-path", (f"{parts[part]:.2f} s of the TTFT passes outside the engine with the load "
+                                       f"generator busy on {h['client_cpu_cores']:.1f} cores")
+        # On this host, time before the engine sees a request is the server's own HTTP front end
+        # and tokenization sharing the CPU with the engine: a symptom of the same saturation.
+        outside = f"{parts[part]:.2f} s of it before the engine saw the request: HTTP front end, tokenization"
     if queue_part:
         held = s.get("running_when_waiting")
         queued = s.get("waiting_share") or 0.0
@@ -174,12 +184,12 @@ def _cause(metric: str, lv: LevelLoad, ph: LevelPhases, base: LevelPhases | None
                                                f"{_ms(ph.itl_median_s)})")
     nb = _neighbour(h, base.host if base is not None and base is not ph else None)
     if nb:
-        return "p99.host.cpu", nb
+        return "p99.host.cpu", nb + (f"; {outside}" if outside else "")
     busy = _compute_bound(h)
     return "p99.sched.saturation", ("saturation: offered load above what the engine serves ("
                                     + ", ".join(x for x in (f"{waiting:.1f} waiting" if waiting else "",
                                                             f"{running:.1f} running" if running else "",
-                                                            busy or "") if x) + ")")
+                                                            busy or "", outside) if x) + ")")
 
 
 def check_standing(metric: str, levels: list[LevelLoad], phases: dict[str, LevelPhases], limits: dict,

@@ -216,7 +216,11 @@ def main() -> int:
     ap.add_argument("--cases", default=",".join(CASES))
     ap.add_argument("--out", default=str(Path(__file__).with_name("diagnosis_accuracy.json")))
     ap.add_argument("--keep", default=None, help="keep the run directories under this folder")
+    ap.add_argument("--rediagnose", default=None, help="diagnose the kept runs under this folder again (the "
+                    "analysis changed, the runs did not) instead of running the cases")
     a = ap.parse_args()
+    if a.rediagnose:
+        return rediagnose(Path(a.rediagnose), a.cases.split(","), Path(a.out))
     tmp = Path(a.keep) if a.keep else Path(tempfile.mkdtemp(prefix="diag-accuracy-"))
     tmp.mkdir(parents=True, exist_ok=True)
     results = []
@@ -241,6 +245,27 @@ def main() -> int:
     Path(a.out).write_text(json.dumps({"when": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
                                        "loadavg_before": load_before, "loadavg_after": os.getloadavg(),
                                        "cases": [asdict(r) for r in results]}, indent=1))
+    print(table(results))
+    return 0
+
+
+def rediagnose(folder: Path, names: list[str], out: Path) -> int:
+    previous = json.loads(out.read_text()) if out.exists() else {}
+    before = {c["case"]: c for c in previous.get("cases", [])}
+    results = []
+    for name in names:
+        _, planted, expected, _ = CASES[name]
+        res = CaseResult(name, planted, expected)
+        old = before.get(name, {})
+        res.seconds, res.skipped = old.get("seconds", 0.0), old.get("skipped")
+        if (folder / name / "run.json").exists():
+            res.run_dir, res.skipped = str(folder / name), None
+            diagnose(folder / name, res)
+        results.append(res)
+        print(_line(res), flush=True)
+    out.write_text(json.dumps({**{k: v for k, v in previous.items() if k != "cases"},
+                               "rediagnosed": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+                               "cases": [asdict(r) for r in results]}, indent=1))
     print(table(results))
     return 0
 
