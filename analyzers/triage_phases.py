@@ -150,6 +150,7 @@ def server_state(series: ProbeSeries | None, w: Window, finished: Window | None 
         queued = np.isfinite(r) & np.isfinite(q) & (q >= 1)
         out["waiting_share"] = float(queued.mean()) if queued.size else None
         out["running_when_waiting"] = float(r[queued].mean()) if queued.any() else None
+        out["running_max_when_waiting"] = float(r[queued].max()) if queued.any() else None
     if running is not None and out["running_max"]:
         r = running[keep]
         r = r[np.isfinite(r)]

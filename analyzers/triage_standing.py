@@ -28,6 +28,7 @@ KV_FULL = 0.95
 PINNED = 0.75                 # running mean >= this x max_num_seqs: the batch is pinned at its cap
                               # (scrapes between two steps catch one fewer now and then)
 MIN_WAITING = 0.5             # requests waiting on average (KV, token budget)
+SMALL_CAP = 4                 # caps this small are judged by the batch reaching them, not by the mean
 MIN_QUEUED_SHARE = 0.3        # requests waited in at least this share of the level's scrapes (admission)
 NEIGHBOUR_CORES = 0.5
 COMPUTE_BOUND = 0.75          # the server busy on this share of the cores
@@ -156,11 +157,14 @@ def _cause(metric: str, lv: LevelLoad, ph: LevelPhases, base: LevelPhases | None
         # and tokenization sharing the CPU with the engine: a symptom of the same saturation.
         outside = f"{parts[part]:.2f} s of it before the engine saw the request: HTTP front end, tokenization"
     if queue_part:
-        held = s.get("running_when_waiting")
+        held, held_max = s.get("running_when_waiting"), s.get("running_max_when_waiting")
         queued = s.get("waiting_share") or 0.0
-        pinned = held is not None and queued >= MIN_QUEUED_SHARE and (
-            (cap is not None and held >= PINNED * cap and cap < (lv.load or float("inf"))) or
-            (cap is None and held >= PINNED * (s.get("running_max") or 0) and lv.load and s["running_max"] < lv.load))
+        ceiling = cap if cap is not None else s.get("running_max")
+        # Pinned: while requests waited the batch reached its cap, and held most of it on average
+        # (a scrape between two steps sees one fewer: with a cap of 1 or 2 that is a big share).
+        pinned = held is not None and held_max is not None and ceiling and queued >= MIN_QUEUED_SHARE \
+            and held_max >= ceiling and held >= (0.5 if ceiling <= SMALL_CAP else PINNED) * ceiling \
+            and lv.load and ceiling < lv.load
         if pinned:
             limit = f"max_num_seqs={cap}" if cap is not None else f"{s['running_max']:.0f} (its ceiling)"
             return "p99.sched.admission", (f"admission limit, running pinned at {limit} (mean {held:.1f} while "
