@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from analyzers.diagnosis_error import DiagnosisError
+from analyzers.model_naming import config_model_name
 from refengine.errors import RefEngineError
 from refengine.model.hf_config import DEFAULT_MAX_POSITION_EMBEDDINGS, ModelConfig, parse_model_config, read_config_json
 
@@ -166,4 +167,5 @@ def resolve_model(spec: str) -> ModelShape:
         cfg = read_config_json(path)
     except RefEngineError as e:
         raise DiagnosisError(str(e)) from None
-    return replace(shape_from_hf_config(cfg, name=str(path)), name=path.parent.name or str(path))
+    shape = shape_from_hf_config(cfg, name=str(path))          # reads text_config wrappers itself
+    return replace(shape, name=config_model_name(cfg, shape.num_parameters()))   # not the folder's name

@@ -14,46 +14,33 @@ Wordings recognised (the first match of each in the text; a log may hold several
   stored in KV cache (N)", the v1 wording "To serve at least one request with the models's max
   seq len (M), (X GiB KV cache is needed, which is larger than the available KV cache memory (Y
   GiB). ... the estimated maximum model length is L", "No available memory for the cache blocks",
-  and the preemption warning "... preempted ... because there is not enough KV cache space".
-Anything else is not an OOM message this knows, and says so.
+  and the preemption warning "... preempted ... because there is not enough KV cache space";
+  vLLM's start-up "Free memory on device ... is less than desired GPU memory utilization" and its
+  sampler warm-up OOM; SGLang's, TGI's, cuBLAS's and NCCL's wordings (analyzers/oom_engines.py).
+Logs are read as people paste them: process and container prefixes, colours, HTML escapes and
+terminal wraps are undone first (analyzers/oom_log_text.py). Anything else is not an OOM message
+this knows, and says so.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 
 from analyzers.diagnosis_error import DiagnosisError
+from analyzers.oom_engines import parse_engine_messages
+from analyzers.oom_log_text import variants
+from analyzers.oom_types import SIZE, GiB, OomFinding, gib, size_bytes
 
-_UNITS = {"b": 1, "bytes": 1, "kib": 1024, "kb": 1024, "mib": 1024 ** 2, "mb": 1024 ** 2,
-          "gib": 1024 ** 3, "gb": 1024 ** 3, "tib": 1024 ** 4}
-_SIZE = r"([\d.]+)\s*(bytes|B|KiB|MiB|GiB|TiB|KB|MB|GB)"
-GiB = 1024 ** 3
+__all__ = ["EXPANDABLE", "GiB", "OomFinding", "parse_oom_log", "size_bytes"]
 
-
-def size_bytes(number: str, unit: str) -> float:
-    return float(number) * _UNITS[unit.lower()]
-
-
-def _gib(x: float) -> str:
-    return f"{x / GiB:.2f} GiB"
-
-
-@dataclass
-class OomFinding:
-    # torch_oom, cuda_error_oom, vllm_kv_too_small, vllm_no_kv_blocks or vllm_preemption
-    kind: str
-    wording: str                       # which version of the message
-    excerpt: str                       # the matched text
-    numbers: dict[str, float] = field(default_factory=dict)
-    explanation: list[str] = field(default_factory=list)
-    fixes: list[str] = field(default_factory=list)
-
+_SIZE = SIZE
+_gib = gib
 
 _NEW_TORCH = re.compile(
     r"(?:CUDA out of memory|OutOfMemoryError).*?Tried to allocate " + _SIZE + r"\.\s*GPU (\d+) has a total capac\w* of "
     + _SIZE + r" of which " + _SIZE + r" is free\.(?P<procs>.*?)(?:Including non-PyTorch memory, this process has "
-    + _SIZE + r" memory in use\.)?\s*Of the allocated memory " + _SIZE + r" is allocated by PyTorch, and " + _SIZE
+    + _SIZE + r" memory in use\.)?\s*Of the allocated memory " + _SIZE + r" is allocated by PyTorch,\s*"
+    r"(?:with " + _SIZE + r" allocated in private pools \(e\.g\., CUDA Graphs\),\s*)?and " + _SIZE
     + r" is reserved by PyTorch but unallocated", re.S)
 _OLD_TORCH = re.compile(
     r"CUDA out of memory\. Tried to allocate " + _SIZE + r" \(GPU (\d+); " + _SIZE + r" total capacity; " + _SIZE
@@ -65,9 +52,6 @@ _VLLM_MAX_LEN = re.compile(r"max seq len \((\d+)\) is larger than the maximum nu
 _VLLM_V1 = re.compile(r"max seq len \((\d+)\),\s*\(?" + _SIZE + r" KV cache is needed, which is larger than the "
                       r"available KV cache memory \(" + _SIZE + r"\)(?:.*?estimated maximum model length is (\d+))?",
                       re.S)
-_VLLM_NO_BLOCKS = re.compile(r"No available memory for the cache blocks")
-_VLLM_PREEMPT = re.compile(r"preempted by \S+ mode because there is not enough KV cache space.*?"
-                           r"(?:total_num_cumulative_preemption=(\d+))?$", re.M)
 
 EXPANDABLE = "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
 
@@ -113,9 +97,11 @@ def _parse_torch(text: str) -> list[OomFinding]:
         g = m.groups()
         procs = sum(size_bytes(p[1], p[2]) for p in _PROCESS.findall(m.group("procs") or ""))
         in_use = size_bytes(g[8], g[9]) if g[8] else None
-        alloc, unalloc = size_bytes(g[10], g[11]), size_bytes(g[12], g[13])
+        alloc, unalloc = size_bytes(g[10], g[11]), size_bytes(g[14], g[15])
         numbers = dict(tried_to_allocate=size_bytes(g[0], g[1]), gpu=float(g[2]), total=size_bytes(g[3], g[4]),
                        free=size_bytes(g[5], g[6]), allocated=alloc, reserved_unallocated=unalloc)
+        if g[12]:
+            numbers["cuda_graph_pools"] = size_bytes(g[12], g[13])     # torch >= 2.4: "allocated in private pools"
         if in_use is not None:
             numbers["process_in_use"] = in_use
             numbers["non_pytorch"] = max(0.0, in_use - alloc - unalloc)
@@ -159,24 +145,6 @@ def _parse_vllm(text: str) -> list[OomFinding]:
                              f"{max_len:,} would need {max_len / kv_tokens:.2f}x that, so vLLM refuses to start")
         _kv_fixes(f, kv_tokens)
         out.append(f)
-    if _VLLM_NO_BLOCKS.search(text):
-        f = OomFinding("vllm_no_kv_blocks", "vLLM (No available memory for the cache blocks)",
-                       _VLLM_NO_BLOCKS.search(text).group(0))
-        f.explanation.append("weights + profiled activations (+ graphs, NCCL) already use all of "
-                             "gpu_memory_utilization x GPU memory: nothing is left for KV — a weights/plan problem")
-        f.fixes += ["raise gpu_memory_utilization (if nothing else shares the GPU)",
-                    "split wider (tensor_parallel_size) or quantize the weights (fp8/int4); see `llmdiag plan`",
-                    "lower max_num_batched_tokens / max_num_seqs: the profiling pass's activations shrink"]
-        out.append(f)
-    m = _VLLM_PREEMPT.search(text)
-    if m:
-        f = OomFinding("vllm_preemption", "vLLM (preempted: not enough KV cache space)", m.group(0)[:300],
-                       {"cumulative_preemptions": float(m.group(1))} if m.group(1) else {})
-        f.explanation.append("not an OOM: the KV cache filled and vLLM evicted running requests to recompute later "
-                             "(latency spikes, wasted prefill)")
-        f.fixes += ["lower max_num_seqs to the 20%-headroom concurrency (`llmdiag oom --model ...`)",
-                    "more KV: fp8 KV cache, higher gpu_memory_utilization, or more TP"]
-        out.append(f)
     return out
 
 
@@ -186,17 +154,34 @@ def _kv_fixes(f: OomFinding, tokens_that_fit: int) -> None:
                 "kv_cache_dtype=fp8 doubles the tokens; more tensor_parallel_size splits the KV heads"]
 
 
+def _parse(text: str) -> list[OomFinding]:
+    return _parse_torch(text) + _parse_vllm(text) + parse_engine_messages(text)
+
+
 def parse_oom_log(text: str) -> list[OomFinding]:
-    """All the OOM / KV findings in a log; DiagnosisError when there are none."""
-    findings = _parse_torch(text) + _parse_vllm(text)
-    if not findings and _CUDA_ERROR.search(text):
-        f = OomFinding("cuda_error_oom", "CUDA runtime (CUDA error: out of memory)", _CUDA_ERROR.search(text).group(0))
-        f.explanation.append("the allocation failed outside PyTorch's caching allocator (CUDA context creation, NCCL "
-                             "communicator init, cuBLAS workspace, CUDA graph capture) — no breakdown in the message")
-        f.fixes += ["check nothing else holds the GPU (nvidia-smi); lower gpu_memory_utilization to leave room for "
-                    "non-torch memory; --enforce-eager to rule out graph capture"]
-        findings.append(f)
+    """All the OOM / KV findings in a log; DiagnosisError when there are none.
+
+    The log is cleaned (prefixes, colours, escapes) and read line by line, then with its lines
+    joined at words, then joined mid-word (terminal wraps); a kind found in an earlier form is
+    not looked for again."""
+    findings: list[OomFinding] = []
+    for form in variants(text):
+        kinds = {(f.kind, f.wording) for f in findings}
+        findings += [f for f in _parse(form) if (f.kind, f.wording) not in kinds]
+    if not findings:
+        for form in variants(text):
+            m = _CUDA_ERROR.search(form)
+            if m:
+                f = OomFinding("cuda_error_oom", "CUDA runtime (CUDA error: out of memory)", m.group(0))
+                f.explanation.append("the allocation failed outside PyTorch's caching allocator (CUDA context "
+                                     "creation, NCCL communicator init, cuBLAS workspace, CUDA graph capture) — no "
+                                     "breakdown in the message")
+                f.fixes += ["check nothing else holds the GPU (nvidia-smi); lower gpu_memory_utilization to leave "
+                            "room for non-torch memory; --enforce-eager to rule out graph capture"]
+                findings.append(f)
+                break
     if not findings:
         head = " ".join(text.strip().split())[:60] or "(empty)"
-        raise DiagnosisError(f"not an OOM message I know (PyTorch CUDA OOM or vLLM KV-cache error): {head!r}")
+        raise DiagnosisError(f"not an OOM message I know (PyTorch, vLLM, SGLang, TGI, cuBLAS or NCCL out-of-memory or "
+                             f"KV-cache error): {head!r}")
     return findings

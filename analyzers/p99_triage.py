@@ -1,6 +1,13 @@
 """`llmdiag p99`: why the tail is bad, checked in the seed's order (network, scheduling, host),
 each finding tied to the spike windows it coincides with, and the p99 playbook marked.
 
+Two kinds of tail: spikes (a few requests far above their level's median, analyzers/tail_windows.py)
+and standing tails (a level that misses the SLO or sits far above the unloaded baseline throughout,
+analyzers/triage_levels.py), the latter split into queue, prefill and decode time
+(analyzers/triage_standing.py). Findings rank by the share of the run's tail requests they explain;
+one that explains less than CONTEXT_SHARE is context, not a cause. Evidence must be the target's:
+its own connections, its own process; host-wide counters are context.
+
 Everything comes from the run directory: requests.jsonl for the tail and its windows, and the
 probes (tcp, irq, server, host, gpu) for the evidence. A check whose data is missing says so
 ("could not be checked") instead of passing; with clean data the answer is "no cause found
@@ -9,23 +16,35 @@ among: ..." and never an invented one.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
 
 from analyzers.diagnosis_error import DiagnosisError
 from analyzers.distribution import MIN_SAMPLES_FOR_P99
 from analyzers.probe_series import read_probe
-from analyzers.tail_windows import TailWindows, find_tail_windows
+from analyzers.tail_windows import METRIC_SPANS, TailWindows, find_tail_windows, overlaps
 from analyzers.triage_evidence import split_samples
-from analyzers.triage_host import check_cpu, check_gpu_throttle
-from analyzers.triage_network import check_collectives, check_irq_affinity, check_link_saturation, check_retransmits
+from analyzers.triage_host import check_cpu, check_gpu_throttle, read_top_others
+from analyzers.triage_levels import LevelLoad, level_loads
+from analyzers.triage_network import (
+    check_collectives,
+    check_irq_affinity,
+    check_link_saturation,
+    check_retransmits,
+    target_locality,
+)
+from analyzers.triage_phases import level_phases
 from analyzers.triage_requests import check_hol_blocking, check_send_lag
 from analyzers.triage_server import check_batch_size, check_preemptions, check_queueing
-from analyzers.triage_types import CheckResult, Finding, rank
+from analyzers.triage_standing import check_standing, engine_limits, tail_rows
+from analyzers.triage_types import CheckResult, Finding, split_causes
 from rundir import RunDir
 from rundir.table import RequestTable
 
 PROBES = ("tcp", "irq", "server", "host", "gpu")
 WINDOWS_ID = "p99.windows"
+STANDING_STEP = "p99.standing"      # the playbook step every standing-tail cause marks
 
 
 @dataclass
@@ -34,14 +53,22 @@ class P99Diagnosis:
     metric: str
     tails: TailWindows
     checks: list[CheckResult]
-    findings: list[Finding]          # ranked, most likely cause first
+    findings: list[Finding]          # ranked causes, most likely first
+    context: list[Finding] = field(default_factory=list)    # findings that explain little of the tail
+    levels: list[LevelLoad] = field(default_factory=list)   # each level's standing-tail verdict
+    tail_requests: int = 0           # spike requests and standing-tail requests together
+
+    @property
+    def notes(self) -> list[str]:
+        """What was seen that is not the target's problem, e.g. other flows' retransmits."""
+        return [c.context for c in self.checks if c.context]
 
     @property
     def headline(self) -> str:
         if self.findings:
             return self.findings[0].title
         looked = [c.check_id for c in self.checks if c.status == "passed"]
-        return "no cause found among: " + ", ".join(looked)
+        return "no cause found among: " + ", ".join(dict.fromkeys(looked))
 
     def to_dict(self) -> dict:
         t = self.tails
@@ -49,8 +76,13 @@ class P99Diagnosis:
                 "span": asdict(t.span), "spike_windows": [asdict(w) for w in t.spikes],
                 "spike_seconds": t.spike_s, "calm_seconds": t.calm_s, "levels": [asdict(lv) for lv in t.levels],
                 "findings": [dict(asdict(f), coverage=f.coverage) for f in self.findings],
+                "context": [dict(asdict(f), coverage=f.coverage) for f in self.context],
+                "notes": self.notes, "tail_requests": self.tail_requests,
+                "standing_levels": [{"level_id": lv.level_id, "load": lv.load, "n": lv.n, "p50": lv.p50,
+                                     "slo_stat": lv.slo_stat, "slo_bound": lv.slo_bound, "why": lv.why,
+                                     "tail_requests": int(lv.tail_rows.size)} for lv in self.levels if lv.standing],
                 "checks": [{"check_id": c.check_id, "category": c.category, "title": c.title, "status": c.status,
-                            "detail": c.detail} for c in self.checks]}
+                            "detail": c.detail, "context": c.context} for c in self.checks]}
 
 
 def diagnose_p99(run: RunDir, metric: str = "ttft") -> P99Diagnosis:
@@ -64,17 +96,55 @@ def diagnose_p99(run: RunDir, metric: str = "ttft") -> P99Diagnosis:
     except ValueError as exc:
         raise DiagnosisError(str(exc)) from None
     ttft = tails if metric == "ttft" else find_tail_windows(table, "ttft")
-    p = {name: split_samples(read_probe(run.probe_file(name), name), tails) for name in PROBES}
+    info = run.read_info()
+    series = {name: read_probe(run.probe_file(name), name) for name in PROBES}
+    p = {name: split_samples(series[name], tails) for name in PROBES}
+    # The embedded engine is the sweep's own subprocess on this host (its URL is not recorded).
+    locality = "this host (the embedded engine)" if info.target.kind == "embedded" else \
+        target_locality(info.target.url, (info.host or {}).get("hostname"))
+    levels = level_loads(table, info, metric)
+    top_others = read_top_others(run.probe_file("host"))
+    rows = table.level_rows()
+    phases = {lv.level_id: level_phases(table, lv.level_id, lv.tail_rows if lv.unfinished else
+                                        rows[lv.level_id][_ok(table, metric)[rows[lv.level_id]]],
+                                        lv.window, series["server"], series["host"], top_others)
+              for lv in levels if lv.standing or lv.level_id == lv.baseline_level}
+    limits = engine_limits(info.target.engine_args, info.target.kind == "embedded")
     checks = [
-        check_retransmits(p["tcp"], tails), check_irq_affinity(p["irq"], p["host"], tails),
+        check_retransmits(p["tcp"], tails, locality), check_irq_affinity(p["irq"], p["host"], tails, locality),
         check_link_saturation(), check_collectives(),
         check_hol_blocking(table, ttft), check_preemptions(p["server"], tails), check_queueing(p["server"], tails),
         check_batch_size(p["server"], tails),
-        check_cpu(p["host"], tails), check_gpu_throttle(p["gpu"], tails),
+        *check_standing(metric, levels, phases, limits, locality is not None),
+        check_cpu(p["host"], tails, top_others), check_gpu_throttle(p["gpu"], tails),
         check_send_lag(table, ttft),
     ]
-    findings = rank([c.finding for c in checks if c.finding is not None])
-    return P99Diagnosis(run.read_info().run_id, metric, tails, checks, findings)
+    found = [c.finding for c in checks if c.finding is not None]
+    n_tail = _set_tail_shares(table, metric, tails, levels, found)
+    causes, context = split_causes(found)
+    return P99Diagnosis(info.run_id, metric, tails, checks, causes, context, levels, n_tail)
+
+
+def _ok(table: RequestTable, metric: str) -> np.ndarray:
+    col = METRIC_SPANS[metric][2]
+    df = table.df
+    return (df["status"] == "ok").to_numpy() & df["in_window"].to_numpy() & df[col].notna().to_numpy()
+
+
+def _set_tail_shares(table: RequestTable, metric: str, tails: TailWindows, levels: list[LevelLoad],
+                     findings: list[Finding]) -> int:
+    """Each finding's share of the run's tail: the spike requests and the standing levels' tail
+    requests whose own latency window overlaps a window the finding explains."""
+    tail = np.union1d(tails.spike_rows, tail_rows(levels)).astype(int)
+    start_col, end_col, _ = METRIC_SPANS[metric]
+    starts = table.df[start_col].to_numpy(float)[tail]
+    ends = table.df[end_col].to_numpy(float)[tail]
+    # A request cut off before its first token: its window runs to when it was cut off.
+    starts = np.where(np.isfinite(starts), starts, table.df["t_sent"].to_numpy(float)[tail])
+    ends = np.where(np.isfinite(ends), ends, table.df["t_done"].to_numpy(float)[tail])
+    for f in findings:
+        f.tail_share = float(overlaps(starts, ends, f.explains).mean()) if tail.size else 0.0
+    return int(tail.size)
 
 
 def mark_playbook(diag: P99Diagnosis):
@@ -90,15 +160,21 @@ def mark_playbook(diag: P99Diagnosis):
         windows += f"; P99 from < {MIN_SAMPLES_FOR_P99} samples in {', '.join(small)} (unreliable)"
     run.passed(WINDOWS_ID, windows)
     ids = set(run.playbook.ids)
-    for c in diag.checks:
-        if c.check_id not in ids:
+    standing = [c for c in diag.checks if c.finding is not None and c.finding.kind == "standing"]
+    # Failures last, so that a step checked twice (spikes, then a standing level) shows the failure.
+    for c in sorted(diag.checks, key=lambda c: c.status == "failed"):
+        step = c.check_id if c.check_id in ids else STANDING_STEP if c in standing else None
+        if step is None:
             continue
         if c.status == "failed":
-            run.failed(c.check_id, c.detail)
+            detail = c.detail
+            if step == STANDING_STEP:
+                detail = "; ".join(s.detail for s in standing)
+            run.failed(step, detail)
         elif c.status == "passed":
-            run.passed(c.check_id, c.detail)
+            run.passed(step, c.detail)
         else:
-            run.unchecked(c.check_id, c.detail)
+            run.unchecked(step, c.detail)
     return run
 
 

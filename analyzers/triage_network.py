@@ -3,6 +3,10 @@ piled on one core, each judged by whether it lines up with the spike windows."""
 
 from __future__ import annotations
 
+import ipaddress
+import socket
+from urllib.parse import urlparse
+
 import numpy as np
 
 from analyzers.tail_windows import TailWindows
@@ -21,35 +25,89 @@ LINK_ID, LINK_TITLE = "p99.net.link-saturation", "links not saturated"
 COMM_ID, COMM_TITLE = "p99.net.collectives", "collective bandwidth matches the hardware"
 
 
-def check_retransmits(tcp: SampleSplit | None, tails: TailWindows) -> CheckResult:
+def target_locality(url: str | None, run_hostname: str | None) -> str | None:
+    """'loopback' or 'this host' when the network is not in the target's path, else None.
+
+    A literal loopback address (or localhost) is loopback wherever the run is read; "this host"
+    (an address of one of this machine's interfaces) is decided only when the run was recorded on
+    the machine reading it, since the addresses are this machine's."""
+    host = urlparse(url or "").hostname
+    if not host:
+        return None
+    if host == "localhost":
+        return "loopback"
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return None
+    if ip.is_loopback:
+        return "loopback"
+    if run_hostname and run_hostname == socket.gethostname():
+        family = socket.AF_INET6 if ip.version == 6 else socket.AF_INET
+        try:
+            with socket.socket(family, socket.SOCK_DGRAM) as s:
+                s.bind((host, 0))          # binds only to an address this machine owns
+            return "this host"
+        except OSError:
+            return None
+    return None
+
+
+def _host_wide(tcp: SampleSplit) -> str | None:
+    n_spike, n_calm, _, _ = tcp.rate("Tcp.RetransSegs")
+    if n_spike + n_calm <= 0:
+        return None
+    return (f"other flows on this host retransmitted {n_spike + n_calm:.0f} segments ({n_spike:.0f} during the "
+            "spikes), not the target's (host-wide /proc/net/snmp counters)")
+
+
+def check_retransmits(tcp: SampleSplit | None, tails: TailWindows, locality: str | None = None) -> CheckResult:
+    """The target's own connections (`ss` per connection, probe tcp's conns_retrans) decide; the
+    host-wide counters count every flow on the host and are context only. Without per-connection
+    data the host-wide counters are used, said so, and never ranked high."""
     if tcp is None or not tcp.has("Tcp.RetransSegs"):
         return unchecked(RETRANS_ID, "network", RETRANS_TITLE, "no tcp probe in this run (llmbench sweep --probes tcp)")
+    context = _host_wide(tcp)
+    if locality is not None:
+        return passed(RETRANS_ID, "network", RETRANS_TITLE, f"the target is on {locality}: the network is not in "
+                      "its path", context=context, target=locality)
+    own = tcp.has("conns_retrans")
+    field = "conns_retrans" if own else "Tcp.RetransSegs"
+    whose = "the target's connections" if own else "host-wide counters (the target's own connections were not recorded)"
     if not tails.spikes:
-        return passed(RETRANS_ID, "network", RETRANS_TITLE, "no spike windows to compare")
-    n_spike, n_calm, r_spike, r_calm = tcp.rate("Tcp.RetransSegs")
-    timeouts_spike, _, _, _ = tcp.rate("TcpExt.TCPTimeouts")
+        return passed(RETRANS_ID, "network", RETRANS_TITLE, "no spike windows to compare", context=context)
+    n_spike, n_calm, r_spike, r_calm = tcp.rate(field)
+    rto_spike = tcp.rate("conns_rto")[0] if own else tcp.rate("TcpExt.TCPTimeouts")[0]
     ratio = lift(r_spike, r_calm)
-    evidence = dict(retrans_in_spikes=n_spike, retrans_in_calm=n_calm, retrans_per_s_spikes=r_spike,
-                    retrans_per_s_calm=r_calm, rto_timeouts_in_spikes=timeouts_spike,
+    evidence = dict(source=field, retrans_in_spikes=n_spike, retrans_in_calm=n_calm, retrans_per_s_spikes=r_spike,
+                    retrans_per_s_calm=r_calm, rto_in_spikes=rto_spike,
                     lift=ratio if np.isfinite(ratio) else "only in spikes")
+    if own:
+        evidence["host_wide_retrans"] = tcp.rate("Tcp.RetransSegs")[0] + tcp.rate("Tcp.RetransSegs")[1]
     if n_spike < MIN_RETRANS or ratio < RETRANS_LIFT:
         return passed(RETRANS_ID, "network", RETRANS_TITLE,
-                      f"{n_spike:.0f} retransmits in the spikes ({r_spike:.2f}/s) vs {r_calm:.2f}/s in the calm",
-                      **evidence)
-    explains = tcp.windows_where(tails, np.nan_to_num(tcp.values("Tcp.RetransSegs")) > 0)
-    severity = "high" if timeouts_spike > 0 or ratio >= 10 else "medium"
+                      f"{n_spike:.0f} retransmits on {whose} in the spikes ({r_spike:.2f}/s) vs {r_calm:.2f}/s in "
+                      "the calm", context=context if own else None, **evidence)
+    explains = tcp.windows_where(tails, np.nan_to_num(tcp.values(field)) > 0)
+    severity = ("high" if rto_spike > 0 or ratio >= 10 else "medium") if own else "medium"
     finding = Finding(RETRANS_ID, "network", severity,
-                      f"TCP retransmits burst in the spike windows: {n_spike:.0f} segments ({r_spike:.1f}/s) vs "
-                      f"{r_calm:.2f}/s in the calm" + (f", {timeouts_spike:.0f} RTO timeouts" if timeouts_spike else ""),
+                      f"TCP retransmits on {whose} burst in the spike windows: {n_spike:.0f} segments "
+                      f"({r_spike:.1f}/s) vs {r_calm:.2f}/s in the calm"
+                      + (f", {rto_spike:.0f} in RTO backoff" if rto_spike and own else
+                         f", {rto_spike:.0f} RTO timeouts" if rto_spike else ""),
                       evidence, explains, len(tails.spikes),
                       "find the lossy hop: `llmbench sweep --probes tcp,capture` then `llmdiag pcap` per flow; "
                       "check NIC/switch counters and ring buffer drops (ethtool -S)")
     return failed(finding, RETRANS_TITLE, finding.title)
 
 
-def check_irq_affinity(irq: SampleSplit | None, host: SampleSplit | None, tails: TailWindows) -> CheckResult:
+def check_irq_affinity(irq: SampleSplit | None, host: SampleSplit | None, tails: TailWindows,
+                       locality: str | None = None) -> CheckResult:
     if irq is None or not irq.has("ncpu"):
         return unchecked(IRQ_ID, "network", IRQ_TITLE, "no irq probe in this run (llmbench sweep --probes irq)")
+    if locality is not None:
+        return passed(IRQ_ID, "network", IRQ_TITLE, f"the target is on {locality}: its traffic crosses no NIC",
+                      target=locality)
     total = np.nan_to_num(irq.values("nic_irq_total"))
     dt = np.maximum(irq.end - irq.start, 1e-9)
     per_s = total / dt

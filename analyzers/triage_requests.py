@@ -6,7 +6,9 @@ long prefill gets its first token within a step or two after that prefill ends (
 request's first token). So a short request counts as "released by a long prefill" when a long
 request's first token came while it was waiting and at most max(RELEASE_STEPS median inter-token
 gaps, the median short TTFT) before its own first token (the step after a long prefill is often
-the one that prefills the short prompts queued behind it). The window has the same length for every request, so a spike's
+the one that prefills the short prompts queued behind it), or in the same step (a short prompt
+batched with the long prefill, whose first tokens arrive within a few ms of each other, in either
+order). The window has the same length for every request, so a spike's
 longer wait does not by itself make it more likely to be counted. The check asks whether released
 short requests are far more likely to be in the TTFT tail than the others (a relative risk), and
 whether most of the short tail is made of them.
@@ -26,6 +28,7 @@ HOL_MIN_SHARE = 0.5           # at least half of the short spikes were released 
 HOL_MIN_RISK = 2.0            # ... and a released short request is at least twice as likely to spike
 RELEASE_STEPS = 2.0           # "right after": within this many median inter-token gaps
 MIN_RELEASE_S = 0.005
+SAME_STEP_S = 0.010           # first tokens of one engine step reach the client this close together
 SEND_LAG_FLOOR_S = 0.010      # send lag under this is noise on any machine
 SEND_LAG_SHARE = 0.10         # ... and above this share of the TTFT P50 distorts TTFT
 
@@ -71,7 +74,11 @@ def check_hol_blocking(table: RequestTable, ttft: TailWindows) -> CheckResult:
     ttft_s = df["ttft_s"].to_numpy(float)
     release_s = max(RELEASE_STEPS * step_s, float(np.nanmedian(ttft_s[short_measured])), MIN_RELEASE_S)
     short = np.concatenate([short_spikes, short_calm])
-    crossed = holds_a_point(np.maximum(t_sent[short], t_first[short] - release_s), t_first[short], long_done)
+    # A short prompt prefilled in the same step as the long one gets its first token in the same
+    # flush, a few ms before or after the long one's: that is being blocked too.
+    same_step_s = max(SAME_STEP_S, 0.5 * step_s)
+    crossed = holds_a_point(np.maximum(t_sent[short], t_first[short] - release_s), t_first[short] + same_step_s,
+                            long_done)
     is_spike = np.arange(short.size) < short_spikes.size
     spike_hit = crossed[is_spike]
     spike_share = float(spike_hit.mean())

@@ -27,6 +27,10 @@ class Finding:
     explains: list[Window]              # spike windows where the evidence coincides
     spike_windows: int                  # spike windows in this check's scope (e.g. those of short requests)
     next_step: str                      # what to do or look at next
+    kind: str = "spike"                 # "spike": tied to spike windows; "standing": a level slow throughout
+    # Share of the run's tail requests (spikes and standing-tail requests) whose own latency window
+    # overlaps `explains`: what ranking orders by. Set by p99_triage once every check has run.
+    tail_share: float | None = None
 
     def __post_init__(self) -> None:
         if self.category not in CATEGORIES:
@@ -38,7 +42,9 @@ class Finding:
 
     @property
     def coverage(self) -> float:
-        """Share of the spike windows this finding coincides with."""
+        """Share of the tail this finding explains (of its spike windows until tail_share is set)."""
+        if self.tail_share is not None:
+            return self.tail_share
         return len(self.explains) / self.spike_windows if self.spike_windows else 0.0
 
 
@@ -51,6 +57,7 @@ class CheckResult:
     detail: str                         # why it passed, failed, or could not be checked
     finding: Finding | None = None
     numbers: dict[str, Any] = field(default_factory=dict)
+    context: str | None = None          # what was seen that is not the target's problem (host-wide counters ...)
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
@@ -63,8 +70,9 @@ def unchecked(check_id: str, category: str, title: str, why: str) -> CheckResult
     return CheckResult(check_id, category, title, "unchecked", why)
 
 
-def passed(check_id: str, category: str, title: str, why: str, **numbers: Any) -> CheckResult:
-    return CheckResult(check_id, category, title, "passed", why, numbers=numbers)
+def passed(check_id: str, category: str, title: str, why: str, context: str | None = None,
+           **numbers: Any) -> CheckResult:
+    return CheckResult(check_id, category, title, "passed", why, numbers=numbers, context=context)
 
 
 def failed(finding: Finding, title: str, detail: str) -> CheckResult:
@@ -72,7 +80,18 @@ def failed(finding: Finding, title: str, detail: str) -> CheckResult:
                        numbers=dict(finding.evidence))
 
 
+COVERAGE_STEP = 0.1          # coverages this close are a tie, broken by the seed's order
+CONTEXT_SHARE = 0.2          # a finding explaining less of the tail than this is context, not a cause
+
+
 def rank(findings: list[Finding]) -> list[Finding]:
-    """Most severe first; then the one that explains more of the spikes; then the seed's order."""
-    return sorted(findings, key=lambda f: (SEVERITIES.index(f.severity), -f.coverage,
-                                           CATEGORIES.index(f.category)))
+    """The one that explains more of the tail first (in steps of COVERAGE_STEP); then the seed's
+    order (network, scheduling, host, client); then severity."""
+    return sorted(findings, key=lambda f: (-round(f.coverage / COVERAGE_STEP), CATEGORIES.index(f.category),
+                                           SEVERITIES.index(f.severity)))
+
+
+def split_causes(findings: list[Finding]) -> tuple[list[Finding], list[Finding]]:
+    """(causes, context): ranked findings that explain at least CONTEXT_SHARE of the tail, and the rest."""
+    ranked = rank(findings)
+    return [f for f in ranked if f.coverage >= CONTEXT_SHARE], [f for f in ranked if f.coverage < CONTEXT_SHARE]

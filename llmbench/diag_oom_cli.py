@@ -33,7 +33,8 @@ def oom(
     concurrency: int = typer.Option(32, "--concurrency", "-c", help="Concurrent requests the plan must hold."),
     request_tokens: Optional[int] = typer.Option(None, "--request-tokens", help="Prompt + output tokens a typical "
                                                  "request reaches (default: max_model_len, the worst case)."),
-    gpu_memory: float = typer.Option(80.0, "--gpu-memory", help="Memory per GPU in GiB (H100/A100-80GB: 80)."),
+    gpu_memory: str = typer.Option("80", "--gpu-memory", help="Memory per GPU: GiB (80), or with a unit: 80GiB, "
+                                   "80GB (10^9 bytes), 24576MiB."),
     gpu_memory_utilization: float = typer.Option(0.90, "--gpu-memory-utilization", help="Fraction of GPU memory "
                                                  "the engine may use (vLLM's flag)."),
     block_size: int = typer.Option(16, "--block-size", help="Tokens per KV block."),
@@ -75,9 +76,11 @@ def oom(
         run = PlaybookRun(load_playbook("oom"))
         estimate = findings = result = None
         if model:
+            from analyzers.oom_units import parse_gpu_memory
+
             estimate = _model_mode(model, dict(
                 tp=tp, pp=pp, weight_dtype=dtype, kv_dtype=kv_dtype, max_model_len=max_model_len,
-                concurrency=concurrency, request_tokens=request_tokens, gpu_memory_gib=gpu_memory,
+                concurrency=concurrency, request_tokens=request_tokens, gpu_memory_gib=parse_gpu_memory(gpu_memory),
                 gpu_memory_utilization=gpu_memory_utilization, block_size=block_size,
                 max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
                 cuda_graphs=not enforce_eager, kv_layout=kv_layout))
@@ -110,7 +113,7 @@ def _model_mode(model: str, plan_kwargs: dict):
     moe = f", MoE {shape.num_experts} experts top-{shape.experts_per_token}" if shape.is_moe else ""
     console.print(Text(f"{shape.name}: {shape.num_parameters() / 1e9:.2f}B parameters{moe}; TP {plan.tp} x PP "
                        f"{plan.pp}, weights {plan.weight_dtype}, KV {plan.kv_bytes:g} B/elem, max_model_len "
-                       f"{plan.max_model_len:,}, {plan.concurrency} concurrent, {plan.gpu_memory_gib:g} GiB x "
+                       f"{plan.max_model_len:,}, {plan.concurrency} concurrent, {plan.gpu_memory_gib:.4g} GiB x "
                        f"{plan.gpu_memory_utilization:.2f}", style="bold"))
     table = Table(title="memory per GPU (the fullest GPU of a replica)", title_justify="left")
     table.add_column("part")
@@ -126,9 +129,7 @@ def _model_mode(model: str, plan_kwargs: dict):
     console.print(table)
     tokens = plan.max_model_len if plan.kv_layout == "contiguous" else plan.tokens_per_request
     per_req = est.blocks_per_request(tokens) * est.block_bytes
-    console.print(f"KV per token: {shape.kv_bytes_per_token(plan.kv_bytes) / 1024:,.0f} KiB for the model "
-                  f"(2 x {shape.num_layers} layers x {shape.num_kv_heads} KV heads x {shape.head_dim} x "
-                  f"{plan.kv_bytes:g} B), {est.kv_bytes_per_token_gpu / 1024:,.1f} KiB per GPU")
+    _kv_table(shape, plan, est)
     console.print(f"per request of {tokens:,} tokens: {est.blocks_per_request(tokens):,} blocks of {plan.block_size} "
                   f"= {per_req / 1024 ** 2:,.1f} MiB per GPU; {plan.concurrency} requests need "
                   f"{_gib(est.kv_needed)} GiB, the cache has {_gib(max(est.kv_budget, 0))} GiB")
@@ -148,6 +149,20 @@ def _model_mode(model: str, plan_kwargs: dict):
     console.print(fixes)
     console.print("[dim]assumptions: " + "; ".join(ASSUMPTIONS) + "[/]")
     return est
+
+
+def _kv_table(shape, plan, est) -> None:
+    """The seed's whole-model KV figures beside what one GPU of the plan holds."""
+    from analyzers.oom_units import human_bytes, kv_figures
+
+    table = Table(title=f"KV cache: 2 x {shape.num_layers} layers x {shape.num_kv_heads} KV heads x {shape.head_dim} "
+                  f"x {plan.kv_bytes:g} B per token", title_justify="left")
+    table.add_column("KV")
+    table.add_column("whole model", justify="right")
+    table.add_column(f"per GPU (TP {plan.tp} x PP {plan.pp})", justify="right")
+    for f in kv_figures(shape, plan, est):
+        table.add_row(f.what, human_bytes(f.whole_model_bytes), human_bytes(f.per_gpu_bytes))
+    console.print(table)
 
 
 def _log_mode(path: Path):

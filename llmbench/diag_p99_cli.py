@@ -36,8 +36,9 @@ def p99(
     json_out: bool = typer.Option(False, "--json", help="Print the diagnosis as JSON instead of tables."),
     save: bool = typer.Option(True, help="Also write diagnosis_p99.json into the run directory (the report shows it)."),
 ) -> None:
-    """Why P99 is bad: finds the spike windows of the tail, checks the network, then scheduling, then the
-    host for evidence that coincides with them, ranks the causes and marks the p99 playbook."""
+    """Why P99 is bad: finds the spike windows and the standing tails (levels slow throughout, split into
+    queue, prefill and decode), checks the network, then scheduling, then the host with the target's own
+    evidence, ranks the causes by the share of the tail they explain and marks the p99 playbook."""
     from analyzers.p99_triage import diagnose_p99, diagnosis_record, mark_playbook, save_diagnosis
     from playbooks.playbook import render
     from rundir import RunDir
@@ -109,13 +110,21 @@ def _print_tail(diag) -> None:
 
 
 def _print_findings(diag) -> None:
+    standing = [lv for lv in diag.levels if lv.standing]
+    if standing:
+        console.print("standing tails: " + "; ".join(f"{lv.level_id} ({lv.why})" for lv in standing), highlight=False)
     if not diag.findings:
         console.print(f"[green]{diag.headline}[/]", highlight=False)
-        return
-    table = Table(title="Findings, most likely cause first", title_justify="left", show_lines=True)
-    for col in ("#", "category", "severity", "finding", "spike windows explained", "next step"):
-        table.add_column(col, overflow="fold")
-    for i, f in enumerate(diag.findings, 1):
-        table.add_row(str(i), f.category, f.severity, Text(f.title), f"{len(f.explains)}/{f.spike_windows}",
-                      Text(f.next_step))
-    console.print(table)
+    else:
+        table = Table(title=f"Findings, most likely cause first ({diag.tail_requests} tail requests)",
+                      title_justify="left", show_lines=True)
+        for col in ("#", "category", "severity", "finding", "share of the tail", "next step"):
+            table.add_column(col, overflow="fold")
+        for i, f in enumerate(diag.findings, 1):
+            table.add_row(str(i), f.category, f.severity, Text(f.title), f"{f.coverage:.0%} ({f.kind})",
+                          Text(f.next_step))
+        console.print(table)
+    for f in diag.context:
+        console.print(Text(f"context ({f.coverage:.0%} of the tail): {f.title}", style="dim"))
+    for note in diag.notes:
+        console.print(Text(f"note: {note}", style="dim"))

@@ -31,6 +31,9 @@ class ProbeContext:
     out_dir: Path                       # the run directory; rows go to out_dir/probes/<name>.jsonl
     target_url: str | None = None       # base URL of the server (server, tcp, capture probes)
     server_pid: int | None = None       # the server process when it is local (host, stacks probes)
+    # The load generator's processes (host probe's client_cpu_cores); None = this process and its
+    # descendants other than the server's tree (the sweep and its locust children).
+    client_pids: list[int] | None = None
     interval_s: float = 1.0             # sampling interval of every probe unless it overrides it
     capture_port: int | None = None     # TCP port the capture probe keeps (default: the target's)
     capture_iface: str | None = None    # interface to sniff (default: lo for a loopback target)

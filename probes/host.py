@@ -5,6 +5,14 @@ load1/load5/load15, mem_total_bytes, mem_available_bytes, mem_used_bytes, and wh
 local: server_pid, server_cpu_cores (1.0 = one core busy), server_rss_bytes, server_threads,
 server_last_cpu, server_numa_node (node of the CPU it last ran on), server_cpus_allowed,
 server_mems_allowed, server_mem_by_node_bytes (every 30th sample; numa_maps is costly to read).
+
+CPU by process (probes/proc_cpu.py): server_cpu_cores (the server and its descendants),
+client_cpu_cores (the load generator: ctx.client_pids and their descendants, by default this
+process, the sweep, and its locust children), others_cpu_cores (every other process) and
+top_others ([{pid, comm, cpu_cores}], the busiest others). Contention: cpu_pressure_some_avg10
+(PSI, % of the last 10 s some runnable task waited for a CPU), cpu_pressure_some_share (the same
+over this interval, from the `total` deltas) and cpu_steal_pct (time a hypervisor took), where the
+kernel has them.
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ from pathlib import Path
 
 from probes import procfs
 from probes.base import Probe, ProbeUnavailable, read_text
+from probes.proc_cpu import ProcessCpuTracker
 
 NUMA_MAPS_EVERY = 30
 
@@ -35,6 +44,10 @@ class HostProbe(Probe):
         self._node_of_cpu: dict[int, str] = {}
         self._n = 0
         self._pid_gone = False
+        self._procs = ProcessCpuTracker(self.proc, self.pid, getattr(ctx, "client_pids", None), self._tick)
+        self._prev_t: float | None = None
+        self._prev_psi: float | None = None
+        self._prev_steal: tuple[int, int] | None = None
 
     def check(self) -> None:
         if not sys.platform.startswith("linux"):
@@ -46,6 +59,7 @@ class HostProbe(Probe):
         self._node_of_cpu = self._numa_nodes()
         if self.pid is not None:
             self._server({})             # baseline of the server's CPU ticks
+        self._contention({}, 0.0)        # baselines of the per-process ticks, PSI and steal
 
     def _numa_nodes(self) -> dict[int, str]:
         out: dict[int, str] = {}
@@ -64,7 +78,8 @@ class HostProbe(Probe):
 
     def sample(self) -> dict | None:
         row: dict = {"t": time.time()}
-        cpus = procfs.parse_proc_stat_cpus(read_text(self.proc / "stat"))
+        stat = read_text(self.proc / "stat")
+        cpus = procfs.parse_proc_stat_cpus(stat)
         if self._prev_cpus is not None:
             pct = procfs.cpu_busy_pct(self._prev_cpus, cpus)
             row["cpu_pct"] = pct.get("cpu")
@@ -76,8 +91,40 @@ class HostProbe(Probe):
         self._memory(row)
         if self.pid is not None and not self._pid_gone:
             self._server(row)
+        self._contention(row, row["t"] - self._prev_t if self._prev_t else 0.0, stat)
         self._n += 1
         return row
+
+    def _contention(self, row: dict, dt_s: float, stat: str | None = None) -> None:
+        """Per-process CPU, PSI and steal for the interval since the last call (baselines when dt_s is 0)."""
+        now = time.time()
+        self._prev_t = now
+        try:
+            uptime = float(read_text(self.proc / "uptime").split()[0])
+        except (OSError, ValueError, IndexError):
+            uptime = None
+        by_proc = self._procs.sample(dt_s, uptime)
+        if by_proc is not None:
+            if by_proc.server_cpu_cores is not None and not self._pid_gone:
+                row["server_cpu_cores"] = by_proc.server_cpu_cores     # the server's whole process tree
+            row["client_cpu_cores"] = by_proc.client_cpu_cores
+            row["others_cpu_cores"] = by_proc.others_cpu_cores
+            row["top_others"] = by_proc.top_others
+        try:
+            psi = procfs.parse_pressure(read_text(self.proc / "pressure/cpu"))
+        except OSError:
+            psi = {}                     # kernels without PSI (or containers that hide it)
+        if "some_avg10" in psi:
+            row["cpu_pressure_some_avg10"] = psi["some_avg10"]
+        total = psi.get("some_total_us")
+        if total is not None and self._prev_psi is not None and dt_s > 0:
+            row["cpu_pressure_some_share"] = round(min(max((total - self._prev_psi) / (dt_s * 1e6), 0.0), 1.0), 4)
+        self._prev_psi = total
+        steal = procfs.parse_proc_stat_steal(stat) if stat else None
+        if steal is not None and self._prev_steal is not None and steal[1] > self._prev_steal[1]:
+            row["cpu_steal_pct"] = round(100.0 * (steal[0] - self._prev_steal[0]) / (steal[1] - self._prev_steal[1]), 3)
+        if steal is not None:
+            self._prev_steal = steal
 
     def _memory(self, row: dict) -> None:
         try:

@@ -42,22 +42,28 @@ def _is_int(tok: str) -> bool:
     return tok.lstrip("-").isdigit()
 
 
-_SS_FIELD = re.compile(r"\b(retrans|rtt|lost|bytes_retrans|cwnd|unacked|rto|bytes_acked|bytes_received)"
+_SS_FIELD = re.compile(r"\b(retrans|rtt|lost|bytes_retrans|cwnd|unacked|rto|backoff|bytes_acked|bytes_received)"
                        r":([\d.]+)(?:/([\d.]+))?")
+
+
+_NETIDS = {"tcp", "tcp6", "mptcp", "udp", "raw", "sctp"}
 
 
 def parse_ss(text: str) -> list[dict]:
     """`ss -tin` (with or without header) -> one dict per connection: local, peer, state, and
-    retrans_current, retrans_total, rtt_ms, rttvar_ms, lost, bytes_retrans, cwnd, rto_ms."""
+    retrans_current, retrans_total, rtt_ms, rttvar_ms, lost, bytes_retrans, cwnd, rto_ms, and backoff
+    (the RTO backoff exponent: > 0 while the connection is recovering from a retransmission timeout)."""
     conns: list[dict] = []
     for line in text.splitlines():
-        if not line.strip() or line.startswith("State") or line.startswith("Recv-Q"):
+        if not line.strip() or line.startswith(("State", "Recv-Q", "Netid")):
             continue
         if line[0] in " \t":
             if conns:
                 _ss_info(conns[-1], line)
             continue
         parts = line.split()
+        if len(parts) >= 6 and parts[0] in _NETIDS:
+            parts = parts[1:]              # `ss -i` without -t prints the Netid column first
         # "ESTAB 0 0 local peer" (with state) or "0 0 local peer" (with a state filter)
         if len(parts) >= 5 and not parts[0].isdigit():
             state, local, peer = parts[0], parts[3], parts[4]

@@ -68,19 +68,49 @@ def parse_loadavg(text: str) -> tuple[float, float, float] | None:
         return None
 
 
-def parse_pid_stat(text: str) -> dict[str, int] | None:
-    """/proc/<pid>/stat -> utime, stime (clock ticks), num_threads, rss_pages, last_cpu.
+def parse_pid_stat(text: str) -> dict | None:
+    """/proc/<pid>/stat -> comm, ppid, utime, stime (clock ticks), num_threads, rss_pages, last_cpu.
     The command name is in parentheses and may hold spaces and ')', so split after the last ')'."""
-    _, sep, rest = text.rpartition(")")
+    head, sep, rest = text.rpartition(")")
     if not sep:
         return None
     f = rest.split()
     # f[0] is field 3 (state); field k of proc(5) is f[k - 3].
     try:
-        return {"utime": int(f[11]), "stime": int(f[12]), "num_threads": int(f[17]), "rss_pages": int(f[21]),
-                "last_cpu": int(f[36])}
+        return {"comm": head.partition("(")[2], "ppid": int(f[1]), "utime": int(f[11]), "stime": int(f[12]),
+                "num_threads": int(f[17]), "rss_pages": int(f[21]), "last_cpu": int(f[36])}
     except (IndexError, ValueError):
         return None
+
+
+def parse_pressure(text: str) -> dict[str, float]:
+    """/proc/pressure/cpu (PSI) -> {"some_avg10": %, "some_total_us": µs, "full_avg10": ...}.
+    "some" is the share of time at least one runnable task waited for a CPU: run-queue contention."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        kind, _, rest = line.partition(" ")
+        if kind not in ("some", "full"):
+            continue
+        for item in rest.split():
+            key, _, value = item.partition("=")
+            try:
+                out[f"{kind}_{key}" + ("_us" if key == "total" else "")] = float(value)
+            except ValueError:
+                continue
+    return out
+
+
+def parse_proc_stat_steal(text: str) -> tuple[int, int] | None:
+    """The aggregate cpu line of /proc/stat -> (steal jiffies, total jiffies); None without a steal column."""
+    for line in text.splitlines():
+        parts = line.split()
+        if parts and parts[0] == "cpu" and len(parts) >= 9:
+            try:
+                vals = [int(x) for x in parts[1:9]]
+            except ValueError:
+                return None
+            return vals[7], sum(vals)
+    return None
 
 
 def parse_status_lists(text: str) -> dict[str, str]:

@@ -18,7 +18,10 @@ CANONICAL = {
     "kv_usage": ["vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage"],
     "running": ["vllm:num_requests_running", "sglang:num_running_reqs", "tgi_batch_current_size"],
     "waiting": ["vllm:num_requests_waiting", "sglang:num_queue_reqs", "tgi_queue_size"],
-    "preemptions_total": ["vllm:num_preemptions_total", "sglang:num_retracted_reqs_total"],
+    "preemptions_total": ["vllm:num_preemptions_total", "sglang:num_retracted_requests_total"],
+    # SGLang's `num_retracted_reqs` is a gauge: the requests retracted (preempted) in its latest
+    # batch, not a running count, so it is its own field and never differenced like a counter.
+    "retracted": ["sglang:num_retracted_reqs"],
     "prefix_cache_queries_total": ["vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"],
     "prefix_cache_hits_total": ["vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"],
     # engines that only export a hit-rate gauge (SGLang; vLLM v0)
@@ -31,6 +34,10 @@ CANONICAL = {
 HISTOGRAMS = {
     "ttft": ["vllm:time_to_first_token_seconds", "sglang:time_to_first_token_seconds"],
     "queue_time": ["vllm:request_queue_time_seconds", "sglang:queue_time_seconds", "tgi_request_queue_duration"],
+    # vLLM v1 (and refengine) split a request's life: queued -> prefill (first scheduled to first
+    # token) -> decode (first token to finish). The standing-tail diagnosis reads these.
+    "prefill_time": ["vllm:request_prefill_time_seconds"],
+    "decode_time": ["vllm:request_decode_time_seconds"],
     "itl": ["vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds",
             "sglang:inter_token_latency_seconds", "sglang:time_per_output_token_seconds",
             "tgi_request_mean_time_per_token_duration"],

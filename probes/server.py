@@ -1,10 +1,12 @@
 """`server` probe: scrape the target's Prometheus /metrics and record one engine-neutral row.
 
 Row fields: up (1 scraped, 0 not), engine, scrape_s; kv_usage (0..1), running, waiting;
-preemptions_total and preemptions (this interval); prefix_cache_hit_rate (this interval, from
+preemptions_total and preemptions (this interval); retracted (SGLang's gauge of requests retracted
+in its latest batch); prefix_cache_hit_rate (this interval, from
 hits/queries counters, or the engine's gauge); prompt_tokens, generation_tokens (this interval)
 and prompt_tok_s, generation_tok_s; per histogram h in ttft, queue_time, itl, e2e: h_count (this
-interval), h_mean_s, h_p50_s, h_p90_s, h_p99_s. A scrape that fails writes {up: 0, error}.
+interval), h_mean_s, h_p50_s, h_p90_s, h_p99_s, also for prefill_time and decode_time (vLLM v1's
+and refengine's request phases). A scrape that fails writes {up: 0, error}.
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ class ServerProbe(Probe):
             row["error"] = (f"{self.url}: no refengine/vLLM/SGLang/TGI metric names among "
                             f"{snap.metric_count} samples")
         v = snap.values
-        for key in ("kv_usage", "running", "waiting", "preemptions_total"):
+        for key in ("kv_usage", "running", "waiting", "preemptions_total", "retracted"):
             if key in v:
                 row[key] = v[key]
         prev, dt = self._prev, t - self._prev_t

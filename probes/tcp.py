@@ -6,7 +6,11 @@ Row fields: dt_s; one delta per counter in netstat.SNMP_KEYS and NETSTAT_KEYS wi
 retrans_per_data = RetransSegs / TCPOrigDataSent for the interval (null when nothing was sent);
 and, when a target port is known: conns (connections to it), conns_retrans_total (sum of their
 lifetime retransmits), conns_lost, conns_rtt_ms_max, conns_rtt_ms_mean, conns_with_retrans (up to
-10 {local, peer, retrans_total, rtt_ms} with retransmits).
+10 {local, peer, retrans_total, rtt_ms} with retransmits); and the target's own share of this
+interval: conns_retrans (retransmits on the target's connections since the last sample: the
+growth of each connection's total, a new connection counted whole), conns_rto (connections seen
+in RTO backoff) and conns_backoff_max. The P99 diagnosis blames the network on these, because the
+host-wide counters also count every other flow on the host.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ class TcpProbe(Probe):
         self._prev: dict[str, int] | None = None
         self._prev_t = 0.0
         self._ss_warned = False
+        self._conn_prev: dict[tuple[str, str], int] | None = None    # (local, peer) -> retrans_total
 
     def check(self) -> None:
         if not sys.platform.startswith("linux"):
@@ -51,6 +56,8 @@ class TcpProbe(Probe):
             self._counters()
         except OSError as exc:
             raise ProbeUnavailable(f"cannot read {self.proc}/net/snmp: {exc.strerror or exc}") from None
+        if self.port is not None and self.ss:
+            self._connections({})        # baseline: connections already open count from here, new ones whole
 
     def _counters(self) -> dict[str, int]:
         values = parse_counter_pairs(read_text(self.proc / "net/snmp"))
@@ -94,5 +101,12 @@ class TcpProbe(Probe):
         row["conns_lost"] = sum(c.get("lost", 0) for c in conns)
         row["conns_rtt_ms_max"] = max(rtts) if rtts else None
         row["conns_rtt_ms_mean"] = round(sum(rtts) / len(rtts), 3) if rtts else None
+        totals = {(c["local"], c["peer"]): c.get("retrans_total", 0) for c in conns}
+        if self._conn_prev is not None:
+            row["conns_retrans"] = sum(max(v - self._conn_prev.get(k, 0), 0) for k, v in totals.items())
+        self._conn_prev = totals
+        backoff = [c.get("backoff", 0) for c in conns]
+        row["conns_rto"] = sum(1 for b in backoff if b > 0)
+        row["conns_backoff_max"] = max(backoff, default=0)
         bad = sorted((c for c in conns if c.get("retrans_total")), key=lambda c: -c["retrans_total"])[:10]
         row["conns_with_retrans"] = [{k: c.get(k) for k in ("local", "peer", "retrans_total", "rtt_ms")} for c in bad]

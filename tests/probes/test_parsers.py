@@ -31,7 +31,8 @@ def test_real_proc_stat_meminfo_loadavg_and_own_process():
 def test_pid_stat_with_spaces_and_parens_in_the_name():
     text = "42 (my (odd) name) S " + " ".join(str(i) for i in range(4, 53))
     st = procfs.parse_pid_stat(text)
-    assert st == {"utime": 14, "stime": 15, "num_threads": 20, "rss_pages": 24, "last_cpu": 39}
+    assert st == {"comm": "my (odd) name", "ppid": 4, "utime": 14, "stime": 15, "num_threads": 20, "rss_pages": 24,
+                  "last_cpu": 39}
 
 
 def test_cpu_busy_pct_from_two_readings():

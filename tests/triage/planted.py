@@ -52,13 +52,18 @@ def delay(r: RequestRecord, extra_s: float) -> None:
     r.derive()
 
 
-def write_run(path: Path, records: list[RequestRecord], probes: dict[str, list[dict]] | None = None) -> RunDir:
+REMOTE_URL = "http://10.99.0.5:8000"     # a target across the network (not this host)
+
+
+def write_run(path: Path, records: list[RequestRecord], probes: dict[str, list[dict]] | None = None,
+              url: str = REMOTE_URL, slos: dict | None = None) -> RunDir:
     run = RunDir(path)
     t_end = max(r.t_done for r in records)
+    levels = list(dict.fromkeys(r.level_id for r in records))
     run.create(RunInfo.from_dict(dict(
-        run_id=path.name, command=["planted"], target={"url": "http://127.0.0.1:1", "model": "m",
-        "kind": "external"}, sweep={}, slos={"ttft_p99_s": 1.5, "tpot_p95_s": 0.05}, host={},
-        tool_version="test", status="complete", started=T0, finished=t_end, levels_done=["c8"])))
+        run_id=path.name, command=["planted"], target={"url": url, "model": "m",
+        "kind": "external"}, sweep={}, slos=slos or {"ttft_p99_s": 1.5, "tpot_p95_s": 0.05}, host={},
+        tool_version="test", status="complete", started=T0, finished=t_end, levels_done=levels)))
     run.append_records(records)
     for name, rows in (probes or {}).items():
         f = run.probe_file(name)
@@ -73,10 +78,12 @@ def clean_probes(t_start: float, t_end: float, ncpu: int = 8) -> dict[str, list[
     out: dict[str, list[dict]] = {"tcp": [], "irq": [], "host": [], "server": []}
     for t in np.arange(t_start, t_end + 1.0, 1.0):
         t = float(t)
-        out["tcp"].append({"t": t, "dt_s": 1.0, "Tcp.OutSegs": 1000, "Tcp.RetransSegs": 0, "TcpExt.TCPTimeouts": 0})
+        out["tcp"].append({"t": t, "dt_s": 1.0, "Tcp.OutSegs": 1000, "Tcp.RetransSegs": 0, "TcpExt.TCPTimeouts": 0,
+                           "conns": 8, "conns_retrans": 0, "conns_rto": 0})
         out["irq"].append({"t": t, "dt_s": 1.0, "ncpu": ncpu, "nic_irq_total": 2000, "nic_busiest_share": 0.16,
                            "nic_busiest_cpu": int(rng.integers(ncpu))})
-        out["host"].append({"t": t, "cpu_pct": 40.0, "cpu_per_core_pct": [40.0] * ncpu, "server_cpu_cores": 3.0})
+        out["host"].append({"t": t, "cpu_pct": 40.0, "cpu_per_core_pct": [40.0] * ncpu, "server_cpu_cores": 3.0,
+                            "client_cpu_cores": 0.1, "others_cpu_cores": 0.1, "top_others": []})
         out["server"].append({"t": t, "up": 1, "kv_usage": 0.5, "running": 8, "waiting": 0, "preemptions": 0,
                               "preemptions_total": 0})
     return out

@@ -1,0 +1,66 @@
+"""The host probe's CPU by process on real processes: the server's tree, the load generator (this
+process and its children) and other processes, named; PSI and steal where the kernel has them."""
+
+import os
+import subprocess
+import sys
+import time
+
+from probes.base import ProbeContext
+from probes.host import HostProbe
+from probes.proc_cpu import ProcessCpuTracker, descendants, read_processes
+
+BURN = [sys.executable, "-c", "import time\nend = time.time() + 20\nwhile time.time() < end: pass"]
+
+
+def _sample_after(probe: HostProbe, seconds: float) -> dict:
+    time.sleep(seconds)
+    return probe.sample()
+
+
+def test_server_client_and_others_are_told_apart(tmp_path):
+    server = subprocess.Popen(BURN)                                   # the "server": a child of this process
+    client_child = subprocess.Popen(BURN)                             # a load-generator child
+    # Not ours: a process whose parent exited, so it is nobody's child here (another process on the host).
+    spawn = (f"import subprocess; print(subprocess.Popen({BURN!r}, start_new_session=True, "
+             "stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).pid)")
+    other_pid = int(subprocess.run([sys.executable, "-c", spawn], capture_output=True, text=True, check=True).stdout)
+    try:
+        probe = HostProbe(ProbeContext(out_dir=tmp_path, server_pid=server.pid))
+        probe.check()
+        rows = [r for r in (_sample_after(probe, 1.0) for _ in range(3)) if r]
+        row = rows[-1]
+        for key in ("server_cpu_cores", "client_cpu_cores", "others_cpu_cores", "top_others"):
+            assert key in row, row.keys()
+        # three busy loops share this machine's cores: each gets a fair share at least
+        ncores = len(row["cpu_per_core_pct"])
+        floor = 0.15 * min(1.0, ncores / 3)
+        assert row["server_cpu_cores"] >= floor and row["client_cpu_cores"] >= floor, row
+        assert row["others_cpu_cores"] >= floor, row
+        named = {p["pid"] for p in row["top_others"]}
+        assert other_pid in named, row["top_others"]
+        assert server.pid not in named and client_child.pid not in named
+        if os.path.exists("/proc/pressure/cpu"):
+            assert 0 <= row["cpu_pressure_some_avg10"] <= 100 and 0 <= row["cpu_pressure_some_share"] <= 1
+        assert 0 <= row.get("cpu_steal_pct", 0) <= 100
+    finally:
+        for p in (server, client_child):
+            p.kill()
+            p.wait()
+        os.kill(other_pid, 9)
+
+
+def test_explicit_client_pids_and_the_process_tree(tmp_path):
+    child = subprocess.Popen(BURN)
+    try:
+        procs = read_processes(__import__("pathlib").Path("/proc"))
+        assert child.pid in descendants({os.getpid()}, procs)
+        tracker = ProcessCpuTracker(__import__("pathlib").Path("/proc"), None, [child.pid], os.sysconf("SC_CLK_TCK"))
+        assert tracker.sample(0.0, None) is None                      # the baseline
+        time.sleep(1.0)
+        cpu = tracker.sample(1.0, None)
+        assert cpu.server_cpu_cores is None and cpu.client_cpu_cores > 0.1
+        assert child.pid not in {p["pid"] for p in cpu.top_others}
+    finally:
+        child.kill()
+        child.wait()

@@ -1,0 +1,48 @@
+"""Real causes on the real engine, diagnosed (issue 18): an admission limit far below the load
+is a standing tail named with its numbers; packet loss into a network namespace holding the
+server is blamed on the target's own connections. bench/diagnosis_accuracy.py runs the full set."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from analyzers.p99_triage import diagnose_p99
+from rundir import RunDir
+
+ENV = dict(os.environ, COLUMNS="200")
+SMALL = ["--model", "tiny-test", "--input-len", "16", "--output-len", "8", "--probes", "server,host,tcp"]
+
+
+def _sweep(out, *args) -> RunDir:
+    proc = subprocess.run([sys.executable, "-m", "llmbench.cli", "sweep", *SMALL, *args, "--out", str(out)],
+                          capture_output=True, text=True, env=ENV, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return RunDir(out)
+
+
+def test_a_real_admission_limit_is_a_standing_tail_named_first(tmp_path):
+    run = _sweep(tmp_path / "adm", "--concurrency", "8", "--engine-arg=--max-num-seqs=1", "--warmup", "1s",
+                 "--duration", "4s", "--slo-ttft", "0.3")
+    diag = diagnose_p99(run)
+    assert diag.findings, diag.headline
+    f = diag.findings[0]
+    assert f.check_id == "p99.sched.admission" and f.kind == "standing", [x.title for x in diag.findings]
+    assert "max_num_seqs=1" in f.title and f.evidence["dominant_part"] == "queue"
+    assert not any(x.category == "network" for x in diag.findings)      # loopback: not in the path
+
+
+@pytest.mark.slow
+def test_real_packet_loss_into_a_namespace_is_the_targets_own(tmp_path):
+    from bench.diagnosis_accuracy import CaseResult, case_netloss, diagnose
+    from bench.diagnosis_faults import netns_unavailable
+
+    why = netns_unavailable()
+    if why:
+        pytest.skip(f"network namespace case: {why}")
+    res = CaseResult("packet-loss", "30% drop", ["p99.net.retransmits"])
+    diagnose(case_netloss(tmp_path, res), res)
+    assert res.first_ok, res.findings
