@@ -26,13 +26,14 @@ def p99(
     live: bool = typer.Option(False, help="Observe a running server first: a light closed-loop load with every "
                               "probe that can run here, for --duration, then diagnose that run."),
     target: Optional[str] = typer.Option(None, help="--live: base URL of the server (loopback or your own hosts)."),
-    model: Optional[str] = typer.Option(None, help="--live: the model name the server serves."),
+    model: Optional[str] = typer.Option(None, help="--live: the model name the server serves (default: the one "
+                                        "its /v1/models lists)."),
     duration: str = typer.Option("60s", help="--live: how long to observe, e.g. 60s or 5m."),
     concurrency: int = typer.Option(2, min=1, help="--live: concurrent requests of the light load."),
     input_len: int = typer.Option(128, min=1, help="--live: prompt tokens of the light load."),
     output_len: int = typer.Option(32, min=1, help="--live: output tokens of the light load."),
     tokenizer: Optional[Path] = typer.Option(None, help="--live: tokenizer.json (or its directory) of the served "
-                                             "model, so random prompt ids are valid ids."),
+                                             "model, for exact prompt sizing (without it the server's own count sizes them)."),
     json_out: bool = typer.Option(False, "--json", help="Print the diagnosis as JSON instead of tables."),
     save: bool = typer.Option(True, help="Also write diagnosis_p99.json into the run directory (the report shows it)."),
 ) -> None:
@@ -49,7 +50,7 @@ def p99(
         elif run is None:
             from analyzers.diagnosis_error import DiagnosisError
 
-            raise DiagnosisError("give a run directory, or --live --target URL --model NAME")
+            raise DiagnosisError("give a run directory, or --live --target URL")
         diag = diagnose_p99(RunDir(run), metric)
     data = diagnosis_record(diag)
     if save:
@@ -68,10 +69,10 @@ def _observe(out: Path | None, target, model, duration, concurrency, input_len, 
     from analyzers.diagnosis_error import DiagnosisError
     from llmbench.sweep import default_run_dir
 
-    if not target or not model:
-        raise DiagnosisError("--live needs --target URL and --model NAME")
+    if not target:
+        raise DiagnosisError("--live needs --target URL")
     out = out or default_run_dir("p99-live")
-    cmd = [sys.executable, "-m", "llmbench.cli", "sweep", "--target", target, "--model", model,
+    cmd = [sys.executable, "-m", "llmbench.cli", "sweep", "--target", target, *(["--model", model] if model else []),
            "--concurrency", str(concurrency), "--input-len", str(input_len), "--output-len", str(output_len),
            "--warmup", "2s", "--duration", duration, "--out", str(out)]
     if tokenizer:
