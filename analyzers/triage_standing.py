@@ -190,10 +190,10 @@ def _cause(metric: str, lv: LevelLoad, ph: LevelPhases, base: LevelPhases | None
     if nb:
         return "p99.host.cpu", nb + (f"; {outside}" if outside else "")
     busy = _compute_bound(h)
-    return "p99.sched.saturation", ("saturation: offered load above what the engine serves ("
-                                    + ", ".join(x for x in (f"{waiting:.1f} waiting" if waiting else "",
-                                                            f"{running:.1f} running" if running else "",
-                                                            busy or "", outside) if x) + ")")
+    facts = ", ".join(x for x in (f"{waiting:.1f} waiting" if waiting else "", f"{running:.1f} running" if running
+                                  else "", busy or "", outside) if x)
+    return "p99.sched.saturation", ("saturation: offered load above what the engine serves"
+                                    + (f" ({facts})" if facts else ""))
 
 
 def check_standing(metric: str, levels: list[LevelLoad], phases: dict[str, LevelPhases], limits: dict,

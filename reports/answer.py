@@ -106,7 +106,8 @@ def _diagnosis(d: dict | None) -> AnswerItem:
     if not findings:
         return AnswerItem(label, f"{d.get('headline', 'no cause found')} ({where}).", "neutral")
     top = findings[0]
-    evidence = [f"{evidence_name(k)} {fmt_evidence(k, v)}" for k, v in (top.get("evidence") or {}).items()]
+    evidence = [f"{evidence_name(k)} {fmt_evidence(k, v)}" for k, v in (top.get("evidence") or {}).items()
+                if v not in (None, "", [], {})]
     explains = top.get("explains") or []
     n = top.get("spike_windows") or spikes
     evidence.insert(0, f"coincides with {len(explains)} of {n} spike windows")
@@ -129,8 +130,13 @@ def evidence_name(key: str) -> str:
 
 def fmt_evidence(key: str, v) -> str:
     """An evidence number with the unit its name says (…_s → ms, …_bytes → MiB, shares → %)."""
+    if isinstance(v, dict):                    # a breakdown: each part with its own unit
+        return ", ".join(f"{evidence_name(str(k))} {fmt_evidence(str(k) if str(k).endswith(('_s', '_ms', '_pct', '_bytes')) else key, x)}"
+                         for k, x in v.items() if x not in (None, "", [], {}))
+    if isinstance(v, list):
+        return ", ".join(str(x) for x in v[:6]) + (f" (+{len(v) - 6} more)" if len(v) > 6 else "")
     if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return str(v) if not isinstance(v, (list, dict)) else f"{len(v)} item(s)"
+        return str(v)
     if key.endswith("_s"):
         return f"{v * 1000:.1f} ms" if abs(v) < 10 else f"{v:.1f} s"
     if key.endswith("_ms"):
