@@ -62,6 +62,10 @@ class Tokenizer:
             ids = [self.bos_token_id] + ids
         return ids
 
+    def count(self, text: str) -> int:
+        """How many tokens `text` encodes to (no BOS), without building the Python list of ids."""
+        return len(self._tok.encode(text, add_special_tokens=False))
+
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
         return self._tok.decode(list(ids), skip_special_tokens=skip_special_tokens)
 
