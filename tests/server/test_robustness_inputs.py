@@ -1,0 +1,199 @@
+"""Issue 14's inputs, one by one, against a real server: each used to kill the engine loop for
+good or answer a bare 500; now each gets its status (400 naming the field, or 200 where the
+value is honoured after clamping) and the engine keeps serving, a concurrent stream included."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import threading
+import time
+
+import httpx
+import pytest
+
+from refengine_proc import start_refengine
+
+TIMEOUT_S = 2  # header and body deadlines of this module's server, short so the tests are quick
+BODY_LIMIT = 16 * 1024 * 1024
+JSON = {"content-type": "application/json"}
+
+
+@pytest.fixture(scope="module")
+def url():
+    proc, url = start_refengine("--max-model-len", "256", "--max-request-body-bytes", str(BODY_LIMIT),
+                                "--timeout-request-header", str(TIMEOUT_S), "--timeout-request-body",
+                                str(TIMEOUT_S), "--timeout-keep-alive", "1", quiet=True)
+    yield url
+    proc.terminate()
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+def post(url: str, path: str, raw: bytes | str, timeout: float = 60) -> httpx.Response:
+    return httpx.post(url + path, content=raw, headers=JSON, timeout=timeout)
+
+
+def assert_serving(url: str) -> None:
+    assert httpx.get(url + "/health", timeout=10).status_code == 200
+    ok = httpx.post(url + "/v1/completions", json={"prompt": "hello", "max_tokens": 2}, timeout=60)
+    assert ok.status_code == 200 and ok.json()["usage"]["completion_tokens"] == 2
+
+
+C, CHAT = "/v1/completions", "/v1/chat/completions"
+COMPLETION = '{"prompt": "hello", "max_tokens": 3, %s}'
+CHAT_BODY = '{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, %s}'
+
+# The 12 that killed the engine loop (each on both routes): (fields, status, param or None).
+ENGINE_KILLERS = [
+    ('"temperature": NaN', 400, "temperature"),
+    ('"temperature": 1e-45', 200, None),          # raised to 0.01, as vLLM does
+    ('"temperature": 1e-300', 200, None),
+    ('"top_p": 1e-300', 200, None),               # keeps the most likely token
+    ('"seed": %d' % 2 ** 64, 400, "seed"),
+    ('"seed": %d' % 10 ** 30, 400, "seed"),
+    ('"seed": %d' % (-2 ** 63 - 1), 400, "seed"),
+    ('"temperature": Infinity, "min_tokens": 2', 400, "temperature"),
+]
+
+
+@pytest.mark.parametrize("fields, status, param", ENGINE_KILLERS, ids=[k[0] for k in ENGINE_KILLERS])
+@pytest.mark.parametrize("path", [C, CHAT])
+def test_engine_killers_are_refused_or_honoured(url, path, fields, status, param):
+    r = post(url, path, (COMPLETION if path == C else CHAT_BODY) % fields)
+    assert r.status_code == status, r.text
+    if status == 400:
+        assert r.json()["error"]["param"] == param and param in r.json()["error"]["message"]
+    assert_serving(url)
+
+
+def test_a_concurrent_stream_outlives_every_killer(url):
+    body = {"prompt": [9] * 8, "max_tokens": 120, "temperature": 0, "ignore_eos": True, "stream": True,
+            "stream_options": {"include_usage": True}}
+    lines = []
+
+    def stream():
+        with httpx.stream("POST", url + C, json=body, timeout=120) as r:
+            lines.extend(line for line in r.iter_lines() if line)
+
+    t = threading.Thread(target=stream)
+    t.start()
+    for fields, status, _ in ENGINE_KILLERS:
+        assert post(url, C, COMPLETION % fields).status_code == status
+    t.join(120)
+    assert lines[-1] == "data: [DONE]"
+    assert json.loads(lines[-2][6:])["usage"]["completion_tokens"] == 120
+
+
+DEEP = 100_000
+# The 23 that answered a bare 500: (path, raw body, param or None, message fragment).
+BARE_500S = [
+    (C, '{"prompt": "x", "x": ' + "[" * DEEP + "]" * DEEP + "}", None, "deep"),
+    (C, '{"prompt": ' + "[" * DEEP + "]" * DEEP + "}", None, "deep"),
+    (CHAT, '{"messages": ' + "[" * DEEP + "]" * DEEP + "}", None, "deep"),
+    (C, '{"prompt": "x", "x": ' + '{"a": ' * DEEP + "1" + "}" * DEEP + "}", None, "deep"),
+    (CHAT, '{"messages": [], "x": ' + '{"a": ' * DEEP + "1" + "}" * DEEP + "}", None, "deep"),
+    (C, '{"prompt": "x", "x": ' + "[" * 65 + "]" * 65 + "}", "x", "more than 64 deep"),
+    (C, '{"prompt": "x", "max_tokens": ' + "9" * 5001 + "}", "max_tokens", "64 bits"),
+    (CHAT, '{"messages": [{"role": "user", "content": "x"}], "max_tokens": ' + "9" * 5001 + "}", "max_tokens",
+     "64 bits"),
+    (C, '{"prompt": "x", "seed": -' + "9" * 5001 + "}", "seed", "64 bits"),
+    (C, '{"prompt": "\\ud800"}', "prompt", "surrogate"),
+    (C, '{"prompt": "abc\\udfffdef", "stream": true}', "prompt", "surrogate"),
+    (C, b'{"prompt": "a\xed\xa0\x80b"}', "prompt", "surrogate"),     # the surrogate's bytes, not an escape
+    (C, '{"prompt": "x", "stop": ["\\ud800"]}', "stop", "surrogate"),
+    (C, '{"prompt": "x", "\\ud800": 1}', "\\ud800", "surrogate"),
+    (CHAT, '{"messages": [{"role": "user", "content": "\\ud800"}]}', "messages", "surrogate"),
+    (CHAT, '{"messages": [{"role": "user", "content": [{"type": "text", "text": "\\udc00"}]}]}', "messages",
+     "surrogate"),
+    (CHAT, '{"messages": [{"role": "\\ud800", "content": "hi"}]}', "messages", "surrogate"),
+    (C, '{"prompt": "x", "model": "\\ud800"}', "model", "surrogate"),
+    (CHAT, '{"messages": [{"role": "user", "content": "x"}], "model": "tiny\\udfff"}', "model", "surrogate"),
+    (CHAT, '{"messages": [{"role": "user", "content": [{"type": "text", "text": 5}]}]}', "messages", "text must be a string"),
+    (CHAT, '{"messages": [{"role": "user", "content": [{"type": "text", "text": null}]}]}', "messages", "got null"),
+    (CHAT, '{"messages": [{"role": "user", "content": [{"type": "text", "text": ["a"]}]}]}', "messages", "got list"),
+    (CHAT, '{"messages": [{"role": "user", "content": ["just a string"]}]}', "messages", "must be an object"),
+]
+
+
+@pytest.mark.parametrize("path, raw, param, fragment", BARE_500S, ids=[f"{i}-{b[1][:40]}" for i, b in enumerate(BARE_500S)])
+def test_bare_500s_are_400s(url, path, raw, param, fragment):
+    r = post(url, path, raw)
+    assert r.status_code == 400, r.text[:300]
+    err = r.json()["error"]
+    assert fragment in err["message"] and err["param"] == param, err
+    assert_serving(url)
+
+
+def test_a_10_mb_prompt_leaves_health_answering(url):
+    prompt = ("the quick brown fox jumps over the lazy dog. " * 230_000)[:10_000_000]
+    result = {}
+
+    def send():
+        result["r"] = httpx.post(url + C, json={"prompt": prompt, "max_tokens": 2}, timeout=120)
+
+    t = threading.Thread(target=send)
+    t.start()
+    worst = 0.0
+    while t.is_alive():
+        t0 = time.perf_counter()
+        assert httpx.get(url + "/health", timeout=10).status_code == 200
+        worst = max(worst, time.perf_counter() - t0)
+    t.join()
+    assert result["r"].status_code == 400 and "max_model_len" in result["r"].json()["error"]["message"]
+    assert worst < 1.0, f"/health took {worst:.2f} s while the prompt was read"   # was 9.9 s
+
+
+def test_a_body_over_the_limit_is_413(url):
+    r = post(url, C, b'{"prompt": "' + b"x" * BODY_LIMIT + b'"}')
+    assert r.status_code == 413 and "--max-request-body-bytes" in r.json()["error"]["message"]
+
+    def chunked():  # no Content-Length: counted as it arrives
+        yield b'{"prompt": "'
+        for _ in range(BODY_LIMIT // (1 << 20) + 1):
+            yield b"x" * (1 << 20)
+        yield b'"}'
+
+    r = httpx.post(url + C, content=chunked(), headers=JSON, timeout=60)
+    assert r.status_code == 413
+    assert_serving(url)
+
+
+def _raw_connection(url: str) -> socket.socket:
+    host, port = url.rsplit("/", 1)[-1].split(":")
+    return socket.create_connection((host, int(port)), timeout=TIMEOUT_S + 10)
+
+
+def _read_all(sock: socket.socket) -> bytes:
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    return data
+
+
+def test_a_half_sent_body_gets_408(url):
+    with _raw_connection(url) as s:
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: 100\r\n\r\n{\"prompt\":")
+        t0 = time.monotonic()
+        reply = _read_all(s)
+    assert reply.startswith(b"HTTP/1.1 408") and b"--timeout-request-body" in reply, reply[:300]
+    assert TIMEOUT_S - 0.5 < time.monotonic() - t0 < TIMEOUT_S + 5
+    assert_serving(url)
+
+
+def test_half_sent_headers_get_408_and_idle_connections_are_closed(url):
+    with _raw_connection(url) as half, _raw_connection(url) as idle:
+        half.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n")
+        t0 = time.monotonic()
+        assert _read_all(half).startswith(b"HTTP/1.1 408")
+        assert _read_all(idle) == b""                      # closed, nothing said: it had asked nothing
+        assert time.monotonic() - t0 < TIMEOUT_S + 5
+    with _raw_connection(url) as kept:                     # after a response: --timeout-keep-alive
+        kept.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        t0 = time.monotonic()
+        assert _read_all(kept).startswith(b"HTTP/1.1 200")
+        assert time.monotonic() - t0 < 1 + 3
