@@ -10,7 +10,7 @@ import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from fuzz_bodies import BODIES
+from hostile_bodies import BODIES
 from refengine_proc import start_refengine
 
 FUZZ_SETTINGS = dict(deadline=None, database=None, suppress_health_check=list(HealthCheck))

@@ -13,6 +13,7 @@ import time
 import httpx
 import pytest
 
+from hostile_bodies import BARE_500S, C, CHAT, CHAT_BODY, COMPLETION, ENGINE_KILLERS
 from refengine_proc import start_refengine
 
 TIMEOUT_S = 2  # header and body deadlines of this module's server, short so the tests are quick
@@ -43,23 +44,6 @@ def assert_serving(url: str) -> None:
     assert ok.status_code == 200 and ok.json()["usage"]["completion_tokens"] == 2
 
 
-C, CHAT = "/v1/completions", "/v1/chat/completions"
-COMPLETION = '{"prompt": "hello", "max_tokens": 3, %s}'
-CHAT_BODY = '{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, %s}'
-
-# The 12 that killed the engine loop (each on both routes): (fields, status, param or None).
-ENGINE_KILLERS = [
-    ('"temperature": NaN', 400, "temperature"),
-    ('"temperature": 1e-45', 200, None),          # raised to 0.01, as vLLM does
-    ('"temperature": 1e-300', 200, None),
-    ('"top_p": 1e-300', 200, None),               # keeps the most likely token
-    ('"seed": %d' % 2 ** 64, 400, "seed"),
-    ('"seed": %d' % 10 ** 30, 400, "seed"),
-    ('"seed": %d' % (-2 ** 63 - 1), 400, "seed"),
-    ('"temperature": Infinity, "min_tokens": 2', 400, "temperature"),
-]
-
-
 @pytest.mark.parametrize("fields, status, param", ENGINE_KILLERS, ids=[k[0] for k in ENGINE_KILLERS])
 @pytest.mark.parametrize("path", [C, CHAT])
 def test_engine_killers_are_refused_or_honoured(url, path, fields, status, param):
@@ -86,37 +70,6 @@ def test_a_concurrent_stream_outlives_every_killer(url):
     t.join(120)
     assert lines[-1] == "data: [DONE]"
     assert json.loads(lines[-2][6:])["usage"]["completion_tokens"] == 120
-
-
-DEEP = 100_000
-# The 23 that answered a bare 500: (path, raw body, param or None, message fragment).
-BARE_500S = [
-    (C, '{"prompt": "x", "x": ' + "[" * DEEP + "]" * DEEP + "}", None, "deep"),
-    (C, '{"prompt": ' + "[" * DEEP + "]" * DEEP + "}", None, "deep"),
-    (CHAT, '{"messages": ' + "[" * DEEP + "]" * DEEP + "}", None, "deep"),
-    (C, '{"prompt": "x", "x": ' + '{"a": ' * DEEP + "1" + "}" * DEEP + "}", None, "deep"),
-    (CHAT, '{"messages": [], "x": ' + '{"a": ' * DEEP + "1" + "}" * DEEP + "}", None, "deep"),
-    (C, '{"prompt": "x", "x": ' + "[" * 65 + "]" * 65 + "}", "x", "more than 64 deep"),
-    (C, '{"prompt": "x", "max_tokens": ' + "9" * 5001 + "}", "max_tokens", "64 bits"),
-    (CHAT, '{"messages": [{"role": "user", "content": "x"}], "max_tokens": ' + "9" * 5001 + "}", "max_tokens",
-     "64 bits"),
-    (C, '{"prompt": "x", "seed": -' + "9" * 5001 + "}", "seed", "64 bits"),
-    (C, '{"prompt": "\\ud800"}', "prompt", "surrogate"),
-    (C, '{"prompt": "abc\\udfffdef", "stream": true}', "prompt", "surrogate"),
-    (C, b'{"prompt": "a\xed\xa0\x80b"}', "prompt", "surrogate"),     # the surrogate's bytes, not an escape
-    (C, '{"prompt": "x", "stop": ["\\ud800"]}', "stop", "surrogate"),
-    (C, '{"prompt": "x", "\\ud800": 1}', "\\ud800", "surrogate"),
-    (CHAT, '{"messages": [{"role": "user", "content": "\\ud800"}]}', "messages", "surrogate"),
-    (CHAT, '{"messages": [{"role": "user", "content": [{"type": "text", "text": "\\udc00"}]}]}', "messages",
-     "surrogate"),
-    (CHAT, '{"messages": [{"role": "\\ud800", "content": "hi"}]}', "messages", "surrogate"),
-    (C, '{"prompt": "x", "model": "\\ud800"}', "model", "surrogate"),
-    (CHAT, '{"messages": [{"role": "user", "content": "x"}], "model": "tiny\\udfff"}', "model", "surrogate"),
-    (CHAT, '{"messages": [{"role": "user", "content": [{"type": "text", "text": 5}]}]}', "messages", "text must be a string"),
-    (CHAT, '{"messages": [{"role": "user", "content": [{"type": "text", "text": null}]}]}', "messages", "got null"),
-    (CHAT, '{"messages": [{"role": "user", "content": [{"type": "text", "text": ["a"]}]}]}', "messages", "got list"),
-    (CHAT, '{"messages": [{"role": "user", "content": ["just a string"]}]}', "messages", "must be an object"),
-]
 
 
 @pytest.mark.parametrize("path, raw, param, fragment", BARE_500S, ids=[f"{i}-{b[1][:40]}" for i, b in enumerate(BARE_500S)])

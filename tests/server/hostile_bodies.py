@@ -1,8 +1,8 @@
-"""Hypothesis strategies for hostile OpenAI request bodies, shared by tests/server/test_fuzz.py
-and bench/server_robustness.py.
+"""Hostile OpenAI request bodies, shared by the tests in tests/server and bench/server_robustness.py:
+the inputs issue 14 listed, one by one, and Hypothesis strategies that generate more.
 
-A body is mostly well-formed (so the fields are reached) with any field swapped for a hostile
-value: wrong types, edges of every numeric range (NaN, ±inf, 1e-45, 2^64, 10^30), lone
+A generated body is mostly well-formed (so the fields are reached) with any field swapped for a
+hostile value: wrong types, edges of every numeric range (NaN, ±inf, 1e-45, 2^64, 10^30), lone
 surrogates, deep nesting, huge integer literals, and a few raw byte bodies that are not JSON at
 all. Each example is (path, body bytes); generations stay short (max_tokens small, unless the
 fuzz picks an edge value), so a few hundred examples take seconds.
@@ -14,6 +14,61 @@ import json
 import math
 
 from hypothesis import strategies as st
+
+# ----- the inputs issue 14 listed -------------------------------------------------------------
+
+C, CHAT = "/v1/completions", "/v1/chat/completions"
+COMPLETION = '{"prompt": "hello", "max_tokens": 3, %s}'
+CHAT_BODY = '{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, %s}'
+
+# The values that killed the engine loop for good (issue 14 sent 12 such requests), for both
+# routes: (fields, status now, param or None).
+ENGINE_KILLERS = [
+    ('"temperature": NaN', 400, "temperature"),
+    ('"temperature": 1e-45', 200, None),          # raised to 0.01, as vLLM does
+    ('"temperature": 1e-300', 200, None),
+    ('"top_p": 1e-300', 200, None),               # keeps the most likely token
+    ('"seed": %d' % 2 ** 64, 400, "seed"),
+    ('"seed": %d' % 10 ** 30, 400, "seed"),
+    ('"seed": %d' % (-2 ** 63 - 1), 400, "seed"),
+    ('"temperature": Infinity, "min_tokens": 2', 400, "temperature"),
+]
+
+
+DEEP = 100_000
+# Bodies that answered a bare 500 with a traceback (issue 14 found 23): (path, raw body, param
+# or None, message fragment). Nesting 100,000 deep is a RecursionError inside json.loads itself,
+# where no field is known yet.
+BARE_500S = [
+    (C, '{"prompt": "x", "x": ' + "[" * DEEP + "]" * DEEP + "}", None, "deep"),
+    (C, '{"prompt": ' + "[" * DEEP + "]" * DEEP + "}", None, "deep"),
+    (CHAT, '{"messages": ' + "[" * DEEP + "]" * DEEP + "}", None, "deep"),
+    (C, '{"prompt": "x", "x": ' + '{"a": ' * DEEP + "1" + "}" * DEEP + "}", None, "deep"),
+    (CHAT, '{"messages": [], "x": ' + '{"a": ' * DEEP + "1" + "}" * DEEP + "}", None, "deep"),
+    (C, '{"prompt": "x", "x": ' + "[" * 65 + "]" * 65 + "}", "x", "more than 64 deep"),
+    (C, '{"prompt": "x", "max_tokens": ' + "9" * 5001 + "}", "max_tokens", "64 bits"),
+    (CHAT, '{"messages": [{"role": "user", "content": "x"}], "max_tokens": ' + "9" * 5001 + "}", "max_tokens",
+     "64 bits"),
+    (C, '{"prompt": "x", "seed": -' + "9" * 5001 + "}", "seed", "64 bits"),
+    (C, '{"prompt": "\\ud800"}', "prompt", "surrogate"),
+    (C, '{"prompt": "abc\\udfffdef", "stream": true}', "prompt", "surrogate"),
+    (C, b'{"prompt": "a\xed\xa0\x80b"}', "prompt", "surrogate"),     # the surrogate's bytes, not an escape
+    (C, '{"prompt": "x", "stop": ["\\ud800"]}', "stop", "surrogate"),
+    (C, '{"prompt": "x", "\\ud800": 1}', "\\ud800", "surrogate"),
+    (CHAT, '{"messages": [{"role": "user", "content": "\\ud800"}]}', "messages", "surrogate"),
+    (CHAT, '{"messages": [{"role": "user", "content": [{"type": "text", "text": "\\udc00"}]}]}', "messages",
+     "surrogate"),
+    (CHAT, '{"messages": [{"role": "\\ud800", "content": "hi"}]}', "messages", "surrogate"),
+    (C, '{"prompt": "x", "model": "\\ud800"}', "model", "surrogate"),
+    (CHAT, '{"messages": [{"role": "user", "content": "x"}], "model": "tiny\\udfff"}', "model", "surrogate"),
+    (CHAT, '{"messages": [{"role": "user", "content": [{"type": "text", "text": 5}]}]}', "messages", "text must be a string"),
+    (CHAT, '{"messages": [{"role": "user", "content": [{"type": "text", "text": null}]}]}', "messages", "got null"),
+    (CHAT, '{"messages": [{"role": "user", "content": [{"type": "text", "text": ["a"]}]}]}', "messages", "got list"),
+    (CHAT, '{"messages": [{"role": "user", "content": ["just a string"]}]}', "messages", "must be an object"),
+]
+
+
+# ----- generated bodies -----------------------------------------------------------------------
 
 SURROGATES = st.sampled_from(["\ud800", "\udfff", "a\udc00b", "\udbff\udbff", "ok\ud83d"])
 TEXT = st.one_of(st.text(max_size=24), st.text(st.characters(exclude_categories=()), max_size=8), SURROGATES)
