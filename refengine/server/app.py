@@ -133,6 +133,8 @@ class Server:
                 final = out
         except (EngineDead, RequestFailed) as exc:
             return JSONResponse(ApiError(500, str(exc), type="server_error").body(), status_code=500)
+        except RefEngineError as exc:  # the engine refused it on arrival (the checks above should have)
+            return self._error(ApiError(400, str(exc)), "invalid")
         c = final.outputs[0]
         return JSONResponse(protocol.full_response(req, request_id, self.model_name, c.text, c.finish_reason,
                                                    len(ids), len(c.token_ids)))
@@ -151,6 +153,9 @@ class Server:
                 yield _sse(protocol.usage_chunk(req, request_id, self.model_name, len(ids), n_out))
         except (EngineDead, RequestFailed) as exc:
             yield _sse(ApiError(500, str(exc), type="server_error").body())
+        except RefEngineError as exc:
+            self.metrics.rejected("invalid")
+            yield _sse(ApiError(400, str(exc)).body())
         finally:
             with contextlib.suppress(Exception):
                 await outputs.aclose()

@@ -21,7 +21,6 @@ import asyncio
 import collections
 import logging
 import threading
-import time
 from dataclasses import dataclass
 from typing import AsyncIterator, Callable
 

@@ -81,7 +81,7 @@ SCALARS = st.one_of(st.none(), st.booleans(), EDGE_INTS, st.integers(), EDGE_FLO
 ANY_JSON = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(TEXT, inner, max_size=4),
                         max_leaves=12)
 
-FIELDS = {  # a plausible value for each known field; the fuzz replaces any of them with ANY_JSON
+FIELDS = {  # a plausible value for each known field; the fuzz makes up to two of them HOSTILE
     "model": st.sampled_from(["tiny-test", "gpt-4"]),
     "max_tokens": st.integers(1, 6),
     "max_completion_tokens": st.integers(1, 6),
@@ -100,14 +100,16 @@ FIELDS = {  # a plausible value for each known field; the fuzz replaces any of t
 }
 
 
-def _field_value(name: str):
-    return st.one_of(FIELDS[name], FIELDS[name], ANY_JSON)   # plausible twice as often as hostile
+HOSTILE = st.one_of(EDGE_FLOATS, EDGE_INTS, SCALARS, ANY_JSON)
 
 
 @st.composite
 def _fields(draw) -> dict:
+    """Known fields with plausible values, and at most two of them hostile: a body that fails only
+    on its hostile value reaches as far into the server as a value can."""
     names = draw(st.lists(st.sampled_from(sorted(FIELDS)), unique=True, max_size=6))
-    body = {name: draw(_field_value(name)) for name in names}
+    hostile = set(draw(st.lists(st.sampled_from(names), unique=True, max_size=2))) if names else set()
+    body = {name: draw(HOSTILE if name in hostile else FIELDS[name]) for name in names}
     if draw(st.booleans()) and "max_tokens" not in body:
         body["max_tokens"] = draw(st.integers(1, 4))
     if draw(st.integers(0, 9)) == 0:
@@ -118,12 +120,14 @@ def _fields(draw) -> dict:
 PART = st.one_of(st.fixed_dictionaries({"type": st.just("text"), "text": st.one_of(TEXT, TEXT, ANY_JSON)}),
                  st.fixed_dictionaries({"type": st.sampled_from(["image_url", "text", 3]), "text": ANY_JSON}),
                  ANY_JSON)
+ROLE = st.sampled_from(["user", "system", "assistant"])
 MESSAGE = st.one_of(
-    st.fixed_dictionaries({"role": st.one_of(st.sampled_from(["user", "system", "assistant"]), TEXT, ANY_JSON),
+    st.fixed_dictionaries({"role": ROLE, "content": st.text(min_size=1, max_size=24)}),
+    st.fixed_dictionaries({"role": st.one_of(ROLE, ROLE, TEXT, ANY_JSON),
                            "content": st.one_of(TEXT, TEXT, st.lists(PART, max_size=3), ANY_JSON)}),
     ANY_JSON)
-PROMPT = st.one_of(TEXT, TEXT, st.lists(st.integers(0, 4095), min_size=1, max_size=8),
-                   st.lists(st.one_of(EDGE_INTS, st.integers()), max_size=4), ANY_JSON)
+PROMPT = st.one_of(st.text(min_size=1, max_size=24), st.lists(st.integers(0, 4095), min_size=1, max_size=8),
+                   TEXT, st.lists(st.one_of(EDGE_INTS, st.integers()), max_size=4), ANY_JSON)
 
 
 @st.composite
@@ -132,7 +136,8 @@ def _json_body(draw) -> tuple[str, bytes]:
     if draw(st.booleans()):
         path = "/v1/chat/completions"
         if draw(st.integers(0, 9)):
-            body["messages"] = draw(st.one_of(st.lists(MESSAGE, min_size=1, max_size=3), ANY_JSON))
+            body["messages"] = draw(st.one_of(st.lists(MESSAGE, min_size=1, max_size=3),
+                                              st.lists(MESSAGE, min_size=1, max_size=3), ANY_JSON))
     else:
         path = "/v1/completions"
         if draw(st.integers(0, 9)):
