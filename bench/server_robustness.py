@@ -28,7 +28,8 @@ import httpx
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
-sys.path[:0] = [os.path.join(REPO, "tests"), os.path.join(REPO, "tests", "server")]
+sys.path[:0] = [HERE, os.path.join(REPO, "tests"), os.path.join(REPO, "tests", "server")]
+from common import CpuMeter, note  # noqa: E402
 from refengine_proc import free_port, wait_healthy  # noqa: E402
 
 # Runs the real server CLI with two bench-only hooks: the peak of the scheduler's waiting queue,
@@ -211,24 +212,35 @@ def run_health(target: Target, size: int = 10_000_000) -> dict:
             "idle_health_p50_ms": ms(idle, 0.5), "idle_health_max_ms": ms(idle, 1.0)}
 
 
+def _metered(target: Target, fn, *args) -> dict:
+    """fn's figures plus the CPUs other processes (not the bench, not the server) used meanwhile."""
+    with CpuMeter(pids=[target.proc.pid]) as m:
+        out = fn(target, *args)
+    return dict(out, other_cpus=round(m.other_cpus, 2))
+
+
 def measure(tree: str, n: int, max_restarts: int, full_tokenize_too: bool) -> dict:
     res = {"tree": tree}
+    note(f"{tree}: inputs")
     t = Target(tree, ["--max-model-len", "256"])
     try:
-        res["listed_inputs"] = run_inputs(t, listed_inputs(), max_restarts)
-        res["generated_inputs"] = run_inputs(t, generated_inputs(n), max_restarts)
-        res["health_10mb"] = run_health(t)
+        res["listed_inputs"] = _metered(t, run_inputs, listed_inputs(), max_restarts)
+        res["generated_inputs"] = _metered(t, run_inputs, generated_inputs(n), max_restarts)
+        note(f"{tree}: /health while a 10 MB prompt is read")
+        res["health_10mb"] = _metered(t, run_health)
     finally:
         t.stop()
+    note(f"{tree}: overload")
     t = Target(tree, ["--max-model-len", "256", "--max-waiting-requests", "4", "--max-num-seqs", "4"])
     try:
-        res["overload"] = run_overload(t, clients=40, seconds=10.0)
+        res["overload"] = _metered(t, run_overload, 40, 10.0)
     finally:
         t.stop()
     if full_tokenize_too:
+        note(f"{tree}: /health while a 10 MB prompt is tokenized in full")
         t = Target(tree, ["--max-model-len", "256"], full_tokenize=True)
         try:
-            res["health_10mb_full_tokenize"] = run_health(t)
+            res["health_10mb_full_tokenize"] = _metered(t, run_health)
         finally:
             t.stop()
     return res
@@ -242,7 +254,8 @@ def main() -> None:
     ap.add_argument("--max-restarts", type=int, default=40, help="engine deaths after which a tree's input run stops")
     ap.add_argument("--json", default=None, help="write the results here")
     a = ap.parse_args()
-    results = {"this": measure(REPO, a.examples, a.max_restarts, full_tokenize_too=True)}
+    from common import machine
+    results = {"machine": machine(), "this": measure(REPO, a.examples, a.max_restarts, full_tokenize_too=True)}
     if a.baseline:
         results["baseline"] = measure(os.path.abspath(a.baseline), a.examples, a.max_restarts, full_tokenize_too=False)
     print(json.dumps(results, indent=1))

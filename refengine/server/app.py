@@ -112,7 +112,8 @@ class Server:
             request_id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
             outputs = self.loop.generate(ids, req.params, request_id, req.priority)
         except ApiError as exc:
-            return self._error(exc, _REASONS.get(exc.status, "invalid"))
+            reason = "disconnected" if exc.code == "client_disconnected" else _REASONS.get(exc.status, "invalid")
+            return self._error(exc, reason)
         except EngineOverloaded as exc:
             return self._error(ApiError(503, str(exc), type="overloaded_error"), "overloaded")
         except EngineDead as exc:

@@ -13,6 +13,8 @@ import json
 import re
 from dataclasses import dataclass
 
+from starlette.requests import ClientDisconnect
+
 from refengine.server.protocol import ApiError
 
 
@@ -37,6 +39,9 @@ async def read_body(request, limits: BodyLimits) -> bytes:
     except asyncio.TimeoutError:
         raise ApiError(408, f"the request body did not arrive within {limits.timeout_s:g} s "
                        "(--timeout-request-body); send it at once", code="request_timeout") from None
+    except ClientDisconnect:   # nobody will read the answer; it is counted, not logged as our failure
+        raise ApiError(400, "the client went away before its request body arrived",
+                       code="client_disconnected") from None
 
 
 async def _read(request, limits: BodyLimits) -> bytes:

@@ -138,6 +138,24 @@ def test_a_half_sent_body_gets_408(url):
     assert_serving(url)
 
 
+def test_a_client_gone_mid_body_is_counted_not_an_error(url):
+    def disconnected() -> float:
+        for line in httpx.get(url + "/metrics").text.splitlines():
+            if line.startswith("refengine:requests_rejected_total") and 'reason="disconnected"' in line:
+                return float(line.rsplit(" ", 1)[1])
+        return 0.0
+
+    before = disconnected()
+    with _raw_connection(url) as s:
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"prom")
+        time.sleep(0.3)
+    deadline = time.monotonic() + 10
+    while disconnected() == before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert disconnected() == before + 1
+    assert_serving(url)
+
+
 def test_half_sent_headers_get_408_and_idle_connections_are_closed(url):
     with _raw_connection(url) as half, _raw_connection(url) as idle:
         half.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n")
