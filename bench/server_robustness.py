@@ -64,6 +64,8 @@ with httpx.Client(timeout=60) as c:
         t0 = time.time()
         c.get(url + "/health")
         out.append((t0, time.time() - t0))
+        if len(out) == 20:
+            print("ready", flush=True)   # enough idle probes for the floor
         time.sleep(0.01)
 print(json.dumps(out))
 """
@@ -194,13 +196,13 @@ def run_health(target: Target, size: int = 10_000_000) -> dict:
     prompt = ("the quick brown fox jumps over the lazy dog. " * (size // 45 + 1))[:size]
     prober = subprocess.Popen([sys.executable, "-c", PROBER, target.url], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, text=True)
-    time.sleep(1.0)
+    assert prober.stdout.readline().strip() == "ready"
     t0 = time.time()
     r = httpx.post(target.url + "/v1/completions", json={"prompt": prompt, "max_tokens": 2}, timeout=300)
     t1 = time.time()
     time.sleep(0.5)
     out, _ = prober.communicate("stop")
-    probes = json.loads(out)
+    probes = json.loads(out.strip().splitlines()[-1])
     during = sorted(lat for start, lat in probes if t0 <= start <= t1 or start < t0 < start + lat)
     idle = sorted(lat for start, lat in probes if start + lat < t0)   # the same probes before: this machine's floor
 
