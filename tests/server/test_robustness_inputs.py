@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import socket
-import subprocess
 import threading
 import time
 
@@ -14,24 +13,16 @@ import httpx
 import pytest
 
 from hostile_bodies import BARE_500S, C, CHAT, CHAT_BODY, COMPLETION, ENGINE_KILLERS
-from refengine_proc import start_refengine
 
-TIMEOUT_S = 2  # header and body deadlines of this module's server, short so the tests are quick
-BODY_LIMIT = 16 * 1024 * 1024
 JSON = {"content-type": "application/json"}
+TIMEOUT_S, BODY_LIMIT = 2, 16 * 1024 * 1024   # the shared robust_server's (conftest.py)
 
 
-@pytest.fixture(scope="module")
-def url():
-    proc, url = start_refengine("--max-model-len", "256", "--max-request-body-bytes", str(BODY_LIMIT),
-                                "--timeout-request-header", str(TIMEOUT_S), "--timeout-request-body",
-                                str(TIMEOUT_S), "--timeout-keep-alive", "1", quiet=True)
-    yield url
-    proc.terminate()
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+@pytest.fixture
+def url(robust_server):
+    url, timeout_s, body_limit = robust_server
+    assert (timeout_s, body_limit) == (TIMEOUT_S, BODY_LIMIT)
+    return url
 
 
 def post(url: str, path: str, raw: bytes | str, timeout: float = 60) -> httpx.Response:
@@ -89,15 +80,18 @@ def test_a_10_mb_prompt_leaves_health_answering(url):
         result["r"] = httpx.post(url + C, json={"prompt": prompt, "max_tokens": 2}, timeout=120)
 
     t = threading.Thread(target=send)
+    start = time.perf_counter()
     t.start()
     worst = 0.0
     while t.is_alive():
         t0 = time.perf_counter()
-        assert httpx.get(url + "/health", timeout=10).status_code == 200
+        assert httpx.get(url + "/health", timeout=60).status_code == 200
         worst = max(worst, time.perf_counter() - t0)
     t.join()
+    took = time.perf_counter() - start
     assert result["r"].status_code == 400 and "max_model_len" in result["r"].json()["error"]["message"]
-    assert worst < 1.0, f"/health took {worst:.2f} s while the prompt was read"   # was 9.9 s
+    # Tokenized on the event loop, /health waited for all of it (9.9 s); a busy machine may slow both.
+    assert worst < max(1.0, 0.5 * took), f"/health took {worst:.2f} s of the prompt's {took:.2f} s"
 
 
 def test_a_body_over_the_limit_is_413(url):
