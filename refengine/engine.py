@@ -27,7 +27,7 @@ from refengine.distributed.batch_queue import BatchQueue
 from refengine.distributed.executor import DistributedExecutor, UniprocExecutor
 from refengine.distributed.parallel_config import ParallelConfig, validate_layout
 from refengine.distributed.worker import WorkerSpec, kv_blocks_for
-from refengine.errors import RefEngineError
+from refengine.errors import RefEngineError, RequestFailedError, StepFailedError
 from refengine.model.hf_config import load_model_config
 from refengine.model.layers.attention import allocate_kv_caches
 from refengine.model.loader import load_model
@@ -212,7 +212,15 @@ class LLMEngine:
             sched = self.scheduler.schedule()
             if sched.is_empty and not sched.finished_req_ids:
                 return []
-            runner_out = self.executor.execute_model(sched)
+            try:
+                runner_out = self.executor.execute_model(sched)
+            except Exception as exc:  # the caller finishes exc.failed_ids with an error (docs/server.md)
+                culprits = [exc.request_id] if isinstance(exc, RequestFailedError) else []
+                # A dead rank, or a multi-rank forward that failed half-way through its collectives,
+                # is the engine's end, not one step's; sampling runs after the collectives.
+                if not self.healthy or (self.parallel_config.world_size > 1 and not culprits):
+                    raise
+                raise StepFailedError([r.req_id for r in sched.requests], culprits, exc) from exc
         self.num_steps += 1
         self.tokens_processed_total += sched.total_num_scheduled_tokens
         updates = self.scheduler.update_from_output(sched, runner_out)

@@ -53,14 +53,26 @@ class Tokenizer:
     def vocab_size(self) -> int:
         return self._tok.get_vocab_size(with_added_tokens=True)
 
+    def _encode(self, text: str):
+        # encode() holds the GIL for its whole run (seconds for megabytes of text); encode_batch
+        # releases it, so a long prompt tokenized in a worker thread leaves the server's event loop
+        # and the engine thread running. Same pipeline, same ids.
+        if len(text) > 4096:
+            return self._tok.encode_batch([text], add_special_tokens=False)[0]
+        return self._tok.encode(text, add_special_tokens=False)
+
     def encode(self, text: str, add_bos: bool | None = None) -> list[int]:
         """Text -> ids. add_bos=None follows tokenizer_config's add_bos_token."""
-        ids = self._tok.encode(text, add_special_tokens=False).ids
+        ids = self._encode(text).ids
         if add_bos is None:
             add_bos = self.add_bos_token
         if add_bos and self.bos_token_id is not None:
             ids = [self.bos_token_id] + ids
         return ids
+
+    def count(self, text: str) -> int:
+        """How many tokens `text` encodes to (no BOS), without building the Python list of ids."""
+        return len(self._encode(text))
 
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
         return self._tok.decode(list(ids), skip_special_tokens=skip_special_tokens)

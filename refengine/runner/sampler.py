@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
+from refengine.errors import RequestFailedError
 from refengine.sampling_params import SamplingParams
 
 
@@ -49,7 +50,10 @@ class Sampler:
         tokens = torch.argmax(logits, dim=-1).tolist()
         for i, row in enumerate(rows):
             if not row.params.greedy:
-                tokens[i] = self._sample_one(logits[i], row)
+                try:
+                    tokens[i] = self._sample_one(logits[i], row)
+                except Exception as exc:  # one row's failure is that request's, not the batch's
+                    raise RequestFailedError(row.req_id, f"sampling failed: {exc}") from exc
         return tokens
 
     @staticmethod
@@ -75,6 +79,12 @@ class Sampler:
             sorted_probs, order = torch.sort(probs, descending=True)
             # Keep the smallest prefix whose mass reaches top_p (the first token always stays).
             drop = (torch.cumsum(sorted_probs, dim=-1) - sorted_probs) >= p.top_p
+            drop[0] = False  # a top_p below float32's smallest value must still keep one token
             sorted_probs = sorted_probs.masked_fill(drop, 0.0)
             probs = torch.zeros_like(probs).scatter_(0, order, sorted_probs)
+        # On CUDA, multinomial over NaN or all-zero weights is a device-side assert that kills the
+        # whole context; checking here keeps it one request's error.
+        if not bool(torch.isfinite(probs).all() & (probs.sum() > 0)):
+            raise ValueError("the sampling distribution has no finite positive mass (every token banned, "
+                             "or the logits are not finite)")
         return int(torch.multinomial(probs, 1, generator=self._generator(row)).item())

@@ -53,6 +53,15 @@ def build_parser(prog: str = "refengine-serve") -> argparse.ArgumentParser:
                    "(default: the --model value).")
     p.add_argument("--max-waiting-requests", type=int, default=1024, help="Waiting-queue bound; beyond it new "
                    "requests get 503 instead of growing memory (default: %(default)s).")
+    p.add_argument("--max-request-body-bytes", type=int, default=32 * 1024 * 1024, help="Largest request body; "
+                   "a larger one gets 413 (default: %(default)s, 32 MiB).")
+    p.add_argument("--timeout-keep-alive", type=float, default=5.0, help="Close a keep-alive connection idle this "
+                   "many seconds after a response (uvicorn's option; default: %(default)s).")
+    p.add_argument("--timeout-request-header", type=float, default=10.0, help="A connection must complete a "
+                   "request's headers this many seconds after connecting or after its previous response, or it "
+                   "is closed (408 if it had sent part of one) (default: %(default)s).")
+    p.add_argument("--timeout-request-body", type=float, default=30.0, help="The whole request body must arrive "
+                   "within this many seconds of its headers, or the request gets 408 (default: %(default)s).")
     p.add_argument("--graceful-shutdown-s", type=float, default=10.0, help="On SIGINT/SIGTERM, how long in-flight "
                    "requests may finish before they are aborted (default: %(default)s).")
     p.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"],
@@ -96,9 +105,16 @@ def main(argv: list[str] | None = None, prog: str = "refengine-serve") -> int:
     try:
         from refengine.engine import LLMEngine
         from refengine.server.app import Server
+        from refengine.server.http_protocol import header_timeout_protocol
+        from refengine.server.request_body import BodyLimits
 
         if ns.max_waiting_requests < 1:
             raise RefEngineError("--max-waiting-requests must be >= 1")
+        if ns.max_request_body_bytes < 1:
+            raise RefEngineError("--max-request-body-bytes must be >= 1")
+        for flag in ("timeout_keep_alive", "timeout_request_header", "timeout_request_body"):
+            if not getattr(ns, flag) > 0:
+                raise RefEngineError(f"--{flag.replace('_', '-')} must be > 0 seconds")
         engine = LLMEngine(engine_args_from(ns))
     except RefEngineError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -107,7 +123,9 @@ def main(argv: list[str] | None = None, prog: str = "refengine-serve") -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     name = ns.served_model_name or engine.args.model
-    server = Server(engine, name, api_key=ns.api_key, max_waiting_requests=ns.max_waiting_requests)
+    limits = BodyLimits(max_bytes=ns.max_request_body_bytes, timeout_s=ns.timeout_request_body)
+    server = Server(engine, name, api_key=ns.api_key, max_waiting_requests=ns.max_waiting_requests,
+                    body_limits=limits)
     cfg = engine.cache_config
     pc = engine.parallel_config
     layout = f", TP {pc.tensor_parallel_size} x PP {pc.pipeline_parallel_size}" if pc.world_size > 1 else ""
@@ -117,7 +135,8 @@ def main(argv: list[str] | None = None, prog: str = "refengine-serve") -> int:
     if getattr(engine, "quant", None) is not None:  # the FP8 precision policy in force, and what it saves
         print(f"{engine.quant.policy.summary()}\nmemory: {engine.quant_memory.summary()}", flush=True)
     config = uvicorn.Config(server.app(), host=ns.host, port=ns.port, log_level=ns.log_level,
-                            timeout_graceful_shutdown=ns.graceful_shutdown_s)
+                            timeout_graceful_shutdown=ns.graceful_shutdown_s, timeout_keep_alive=ns.timeout_keep_alive,
+                            http=header_timeout_protocol(ns.timeout_request_header))
     try:
         _GracefulServer(config).run()
     finally:

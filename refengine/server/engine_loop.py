@@ -3,6 +3,16 @@
 The scheduler is single-threaded by design, so every engine call happens on the loop thread:
 HTTP handlers post commands (add, abort) into an inbox and read their request's outputs from an
 asyncio queue that the loop thread feeds with `call_soon_threadsafe`.
+
+Admission counts, at the moment a request is admitted, every request admitted and not yet
+scheduled (in the inbox or the waiting queue) plus the preempted ones waiting again, so the
+waiting queue never exceeds `max_waiting_requests`, however long a step takes.
+
+A step that fails (StepFailedError) finishes only its failed requests, each with an error on its
+own stream, and the loop goes on; any other exception from a step finishes every request in the
+engine the same way. The loop stops for good (healthy False, /health 503) only when a rank died,
+the KV cache fails its integrity check afterwards, or MAX_CONSECUTIVE_FAILURES steps failed in a
+row with nobody to blame (e.g. a CUDA context that is gone).
 """
 
 from __future__ import annotations
@@ -15,11 +25,13 @@ from dataclasses import dataclass
 from typing import AsyncIterator, Callable
 
 from refengine.engine import EngineStats, LLMEngine
-from refengine.errors import RefEngineError
+from refengine.errors import RefEngineError, StepFailedError
 from refengine.outputs import RequestOutput
 from refengine.sampling_params import SamplingParams
 
 log = logging.getLogger(__name__)
+
+MAX_CONSECUTIVE_FAILURES = 3
 
 
 class EngineOverloaded(Exception):
@@ -28,6 +40,10 @@ class EngineOverloaded(Exception):
 
 class EngineDead(Exception):
     """The engine loop stopped after an internal error; the server reports unhealthy."""
+
+
+class RequestFailed(Exception):
+    """This request failed inside the engine; the engine goes on serving the others."""
 
 
 @dataclass
@@ -44,11 +60,16 @@ class EngineLoop:
         self.max_waiting_requests = max_waiting_requests
         self.on_output = on_output           # metrics hooks, called on the loop thread
         self.on_abort = on_abort
+        self.on_failed: Callable[[str], None] | None = None              # a request finished with an error
+        self.on_step_failure: Callable[[bool], None] | None = None      # a step failed (attributed or not)
         self._inbox: collections.deque = collections.deque()
         self._wake = threading.Event()
         self._streams: dict[str, _Stream] = {}
-        self._lock = threading.Lock()        # guards _streams and the pending count
-        self._pending_adds = 0
+        self._lock = threading.Lock()        # guards _streams, _unscheduled, _preempted_waiting
+        # Admitted and never scheduled yet: request id -> its Request once added (None while in the inbox).
+        self._unscheduled: dict[str, object] = {}
+        self._preempted_waiting = 0
+        self._consecutive_failures = 0
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name="refengine-loop", daemon=True)
         self.error: BaseException | None = None
@@ -85,15 +106,20 @@ class EngineLoop:
             raise EngineDead(f"the engine loop is not running: {self.error!r}")
         stream = _Stream(asyncio.Queue(), asyncio.get_running_loop())
         with self._lock:
-            waiting = self.stats.num_waiting + self._pending_adds
+            waiting = self.num_waiting_admitted
             if waiting >= self.max_waiting_requests:
                 raise EngineOverloaded(
                     f"the server is overloaded: {waiting} requests are waiting (max_waiting_requests="
                     f"{self.max_waiting_requests}); retry later or raise --max-waiting-requests")
             self._streams[request_id] = stream
-            self._pending_adds += 1
+            self._unscheduled[request_id] = None
         self._post(("add", request_id, prompt, params, priority))
         return self._outputs(request_id, stream)
+
+    @property
+    def num_waiting_admitted(self) -> int:
+        """Requests admitted and not running: never scheduled (inbox or queue) + preempted, waiting again."""
+        return len(self._unscheduled) + self._preempted_waiting
 
     async def _outputs(self, request_id: str, stream: _Stream) -> AsyncIterator[RequestOutput]:
         finished = False
@@ -129,18 +155,86 @@ class EngineLoop:
             command = self._inbox.popleft()
             if command[0] == "add":
                 _, request_id, prompt, params, priority = command
-                with self._lock:
-                    self._pending_adds -= 1
                 try:
                     self.engine.add_request(prompt, params, request_id=request_id, priority=priority)
                 except RefEngineError as exc:
+                    with self._lock:
+                        self._unscheduled.pop(request_id, None)
                     self._deliver(request_id, exc)
+                    continue
+                with self._lock:
+                    if request_id in self._unscheduled:
+                        self._unscheduled[request_id] = self.engine.scheduler.get_request(request_id)
             else:
                 live = [rid for rid in command[1] if self.engine.scheduler.get_request(rid) is not None]
                 self.engine.abort_request(live)
+                with self._lock:
+                    for rid in command[1]:
+                        self._unscheduled.pop(rid, None)
                 if self.on_abort is not None:
                     for rid in live:
                         self.on_abort(rid)
+
+    def _count_waiting(self) -> None:
+        """After a step: forget requests that got scheduled or finished; count the preempted ones."""
+        with self._lock:
+            never = 0
+            for rid, request in list(self._unscheduled.items()):
+                if request is None:
+                    continue
+                if request.timestamps.first_scheduled is not None or request.is_finished():
+                    del self._unscheduled[rid]
+                else:
+                    never += 1
+            self._preempted_waiting = max(0, self.engine.scheduler.num_waiting - never)
+
+    def _step(self) -> None:
+        try:
+            outputs = self.engine.step()
+        except StepFailedError as exc:
+            self._fail(exc.failed_ids, exc.cause, exc.attributed)
+            return
+        except Exception as exc:  # not even the step's requests are known: fail all but the inbox's
+            if not getattr(self.engine, "healthy", True) or self.engine.parallel_config.world_size > 1:
+                raise
+            with self._lock:
+                everyone = set(self.engine.scheduler.requests) | {
+                    rid for rid in self._streams if self._unscheduled.get(rid, "") is not None}
+            self._fail(sorted(everyone), exc, attributed=False)
+            return
+        self._consecutive_failures = 0
+        for out in outputs:
+            if self.on_output is not None:
+                self.on_output(out)
+            self._deliver(out.request_id, out)
+            if out.finished:
+                # Also dropped here, not only by the consumer: a stream whose consumer
+                # never started (client gone before the first byte) must not leak.
+                with self._lock:
+                    self._streams.pop(out.request_id, None)
+
+    def _fail(self, request_ids: list[str], cause: BaseException, attributed: bool) -> None:
+        """Finish these requests with an error on their own streams; the loop goes on (or stops,
+        raising, if the engine cannot be trusted any more)."""
+        log.error("engine step failed (%s): %r; failing %d request(s): %s",
+                  "attributed" if attributed else "unattributed", cause, len(request_ids), request_ids[:8],
+                  exc_info=cause)
+        if self.on_step_failure is not None:
+            self.on_step_failure(attributed)
+        self.engine.abort_request(request_ids)
+        self.engine.scheduler.kv_cache_manager.check_integrity()   # raises if the failure left it inconsistent
+        for rid in request_ids:
+            if self.on_failed is not None:
+                self.on_failed(rid)
+            self._deliver(rid, RequestFailed(f"the request failed inside the engine: {cause!r}"))
+            with self._lock:
+                self._streams.pop(rid, None)
+                self._unscheduled.pop(rid, None)
+        if not attributed:
+            self._consecutive_failures += 1
+            if self._consecutive_failures >= MAX_CONSECUTIVE_FAILURES:
+                raise RuntimeError(f"{self._consecutive_failures} engine steps in a row failed with nobody "
+                                   f"to blame; the last: {cause!r}") from cause
 
     def _run(self) -> None:
         try:
@@ -150,19 +244,13 @@ class EngineLoop:
                     raise RankFailedError(f"the distributed engine failed: {self.engine.executor.dead_reason}")
                 self._drain_inbox()
                 if not self.engine.has_unfinished_requests():
+                    self._count_waiting()
                     self.stats = self.engine.stats()
                     self._wake.wait(0.05)
                     self._wake.clear()
                     continue
-                for out in self.engine.step():
-                    if self.on_output is not None:
-                        self.on_output(out)
-                    self._deliver(out.request_id, out)
-                    if out.finished:
-                        # Also dropped here, not only by the consumer: a stream whose consumer
-                        # never started (client gone before the first byte) must not leak.
-                        with self._lock:
-                            self._streams.pop(out.request_id, None)
+                self._step()
+                self._count_waiting()
                 self.stats = self.engine.stats()
             self._drain_inbox()
         except BaseException as exc:  # an engine bug: fail every stream loudly, never hang them

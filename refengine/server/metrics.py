@@ -82,6 +82,10 @@ class ServerMetrics:
                                        ["model_name", "finished_reason"], registry=reg)
         self.requests_rejected = Counter("refengine:requests_rejected", "Requests refused before reaching the "
                                          "engine (4xx/503), by reason.", ["model_name", "reason"], registry=reg)
+        self.step_failures = Counter("refengine:engine_step_failures", "Engine steps that raised; their failed "
+                                     "requests finished with an error, the loop went on. attributed=true: the "
+                                     "step named its culprit, false: all of its requests failed.",
+                                     ["model_name", "attributed"], registry=reg)
         self.ttft = Histogram("vllm:time_to_first_token_seconds", "Time to first token (arrival → first token).",
                               labels, buckets=TTFT_BUCKETS, registry=reg)
         self.itl = Histogram("vllm:inter_token_latency_seconds", "Time between consecutive token outputs.",
@@ -146,6 +150,14 @@ class ServerMetrics:
     def aborted(self, request_id: str) -> None:
         self._last_token_time.pop(request_id, None)
         self.request_success.labels(self.model_name, "abort").inc()
+
+    def failed(self, request_id: str) -> None:
+        """A request that failed inside the engine: finished_reason="error"."""
+        self._last_token_time.pop(request_id, None)
+        self.request_success.labels(self.model_name, "error").inc()
+
+    def step_failed(self, attributed: bool) -> None:
+        self.step_failures.labels(self.model_name, "true" if attributed else "false").inc()
 
     def rejected(self, reason: str) -> None:
         self.requests_rejected.labels(self.model_name, reason).inc()

@@ -19,6 +19,26 @@ def _start_server_process(*extra: str) -> tuple[subprocess.Popen, str]:
     return start_refengine("--max-model-len", "256", *extra, model=MODEL)
 
 
+# The hardened server of the robustness tests and the fuzz (one process for both): short header
+# and body deadlines so the timeout tests are quick, a 16 MiB body limit so the 413 test is.
+ROBUST_TIMEOUT_S = 2
+ROBUST_BODY_LIMIT = 16 * 1024 * 1024
+
+
+@pytest.fixture(scope="session")
+def robust_server():
+    """(url, header/body deadline in s, body limit in bytes) of a server all robustness tests share."""
+    proc, url = start_refengine("--max-model-len", "256", "--max-request-body-bytes", str(ROBUST_BODY_LIMIT),
+                                "--timeout-request-header", str(ROBUST_TIMEOUT_S), "--timeout-request-body",
+                                str(ROBUST_TIMEOUT_S), "--timeout-keep-alive", "1", quiet=True)
+    yield url, ROBUST_TIMEOUT_S, ROBUST_BODY_LIMIT
+    proc.terminate()
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
 @pytest.fixture(scope="module")
 def server_url():
     proc, url = _start_server_process("--api-key", "sekret", "--served-model-name", "tiny-test")

@@ -4,6 +4,7 @@ overload answered with 503, and a clean exit on SIGTERM."""
 import asyncio
 import json
 import signal
+import time
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
@@ -112,3 +113,80 @@ def test_sigterm_exits_cleanly_during_a_stream(start_server_process):
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_waiting_bound_holds_at_admission_under_10x_overload(InProcessServer):
+    # 40 clients for 4 waiting places. Requests admitted during a step used to be counted neither as
+    # pending (already drained) nor as waiting (stats refreshed after the step): twice the bound waited.
+    with InProcessServer(max_waiting=4, max_num_seqs=1) as srv:
+        engine = srv.engine
+        waiting_seen = []
+        add, step = engine.add_request, engine.step
+
+        def add_request(*args, **kwargs):
+            out = add(*args, **kwargs)
+            waiting_seen.append(engine.scheduler.num_waiting)
+            return out
+
+        def slow_step():
+            time.sleep(0.02)
+            return step()
+
+        engine.add_request, engine.step = add_request, slow_step
+
+        async def worker(client, until):  # a closed loop: the next request as soon as one is answered
+            body = {"prompt": [4] * 10, "max_tokens": 4, "ignore_eos": True}
+            out = []
+            while time.monotonic() < until:
+                out.append(await client.post("/v1/completions", json=body))
+                await asyncio.sleep(0.005)
+            return out
+
+        async def run():
+            async with httpx.AsyncClient(base_url=srv.url, timeout=120, limits=httpx.Limits(max_connections=50)) as client:
+                until = time.monotonic() + 1.5
+                return [r for rs in await asyncio.gather(*(worker(client, until) for _ in range(40))) for r in rs]
+
+        responses = asyncio.run(run())
+        srv.wait_idle()
+        codes = [r.status_code for r in responses]
+        assert set(codes) <= {200, 503} and codes.count(503) > 0
+        assert max(waiting_seen) <= 4, waiting_seen
+        m = _metrics(srv.url)
+        assert m['vllm:request_success_total{"finished_reason": "length"}'] == codes.count(200) == len(waiting_seen)
+        assert m['refengine:requests_rejected_total{"reason": "overloaded"}'] == codes.count(503)
+        assert srv.server.loop.num_waiting_admitted == 0
+
+
+def test_clients_that_leave_while_waiting_give_their_places_back(InProcessServer):
+    with InProcessServer(max_waiting=2, max_num_seqs=1) as srv:
+        step = srv.engine.step
+        srv.engine.step = lambda: (time.sleep(0.01), step())[1]   # the running request lasts ~2 s
+        loop = srv.server.loop
+        running = {"prompt": [9] * 10, "max_tokens": 200, "ignore_eos": True, "stream": True}
+        waiting = {"prompt": [8] * 10, "max_tokens": 2, "ignore_eos": True, "stream": True}
+        with httpx.Client(base_url=srv.url, timeout=60) as client, \
+                client.stream("POST", "/v1/completions", json=running) as long_one:
+            long_lines = long_one.iter_lines()
+            next(long_lines)                                      # it is running
+            for _ in range(2):                                    # two wait, and leave before their turn
+                with client.stream("POST", "/v1/completions", json=waiting) as r:
+                    assert r.status_code == 200
+            deadline = time.monotonic() + 10
+            while loop.num_waiting_admitted and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert loop.num_waiting_admitted == 0                 # their places are free again
+            with httpx.Client(base_url=srv.url, timeout=60) as a, httpx.Client(base_url=srv.url, timeout=60) as b, \
+                    a.stream("POST", "/v1/completions", json=waiting) as r1, \
+                    b.stream("POST", "/v1/completions", json=waiting) as r2:
+                third = client.post("/v1/completions", json=waiting)
+                assert (r1.status_code, r2.status_code, third.status_code) == (200, 200, 503)
+                assert [line for line in r1.iter_lines() if line][-1] == "data: [DONE]"
+                assert [line for line in r2.iter_lines() if line][-1] == "data: [DONE]"
+            assert [line for line in long_lines if line][-1] == "data: [DONE]"
+        srv.wait_idle()
+        srv.engine.scheduler.kv_cache_manager.check_integrity()
+        m = _metrics(srv.url)
+        assert m['vllm:request_success_total{"finished_reason": "abort"}'] == 2
+        assert m['vllm:request_success_total{"finished_reason": "length"}'] == 3
+        assert m['refengine:requests_rejected_total{"reason": "overloaded"}'] == 1
