@@ -59,7 +59,7 @@ def _too_large(limits: BodyLimits, what: str) -> ApiError:
                     "(--max-request-body-bytes)", code="request_too_large")
 
 
-class _HugeInt:
+class HugeInt:
     """An integer literal too long to be any field's value; validation names the field."""
 
     def __init__(self, digits: str):
@@ -70,7 +70,7 @@ class _HugeInt:
 
 
 def _bounded_int(text: str):
-    return _HugeInt(text) if len(text) > MAX_INT_DIGITS else int(text)
+    return HugeInt(text) if len(text) > MAX_INT_DIGITS else int(text)
 
 
 def parse_json(raw: bytes, max_depth: int = 64) -> dict:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from refengine.sampling_params import INT64_MAX, INT64_MIN, SamplingParamError, SamplingParams
 from refengine.server.protocol import ApiError, GenerationRequest
-from refengine.server.request_body import _HugeInt
+from refengine.server.request_body import HugeInt
 
 _MISSING = object()
 _NAMES = {int: "an integer", float: "a number", str: "a string", bool: "a boolean", list: "a list", dict: "an object"}
@@ -23,7 +23,7 @@ def field(body: dict, name: str, types, default=None, shown: str | None = None):
     value = body.get(name, _MISSING)
     if value is _MISSING or value is None:
         return default
-    if isinstance(value, _HugeInt):
+    if isinstance(value, HugeInt):
         raise ApiError(400, f"'{shown}' must be {_type_names(types)} within 64 bits, got {value!r}", param=shown)
     if isinstance(value, bool) and bool not in types:
         raise ApiError(400, f"'{shown}' must be {_type_names(types)}, got a boolean", param=shown)
