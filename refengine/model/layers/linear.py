@@ -21,7 +21,6 @@ oneDNN with the weight packed once (cpu_gemm.py: faster at decode batch sizes).
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from refengine.distributed.tp_ops import tp_all_gather, tp_all_reduce
