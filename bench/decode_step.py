@@ -53,6 +53,9 @@ def set_config(packed: bool, kernel: bool) -> None:
     cpu_gemm.ENABLED, cpu_paged_decode.ENABLED = packed, kernel
 
 
+CLOCK = time.perf_counter
+
+
 def matmul_rates() -> dict:
     """One pass over the model's shapes at 2,048 and 64 rows, F.linear and packed: FLOP/s each."""
     from refengine.model.layers import cpu_gemm
@@ -66,10 +69,10 @@ def matmul_rates() -> dict:
                 cpu_gemm.ENABLED = True
                 f()
                 reps = 1 if rows == 2048 else 10
-                t = time.perf_counter()
+                t = CLOCK()
                 for _ in range(reps):
                     f()
-                out[f"{name} {rows}x{k} @ {n}x{k}"] = reps * 2 * rows * n * k / (time.perf_counter() - t)
+                out[f"{name} {rows}x{k} @ {n}x{k}"] = reps * 2 * rows * n * k / (CLOCK() - t)
     return out
 
 
@@ -78,8 +81,15 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=8)
     ap.add_argument("--prefill-reps", type=int, default=2)
     ap.add_argument("--seqs", type=int, default=64)
+    ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                    help="cpu: one torch thread, steps and matmuls timed in this process's CPU seconds (a "
+                         "per-core MFU that other tenants of a shared machine barely move)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
+    global CLOCK
+    if args.clock == "cpu":
+        torch.set_num_threads(1)
+        CLOCK = time.process_time
     from refengine import LLM
     llm = LLM("tiny", max_num_seqs=max(64, args.seqs))
     eng = llm.llm_engine
@@ -101,7 +111,10 @@ def main() -> None:
                 for _ in range(4):
                     eng.add_request([rng.randrange(7, 4096) for _ in range(512)], greedy(1))
                 while eng.has_unfinished_requests():
+                    n, t = len(rec.records), CLOCK()
                     eng.step()
+                    if args.clock == "cpu" and len(rec.records) > n:
+                        rec.records[-1].total_s = CLOCK() - t
                 prefill[name] += [r for r in rec.records if r.num_decode == 0 and r.num_tokens == 2048]
                 rec.enabled = False
             print(f"prefill rep {rep} done", flush=True)
@@ -120,13 +133,17 @@ def main() -> None:
                 rec.enabled = False
                 eng.step()  # warm-up: the first call of a switched path pays its one-time costs
                 rec.records, rec.enabled = [], True
+                t = CLOCK()
                 eng.step()
+                spent = CLOCK() - t
+                for r in rec.records:
+                    r.total_s = spent if args.clock == "cpu" else r.total_s
                 decode[name] += [r for r in rec.records if r.num_decode == r.num_tokens == args.seqs]
             print(f"decode rep {rep}: " + ", ".join(f"{k} {v[-1].total_s:.3f} s" for k, v in decode.items() if v),
                   flush=True)
     set_config(True, True)
     peak = max(peaks.values())
-    res = dict(machine=machine(), seqs=args.seqs, reps=args.reps, other_cpus=meter.as_dict()["other_cpus"],
+    res = dict(machine=machine(), clock=args.clock, threads=torch.get_num_threads(), seqs=args.seqs, reps=args.reps, other_cpus=meter.as_dict()["other_cpus"],
                matmul_flops=peaks, peak_flops=peak, prefill={}, decode={})
     rows = []
     for kind, recs in (("prefill 2048", prefill), (f"decode@{args.seqs}", decode)):
