@@ -142,9 +142,9 @@ class EngineArgs:
                                            "(micro-batch if pipeline_micro_batches is set, else batch-queue).")
     enable_expert_parallel: bool = _arg(False, "MoE: place whole experts across the tensor-parallel ranks "
                                                "(all-to-all dispatch) instead of sharding every expert.")
-    moe_capacity_factor: float = _arg(1.25, "MoE: an expert takes at most ceil(factor x tokens x top_k / "
-                                            "experts) tokens per step; overflow is dropped and counted (0: no "
-                                            "limit).")
+    moe_capacity_factor: float = _arg(0.0, "MoE: 0 (default) is dropless, as vLLM and transformers infer; f > 0 "
+                                           "caps an expert at ceil(f x tokens x top_k / experts) assignments per "
+                                           "step, dropping and counting the overflow (a demonstration).")
     moe_dispatch: str = _arg("auto", "MoE expert-parallel dispatch: all_to_all, allgather, or auto "
                                      "(all_to_all where the backend has it).")
     distributed_backend: str = _arg("auto", "torch.distributed backend: auto (nccl on CUDA, gloo on CPU), gloo "

@@ -47,6 +47,9 @@ class AttentionMetadata:
     decode_slots: torch.Tensor | None = None          # [B, max_ctx] long (padding points at slot 0)
     decode_mask: torch.Tensor | None = None           # [B, 1, 1, max_ctx] bool; None if nothing to mask
     decode_only: bool = False  # every token is a decode, in flat order (no scatter needed)
+    # The decodes' rows of block_tables / seq_lens (the CPU decode kernel walks blocks in place).
+    decode_block_tables: torch.Tensor | None = None   # [B, max_blocks] int32
+    decode_seq_lens: torch.Tensor | None = None       # [B] int32
     prefills: list[PrefillSlice] = field(default_factory=list)
 
 
@@ -98,6 +101,11 @@ def build_attention_metadata(seqs: list[tuple[int, int, list[int]]], block_size:
         # Equal contexts need no mask (SDPA's unmasked path is faster).
         meta.decode_mask = None if bool(mask.all()) else mask[:, None, None, :].to(device)
         meta.decode_only = len(decode_ids) == len(seqs)
+        if meta.decode_only:
+            meta.decode_block_tables, meta.decode_seq_lens = meta.block_tables, meta.seq_lens
+        else:
+            meta.decode_block_tables = block_tables[d].to(torch.int32).to(device)
+            meta.decode_seq_lens = d_ctx.to(torch.int32).to(device)
 
     for i, (s, n, _) in enumerate(seqs):
         if n == 1:

@@ -41,7 +41,7 @@ class ParallelConfig:
     micro_batches: int | None = None                # None = pipeline_parallel_size
     schedule: str = "micro-batch"                   # PP overlap: "batch-queue" (across steps) or "micro-batch"
     enable_expert_parallel: bool = False
-    moe_capacity_factor: float = 1.25
+    moe_capacity_factor: float = 0.0   # dropless
     moe_dispatch: str = "auto"
     backend: str = "auto"
     timeout_s: float = 30.0

@@ -68,7 +68,7 @@ def run_steps(runner, steps) -> list[torch.Tensor]:
     return out if runner.samples else []
 
 
-def reference_logits(model_dir: str, capacity_factor: float = 1.25, device: str = "cpu"):
+def reference_logits(model_dir: str, capacity_factor: float = 0.0, device: str = "cpu"):
     cfg = load_model_config(model_dir)
     extra = {"moe": MoEParallel(capacity_factor=capacity_factor)} if cfg.num_experts else {}
     model = load_model(model_dir, cfg, torch.float32, device, **extra)

@@ -35,6 +35,11 @@ def two_rank_results(llama_dir, mqa_llama_dir, mixtral_dir, tmp_path_factory):
         ("moe_ep2", mixtral_dir, dict(tensor_parallel_size=2, enable_expert_parallel=True, moe_dispatch="all_to_all")),
         ("moe_ep2_allgather", mixtral_dir, dict(tensor_parallel_size=2, enable_expert_parallel=True,
                                                 moe_dispatch="allgather")),
+        ("moe_pp2", mixtral_dir, dict(pipeline_parallel_size=2, micro_batches=2)),
+        # The capacity factor, asked for explicitly: the same drops at every world size.
+        ("moe_tp2_capped", mixtral_dir, dict(tensor_parallel_size=2, moe_capacity_factor=1.25)),
+        ("moe_ep2_capped", mixtral_dir, dict(tensor_parallel_size=2, enable_expert_parallel=True,
+                                             moe_dispatch="all_to_all", moe_capacity_factor=1.25)),
     ]
     return run_layouts(cases, str(tmp_path_factory.mktemp("ranks")))
 
@@ -51,12 +56,24 @@ def test_replicated_kv_head_and_tied_head_across_stages(two_rank_results, mqa_ll
     _assert_close(_sampler_result(two_rank_results, name)["logits"], want)
 
 
-@pytest.mark.parametrize("name", ["moe_tp2", "moe_ep2", "moe_ep2_allgather"])
+@pytest.mark.parametrize("name", ["moe_tp2", "moe_ep2", "moe_ep2_allgather", "moe_pp2"])
 def test_moe_layouts_match_one_process(two_rank_results, mixtral_dir, name):
-    want, want_stats = reference_logits(mixtral_dir)  # default capacity factor 1.25, overflow included
+    want, want_stats = reference_logits(mixtral_dir)  # the defaults: dropless
+    assert want_stats["overflow_total"] == 0
     got = _sampler_result(two_rank_results, name)
     _assert_close(got["logits"], want)
+    if name == "moe_pp2":  # each stage counts its own layers' load
+        return
     # Every rank counts the global routing, so the driver's metrics see all experts' load.
+    for saved in two_rank_results[name].values():
+        assert saved["moe"] == want_stats
+
+
+@pytest.mark.parametrize("name", ["moe_tp2_capped", "moe_ep2_capped"])
+def test_moe_capacity_factor_drops_alike_at_every_world_size(two_rank_results, mixtral_dir, name):
+    want, want_stats = reference_logits(mixtral_dir, capacity_factor=1.25)
+    assert want_stats["overflow_total"] > 0
+    _assert_close(_sampler_result(two_rank_results, name)["logits"], want)
     for saved in two_rank_results[name].values():
         assert saved["moe"] == want_stats
 
@@ -65,7 +82,7 @@ def test_moe_matches_transformers_at_world_size_one(mixtral_dir):
     from dist_harness import make_steps
     from transformers import MixtralForCausalLM
 
-    want, _ = reference_logits(mixtral_dir, capacity_factor=0)  # dropless, as transformers computes
+    want, _ = reference_logits(mixtral_dir)  # the engine's defaults: dropless, as transformers computes
     hf = MixtralForCausalLM.from_pretrained(mixtral_dir).eval()
     # Step 1 of make_steps: requests "a" (8 tokens) and "c" (3) are whole prompts from position 0.
     steps = make_steps(250)

@@ -2,18 +2,22 @@
 
 KV cache, one tensor per layer: [2, num_blocks, block_size, num_kv_heads, head_dim] (K then V);
 the batch contract and the per-step index tensors are in refengine/attention/metadata.py. A step
-runs on the Triton kernels (refengine/kernels) on a GPU when they apply, else on the plain-PyTorch
-reference (refengine/attention/reference.py), which is also the oracle the kernels are tested
-against.
+runs on the Triton kernels (refengine/kernels) on a GPU when they apply; on CPU its decodes run on
+the C++ paged decode kernel (kernels/cpu_paged_decode.py) when it builds and the cache is float32;
+everything else on the plain-PyTorch reference (refengine/attention/reference.py), which is also
+the oracle the kernels are tested against.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import torch
 from torch import nn
 
 from refengine.attention.metadata import AttentionMetadata
 from refengine.attention.reference import paged_attention, store_kv
+from refengine.kernels import cpu_paged_decode
 from refengine.quant.kv_cache import kv_cache_bytes_per_token
 
 
@@ -43,8 +47,23 @@ class Attention(nn.Module):
             if out is not None:
                 return out
         store_kv(k, v, kv_cache, meta.slot_mapping, self.k_scale, self.v_scale)
+        if meta.decode_token_indices is not None and self.use_kernels and cpu_paged_decode.applies(q, kv_cache):
+            return self._decode_on_cpu_kernel(q, kv_cache, meta)
         return paged_attention(q, kv_cache, meta, self.num_heads, self.scale, self.k_scale,
                                self.v_scale).to(q.dtype)
+
+    def _decode_on_cpu_kernel(self, q, kv_cache, meta: AttentionMetadata) -> torch.Tensor:
+        """Decodes on the CPU kernel (reads the cache in place); any prefills of the step on the reference."""
+        qd = q if meta.decode_only else q[meta.decode_token_indices]
+        od = cpu_paged_decode.paged_decode_cpu(qd, kv_cache, meta.decode_block_tables, meta.decode_seq_lens,
+                                               self.num_heads, self.scale).to(q.dtype)
+        if meta.decode_only:
+            return od
+        prefills_only = dataclasses.replace(meta, decode_token_indices=None, decode_slots=None, decode_mask=None)
+        out = paged_attention(q, kv_cache, prefills_only, self.num_heads, self.scale, self.k_scale,
+                              self.v_scale).to(q.dtype)
+        out[meta.decode_token_indices] = od
+        return out
 
 
 def kv_cache_bytes_per_block(model_config, block_size: int, dtype: torch.dtype, tp_size: int = 1) -> int:

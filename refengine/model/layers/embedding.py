@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from refengine.distributed.tp_ops import tp_all_gather, tp_all_reduce
+from refengine.model.layers import cpu_gemm
 from refengine.model.layers.weight_utils import copy_weight
 
 
@@ -59,6 +60,8 @@ class ParallelLMHead(VocabParallelEmbedding):
         self.weight = embedding.weight
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        logits = F.linear(hidden, self.weight)
+        if not hasattr(self, "packed_weight"):
+            self.packed_weight = cpu_gemm.PackedWeight()  # rebuilt if tie_to swaps the weight
+        logits = cpu_gemm.linear(hidden, self.weight, None, self.packed_weight)
         logits = tp_all_gather(logits, self.tp_size, dim=-1)
         return logits[..., :self.num_embeddings]

@@ -1,14 +1,16 @@
-"""Mixture-of-experts block (Mixtral style): a float32 router, top-k experts, a capacity factor.
+"""Mixture-of-experts block (Mixtral style): a float32 router, top-k experts, an optional capacity factor.
 
 Routing (as transformers' Mixtral): softmax of the router logits in float32, the top-k experts,
 their weights renormalised to sum to 1. Each expert is a SwiGLU MLP; a token's output is the
 weighted sum of its experts' outputs.
 
-Capacity: an expert takes at most C = ceil(factor x tokens x top_k / experts) of the step's
+Dropless by default (factor 0): every assignment is computed, as vLLM, SGLang and transformers do
+at inference, so a request's output never depends on what else is in its batch. The capacity
+factor stays as an explicit option that shows the training-time mechanism and its overflow
+metrics: an expert then takes at most C = ceil(factor x tokens x top_k / experts) of the step's
 (token, expert) assignments; the rest overflow, are dropped (the token keeps its other experts),
 and are counted. Which ones overflow is decided in one global order (token, then rank of the
-choice), the same at every world size, so a parallel layout gives the same result as one
-process. factor 0 = no limit (dropless, what transformers computes).
+choice), the same at every world size, so a parallel layout gives the same result as one process.
 
 Three placements of the experts:
 - one process, or TP without EP: every rank holds every expert, each expert's intermediate
@@ -42,7 +44,7 @@ from refengine.model.layers.weight_utils import copy_weight
 @dataclass(frozen=True)
 class MoEParallel:
     expert_parallel: bool = False
-    capacity_factor: float = 1.25
+    capacity_factor: float = 0.0   # dropless, as vLLM, SGLang and transformers infer
     dispatch: str = "auto"   # all_to_all | allgather | auto
 
 

@@ -1,0 +1,87 @@
+"""float32 linears on CPU through oneDNN with the weight pre-packed once, instead of F.linear.
+
+Why: F.linear on CPU calls MKL sgemm with the [out, in] weight as it is stored, re-laying it out
+on every call; at decode batch sizes (tens of rows) that costs as much as the arithmetic. oneDNN's
+inner-product primitive with a weight reordered ahead of time into its blocked layout runs the
+same matmul 1.3-2x faster at 16-128 rows on this machine's AVX2 cores, and no slower at 2,048
+(bench/RESULTS.md, "Engine performance (issue 16)"). This is what inductor's CPU freezing pass
+does; we call the same two ops directly so no compile step is needed.
+
+It degrades cleanly: the packed path is used only for a float32 CPU weight, only if torch has
+the ops, and only after a self-check against F.linear on the real weight; otherwise F.linear.
+`REFENGINE_CPU_PACKED_GEMM=0` turns it off (the bench flips `ENABLED` for side-by-side runs).
+
+The dense weight is kept (state dicts, TP loaders and tests read it), so weights take twice
+their memory on CPU; the packed copy is rebuilt if the weight tensor is replaced.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import torch
+import torch.nn.functional as F
+
+log = logging.getLogger(__name__)
+
+ENABLED = os.environ.get("REFENGINE_CPU_PACKED_GEMM", "1") != "0"
+_CHECK_ROWS = 5
+
+
+def _ops_available() -> bool:
+    return (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
+            and hasattr(torch.ops.mkldnn, "_linear_pointwise"))
+
+
+def pack(weight: torch.Tensor) -> torch.Tensor | None:
+    """The oneDNN-packed copy of a float32 CPU weight [out, in], or None where it does not apply."""
+    if not ENABLED or weight.device.type != "cpu" or weight.dtype != torch.float32 or weight.dim() != 2:
+        return None
+    if not _ops_available():
+        return None
+    try:
+        with torch.no_grad():
+            packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None)
+            x = torch.randn(_CHECK_ROWS, weight.shape[1], generator=torch.Generator().manual_seed(0))
+            want, got = F.linear(x, weight), _packed_linear(x, packed, None)
+            tol = 1e-4 * (1.0 + float(want.abs().max()))
+            if got.shape != want.shape or float((got - want).abs().max()) > tol:
+                log.info("oneDNN packed linear disagrees with F.linear; using F.linear")
+                return None
+        return packed
+    except (RuntimeError, NotImplementedError) as exc:  # an op missing or refusing this shape
+        log.info("oneDNN packed linear unavailable (%s); using F.linear", exc)
+        return None
+
+
+def _packed_linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+
+
+class PackedWeight:
+    """A weight's packed copy, built on first use and rebuilt if the weight tensor changes."""
+
+    __slots__ = ("key", "packed")
+
+    def __init__(self) -> None:
+        self.key: tuple | None = None
+        self.packed: torch.Tensor | None = None
+
+    def get(self, weight: torch.Tensor) -> torch.Tensor | None:
+        key = (weight.data_ptr(), tuple(weight.shape), weight.dtype, weight.device)
+        if key != self.key:
+            self.key, self.packed = key, pack(weight)
+        return self.packed
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, cache: PackedWeight) -> torch.Tensor:
+    """F.linear(x, weight, bias), through the packed weight where it applies (any leading dims)."""
+    if not ENABLED or x.dtype != torch.float32 or x.device.type != "cpu" or torch.is_grad_enabled():
+        return F.linear(x, weight, bias)
+    packed = cache.get(weight)
+    if packed is None:
+        return F.linear(x, weight, bias)
+    shape = x.shape
+    out = _packed_linear(x.reshape(-1, shape[-1]).contiguous(), packed, bias)
+    return out.view(*shape[:-1], out.shape[-1])
