@@ -59,6 +59,10 @@ class SweepArgs:
     probes: str
     probe_interval: float
     server_pid: Optional[int]
+    trace_speed: float = 1.0            # --workload trace: time scale (2 = twice as fast)
+    trace_limit: Optional[int] = None   # --workload trace: the first N requests of the trace
+    block_size: int = 512               # --workload trace: tokens per hash id (Mooncake: 512)
+    turns: int = 4                      # --workload sessions: turns per conversation
 
 
 def workload_options(kind: str, dataset: Path | None, spread: float, target: str | None, model: str | None,
@@ -168,8 +172,10 @@ def prepare_run(a: SweepArgs, console: Console) -> tuple[RunDir, RunInfo, list[s
     return run, info, probe_names
 
 
-def execute_sweep(run: RunDir, info: RunInfo, a: SweepArgs, probe_names: list[str], console: Console) -> None:
-    """Start the target (embedded) or use it (external), record its facts, run the levels with probes."""
+def execute_sweep(run: RunDir, info: RunInfo, a: SweepArgs, probe_names: list[str], console: Console,
+                  plan_factory=None) -> None:
+    """Start the target (embedded) or use it (external), record its facts, run the levels with probes.
+    plan_factory(run, info) -> a LevelPlan (llmbench.sweep) chooses the levels instead of the grid."""
     from llmbench.embedded import EmbeddedServer
     from llmbench.sweep import run_sweep
     from llmbench.target_setup import prepare_target
@@ -192,7 +198,7 @@ def execute_sweep(run: RunDir, info: RunInfo, a: SweepArgs, probe_names: list[st
                                     a.probe_interval,
                                     log=lambda m: console.print(m, style="yellow", highlight=False, markup=False))
         run_sweep(info.sweep, run, tspec, console, target_alive=alive, slos=info.slos, master_bind=a.master_bind,
-                  probes=probe_set)
+                  probes=probe_set, plan=plan_factory(run, info) if plan_factory else None)
     except KeyboardInterrupt:
         raise typer.Exit(code=130) from None
     except RuntimeError as exc:            # TargetError, SweepStopped, a level that could not run

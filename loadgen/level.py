@@ -27,6 +27,7 @@ from typing import Callable
 
 from loadgen.errors import LoadGeneratorError
 from loadgen.fail_fast import FailFast
+from loadgen.saturation import SaturationRule
 from loadgen.specs import LevelProgress, LevelResult, LevelSpec, TargetSpec
 from loadgen.tally import LevelTally
 from loadgen.token_count import ClientTokenCounter, records_without_counting
@@ -144,6 +145,9 @@ class _LevelLoop:
         self.tally = LevelTally(spec)
         self.fail_fast = FailFast()
         self.failed_fast: str | None = None      # why the level was stopped: all its first requests failed
+        self.saturation = (SaturationRule(spec.saturation_ttft_s) if spec.open_loop and spec.saturation_ttft_s
+                           else None)
+        self.over_capacity: str | None = None    # why the level was stopped: its queue kept growing
         self.plan: dict | None = None
         self.worker_done: dict[str, dict] = {}
         self.sent_reported: int | None = None
@@ -199,6 +203,11 @@ class _LevelLoop:
                 self.failed_fast = self.fail_fast.reason()
                 if self.failed_fast is not None:
                     self._interrupt(reason="failed_fast")
+            if self.saturation is not None and self.end is None and self.over_capacity is None \
+                    and self.failed_fast is None:
+                self.over_capacity = self.saturation.reason()
+                if self.over_capacity is not None:
+                    self._interrupt(reason="over_capacity")
 
     def _interrupt(self, reason: str = "interrupted") -> None:
         """Ctrl-C (or fail fast): ask the master to stop in order, and take the cancelled records it
@@ -229,11 +238,15 @@ class _LevelLoop:
             for r in records:
                 self.tally.add(r)
                 self.fail_fast.add(r)
+                if self.saturation is not None:
+                    self.saturation.add(r)
             self.on_records(records)
         elif kind == "plan":
             self.plan = msg
         elif kind == "progress":
             self.sent_reported, self.in_flight = msg["sent"], msg["in_flight"]
+            if self.saturation is not None:
+                self.saturation.add_in_flight(time.time(), msg["in_flight"])
         elif kind == "worker_done":
             self.worker_done[msg["worker_id"]] = msg
         elif kind == "done":
@@ -266,6 +279,8 @@ class _LevelLoop:
             r.window_start, r.window_end = self.plan["window_start"], self.plan["window_end"]
         if self.failed_fast is not None:
             r.end_reason, r.failure = "failed_fast", self.failed_fast
+        elif self.over_capacity is not None:
+            r.end_reason, r.over_capacity = "over_capacity", self.over_capacity
         elif self.end is not None:
             r.end_reason, r.server_died = self.end["end_reason"], bool(self.end["server_died"])
         elif self.error in ("interrupted", "deadline"):
@@ -273,7 +288,7 @@ class _LevelLoop:
         else:
             _stop_all(self.procs)
             raise LoadGeneratorError(f"level {self.spec.level_id}: {self.error}\n{self._log_tail()}")
-        if r.end_reason not in ("complete", "server_died", "interrupted", "failed_fast"):
+        if r.end_reason not in ("complete", "server_died", "interrupted", "failed_fast", "over_capacity"):
             _stop_all(self.procs)
             r.client_log_tail = self._log_tail()
         return r
