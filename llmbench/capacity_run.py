@@ -65,6 +65,9 @@ def answer_of(run: RunDir, info: RunInfo, plan: CapacityPlan) -> CapacityAnswer:
 
 def run_capacity(a: SweepArgs, c: CapacityArgs, console: Console) -> None:
     search = search_spec(c)
+    if a.workload == "trace":
+        raise typer.BadParameter("a trace has its own arrival times: replay it with `llmbench sweep --workload trace` "
+                                 "(--trace-speed scales it)", param_hint="--workload")
     # The sweep's own validation and preflight see one level: the search's first.
     first = f"{search.key(search.start):g}"
     a.concurrency, a.request_rate = (first, None) if search.axis == "concurrency" else (None, first)

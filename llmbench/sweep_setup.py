@@ -101,6 +101,30 @@ def workload_options(kind: str, dataset: Path | None, spread: float, target: str
     return opts
 
 
+def _trace_or_sessions(spec, a: SweepArgs) -> None:
+    """A trace is one open-loop level at the trace's own times (its mean rate names the level, its
+    mean lengths the level's lengths); sessions take their turn count."""
+    kind = spec.workload["kind"]
+    if kind == "sessions":
+        spec.workload["turns"] = a.turns
+    if kind != "trace":
+        return
+    from loadgen.trace import load_trace
+
+    if a.dataset is None:
+        raise ValueError("--workload trace needs --dataset FILE (a Mooncake .jsonl or Azure .csv trace)")
+    if spec.concurrency or len(spec.request_rate) > 1:
+        raise ValueError("--workload trace sends at the trace's times: give no --concurrency or --request-rate "
+                         "(scale time with --trace-speed)")
+    if not a.trace_speed > 0:
+        raise ValueError("--trace-speed must be > 0")
+    trace = load_trace(a.dataset, a.trace_limit)
+    spec.workload.update(trace_speed=a.trace_speed, trace_limit=a.trace_limit, block_size=a.block_size)
+    spec.concurrency, spec.request_rate = [], [float(f"{trace.mean_rate(a.trace_speed):.3g}")]
+    spec.input_lens = [max(1, round(sum(r.input_len for r in trace.rows) / len(trace.rows)))]
+    spec.output_lens = [max(1, round(sum(r.output_len for r in trace.rows) / len(trace.rows)))]
+
+
 def _slos(a: SweepArgs) -> SloSpec:
     try:
         return SloSpec(ttft_p99_s=a.slo_ttft, tpot_p95_s=a.slo_tpot, e2e_p99_s=a.slo_e2e)
@@ -114,14 +138,18 @@ def _new_run(a: SweepArgs, console: Console) -> tuple[RunDir, RunInfo]:
     slos = _slos(a)
     try:
         spec = SweepSpec(
-            concurrency=parse_list(a.concurrency, int, "--concurrency") or ([] if a.request_rate else DEFAULT_CONCURRENCY),
-            request_rate=parse_list(a.request_rate, float, "--request-rate"), burstiness=a.burstiness,
+            concurrency=parse_list(a.concurrency, int, "--concurrency") or ([] if a.request_rate or a.workload == "trace"
+                                                                            else DEFAULT_CONCURRENCY),
+            request_rate=parse_list(a.request_rate, float, "--request-rate") or ([1.0] if a.workload == "trace" and not
+                                                                                  a.concurrency else []),
+            burstiness=a.burstiness,
             input_lens=parse_list(a.input_len, int, "--input-len"), output_lens=parse_list(a.output_len, int, "--output-len"),
             warmup_s=parse_duration(a.warmup, "--warmup"), duration_s=parse_duration(a.duration, "--duration"),
             request_timeout_s=parse_duration(a.request_timeout, "--request-timeout"), workers=a.workers,
             workload=workload_options(a.workload, a.dataset, a.input_len_spread, a.target, a.model, a.tokenizer,
                                       a.long_len, a.long_fraction, a.prompt_format),
             seed=a.seed)
+        _trace_or_sessions(spec, a)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
     kind = "external" if a.target else "embedded"

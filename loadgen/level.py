@@ -136,6 +136,14 @@ def _read_tail(f, n: int = 3000) -> str:
 
 
 
+def arrivals_note(offered: int, achieved: int, window_s: float, lag_p99_s: float | None) -> str:
+    """Open loop: the arrival rate the plan (or the trace) offered inside the window against the
+    one the client achieved (requests that left inside it)."""
+    lag = f", send lag P99 {lag_p99_s * 1000:.1f} ms" if lag_p99_s is not None else ""
+    return (f"arrivals: offered {offered / window_s:.2f} req/s (planned in the window), achieved "
+            f"{achieved / window_s:.2f} req/s (sent in it){lag}")
+
+
 # ----- the parent's loop --------------------------------------------------------------------
 
 class _LevelLoop:
@@ -148,6 +156,7 @@ class _LevelLoop:
         self.saturation = (SaturationRule(spec.saturation_ttft_s) if spec.open_loop and spec.saturation_ttft_s
                            else None)
         self.over_capacity: str | None = None    # why the level was stopped: its queue kept growing
+        self.offered = 0                         # open loop: requests planned inside the window
         self.plan: dict | None = None
         self.worker_done: dict[str, dict] = {}
         self.sent_reported: int | None = None
@@ -240,6 +249,8 @@ class _LevelLoop:
                 self.fail_fast.add(r)
                 if self.saturation is not None:
                     self.saturation.add(r)
+                if self.plan and self.plan["window_start"] <= r.t_scheduled < self.plan["window_end"]:
+                    self.offered += 1
             self.on_records(records)
         elif kind == "plan":
             self.plan = msg
@@ -277,6 +288,9 @@ class _LevelLoop:
         r.wall_s = wall_s
         if self.plan:
             r.window_start, r.window_end = self.plan["window_start"], self.plan["window_end"]
+            if self.spec.open_loop:
+                r.arrivals_note = arrivals_note(self.offered, r.in_window, r.window_end - r.window_start,
+                                                r.send_lag_p99_s)
         if self.failed_fast is not None:
             r.end_reason, r.failure = "failed_fast", self.failed_fast
         elif self.over_capacity is not None:
