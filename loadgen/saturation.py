@@ -13,8 +13,12 @@ level so far (warm-up included: a runaway queue starts with the load):
 - the last third's median is already past the level's TTFT bound (the SLO): a level that is
   merely slowing down but still within the SLO is measured to its end.
 
-The client's own in-flight count is a second witness: with `in_flight` samples (the progress
-messages), a queue that tripled over the same span backs the TTFT evidence in the words.
+The client's own in-flight count is a second witness, and an earlier one (a record arrives only
+when its request ends, so TTFT evidence lags the queue by the queue's own wait): when the
+requests in flight (the progress messages, every 0.5 s) at least doubled with a significant
+rise over QUEUE_MIN_SPAN_S, FAST_SAMPLES records spanning FAST_SPAN_S suffice for the TTFT test.
+A healthy level whose in-flight count ramps up for a while (long outputs) does not trip it:
+its TTFT does not rise past the bound.
 """
 
 from __future__ import annotations
@@ -29,7 +33,10 @@ MIN_SAMPLES = 24
 MIN_SPAN_S = 2.0
 RATIO = 2.0
 MIN_T = 4.0
-CHECK_EVERY = 8              # re-evaluate after this many new samples (the fit is O(n))
+CHECK_EVERY = 4              # re-evaluate after this many new samples (the fit is O(n))
+FAST_SAMPLES = 9             # with the in-flight count growing too
+FAST_SPAN_S = 0.5
+QUEUE_MIN_SPAN_S = 2.0
 
 
 @dataclass
@@ -64,11 +71,13 @@ class SaturationRule:
 
 
 def verdict(sent: np.ndarray, ttft: np.ndarray, rule: SaturationRule) -> str | None:
-    if sent.size < rule.min_samples or sent.max() - sent.min() < rule.min_span_s:
+    queue = _queue_growth(rule.in_flight)
+    need, span = (FAST_SAMPLES, FAST_SPAN_S) if queue else (rule.min_samples, rule.min_span_s)
+    if sent.size < need or sent.max() - sent.min() < span:
         return None
     order = np.argsort(sent)
     t, y = sent[order] - sent.min(), ttft[order]
-    third = y.size // 3
+    third = max(1, y.size // 3)
     first, last = float(np.median(y[:third])), float(np.median(y[-third:]))
     if last < rule.ratio * max(first, 1e-6) or last <= rule.ttft_bound_s:
         return None
@@ -78,7 +87,6 @@ def verdict(sent: np.ndarray, ttft: np.ndarray, rule: SaturationRule) -> str | N
     words = (f"TTFT rose from {first * 1000:.0f} ms (median of the first third) to {last * 1000:.0f} ms "
              f"(last third) over {t[-1]:.1f} s of sends, +{slope * 1000:.0f} ms per second (t = {t_stat:.0f}), "
              f"past the {rule.ttft_bound_s * 1000:g} ms bound")
-    queue = _queue_growth(rule.in_flight)
     return words + (f"; requests in flight {queue}" if queue else "")
 
 
@@ -96,9 +104,13 @@ def _slope(t: np.ndarray, y: np.ndarray) -> tuple[float, float]:
 
 
 def _queue_growth(samples: list[tuple[float, int]]) -> str | None:
-    if len(samples) < 6:
+    """'grew from a to b' when the in-flight count at least doubled, rising steadily, over
+    QUEUE_MIN_SPAN_S or more; else None."""
+    if len(samples) < 6 or samples[-1][0] - samples[0][0] < QUEUE_MIN_SPAN_S:
         return None
-    n = [c for _, c in samples]
+    t = np.array([x for x, _ in samples]) - samples[0][0]
+    n = np.array([c for _, c in samples], dtype=float)
     third = len(n) // 3
     a, b = float(np.median(n[:third])), float(np.median(n[-third:]))
-    return f"grew from {a:.0f} to {b:.0f}" if b >= 2 * max(a, 1.0) else None
+    slope, t_stat = _slope(t, n)
+    return f"grew from {a:.0f} to {b:.0f}" if b >= 2 * max(a, 1.0) and slope > 0 and t_stat >= MIN_T else None

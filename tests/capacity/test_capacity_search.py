@@ -28,6 +28,7 @@ def test_capacity_by_concurrency_is_the_slot_count(slot_server, tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout)                        # stdout is pure JSON
     answer = result["answer"]
+    print(f"by concurrency (known {SLOTS}): {answer['headline']}; {len(result['probes'])} levels")
     assert answer["capacity"] == SLOTS, answer["headline"]
     assert answer["low"] <= SLOTS <= answer["high"] and answer["bounded_by"] == "slo"
     assert answer["goodput_req_s"] > 0
@@ -46,7 +47,9 @@ def test_capacity_by_rate_is_slots_over_service_time(slot_server, tmp_path):
     # Regular arrivals (burstiness 100): below `known` nobody waits, above it the queue grows.
     proc = _capacity(server.url, tmp_path / "run", "--by", "rate", "--burstiness", "100", "--start", "2")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    answer = json.loads(proc.stdout)["answer"]
+    result = json.loads(proc.stdout)
+    answer = result["answer"]
+    print(f"by rate (known {known:.2f} req/s): {answer['headline']}; {len(result['probes'])} levels")
     assert known / 1.1 / 1.05 <= answer["capacity"] <= known * 1.02, answer["headline"]
     info = RunDir(tmp_path / "run").read_info()
     over = [lid for lid, m in info.level_meta.items() if m.get("over_capacity")]
