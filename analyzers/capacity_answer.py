@@ -8,7 +8,8 @@ P99 when that SLO is set) with their 95% bootstrap intervals (analyzers.distribu
   level of the load met the SLO on its own;
 - `out`: some bound is broken by the whole interval (its lower end is past it), or a level of the
   load was not a valid measurement within the SLO for a reason no percentile shows: stopped over
-  capacity, the client fell behind (INVALID), more than 5% errors;
+  capacity, more than 5% errors, or every level of the load INVALID because the client fell behind
+  (a level whose client fell behind is left out of the pool when the load has valid ones);
 - `unclear`: otherwise (the interval straddles a bound, or repeats disagree).
 
 The answer is the highest load whose pooled point estimates meet the SLO below the lowest `out`
@@ -92,7 +93,10 @@ def judge_loads(table: RequestTable, loads: dict[float, list[str]], stats: dict[
     ok = df["in_window"].to_numpy() & (df["status"].to_numpy() == "ok")
     out = []
     for i, load in enumerate(sorted(loads)):
-        ids = [lid for lid in loads[load] if lid in stats]
+        every = [lid for lid in loads[load] if lid in stats]
+        # A level whose client fell behind did not measure the server: pool the load's valid levels,
+        # and call the load INVALID (bounded by the client) only when none of its levels is valid.
+        ids = [lid for lid in every if not _client_behind(stats[lid])] or every
         rows = ok & np.isin(level_col, ids)
         rng = np.random.default_rng([seed, i])
         ttft = Distribution.of(df["ttft_s"].to_numpy()[rows], rng)
@@ -114,6 +118,10 @@ def judge_loads(table: RequestTable, loads: dict[float, list[str]], stats: dict[
                                tpot.p["p95"], tpot.ci.get("p95"), float(np.mean(good)) if good else 0.0,
                                float(np.mean(tok)) if tok else 0.0, reasons))
     return out
+
+
+def _client_behind(lv: LevelStats) -> bool:
+    return any(CLIENT_WORDS in n for n in lv.notes)
 
 
 def _invalid_reasons(levels: list[LevelStats]) -> list[str]:

@@ -94,11 +94,12 @@ class LevelPlan(Protocol):
 class FixedPlan:
     """The sweep's grid: every level of the spec, in order."""
 
-    def __init__(self, levels: list[LevelSpec]):
+    def __init__(self, levels: list[LevelSpec], done: list[str] | None = None):
         self.levels = levels
+        self.done = set(done or [])         # finished in an earlier attempt (resume): skipped
 
     def next_level(self, stats: dict[str, LevelStats]) -> LevelSpec | None:
-        return next((lv for lv in self.levels if lv.level_id not in stats), None)
+        return next((lv for lv in self.levels if lv.level_id not in stats and lv.level_id not in self.done), None)
 
     def issued(self) -> list[LevelSpec]:
         return self.levels
@@ -154,7 +155,7 @@ def run_sweep(spec: SweepSpec, run: RunDir, target: TargetSpec, console: Console
     `plan` chooses the levels (default: the spec's grid, FixedPlan)."""
     info = run.read_info()
     slos_d = (slos or info.slos).to_dict()
-    plan = plan or FixedPlan(spec.levels())
+    plan = plan or FixedPlan(spec.levels(), info.levels_done)
     # A level whose queue keeps growing past the TTFT bound can only fail: stop it early.
     stop_ttft = slos_d["ttft_p99_s"] if spec.extra.get("stop_over_capacity", True) else None
     info.status = "running"

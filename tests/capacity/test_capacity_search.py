@@ -16,7 +16,7 @@ SERVICE_S = (PREFILL_MS + (OUT - 1) * ITL_MS) / 1000          # 0.405 s a reques
 
 
 def _capacity(url: str, out, *args: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "llmbench.cli", "capacity", "--target", url, "--slo-ttft", "0.15", "--slo-tpot", "0.1",
+    cmd = [sys.executable, "-m", "llmbench.cli", "capacity", "--target", url, "--slo-ttft", "0.25", "--slo-tpot", "0.1",
            "--input-len", "16", "--output-len", str(OUT), "--warmup", "1s", "--duration", "3s", "--probes", "none",
            "--request-timeout", "20s", "--repeats", "2", "--out", str(out), "--json", *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=ENV)
@@ -50,7 +50,11 @@ def test_capacity_by_rate_is_slots_over_service_time(slot_server, tmp_path):
     result = json.loads(proc.stdout)
     answer = result["answer"]
     print(f"by rate (known {known:.2f} req/s): {answer['headline']}; {len(result['probes'])} levels")
-    assert known / 1.1 / 1.05 <= answer["capacity"] <= known * 1.02, answer["headline"]
+    # Past `known` the queue grows by (rate - known) a second: with 4 s of load and 0.22 s of TTFT
+    # headroom the level misses once rate > 1.06 x known; the search resolves to 10%, and one more
+    # step is allowed for a loaded 2-core machine's noise.
+    assert known / 1.1 ** 2 <= answer["capacity"] <= known * 1.1, answer["headline"]
+    assert answer["low"] <= known * 1.1 and answer["high"] >= known / 1.1 ** 2
     info = RunDir(tmp_path / "run").read_info()
     over = [lid for lid, m in info.level_meta.items() if m.get("over_capacity")]
     assert over, "a runaway level above capacity is stopped early"
