@@ -55,6 +55,6 @@ def test_capacity_by_rate_is_slots_over_service_time(slot_server, tmp_path):
     # step is allowed for a loaded 2-core machine's noise.
     assert known / 1.1 ** 2 <= answer["capacity"] <= known * 1.1, answer["headline"]
     assert answer["low"] <= known * 1.1 and answer["high"] >= known / 1.1 ** 2
-    info = RunDir(tmp_path / "run").read_info()
-    over = [lid for lid, m in info.level_meta.items() if m.get("over_capacity")]
-    assert over, "a runaway level above capacity is stopped early"
+    probes = json.loads(proc.stdout)["probes"]
+    assert any(not p["met"] for p in probes)                 # the bracket found an upper end
+    # (a runaway level stopped early: tests/capacity/test_over_capacity.py)
