@@ -223,7 +223,6 @@ def run_sweep(spec: SweepSpec, run: RunDir, target: TargetSpec, console: Console
             probes.stop()
     info.status = "interrupted" if interrupted or stopped or gone else "complete"
     info.finished = time.time()
-    run.write_info(info)
     plan.note(info)
     run.write_info(info)
     ordered = _write_summary(run, info, plan.issued(), stats, slos_d)
