@@ -25,7 +25,12 @@ def test_embedded_default_capacity_finishes_with_an_answer(tmp_path):
     result = json.loads(proc.stdout)
     answer = result["answer"]
     print(f"embedded default: {answer['headline']}; {len(result['probes'])} levels in {took:.0f} s")
-    assert answer["capacity"] is not None and answer["capacity"] >= 1
-    assert answer["low"] <= answer["capacity"] <= answer["high"]
+    # On a quiet 2-core machine tiny meets TTFT 2 s at a few users; on a loaded one even c1 can miss
+    # it, and "none, bounded by slo" is then the honest answer: what matters here is that one comes.
+    assert answer["headline"].startswith("max concurrency within SLO")
+    if answer["capacity"] is not None:
+        assert answer["low"] <= answer["capacity"] <= answer["high"]
+    else:
+        assert answer["bounded_by"] == "slo"
     assert took < 600
     assert RunDir(tmp_path / "run").read_summary()["levels"]
