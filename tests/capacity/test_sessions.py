@@ -27,7 +27,8 @@ def test_sessions_on_the_chat_endpoint(slot_server):
     records = []
     factory = level_workload_factory(kind="sessions", turns=3, num_sessions=4)
     result = run_level(level, TargetSpec(server.url, "slot-model", endpoint="chat"), factory, records.extend)
-    assert result.end_reason == "complete" and all(r.status == "ok" for r in records)
+    # (requests still running when the level stops after its drain are recorded as cancelled)
+    assert result.end_reason == "complete" and all(r.status == "ok" for r in records if r.in_window)
     prompts = server.seen()["prompts"]
     assert len(prompts) >= 6
     # Each of the first conversations' turns extends an earlier prompt the server already saw.
