@@ -18,7 +18,7 @@ from analyzers.latency import LevelStats, Window, level_stats
 from analyzers.request_classes import all_class_rows
 from analyzers.scaling import ScalingPoint, Series, analyze_scaling, best_level_within_slo
 from analyzers.slo import Slos
-from analyzers.validity import CUT_SHORT_KEY, mark_cut_short
+from analyzers.validity import CUT_SHORT_KEY, OVER_CAPACITY_KEY, mark_cut_short, mark_over_capacity
 from rundir import RunDir, RunInfo
 from rundir.table import RequestTable
 from rundir.table_cache import load_cached
@@ -102,6 +102,8 @@ def summarize_table(table: RequestTable, info: RunInfo, windows: dict[str, Windo
         meta = (getattr(info, "level_meta", None) or {}).get(level_id, {})
         lv.notes.extend(meta.get("notes", []))
         lv.notes.extend((extra_notes or {}).get(level_id, []))
+        if meta.get(OVER_CAPACITY_KEY):
+            mark_over_capacity(lv, str(meta[OVER_CAPACITY_KEY]))
         if meta.get(CUT_SHORT_KEY):
             mark_cut_short(lv, lv.window_s, float(meta.get("nominal_s") or info.sweep.duration_s))
         if level_id in estimated:

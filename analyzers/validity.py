@@ -56,3 +56,16 @@ def mark_cut_short(lv, measured_s: float, nominal_s: float) -> None:
     if words not in lv.slo_broken:
         lv.slo_broken.append(words)
         lv.notes.append("INVALID: " + words)
+
+
+OVER_CAPACITY_KEY = "over_capacity"  # in run.json level_meta: why the level was stopped early (its queue kept growing)
+
+
+def mark_over_capacity(lv, reason: str) -> None:
+    """A level stopped early because its queue kept growing (loadgen.saturation): it is over
+    capacity, so it missed the SLO (never within it), and its figures cover what ran."""
+    words = "over capacity: stopped early" + (f" ({reason})" if reason else "")
+    lv.slo_met = False
+    if words not in lv.slo_broken:
+        lv.slo_broken.append(words)
+        lv.notes.append(words)

@@ -74,6 +74,10 @@ from llmbench.sweep_cli import sweep, worker  # noqa: E402  (imports inside them
 app.command(help=sweep.__doc__)(sweep)
 app.command(help=worker.__doc__)(worker)
 
+from llmbench.capacity_cli import capacity  # noqa: E402
+
+app.command(help=capacity.__doc__)(capacity)
+
 from llmbench.report_cli import compare, report  # noqa: E402  (imports inside them are lazy)
 
 app.command(help=report.__doc__)(report)

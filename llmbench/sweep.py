@@ -15,14 +15,14 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Protocol
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from analyzers.latency import LevelStats, Window, summarize_level
 from analyzers.summary import RunSummary, summary_of_levels
-from analyzers.validity import CUT_SHORT_KEY, mark_cut_short
+from analyzers.validity import CUT_SHORT_KEY, OVER_CAPACITY_KEY, mark_cut_short, mark_over_capacity
 from loadgen.level import run_level
 from loadgen.specs import LevelProgress, LevelResult, LevelSpec, TargetSpec
 from loadgen.workloads import level_workload_factory
@@ -81,6 +81,35 @@ class SweepSpec(SweepInfo):
         return out
 
 
+class LevelPlan(Protocol):
+    """Which level to run next, given the stats of the levels measured so far (a fixed grid, or a
+    search such as llmbench.capacity's). Deterministic in the stats, so a resumed run re-decides
+    the same levels and skips the ones already done."""
+
+    def next_level(self, stats: dict[str, LevelStats]) -> LevelSpec | None: ...
+
+    def issued(self) -> list[LevelSpec]: ...          # every level handed out so far, in order
+
+    def note(self, info: RunInfo) -> None: ...        # record the plan's state in run.json
+
+
+class FixedPlan:
+    """The sweep's grid: every level of the spec, in order."""
+
+    def __init__(self, levels: list[LevelSpec], done: list[str] | None = None):
+        self.levels = levels
+        self.done = set(done or [])         # finished in an earlier attempt (resume): skipped
+
+    def next_level(self, stats: dict[str, LevelStats]) -> LevelSpec | None:
+        return next((lv for lv in self.levels if lv.level_id not in stats and lv.level_id not in self.done), None)
+
+    def issued(self) -> list[LevelSpec]:
+        return self.levels
+
+    def note(self, info: RunInfo) -> None:
+        pass
+
+
 def host_facts() -> dict:
     return {"hostname": socket.gethostname(), "platform": platform.platform(), "python": sys.version.split()[0],
             "cpus": __import__("os").cpu_count()}
@@ -122,12 +151,15 @@ class _LiveView:
 
 def run_sweep(spec: SweepSpec, run: RunDir, target: TargetSpec, console: Console,
               target_alive: Callable[[], bool] = lambda: True, slos: SloSpec | None = None,
-              master_bind: str | None = None, probes=None) -> list[LevelStats]:
+              master_bind: str | None = None, probes=None, plan: LevelPlan | None = None) -> list[LevelStats]:
     """Run the levels not yet done in `run` (all of them for a new run). Returns every level's stats.
-    `probes` (a probes.runner.ProbeSet) samples from before the first level to after the last."""
+    `probes` (a probes.runner.ProbeSet) samples from before the first level to after the last.
+    `plan` chooses the levels (default: the spec's grid, FixedPlan)."""
     info = run.read_info()
     slos_d = (slos or info.slos).to_dict()
-    levels = spec.levels()
+    plan = plan or FixedPlan(spec.levels(), info.levels_done)
+    # A level whose queue keeps growing past the TTFT bound can only fail: stop it early.
+    stop_ttft = slos_d["ttft_p99_s"] if spec.extra.get("stop_over_capacity", True) else None
     info.status = "running"
     if probes is not None:
         info.probes.update(probes.start())     # name -> "ok" or why it cannot run here
@@ -142,9 +174,10 @@ def run_sweep(spec: SweepSpec, run: RunDir, target: TargetSpec, console: Console
     try:
         with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TimeElapsedColumn(),
                       TextColumn("{task.fields[stats]}"), console=console) as progress:
-            for level in levels:
+            while (level := plan.next_level(stats)) is not None:
                 if level.level_id in info.levels_done:
-                    continue
+                    raise RuntimeError(f"the plan asked for {level.level_id} again")   # a plan bug, not a loop
+                level = dataclasses.replace(level, saturation_ttft_s=stop_ttft)
                 view = _LiveView(progress, level)
                 level_records: list[RequestRecord] = []
 
@@ -157,12 +190,17 @@ def run_sweep(spec: SweepSpec, run: RunDir, target: TargetSpec, console: Console
                                    on_progress=view.refresh, master_bind=master_bind)
                 window, cut_short = _measured_window(level, result, level_records)
                 lv = summarize_level(level_records, level.level_id, window, slos_d)
-                if cut_short:
+                if result.end_reason == "over_capacity":
+                    mark_over_capacity(lv, result.over_capacity or "")
+                    cut_short = False           # stopped on purpose: it has a verdict (missed)
+                elif cut_short:
                     mark_cut_short(lv, window.seconds, level.duration_s)
                 # Kept in run.json so that `llmbench report` rebuilds the same summary from files.
                 info.level_meta[level.level_id] = {"window_s": window.seconds, "window_start": window.start,
                                                    "window_end": window.end, "notes": _add_client_notes(lv, result),
                                                    CUT_SHORT_KEY: cut_short, "nominal_s": level.duration_s}
+                if result.over_capacity:
+                    info.level_meta[level.level_id][OVER_CAPACITY_KEY] = result.over_capacity
                 stats[level.level_id] = lv
                 if result.failure is not None:
                     stopped = f"level {level.level_id}: {result.failure}"
@@ -176,8 +214,9 @@ def run_sweep(spec: SweepSpec, run: RunDir, target: TargetSpec, console: Console
                         info.level_meta[level.level_id][CUT_SHORT_KEY] = True
                     break
                 info.levels_done.append(level.level_id)
+                plan.note(info)
                 run.write_info(info)
-                _write_summary(run, info, levels, stats, slos_d)
+                _write_summary(run, info, plan.issued(), stats, slos_d)
     except KeyboardInterrupt:
         interrupted = True
         console.print("[yellow]interrupted: the run directory keeps everything measured so far[/]")
@@ -186,12 +225,14 @@ def run_sweep(spec: SweepSpec, run: RunDir, target: TargetSpec, console: Console
             probes.stop()
     info.status = "interrupted" if interrupted or stopped or gone else "complete"
     info.finished = time.time()
+    plan.note(info)
     run.write_info(info)
-    ordered = _write_summary(run, info, levels, stats, slos_d)
+    ordered = _write_summary(run, info, plan.issued(), stats, slos_d)
     summary = _write_reports(run, console) or summary_of_levels(info, slos_d, ordered)
     console.print(run_summary_table(summary, title=f"run {info.run_id} ({info.status})", width=console.width))
-    for line in answer_lines(build_answer(summary, read_diagnosis(run))):      # the answer first, as the report
-        console.print(line, highlight=False)
+    if isinstance(plan, FixedPlan):     # a search's caller states its own answer (llmbench capacity)
+        for line in answer_lines(build_answer(summary, read_diagnosis(run))):      # the answer first, as the report
+            console.print(line, highlight=False)
     if gone:
         raise TargetGone(f"{gone}; the run directory keeps what was measured: `llmbench sweep --resume {run.path}` "
                          "once it is back")
@@ -226,6 +267,8 @@ def _add_client_notes(lv: LevelStats, result: LevelResult) -> list[str]:
         notes.append("the target stopped answering during this level")
     if result.failure:
         notes.append(f"INVALID: stopped early, {result.failure}")
+    if result.arrivals_note:
+        notes.append(result.arrivals_note)
     lv.notes.extend(notes)
     return notes
 

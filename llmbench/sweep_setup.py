@@ -59,6 +59,10 @@ class SweepArgs:
     probes: str
     probe_interval: float
     server_pid: Optional[int]
+    trace_speed: float = 1.0            # --workload trace: time scale (2 = twice as fast)
+    trace_limit: Optional[int] = None   # --workload trace: the first N requests of the trace
+    block_size: int = 512               # --workload trace: tokens per hash id (Mooncake: 512)
+    turns: int = 4                      # --workload sessions: turns per conversation
 
 
 def workload_options(kind: str, dataset: Path | None, spread: float, target: str | None, model: str | None,
@@ -97,6 +101,30 @@ def workload_options(kind: str, dataset: Path | None, spread: float, target: str
     return opts
 
 
+def _trace_or_sessions(spec, a: SweepArgs) -> None:
+    """A trace is one open-loop level at the trace's own times (its mean rate names the level, its
+    mean lengths the level's lengths); sessions take their turn count."""
+    kind = spec.workload["kind"]
+    if kind == "sessions":
+        spec.workload["turns"] = a.turns
+    if kind != "trace":
+        return
+    from loadgen.trace import load_trace
+
+    if a.dataset is None:
+        raise ValueError("--workload trace needs --dataset FILE (a Mooncake .jsonl or Azure .csv trace)")
+    if spec.concurrency or len(spec.request_rate) > 1:
+        raise ValueError("--workload trace sends at the trace's times: give no --concurrency or --request-rate "
+                         "(scale time with --trace-speed)")
+    if not a.trace_speed > 0:
+        raise ValueError("--trace-speed must be > 0")
+    trace = load_trace(a.dataset, a.trace_limit)
+    spec.workload.update(trace_speed=a.trace_speed, trace_limit=a.trace_limit, block_size=a.block_size)
+    spec.concurrency, spec.request_rate = [], [float(f"{trace.mean_rate(a.trace_speed):.3g}")]
+    spec.input_lens = [max(1, round(sum(r.input_len for r in trace.rows) / len(trace.rows)))]
+    spec.output_lens = [max(1, round(sum(r.output_len for r in trace.rows) / len(trace.rows)))]
+
+
 def _slos(a: SweepArgs) -> SloSpec:
     try:
         return SloSpec(ttft_p99_s=a.slo_ttft, tpot_p95_s=a.slo_tpot, e2e_p99_s=a.slo_e2e)
@@ -110,14 +138,18 @@ def _new_run(a: SweepArgs, console: Console) -> tuple[RunDir, RunInfo]:
     slos = _slos(a)
     try:
         spec = SweepSpec(
-            concurrency=parse_list(a.concurrency, int, "--concurrency") or ([] if a.request_rate else DEFAULT_CONCURRENCY),
-            request_rate=parse_list(a.request_rate, float, "--request-rate"), burstiness=a.burstiness,
+            concurrency=parse_list(a.concurrency, int, "--concurrency") or ([] if a.request_rate or a.workload == "trace"
+                                                                            else DEFAULT_CONCURRENCY),
+            request_rate=parse_list(a.request_rate, float, "--request-rate") or ([1.0] if a.workload == "trace" and not
+                                                                                  a.concurrency else []),
+            burstiness=a.burstiness,
             input_lens=parse_list(a.input_len, int, "--input-len"), output_lens=parse_list(a.output_len, int, "--output-len"),
             warmup_s=parse_duration(a.warmup, "--warmup"), duration_s=parse_duration(a.duration, "--duration"),
             request_timeout_s=parse_duration(a.request_timeout, "--request-timeout"), workers=a.workers,
             workload=workload_options(a.workload, a.dataset, a.input_len_spread, a.target, a.model, a.tokenizer,
                                       a.long_len, a.long_fraction, a.prompt_format),
             seed=a.seed)
+        _trace_or_sessions(spec, a)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
     kind = "external" if a.target else "embedded"
@@ -168,8 +200,10 @@ def prepare_run(a: SweepArgs, console: Console) -> tuple[RunDir, RunInfo, list[s
     return run, info, probe_names
 
 
-def execute_sweep(run: RunDir, info: RunInfo, a: SweepArgs, probe_names: list[str], console: Console) -> None:
-    """Start the target (embedded) or use it (external), record its facts, run the levels with probes."""
+def execute_sweep(run: RunDir, info: RunInfo, a: SweepArgs, probe_names: list[str], console: Console,
+                  plan_factory=None) -> None:
+    """Start the target (embedded) or use it (external), record its facts, run the levels with probes.
+    plan_factory(run, info) -> a LevelPlan (llmbench.sweep) chooses the levels instead of the grid."""
     from llmbench.embedded import EmbeddedServer
     from llmbench.sweep import run_sweep
     from llmbench.target_setup import prepare_target
@@ -192,7 +226,7 @@ def execute_sweep(run: RunDir, info: RunInfo, a: SweepArgs, probe_names: list[st
                                     a.probe_interval,
                                     log=lambda m: console.print(m, style="yellow", highlight=False, markup=False))
         run_sweep(info.sweep, run, tspec, console, target_alive=alive, slos=info.slos, master_bind=a.master_bind,
-                  probes=probe_set)
+                  probes=probe_set, plan=plan_factory(run, info) if plan_factory else None)
     except KeyboardInterrupt:
         raise typer.Exit(code=130) from None
     except RuntimeError as exc:            # TargetError, SweepStopped, a level that could not run

@@ -27,6 +27,7 @@ from typing import Callable
 
 from loadgen.errors import LoadGeneratorError
 from loadgen.fail_fast import FailFast
+from loadgen.saturation import SaturationRule
 from loadgen.specs import LevelProgress, LevelResult, LevelSpec, TargetSpec
 from loadgen.tally import LevelTally
 from loadgen.token_count import ClientTokenCounter, records_without_counting
@@ -135,6 +136,14 @@ def _read_tail(f, n: int = 3000) -> str:
 
 
 
+def arrivals_note(offered: int, achieved: int, window_s: float, lag_p99_s: float | None) -> str:
+    """Open loop: the arrival rate the plan (or the trace) offered inside the window against the
+    one the client achieved (requests that left inside it)."""
+    lag = f", send lag P99 {lag_p99_s * 1000:.1f} ms" if lag_p99_s is not None else ""
+    return (f"arrivals: offered {offered / window_s:.2f} req/s (planned in the window), achieved "
+            f"{achieved / window_s:.2f} req/s (sent in it){lag}")
+
+
 # ----- the parent's loop --------------------------------------------------------------------
 
 class _LevelLoop:
@@ -144,6 +153,10 @@ class _LevelLoop:
         self.tally = LevelTally(spec)
         self.fail_fast = FailFast()
         self.failed_fast: str | None = None      # why the level was stopped: all its first requests failed
+        self.saturation = (SaturationRule(spec.saturation_ttft_s) if spec.open_loop and spec.saturation_ttft_s
+                           else None)
+        self.over_capacity: str | None = None    # why the level was stopped: its queue kept growing
+        self.offered = 0                         # open loop: requests planned inside the window
         self.plan: dict | None = None
         self.worker_done: dict[str, dict] = {}
         self.sent_reported: int | None = None
@@ -199,6 +212,11 @@ class _LevelLoop:
                 self.failed_fast = self.fail_fast.reason()
                 if self.failed_fast is not None:
                     self._interrupt(reason="failed_fast")
+            if self.saturation is not None and self.end is None and self.over_capacity is None \
+                    and self.failed_fast is None:
+                self.over_capacity = self.saturation.reason()
+                if self.over_capacity is not None:
+                    self._interrupt(reason="over_capacity")
 
     def _interrupt(self, reason: str = "interrupted") -> None:
         """Ctrl-C (or fail fast): ask the master to stop in order, and take the cancelled records it
@@ -229,11 +247,17 @@ class _LevelLoop:
             for r in records:
                 self.tally.add(r)
                 self.fail_fast.add(r)
+                if self.saturation is not None:
+                    self.saturation.add(r)
+                if self.plan and self.plan["window_start"] <= r.t_scheduled < self.plan["window_end"]:
+                    self.offered += 1
             self.on_records(records)
         elif kind == "plan":
             self.plan = msg
         elif kind == "progress":
             self.sent_reported, self.in_flight = msg["sent"], msg["in_flight"]
+            if self.saturation is not None:
+                self.saturation.add_in_flight(time.time(), msg["in_flight"])
         elif kind == "worker_done":
             self.worker_done[msg["worker_id"]] = msg
         elif kind == "done":
@@ -264,8 +288,13 @@ class _LevelLoop:
         r.wall_s = wall_s
         if self.plan:
             r.window_start, r.window_end = self.plan["window_start"], self.plan["window_end"]
+            if self.spec.open_loop:
+                r.arrivals_note = arrivals_note(self.offered, r.in_window, r.window_end - r.window_start,
+                                                r.send_lag_p99_s)
         if self.failed_fast is not None:
             r.end_reason, r.failure = "failed_fast", self.failed_fast
+        elif self.over_capacity is not None:
+            r.end_reason, r.over_capacity = "over_capacity", self.over_capacity
         elif self.end is not None:
             r.end_reason, r.server_died = self.end["end_reason"], bool(self.end["server_died"])
         elif self.error in ("interrupted", "deadline"):
@@ -273,7 +302,7 @@ class _LevelLoop:
         else:
             _stop_all(self.procs)
             raise LoadGeneratorError(f"level {self.spec.level_id}: {self.error}\n{self._log_tail()}")
-        if r.end_reason not in ("complete", "server_died", "interrupted", "failed_fast"):
+        if r.end_reason not in ("complete", "server_died", "interrupted", "failed_fast", "over_capacity"):
             _stop_all(self.procs)
             r.client_log_tail = self._log_tail()
         return r

@@ -190,8 +190,11 @@ class OpenLoopPacer(_LevelUser):
         self._wait_for_start()
         rate = s.level.request_rate / s.n_workers
         plan = ArrivalPlan(rate, s.level.burstiness, seed=s.level.seed, stream=s.worker_index)
-        for t_planned in plan.times(s.plan.t_start):
+        gaps = plan.times(s.plan.t_start)
+        while True:
             spec, body = s.next_request()          # prepared before its time comes
+            # A trace's request carries its own send time; otherwise the next drawn arrival.
+            t_planned = s.plan.t_start + spec.arrival_s if spec.arrival_s is not None else next(gaps)
             delay = t_planned - time.time()
             if delay > 0:
                 s.stop_requested.wait(timeout=delay)

@@ -22,7 +22,7 @@ def request_dict(spec: RequestSpec, target: TargetSpec, stream: bool = True) -> 
     if target.endpoint == "chat":
         if not isinstance(spec.prompt, str):
             raise ValueError("the chat endpoint needs text prompts (--prompt-format text)")
-        body["messages"] = [{"role": "user", "content": spec.prompt}]
+        body["messages"] = spec.messages or [{"role": "user", "content": spec.prompt}]
     else:
         body["prompt"] = spec.prompt
     if target.send_ignore_eos:

@@ -66,6 +66,9 @@ class LevelSpec:
     drain: str = "keep_load"               # keep_load | stop_sending (see above)
     max_in_flight: int = 10_000            # open loop, per worker: more arrivals wait (and show as send lag)
     fail_fast: bool = True                 # stop the level when its first requests all fail (loadgen.fail_fast)
+    # Open loop: stop the level early when its queue keeps growing and TTFT is already past this
+    # bound (loadgen.saturation); None never stops it.
+    saturation_ttft_s: float | None = None
 
     def __post_init__(self) -> None:
         if (self.concurrency is None) == (self.request_rate is None):
@@ -128,7 +131,9 @@ class LevelResult:
     fell_behind: bool = False
     fell_behind_reasons: list[str] = field(default_factory=list)
     server_died: bool = False
-    end_reason: str = "complete"           # complete | server_died | deadline | interrupted | failed_fast
+    end_reason: str = "complete"           # complete | server_died | deadline | interrupted | failed_fast | over_capacity
+    over_capacity: str | None = None       # over_capacity: the evidence that the queue kept growing
+    arrivals_note: str | None = None       # open loop: offered against achieved arrival rate in the window
     failure: str | None = None             # failed_fast: the server's own message of the commonest failure
     worker_ids: list[str] = field(default_factory=list)
     records_missing: int = 0               # sent per the workers' counters minus records received

@@ -9,6 +9,8 @@ Kinds:
   sharegpt       text prompts from a ShareGPT JSON/JSONL file (the first human turn)
   shared_prefix  N prefixes x M suffixes (prefix-cache workloads)
   mixed          a fraction of long prompts among short ones (head-of-line blocking)
+  trace          a Mooncake JSONL or Azure CSV trace, sent at its own times (loadgen.trace_workload)
+  sessions       multi-turn chat conversations that resend their history (loadgen.sessions_workload)
 
 Prompt formats (random, shared_prefix, mixed): `text` (the default; any OpenAI-compatible server
 takes it), sized by loadgen.prompt_text's TextSizer, or `ids`, token ids drawn from
@@ -19,28 +21,21 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import numpy as np
 
 from loadgen.errors import WorkloadError
 from loadgen.prompt_text import TextSizer, estimated_sizer, text_of_words
+from loadgen.request_spec import RequestSpec, Workload
+from loadgen.sessions_workload import sessions_specs
 from loadgen.sharegpt import load_sharegpt, tokenizer_length_fn
+from loadgen.trace_workload import trace_specs
 
-KINDS = ("random", "sharegpt", "shared_prefix", "mixed")
+KINDS = ("random", "sharegpt", "shared_prefix", "mixed", "trace", "sessions")
 PROMPT_FORMATS = ("text", "ids")
 __all__ = ["KINDS", "RequestSpec", "Workload", "WorkloadError", "WorkloadOptions", "level_workload_factory",
            "make_workload"]
-
-
-@dataclass
-class RequestSpec:
-    prompt: list[int] | str
-    target_input_len: int          # prompt tokens intended (0: unknown, a text prompt without a tokenizer)
-    target_output_len: int
-    max_tokens: int
-    extra: dict[str, Any] = field(default_factory=dict)   # merged into the request body last
-    client_prompt_tokens: int | None = None   # the prompt's count as the server will make it, when known exactly
 
 
 @dataclass
@@ -67,33 +62,15 @@ class WorkloadOptions:
     long_fraction: float = 0.1         # mixed
     long_len: int = 4096
     short_len: int | None = None       # None: input_len
+    trace_speed: float = 1.0           # trace: time scale (2 = the trace's requests twice as fast)
+    trace_limit: int | None = None     # trace: the first N requests
+    block_size: int = 512              # trace: prompt tokens per hash id (Mooncake: 512)
+    turns: int = 4                     # sessions: turns per conversation
+    num_sessions: int = 16             # sessions: conversations open at once (interleaved)
     extra_body: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-class Workload:
-    """An endless deterministic stream of RequestSpecs; repeats with `period` when that is set."""
-
-    def __init__(self, options: WorkloadOptions, make: Callable[[int], RequestSpec], period: int | None,
-                 rebuildable: bool = True):
-        self.options = options
-        self.period = period
-        self.rebuildable = rebuildable     # make_workload(self.options) gives the same requests
-        self._make = make
-
-    def spec(self, i: int) -> RequestSpec:
-        return self._make(i % self.period if self.period else i)
-
-    def take(self, n: int, start: int = 0) -> list[RequestSpec]:
-        return [self.spec(i) for i in range(start, start + n)]
-
-    def __iter__(self) -> Iterator[RequestSpec]:
-        i = 0
-        while True:
-            yield self.spec(i)
-            i += 1
 
 
 def make_workload(options: WorkloadOptions | dict, length_fn: Callable[[str], int] | None = None) -> Workload:
@@ -108,6 +85,10 @@ def make_workload(options: WorkloadOptions | dict, length_fn: Callable[[str], in
         return _shared_prefix(o, prompts)
     if o.kind == "mixed":
         return Workload(o, lambda i: _mixed_spec(o, prompts, i), o.num_prompts)
+    if o.kind == "trace":
+        return trace_specs(o)
+    if o.kind == "sessions":
+        return sessions_specs(o)
     return _sharegpt(o, length_fn)
 
 

@@ -20,3 +20,4 @@ COMPARE_HTML = "compare.html"                  # `llmbench compare` output folde
 COMPARE_MD = "compare.md"
 STACKS_SPEEDSCOPE = "stacks.speedscope.json"   # inside PROBES_DIR: `py-spy record` output
 CAPTURE_PCAP = "capture.pcap"                  # inside PROBES_DIR: the packet capture
+CAPACITY_JSON = "capacity.json"                # `llmbench capacity`: the search, its probes and the answer

@@ -1,0 +1,167 @@
+"""The capacity answer: the highest load within the SLO, with an interval, from re-measured levels.
+
+Each load the search measured (one or more levels: c24-in128-out64, c24-in128-out64-r2, ...) is
+judged on its requests pooled over its levels (in-window, successful): TTFT P99, TPOT P95 (and E2E
+P99 when that SLO is set) with their 95% bootstrap intervals (analyzers.distribution).
+
+- `in`: every bound is met by the whole interval (its upper end is within the bound) and every
+  level of the load met the SLO on its own;
+- `out`: some bound is broken by the whole interval (its lower end is past it), or a level of the
+  load was not a valid measurement within the SLO for a reason no percentile shows: stopped over
+  capacity, more than 5% errors, or every level of the load INVALID because the client fell behind
+  (a level whose client fell behind is left out of the pool when the load has valid ones);
+- `unclear`: otherwise (the interval straddles a bound, or repeats disagree).
+
+The answer is the highest load whose pooled point estimates meet the SLO below the lowest `out`
+load; its interval runs from the highest `in` load at or below it to the highest load below the
+lowest `out` that is not `out` itself. `bounded_by` says what stopped the search going higher:
+the SLO, the client (a level marked INVALID because the client fell behind), errors, or the
+search's limit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from analyzers.distribution import Distribution
+from analyzers.latency import LevelStats
+from analyzers.slo import MAX_VALID_ERROR_RATE, Slos
+from rundir.table import RequestTable
+
+CLIENT_WORDS = "the client fell behind"
+OVER_CAPACITY_WORDS = "over capacity"
+
+
+@dataclass
+class LoadVerdict:
+    load: float
+    level_ids: list[str]
+    verdict: str                                  # in | out | unclear
+    point_met: bool                               # the pooled point estimates meet every bound
+    n: int                                        # pooled successful requests
+    ttft_p99_s: float | None
+    ttft_p99_ci: list[float] | None
+    tpot_p95_s: float | None
+    tpot_p95_ci: list[float] | None
+    goodput_req_s: float                          # mean over the load's levels
+    output_tok_s: float
+    reasons: list[str] = field(default_factory=list)   # why `out` when no percentile says so
+
+
+@dataclass
+class CapacityAnswer:
+    axis: str                                     # concurrency | rate
+    capacity: float | None                        # None: not even the lowest load met the SLO
+    low: float | None
+    high: float | None
+    lowest_out: float | None
+    bounded_by: str                               # slo | client | errors | limit | none
+    goodput_req_s: float | None
+    output_tok_s: float | None
+    loads: list[LoadVerdict]
+    confidence: float = 0.95
+
+    def headline(self) -> str:
+        what = "max concurrency" if self.axis == "concurrency" else "max request rate"
+        unit = "" if self.axis == "concurrency" else " req/s"
+        if self.capacity is None:
+            return f"{what} within SLO: none (the lowest load tried missed it; bounded by {self.bounded_by})"
+        out = f"{what} within SLO: {self.capacity:g}{unit}"
+        if self.low is not None and self.high is not None and (self.low, self.high) != (self.capacity,) * 2:
+            out += f", between {self.low:g} and {self.high:g} at {self.confidence:.0%}"
+        elif self.low == self.high == self.capacity:
+            out += f" (clear at {self.confidence:.0%})"
+        if self.goodput_req_s is not None:
+            out += f"; goodput there {self.goodput_req_s:.2f} req/s ({self.output_tok_s:.1f} output tok/s)"
+        if self.bounded_by not in ("slo", "none"):
+            out += f"; bounded by {self.bounded_by}, not by the SLO"
+        return out
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["headline"] = self.headline()
+        return d
+
+
+def judge_loads(table: RequestTable, loads: dict[float, list[str]], stats: dict[str, LevelStats],
+                slos: Slos, seed: int = 0) -> list[LoadVerdict]:
+    """One verdict per load, from the pooled records of its levels (ordered by load)."""
+    df = table.df
+    level_col = df["level_id"].to_numpy()
+    ok = df["in_window"].to_numpy() & (df["status"].to_numpy() == "ok")
+    out = []
+    for i, load in enumerate(sorted(loads)):
+        every = [lid for lid in loads[load] if lid in stats]
+        # A level whose client fell behind did not measure the server: pool the load's valid levels,
+        # and call the load INVALID (bounded by the client) only when none of its levels is valid.
+        ids = [lid for lid in every if not _client_behind(stats[lid])] or every
+        rows = ok & np.isin(level_col, ids)
+        rng = np.random.default_rng([seed, i])
+        ttft = Distribution.of(df["ttft_s"].to_numpy()[rows], rng)
+        tpot = Distribution.of(df["tpot_s"].to_numpy()[rows], rng)
+        e2e = Distribution.of(df["e2e_s"].to_numpy()[rows], rng)
+        checks = [(ttft, "p99", slos.ttft_p99_s), (tpot, "p95", slos.tpot_p95_s)]
+        if slos.e2e_p99_s is not None:
+            checks.append((e2e, "p99", slos.e2e_p99_s))
+        checks = [(d, q, b) for d, q, b in checks if d.n]
+        point = ttft.n > 0 and all(d.p[q] <= b for d, q, b in checks)
+        clearly_in = ttft.n > 0 and all((d.ci.get(q) or [np.inf, np.inf])[1] <= b for d, q, b in checks)
+        clearly_out = ttft.n == 0 or any((d.ci.get(q) or [-np.inf, -np.inf])[0] > b for d, q, b in checks)
+        reasons = _invalid_reasons([stats[lid] for lid in ids])
+        levels_met = all(stats[lid].slo_met for lid in ids)
+        verdict = ("out" if clearly_out or reasons else "in" if clearly_in and levels_met else "unclear")
+        good = [stats[lid].goodput_req_s for lid in ids]
+        tok = [stats[lid].output_tok_s for lid in ids]
+        out.append(LoadVerdict(load, ids, verdict, point and not reasons, ttft.n, ttft.p["p99"], ttft.ci.get("p99"),
+                               tpot.p["p95"], tpot.ci.get("p95"), float(np.mean(good)) if good else 0.0,
+                               float(np.mean(tok)) if tok else 0.0, reasons))
+    return out
+
+
+def _client_behind(lv: LevelStats) -> bool:
+    return any(CLIENT_WORDS in n for n in lv.notes)
+
+
+def _invalid_reasons(levels: list[LevelStats]) -> list[str]:
+    reasons = []
+    for lv in levels:
+        if any(CLIENT_WORDS in n for n in lv.notes):
+            reasons.append(f"{lv.level_id}: INVALID, the client fell behind")
+        if lv.error_rate > MAX_VALID_ERROR_RATE:
+            reasons.append(f"{lv.level_id}: errors {lv.error_rate:.0%}")
+        if any(n.startswith(OVER_CAPACITY_WORDS) for n in lv.notes):
+            reasons.append(f"{lv.level_id}: over capacity, stopped early")
+        if lv.slo_met is None:
+            reasons.append(f"{lv.level_id}: no verdict (cut short)")
+    return reasons
+
+
+def capacity_answer(axis: str, verdicts: list[LoadVerdict], limit_reached: bool) -> CapacityAnswer:
+    outs = [v.load for v in verdicts if v.verdict == "out"]
+    lowest_out = min(outs) if outs else None
+    below = [v for v in verdicts if lowest_out is None or v.load < lowest_out]
+    met = [v for v in below if v.point_met]
+    best = max(met, key=lambda v: v.load) if met else None
+    bounded = _bounded_by(verdicts, lowest_out, limit_reached)
+    if best is None:
+        return CapacityAnswer(axis, None, None, None, lowest_out, bounded, None, None, verdicts)
+    # The interval's low end: the highest load at or below the answer that is clearly in (none: the
+    # lowest load measured, the answer may be anywhere above it).
+    low = max((v.load for v in below if v.verdict == "in" and v.load <= best.load),
+              default=min(v.load for v in below))
+    high = max(v.load for v in below)
+    return CapacityAnswer(axis, best.load, min(low, best.load), max(high, best.load), lowest_out, bounded,
+                          best.goodput_req_s, best.output_tok_s, verdicts)
+
+
+def _bounded_by(verdicts: list[LoadVerdict], lowest_out: float | None, limit_reached: bool) -> str:
+    if lowest_out is None:
+        return "limit" if limit_reached else "none"
+    first = next(v for v in verdicts if v.load == lowest_out)
+    if any("client fell behind" in r for r in first.reasons):
+        return "client"
+    if any("errors" in r for r in first.reasons):
+        return "errors"
+    return "slo"

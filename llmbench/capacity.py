@@ -1,0 +1,178 @@
+"""The capacity search: the highest load that meets the SLO, found with as few measured levels as
+it takes (a sweep's LevelPlan, so every probe is an ordinary level of an ordinary run directory).
+
+1. Bracket: start at `start` and double while the level meets the SLO, until one misses (or
+   `limit` is reached).
+2. Bisect between the highest load that met it and the lowest that missed, until they are
+   `resolution` apart (concurrency: an absolute step, integers; rate: a ratio, geometric means).
+3. Confirm: measure the two boundary loads again (`repeats` times in all) and let
+   analyzers.capacity_answer pool each load's requests; a boundary load whose pooled verdict is
+   not clear (its TTFT P99 / TPOT P95 interval straddles the bound) gets its neighbour measured
+   too, up to `max_extra` more loads, so the answer carries an interval.
+
+Every decision is a function of the stats measured so far, so a resumed run re-decides the same
+levels. A level "meets" the SLO only when its verdict is True: over capacity, cut short, INVALID
+(the client fell behind) and too many errors all count as missing it, and the answer says which of
+those bounded it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+from analyzers.latency import LevelStats
+from loadgen.specs import LevelSpec
+from rundir import RunInfo
+
+CAPACITY_KEY = "capacity"           # in run.json sweep.extra: the search's state and answer
+AXES = ("concurrency", "rate")
+
+
+@dataclass
+class SearchSpec:
+    axis: str = "concurrency"         # concurrency | rate
+    start: float = 1.0
+    limit: float = 1024.0             # the highest load the bracket tries
+    resolution: float = 1.0           # concurrency: absolute step; rate: relative (0.1 = 10 %)
+    repeats: int = 3                  # measurements of each boundary load, first included
+    max_extra: int = 4                # more loads the confirmation may add around the boundary
+
+    def __post_init__(self) -> None:
+        if self.axis not in AXES:
+            raise ValueError(f"--by must be one of {', '.join(AXES)}, got {self.axis!r}")
+        if not self.start > 0 or self.limit < self.start:
+            raise ValueError("the search needs 0 < start <= limit")
+        if not self.resolution > 0 or (self.axis == "concurrency" and self.resolution < 1):
+            raise ValueError("--resolution must be > 0 (and >= 1 for concurrency)")
+        if self.repeats < 1:
+            raise ValueError("--repeats must be >= 1")
+
+    def key(self, load: float) -> float:
+        """The load as the search names it: an integer concurrency, a rate to 3 significant digits."""
+        return float(max(1, round(load))) if self.axis == "concurrency" else float(f"{load:.3g}")
+
+    def apart(self, lo: float, hi: float) -> bool:
+        if self.axis == "concurrency":
+            return hi - lo > self.resolution
+        return hi / lo > 1 + self.resolution
+
+    def between(self, lo: float, hi: float) -> float:
+        mid = (lo + hi) / 2 if self.axis == "concurrency" else math.sqrt(lo * hi)
+        return self.key(mid)
+
+    def step_down(self, load: float) -> float:
+        return self.key(load - self.resolution if self.axis == "concurrency" else load / (1 + self.resolution))
+
+    def step_up(self, load: float) -> float:
+        return self.key(load + self.resolution if self.axis == "concurrency" else load * (1 + self.resolution))
+
+
+@dataclass
+class Probe:
+    """One measured level of the search."""
+
+    level_id: str
+    load: float
+    phase: str                        # bracket | bisect | confirm
+    met: bool | None = None           # the level's own verdict
+
+
+class CapacityPlan:
+    """A LevelPlan (llmbench.sweep) that searches instead of walking a grid."""
+
+    def __init__(self, search: SearchSpec, template: LevelSpec, judge=None):
+        self.search, self.template = search, template
+        # judge(probes) -> the loads whose pooled verdict is unclear
+        # (analyzers.capacity_answer through llmbench.capacity_cli); None: each level's own verdict.
+        self.judge = judge
+        self.probes: list[Probe] = []
+        self._levels: list[LevelSpec] = []
+
+    # ----- LevelPlan ---------------------------------------------------------------------------
+    def next_level(self, stats: dict[str, LevelStats]) -> LevelSpec | None:
+        for p in self.probes:
+            if p.met is None and p.level_id in stats:
+                p.met = bool(stats[p.level_id].slo_met)
+        if any(p.level_id not in stats for p in self.probes):
+            return None                   # the last level did not finish (stopped, gone): the search ends
+        nxt = self._decide()
+        if nxt is None:
+            return None
+        load, phase = nxt
+        return self._issue(load, phase)
+
+    def issued(self) -> list[LevelSpec]:
+        return list(self._levels)
+
+    def note(self, info: RunInfo) -> None:
+        info.sweep.extra[CAPACITY_KEY] = {**info.sweep.extra.get(CAPACITY_KEY, {}),
+                                          "search": dataclasses.asdict(self.search),
+                                          "probes": [dataclasses.asdict(p) for p in self.probes]}
+
+    # ----- the search --------------------------------------------------------------------------
+    def verdicts(self) -> dict[float, list[bool]]:
+        out: dict[float, list[bool]] = {}
+        for p in self.probes:
+            out.setdefault(p.load, []).append(bool(p.met))
+        return out
+
+    def bracket(self) -> tuple[float | None, float | None]:
+        """(highest load that met the SLO below every load that missed it, lowest load that missed)."""
+        v = self.verdicts()
+        missed = [x for x, ms in v.items() if not ms[0]]
+        hi = min(missed) if missed else None
+        met = [x for x, ms in v.items() if ms[0] and (hi is None or x < hi)]
+        return (max(met) if met else None), hi
+
+    def _decide(self) -> tuple[float, str] | None:
+        s, v = self.search, self.verdicts()
+        lo, hi = self.bracket()
+        if hi is None:                               # still bracketing
+            nxt = s.key(s.start if lo is None else lo * 2)
+            if lo is not None and lo >= s.limit:
+                return None                          # met the SLO up to the limit
+            return (min(nxt, s.key(s.limit)), "bracket")
+        if lo is None:
+            return None if hi <= s.key(s.start) else (s.key(s.start), "bracket")
+        if s.apart(lo, hi):
+            mid = s.between(lo, hi)
+            if mid not in v and lo < mid < hi:
+                return (mid, "bisect")
+        return self._confirm(lo, hi, v)
+
+    def _confirm(self, lo: float, hi: float, v: dict[float, list[bool]]) -> tuple[float, str] | None:
+        """Repeat the boundary loads; then, while a boundary load is unclear on its pooled requests,
+        measure (and repeat) its outer neighbour, up to max_extra more loads."""
+        confirm = [lo, hi] + [p.load for p in self.probes if p.phase == "confirm" and p.load not in (lo, hi)]
+        for load in dict.fromkeys(confirm):
+            if len(v[load]) < self.search.repeats:
+                return (load, "confirm")
+        if self.judge is None or len(set(confirm)) - 2 >= self.search.max_extra:
+            return None
+        unclear = self.judge(self.probes)
+        lows = sorted(x for x in set(confirm) if x <= lo)
+        highs = sorted(x for x in set(confirm) if x >= hi)
+        if lows[0] in unclear:
+            below = self.search.step_down(lows[0])
+            if below < lows[0] and below >= self.search.key(self.search.start):
+                return (below, "confirm")
+        if highs[-1] in unclear:
+            above = self.search.step_up(highs[-1])
+            if above > highs[-1] and above <= self.search.key(self.search.limit):
+                return (above, "confirm")
+        return None
+
+    def _issue(self, load: float, phase: str) -> LevelSpec:
+        n = sum(1 for p in self.probes if p.load == load)
+        t = self.template
+        base = f"c{int(load)}" if self.search.axis == "concurrency" else f"r{load:g}"
+        level_id = f"{base}-in{t.input_len}-out{t.output_len}" + (f"-r{n + 1}" if n else "")
+        spec = dataclasses.replace(t, level_id=level_id,
+                                   concurrency=int(load) if self.search.axis == "concurrency" else None,
+                                   request_rate=load if self.search.axis == "rate" else None,
+                                   seed=t.seed + n)       # a repeat is a fresh sample, not the same requests
+        self.probes.append(Probe(level_id, load, phase))
+        self._levels.append(spec)
+        return spec

@@ -1,0 +1,83 @@
+"""`llmbench capacity`: the options; llmbench.capacity_run runs the search and states the answer.
+
+Every `llmbench sweep` option means the same here (target, workload, workers, probes, the
+preflight's adaptations, fail fast); the search's own are --by, --start, --max-load,
+--resolution and --repeats. Shorter levels by default than a sweep's: a search measures many.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+from rundir.run_info import DEFAULT_REQUEST_TIMEOUT_S, DEFAULT_TPOT_P95_S, DEFAULT_TTFT_P99_S
+
+CAPACITY_WARMUP = "3s"
+CAPACITY_DURATION = "10s"
+
+
+def capacity(
+    slo_ttft: float = typer.Option(DEFAULT_TTFT_P99_S, help="SLO: TTFT P99 in seconds."),
+    slo_tpot: float = typer.Option(DEFAULT_TPOT_P95_S, help="SLO: TPOT P95 in seconds."),
+    slo_e2e: Optional[float] = typer.Option(None, help="SLO: E2E P99 in seconds (default: none)."),
+    by: str = typer.Option("concurrency", help="Search concurrency (closed loop) or rate (open loop, requests/s)."),
+    start: Optional[float] = typer.Option(None, help="First load of the bracket (default 1)."),
+    max_load: Optional[float] = typer.Option(None, help="Highest load the bracket tries (default 1024 users or "
+                                             "1000 req/s)."),
+    resolution: Optional[float] = typer.Option(None, help="Stop bisecting when the bracket is this narrow: users for "
+                                               "concurrency (default 1), a fraction for rate (default 0.1 = 10%)."),
+    repeats: int = typer.Option(3, min=1, help="Measurements of each boundary load (the first included), pooled "
+                                "for the answer's interval."),
+    json_out: bool = typer.Option(False, "--json", help="Print the search and the answer as JSON on stdout "
+                                  "(everything else goes to stderr)."),
+    stop_over_capacity: bool = typer.Option(True, help="Stop an open-loop level early when its queue keeps growing "
+                                            "past the TTFT SLO (marked over capacity)."),
+    input_len: str = typer.Option("128", help="Prompt length in tokens."),
+    output_len: str = typer.Option("64", help="Output length in tokens (max_tokens with ignore_eos)."),
+    input_len_spread: float = typer.Option(0.0, help="Prompt lengths drawn uniformly within ±this fraction."),
+    workload: str = typer.Option("random", help="random | sharegpt | shared-prefix | mixed | sessions."),
+    long_len: int = typer.Option(4096, min=1, help="--workload mixed: prompt length of the long requests."),
+    long_fraction: float = typer.Option(0.1, min=0.0, max=1.0, help="--workload mixed: share of long requests."),
+    dataset: Optional[Path] = typer.Option(None, help="ShareGPT file for --workload sharegpt."),
+    turns: int = typer.Option(4, min=1, help="--workload sessions: turns per conversation."),
+    burstiness: float = typer.Option(1.0, help="--by rate: gamma shape of inter-arrival times (1 = Poisson)."),
+    warmup: str = typer.Option(CAPACITY_WARMUP, help="Warm-up per level before measuring."),
+    duration: str = typer.Option(CAPACITY_DURATION, help="Measured window per level."),
+    request_timeout: str = typer.Option(f"{DEFAULT_REQUEST_TIMEOUT_S:g}s", help="Per-request timeout."),
+    workers: int = typer.Option(1, help="Locust worker processes (with --master-bind: remote workers to wait for)."),
+    master_bind: Optional[str] = typer.Option(None, help="Run the locust master on HOST:PORT for remote workers."),
+    target: Optional[str] = typer.Option(None, help="Base URL of an OpenAI-compatible server; default: the bundled "
+                                         "engine on a free loopback port."),
+    model: Optional[str] = typer.Option(None, help="Model to send (--target; default: the one /v1/models lists) or "
+                                        "to serve (embedded, default tiny)."),
+    api_key: Optional[str] = typer.Option(None, envvar="OPENAI_API_KEY", help="Bearer token for --target."),
+    endpoint: str = typer.Option("completions", help="completions or chat."),
+    ignore_eos: bool = typer.Option(True, help="Send ignore_eos so outputs have the requested length."),
+    prompt_format: str = typer.Option("text", help="text or ids (see `llmbench sweep --help`)."),
+    strict: bool = typer.Option(False, help="Fail instead of adapting when the preflight finds a refused field."),
+    engine_arg: list[str] = typer.Option([], help="Extra flag for the embedded engine, repeatable."),
+    server_threads: Optional[int] = typer.Option(None, min=1, help="torch threads of the embedded engine."),
+    out: Optional[Path] = typer.Option(None, help="Run directory (default ./runs/<timestamp>-capacity-<model>)."),
+    label: Optional[str] = typer.Option(None, help="Label in the default run directory name."),
+    tokenizer: Optional[Path] = typer.Option(None, help="tokenizer.json (or model directory) of the target's model."),
+    seed: int = typer.Option(0, help="Seed of the workload (a repeated level adds its repeat number)."),
+    probes: str = typer.Option("default", help="Probes: comma list, 'default', 'all' or 'none'."),
+    probe_interval: float = typer.Option(1.0, help="Seconds between probe samples."),
+    server_pid: Optional[int] = typer.Option(None, help="PID of a local --target server, for host/stacks probes."),
+) -> None:
+    """Find the highest load within the SLO: bracket by doubling, bisect, re-measure the boundary; every probe is
+    a measured level of a normal run directory (report, compare and `llmdiag p99` work on it)."""
+    from llmbench.capacity_run import CapacityArgs, run_capacity
+    from llmbench.sweep_setup import SweepArgs
+
+    values = dict(locals())
+    console = Console(stderr=True) if json_out else Console()
+    values.update(concurrency=None, request_rate=None, resume=None,
+                  label=label or f"capacity-{model or ('tiny' if target is None else 'target')}")
+    args = SweepArgs(**{k: v for k, v in values.items() if k in SweepArgs.__dataclass_fields__})
+    c = CapacityArgs(by=by, start=start, max_load=max_load, resolution=resolution, repeats=repeats,
+                     json_out=json_out, stop_over_capacity=stop_over_capacity)
+    run_capacity(args, c, console)

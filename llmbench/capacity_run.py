@@ -1,0 +1,126 @@
+"""From `llmbench capacity`'s options to an answer: a sweep run directory whose levels a
+CapacityPlan chooses, then the answer (analyzers.capacity_answer) recorded in run.json
+(sweep.extra["capacity"]) and capacity.json, and printed (or written to stdout as JSON).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+
+import typer
+from rich.console import Console
+
+from analyzers.capacity_answer import CapacityAnswer, capacity_answer, judge_loads
+from analyzers.latency import LevelStats
+from analyzers.slo import Slos
+from llmbench.capacity import CAPACITY_KEY, CapacityPlan, Probe, SearchSpec
+from llmbench.sweep_setup import SweepArgs, execute_sweep, prepare_run
+from rundir import RunDir, RunInfo
+from rundir.files import CAPACITY_JSON
+from rundir.table import RequestTable
+
+
+@dataclass
+class CapacityArgs:
+    by: str
+    start: float | None
+    max_load: float | None
+    resolution: float | None
+    repeats: int
+    json_out: bool
+    stop_over_capacity: bool
+
+
+def search_spec(c: CapacityArgs) -> SearchSpec:
+    rate = c.by == "rate"
+    try:
+        return SearchSpec(axis=c.by, start=c.start or 1.0, limit=c.max_load or (1000.0 if rate else 1024.0),
+                          resolution=c.resolution if c.resolution is not None else (0.1 if rate else 1.0),
+                          repeats=c.repeats)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+def _stats(run: RunDir) -> dict[str, LevelStats]:
+    return {d["level_id"]: LevelStats.from_dict(d) for d in (run.read_summary() or {}).get("levels", [])}
+
+
+def _loads(probes: list[Probe]) -> dict[float, list[str]]:
+    out: dict[float, list[str]] = {}
+    for p in probes:
+        out.setdefault(p.load, []).append(p.level_id)
+    return out
+
+
+def answer_of(run: RunDir, info: RunInfo, plan: CapacityPlan) -> CapacityAnswer:
+    stats = _stats(run)
+    loads = {k: [x for x in v if x in stats] for k, v in _loads(plan.probes).items()}
+    loads = {k: v for k, v in loads.items() if v}
+    verdicts = judge_loads(RequestTable.load(run), loads, stats, Slos.of(info.slos)) if loads else []
+    limit_reached = bool(loads) and max(loads) >= plan.search.key(plan.search.limit)
+    return capacity_answer(plan.search.axis, verdicts, limit_reached)
+
+
+def run_capacity(a: SweepArgs, c: CapacityArgs, console: Console) -> None:
+    search = search_spec(c)
+    if a.workload == "trace":
+        raise typer.BadParameter("a trace has its own arrival times: replay it with `llmbench sweep --workload trace` "
+                                 "(--trace-speed scales it)", param_hint="--workload")
+    # The sweep's own validation and preflight see one level: the search's first.
+    first = f"{search.key(search.start):g}"
+    a.concurrency, a.request_rate = (first, None) if search.axis == "concurrency" else (None, first)
+    run, info, probe_names = prepare_run(a, console)
+    info.sweep.extra["stop_over_capacity"] = c.stop_over_capacity
+    plans: list[CapacityPlan] = []
+
+    def factory(run: RunDir, info: RunInfo) -> CapacityPlan:
+        plan = CapacityPlan(search, info.sweep.levels()[0], judge=lambda probes: _unclear(run, info, plan))
+        plans.append(plan)
+        return plan
+
+    exit_code = 0
+    try:
+        execute_sweep(run, info, a, probe_names, console, plan_factory=factory)
+    except typer.Exit as exc:          # stopped (fail fast, target gone): answer with what was measured
+        exit_code = exc.exit_code
+    if not plans or not run.exists():
+        raise typer.Exit(code=exit_code or 1)
+    plan = plans[0]
+    info = run.read_info()
+    answer = answer_of(run, info, plan)
+    if exit_code and answer.bounded_by in ("none", "slo") and answer.lowest_out is None:
+        answer.bounded_by = "errors"    # the search was stopped by failures, not by a verdict
+    record = {"search": info.sweep.extra.get(CAPACITY_KEY, {}).get("search"),
+              "probes": [p.__dict__ for p in plan.probes], "answer": answer.to_dict()}
+    info.sweep.extra[CAPACITY_KEY] = record
+    run.write_info(info)
+    run.write_json(run.path / CAPACITY_JSON, record)
+    if c.json_out:
+        sys.stdout.write(json.dumps({"run_dir": str(run.path), **record}) + "\n")
+    else:
+        _print_answer(console, answer, run)
+    if exit_code:
+        raise typer.Exit(code=exit_code)
+
+
+def _unclear(run: RunDir, info: RunInfo, plan: CapacityPlan) -> set[float]:
+    return {v.load for v in answer_of(run, info, plan).loads if v.verdict == "unclear"}
+
+
+def _print_answer(console: Console, answer: CapacityAnswer, run: RunDir) -> None:
+    from rich.table import Table
+
+    t = Table(title="capacity search (requests pooled over each load's levels)")
+    for col in ("load", "levels", "verdict", "n", "TTFT P99 ms [95% CI]", "TPOT P95 ms [95% CI]", "goodput req/s"):
+        t.add_column(col)
+    for v in answer.loads:
+        def ms(x, ci):
+            return "—" if x is None else f"{x * 1000:.0f}" + (f" [{ci[0] * 1000:.0f}, {ci[1] * 1000:.0f}]" if ci else "")
+        t.add_row(f"{v.load:g}", str(len(v.level_ids)), v.verdict + (" (" + "; ".join(v.reasons) + ")" if v.reasons
+                                                                  else ""),
+                  str(v.n), ms(v.ttft_p99_s, v.ttft_p99_ci), ms(v.tpot_p95_s, v.tpot_p95_ci), f"{v.goodput_req_s:.2f}")
+    console.print(t)
+    console.print(f"[bold]{answer.headline()}[/]", highlight=False)
+    console.print(f"search and answer: {run.path / CAPACITY_JSON}")

@@ -1,0 +1,63 @@
+"""The answer from pooled levels: in / out / unclear by the bootstrap intervals, the capacity, its
+interval, and what bounded it."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from analyzers.capacity_answer import capacity_answer, judge_loads
+from analyzers.latency import summarize_level
+from analyzers.slo import Slos
+from rundir import RequestRecord
+from rundir.table import RequestTable
+
+SLOS = Slos(ttft_p99_s=1.0, tpot_p95_s=0.1)
+
+
+def _records(level: str, c: int, ttft: np.ndarray) -> list[RequestRecord]:
+    out = []
+    for k, y in enumerate(ttft):
+        t = 1000.0 + k * 0.05
+        out.append(RequestRecord(level_id=level, concurrency=c, request_rate=None, target_input_len=8,
+                                 target_output_len=5, t_scheduled=t, t_sent=t, t_first_token=t + y,
+                                 t_done=t + y + 0.2, status="ok", in_window=True, completion_tokens=5,
+                                 prompt_tokens=8).derive())
+    return out
+
+
+def _answer(levels: dict[float, dict[str, np.ndarray]], notes: dict[str, list[str]] | None = None):
+    records, loads, stats = [], {}, {}
+    for load, by_id in levels.items():
+        for lid, ttft in by_id.items():
+            recs = _records(lid, int(load), ttft)
+            records += recs
+            loads.setdefault(load, []).append(lid)
+            stats[lid] = summarize_level(recs, lid, 10.0, SLOS)
+            stats[lid].notes += (notes or {}).get(lid, [])
+    verdicts = judge_loads(RequestTable.from_records(records), loads, stats, SLOS)
+    return capacity_answer("concurrency", verdicts, limit_reached=False)
+
+
+def test_clear_boundary():
+    rng = np.random.default_rng(0)
+    a = _answer({c: {f"c{c}": rng.uniform(0.1, 0.3, 200) + (2.0 if c > 4 else 0)} for c in (1, 2, 4, 5, 8)})
+    assert (a.capacity, a.low, a.high, a.lowest_out, a.bounded_by) == (4, 4, 4, 5, "slo")
+    assert "max concurrency within SLO: 4" in a.headline()
+
+
+def test_unclear_load_widens_the_interval():
+    rng = np.random.default_rng(1)
+    close = np.r_[rng.uniform(0.1, 0.3, 195), [0.99, 1.0, 1.01, 1.02, 0.98]]    # P99 right at the bound
+    a = _answer({2: {"c2": rng.uniform(0.1, 0.3, 200)}, 3: {"c3": close, "c3-r2": close},
+                 4: {"c4": rng.uniform(2, 3, 200)}})
+    verdict = {v.load: v.verdict for v in a.loads}
+    assert verdict == {2: "in", 3: "unclear", 4: "out"}
+    assert a.low == 2 and a.high == 3
+
+
+def test_bounded_by_the_client():
+    rng = np.random.default_rng(2)
+    ok = rng.uniform(0.1, 0.3, 200)
+    a = _answer({1: {"c1": ok}, 2: {"c2": ok}, 4: {"c4": ok}},
+                notes={"c4": ["INVALID: the client fell behind (send lag); add --workers"]})
+    assert a.capacity == 2 and a.bounded_by == "client" and "bounded by client" in a.headline()

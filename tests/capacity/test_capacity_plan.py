@@ -1,0 +1,55 @@
+"""The search's decisions, without a server: bracket by doubling, bisect to the resolution, repeat
+the boundary, widen it when the judge finds a boundary load unclear."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from llmbench.capacity import CapacityPlan, SearchSpec
+from loadgen.specs import LevelSpec
+
+TEMPLATE = LevelSpec(level_id="x", concurrency=1, input_len=16, output_len=8)
+
+
+def _drive(plan: CapacityPlan, meets, max_levels: int = 50) -> list[str]:
+    stats: dict = {}
+    for _ in range(max_levels):
+        level = plan.next_level(stats)
+        if level is None:
+            return [p.level_id for p in plan.probes]
+        load = level.concurrency if level.concurrency is not None else level.request_rate
+        stats[level.level_id] = SimpleNamespace(slo_met=meets(load))
+    raise AssertionError("the search did not end")
+
+
+def test_concurrency_search_brackets_bisects_and_repeats_the_boundary():
+    plan = CapacityPlan(SearchSpec("concurrency", repeats=2), TEMPLATE)
+    ids = _drive(plan, lambda c: c <= 24)
+    loads = [p.load for p in plan.probes]
+    assert loads[:6] == [1, 2, 4, 8, 16, 32]                   # doubling until one misses
+    assert plan.bracket() == (24, 25)                          # bisected to resolution 1
+    assert ids.count("c24-in16-out8") == 1 and "c24-in16-out8-r2" in ids and "c25-in16-out8-r2" in ids
+    assert len(ids) == len(set(ids))
+
+
+def test_rate_search_is_geometric_to_ten_percent():
+    plan = CapacityPlan(SearchSpec("rate", start=1, resolution=0.1, repeats=1), TEMPLATE)
+    _drive(plan, lambda r: r <= 7.4)
+    lo, hi = plan.bracket()
+    assert lo <= 7.4 < hi and hi / lo <= 1.1
+
+
+def test_unclear_boundary_gets_its_neighbour_measured():
+    judge = lambda probes: {4.0}                                # noqa: E731  the upper boundary stays unclear
+    plan = CapacityPlan(SearchSpec("concurrency", repeats=2), TEMPLATE, judge=judge)
+    _drive(plan, lambda c: c <= 3)
+    loads = [p.load for p in plan.probes]
+    assert loads.count(5.0) == 2 and plan.bracket() == (3, 4)
+
+
+def test_limit_and_lowest_load():
+    plan = CapacityPlan(SearchSpec("concurrency", limit=8, repeats=1), TEMPLATE)
+    _drive(plan, lambda c: True)
+    assert max(p.load for p in plan.probes) == 8
+    plan = CapacityPlan(SearchSpec("concurrency", repeats=1), TEMPLATE)
+    assert _drive(plan, lambda c: False) == ["c1-in16-out8"]

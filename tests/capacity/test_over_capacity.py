@@ -1,0 +1,57 @@
+"""Over-saturation: an open-loop level whose queue keeps growing is stopped early and marked over
+capacity (never within the SLO); a steady level is not."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+from loadgen.saturation import SaturationRule
+from rundir import RequestRecord, RunDir
+
+
+def _rec(t_sent: float, ttft: float) -> RequestRecord:
+    r = RequestRecord(level_id="r", concurrency=None, request_rate=1.0, target_input_len=1, target_output_len=1,
+                      t_scheduled=t_sent, t_sent=t_sent, t_first_token=t_sent + ttft, t_done=t_sent + ttft + 0.1,
+                      status="ok", in_window=True)
+    return r.derive()
+
+
+def _feed(ttfts, span_s=6.0):
+    rule = SaturationRule(ttft_bound_s=0.5)
+    verdict = None
+    for t, y in zip(np.linspace(0, span_s, len(ttfts)), ttfts):
+        rule.add(_rec(1000.0 + t, float(y)))
+        verdict = verdict or rule.reason()
+    return verdict
+
+
+def test_rule_fires_on_a_rising_ttft_and_not_on_a_steady_or_slow_one():
+    rng = np.random.default_rng(0)
+    rising = np.linspace(0.05, 3.0, 120) + rng.normal(0, 0.05, 120)
+    assert "TTFT rose" in (_feed(rising) or "")
+    assert _feed(0.3 + rng.normal(0, 0.05, 120)) is None                 # steady: a long queue is not a growing one
+    assert _feed(np.linspace(0.05, 0.4, 120)) is None                    # rising but within the bound
+
+
+def test_runaway_level_is_stopped_early_and_marked_over_capacity(slot_server, tmp_path):
+    server = slot_server(slots=2, prefill_ms=20, itl_ms=25)             # ~0.4 s a request: capacity ~5 req/s
+    out = tmp_path / "run"
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "llmbench.cli", "sweep", "--target", server.url, "--request-rate",
+                           "20", "--input-len", "16", "--output-len", "16", "--warmup", "1s", "--duration", "30s",
+                           "--slo-ttft", "0.5", "--probes", "none", "--request-timeout", "60s", "--out", str(out)],
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "200"})
+    took = time.monotonic() - t0
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert took < 25, f"the runaway level ran {took:.0f} s"
+    run = RunDir(out)
+    (lv,) = run.read_summary()["levels"]
+    assert lv["slo_met"] is False
+    assert any(n.startswith("over capacity: stopped early") for n in lv["notes"]), lv["notes"]
+    assert run.read_info().level_meta[lv["level_id"]]["over_capacity"]
+    print(f"runaway level stopped after {took:.1f} s (of 31 s): {lv['notes']}")
