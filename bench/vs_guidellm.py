@@ -169,13 +169,15 @@ def serve_phase(a, exe: str, workdir: str) -> dict:
         for c in a.serve_levels:
             runs = {"llmbench": run_llmbench(url, model, c, a, tok_dir),
                     "guidellm": run_guidellm(exe, url, model, c, a, tok_dir, workdir)}
-            row = {}
+            row: dict = {"n": {t: runs[t]["n"] for t in runs}}
+            out[str(c)] = row
+            if not all(runs[t]["n"] for t in runs):
+                print(f"serve c={c}: a tool finished no request in the window: {row['n']}", flush=True)
+                continue
             for key in ("ttft", "itl_mean", "e2e"):
                 ours, theirs = (statistics.median(runs[t][key]) for t in ("llmbench", "guidellm"))
                 row[key] = {"llmbench_ms": round(1000 * ours, 3), "guidellm_ms": round(1000 * theirs, 3),
                             "diff_pct": round(100 * (ours - theirs) / theirs, 2)}
-            row["n"] = {t: runs[t]["n"] for t in runs}
-            out[str(c)] = row
             print(f"serve c={c}: {row}", flush=True)
     finally:
         proc.terminate()
@@ -197,12 +199,36 @@ def _wait_for_model(url: str, proc: subprocess.Popen, timeout_s: float = 180.0) 
     raise TimeoutError("the server did not start")
 
 
+def markdown(out: dict) -> str:
+    """The tables bench/RESULTS.md records: medians over repeats, milliseconds."""
+    lines = ["| streams | tool | n | TTFT err P50 / P99 | ITL (per-request mean) err P50 / P99 | "
+             "our pooled ITL err P50 / P99 | best TTFT err P50 | server late P50 / P99 |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for c, by_tool in out["delay"].items():
+        for tool, s in by_tool.items():
+            pooled = (f"{s['itl_pooled_err_p50_ms']:.2f} / {s['itl_pooled_err_p99_ms']:.2f}"
+                      if "itl_pooled_err_p50_ms" in s else "—")
+            lines.append(f"| {c} | {tool} | {s['n']:.0f} | {s['ttft_err_p50_ms']:.2f} / {s['ttft_err_p99_ms']:.2f} | "
+                         f"{s['itl_mean_err_p50_ms']:.2f} / {s['itl_mean_err_p99_ms']:.2f} | {pooled} | "
+                         f"{s['best_ttft_p50_ms']:.2f} | {s['server_late_p50_ms']:.2f} / {s['server_late_p99_ms']:.2f} |")
+    if out.get("serve"):
+        lines += ["", "| streams | median TTFT llmbench / guidellm (diff) | median ITL (per-request mean) | "
+                  "median E2E | n |", "| --- | --- | --- | --- | --- |"]
+        for c, row in out["serve"].items():
+            if "ttft" not in row:
+                continue
+            cells = [f"{row[k]['llmbench_ms']:.2f} / {row[k]['guidellm_ms']:.2f} ({row[k]['diff_pct']:+.1f}%)"
+                     for k in ("ttft", "itl_mean", "e2e")]
+            lines.append(f"| {c} | " + " | ".join(cells) + f" | {row['n']['llmbench']} / {row['n']['guidellm']} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--venv", default=os.path.join(ROOT, "bench", ".venv-guidellm"))
     p.add_argument("--levels", default="1,16,64")
     p.add_argument("--serve-levels", default="1,16,64")
-    p.add_argument("--serve-model", default="tiny")
+    p.add_argument("--serve-model", default="tiny", help="a built-in model: tiny, or tiny-test on a slow machine")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--warmup", type=float, default=2.0)
     p.add_argument("--duration", type=float, default=10.0)
@@ -212,7 +238,11 @@ def main() -> None:
     p.add_argument("--output-len", type=int, default=32)
     p.add_argument("--skip-serve", action="store_true")
     p.add_argument("--json", default=None)
+    p.add_argument("--render", metavar="JSON", help="print the tables of an earlier --json and exit")
     a = p.parse_args()
+    if a.render:
+        print(markdown(json.load(open(a.render))))
+        return
     a.levels = [int(x) for x in a.levels.split(",")]
     a.serve_levels = [int(x) for x in a.serve_levels.split(",") if x]
     exe = ensure_guidellm(a.venv)
@@ -222,12 +252,17 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="vs-guidellm-") as workdir:
         out = {"config": {k: v for k, v in vars(a).items()}, "delay": delay_phase(a, exe, str(resolve_model("tiny-test")),
                                                                                    workdir)}
+        _save(a.json, out)                  # the delay phase's results survive a failing serve phase
         if not a.skip_serve and a.serve_levels:
             out["serve"] = serve_phase(a, exe, workdir)
     out["wall_s"] = round(time.time() - t0, 1)
-    print(json.dumps({k: v for k, v in out.items() if k != "config"}, indent=1))
-    if a.json:
-        with open(a.json, "w") as f:
+    _save(a.json, out)
+    print(markdown(out))
+
+
+def _save(path: str | None, out: dict) -> None:
+    if path:
+        with open(path, "w") as f:
             json.dump(out, f, indent=1)
 
 
