@@ -73,7 +73,8 @@ def run_llmbench(url: str, model: str, c: int, a, tokenizer_dir: str) -> dict:
     ok = [r for r in records if r.in_window and r.status == "ok" and r.ttft_s is not None and r.itl_s]
     return {"n": len(ok), "errors": res.errors, "client_cpu_pct": res.client_cpu_percent,
             "ttft": [r.ttft_s for r in ok], "itl_mean": [sum(r.itl_s) / len(r.itl_s) for r in ok],
-            "itl_pooled": [g for r in ok for g in r.itl_s], "e2e": [r.e2e_s for r in ok]}
+            "itl_pooled": [g for r in ok for g in r.itl_s], "e2e": [r.e2e_s for r in ok],
+            "prompt_tokens": [r.prompt_tokens for r in ok if r.prompt_tokens is not None]}
 
 
 def run_guidellm(exe: str, url: str, model: str, c: int, a, tokenizer_dir: str, workdir: str) -> dict:
@@ -100,7 +101,8 @@ def run_guidellm(exe: str, url: str, model: str, c: int, a, tokenizer_dir: str, 
     return {"n": len(ok), "errors": len(bench["requests"]["errored"]),
             "ttft": [r["time_to_first_token_ms"] / 1000 for r in ok],
             "itl_mean": [r["inter_token_latency_ms"] / 1000 for r in ok],
-            "e2e": [r["request_latency"] for r in ok]}
+            "e2e": [r["request_latency"] for r in ok],
+            "prompt_tokens": [r["prompt_tokens"] for r in ok if r.get("prompt_tokens") is not None]}
 
 
 # ----- statistics -------------------------------------------------------------------------------
@@ -167,15 +169,22 @@ def serve_phase(a, exe: str, workdir: str) -> dict:
     try:
         model = _wait_for_model(url, proc)
         for c in a.serve_levels:
-            runs = {"llmbench": run_llmbench(url, model, c, a, tok_dir),
-                    "guidellm": run_guidellm(exe, url, model, c, a, tok_dir, workdir)}
-            row: dict = {"n": {t: runs[t]["n"] for t in runs}}
+            # Turns as on the delay server; each statistic is the median over repeats of each run's median.
+            per_run: dict = {"llmbench": [], "guidellm": []}
+            for rep in range(a.serve_repeats):
+                for tool in (["llmbench", "guidellm"] if rep % 2 == 0 else ["guidellm", "llmbench"]):
+                    per_run[tool].append(run_llmbench(url, model, c, a, tok_dir) if tool == "llmbench" else
+                                         run_guidellm(exe, url, model, c, a, tok_dir, workdir))
+            row: dict = {"n": {t: sum(r["n"] for r in per_run[t]) for t in per_run},
+                         "prompt_tokens_p50": {t: statistics.median(sum((r["prompt_tokens"] for r in per_run[t]), [])
+                                                                    or [0]) for t in per_run}}
             out[str(c)] = row
-            if not all(runs[t]["n"] for t in runs):
+            if not all(r["n"] for t in per_run for r in per_run[t]):
                 print(f"serve c={c}: a tool finished no request in the window: {row['n']}", flush=True)
                 continue
             for key in ("ttft", "itl_mean", "e2e"):
-                ours, theirs = (statistics.median(runs[t][key]) for t in ("llmbench", "guidellm"))
+                ours, theirs = (statistics.median(statistics.median(r[key]) for r in per_run[t])
+                                for t in ("llmbench", "guidellm"))
                 row[key] = {"llmbench_ms": round(1000 * ours, 3), "guidellm_ms": round(1000 * theirs, 3),
                             "diff_pct": round(100 * (ours - theirs) / theirs, 2)}
             print(f"serve c={c}: {row}", flush=True)
@@ -213,13 +222,15 @@ def markdown(out: dict) -> str:
                          f"{s['best_ttft_p50_ms']:.2f} | {s['server_late_p50_ms']:.2f} / {s['server_late_p99_ms']:.2f} |")
     if out.get("serve"):
         lines += ["", "| streams | median TTFT llmbench / guidellm (diff) | median ITL (per-request mean) | "
-                  "median E2E | n |", "| --- | --- | --- | --- | --- |"]
+                  "median E2E | n | prompt tokens (usage P50) |", "| --- | --- | --- | --- | --- | --- |"]
         for c, row in out["serve"].items():
             if "ttft" not in row:
                 continue
             cells = [f"{row[k]['llmbench_ms']:.2f} / {row[k]['guidellm_ms']:.2f} ({row[k]['diff_pct']:+.1f}%)"
                      for k in ("ttft", "itl_mean", "e2e")]
-            lines.append(f"| {c} | " + " | ".join(cells) + f" | {row['n']['llmbench']} / {row['n']['guidellm']} |")
+            pt = row.get("prompt_tokens_p50", {})
+            lines.append(f"| {c} | " + " | ".join(cells) + f" | {row['n']['llmbench']} / {row['n']['guidellm']} | "
+                         f"{pt.get('llmbench', '?')} / {pt.get('guidellm', '?')} |")
     return "\n".join(lines)
 
 
@@ -230,6 +241,7 @@ def main() -> None:
     p.add_argument("--serve-levels", default="1,16,64")
     p.add_argument("--serve-model", default="tiny", help="a built-in model: tiny, or tiny-test on a slow machine")
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--serve-repeats", type=int, default=2)
     p.add_argument("--warmup", type=float, default=2.0)
     p.add_argument("--duration", type=float, default=10.0)
     p.add_argument("--ttft-ms", type=float, default=50.0)
@@ -243,15 +255,15 @@ def main() -> None:
     if a.render:
         print(markdown(json.load(open(a.render))))
         return
-    a.levels = [int(x) for x in a.levels.split(",")]
+    a.levels = [int(x) for x in a.levels.split(",") if x]     # --levels "": the serve phase only
     a.serve_levels = [int(x) for x in a.serve_levels.split(",") if x]
     exe = ensure_guidellm(a.venv)
     from refengine.model.tiny import resolve_model
 
     t0 = time.time()
     with tempfile.TemporaryDirectory(prefix="vs-guidellm-") as workdir:
-        out = {"config": {k: v for k, v in vars(a).items()}, "delay": delay_phase(a, exe, str(resolve_model("tiny-test")),
-                                                                                   workdir)}
+        out = {"config": dict(vars(a)),
+               "delay": delay_phase(a, exe, str(resolve_model("tiny-test")), workdir) if a.levels else {}}
         _save(a.json, out)                  # the delay phase's results survive a failing serve phase
         if not a.skip_serve and a.serve_levels:
             out["serve"] = serve_phase(a, exe, workdir)
