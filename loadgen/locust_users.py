@@ -3,7 +3,11 @@
 Importing this module imports locust, which monkey-patches the process with gevent: only the
 locust processes (loadgen.locust_proc) import it, never the CLI.
 
-- `stream_request` sends one request and returns its RequestRecord. The response is read with
+- `stream_request` sends one request and returns its RequestRecord. t_sent is the moment its first
+  byte is written to the socket (a hook on gevent's socket.sendall, see _SentMark), as guidellm
+  times it: building the request in locust and geventhttpclient (~0.3 ms here, more when this
+  process is preempted) and connecting are the client's own work, not the server's latency,
+  and show up as send lag instead of TTFT. The response is read with
   `resp._response.readline(b"\\n")` (DESIGN section 9: iter_content buffers and ruins first-token
   times). A gevent.Timeout raising RequestDeadline bounds connect + whole stream by the level's
   request_timeout_s, so a hung server cannot hold a user longer than that.
@@ -18,6 +22,7 @@ from __future__ import annotations
 import time
 
 import gevent
+import gevent.socket
 from gevent import GreenletExit
 from locust import FastHttpUser, constant, task
 from locust.exception import StopUser
@@ -36,19 +41,20 @@ DRAIN_AFTER_DONE_S = 1.0         # reading past [DONE] to the end of the body, t
 def stream_request(user: FastHttpUser, s: LevelSession, spec: RequestSpec, body: bytes,
                    t_scheduled: float) -> RequestRecord | None:
     """Send one request (None when the level no longer sends) and record it when it ends."""
-    t_sent = time.time()
-    if not s.may_send(t_sent):
+    t_decided = time.time()
+    if not s.may_send(t_decided):
         return None
-    in_window = s.in_window(t_sent)
     level = s.level
     rec = RequestRecord(level_id=level.level_id, concurrency=level.concurrency, request_rate=level.request_rate,
                         target_input_len=spec.target_input_len, target_output_len=spec.target_output_len,
-                        t_scheduled=t_scheduled, t_sent=t_sent, t_first_token=None, t_done=None,
-                        status="ok", in_window=in_window,
+                        t_scheduled=t_scheduled, t_sent=t_decided, t_first_token=None, t_done=None,
+                        status="ok", in_window=s.in_window(t_decided),
                         client_prompt_tokens=spec.client_prompt_tokens if spec.client_prompt_tokens is not None
                         else len(spec.prompt) if isinstance(spec.prompt, list) else (spec.target_input_len or None))
     resp, stream = None, StreamResult()
-    s.request_sent(in_window)          # from here on, the finally below always reports it finished
+    sent = _SentMark(s, rec)
+    me = gevent.getcurrent()
+    me.llmbench_on_send = sent         # from here on, the finally below always reports it finished
     deadline = RequestDeadline(f"no complete answer in {level.request_timeout_s:g} s")
     try:
         with gevent.Timeout(level.request_timeout_s, deadline):
@@ -63,6 +69,8 @@ def stream_request(user: FastHttpUser, s: LevelSession, spec: RequestSpec, body:
         if rec.t_done is None:
             _fail(rec, "timeout", str(exc))
     finally:
+        me.llmbench_on_send = None
+        sent(t_decided)                # no byte was written (connect failed, cut off): sent when decided
         raw = getattr(resp, "_response", None)
         if raw is not None:
             raw.release()              # back to the pool when the body was read to its end, else closed
@@ -70,6 +78,46 @@ def stream_request(user: FastHttpUser, s: LevelSession, spec: RequestSpec, body:
         s.request_finished(rec, "".join(stream.text_parts))
         _report_to_locust(user, s, rec)
     return rec
+
+
+class _SentMark:
+    """Called once, at the request's first write to its socket (or at its end when nothing was
+    written): fixes t_sent and the window flag from that moment and counts the request as sent,
+    so that in_window, the drain count and TTFT all follow the same send time."""
+
+    __slots__ = ("s", "rec", "done")
+
+    def __init__(self, s: LevelSession, rec: RequestRecord):
+        self.s, self.rec, self.done = s, rec, False
+
+    def __call__(self, t: float) -> None:
+        if not self.done:
+            self.done = True
+            self.rec.t_sent = t
+            self.rec.in_window = self.s.in_window(t)
+            self.s.request_sent(self.rec.in_window)
+
+
+def _install_send_clock() -> None:
+    """Wrap gevent's socket.sendall (the one geventhttpclient writes requests with) so that the
+    greenlet of a request in flight learns when its first byte goes out. Costs one getattr per
+    write for every other socket of this process (locust's own messaging uses zmq, not these)."""
+    cls = gevent.socket.socket
+    if getattr(cls.sendall, "llmbench_send_clock", False):
+        return
+    inner = cls.sendall
+
+    def sendall(self, data, flags=0):
+        mark = getattr(gevent.getcurrent(), "llmbench_on_send", None)
+        if mark is not None:
+            mark(time.time())
+        return inner(self, data, flags)
+
+    sendall.llmbench_send_clock = True
+    cls.sendall = sendall
+
+
+_install_send_clock()
 
 
 def _read_response(s: LevelSession, resp, rec: RequestRecord, stream: StreamResult) -> None:
