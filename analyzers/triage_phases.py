@@ -93,22 +93,23 @@ def _window_rows(series: ProbeSeries | None, w: Window) -> np.ndarray | None:
     return keep if keep.any() else None
 
 
-def _mean(series: ProbeSeries, keep: np.ndarray, name: str) -> float | None:
+def _finite(series: ProbeSeries, keep: np.ndarray, name: str) -> np.ndarray | None:
+    """The field's finite values in the kept samples (None: the probe has no such field)."""
     v = series.numeric.get(name)
     if v is None:
         return None
     v = v[keep]
-    v = v[np.isfinite(v)]
-    return float(v.mean()) if v.size else None
+    return v[np.isfinite(v)]
+
+
+def _mean(series: ProbeSeries, keep: np.ndarray, name: str) -> float | None:
+    v = _finite(series, keep, name)
+    return float(v.mean()) if v is not None and v.size else None
 
 
 def _max(series: ProbeSeries, keep: np.ndarray, name: str) -> float | None:
-    v = series.numeric.get(name)
-    if v is None:
-        return None
-    v = v[keep]
-    v = v[np.isfinite(v)]
-    return float(v.max()) if v.size else None
+    v = _finite(series, keep, name)
+    return float(v.max()) if v is not None and v.size else None
 
 
 def _sum(series: ProbeSeries, keep: np.ndarray, name: str) -> float | None:
