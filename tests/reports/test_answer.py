@@ -63,4 +63,5 @@ def test_evidence_units():
     assert fmt_evidence("prefill_p99_s", 0.42) == "420.0 ms"
     assert fmt_evidence("mem_bytes", 3 * 2 ** 20) == "3.0 MiB"
     assert fmt_evidence("busiest_share", 0.83) == "83.0%"
-    assert fmt_evidence("windows", [1, 2]) == "2 item(s)"
+    assert fmt_evidence("windows", [1, 2]) == "1, 2"                        # the items, not a count of them
+    assert fmt_evidence("limits", {"max_num_seqs": 128, "tail": None}) == "max num seqs 128"
