@@ -41,6 +41,7 @@ def transformers_server(tmp_path_factory):
     proc.wait()
 
 
+@pytest.mark.slow   # ~30 s with start-up; .ci/run runs it (--runslow)
 def test_transformers_serve_is_measured_with_no_failed_request(transformers_server, tmp_path):
     url, model = transformers_server
     out = tmp_path / "tfs"

@@ -8,6 +8,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from rundir import RunDir
 
 ENV = {**os.environ, "COLUMNS": "200"}
@@ -22,6 +24,7 @@ def _capacity(url: str, out, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=ENV)
 
 
+@pytest.mark.slow   # ~45 s; .ci/run runs it (--runslow)
 def test_capacity_by_concurrency_is_the_slot_count(slot_server, tmp_path):
     server = slot_server(SLOTS, PREFILL_MS, ITL_MS)
     proc = _capacity(server.url, tmp_path / "run")
@@ -41,6 +44,7 @@ def test_capacity_by_concurrency_is_the_slot_count(slot_server, tmp_path):
     assert (tmp_path / "run" / "capacity.json").is_file() and (tmp_path / "run" / "report.html").is_file()
 
 
+@pytest.mark.slow   # ~55 s; .ci/run runs it (--runslow)
 def test_capacity_by_rate_is_slots_over_service_time(slot_server, tmp_path):
     server = slot_server(SLOTS, PREFILL_MS, ITL_MS)
     known = SLOTS / SERVICE_S                                            # 7.4 req/s

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 from refengine_proc import start_refengine
 
 from rundir import RequestRecord, RunDir
@@ -51,6 +52,7 @@ def test_two_level_sweep_writes_a_valid_run_directory(tmp_path):
     assert info.target.engine_facts["cache_config"]["block_size"]       # the target's own account
 
 
+@pytest.mark.slow   # ~35 s; .ci/run runs it (--runslow)
 def test_interrupted_sweep_resumes_at_first_unfinished_level(tmp_path):
     out = tmp_path / "run"
     proc = subprocess.Popen(SWEEP + ["--concurrency", "1,2", "--duration", "4s", "--out", str(out)],
