@@ -13,6 +13,7 @@ from typing import Optional
 import typer
 from rich.console import Console
 
+from llmbench.cli_parse import seconds_text
 from rundir.run_info import DEFAULT_REQUEST_TIMEOUT_S, DEFAULT_TPOT_P95_S, DEFAULT_TTFT_P99_S
 
 CAPACITY_WARMUP = "3s"
@@ -46,7 +47,7 @@ def capacity(
     burstiness: float = typer.Option(1.0, help="--by rate: gamma shape of inter-arrival times (1 = Poisson)."),
     warmup: str = typer.Option(CAPACITY_WARMUP, help="Warm-up per level before measuring."),
     duration: str = typer.Option(CAPACITY_DURATION, help="Measured window per level."),
-    request_timeout: str = typer.Option(f"{DEFAULT_REQUEST_TIMEOUT_S:g}s", help="Per-request timeout."),
+    request_timeout: str = typer.Option(seconds_text(DEFAULT_REQUEST_TIMEOUT_S), help="Per-request timeout."),
     workers: int = typer.Option(1, help="Locust worker processes (with --master-bind: remote workers to wait for)."),
     master_bind: Optional[str] = typer.Option(None, help="Run the locust master on HOST:PORT for remote workers."),
     target: Optional[str] = typer.Option(None, help="Base URL of an OpenAI-compatible server; default: the bundled "
