@@ -2,7 +2,9 @@
 
 The scheduler is single-threaded by design, so every engine call happens on the loop thread:
 HTTP handlers post commands (add, abort) into an inbox and read their request's outputs from an
-asyncio queue that the loop thread feeds with `call_soon_threadsafe`.
+asyncio queue that the loop thread feeds with `call_soon_threadsafe`: once per step for all of
+the step's outputs, not once per output, so 32 streams cost the event loop one wake-up (and the
+engine thread one GIL hand-off) per step instead of 32.
 
 Admission counts, at the moment a request is admitted, every request admitted and not yet
 scheduled (in the inbox or the waiting queue) plus the preempted ones waiting again, so the
@@ -150,6 +152,21 @@ class EngineLoop:
         if stream is not None:
             stream.loop.call_soon_threadsafe(stream.queue.put_nowait, item)
 
+    def _deliver_step(self, outputs: list[RequestOutput]) -> None:
+        """Hand a step's outputs to their streams with one callback per event loop."""
+        batches: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Queue, RequestOutput]]] = {}
+        with self._lock:
+            for out in outputs:
+                stream = self._streams.get(out.request_id)
+                if stream is not None:
+                    batches.setdefault(stream.loop, []).append((stream.queue, out))
+                if out.finished:
+                    # Also dropped here, not only by the consumer: a stream whose consumer
+                    # never started (client gone before the first byte) must not leak.
+                    self._streams.pop(out.request_id, None)
+        for loop, batch in batches.items():
+            loop.call_soon_threadsafe(_put_all, batch)
+
     def _drain_inbox(self) -> None:
         while self._inbox:
             command = self._inbox.popleft()
@@ -203,15 +220,10 @@ class EngineLoop:
             self._fail(sorted(everyone), exc, attributed=False)
             return
         self._consecutive_failures = 0
-        for out in outputs:
-            if self.on_output is not None:
+        if self.on_output is not None:
+            for out in outputs:
                 self.on_output(out)
-            self._deliver(out.request_id, out)
-            if out.finished:
-                # Also dropped here, not only by the consumer: a stream whose consumer
-                # never started (client gone before the first byte) must not leak.
-                with self._lock:
-                    self._streams.pop(out.request_id, None)
+        self._deliver_step(outputs)
 
     def _fail(self, request_ids: list[str], cause: BaseException, attributed: bool) -> None:
         """Finish these requests with an error on their own streams; the loop goes on (or stops,
@@ -260,3 +272,9 @@ class EngineLoop:
                 ids = list(self._streams)
             for request_id in ids:
                 self._deliver(request_id, EngineDead(f"the engine failed: {exc!r}"))
+
+
+def _put_all(batch: list[tuple[asyncio.Queue, RequestOutput]]) -> None:
+    """Runs on the event loop: one step's outputs into their streams' queues."""
+    for queue, item in batch:
+        queue.put_nowait(item)

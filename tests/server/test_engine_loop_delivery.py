@@ -1,0 +1,50 @@
+"""The engine loop hands each step's outputs to the event loop in one wake-up, and every stream
+still gets all of its tokens, in order, ending with the finished output."""
+
+import asyncio
+
+from refengine.config import EngineArgs
+from refengine.engine import LLMEngine
+from refengine.sampling_params import SamplingParams
+from refengine.server.engine_loop import EngineLoop
+
+
+def test_one_wake_up_per_step_and_every_stream_complete():
+    engine = LLMEngine(EngineArgs(model="tiny-test", max_model_len=128, max_num_seqs=8))
+    loop_thread = EngineLoop(engine)
+    wake_ups = 0
+
+    async def run():
+        nonlocal wake_ups
+        loop = asyncio.get_running_loop()
+        real = loop.call_soon_threadsafe
+
+        def counting(callback, *args):
+            nonlocal wake_ups
+            wake_ups += 1
+            return real(callback, *args)
+
+        loop.call_soon_threadsafe = counting
+        loop_thread.start()
+
+        async def consume(i: int) -> list[list[int]]:
+            params = SamplingParams(max_tokens=5 + i, temperature=0.0, ignore_eos=True)
+            seen = []
+            async for out in loop_thread.generate([3 + i] * 6, params, f"r{i}"):
+                seen.append(list(out.outputs[0].token_ids))
+                if out.finished:
+                    assert len(out.outputs[0].token_ids) == 5 + i
+            return seen
+
+        return await asyncio.gather(*(consume(i) for i in range(8)))
+
+    try:
+        results = asyncio.run(run())
+    finally:
+        loop_thread.stop()
+    for i, seen in enumerate(results):
+        assert [len(ids) for ids in seen] == list(range(1, 6 + i))      # one output per token, in order
+        assert all(seen[k] == seen[-1][:len(seen[k])] for k in range(len(seen)))
+    # 8 streams ran together: per-output delivery would need 5+...+12 = 68 wake-ups; per step,
+    # the longest request's 12 tokens plus the prefill steps.
+    assert wake_ups <= engine.num_steps < sum(5 + i for i in range(8))
