@@ -21,7 +21,7 @@ search's limit.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 
 import numpy as np
 
@@ -30,6 +30,7 @@ from analyzers.latency import LevelStats
 from analyzers.slo import MAX_VALID_ERROR_RATE, Slos
 from rundir.table import RequestTable
 
+CAPACITY_KEY = "capacity"           # in run.json sweep.extra: the search's state and answer (llmbench capacity)
 CLIENT_WORDS = "the client fell behind"
 OVER_CAPACITY_WORDS = "over capacity"
 
@@ -83,6 +84,27 @@ class CapacityAnswer:
         d = asdict(self)
         d["headline"] = self.headline()
         return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "CapacityAnswer":
+        """The inverse of to_dict (the headline is recomputed, not read)."""
+        names = {f.name for f in fields(cls)}
+        loads = [LoadVerdict(**{k: v for k, v in x.items() if k in _VERDICT_FIELDS}) for x in d.get("loads") or []]
+        return cls(**{k: v for k, v in d.items() if k in names and k != "loads"}, loads=loads)
+
+
+def answer_in(extra: dict) -> CapacityAnswer | None:
+    """The capacity answer a run.json's sweep.extra holds, if this run is a finished `llmbench capacity`."""
+    record = extra.get(CAPACITY_KEY)
+    if not isinstance(record, dict) or not isinstance(record.get("answer"), dict):
+        return None
+    try:
+        return CapacityAnswer.from_dict(record["answer"])
+    except TypeError:               # a record of another version: no answer rather than a wrong one
+        return None
+
+
+_VERDICT_FIELDS = {f.name for f in fields(LoadVerdict)}
 
 
 def judge_loads(table: RequestTable, loads: dict[float, list[str]], stats: dict[str, LevelStats],

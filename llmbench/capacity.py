@@ -22,11 +22,11 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
+from analyzers.capacity_answer import CAPACITY_KEY
 from analyzers.latency import LevelStats
 from loadgen.specs import LevelSpec
 from rundir import RunInfo
 
-CAPACITY_KEY = "capacity"           # in run.json sweep.extra: the search's state and answer
 AXES = ("concurrency", "rate")
 
 

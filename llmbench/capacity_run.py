@@ -12,11 +12,13 @@ from dataclasses import dataclass
 import typer
 from rich.console import Console
 
-from analyzers.capacity_answer import CapacityAnswer, capacity_answer, judge_loads
+from analyzers.capacity_answer import CAPACITY_KEY, CapacityAnswer, capacity_answer, judge_loads
 from analyzers.latency import LevelStats
 from analyzers.slo import Slos
-from llmbench.capacity import CAPACITY_KEY, CapacityPlan, Probe, SearchSpec
+from llmbench.capacity import CapacityPlan, Probe, SearchSpec
 from llmbench.sweep_setup import SweepArgs, execute_sweep, prepare_run
+from reports.capacity_table import CAPACITY_HEADER, capacity_rows
+from reports.write import write_reports
 from rundir import RunDir, RunInfo
 from rundir.files import CAPACITY_JSON
 from rundir.table import RequestTable
@@ -97,6 +99,7 @@ def run_capacity(a: SweepArgs, c: CapacityArgs, console: Console) -> None:
     info.sweep.extra[CAPACITY_KEY] = record
     run.write_info(info)
     run.write_json(run.path / CAPACITY_JSON, record)
+    write_reports(run)              # the sweep wrote them before the answer existed; they lead with it
     if c.json_out:
         sys.stdout.write(json.dumps({"run_dir": str(run.path), **record}) + "\n")
     else:
@@ -113,14 +116,10 @@ def _print_answer(console: Console, answer: CapacityAnswer, run: RunDir) -> None
     from rich.table import Table
 
     t = Table(title="capacity search (requests pooled over each load's levels)")
-    for col in ("load", "levels", "verdict", "n", "TTFT P99 ms [95% CI]", "TPOT P95 ms [95% CI]", "goodput req/s"):
+    for col in CAPACITY_HEADER:
         t.add_column(col)
-    for v in answer.loads:
-        def ms(x, ci):
-            return "—" if x is None else f"{x * 1000:.0f}" + (f" [{ci[0] * 1000:.0f}, {ci[1] * 1000:.0f}]" if ci else "")
-        t.add_row(f"{v.load:g}", str(len(v.level_ids)), v.verdict + (" (" + "; ".join(v.reasons) + ")" if v.reasons
-                                                                  else ""),
-                  str(v.n), ms(v.ttft_p99_s, v.ttft_p99_ci), ms(v.tpot_p95_s, v.tpot_p95_ci), f"{v.goodput_req_s:.2f}")
+    for row in capacity_rows(answer):
+        t.add_row(*row)
     console.print(t)
     console.print(f"[bold]{answer.headline()}[/]", highlight=False)
-    console.print(f"search and answer: {run.path / CAPACITY_JSON}")
+    console.print(f"search and answer: {run.path / CAPACITY_JSON}; report: {run.report_html}")

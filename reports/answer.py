@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from analyzers.capacity_answer import CapacityAnswer, answer_in
 from analyzers.summary import RunSummary
 from reports.terminal import load_label
 
@@ -36,6 +37,9 @@ def build_answer(s: RunSummary, diagnosis: dict | None = None) -> list[AnswerIte
 
 
 def _within_slo(s: RunSummary) -> list[AnswerItem]:
+    capacity = answer_in(s.info.sweep.extra)
+    if capacity is not None:        # a capacity search: its pooled, re-measured answer, not one level's
+        return [_capacity_item(capacity)]
     by_id = {lv.level_id: lv for lv in s.levels}
     items = []
     label = "Highest load within the SLO"
@@ -61,6 +65,14 @@ def _within_slo(s: RunSummary) -> list[AnswerItem]:
     if not items:
         items.append(AnswerItem(label, "nothing was measured.", "bad"))
     return items
+
+
+def _capacity_item(a: CapacityAnswer) -> AnswerItem:
+    tone = "bad" if a.capacity is None else "good" if a.bounded_by == "slo" else "warn"
+    verdicts = {v: [f"{x.load:g}" for x in a.loads if x.verdict == v] for v in ("in", "unclear", "out")}
+    evidence = [f"{v}: {', '.join(loads)}" for v, loads in verdicts.items() if loads]
+    evidence.append("each load's levels pooled (the capacity search table)")
+    return AnswerItem("Capacity (search)", a.headline() + ".", tone, evidence)
 
 
 def _ceiling(s: RunSummary) -> list[AnswerItem]:
@@ -119,6 +131,9 @@ def _diagnosis(d: dict | None) -> AnswerItem:
                       "bad" if top.get("severity") == "high" else "warn", evidence)
 
 
+_UNIT_SUFFIXES = ("_s", "_ms", "_pct", "_bytes", "_share", "_ratio", "_rate", "_frac")
+
+
 def evidence_name(key: str) -> str:
     """`send_lag_p99_s` -> "send lag p99" (the unit goes with the value)."""
     for suffix in ("_s", "_bytes", "_pct", "_ms"):
@@ -131,10 +146,10 @@ def evidence_name(key: str) -> str:
 def fmt_evidence(key: str, v) -> str:
     """An evidence number with the unit its name says (…_s → ms, …_bytes → MiB, shares → %)."""
     if isinstance(v, dict):                    # a breakdown: each part with its own unit
-        return ", ".join(f"{evidence_name(str(k))} {fmt_evidence(str(k) if str(k).endswith(('_s', '_ms', '_pct', '_bytes')) else key, x)}"
+        return ", ".join(f"{evidence_name(str(k))} {fmt_evidence(str(k) if str(k).endswith(_UNIT_SUFFIXES) else key, x)}"
                          for k, x in v.items() if x not in (None, "", [], {}))
     if isinstance(v, list):
-        return ", ".join(str(x) for x in v[:6]) + (f" (+{len(v) - 6} more)" if len(v) > 6 else "")
+        return ", ".join(_item(x) for x in v[:6]) + (f" (+{len(v) - 6} more)" if len(v) > 6 else "")
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         return str(v)
     if key.endswith("_s"):
@@ -147,7 +162,17 @@ def fmt_evidence(key: str, v) -> str:
         return f"{v / 2**20:.1f} MiB"
     if key.endswith(("_share", "_ratio", "_rate", "_frac")) and abs(v) <= 1:
         return f"{v:.1%}"
-    return f"{v:g}" if isinstance(v, float) else str(v)
+    return f"{v:.3g}" if isinstance(v, float) else str(v)
+
+
+def _item(x) -> str:
+    """A list item: a process as "comm (pid N) 0.08 cores", any other record as its fields, else the value."""
+    if isinstance(x, dict) and {"comm", "pid"} <= x.keys():
+        cores = x.get("cpu_cores")
+        return f"{x['comm']} (pid {x['pid']})" + (f" {cores:.2f} cores" if isinstance(cores, (int, float)) else "")
+    if isinstance(x, dict):
+        return " ".join(f"{evidence_name(str(k))} {fmt_evidence(str(k), y)}" for k, y in x.items())
+    return fmt_evidence("", x) if isinstance(x, float) else str(x)
 
 
 def _validity(s: RunSummary, diagnosis: dict | None = None) -> AnswerItem:

@@ -6,12 +6,14 @@ import time
 
 import numpy as np
 
+from analyzers.capacity_answer import answer_in
 from analyzers.compare import MIN_EFFECT, Comparison
 from analyzers.probe_series import ProbeSeries
 from analyzers.scaling import series_of
 from analyzers.summary import RunSummary
 from reports import plots, tables
 from reports.answer import build_answer, evidence_name, fmt_evidence
+from reports.capacity_table import CAPACITY_HEADER, CAPACITY_NOTE, capacity_rows
 from reports.compare_answer import compare_answer, verdict_matrix
 from reports.definitions import DEFINITIONS, OTHER_TOOLS, OTHER_TOOLS_HEADER
 from reports.hover_script import SCRIPT
@@ -59,9 +61,12 @@ def render_report(summary: RunSummary, table: RequestTable, probes: list[ProbeSe
     axis = time_axis(summary, table, probes, diagnosis)
     measured = [lv for lv in summary.levels if lv.n_ok]
     scaling_figs = [plots.scaling_figure(group, key) for key, group in series_of(measured).items()]
+    capacity = answer_in(summary.info.sweep.extra)
     ctx = {
         **_common(), "script": SCRIPT, "title": f"llmbench report: {summary.info.run_id}", "info": summary.info,
         "slos": summary.slos.describe(), "answer": build_answer(summary, diagnosis),
+        "capacity_header": CAPACITY_HEADER, "capacity_note": CAPACITY_NOTE,
+        "capacity_rows": capacity_rows(capacity) if capacity is not None else [],
         "findings": [f for f in summary.finding_groups if f.severity != "benign"],
         "benign": [f for f in summary.finding_groups if f.severity == "benign"],
         "summary_header": tables.SUMMARY_HEADER, "varied": any(lv.lengths_vary for lv in summary.levels), "summary_rows": tables.summary_rows(summary),

@@ -7,10 +7,12 @@ from __future__ import annotations
 import html
 import re
 
+from analyzers.capacity_answer import answer_in
 from analyzers.compare import MIN_EFFECT, Comparison
 from analyzers.summary import RunSummary
 from reports import tables
 from reports.answer import AnswerItem, build_answer
+from reports.capacity_table import CAPACITY_HEADER, CAPACITY_NOTE, capacity_rows
 from reports.compare_answer import compare_answer
 from reports.definitions import DEFINITIONS, OTHER_TOOLS, OTHER_TOOLS_HEADER
 from reports.terminal import fmt_ci, fmt_delta, fmt_value
@@ -53,6 +55,9 @@ def render_report_md(s: RunSummary, diagnosis: dict | None = None) -> str:
     if benign:
         out += ["", f"<details><summary>{len(benign)} expected difference(s), explained</summary>", ""]
         out += [f"**{md(f.text)}** {md(f.detail)}\n" for f in benign] + ["</details>"]
+    capacity = answer_in(s.info.sweep.extra)
+    if capacity is not None:
+        out += ["", "## Capacity search", ""] + md_table(CAPACITY_HEADER, capacity_rows(capacity)) + [md(CAPACITY_NOTE)]
     out += ["", "## Summary", ""] + md_table(tables.SUMMARY_HEADER, tables.summary_rows(s))
     if s.classes:
         out += ["", "### Request classes (per prompt length)", ""] + md_table(tables.SUMMARY_HEADER,

@@ -10,6 +10,10 @@ REPORT = """{% extends "base" %}{% import "macros" as m %}{% block body %}
 {{ m.answer(answer) }}
 </section>
 
+{% if capacity_rows %}<h2 id="capacity">Capacity search</h2>
+{{ m.grid(capacity_header, capacity_rows, left=3) }}
+<p class="muted">{{ capacity_note }}</p>{% endif %}
+
 <h2 id="findings">Findings</h2>
 <ul class="findings">{% for f in findings %}<li class="sev-{{ f.severity }}" data-kind="{{ f.kind }}"><span class="tag">{{ f.severity }}</span>{{ f.text }}</li>{% endfor %}
 {% if not findings %}<li>none</li>{% endif %}</ul>

@@ -61,3 +61,22 @@ def test_bounded_by_the_client():
     a = _answer({1: {"c1": ok}, 2: {"c2": ok}, 4: {"c4": ok}},
                 notes={"c4": ["INVALID: the client fell behind (send lag); add --workers"]})
     assert a.capacity == 2 and a.bounded_by == "client" and "bounded by client" in a.headline()
+
+
+def test_the_recorded_answer_round_trips_and_leads_the_report():
+    """run.json keeps the answer as a dict; the report reads it back and leads with the same headline."""
+    from analyzers.capacity_answer import CAPACITY_KEY, answer_in
+    from reports.answer import _capacity_item
+    from reports.capacity_table import capacity_rows
+
+    rng = np.random.default_rng(0)
+    a = _answer({c: {f"c{c}": rng.uniform(0.1, 0.3, 200) + (2.0 if c > 4 else 0)} for c in (1, 2, 4, 5, 8)})
+    back = answer_in({CAPACITY_KEY: {"search": {}, "answer": a.to_dict()}})
+    assert back == a and back.headline() == a.headline()
+    item = _capacity_item(back)
+    assert item.text.startswith("max concurrency within SLO: 4") and item.tone == "good"
+    assert item.evidence[:2] == ["in: 1, 2, 4", "out: 5, 8"]
+    rows = capacity_rows(back)
+    assert [r[0] for r in rows] == ["1", "2", "4", "5", "8"] and [r[2] for r in rows] == ["in", "in", "in", "out", "out"]
+    assert answer_in({}) is None and answer_in({CAPACITY_KEY: {"search": {}}}) is None     # a search still running
+    assert answer_in({CAPACITY_KEY: {"answer": {"axis": "rate", "unknown_field": 1}}}) is None  # another version

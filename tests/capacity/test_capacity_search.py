@@ -42,6 +42,10 @@ def test_capacity_by_concurrency_is_the_slot_count(slot_server, tmp_path):
     assert any(i.endswith("-r2") for i in ids)                         # the boundary was measured again
     assert info.sweep.extra["capacity"]["answer"]["capacity"] == SLOTS
     assert (tmp_path / "run" / "capacity.json").is_file() and (tmp_path / "run" / "report.html").is_file()
+    report = (tmp_path / "run" / "report.md").read_text()               # the report leads with the search's answer
+    assert f"- **Capacity (search)**: max concurrency within SLO: {SLOTS}" in report
+    assert "## Capacity search" in report and "Highest load within the SLO" not in report
+    assert 'id="capacity"' in (tmp_path / "run" / "report.html").read_text()
 
 
 @pytest.mark.slow   # ~55 s; .ci/run runs it (--runslow)

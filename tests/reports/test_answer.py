@@ -65,3 +65,6 @@ def test_evidence_units():
     assert fmt_evidence("busiest_share", 0.83) == "83.0%"
     assert fmt_evidence("windows", [1, 2]) == "1, 2"                        # the items, not a count of them
     assert fmt_evidence("limits", {"max_num_seqs": 128, "tail": None}) == "max num seqs 128"
+    assert fmt_evidence("client_cpu_cores", 0.0969333) == "0.0969"                # 3 significant digits, not 6
+    assert fmt_evidence("top_others", [{"pid": 17665, "comm": "python", "cpu_cores": 0.08}]) == \
+        "python (pid 17665) 0.08 cores"                                          # a process, not a dict
