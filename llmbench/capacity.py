@@ -91,17 +91,23 @@ class CapacityPlan:
         self._levels: list[LevelSpec] = []
 
     # ----- LevelPlan ---------------------------------------------------------------------------
+    resume_command = "llmbench capacity --resume"
+
     def next_level(self, stats: dict[str, LevelStats]) -> LevelSpec | None:
-        for p in self.probes:
-            if p.met is None and p.level_id in stats:
-                p.met = bool(stats[p.level_id].slo_met)
-        if any(p.level_id not in stats for p in self.probes):
-            return None                   # the last level did not finish (stopped, gone): the search ends
-        nxt = self._decide()
-        if nxt is None:
-            return None
-        load, phase = nxt
-        return self._issue(load, phase)
+        while True:
+            for p in self.probes:
+                if p.met is None and p.level_id in stats:
+                    p.met = bool(stats[p.level_id].slo_met)
+            if any(p.level_id not in stats for p in self.probes):
+                return None               # the last level did not finish (stopped, gone): the search ends
+            nxt = self._decide()
+            if nxt is None:
+                return None
+            level = self._issue(*nxt)
+            if level.level_id not in stats:
+                return level
+            # Measured by an earlier attempt (a resumed run): the decisions are a function of the
+            # verdicts, so replaying them re-issues the same levels; take its verdict and go on.
 
     def issued(self) -> list[LevelSpec]:
         return list(self._levels)

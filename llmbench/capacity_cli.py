@@ -62,6 +62,9 @@ def capacity(
     engine_arg: list[str] = typer.Option([], help="Extra flag for the embedded engine, repeatable."),
     server_threads: Optional[int] = typer.Option(None, min=1, help="torch threads of the embedded engine."),
     out: Optional[Path] = typer.Option(None, help="Run directory (default ./runs/<timestamp>-capacity-<model>)."),
+    resume: Optional[Path] = typer.Option(None, help="Continue an interrupted capacity run directory: the search, "
+                                          "SLO, workload and target are the ones in its run.json; the levels it "
+                                          "measured are kept and the search goes on from them."),
     label: Optional[str] = typer.Option(None, help="Label in the default run directory name."),
     tokenizer: Optional[Path] = typer.Option(None, help="tokenizer.json (or model directory) of the target's model."),
     seed: int = typer.Option(0, help="Seed of the workload (a repeated level adds its repeat number)."),
@@ -76,7 +79,7 @@ def capacity(
 
     values = dict(locals())
     console = Console(stderr=True) if json_out else Console()
-    values.update(concurrency=None, request_rate=None, resume=None,
+    values.update(concurrency=None, request_rate=None,
                   label=label or f"capacity-{model or ('tiny' if target is None else 'target')}")
     args = SweepArgs(**{k: v for k, v in values.items() if k in SweepArgs.__dataclass_fields__})
     c = CapacityArgs(by=by, start=start, max_load=max_load, resolution=resolution, repeats=repeats,

@@ -66,15 +66,19 @@ def answer_of(run: RunDir, info: RunInfo, plan: CapacityPlan) -> CapacityAnswer:
 
 
 def run_capacity(a: SweepArgs, c: CapacityArgs, console: Console) -> None:
-    search = search_spec(c)
-    if a.workload == "trace":
-        raise typer.BadParameter("a trace has its own arrival times: replay it with `llmbench sweep --workload trace` "
-                                 "(--trace-speed scales it)", param_hint="--workload")
-    # The sweep's own validation and preflight see one level: the search's first.
-    first = f"{search.key(search.start):g}"
-    a.concurrency, a.request_rate = (first, None) if search.axis == "concurrency" else (None, first)
-    run, info, probe_names = prepare_run(a, console)
-    info.sweep.extra["stop_over_capacity"] = c.stop_over_capacity
+    if a.resume is not None:
+        run, info, probe_names = prepare_run(a, console)
+        search = recorded_search(info, a.resume)
+    else:
+        search = search_spec(c)
+        if a.workload == "trace":
+            raise typer.BadParameter("a trace has its own arrival times: replay it with `llmbench sweep --workload "
+                                     "trace` (--trace-speed scales it)", param_hint="--workload")
+        # The sweep's own validation and preflight see one level: the search's first.
+        first = f"{search.key(search.start):g}"
+        a.concurrency, a.request_rate = (first, None) if search.axis == "concurrency" else (None, first)
+        run, info, probe_names = prepare_run(a, console)
+        info.sweep.extra["stop_over_capacity"] = c.stop_over_capacity
     plans: list[CapacityPlan] = []
 
     def factory(run: RunDir, info: RunInfo) -> CapacityPlan:
@@ -106,6 +110,19 @@ def run_capacity(a: SweepArgs, c: CapacityArgs, console: Console) -> None:
         _print_answer(console, answer, run)
     if exit_code:
         raise typer.Exit(code=exit_code)
+
+
+def recorded_search(info: RunInfo, path) -> SearchSpec:
+    """The search a capacity run directory recorded (its options, not this command line's)."""
+    record = info.sweep.extra.get(CAPACITY_KEY)
+    if not isinstance(record, dict) or not isinstance(record.get("search"), dict):
+        raise typer.BadParameter(f"{path} is not a `llmbench capacity` run (run.json has no search); a sweep "
+                                 "resumes with `llmbench sweep --resume`", param_hint="--resume")
+    try:
+        return SearchSpec(**record["search"])
+    except (TypeError, ValueError) as exc:
+        raise typer.BadParameter(f"{path}: the search recorded in run.json is unreadable ({exc})",
+                                 param_hint="--resume") from None
 
 
 def _unclear(run: RunDir, info: RunInfo, plan: CapacityPlan) -> set[float]:

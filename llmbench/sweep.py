@@ -92,9 +92,13 @@ class LevelPlan(Protocol):
 
     def note(self, info: RunInfo) -> None: ...        # record the plan's state in run.json
 
+    resume_command: str                               # what continues an interrupted run of this plan
+
 
 class FixedPlan:
     """The sweep's grid: every level of the spec, in order."""
+
+    resume_command = "llmbench sweep --resume"
 
     def __init__(self, levels: list[LevelSpec], done: list[str] | None = None):
         self.levels = levels
@@ -234,11 +238,11 @@ def run_sweep(spec: SweepSpec, run: RunDir, target: TargetSpec, console: Console
         for line in answer_lines(build_answer(summary, read_diagnosis(run))):      # the answer first, as the report
             console.print(line, highlight=False)
     if gone:
-        raise TargetGone(f"{gone}; the run directory keeps what was measured: `llmbench sweep --resume {run.path}` "
+        raise TargetGone(f"{gone}; the run directory keeps what was measured: `{plan.resume_command} {run.path}` "
                          "once it is back")
     if stopped:
         raise SweepStopped(f"{stopped}\nthe run directory keeps what was measured; fix the cause, then "
-                           f"`llmbench sweep --resume {run.path}`")
+                           f"`{plan.resume_command} {run.path}`")
     if interrupted:
         raise KeyboardInterrupt
     return ordered

@@ -85,10 +85,13 @@ def sweep(
                                              "probes (the embedded engine's is known)."),
 ) -> None:
     """Sweep load levels against a server and write a run directory with per-request records and a summary."""
-    from llmbench.sweep_setup import SweepArgs, execute_sweep, prepare_run
+    from llmbench.sweep_setup import CAPACITY_KEY, SweepArgs, execute_sweep, prepare_run
 
     args = SweepArgs(**{k: v for k, v in locals().items() if k in SweepArgs.__dataclass_fields__})
     run, info, probe_names = prepare_run(args, console)
+    if resume is not None and CAPACITY_KEY in info.sweep.extra:   # its levels come from a search, not a grid
+        raise typer.BadParameter(f"{resume} is a capacity search: continue it with `llmbench capacity --resume "
+                                 f"{resume}`", param_hint="--resume")
     execute_sweep(run, info, args, probe_names, console)
 
 

@@ -14,6 +14,7 @@ from typing import Optional
 import typer
 from rich.console import Console
 
+from analyzers.capacity_answer import CAPACITY_KEY
 from llmbench.cli_parse import parse_duration, parse_list
 from rundir import RunDir, RunInfo, SloSpec, TargetInfo
 
@@ -182,7 +183,9 @@ def _resumed_run(path: Path, console: Console) -> tuple[RunDir, RunInfo]:
         raise typer.BadParameter(f"{path} is not a run directory (no run.json)", param_hint="--resume")
     info = run.read_info()
     info.sweep = SweepSpec.of(info.sweep)
-    console.print(f"resuming {path}: {len(info.levels_done)} of {len(info.sweep.levels())} levels done")
+    # A capacity search decides its levels as it goes: there is no total to count against.
+    total = "" if CAPACITY_KEY in info.sweep.extra else f" of {len(info.sweep.levels())}"
+    console.print(f"resuming {path}: {len(info.levels_done)}{total} levels done")
     return run, info
 
 

@@ -53,3 +53,26 @@ def test_limit_and_lowest_load():
     assert max(p.load for p in plan.probes) == 8
     plan = CapacityPlan(SearchSpec("concurrency", repeats=1), TEMPLATE)
     assert _drive(plan, lambda c: False) == ["c1-in16-out8"]
+
+
+def test_a_resumed_search_replays_its_decisions_and_measures_only_what_is_left():
+    """Interrupted after k levels, a new plan given those k levels' stats issues level k+1 next,
+    and the whole search is the one an uninterrupted run makes."""
+    meets = lambda c: c <= 5                                        # noqa: E731
+    whole = CapacityPlan(SearchSpec("concurrency", repeats=2), TEMPLATE)
+    ids = _drive(whole, meets)
+    for k in (1, 4, len(ids) - 1):
+        stats = {i: SimpleNamespace(slo_met=meets(p.load)) for i, p in zip(ids[:k], whole.probes[:k])}
+        resumed = CapacityPlan(SearchSpec("concurrency", repeats=2), TEMPLATE)
+        level = resumed.next_level(stats)
+        assert level.level_id == ids[k]                            # nothing measured twice, nothing skipped
+        stats[level.level_id] = SimpleNamespace(slo_met=meets(level.concurrency))
+        assert _drive_from(resumed, stats, meets) == ids
+    done = {i: SimpleNamespace(slo_met=meets(p.load)) for i, p in zip(ids, whole.probes)}
+    assert CapacityPlan(SearchSpec("concurrency", repeats=2), TEMPLATE).next_level(done) is None   # finished
+
+
+def _drive_from(plan: CapacityPlan, stats: dict, meets) -> list[str]:
+    while (level := plan.next_level(stats)) is not None:
+        stats[level.level_id] = SimpleNamespace(slo_met=meets(level.concurrency))
+    return [p.level_id for p in plan.probes]

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -66,3 +68,36 @@ def test_capacity_by_rate_is_slots_over_service_time(slot_server, tmp_path):
     probes = json.loads(proc.stdout)["probes"]
     assert any(not p["met"] for p in probes)                 # the bracket found an upper end
     # (a runaway level stopped early: tests/capacity/test_over_capacity.py)
+
+
+@pytest.mark.slow   # ~60 s; .ci/run runs it (--runslow)
+def test_an_interrupted_search_resumes_where_it_stopped(slot_server, tmp_path):
+    server = slot_server(SLOTS, PREFILL_MS, ITL_MS)
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "llmbench.cli", "capacity", "--target", server.url, "--slo-ttft", "0.25",
+           "--slo-tpot", "0.1", "--input-len", "16", "--output-len", str(OUT), "--warmup", "1s", "--duration", "3s",
+           "--probes", "none", "--request-timeout", "20s", "--repeats", "2", "--out", str(out)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV)
+    run = RunDir(out)
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:             # interrupt inside the bracket, after two levels
+        if run.exists() and len(run.read_info().levels_done) >= 2:
+            break
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    proc.wait(timeout=120)
+    before = run.read_info()
+    assert before.status == "interrupted" and before.levels_done[:2] == ["c1-in16-out16", "c2-in16-out16"]
+    swept = subprocess.run([sys.executable, "-m", "llmbench.cli", "sweep", "--resume", str(out)],
+                           capture_output=True, text=True, timeout=60, env=ENV)
+    assert swept.returncode == 2 and "llmbench capacity --resume" in swept.stdout + swept.stderr
+    resumed = subprocess.run([sys.executable, "-m", "llmbench.cli", "capacity", "--resume", str(out), "--json"],
+                             capture_output=True, text=True, timeout=600, env=ENV)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    result = json.loads(resumed.stdout)
+    assert result["answer"]["capacity"] == SLOTS, result["answer"]["headline"]
+    info = run.read_info()
+    assert info.status == "complete" and info.levels_done[:len(before.levels_done)] == before.levels_done
+    assert len(info.levels_done) == len(set(info.levels_done)) == len(result["probes"])   # none measured twice
+    assert [p["level_id"] for p in result["probes"]] == info.levels_done
+    assert {r.level_id for r in run.iter_records()} == set(info.levels_done)
