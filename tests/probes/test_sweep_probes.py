@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 from typer.testing import CliRunner
 
 from llmbench.diag_cli import app
@@ -15,6 +16,7 @@ from rundir import RunDir
 ENV = {**os.environ, "COLUMNS": "200"}
 
 
+@pytest.mark.slow   # ~17 s; .ci/run runs it (--runslow)
 def test_sweep_with_probes_writes_aligned_series(tmp_path):
     out = tmp_path / "run"
     proc = subprocess.run([sys.executable, "-m", "llmbench.cli", "sweep", "--model", "tiny-test", "--input-len", "16",

@@ -86,6 +86,7 @@ def test_bad_options_are_one_line_errors(tmp_path):
     assert proc.returncode == 2 and "not a run directory" in proc.stdout + proc.stderr
 
 
+@pytest.mark.slow   # ~20 s; .ci/run runs it (--runslow)
 def test_two_workers_account_for_every_request(tmp_path):
     out = tmp_path / "run"
     proc = _run(["--concurrency", "4", "--workers", "2", "--out", str(out)])

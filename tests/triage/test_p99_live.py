@@ -8,11 +8,13 @@ import os
 import subprocess
 import sys
 
+import pytest
 from refengine_proc import refengine_server
 
 from refengine.model.tiny import resolve_model
 
 
+@pytest.mark.slow   # ~23 s; .ci/run runs it (--runslow)
 def test_live_observation_writes_a_run_and_a_diagnosis(tmp_path):
     with refengine_server() as (_, url):
         out = tmp_path / "live"

@@ -24,6 +24,7 @@ def _sweep(out, *args) -> RunDir:
     return RunDir(out)
 
 
+@pytest.mark.slow   # ~19 s; .ci/run runs it (--runslow)
 def test_a_real_admission_limit_is_a_standing_tail_named_first(tmp_path):
     run = _sweep(tmp_path / "adm", "--concurrency", "8", "--engine-arg=--max-num-seqs=1", "--warmup", "1s",
                  "--duration", "4s", "--slo-ttft", "0.3")
