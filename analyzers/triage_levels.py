@@ -102,8 +102,13 @@ def level_loads(table: RequestTable, info: RunInfo | None, metric: str) -> list[
         waited = t_done[rows] - t_sent[rows]
         waited = waited[np.isfinite(waited)]
         p50 = float(np.median(waited)) if waited.size else float("nan")
-        why = (f"no request finished: all {rows.size} were cut off or timed out, after {_ms(p50)} (median) "
-               "without an answer")
+        first = (df["t_first_token"].to_numpy(float)[rows] - t_sent[rows]) if "t_first_token" in df else np.empty(0)
+        first = first[np.isfinite(first)]
+        # Streams cut off mid-answer are not streams that never answered: say which it was.
+        answered = (f"; {first.size} had their first token (TTFT median {_ms(float(np.median(first)))})"
+                    if first.size else " without an answer")
+        why = (f"no request finished: all {rows.size} were cut off or timed out, after {_ms(p50)} (median)"
+               f"{answered}")
         out.append(LevelLoad(level_id, load, 0, Window(float(np.nanmin(t_sent[rows])), float(np.nanmax(t_done[rows]))),
                              p50, float(np.nanmax(waited)) if waited.size else p50, bound,
                              base[0] if base else None, base_p50, True, why, rows, unfinished=True))

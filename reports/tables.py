@@ -11,7 +11,7 @@ import pandas as pd
 from analyzers.distribution import PERCENTILES, pname
 from analyzers.latency import LevelStats
 from analyzers.summary import RunSummary
-from reports.terminal import lengths, load_label
+from reports.terminal import lengths, load_label, tok_s_text
 from rundir import RunInfo
 
 SUMMARY_HEADER = ["level", "load", "in", "out", "output tok/s (95% CI)", "TTFT P50/P99 ms", "TPOT P50/P95 ms",
@@ -47,7 +47,7 @@ def summary_rows(s: RunSummary, levels: "list[LevelStats] | None" = None) -> lis
         errors = lv.n_error + lv.n_timeout
         rows.append([
             lv.level_id, load_label(lv), *lengths(lv),
-            f"{lv.output_tok_s:.1f} ({_ci(lv.output_tok_s_ci, 1, 1)})",
+            tok_s_text(lv, _ci(lv.output_tok_s_ci, 1, 1)),
             f"{_ms(lv.ttft.p['p50'])}/{_ms(lv.ttft.p['p99'])}{star}",
             f"{_ms(lv.tpot.p['p50'], 1)}/{_ms(lv.tpot.p['p95'], 1)}",
             "—" if lv.e2e.p["p99"] is None else f"{lv.e2e.p['p99']:.2f}",
@@ -68,7 +68,7 @@ def scaling_rows(s: RunSummary) -> list[list[str]]:
         for level_id in ser.level_ids:
             lv, p = by_id[level_id], s.scaling[level_id]
             knee = " (knee)" if level_id == ser.knee else ""
-            rows.append([level_id + knee, load_label(lv), f"{lv.output_tok_s:.1f}",
+            rows.append([level_id + knee, load_label(lv), tok_s_text(lv),
                          "—" if p.linearity is None else f"{p.linearity:.0%}",
                          "—" if p.efficiency is None else f"{p.efficiency:.2f}", _ms(lv.ttft.p["p99"]), p.note])
     return rows

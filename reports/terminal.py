@@ -22,6 +22,15 @@ def load_label(lv: LevelStats) -> str:
     return str(lv.concurrency) if lv.concurrency is not None else f"{lv.request_rate:g}/s"
 
 
+def tok_s_text(lv: LevelStats, ci: str = "") -> str:
+    """A level's output tok/s as a row shows it: none for a level that measured nothing (no request
+    was sent in its window, so the tokens that arrived there came from the warm-up cohort alone, in
+    lock step, and are not the level's steady throughput)."""
+    if lv.n_in_window == 0:
+        return "—"
+    return f"{lv.output_tok_s:.1f}" + (f" ({ci})" if ci else "")
+
+
 def lengths(lv: LevelStats) -> tuple[str, str]:
     """The prompt and output lengths a row shows: the target, or "~mean" measured where the workload
     varies them (a ShareGPT run's target is 0) or the server did not honour the target."""
@@ -66,7 +75,7 @@ def summary_table(levels: list[LevelStats], notes: dict[str, str], title: str = 
         slo = {True: "[green]met[/]", False: "[red]miss[/]" if compact else "[red]missed[/]", None: "—"}[lv.slo_met]
         ttft = f"{_ms(lv.ttft.p['p50'])}/{_ms(lv.ttft.p['p99'])}" + ("*" if lv.ttft.n and not lv.ttft.p99_reliable else "")
         e2e = "—" if lv.e2e.p["p99"] is None else f"{lv.e2e.p['p99']:.2f}"
-        row = [load_label(lv), "/".join(lengths(lv)), f"{lv.output_tok_s:.1f}", ttft,
+        row = [load_label(lv), "/".join(lengths(lv)), tok_s_text(lv), ttft,
                f"{_ms(lv.tpot.p['p50'])}/{_ms(lv.tpot.p['p95'])}", e2e, f"{lv.req_s:.2f}"]
         if not compact:
             row += [f"{lv.goodput_req_s:.2f}", f"{lv.n_in_window} ({lv.n_ok})"]

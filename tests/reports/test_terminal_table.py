@@ -43,3 +43,21 @@ def test_80_columns_cut_no_word_and_show_what_was_sent(tmp_path):
     for words in ("level's measured window", "over, 0 ok = over SLO (no successful requests)", "miss = missed",
                   "~ = mean measured tokens"):
         assert words in caption, caption
+
+
+def test_a_level_that_measured_nothing_shows_no_throughput(tmp_path):
+    """Only the warm-up cohort streamed through the window (no request was sent in it): the tokens that
+    arrived there are not the level's throughput, so no row shows one."""
+    from reports.tables import scaling_rows, summary_rows
+
+    recs = [rec(0.01 * u, 6.0, 40.0, 64, level="c64", concurrency=64, in_window=False,
+                itl=[0.5] * 63) for u in range(64)]
+    recs += [rec(40.0 + 0.3 * i, 0.2, 0.8, 11, level="c1", concurrency=1) for i in range(30)]
+    summary, _ = analyze_run(make_run(tmp_path / "r", recs, windows={"c64": (5.0, 25.0), "c1": (40.0, 50.0)}))
+    lv = {x.level_id: x for x in summary.levels}["c64"]
+    assert lv.n_in_window == 0 and lv.output_tok_s > 0            # tokens did arrive in the window
+    row = next(r for r in summary_rows(summary) if r[0] == "c64")
+    assert row[4] == "—" and "nothing measured" in row[-1]
+    assert next(r for r in scaling_rows(summary) if r[0].startswith("c64"))[2] == "—"
+    line = next(x for x in _render(summary, 160).splitlines() if "nothing measured" in x)
+    assert f"{lv.output_tok_s:.1f}" not in line and "—" in line
