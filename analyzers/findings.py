@@ -25,6 +25,7 @@ from typing import Any
 from analyzers.distribution import MIN_SAMPLES_FOR_P99
 from analyzers.latency import LevelStats
 from analyzers.token_accounting import TOKENIZER_DIFF_NOTE
+from analyzers.validity import INVALID_PREFIX
 
 RunSummary = Any      # analyzers.summary.RunSummary, which imports this module (no import back)
 
@@ -129,8 +130,11 @@ def _level_findings(s: RunSummary) -> list[Finding]:
             if meta:
                 add(meta[1], meta[2], meta[3], lv.level_id, _parenthesis(note))
             else:      # a note of another kind: grouped with the same words (numbers aside)
-                key = "note:" + re.sub(r"[\d.]+", "#", note)
-                add(key, "warning", note if key not in texts else texts[key][1], lv.level_id)
+                invalid = note.startswith(INVALID_PREFIX)       # a stall, an interruption: the tag says it
+                words = note[len(INVALID_PREFIX):] if invalid else note
+                key = "note:" + re.sub(r"[\d.]+", "#", words)
+                add(key, "invalid" if invalid else "warning", words[:1].upper() + words[1:] if key not in texts
+                    else texts[key][1], lv.level_id)
     out = []
     for kind, items in groups.items():
         severity, opening = texts[kind]
@@ -145,7 +149,9 @@ def _slo(lv: LevelStats, add) -> None:
             add("no_successes", "slo", "No successful requests (the level served nobody, so it missed the SLO)",
                 lv.level_id)
             continue
-        metric, _, rest = broke.partition(" > ")
+        metric, bound, rest = broke.partition(" > ")
+        if not bound:       # a stall or an interruption: said once as the level's INVALID note, not a bound
+            continue
         name = " ".join(metric.split()[:2])                  # "TTFT P99"
         add(f"over_slo:{name}", "slo", f"Over the SLO on {name} (bound {rest})", lv.level_id,
             metric[len(name):].strip())

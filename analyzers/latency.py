@@ -18,7 +18,7 @@ from analyzers.distribution import MIN_SAMPLES_FOR_P99, Distribution
 from analyzers.slo import Slos
 from analyzers.throughput import level_rates
 from analyzers.token_accounting import account_tokens
-from analyzers.validity import level_validity, stall_words
+from analyzers.validity import INVALID_PREFIX, level_validity, stall_words
 from analyzers.window import Window
 from rundir import RequestRecord
 from rundir.table import RequestTable
@@ -149,7 +149,7 @@ def level_stats(table: RequestTable, rows: np.ndarray, level_id: str, window: Wi
     acct = account_tokens(col, ok, int(first_of("target_output_len", 0)))
     notes += acct.notes
     if validity.stall is not None:
-        notes.append("INVALID: " + stall_words(validity.stall, window))
+        notes.append(INVALID_PREFIX + stall_words(validity.stall, window))
     if validity.carried_failed:
         notes.append(f"{validity.carried_failed} requests sent during the warm-up failed inside the window "
                      "(counted in the error rate)")

@@ -60,8 +60,11 @@ def longest_stall(table: RequestTable, rows: np.ndarray, window: Window) -> Stal
     if times.size < 2:
         return None
     median_gap = float(np.median(np.diff(times)))
-    ttft = df["ttft_s"].to_numpy()[rows][df["in_window"].to_numpy()[rows]]
+    level_ttft = df["ttft_s"].to_numpy()[rows]
+    ttft = level_ttft[df["in_window"].to_numpy()[rows]]
     ttft = ttft[~np.isnan(ttft)]
+    if not ttft.size:     # nobody was sent in the window: the warm-up cohort's prefills are the yardstick
+        ttft = level_ttft[~np.isnan(level_ttft)]
     threshold = max(STALL_MIN_S, STALL_GAP_FACTOR * median_gap,
                     STALL_TTFT_FACTOR * float(np.percentile(ttft, 90)) if ttft.size else 0.0)
     inside = times[(times > window.start) & (times < window.end)]

@@ -14,6 +14,7 @@ from analyzers.window import Window
 from rundir.table import RequestTable
 
 CUT_SHORT_KEY = "cut_short"          # in run.json level_meta: the level ended before its window did
+INVALID_PREFIX = "INVALID: "         # a level note that makes the level no valid measurement
 
 
 @dataclass
@@ -55,7 +56,7 @@ def mark_cut_short(lv, measured_s: float, nominal_s: float) -> None:
     lv.slo_met = None
     if words not in lv.slo_broken:
         lv.slo_broken.append(words)
-        lv.notes.append("INVALID: " + words)
+        lv.notes.append(INVALID_PREFIX + words)
 
 
 OVER_CAPACITY_KEY = "over_capacity"  # in run.json level_meta: why the level was stopped early (its queue kept growing)

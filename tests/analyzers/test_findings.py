@@ -52,3 +52,15 @@ def test_validity_problems_come_first(tmp_path):
     adapt = next(f for f in s.finding_groups if f.kind == "adaptation")
     assert "ignore_eos dropped" in adapt.text and "outputs may end before max_tokens" in adapt.text
     assert s.to_dict()["finding_groups"][0]["kind"] == "client_behind"
+
+
+def test_a_stall_is_said_as_invalid_not_as_a_bound_without_a_number(tmp_path):
+    itl = [0.05] * 5 + [6.0] + [0.05] * 4          # every stream silent for 6 s at once
+    records = [rec(0.01 * u, 0.1, 0.1 + sum(itl), 11, level="c4", concurrency=4, itl=itl) for u in range(4)]
+    records += [rec(0.5 * i, 0.1, 0.4, 11, level="c1", concurrency=1) for i in range(20)]
+    s = analyze_run(make_run(tmp_path / "run", records, {"c4": (0, 10), "c1": (0, 10)}))[0]
+    lv = {x.level_id: x for x in s.levels}["c4"]
+    assert lv.slo_met is False and any("delivered no token" in b for b in lv.slo_broken)
+    texts = [f.text for f in s.finding_groups]
+    assert not any("bound )" in t or "Over the SLO on the server" in t for t in texts), texts
+    assert any("delivered no token for 6" in t and f.severity == "invalid" for f, t in zip(s.finding_groups, texts))
