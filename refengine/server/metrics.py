@@ -125,6 +125,8 @@ class ServerMetrics:
             last = self._last_token_time.get(out.request_id)
             if last is not None:
                 self.itl.labels(self.model_name).observe(now - last)
+            else:
+                self._first_token(out)
             self._last_token_time[out.request_id] = now
         if out.finished:
             self._last_token_time.pop(out.request_id, None)
@@ -139,13 +141,20 @@ class ServerMetrics:
         m = self.model_name
         end = ts.finished if ts.finished is not None else time.monotonic()
         self.e2e.labels(m).observe(end - ts.arrival)
+        if ts.first_token is not None:
+            self.decode.labels(m).observe(end - ts.first_token)
+
+    def _first_token(self, out: RequestOutput) -> None:
+        """TTFT, queue and prefill time, observed when the first token is out (vLLM observes TTFT
+        then too), so a scrape sees them while the request still streams, and a request that is
+        cut off or aborted later is still counted in them."""
+        ts, m = out.timestamps, self.model_name
+        if ts is None or ts.first_token is None:
+            return
+        self.ttft.labels(m).observe(ts.first_token - ts.arrival)
         if ts.first_scheduled is not None:
             self.queue.labels(m).observe(ts.first_scheduled - ts.arrival)
-        if ts.first_token is not None:
-            self.ttft.labels(m).observe(ts.first_token - ts.arrival)
-            if ts.first_scheduled is not None:
-                self.prefill.labels(m).observe(ts.first_token - ts.first_scheduled)
-            self.decode.labels(m).observe(end - ts.first_token)
+            self.prefill.labels(m).observe(ts.first_token - ts.first_scheduled)
 
     def aborted(self, request_id: str) -> None:
         self._last_token_time.pop(request_id, None)

@@ -190,3 +190,26 @@ def test_clients_that_leave_while_waiting_give_their_places_back(InProcessServer
         assert m['vllm:request_success_total{"finished_reason": "abort"}'] == 2
         assert m['vllm:request_success_total{"finished_reason": "length"}'] == 3
         assert m['refengine:requests_rejected_total{"reason": "overloaded"}'] == 1
+
+
+def test_first_token_histograms_count_a_stream_cut_off_after_its_first_token(InProcessServer):
+    """TTFT, queue and prefill time are observed at the first token: a client that leaves mid-stream
+    is still in them (a level cut off by its end is diagnosed from them)."""
+    with InProcessServer() as srv:
+        before = _metrics(srv.url)
+        body = {"prompt": [5] * 12, "max_tokens": 200, "temperature": 0, "stream": True, "ignore_eos": True}
+        with httpx.Client(base_url=srv.url, timeout=60) as client:
+            with client.stream("POST", "/v1/completions", json=body) as r:
+                for line in r.iter_lines():
+                    if line.startswith("data: {"):
+                        break                              # the first token is here; leave
+            seen = _metrics(srv.url)                        # scraped while nothing finished
+        srv.wait_idle()
+        after = _metrics(srv.url)
+
+    def delta(m, key):
+        return m.get(key, 0) - before.get(key, 0)
+
+    for name in ("time_to_first_token_seconds", "request_queue_time_seconds", "request_prefill_time_seconds"):
+        assert delta(seen, f"vllm:{name}_count{{}}") == 1 and delta(after, f"vllm:{name}_count{{}}") == 1, name
+    assert delta(after, 'vllm:request_success_total{"finished_reason": "abort"}') == 1
