@@ -192,11 +192,14 @@ def host_state(series: ProbeSeries | None, w: Window, top_others: dict[float, li
 def level_phases(table: RequestTable, level_id: str, rows: np.ndarray, w: Window,
                  server: ProbeSeries | None, host: ProbeSeries | None,
                  top_others: dict[float, list[dict]] | None = None) -> LevelPhases:
-    """`w` is the level's span (gauges, host); the server's histograms, observed as requests
-    finish, are read over the span in which the level's measured requests finished."""
+    """`w` is the level's span (gauges, host); the server's histograms are read over the span from
+    the level's first first token to its last finish: servers observe TTFT at the first token
+    (vLLM, refengine: queue and prefill time too) and the rest when a request finishes."""
     df = table.df
     done = df["t_done"].to_numpy(float)[rows]
-    finished = Window(float(np.nanmin(done)) - 0.5, float(np.nanmax(done)) + 0.5) if rows.size else w
+    first = df["t_first_token"].to_numpy(float)[rows]
+    starts = np.r_[first[np.isfinite(first)], done[np.isfinite(done)]]
+    finished = Window(float(starts.min()) - 0.5, float(np.nanmax(done)) + 0.5) if starts.size else w
     ttft = df["ttft_s"].to_numpy(float)[rows]
     e2e = df["e2e_s"].to_numpy(float)[rows]
     if not np.isfinite(ttft).any():

@@ -179,7 +179,10 @@ class LLMEngine:
                 f"at least one generated token); shorten the prompt or raise max_model_len")
 
     def add_request(self, prompt: str | list[int], params: SamplingParams | None = None,
-                    request_id: str | None = None, priority: int = 0) -> str:
+                    request_id: str | None = None, priority: int = 0, arrival_time: float | None = None) -> str:
+        """arrival_time (time.monotonic()): when the request reached the server; default now. The
+        server passes the moment it admitted the request, so its queue time includes the wait for
+        the engine thread to take it in (a step may be running)."""
         params = params or SamplingParams()
         text, ids = self.encode_prompt(prompt)
         self.check_prompt_length(ids)
@@ -187,7 +190,7 @@ class LLMEngine:
         eos = None if self.tokenizer is None else self.tokenizer.eos_token_id
         if eos is None:
             eos = self.model_config.eos_token_id
-        request = Request(request_id, ids, params, eos_token_id=eos, priority=priority)
+        request = Request(request_id, ids, params, eos_token_id=eos, priority=priority, arrival_time=arrival_time)
         self.outputs.add_request(request_id, text, ids)
         self.scheduler.add_request(request)
         return request_id

@@ -23,6 +23,7 @@ import asyncio
 import collections
 import logging
 import threading
+import time
 from dataclasses import dataclass
 from typing import AsyncIterator, Callable
 
@@ -115,7 +116,7 @@ class EngineLoop:
                     f"{self.max_waiting_requests}); retry later or raise --max-waiting-requests")
             self._streams[request_id] = stream
             self._unscheduled[request_id] = None
-        self._post(("add", request_id, prompt, params, priority))
+        self._post(("add", request_id, prompt, params, priority, time.monotonic()))   # arrival: admitted now
         return self._outputs(request_id, stream)
 
     @property
@@ -171,9 +172,10 @@ class EngineLoop:
         while self._inbox:
             command = self._inbox.popleft()
             if command[0] == "add":
-                _, request_id, prompt, params, priority = command
+                _, request_id, prompt, params, priority, arrival = command
                 try:
-                    self.engine.add_request(prompt, params, request_id=request_id, priority=priority)
+                    self.engine.add_request(prompt, params, request_id=request_id, priority=priority,
+                                            arrival_time=arrival)
                 except RefEngineError as exc:
                     with self._lock:
                         self._unscheduled.pop(request_id, None)

@@ -48,3 +48,39 @@ def test_one_wake_up_per_step_and_every_stream_complete():
     # 8 streams ran together: per-output delivery would need 5+...+12 = 68 wake-ups; per step,
     # the longest request's 12 tokens plus the prefill steps.
     assert wake_ups <= engine.num_steps < sum(5 + i for i in range(8))
+
+
+def test_queue_time_counts_from_admission_not_from_when_the_engine_thread_took_it():
+    """A request admitted while a step runs waits for it: that wait is queue time (vLLM's arrival is
+    the front end's too), not time "outside the server"."""
+    import time
+
+    engine = LLMEngine(EngineArgs(model="tiny-test", max_model_len=128, max_num_seqs=8))
+    real_step = engine.step
+
+    def slow_step():
+        outputs = real_step()
+        time.sleep(0.3)                                   # the step's compute: long, as a big prefill on a CPU
+        return outputs
+
+    engine.step = slow_step
+    loop_thread = EngineLoop(engine)
+    params = SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True)
+
+    async def run():
+        loop_thread.start()
+        first = loop_thread.generate([3] * 6, params, "a")
+        await first.__anext__()                         # "a" streams: the engine thread is in its next step
+        last = None
+        async for out in loop_thread.generate([4] * 6, params, "b"):
+            last = out
+        async for _ in first:
+            pass
+        return last
+
+    try:
+        out = asyncio.run(run())
+    finally:
+        loop_thread.stop()
+    ts = out.timestamps
+    assert ts.first_scheduled - ts.arrival >= 0.15, ts    # it waited for the running step
