@@ -45,7 +45,10 @@ class _EngineStatsCollector:
     def collect(self):
         s = self.engine_loop.stats
         yield self._gauge("vllm:num_requests_running", "Requests in the running batch.", s.num_running)
-        yield self._gauge("vllm:num_requests_waiting", "Requests waiting to be scheduled.", s.num_waiting)
+        # Admitted and not running: also those the engine thread has not taken in yet (a step runs),
+        # so the gauge agrees with the queue time they are accruing.
+        waiting = max(s.num_waiting, self.engine_loop.num_waiting_admitted)
+        yield self._gauge("vllm:num_requests_waiting", "Requests waiting to be scheduled.", waiting)
         yield self._gauge("vllm:kv_cache_usage_perc", "Fraction of KV cache blocks in use (1 = full).", s.kv_usage)
         yield self._counter("vllm:num_preemptions", "Preemptions by recompute.", s.num_preemptions_total)
         yield self._counter("vllm:prefix_cache_queries", "Prompt tokens looked up in the prefix cache.",

@@ -7,6 +7,7 @@ from refengine.config import EngineArgs
 from refengine.engine import LLMEngine
 from refengine.sampling_params import SamplingParams
 from refengine.server.engine_loop import EngineLoop
+from refengine.server.metrics import ServerMetrics
 
 
 def test_one_wake_up_per_step_and_every_stream_complete():
@@ -65,14 +66,20 @@ def test_queue_time_counts_from_admission_not_from_when_the_engine_thread_took_i
 
     engine.step = slow_step
     loop_thread = EngineLoop(engine)
+    metrics = ServerMetrics(loop_thread, "tiny-test", engine.cache_config.block_size, engine.cache_config.num_blocks)
+    waiting: list[float] = []
     params = SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True)
 
     async def run():
         loop_thread.start()
         first = loop_thread.generate([3] * 6, params, "a")
         await first.__anext__()                         # "a" streams: the engine thread is in its next step
+        second = loop_thread.generate([4] * 6, params, "b")    # admitted; the engine thread is busy
+        page = metrics.render().decode()
+        waiting.append(next(float(line.split()[-1]) for line in page.splitlines()
+                            if line.startswith("vllm:num_requests_waiting{")))
         last = None
-        async for out in loop_thread.generate([4] * 6, params, "b"):
+        async for out in second:
             last = out
         async for _ in first:
             pass
@@ -84,3 +91,4 @@ def test_queue_time_counts_from_admission_not_from_when_the_engine_thread_took_i
         loop_thread.stop()
     ts = out.timestamps
     assert ts.first_scheduled - ts.arrival >= 0.15, ts    # it waited for the running step
+    assert waiting == [1.0]                               # and the waiting gauge counted it meanwhile
