@@ -13,7 +13,7 @@ def test_moe_load_is_exported_as_metrics(mixtral_dir):
     # 2 layers x top-2 x (7 prompt tokens + 2 decoded inputs) assignments, some over capacity.
     assert len(stats.moe_expert_tokens) == 4 and sum(stats.moe_expert_tokens) == 2 * 2 * 9
     assert stats.moe_overflow_total > 0
-    loop = SimpleNamespace(stats=stats, healthy=True)
+    loop = SimpleNamespace(stats=stats, healthy=True, num_waiting_admitted=0)
     text = ServerMetrics(loop, "m", 4, 32).render().decode()
     assert 'refengine:moe_expert_tokens_total{expert="0",model_name="m"}' in text
     assert "refengine:moe_capacity_overflow_total" in text

@@ -130,7 +130,7 @@ def test_policy_and_bytes_in_server_metrics():
 
     engine = LLMEngine(EngineArgs(model="tiny-test", quantization="fp8", quantization_skip="seed",
                                   kv_cache_dtype="fp8", **KW))
-    loop = SimpleNamespace(engine=engine, stats=engine.stats(), healthy=True)
+    loop = SimpleNamespace(engine=engine, stats=engine.stats(), healthy=True, num_waiting_admitted=0)
     text = ServerMetrics(loop, "m", 16, engine.cache_config.num_blocks).render().decode()
     assert 'refengine:quantization_info{' in text and 'skip="qkv_proj"' in text and 'kv_cache_dtype="fp8"' in text
     assert f'refengine:model_memory_bytes{{model_name="m",what="kv_per_token"}} {float(engine.quant_memory.kv_bytes_per_token)}' in text
