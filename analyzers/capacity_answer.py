@@ -51,6 +51,9 @@ class LoadVerdict:
     reasons: list[str] = field(default_factory=list)   # why `out` when no percentile says so
 
 
+_VERDICT_FIELDS = {f.name for f in fields(LoadVerdict)}
+
+
 @dataclass
 class CapacityAnswer:
     axis: str                                     # concurrency | rate
@@ -103,8 +106,6 @@ def answer_in(extra: dict) -> CapacityAnswer | None:
     except TypeError:               # a record of another version: no answer rather than a wrong one
         return None
 
-
-_VERDICT_FIELDS = {f.name for f in fields(LoadVerdict)}
 
 
 def judge_loads(table: RequestTable, loads: dict[float, list[str]], stats: dict[str, LevelStats],

@@ -49,7 +49,7 @@ class LevelPhases:
 
     def ttft_parts(self) -> dict[str, float]:
         """The client's mean TTFT split into queue / prefill / outside the server (client, HTTP,
-        network), seconds. The server's histograms count the requests that finished in the window,
+        network), seconds. The server's histograms count the requests observed over the level's span,
         the records those sent in it: when the two populations differ by more than 2x, or the
         server saw no TTFT of its own, the server's queue:prefill ratio is applied to the client's
         TTFT and nothing is put outside. Without the histograms only the whole TTFT is known."""
@@ -130,12 +130,12 @@ def _hist_mean(series: ProbeSeries, keep: np.ndarray, h: str) -> float | None:
     return float((c[ok] * m[ok]).sum() / c[ok].sum()) if ok.any() else None
 
 
-def server_state(series: ProbeSeries | None, w: Window, finished: Window | None = None) -> dict[str, float | None]:
+def server_state(series: ProbeSeries | None, w: Window, observed: Window | None = None) -> dict[str, float | None]:
     keep = _window_rows(series, w)
     if keep is None:
         return {}
     s = series
-    fin = _window_rows(series, finished) if finished is not None else keep
+    fin = _window_rows(series, observed) if observed is not None else keep
     fin = keep if fin is None else fin
     out = {f"{h}_mean_s": _hist_mean(s, fin, h) for h in ("queue_time", "prefill_time", "decode_time", "ttft")}
     out.update(queue_time_p99_s_max=_max(s, fin, "queue_time_p99_s"), ttft_count=_sum(s, fin, "ttft_count"),
@@ -199,7 +199,7 @@ def level_phases(table: RequestTable, level_id: str, rows: np.ndarray, w: Window
     done = df["t_done"].to_numpy(float)[rows]
     first = df["t_first_token"].to_numpy(float)[rows]
     starts = np.r_[first[np.isfinite(first)], done[np.isfinite(done)]]
-    finished = Window(float(starts.min()) - 0.5, float(np.nanmax(done)) + 0.5) if starts.size else w
+    observed = Window(float(starts.min()) - 0.5, float(np.nanmax(done)) + 0.5) if starts.size else w
     ttft = df["ttft_s"].to_numpy(float)[rows]
     e2e = df["e2e_s"].to_numpy(float)[rows]
     if not np.isfinite(ttft).any():
@@ -218,4 +218,4 @@ def level_phases(table: RequestTable, level_id: str, rows: np.ndarray, w: Window
                        float(tpot.mean()) if tpot.size else None,
                        _nanmean(df["out_tokens"].to_numpy(float)[rows]),
                        _nanmean(df["in_tokens"].to_numpy(float)[rows]), med, stalls,
-                       server_state(server, w, finished), host_state(host, w, top_others))
+                       server_state(server, w, observed), host_state(host, w, top_others))

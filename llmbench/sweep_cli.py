@@ -85,7 +85,8 @@ def sweep(
                                              "probes (the embedded engine's is known)."),
 ) -> None:
     """Sweep load levels against a server and write a run directory with per-request records and a summary."""
-    from llmbench.sweep_setup import CAPACITY_KEY, SweepArgs, execute_sweep, prepare_run
+    from analyzers.capacity_answer import CAPACITY_KEY
+    from llmbench.sweep_setup import SweepArgs, execute_sweep, prepare_run
 
     args = SweepArgs(**{k: v for k, v in locals().items() if k in SweepArgs.__dataclass_fields__})
     run, info, probe_names = prepare_run(args, console)

@@ -131,7 +131,8 @@ def _diagnosis(d: dict | None) -> AnswerItem:
                       "bad" if top.get("severity") == "high" else "warn", evidence)
 
 
-_UNIT_SUFFIXES = ("_s", "_ms", "_pct", "_bytes", "_share", "_ratio", "_rate", "_frac")
+_SHARE_SUFFIXES = ("_share", "_ratio", "_rate", "_frac")            # fractions, shown as %
+_UNIT_SUFFIXES = ("_s", "_ms", "_pct", "_bytes") + _SHARE_SUFFIXES    # a key that says its own unit
 
 
 def evidence_name(key: str) -> str:
@@ -160,7 +161,7 @@ def fmt_evidence(key: str, v) -> str:
         return f"{v:.0f}%"
     if key.endswith("_bytes"):
         return f"{v / 2**20:.1f} MiB"
-    if key.endswith(("_share", "_ratio", "_rate", "_frac")) and abs(v) <= 1:
+    if key.endswith(_SHARE_SUFFIXES) and abs(v) <= 1:
         return f"{v:.1%}"
     return f"{v:.3g}" if isinstance(v, float) else str(v)
 
@@ -172,7 +173,7 @@ def _item(x) -> str:
         return f"{x['comm']} (pid {x['pid']})" + (f" {cores:.2f} cores" if isinstance(cores, (int, float)) else "")
     if isinstance(x, dict):
         return " ".join(f"{evidence_name(str(k))} {fmt_evidence(str(k), y)}" for k, y in x.items())
-    return fmt_evidence("", x) if isinstance(x, float) else str(x)
+    return fmt_evidence("", x)
 
 
 def _validity(s: RunSummary, diagnosis: dict | None = None) -> AnswerItem:
