@@ -13,6 +13,7 @@ from typing import Optional
 import typer
 from rich.console import Console
 
+from llmbench import target_options
 from llmbench.cli_parse import seconds_text
 from rundir.run_info import DEFAULT_REQUEST_TIMEOUT_S, DEFAULT_TPOT_P95_S, DEFAULT_TTFT_P99_S
 
@@ -50,13 +51,11 @@ def capacity(
     request_timeout: str = typer.Option(seconds_text(DEFAULT_REQUEST_TIMEOUT_S), help="Per-request timeout."),
     workers: int = typer.Option(1, help="Locust worker processes (with --master-bind: remote workers to wait for)."),
     master_bind: Optional[str] = typer.Option(None, help="Run the locust master on HOST:PORT for remote workers."),
-    target: Optional[str] = typer.Option(None, help="Base URL of an OpenAI-compatible server; default: the bundled "
-                                         "engine on a free loopback port."),
-    model: Optional[str] = typer.Option(None, help="Model to send (--target; default: the one /v1/models lists) or "
-                                        "to serve (embedded, default tiny)."),
-    api_key: Optional[str] = typer.Option(None, envvar="OPENAI_API_KEY", help="Bearer token for --target."),
-    endpoint: str = typer.Option("completions", help="completions or chat."),
-    ignore_eos: bool = typer.Option(True, help="Send ignore_eos so outputs have the requested length."),
+    target: Optional[str] = target_options.TARGET,
+    model: Optional[str] = target_options.MODEL,
+    api_key: Optional[str] = target_options.API_KEY,
+    endpoint: str = target_options.ENDPOINT,
+    ignore_eos: bool = target_options.IGNORE_EOS,
     prompt_format: str = typer.Option("text", help="text or ids (see `llmbench sweep --help`)."),
     strict: bool = typer.Option(False, help="Fail instead of adapting when the preflight finds a refused field."),
     engine_arg: list[str] = typer.Option([], help="Extra flag for the embedded engine, repeatable."),

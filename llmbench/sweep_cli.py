@@ -8,6 +8,7 @@ from typing import Optional
 import typer
 from rich.console import Console
 
+from llmbench import target_options
 from llmbench.cli_parse import seconds_text
 from rundir.run_info import (
     DEFAULT_DURATION_S,
@@ -48,14 +49,11 @@ def sweep(
                                 "with --master-bind, the number of remote workers to wait for."),
     master_bind: Optional[str] = typer.Option(None, help="Run the locust master on HOST:PORT and wait for --workers "
                                               "workers started elsewhere with `llmbench worker --master-host`."),
-    target: Optional[str] = typer.Option(None, help="Base URL of an OpenAI-compatible server; default: start the "
-                                         "bundled engine on a free loopback port."),
-    model: Optional[str] = typer.Option(None, help="Model name to send (--target; default: the one model its "
-                                        "/v1/models lists) or to serve (embedded, default tiny)."),
-    api_key: Optional[str] = typer.Option(None, envvar="OPENAI_API_KEY", help="Bearer token for --target."),
-    endpoint: str = typer.Option("completions", help="completions (/v1/completions) or chat (/v1/chat/completions)."),
-    ignore_eos: bool = typer.Option(True, help="Send ignore_eos so outputs have the requested length (a server "
-                                    "that refuses it is detected by the preflight and the field dropped)."),
+    target: Optional[str] = target_options.TARGET,
+    model: Optional[str] = target_options.MODEL,
+    api_key: Optional[str] = target_options.API_KEY,
+    endpoint: str = target_options.ENDPOINT,
+    ignore_eos: bool = target_options.IGNORE_EOS,
     prompt_format: str = typer.Option("text", help="text (any OpenAI-compatible server; sized to --input-len with "
                                       "the target's tokenizer or calibrated against the server's own token count) "
                                       "or ids (token ids from --tokenizer's vocabulary; vLLM, SGLang, refengine)."),
