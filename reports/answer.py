@@ -113,8 +113,9 @@ def _diagnosis(d: dict | None) -> AnswerItem:
                           "the latency spikes.", "neutral")
     spikes = len(d.get("spike_windows") or [])
     findings = d.get("findings") or []
-    where = f"{d.get('metric', 'ttft').upper()} tail, {spikes} spike window(s) over " \
-            f"{d.get('spike_seconds', 0.0):.1f} s"
+    metric = d.get("metric", "ttft").upper()
+    where = (f"{metric} tail, {spikes} spike window(s) over {d.get('spike_seconds', 0.0):.1f} s" if spikes
+             else f"{metric} tail: standing, no spike windows")
     if not findings:
         return AnswerItem(label, f"{d.get('headline', 'no cause found')} ({where}).", "neutral")
     top = findings[0]
@@ -122,7 +123,9 @@ def _diagnosis(d: dict | None) -> AnswerItem:
                 if v not in (None, "", [], {})]
     explains = top.get("explains") or []
     n = top.get("spike_windows") or spikes
-    evidence.insert(0, f"coincides with {len(explains)} of {n} spike windows")
+    # Without spikes the windows a finding explains are its levels' spans (standing tails).
+    evidence.insert(0, f"coincides with {len(explains)} of {n} spike windows" if spikes
+                    else f"explains the standing tail of {len(explains)} of {n} level(s)")
     if top.get("next_step"):
         evidence.append(f"next: {top['next_step']}")
     others = len(findings) - 1

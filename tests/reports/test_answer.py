@@ -68,3 +68,14 @@ def test_evidence_units():
     assert fmt_evidence("client_cpu_cores", 0.0969333) == "0.0969"                # 3 significant digits, not 6
     assert fmt_evidence("top_others", [{"pid": 17665, "comm": "python", "cpu_cores": 0.08}]) == \
         "python (pid 17665) 0.08 cores"                                          # a process, not a dict
+
+
+def test_a_standing_tail_is_not_called_spikes():
+    from reports.answer import _diagnosis
+
+    d = {"metric": "ttft", "spike_windows": [], "spike_seconds": 0.0, "headline": "saturation",
+         "findings": [{"category": "scheduling", "severity": "high", "explains": [{"start": 0, "end": 1}] * 3,
+                       "spike_windows": 3, "evidence": {}}]}
+    item = _diagnosis(d)
+    assert "standing, no spike windows" in item.text and "0 spike window" not in item.text
+    assert item.evidence[0] == "explains the standing tail of 3 of 3 level(s)"
