@@ -78,6 +78,13 @@ def run_findings(s: RunSummary) -> list[Finding]:
             out.append(Finding("adaptation", "caveat", f"The preflight adapted the requests to the target: {a}."))
     out += _level_findings(s)
     by_id = {lv.level_id: lv for lv in s.levels}
+    # A level that finished without a single record (the client lost them) has no row at all:
+    # say so, with what the sweep noted, rather than let it vanish from the run.
+    meta = getattr(info, "level_meta", None) or {}
+    for level_id in [x for x in info.levels_done if x not in by_id]:
+        why = "; ".join(n.removeprefix(INVALID_PREFIX) for n in meta.get(level_id, {}).get("notes", []))
+        out.append(Finding("no_records", "invalid", f"{level_id} finished with no request recorded"
+                           + (f" ({why})" if why else "") + ": it is missing from every table.", [level_id]))
     for ser in s.series:
         if ser.knee:
             nxt = ser.level_ids[ser.level_ids.index(ser.knee) + 1]

@@ -22,7 +22,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from analyzers.latency import LevelStats, Window, summarize_level
 from analyzers.summary import RunSummary, summary_of_levels
-from analyzers.validity import CUT_SHORT_KEY, OVER_CAPACITY_KEY, mark_cut_short, mark_over_capacity
+from analyzers.validity import CUT_SHORT_KEY, INVALID_PREFIX, OVER_CAPACITY_KEY, mark_cut_short, mark_over_capacity
 from loadgen.level import run_level
 from loadgen.specs import LevelProgress, LevelResult, LevelSpec, TargetSpec
 from loadgen.workloads import level_workload_factory
@@ -266,7 +266,8 @@ def _add_client_notes(lv: LevelStats, result: LevelResult) -> list[str]:
     if result.fell_behind:
         notes.append("INVALID: the client fell behind (" + "; ".join(result.fell_behind_reasons) + "); add --workers")
     if result.records_missing:
-        notes.append(f"{result.records_missing} requests sent but never reported by the client")
+        # Lost records: what the level measured is incomplete, so it is no valid measurement.
+        notes.append(f"{INVALID_PREFIX}{result.records_missing} requests sent but never reported by the client")
     if result.server_died:
         notes.append("the target stopped answering during this level")
     if result.failure:

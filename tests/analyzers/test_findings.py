@@ -64,3 +64,15 @@ def test_a_stall_is_said_as_invalid_not_as_a_bound_without_a_number(tmp_path):
     texts = [f.text for f in s.finding_groups]
     assert not any("bound )" in t or "Over the SLO on the server" in t for t in texts), texts
     assert any("delivered no token for 6" in t and f.severity == "invalid" for f, t in zip(s.finding_groups, texts))
+
+
+def test_a_finished_level_without_records_is_said_not_dropped(tmp_path):
+    run = make_run(tmp_path / "run", [rec(0.5 * i, 0.1, 0.4, 11, level="c1", concurrency=1) for i in range(20)],
+                   {"c1": (0, 10)})
+    info = run.read_info()
+    info.levels_done.append("c64")
+    info.level_meta["c64"] = {"notes": ["INVALID: 64 requests sent but never reported by the client"]}
+    run.write_info(info)
+    s = analyze_run(run)[0]
+    f = next(f for f in s.finding_groups if f.kind == "no_records")
+    assert f.severity == "invalid" and f.levels == ["c64"] and "64 requests sent but never reported" in f.text
