@@ -121,8 +121,12 @@ class EngineLoop:
 
     @property
     def num_waiting_admitted(self) -> int:
-        """Requests admitted and not running: never scheduled (inbox or queue) + preempted, waiting again."""
-        return len(self._unscheduled) + self._preempted_waiting
+        """Requests admitted and not running: never scheduled (inbox or queue) + preempted, waiting again.
+        Read live, not from the last step's bookkeeping: a request the running step scheduled (its
+        prefill is under way) is running, as vLLM counts it, even before the step ends."""
+        never = sum(1 for request in list(self._unscheduled.values())
+                    if request is None or not _was_scheduled(request))
+        return never + self._preempted_waiting
 
     async def _outputs(self, request_id: str, stream: _Stream) -> AsyncIterator[RequestOutput]:
         finished = False
@@ -201,7 +205,7 @@ class EngineLoop:
             for rid, request in list(self._unscheduled.items()):
                 if request is None:
                     continue
-                if request.timestamps.first_scheduled is not None or request.is_finished():
+                if _was_scheduled(request):
                     del self._unscheduled[rid]
                 else:
                     never += 1
@@ -274,6 +278,10 @@ class EngineLoop:
                 ids = list(self._streams)
             for request_id in ids:
                 self._deliver(request_id, EngineDead(f"the engine failed: {exc!r}"))
+
+
+def _was_scheduled(request) -> bool:
+    return request.timestamps.first_scheduled is not None or request.is_finished()
 
 
 def _put_all(batch: list[tuple[asyncio.Queue, RequestOutput]]) -> None:
