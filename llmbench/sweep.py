@@ -267,7 +267,9 @@ def _add_client_notes(lv: LevelStats, result: LevelResult) -> list[str]:
         notes.append("INVALID: the client fell behind (" + "; ".join(result.fell_behind_reasons) + "); add --workers")
     if result.records_missing:
         # Lost records: what the level measured is incomplete, so it is no valid measurement.
-        notes.append(f"{INVALID_PREFIX}{result.records_missing} requests sent but never reported by the client")
+        why = (f" ({result.unreadable_lines} unreadable line(s) from the load generator)"
+               if result.unreadable_lines else "")
+        notes.append(f"{INVALID_PREFIX}{result.records_missing} requests sent but never reported by the client{why}")
     if result.server_died:
         notes.append("the target stopped answering during this level")
     if result.failure:

@@ -24,6 +24,7 @@ from dataclasses import asdict
 import gevent
 import gevent.os
 from gevent.event import Event
+from gevent.lock import Semaphore
 
 from loadgen.session import MSG_DONE, MSG_DRAINED, MSG_PLAN, MSG_READY, MSG_RECORDS, MSG_SERVER_DEAD, MSG_STOP, Plan
 from loadgen.specs import LevelSpec
@@ -33,18 +34,22 @@ PROGRESS_INTERVAL_S = 0.5
 
 class JsonLinesOut:
     """Cooperative writes to a pipe: a slow reader must not freeze the gevent loop (and with it the
-    users' timestamps) on a blocking write."""
+    users' timestamps) on a blocking write. One line at a time: a write that meets a full pipe
+    yields, and another greenlet's line must not land inside it (a records message is often larger
+    than the pipe's buffer; interleaved, the parent could not parse it and its records were lost)."""
 
     def __init__(self, fd: int):
         self.fd = fd
+        self._one_line_at_a_time = Semaphore()
         gevent.os.make_nonblocking(fd)
 
     def write(self, obj: dict) -> None:
         data = (json.dumps(obj, separators=(",", ":")) + "\n").encode()
-        view = memoryview(data)
-        while view:
-            n = gevent.os.nb_write(self.fd, view)
-            view = view[n:]
+        with self._one_line_at_a_time:
+            view = memoryview(data)
+            while view:
+                n = gevent.os.nb_write(self.fd, view)
+                view = view[n:]
 
 
 class Coordinator:

@@ -161,6 +161,7 @@ class _LevelLoop:
         self.worker_done: dict[str, dict] = {}
         self.sent_reported: int | None = None
         self.in_flight = 0
+        self.unreadable_lines = 0
         self.end: dict | None = None
         self.error: str | None = None
         self.lines: queue.Queue = queue.Queue()
@@ -237,7 +238,10 @@ class _LevelLoop:
         try:
             msg = json.loads(line)
         except json.JSONDecodeError:
-            return     # not ours: the locust process points its own stdout at stderr, so this is rare
+            # Only our JSON lines reach this pipe (fd_for_output points stray prints at stderr), so
+            # an unreadable line is a lost message, perhaps of records: counted, never skipped silently.
+            self.unreadable_lines += 1
+            return
         self._handle(msg)
 
     def _handle(self, msg: dict) -> None:
@@ -286,6 +290,7 @@ class _LevelLoop:
         sent_reported = sum(d["sent"] for d in self.worker_done.values()) if self.worker_done else self.sent_reported
         r = self.tally.result(self.worker_done, sent_reported)
         r.wall_s = wall_s
+        r.unreadable_lines = self.unreadable_lines
         if self.plan:
             r.window_start, r.window_end = self.plan["window_start"], self.plan["window_end"]
             if self.spec.open_loop:

@@ -137,6 +137,7 @@ class LevelResult:
     failure: str | None = None             # failed_fast: the server's own message of the commonest failure
     worker_ids: list[str] = field(default_factory=list)
     records_missing: int = 0               # sent per the workers' counters minus records received
+    unreadable_lines: int = 0              # lines from the locust process that were not JSON (records lost)
     wall_s: float = 0.0
     client_log_tail: str = ""              # end of the locust processes' logs when the level hit its deadline
 
