@@ -66,6 +66,7 @@ class CapacityAnswer:
     output_tok_s: float | None
     loads: list[LoadVerdict]
     confidence: float = 0.95
+    trace_rate: float | None = None               # a trace's own mean req/s: the answer is also a speed
 
     def headline(self) -> str:
         what = "max concurrency" if self.axis == "concurrency" else "max request rate"
@@ -73,6 +74,8 @@ class CapacityAnswer:
         if self.capacity is None:
             return f"{what} within SLO: none (the lowest load tried missed it; bounded by {self.bounded_by})"
         out = f"{what} within SLO: {self.capacity:g}{unit}"
+        if self.trace_rate:
+            out += f", the trace at {self.capacity / self.trace_rate:.3g}x its own speed"
         if self.low is not None and self.high is not None and (self.low, self.high) != (self.capacity,) * 2:
             out += f", between {self.low:g} and {self.high:g} at {self.confidence:.0%}"
         elif self.low == self.high == self.capacity:

@@ -38,6 +38,9 @@ class SearchSpec:
     resolution: float = 1.0           # concurrency: absolute step; rate: relative (0.1 = 10 %)
     repeats: int = 3                  # measurements of each boundary load, first included
     max_extra: int = 4                # more loads the confirmation may add around the boundary
+    # A trace's mean request rate at speed 1 (--workload trace, rate axis only): a load of L req/s
+    # replays the trace at speed L / trace_rate, so its arrivals keep the trace's own shape.
+    trace_rate: float | None = None
 
     def __post_init__(self) -> None:
         if self.axis not in AXES:
@@ -48,6 +51,8 @@ class SearchSpec:
             raise ValueError("--resolution must be > 0 (and >= 1 for concurrency)")
         if self.repeats < 1:
             raise ValueError("--repeats must be >= 1")
+        if self.trace_rate is not None and (self.axis != "rate" or not self.trace_rate > 0):
+            raise ValueError("a trace is searched by rate (--by rate), at a mean rate > 0")
 
     def key(self, load: float) -> float:
         """The load as the search names it: an integer concurrency, a rate to 3 significant digits."""
@@ -64,6 +69,10 @@ class SearchSpec:
 
     def step_down(self, load: float) -> float:
         return self.key(load - self.resolution if self.axis == "concurrency" else load / (1 + self.resolution))
+
+    def trace_speed(self, load: float) -> float | None:
+        """The speed a trace is replayed at to offer `load` req/s (None: not a trace)."""
+        return None if self.trace_rate is None else load / self.trace_rate
 
     def step_up(self, load: float) -> float:
         return self.key(load + self.resolution if self.axis == "concurrency" else load * (1 + self.resolution))
@@ -178,6 +187,7 @@ class CapacityPlan:
         spec = dataclasses.replace(t, level_id=level_id,
                                    concurrency=int(load) if self.search.axis == "concurrency" else None,
                                    request_rate=load if self.search.axis == "rate" else None,
+                                   trace_speed=self.search.trace_speed(load),
                                    seed=t.seed + n)       # a repeat is a fresh sample, not the same requests
         self.probes.append(Probe(level_id, load, phase))
         self._levels.append(spec)

@@ -2,7 +2,8 @@
 
 Every `llmbench sweep` option means the same here (target, workload, workers, probes, the
 preflight's adaptations, fail fast); the search's own are --by, --start, --max-load,
---resolution and --repeats. Shorter levels by default than a sweep's: a search measures many.
+--resolution and --repeats. A trace (--workload trace) is searched by rate: each load replays it
+at the speed that gives that mean rate. Shorter levels by default than a sweep's: a search measures many.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Optional
 import typer
 from rich.console import Console
 
-from llmbench import target_options
+from llmbench import target_options, workload_flags
 from llmbench.cli_parse import seconds_text
 from rundir.run_info import DEFAULT_REQUEST_TIMEOUT_S, DEFAULT_TPOT_P95_S, DEFAULT_TTFT_P99_S
 
@@ -25,8 +26,10 @@ def capacity(
     slo_ttft: float = typer.Option(DEFAULT_TTFT_P99_S, help="SLO: TTFT P99 in seconds."),
     slo_tpot: float = typer.Option(DEFAULT_TPOT_P95_S, help="SLO: TPOT P95 in seconds."),
     slo_e2e: Optional[float] = typer.Option(None, help="SLO: E2E P99 in seconds (default: none)."),
-    by: str = typer.Option("concurrency", help="Search concurrency (closed loop) or rate (open loop, requests/s)."),
-    start: Optional[float] = typer.Option(None, help="First load of the bracket (default 1)."),
+    by: Optional[str] = typer.Option(None, help="Search concurrency (closed loop) or rate (open loop, requests/s). "
+                                     "Default: concurrency; rate for --workload trace (the trace faster or slower)."),
+    start: Optional[float] = typer.Option(None, help="First load of the bracket (default 1; a trace's own mean "
+                                          "rate for --workload trace)."),
     max_load: Optional[float] = typer.Option(None, help="Highest load the bracket tries (default 1024 users or "
                                              "1000 req/s)."),
     resolution: Optional[float] = typer.Option(None, help="Stop bisecting when the bracket is this narrow: users for "
@@ -39,12 +42,14 @@ def capacity(
                                             "past the TTFT SLO (marked over capacity)."),
     input_len: str = typer.Option("128", help="Prompt length in tokens."),
     output_len: str = typer.Option("64", help="Output length in tokens (max_tokens with ignore_eos)."),
-    input_len_spread: float = typer.Option(0.0, help="Prompt lengths drawn uniformly within ±this fraction."),
-    workload: str = typer.Option("random", help="random | sharegpt | shared-prefix | mixed | sessions."),
-    long_len: int = typer.Option(4096, min=1, help="--workload mixed: prompt length of the long requests."),
-    long_fraction: float = typer.Option(0.1, min=0.0, max=1.0, help="--workload mixed: share of long requests."),
-    dataset: Optional[Path] = typer.Option(None, help="ShareGPT file for --workload sharegpt."),
-    turns: int = typer.Option(4, min=1, help="--workload sessions: turns per conversation."),
+    input_len_spread: float = workload_flags.INPUT_LEN_SPREAD,
+    workload: str = workload_flags.WORKLOAD,
+    long_len: int = workload_flags.LONG_LEN,
+    long_fraction: float = workload_flags.LONG_FRACTION,
+    dataset: Optional[Path] = workload_flags.DATASET,
+    trace_limit: Optional[int] = workload_flags.TRACE_LIMIT,
+    block_size: int = workload_flags.BLOCK_SIZE,
+    turns: int = workload_flags.TURNS,
     burstiness: float = typer.Option(1.0, help="--by rate: gamma shape of inter-arrival times (1 = Poisson)."),
     warmup: str = typer.Option(CAPACITY_WARMUP, help="Warm-up per level before measuring."),
     duration: str = typer.Option(CAPACITY_DURATION, help="Measured window per level."),

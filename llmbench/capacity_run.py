@@ -26,7 +26,7 @@ from rundir.table import RequestTable
 
 @dataclass
 class CapacityArgs:
-    by: str
+    by: str | None                    # None: concurrency, or rate for a trace
     start: float | None
     max_load: float | None
     resolution: float | None
@@ -35,14 +35,36 @@ class CapacityArgs:
     stop_over_capacity: bool
 
 
-def search_spec(c: CapacityArgs) -> SearchSpec:
-    rate = c.by == "rate"
+def search_spec(c: CapacityArgs, trace_rate: float | None = None) -> SearchSpec:
+    """The search these options ask for; a trace (trace_rate: its mean req/s at speed 1) is searched
+    by rate from its own rate."""
+    axis = c.by or ("rate" if trace_rate is not None else "concurrency")
+    if trace_rate is not None and axis != "rate":
+        raise typer.BadParameter("a trace sends at its own times, so it is searched by rate (the trace replayed "
+                                 "faster or slower): use --by rate", param_hint="--by")
+    rate = axis == "rate"
     try:
-        return SearchSpec(axis=c.by, start=c.start or 1.0, limit=c.max_load or (1000.0 if rate else 1024.0),
+        return SearchSpec(axis=axis, start=c.start or (float(f"{trace_rate:.3g}") if trace_rate else 1.0),
+                          limit=c.max_load or (1000.0 if rate else 1024.0),
                           resolution=c.resolution if c.resolution is not None else (0.1 if rate else 1.0),
-                          repeats=c.repeats)
+                          repeats=c.repeats, trace_rate=trace_rate)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
+
+
+def _trace_rate(a: SweepArgs) -> float | None:
+    """--workload trace: the trace's mean request rate at its own speed (None: not a trace)."""
+    if a.workload != "trace":
+        return None
+    from loadgen.trace import load_trace
+
+    if a.dataset is None:
+        raise typer.BadParameter("--workload trace needs --dataset FILE (a Mooncake .jsonl or Azure .csv trace)",
+                                 param_hint="--dataset")
+    try:
+        return load_trace(a.dataset, a.trace_limit).mean_rate()
+    except ValueError as exc:             # WorkloadError: not a trace, or no such file
+        raise typer.BadParameter(str(exc), param_hint="--dataset") from None
 
 
 def _stats(run: RunDir) -> dict[str, LevelStats]:
@@ -62,7 +84,9 @@ def answer_of(run: RunDir, info: RunInfo, plan: CapacityPlan) -> CapacityAnswer:
     loads = {k: v for k, v in loads.items() if v}
     verdicts = judge_loads(RequestTable.load(run), loads, stats, Slos.of(info.slos)) if loads else []
     limit_reached = bool(loads) and max(loads) >= plan.search.key(plan.search.limit)
-    return capacity_answer(plan.search.axis, verdicts, limit_reached)
+    answer = capacity_answer(plan.search.axis, verdicts, limit_reached)
+    answer.trace_rate = plan.search.trace_rate
+    return answer
 
 
 def run_capacity(a: SweepArgs, c: CapacityArgs, console: Console) -> None:
@@ -70,13 +94,12 @@ def run_capacity(a: SweepArgs, c: CapacityArgs, console: Console) -> None:
         run, info, probe_names = prepare_run(a, console)
         search = recorded_search(info, a.resume)
     else:
-        search = search_spec(c)
-        if a.workload == "trace":
-            raise typer.BadParameter("a trace has its own arrival times: replay it with `llmbench sweep --workload "
-                                     "trace` (--trace-speed scales it)", param_hint="--workload")
+        search = search_spec(c, _trace_rate(a))
         # The sweep's own validation and preflight see one level: the search's first.
-        first = f"{search.key(search.start):g}"
-        a.concurrency, a.request_rate = (first, None) if search.axis == "concurrency" else (None, first)
+        first = search.key(search.start)
+        a.concurrency, a.request_rate = (f"{first:g}", None) if search.axis == "concurrency" else (None, f"{first:g}")
+        if search.trace_rate is not None:        # a trace level is named by its rate, sent at its speed
+            a.request_rate, a.trace_speed = None, first / search.trace_rate
         run, info, probe_names = prepare_run(a, console)
         info.sweep.extra["stop_over_capacity"] = c.stop_over_capacity
     plans: list[CapacityPlan] = []

@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 from rich.console import Console
 
-from llmbench import target_options
+from llmbench import target_options, workload_flags
 from llmbench.cli_parse import seconds_text
 from rundir.run_info import (
     DEFAULT_DURATION_S,
@@ -30,18 +30,15 @@ def sweep(
                                      "< 1 burstier)."),
     input_len: str = typer.Option("128", help="Prompt lengths in tokens, one level set each, e.g. 512,2048,4096."),
     output_len: str = typer.Option("64", help="Output lengths in tokens (max_tokens with ignore_eos)."),
-    input_len_spread: float = typer.Option(0.0, help="Prompt lengths drawn uniformly within ±this fraction."),
-    workload: str = typer.Option("random", help="random | sharegpt | shared-prefix | mixed | trace (a trace's "
-                                 "requests at its times) | sessions (multi-turn chats)."),
-    long_len: int = typer.Option(4096, min=1, help="--workload mixed: prompt length of the long requests (the short "
-                                 "ones use --input-len)."),
-    long_fraction: float = typer.Option(0.1, min=0.0, max=1.0, help="--workload mixed: share of long requests."),
-    dataset: Optional[Path] = typer.Option(None, help="ShareGPT JSON/JSONL file for --workload sharegpt; the trace "
-                                           "(Mooncake .jsonl or Azure .csv) for --workload trace."),
+    input_len_spread: float = workload_flags.INPUT_LEN_SPREAD,
+    workload: str = workload_flags.WORKLOAD,
+    long_len: int = workload_flags.LONG_LEN,
+    long_fraction: float = workload_flags.LONG_FRACTION,
+    dataset: Optional[Path] = workload_flags.DATASET,
     trace_speed: float = typer.Option(1.0, help="--workload trace: time scale (2 sends the trace twice as fast)."),
-    trace_limit: Optional[int] = typer.Option(None, min=1, help="--workload trace: replay only the first N requests."),
-    block_size: int = typer.Option(512, min=1, help="--workload trace: prompt tokens per hash id (Mooncake: 512)."),
-    turns: int = typer.Option(4, min=1, help="--workload sessions: turns per conversation."),
+    trace_limit: Optional[int] = workload_flags.TRACE_LIMIT,
+    block_size: int = workload_flags.BLOCK_SIZE,
+    turns: int = workload_flags.TURNS,
     warmup: str = typer.Option(seconds_text(DEFAULT_WARMUP_S), help="Warm-up per level before measuring."),
     duration: str = typer.Option(seconds_text(DEFAULT_DURATION_S), help="Measured window per level. Production runs want >= 3m."),
     request_timeout: str = typer.Option(seconds_text(DEFAULT_REQUEST_TIMEOUT_S), help="Per-request timeout (connect + whole stream)."),

@@ -69,6 +69,9 @@ class LevelSpec:
     # Open loop: stop the level early when its queue keeps growing and TTFT is already past this
     # bound (loadgen.saturation); None never stops it.
     saturation_ttft_s: float | None = None
+    # A trace workload's time scale at this level (a capacity search over a trace's rate sets one
+    # per level); None: the workload's own trace_speed.
+    trace_speed: float | None = None
 
     def __post_init__(self) -> None:
         if (self.concurrency is None) == (self.request_rate is None):
@@ -85,6 +88,8 @@ class LevelSpec:
             raise ValueError(f"workers must be >= 1, got {self.workers}")
         if self.drain not in DRAIN_MODES:
             raise ValueError(f"drain must be one of {DRAIN_MODES}, got {self.drain!r}")
+        if self.trace_speed is not None and not self.trace_speed > 0:
+            raise ValueError(f"trace_speed must be > 0, got {self.trace_speed}")
 
     @property
     def open_loop(self) -> bool:

@@ -93,10 +93,13 @@ def make_workload(options: WorkloadOptions | dict, length_fn: Callable[[str], in
 
 
 def level_workload_factory(**options: Any) -> Callable[[Any], Workload]:
-    """A run_level workload_factory: these options, with input_len, output_len and seed from the level."""
+    """A run_level workload_factory: these options, with input_len, output_len and seed from the level
+    (and a trace's speed, where the level sets one)."""
     def factory(level) -> Workload:
-        return make_workload(WorkloadOptions(**{**options, "input_len": level.input_len,
-                                                "output_len": level.output_len, "seed": level.seed}))
+        own = {"input_len": level.input_len, "output_len": level.output_len, "seed": level.seed}
+        if getattr(level, "trace_speed", None) is not None:
+            own["trace_speed"] = level.trace_speed
+        return make_workload(WorkloadOptions(**{**options, **own}))
     return factory
 
 

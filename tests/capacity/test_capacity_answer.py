@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from analyzers.capacity_answer import capacity_answer, judge_loads
+from analyzers.capacity_answer import CapacityAnswer, capacity_answer, judge_loads
 from analyzers.latency import summarize_level
 from analyzers.slo import Slos
 from rundir import RequestRecord
@@ -80,3 +80,9 @@ def test_the_recorded_answer_round_trips_and_leads_the_report():
     assert [r[0] for r in rows] == ["1", "2", "4", "5", "8"] and [r[2] for r in rows] == ["in", "in", "in", "out", "out"]
     assert answer_in({}) is None and answer_in({CAPACITY_KEY: {"search": {}}}) is None     # a search still running
     assert answer_in({CAPACITY_KEY: {"answer": {"axis": "rate", "unknown_field": 1}}}) is None  # another version
+
+
+def test_the_answer_of_a_trace_search_is_also_a_speed():
+    answer = CapacityAnswer("rate", 7.34, 7.34, 7.34, 8.0, "slo", 7.3, 117.0, [], trace_rate=4.0)
+    assert "7.34 req/s, the trace at 1.83x its own speed (clear at 95%)" in answer.headline()
+    assert CapacityAnswer.from_dict(answer.to_dict()).headline() == answer.headline()

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import pytest
+
 from llmbench.capacity import CapacityPlan, SearchSpec
 from loadgen.specs import LevelSpec
 
@@ -76,3 +78,14 @@ def _drive_from(plan: CapacityPlan, stats: dict, meets) -> list[str]:
     while (level := plan.next_level(stats)) is not None:
         stats[level.level_id] = SimpleNamespace(slo_met=meets(level.concurrency))
     return [p.level_id for p in plan.probes]
+
+
+def test_a_trace_is_searched_by_rate_each_level_replaying_it_at_the_speed_of_its_rate():
+    template = LevelSpec(level_id="x", request_rate=5.0, input_len=16, output_len=8, trace_speed=1.0)
+    plan = CapacityPlan(SearchSpec("rate", start=5.0, repeats=1, trace_rate=5.0), template)
+    _drive(plan, lambda r: r <= 12)
+    issued = plan.issued()
+    assert [lv.request_rate for lv in issued][:3] == [5.0, 10.0, 20.0]
+    assert all(abs(lv.trace_speed * 5.0 - lv.request_rate) < 1e-9 for lv in issued)
+    with pytest.raises(ValueError, match="by rate"):
+        SearchSpec("concurrency", trace_rate=5.0)

@@ -101,3 +101,28 @@ def test_an_interrupted_search_resumes_where_it_stopped(slot_server, tmp_path):
     assert len(info.levels_done) == len(set(info.levels_done)) == len(result["probes"])   # none measured twice
     assert [p["level_id"] for p in result["probes"]] == info.levels_done
     assert {r.level_id for r in run.iter_records()} == set(info.levels_done)
+
+
+@pytest.mark.slow   # ~60 s; .ci/run runs it (--runslow)
+def test_a_trace_is_searched_by_rate_and_the_answer_is_also_a_speed(slot_server, tmp_path):
+    server = slot_server(SLOTS, PREFILL_MS, ITL_MS)
+    known = SLOTS / SERVICE_S                                            # 7.4 req/s
+    trace_rate = 4.0                                                     # regular arrivals, as burstiness 100
+    rows = [{"timestamp": round(i * 1000 / trace_rate, 3), "input_length": 16, "output_length": OUT}
+            for i in range(40)]
+    (tmp_path / "t.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    proc = _capacity(server.url, tmp_path / "run", "--workload", "trace", "--dataset", str(tmp_path / "t.jsonl"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout)
+    answer = result["answer"]
+    print(f"trace by rate (known {known:.2f} req/s): {answer['headline']}; {len(result['probes'])} levels")
+    assert result["search"]["axis"] == "rate" and result["probes"][0]["load"] == trace_rate  # from its own rate
+    assert known / 1.1 ** 2 <= answer["capacity"] <= known * 1.1, answer["headline"]
+    assert f", the trace at {answer['capacity'] / trace_rate:.3g}x its own speed" in answer["headline"]
+    # Each level sent the trace at its own speed: its window held rate x duration requests.
+    run = RunDir(tmp_path / "run")
+    sent = {}
+    for r in run.iter_records():
+        sent[r.level_id] = sent.get(r.level_id, 0) + r.in_window
+    for p in result["probes"]:
+        assert abs(sent[p["level_id"]] - p["load"] * 3) <= 2, (p, sent[p["level_id"]])
