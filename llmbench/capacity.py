@@ -2,7 +2,8 @@
 it takes (a sweep's LevelPlan, so every probe is an ordinary level of an ordinary run directory).
 
 1. Bracket: start at `start` and double while the level meets the SLO, until one misses (or
-   `limit` is reached).
+   `limit` is reached); when `start` itself misses, halve until one meets it (down to one user,
+   or start / 64 by rate).
 2. Bisect between the highest load that met it and the lowest that missed, until they are
    `resolution` apart (concurrency: an absolute step, integers; rate: a ratio, geometric means).
 3. Confirm: measure the two boundary loads again (`repeats` times in all) and let
@@ -69,6 +70,11 @@ class SearchSpec:
 
     def step_down(self, load: float) -> float:
         return self.key(load - self.resolution if self.axis == "concurrency" else load / (1 + self.resolution))
+
+    def floor(self) -> float:
+        """The lowest load the bracket goes down to when `start` already misses: one user, or
+        start / 64 (six halvings) by rate."""
+        return self.key(1 if self.axis == "concurrency" else self.start / 64)
 
     def trace_speed(self, load: float) -> float | None:
         """The speed a trace is replayed at to offer `load` req/s (None: not a trace)."""
@@ -149,8 +155,9 @@ class CapacityPlan:
             if lo is not None and lo >= s.limit:
                 return None                          # met the SLO up to the limit
             return (min(nxt, s.key(s.limit)), "bracket")
-        if lo is None:
-            return None if hi <= s.key(s.start) else (s.key(s.start), "bracket")
+        if lo is None:                               # nothing met it yet: halve down to the floor
+            down = max(s.key(hi / 2), s.floor())
+            return None if down >= hi or hi <= s.floor() else (down, "bracket")
         if s.apart(lo, hi):
             mid = s.between(lo, hi)
             if mid not in v and lo < mid < hi:

@@ -89,3 +89,17 @@ def test_a_trace_is_searched_by_rate_each_level_replaying_it_at_the_speed_of_its
     assert all(abs(lv.trace_speed * 5.0 - lv.request_rate) < 1e-9 for lv in issued)
     with pytest.raises(ValueError, match="by rate"):
         SearchSpec("concurrency", trace_rate=5.0)
+
+
+def test_a_start_that_already_misses_is_halved_until_a_load_meets_the_slo():
+    plan = CapacityPlan(SearchSpec("rate", start=8, resolution=0.1, repeats=1), TEMPLATE)
+    _drive(plan, lambda r: r <= 1.5)
+    assert [p.load for p in plan.probes][:4] == [8, 4, 2, 1]
+    lo, hi = plan.bracket()
+    assert lo <= 1.5 < hi and hi / lo <= 1.1
+    plan = CapacityPlan(SearchSpec("rate", start=8, repeats=1), TEMPLATE)
+    _drive(plan, lambda r: False)
+    assert min(p.load for p in plan.probes) == 0.125                      # start / 64, then it stops
+    plan = CapacityPlan(SearchSpec("concurrency", start=8, repeats=1), TEMPLATE)
+    _drive(plan, lambda c: c <= 2)
+    assert [p.load for p in plan.probes][:3] == [8, 4, 2] and plan.bracket() == (2, 3)
