@@ -7,7 +7,7 @@ requests (or the server died, or the deadline passed) and waits for every worker
 Output: JSON lines on a file descriptor (the parent's pipe), one object per line:
   {"type": "plan", ...Plan}                      once the users are spawned and the clock starts
   {"type": "records", "records": [...]}          as records arrive, in batches
-  {"type": "progress", "sent": n, "in_flight": n}
+  {"type": "progress", "sent": n, "in_flight": n, "late": n}   late: in flight, no first token, past the TTFT bound
   {"type": "worker_done", "worker_id": ..., "cpu_percent": ..., ...}
   {"type": "stop", "reason": ...}
   {"type": "done", "end_reason": ..., "server_died": bool}
@@ -58,7 +58,7 @@ class Coordinator:
         self.ready: set[str] = set()
         self.drained: set[str] = set()
         self.done: dict[str, dict] = {}
-        self.counters: dict[str, tuple[int, int]] = {}
+        self.counters: dict[str, tuple[int, int, int]] = {}
         self.stop_reason: str | None = None
         self.server_died = False
         self.all_ready, self.all_done = Event(), Event()
@@ -75,7 +75,7 @@ class Coordinator:
 
     def _on_records(self, environment, msg, **_kw) -> None:
         d = msg.data
-        self.counters[d["worker_id"]] = (d["sent"], d["in_flight"])
+        self.counters[d["worker_id"]] = (d["sent"], d["in_flight"], d.get("late", 0))
         if d["records"]:
             self.out.write({"type": "records", "records": d["records"]})
 
@@ -133,7 +133,8 @@ class Coordinator:
             gevent.sleep(PROGRESS_INTERVAL_S)
             sent = sum(c[0] for c in self.counters.values())
             in_flight = sum(c[1] for c in self.counters.values())
-            self.out.write({"type": "progress", "sent": sent, "in_flight": in_flight})
+            late = sum(c[2] for c in self.counters.values())
+            self.out.write({"type": "progress", "sent": sent, "in_flight": in_flight, "late": late})
 
 
 def user_count_for(level: LevelSpec, n_workers: int) -> int:

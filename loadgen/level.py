@@ -162,6 +162,7 @@ class _LevelLoop:
         self.sent_reported: int | None = None
         self.in_flight = 0
         self.unreadable_lines = 0
+        self.stopped_at: float | None = None     # when the level was stopped before its end
         self.end: dict | None = None
         self.error: str | None = None
         self.lines: queue.Queue = queue.Queue()
@@ -222,6 +223,7 @@ class _LevelLoop:
     def _interrupt(self, reason: str = "interrupted") -> None:
         """Ctrl-C (or fail fast): ask the master to stop in order, and take the cancelled records it
         sends back."""
+        self.stopped_at = time.time()
         self.procs[0].send_signal(signal.SIGTERM)
         until = time.time() + 5.0
         while self.end is None and time.time() < until:
@@ -261,7 +263,7 @@ class _LevelLoop:
         elif kind == "progress":
             self.sent_reported, self.in_flight = msg["sent"], msg["in_flight"]
             if self.saturation is not None:
-                self.saturation.add_in_flight(time.time(), msg["in_flight"])
+                self.saturation.add_in_flight(time.time(), msg["in_flight"], msg.get("late", 0))
         elif kind == "worker_done":
             self.worker_done[msg["worker_id"]] = msg
         elif kind == "done":
@@ -294,8 +296,11 @@ class _LevelLoop:
         if self.plan:
             r.window_start, r.window_end = self.plan["window_start"], self.plan["window_end"]
             if self.spec.open_loop:
-                r.arrivals_note = arrivals_note(self.offered, r.in_window, r.window_end - r.window_start,
-                                                r.send_lag_p99_s)
+                # A level stopped early offered its arrivals over the part of the window it ran.
+                ran_until = min(r.window_end, self.stopped_at or r.window_end)
+                if ran_until > r.window_start:
+                    r.arrivals_note = arrivals_note(self.offered, r.in_window, ran_until - r.window_start,
+                                                    r.send_lag_p99_s)
         if self.failed_fast is not None:
             r.end_reason, r.failure = "failed_fast", self.failed_fast
         elif self.over_capacity is not None:

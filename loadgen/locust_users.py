@@ -52,7 +52,7 @@ def stream_request(user: FastHttpUser, s: LevelSession, spec: RequestSpec, body:
                         client_prompt_tokens=spec.client_prompt_tokens if spec.client_prompt_tokens is not None
                         else len(spec.prompt) if isinstance(spec.prompt, list) else (spec.target_input_len or None))
     resp, stream = None, StreamResult()
-    sent = _SentMark(s, rec)
+    sent = _SentMark(s, rec, stream)
     me = gevent.getcurrent()
     me.llmbench_on_send = sent         # from here on, the finally below always reports it finished
     deadline = RequestDeadline(f"no complete answer in {level.request_timeout_s:g} s")
@@ -85,17 +85,17 @@ class _SentMark:
     written): fixes t_sent and the window flag from that moment and counts the request as sent,
     so that in_window, the drain count and TTFT all follow the same send time."""
 
-    __slots__ = ("s", "rec", "done")
+    __slots__ = ("s", "rec", "stream", "done")
 
-    def __init__(self, s: LevelSession, rec: RequestRecord):
-        self.s, self.rec, self.done = s, rec, False
+    def __init__(self, s: LevelSession, rec: RequestRecord, stream: StreamResult):
+        self.s, self.rec, self.stream, self.done = s, rec, stream, False
 
     def __call__(self, t: float) -> None:
         if not self.done:
             self.done = True
             self.rec.t_sent = t
             self.rec.in_window = self.s.in_window(t)
-            self.s.request_sent(self.rec.in_window)
+            self.s.request_sent(self.rec, self.stream)
 
 
 def _install_send_clock() -> None:

@@ -19,6 +19,14 @@ requests in flight (the progress messages, every 0.5 s) at least doubled with a 
 rise over QUEUE_MIN_SPAN_S, FAST_SAMPLES records spanning FAST_SPAN_S suffice for the TTFT test.
 A healthy level whose in-flight count ramps up for a while (long outputs) does not trip it:
 its TTFT does not rise past the bound.
+
+A third witness needs no finished request at all (a queue so deep that nothing finishes within
+the level, or a request timeout, would otherwise keep the level running to its end): the workers
+count the requests in flight that have waited LATE_FACTOR times the bound with no first token
+yet. When the in-flight count grows as above and at least LATE_SAMPLES requests are that late,
+their TTFT is already past the bound and still rising: the level is over capacity. (LATE_FACTOR
+keeps a level whose TTFT sits steadily a little above the bound out of it: it misses the SLO,
+measured to its end, but does not run away.)
 """
 
 from __future__ import annotations
@@ -37,6 +45,8 @@ CHECK_EVERY = 4              # re-evaluate after this many new samples (the fit 
 FAST_SAMPLES = 9             # with the in-flight count growing too
 FAST_SPAN_S = 0.5
 QUEUE_MIN_SPAN_S = 2.0
+LATE_FACTOR = 2.0            # no first token after this many times the bound: late
+LATE_SAMPLES = 3
 
 
 @dataclass
@@ -49,6 +59,7 @@ class SaturationRule:
     sent: list[float] = field(default_factory=list)
     ttft: list[float] = field(default_factory=list)
     in_flight: list[tuple[float, int]] = field(default_factory=list)
+    late: int = 0                    # the latest count of late requests in flight (see above)
     _since_check: int = 0
     _verdict: str | None = None
 
@@ -58,8 +69,11 @@ class SaturationRule:
             self.ttft.append(rec.ttft_s)
             self._since_check += 1
 
-    def add_in_flight(self, t: float, n: int) -> None:
+    def add_in_flight(self, t: float, n: int, late: int = 0) -> None:
         self.in_flight.append((t, n))
+        self.late = late
+        if self._verdict is None and late >= LATE_SAMPLES:
+            self._verdict = late_verdict(self)
 
     def reason(self) -> str | None:
         """Why the level is over capacity, or None (yet)."""
@@ -68,6 +82,15 @@ class SaturationRule:
         self._since_check = 0
         self._verdict = verdict(np.asarray(self.sent), np.asarray(self.ttft), self)
         return self._verdict
+
+
+def late_verdict(rule: SaturationRule) -> str | None:
+    queue = _queue_growth(rule.in_flight)
+    if queue is None or rule.late < LATE_SAMPLES:
+        return None
+    return (f"{rule.late} requests in flight had waited over {LATE_FACTOR * rule.ttft_bound_s * 1000:g} ms "
+            f"({LATE_FACTOR:g}x the {rule.ttft_bound_s * 1000:g} ms bound) with no first token; "
+            f"requests in flight {queue}")
 
 
 def verdict(sent: np.ndarray, ttft: np.ndarray, rule: SaturationRule) -> str | None:

@@ -26,6 +26,7 @@ from gevent.event import Event
 from gevent.pool import Group
 
 from loadgen.openai_body import request_body, request_headers
+from loadgen.saturation import LATE_FACTOR
 from loadgen.specs import LevelSpec, TargetSpec
 from loadgen.token_count import COMPLETION_TEXT_KEY
 from loadgen.workloads import RequestSpec, make_workload
@@ -87,6 +88,7 @@ class LevelSession:
         self.cpu_percent: float | None = None
         self._k = 0
         self._outbox: list[dict] = []
+        self._open: dict[int, tuple] = {}     # sent and not finished, by id(record): (t_sent, StreamResult)
         self._refused, self._refused_since = 0, 0.0
         self._dead_reported = False
 
@@ -105,12 +107,25 @@ class LevelSession:
     def in_window(self, t_sent: float) -> bool:
         return self.plan.window_start <= t_sent < self.plan.window_end
 
-    def request_sent(self, in_window: bool) -> None:
+    def request_sent(self, record: RequestRecord, stream) -> None:
+        """`stream` (a loadgen.sse.StreamResult) is filled as the response arrives: its
+        t_first_token is set at the first token, before the record is."""
         self.sent += 1
-        if in_window:
+        if record.in_window:
             self.in_window_inflight += 1
+        self._open[id(record)] = (record.t_sent, stream)
+
+    def late_first_tokens(self, now: float) -> int:
+        """Requests in flight that have waited LATE_FACTOR x the level's TTFT bound with no first
+        token yet: their TTFT is already past it, before any of them finishes (no bound: 0)."""
+        if self.level.saturation_ttft_s is None:
+            return 0
+        wait = LATE_FACTOR * self.level.saturation_ttft_s
+        return sum(1 for t_sent, stream in list(self._open.values())
+                   if stream.t_first_token is None and now - t_sent > wait)
 
     def request_finished(self, record: RequestRecord, completion_text: str = "") -> None:
+        self._open.pop(id(record), None)
         if record.in_window:
             self.in_window_inflight -= 1
             if self._window_over and self.in_window_inflight == 0:
@@ -194,7 +209,8 @@ class LevelSession:
         while True:
             batch, self._outbox = self._outbox[:MAX_RECORDS_PER_MESSAGE], self._outbox[MAX_RECORDS_PER_MESSAGE:]
             self.runner.send_message(MSG_RECORDS, {"worker_id": self.worker_id, "records": batch,
-                                                   "sent": self.sent, "in_flight": len(self.inflight)})
+                                                   "sent": self.sent, "in_flight": len(self.inflight),
+                                                   "late": self.late_first_tokens(time.time())})
             if not self._outbox:
                 return
 

@@ -55,3 +55,37 @@ def test_runaway_level_is_stopped_early_and_marked_over_capacity(slot_server, tm
     assert any(n.startswith("over capacity: stopped early") for n in lv["notes"]), lv["notes"]
     assert run.read_info().level_meta[lv["level_id"]]["over_capacity"]
     print(f"runaway level stopped after {took:.1f} s (of 31 s): {lv['notes']}")
+
+
+def test_requests_waiting_for_a_first_token_witness_a_runaway_before_any_finishes():
+    def rule_with(in_flight, late):
+        rule = SaturationRule(ttft_bound_s=0.5)
+        for k, n in enumerate(in_flight):
+            rule.add_in_flight(1000.0 + 0.5 * k, n, late)
+        return rule.reason()
+
+    growing = [1, 2, 4, 6, 8, 10, 12, 14, 16]
+    assert "no first token" in (rule_with(growing, late=3) or "")
+    assert rule_with(growing, late=2) is None                           # too few late requests
+    assert rule_with([8] * 9, late=5) is None                           # late, but the queue is not growing
+
+
+def test_a_level_whose_requests_get_no_first_token_is_stopped_before_any_finishes(slot_server, tmp_path):
+    # One slot held 6.3 s a request (50 ms to the first token, 32 tokens 200 ms apart): at 5 req/s
+    # the first request finishes only 6 s into the level, and the queue behind it never gets a token.
+    server = slot_server(slots=1, prefill_ms=50, itl_ms=200)
+    out = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "llmbench.cli", "sweep", "--target", server.url, "--request-rate",
+                           "5", "--input-len", "16", "--output-len", "32", "--warmup", "1s", "--duration", "30s",
+                           "--slo-ttft", "0.5", "--probes", "none", "--request-timeout", "60s", "--out", str(out)],
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "200"})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    run = RunDir(out)
+    (lv,) = run.read_summary()["levels"]
+    meta = run.read_info().level_meta[lv["level_id"]]
+    assert lv["slo_met"] is False and "no first token" in meta["over_capacity"], meta
+    assert meta["window_s"] < 6, meta                  # stopped before the first request could finish
+    # The arrivals are over the part of the window that ran, not the 30 s planned.
+    arrivals = next(n for n in meta["notes"] if n.startswith("arrivals:"))
+    offered = float(arrivals.split("offered ")[1].split()[0])
+    assert 2 <= offered <= 10, arrivals             # 5 req/s (Poisson over ~2 s); over 30 s it read 0.37
