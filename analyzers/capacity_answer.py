@@ -1,22 +1,25 @@
 """The capacity answer: the highest load within the SLO, with an interval, from re-measured levels.
 
 Each load the search measured (one or more levels: c24-in128-out64, c24-in128-out64-r2, ...) is
-judged on its requests pooled over its levels (in-window, successful): TTFT P99, TPOT P95 (and E2E
-P99 when that SLO is set) with their 95% bootstrap intervals (analyzers.distribution).
+judged on its requests pooled over its levels (in-window, successful), bound by bound (TTFT P99,
+TPOT P95, and E2E P99 when that SLO is set), on how many requests were over the bound
+(analyzers.exceedance: an exact binomial test at 95%; bootstrap intervals of a P99 are shown, but
+cannot carry a verdict at small samples):
 
-- `in`: every bound is met by the whole interval (its upper end is within the bound) and every
-  level of the load met the SLO on its own;
-- `out`: some bound is broken by the whole interval (its lower end is past it), or a level of the
-  load was not a valid measurement within the SLO for a reason no percentile shows: stopped over
-  capacity, more than 5% errors, or every level of the load INVALID because the client fell behind
-  (a level whose client fell behind is left out of the pool when the load has valid ones);
-- `unclear`: otherwise (the interval straddles a bound, or repeats disagree).
+- `in`: every bound is established (e.g. none of 299 or more requests over the TTFT bound) and
+  every level of the load met the SLO on its own;
+- `out`: some bound is clearly broken, or a level of the load was not a valid measurement within
+  the SLO for a reason no percentile shows: stopped over capacity, more than 5% errors, or every
+  level of the load INVALID because the client fell behind (a level whose client fell behind is
+  left out of the pool when the load has valid ones);
+- `unclear`: otherwise (too close to a bound, repeats disagree, or `too_few` requests to establish
+  it: none over, but fewer than the test needs).
 
 The answer is the highest load whose pooled point estimates meet the SLO below the lowest `out`
-load; its interval runs from the highest `in` load at or below it to the highest load below the
-lowest `out` that is not `out` itself. `bounded_by` says what stopped the search going higher:
-the SLO, the client (a level marked INVALID because the client fell behind), errors, or the
-search's limit.
+load; its interval runs from the highest `in` load at or below it (none: the low end is not
+established) to the highest load below the lowest `out` that is not `out` itself. `bounded_by`
+says what stopped the search going higher: the SLO, the client (a level marked INVALID because
+the client fell behind), errors, or the search's limit.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from dataclasses import asdict, dataclass, field, fields
 import numpy as np
 
 from analyzers.distribution import Distribution
+from analyzers.exceedance import check_bound, min_n_for_in
 from analyzers.latency import LevelStats
 from analyzers.slo import MAX_VALID_ERROR_RATE, Slos
 from rundir.table import RequestTable
@@ -49,6 +53,8 @@ class LoadVerdict:
     goodput_req_s: float                          # mean over the load's levels
     output_tok_s: float
     reasons: list[str] = field(default_factory=list)   # why `out` when no percentile says so
+    over_bound: list[str] = field(default_factory=list)  # what the verdict rests on: "TTFT P99 > 1500 ms: 0 of 44"
+    too_few: bool = False                         # unclear only for want of requests (none over a bound)
 
 
 _VERDICT_FIELDS = {f.name for f in fields(LoadVerdict)}
@@ -76,7 +82,9 @@ class CapacityAnswer:
         out = f"{what} within SLO: {self.capacity:g}{unit}"
         if self.trace_rate:
             out += f", the trace at {self.capacity / self.trace_rate:.3g}x its own speed"
-        if self.low is not None and self.high is not None and (self.low, self.high) != (self.capacity,) * 2:
+        if self.low is None:
+            out += f" ({self._not_established()})"
+        elif self.high is not None and (self.low, self.high) != (self.capacity,) * 2:
             out += f", between {self.low:g} and {self.high:g} at {self.confidence:.0%}"
         elif self.low == self.high == self.capacity:
             out += f" (clear at {self.confidence:.0%})"
@@ -85,6 +93,17 @@ class CapacityAnswer:
         if self.bounded_by not in ("slo", "none"):
             out += f"; bounded by {self.bounded_by}, not by the SLO"
         return out
+
+    def _not_established(self) -> str:
+        """Why no load is established within the SLO, and what would establish one."""
+        few = [v for v in self.loads if v.too_few]
+        if not few:
+            return f"a point estimate: no load was clearly within the SLO at {self.confidence:.0%}"
+        counts = sorted({v.n for v in few})
+        span = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
+        return (f"a point estimate, not established at {self.confidence:.0%}: a P99 within its bound needs "
+                f"{min_n_for_in(0.99)} requests with none over it, the loads had {span}; lengthen --duration "
+                "or raise --repeats")
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -128,21 +147,32 @@ def judge_loads(table: RequestTable, loads: dict[float, list[str]], stats: dict[
         ttft = Distribution.of(df["ttft_s"].to_numpy()[rows], rng)
         tpot = Distribution.of(df["tpot_s"].to_numpy()[rows], rng)
         e2e = Distribution.of(df["e2e_s"].to_numpy()[rows], rng)
-        checks = [(ttft, "p99", slos.ttft_p99_s), (tpot, "p95", slos.tpot_p95_s)]
+        wanted = [("TTFT P99", "ttft_s", 0.99, slos.ttft_p99_s), ("TPOT P95", "tpot_s", 0.95, slos.tpot_p95_s)]
         if slos.e2e_p99_s is not None:
-            checks.append((e2e, "p99", slos.e2e_p99_s))
-        checks = [(d, q, b) for d, q, b in checks if d.n]
-        point = ttft.n > 0 and all(d.p[q] <= b for d, q, b in checks)
-        clearly_in = ttft.n > 0 and all((d.ci.get(q) or [np.inf, np.inf])[1] <= b for d, q, b in checks)
-        clearly_out = ttft.n == 0 or any((d.ci.get(q) or [-np.inf, -np.inf])[0] > b for d, q, b in checks)
+            wanted.append(("E2E P99", "e2e_s", 0.99, slos.e2e_p99_s))
+        checks = []
+        for name, column, q, bound in wanted:
+            values = df[column].to_numpy()[rows]
+            values = values[~np.isnan(values)]
+            if values.size or column == "ttft_s":
+                checks.append(check_bound(name, values, q, bound))
+        estimates = [(ttft, "p99", slos.ttft_p99_s), (tpot, "p95", slos.tpot_p95_s)]
+        if slos.e2e_p99_s is not None:
+            estimates.append((e2e, "p99", slos.e2e_p99_s))
+        point = ttft.n > 0 and all(d.p[q] <= b for d, q, b in estimates if d.n)
         reasons = _invalid_reasons([stats[lid] for lid in ids])
         levels_met = all(stats[lid].slo_met for lid in ids)
+        clearly_out = ttft.n == 0 or any(c.verdict == "out" for c in checks)
+        clearly_in = all(c.verdict == "in" for c in checks)
         verdict = ("out" if clearly_out or reasons else "in" if clearly_in and levels_met else "unclear")
         good = [stats[lid].goodput_req_s for lid in ids]
         tok = [stats[lid].output_tok_s for lid in ids]
         out.append(LoadVerdict(load, ids, verdict, point and not reasons, ttft.n, ttft.p["p99"], ttft.ci.get("p99"),
                                tpot.p["p95"], tpot.ci.get("p95"), float(np.mean(good)) if good else 0.0,
-                               float(np.mean(tok)) if tok else 0.0, reasons))
+                               float(np.mean(tok)) if tok else 0.0, reasons,
+                               over_bound=[c.text() for c in checks],
+                               too_few=verdict == "unclear" and not reasons and levels_met
+                               and all(c.verdict == "in" or c.too_few for c in checks)))
     return out
 
 
@@ -173,12 +203,11 @@ def capacity_answer(axis: str, verdicts: list[LoadVerdict], limit_reached: bool)
     bounded = _bounded_by(verdicts, lowest_out, limit_reached)
     if best is None:
         return CapacityAnswer(axis, None, None, None, lowest_out, bounded, None, None, verdicts)
-    # The interval's low end: the highest load at or below the answer that is clearly in (none: the
-    # lowest load measured, the answer may be anywhere above it).
-    low = max((v.load for v in below if v.verdict == "in" and v.load <= best.load),
-              default=min(v.load for v in below))
+    # The interval's low end: the highest load at or below the answer that is clearly in (none: not
+    # established, so none is claimed; the lowest load measured would be a claim nothing supports).
+    low = max((v.load for v in below if v.verdict == "in" and v.load <= best.load), default=None)
     high = max(v.load for v in below)
-    return CapacityAnswer(axis, best.load, min(low, best.load), max(high, best.load), lowest_out, bounded,
+    return CapacityAnswer(axis, best.load, low, max(high, best.load), lowest_out, bounded,
                           best.goodput_req_s, best.output_tok_s, verdicts)
 
 

@@ -149,7 +149,9 @@ def recorded_search(info: RunInfo, path) -> SearchSpec:
 
 
 def _unclear(run: RunDir, info: RunInfo, plan: CapacityPlan) -> set[float]:
-    return {v.load for v in answer_of(run, info, plan).loads if v.verdict == "unclear"}
+    """The loads whose neighbours are worth measuring: unclear on their values, not for want of
+    requests (a neighbour has as few; the answer says to lengthen the levels instead)."""
+    return {v.load for v in answer_of(run, info, plan).loads if v.verdict == "unclear" and not v.too_few}
 
 
 def _print_answer(console: Console, answer: CapacityAnswer, run: RunDir) -> None:

@@ -68,7 +68,8 @@ def _within_slo(s: RunSummary) -> list[AnswerItem]:
 
 
 def _capacity_item(a: CapacityAnswer) -> AnswerItem:
-    tone = "bad" if a.capacity is None else "good" if a.bounded_by == "slo" else "warn"
+    # A capacity no load establishes (too few requests) is a point estimate: a warning, not a result.
+    tone = "bad" if a.capacity is None else "good" if a.bounded_by == "slo" and a.low is not None else "warn"
     verdicts = {v: [f"{x.load:g}" for x in a.loads if x.verdict == v] for v in ("in", "unclear", "out")}
     evidence = [f"{v}: {', '.join(loads)}" for v, loads in verdicts.items() if loads]
     evidence.append("each load's levels pooled (the capacity search table)")

@@ -1,12 +1,13 @@
 """The loads a `llmbench capacity` search measured, as the report shows them: each load's levels
-pooled, its verdict against the SLO and why, with the bootstrap intervals the verdict rests on."""
+pooled, its verdict against the SLO and what it rests on (the requests over each bound), with the
+percentiles and their bootstrap intervals beside it."""
 
 from __future__ import annotations
 
 from analyzers.capacity_answer import CapacityAnswer
 
-CAPACITY_HEADER = ["load", "levels", "verdict", "requests", "TTFT P99 ms [95% CI]", "TPOT P95 ms [95% CI]",
-                   "goodput req/s", "output tok/s"]
+CAPACITY_HEADER = ["load", "levels", "verdict", "requests", "over the bounds", "TTFT P99 ms [95% CI]",
+                   "TPOT P95 ms [95% CI]", "goodput req/s", "output tok/s"]
 
 
 def _ms(value: float | None, ci: list[float] | None) -> str:
@@ -18,12 +19,15 @@ def _ms(value: float | None, ci: list[float] | None) -> str:
 def capacity_rows(answer: CapacityAnswer) -> list[list[str]]:
     unit = " req/s" if answer.axis == "rate" else ""
     return [[f"{v.load:g}{unit}", ", ".join(v.level_ids),
-             v.verdict + (" (" + "; ".join(v.reasons) + ")" if v.reasons else ""), str(v.n),
+             v.verdict + (" (" + "; ".join(v.reasons) + ")" if v.reasons else " (too few requests)" if v.too_few
+                          else ""), str(v.n), "; ".join(v.over_bound) or "—",
              _ms(v.ttft_p99_s, v.ttft_p99_ci), _ms(v.tpot_p95_s, v.tpot_p95_ci), f"{v.goodput_req_s:.2f}",
              f"{v.output_tok_s:.1f}"] for v in answer.loads]
 
 
-CAPACITY_NOTE = ("in: the whole 95% interval of every bound is within the SLO and every level of the load met it; "
-                 "out: a whole interval is past a bound, or a level was stopped over capacity, had more than 5% "
-                 "errors, or the client fell behind; unclear: otherwise. The answer is the highest load whose "
-                 "pooled point estimates meet the SLO below the lowest `out` load.")
+CAPACITY_NOTE = ("in: every bound is established by the requests over it (an exact binomial test at 95%: a P99 "
+                 "needs at least 299 requests with none over the bound, a P95 59) and every level of the load met "
+                 "it; out: a bound is clearly broken, or a level was stopped over capacity, had more than 5% errors, "
+                 "or the client fell behind; unclear: otherwise (too few requests: none over, but not enough to "
+                 "establish it). The answer is the highest load whose pooled point estimates meet the SLO below the "
+                 "lowest `out` load.")

@@ -1,5 +1,5 @@
-"""The answer from pooled levels: in / out / unclear by the bootstrap intervals, the capacity, its
-interval, and what bounded it."""
+"""The answer from pooled levels: in / out / unclear by the requests over each bound (an exact
+binomial test), the capacity, its interval, and what bounded it."""
 
 from __future__ import annotations
 
@@ -40,16 +40,16 @@ def _answer(levels: dict[float, dict[str, np.ndarray]], notes: dict[str, list[st
 
 def test_clear_boundary():
     rng = np.random.default_rng(0)
-    a = _answer({c: {f"c{c}": rng.uniform(0.1, 0.3, 200) + (2.0 if c > 4 else 0)} for c in (1, 2, 4, 5, 8)})
+    a = _answer({c: {f"c{c}": rng.uniform(0.1, 0.3, 400) + (2.0 if c > 4 else 0)} for c in (1, 2, 4, 5, 8)})
     assert (a.capacity, a.low, a.high, a.lowest_out, a.bounded_by) == (4, 4, 4, 5, "slo")
     assert "max concurrency within SLO: 4" in a.headline()
 
 
 def test_unclear_load_widens_the_interval():
     rng = np.random.default_rng(1)
-    close = np.r_[rng.uniform(0.1, 0.3, 195), [0.99, 1.0, 1.01, 1.02, 0.98]]    # P99 right at the bound
-    a = _answer({2: {"c2": rng.uniform(0.1, 0.3, 200)}, 3: {"c3": close, "c3-r2": close},
-                 4: {"c4": rng.uniform(2, 3, 200)}})
+    close = np.r_[rng.uniform(0.1, 0.3, 395), [0.99, 1.0, 1.01, 1.02, 1.03]]    # P99 right at the bound
+    a = _answer({2: {"c2": rng.uniform(0.1, 0.3, 400)}, 3: {"c3": close, "c3-r2": close},
+                 4: {"c4": rng.uniform(2, 3, 400)}})
     verdict = {v.load: v.verdict for v in a.loads}
     assert verdict == {2: "in", 3: "unclear", 4: "out"}
     assert a.low == 2 and a.high == 3
@@ -57,7 +57,7 @@ def test_unclear_load_widens_the_interval():
 
 def test_bounded_by_the_client():
     rng = np.random.default_rng(2)
-    ok = rng.uniform(0.1, 0.3, 200)
+    ok = rng.uniform(0.1, 0.3, 400)
     a = _answer({1: {"c1": ok}, 2: {"c2": ok}, 4: {"c4": ok}},
                 notes={"c4": ["INVALID: the client fell behind (send lag); add --workers"]})
     assert a.capacity == 2 and a.bounded_by == "client" and "bounded by client" in a.headline()
@@ -70,7 +70,7 @@ def test_the_recorded_answer_round_trips_and_leads_the_report():
     from reports.capacity_table import capacity_rows
 
     rng = np.random.default_rng(0)
-    a = _answer({c: {f"c{c}": rng.uniform(0.1, 0.3, 200) + (2.0 if c > 4 else 0)} for c in (1, 2, 4, 5, 8)})
+    a = _answer({c: {f"c{c}": rng.uniform(0.1, 0.3, 400) + (2.0 if c > 4 else 0)} for c in (1, 2, 4, 5, 8)})
     back = answer_in({CAPACITY_KEY: {"search": {}, "answer": a.to_dict()}})
     assert back == a and back.headline() == a.headline()
     item = _capacity_item(back)
@@ -86,3 +86,18 @@ def test_the_answer_of_a_trace_search_is_also_a_speed():
     answer = CapacityAnswer("rate", 7.34, 7.34, 7.34, 8.0, "slo", 7.3, 117.0, [], trace_rate=4.0)
     assert "7.34 req/s, the trace at 1.83x its own speed (clear at 95%)" in answer.headline()
     assert CapacityAnswer.from_dict(answer.to_dict()).headline() == answer.headline()
+
+
+def test_too_few_requests_establish_no_load_and_the_answer_says_so():
+    """44 requests all well within the bound cannot establish a P99 within it (a bootstrap
+    interval of their P99 would claim so); the answer is a point estimate and says why."""
+    rng = np.random.default_rng(3)
+    a = _answer({1: {"c1": rng.uniform(0.1, 0.3, 22), "c1-r2": rng.uniform(0.1, 0.3, 22)},
+                 2: {"c2": rng.uniform(0.1, 0.3, 44)}, 3: {"c3": rng.uniform(2, 3, 44)}})
+    assert {v.load: v.verdict for v in a.loads} == {1: "unclear", 2: "unclear", 3: "out"}
+    assert all(v.too_few for v in a.loads if v.load < 3)
+    assert a.capacity == 2 and a.low is None and a.high == 2
+    assert "TTFT P99 > 1000 ms: 0 of 44" in a.loads[0].over_bound
+    assert ("max concurrency within SLO: 2 (a point estimate, not established at 95%: a P99 within its bound "
+            "needs 299 requests with none over it, the loads had 44") in a.headline()
+    assert CapacityAnswer.from_dict(a.to_dict()) == a

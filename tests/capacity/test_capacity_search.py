@@ -35,7 +35,10 @@ def test_capacity_by_concurrency_is_the_slot_count(slot_server, tmp_path):
     answer = result["answer"]
     print(f"by concurrency (known {SLOTS}): {answer['headline']}; {len(result['probes'])} levels")
     assert answer["capacity"] == SLOTS, answer["headline"]
-    assert answer["low"] <= SLOTS <= answer["high"] and answer["bounded_by"] == "slo"
+    assert SLOTS <= answer["high"] and answer["bounded_by"] == "slo"
+    # ~44 requests a load (3 s windows, 2 repeats) cannot establish a P99 within its bound (it needs
+    # 299 with none over): the answer is a point estimate and says so, instead of "clear at 95%".
+    assert answer["low"] is None and "not established at 95%" in answer["headline"], answer["headline"]
     assert answer["goodput_req_s"] > 0
     run = RunDir(tmp_path / "run")
     info = run.read_info()
@@ -64,7 +67,7 @@ def test_capacity_by_rate_is_slots_over_service_time(slot_server, tmp_path):
     # headroom the level misses once rate > 1.06 x known; the search resolves to 10%, and one more
     # step is allowed for a loaded 2-core machine's noise.
     assert known / 1.1 ** 2 <= answer["capacity"] <= known * 1.1, answer["headline"]
-    assert answer["low"] <= known * 1.1 and answer["high"] >= known / 1.1 ** 2
+    assert answer["high"] >= known / 1.1 ** 2 and answer["low"] is None        # too few requests (see above)
     probes = json.loads(proc.stdout)["probes"]
     assert any(not p["met"] for p in probes)                 # the bracket found an upper end
     # (a runaway level stopped early: tests/capacity/test_over_capacity.py)
