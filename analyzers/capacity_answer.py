@@ -53,7 +53,8 @@ class LoadVerdict:
     goodput_req_s: float                          # mean over the load's levels
     output_tok_s: float
     reasons: list[str] = field(default_factory=list)   # why `out` when no percentile says so
-    over_bound: list[str] = field(default_factory=list)  # what the verdict rests on: "TTFT P99 > 1500 ms: 0 of 44"
+    over_bound: dict[str, int] = field(default_factory=dict)  # what the verdict rests on: {"TTFT P99": 0, ...}
+                                                  # requests (of n) over each bound
     too_few: bool = False                         # unclear only for want of requests (none over a bound)
 
 
@@ -170,7 +171,7 @@ def judge_loads(table: RequestTable, loads: dict[float, list[str]], stats: dict[
         out.append(LoadVerdict(load, ids, verdict, point and not reasons, ttft.n, ttft.p["p99"], ttft.ci.get("p99"),
                                tpot.p["p95"], tpot.ci.get("p95"), float(np.mean(good)) if good else 0.0,
                                float(np.mean(tok)) if tok else 0.0, reasons,
-                               over_bound=[c.text() for c in checks],
+                               over_bound={c.name: c.over for c in checks},
                                too_few=verdict == "unclear" and not reasons and levels_met
                                and all(c.verdict == "in" or c.too_few for c in checks)))
     return out

@@ -43,9 +43,6 @@ class BoundCheck:
         """Unclear for want of requests: none over the bound, but fewer than min_n_for_in."""
         return self.verdict == "unclear" and self.over == 0
 
-    def text(self) -> str:
-        return f"{self.name} > {self.bound_s * 1000:g} ms: {self.over} of {self.n}"
-
 
 def min_n_for_in(quantile: float) -> int:
     """The fewest requests, none over the bound, that establish the percentile within it."""

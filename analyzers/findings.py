@@ -133,6 +133,8 @@ def _level_findings(s: RunSummary) -> list[Finding]:
         for note in lv.notes:
             if note.startswith(_FROM_FIELDS):
                 continue
+            if _arrivals(note, lv.level_id, add):
+                continue
             meta = next((m for m in _META_KINDS if note.startswith(m[0])), None)
             if meta:
                 add(meta[1], meta[2], meta[3], lv.level_id, _parenthesis(note))
@@ -162,6 +164,27 @@ def _slo(lv: LevelStats, add) -> None:
         name = " ".join(metric.split()[:2])                  # "TTFT P99"
         add(f"over_slo:{name}", "slo", f"Over the SLO on {name} (bound {rest})", lv.level_id,
             metric[len(name):].strip())
+
+
+_ARRIVALS = re.compile(r"arrivals: offered ([\d.]+) req/s .*achieved ([\d.]+) req/s[^,]*(?:, send lag P99 ([\d.]+) ms)?")
+ARRIVALS_SHORT = 0.9         # achieved under this share of offered: the client did not send the load
+
+
+def _arrivals(note: str, level_id: str, add) -> bool:
+    """An open-loop level's offered / achieved arrival rates: each level with its own numbers (the
+    generic grouping would print the first level's numbers for all)."""
+    m = _ARRIVALS.match(note)
+    if m is None:
+        return False
+    offered, achieved, lag = float(m.group(1)), float(m.group(2)), m.group(3)
+    own = f"{m.group(1)} → {m.group(2)}" + (f", lag {lag} ms" if lag else "")
+    if achieved < ARRIVALS_SHORT * offered:
+        add("arrivals_short", "warning", "The client sent fewer arrivals than the plan offered in the window "
+            "(offered → achieved req/s, send lag P99)", level_id, own)
+    else:
+        add("arrivals", "info", "Arrivals as offered (offered → achieved req/s in the window, send lag P99)",
+            level_id, own)
+    return True
 
 
 def _parenthesis(note: str) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from analyzers.capacity_answer import CapacityAnswer
 
-CAPACITY_HEADER = ["load", "levels", "verdict", "requests", "over the bounds", "TTFT P99 ms [95% CI]",
+CAPACITY_HEADER = ["load", "levels", "verdict", "requests", "over the bound", "TTFT P99 ms [95% CI]",
                    "TPOT P95 ms [95% CI]", "goodput req/s", "output tok/s"]
 
 
@@ -16,11 +16,16 @@ def _ms(value: float | None, ci: list[float] | None) -> str:
     return f"{value * 1000:.0f}" + (f" [{ci[0] * 1000:.0f}, {ci[1] * 1000:.0f}]" if ci else "")
 
 
+def _over(counts: dict[str, int]) -> str:
+    """{"TTFT P99": 0, "TPOT P95": 2} -> "TTFT 0, TPOT 2" (the requests column holds the n)."""
+    return ", ".join(f"{name.split()[0]} {k}" for name, k in counts.items()) or "—"
+
+
 def capacity_rows(answer: CapacityAnswer) -> list[list[str]]:
     unit = " req/s" if answer.axis == "rate" else ""
     return [[f"{v.load:g}{unit}", ", ".join(v.level_ids),
              v.verdict + (" (" + "; ".join(v.reasons) + ")" if v.reasons else " (too few requests)" if v.too_few
-                          else ""), str(v.n), "; ".join(v.over_bound) or "—",
+                          else ""), str(v.n), _over(v.over_bound),
              _ms(v.ttft_p99_s, v.ttft_p99_ci), _ms(v.tpot_p95_s, v.tpot_p95_ci), f"{v.goodput_req_s:.2f}",
              f"{v.output_tok_s:.1f}"] for v in answer.loads]
 

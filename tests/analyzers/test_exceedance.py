@@ -32,8 +32,8 @@ def test_the_log_space_sum_matches_the_exact_one():
         assert _binom_cdf(k, n, p) == pytest.approx(exact, rel=1e-9)
 
 
-def test_a_check_says_what_it_rests_on_and_refuses_nonsense():
+def test_too_few_is_unclear_with_none_over_and_nonsense_is_refused():
     c = check_bound("TTFT P99", np.linspace(0, 0.5, 44), 0.99, 1.5)
-    assert c.text() == "TTFT P99 > 1500 ms: 0 of 44" and c.too_few
+    assert (c.n, c.over, c.verdict) == (44, 0, "unclear") and c.too_few
     with pytest.raises(ValueError):
         BoundCheck("x", 0.99, 1.0, 3, 5, "in")

@@ -97,7 +97,7 @@ def test_too_few_requests_establish_no_load_and_the_answer_says_so():
     assert {v.load: v.verdict for v in a.loads} == {1: "unclear", 2: "unclear", 3: "out"}
     assert all(v.too_few for v in a.loads if v.load < 3)
     assert a.capacity == 2 and a.low is None and a.high == 2
-    assert "TTFT P99 > 1000 ms: 0 of 44" in a.loads[0].over_bound
+    assert a.loads[0].over_bound == {"TTFT P99": 0, "TPOT P95": 0} and a.loads[2].over_bound["TTFT P99"] == 44
     assert ("max concurrency within SLO: 2 (a point estimate, not established at 95%: a P99 within its bound "
             "needs 299 requests with none over it, the loads had 44") in a.headline()
     assert CapacityAnswer.from_dict(a.to_dict()) == a
