@@ -9,6 +9,7 @@ import sys
 import time
 
 import numpy as np
+import pytest
 
 from loadgen.saturation import SaturationRule
 from rundir import RequestRecord, RunDir
@@ -70,6 +71,7 @@ def test_requests_waiting_for_a_first_token_witness_a_runaway_before_any_finishe
     assert rule_with([8] * 9, late=5) is None                           # late, but the queue is not growing
 
 
+@pytest.mark.slow   # ~30 s; .ci/run runs it (--runslow)
 def test_a_level_whose_requests_get_no_first_token_is_stopped_before_any_finishes(slot_server, tmp_path):
     # One slot held 6.3 s a request (50 ms to the first token, 32 tokens 200 ms apart): at 5 req/s
     # the first request finishes only 6 s into the level, and the queue behind it never gets a token.
