@@ -123,9 +123,11 @@ class EngineLoop:
     def num_waiting_admitted(self) -> int:
         """Requests admitted and not running: never scheduled (inbox or queue) + preempted, waiting again.
         Read live, not from the last step's bookkeeping: a request the running step scheduled (its
-        prefill is under way) is running, as vLLM counts it, even before the step ends."""
-        never = sum(1 for request in list(self._unscheduled.values())
-                    if request is None or not _was_scheduled(request))
+        prefill is under way) is running, as vLLM counts it, even before the step ends; one whose
+        client has gone (its abort waits for the step to end) waits for nothing."""
+        streams = self._streams
+        never = sum(1 for rid, request in list(self._unscheduled.items())
+                    if rid in streams and (request is None or not _was_scheduled(request)))
         return never + self._preempted_waiting
 
     async def _outputs(self, request_id: str, stream: _Stream) -> AsyncIterator[RequestOutput]:
