@@ -23,10 +23,11 @@ its TTFT does not rise past the bound.
 A third witness needs no finished request at all (a queue so deep that nothing finishes within
 the level, or a request timeout, would otherwise keep the level running to its end): the workers
 count the requests in flight that have waited LATE_FACTOR times the bound with no first token
-yet. When the in-flight count grows as above and at least LATE_SAMPLES requests are that late,
-their TTFT is already past the bound and still rising: the level is over capacity. (LATE_FACTOR
-keeps a level whose TTFT sits steadily a little above the bound out of it: it misses the SLO,
-measured to its end, but does not run away.)
+yet, once some request of the level had its first token within the bound. When the in-flight
+count grows as above and at least LATE_SAMPLES requests are that late, TTFT has risen from within
+the bound to past twice it: the level is over capacity. (A level whose TTFT is long from its first
+request, a slow prefill, never counts late requests, and one whose TTFT sits a little above the
+bound is kept out by LATE_FACTOR: both miss the SLO, measured to their end, but do not run away.)
 """
 
 from __future__ import annotations

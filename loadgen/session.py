@@ -89,6 +89,7 @@ class LevelSession:
         self._k = 0
         self._outbox: list[dict] = []
         self._open: dict[int, tuple] = {}     # sent and not finished, by id(record): (t_sent, StreamResult)
+        self._fast_first_token = False        # some request had its first token within the TTFT bound
         self._refused, self._refused_since = 0, 0.0
         self._dead_reported = False
 
@@ -117,15 +118,26 @@ class LevelSession:
 
     def late_first_tokens(self, now: float) -> int:
         """Requests in flight that have waited LATE_FACTOR x the level's TTFT bound with no first
-        token yet: their TTFT is already past it, before any of them finishes (no bound: 0)."""
-        if self.level.saturation_ttft_s is None:
+        token yet: their TTFT is already past it, before any of them finishes. Counted only once
+        some request of the level had its first token within the bound, so that the count witnesses
+        a TTFT that rose (a queue growing), not one that is long from the start (a slow prefill,
+        measured to the end). No bound: 0."""
+        bound = self.level.saturation_ttft_s
+        if bound is None:
             return 0
-        wait = LATE_FACTOR * self.level.saturation_ttft_s
-        return sum(1 for t_sent, stream in list(self._open.values())
-                   if stream.t_first_token is None and now - t_sent > wait)
+        opened = list(self._open.values())
+        self._fast_first_token = self._fast_first_token or any(
+            stream.t_first_token is not None and stream.t_first_token - t_sent <= bound for t_sent, stream in opened)
+        if not self._fast_first_token:
+            return 0
+        return sum(1 for t_sent, stream in opened
+                   if stream.t_first_token is None and now - t_sent > LATE_FACTOR * bound)
 
     def request_finished(self, record: RequestRecord, completion_text: str = "") -> None:
         self._open.pop(id(record), None)
+        bound = self.level.saturation_ttft_s
+        if bound is not None and record.t_first_token is not None and record.t_first_token - record.t_sent <= bound:
+            self._fast_first_token = True
         if record.in_window:
             self.in_window_inflight -= 1
             if self._window_over and self.in_window_inflight == 0:

@@ -91,3 +91,23 @@ def test_a_level_whose_requests_get_no_first_token_is_stopped_before_any_finishe
     arrivals = next(n for n in meta["notes"] if n.startswith("arrivals:"))
     offered = float(arrivals.split("offered ")[1].split()[0])
     assert 2 <= offered <= 10, arrivals             # 5 req/s (Poisson over ~2 s); over 30 s it read 0.37
+
+
+def test_late_requests_count_only_once_some_first_token_came_within_the_bound():
+    """A slow prefill (every TTFT past twice the bound from the first request) misses the SLO but
+    does not run away: its requests never count as late, so the level is measured to its end."""
+    from loadgen.session import LevelSession
+    from loadgen.specs import LevelSpec
+    from loadgen.sse import StreamResult
+
+    s = LevelSession.__new__(LevelSession)          # only the bookkeeping late_first_tokens reads
+    s.level = LevelSpec(level_id="r", request_rate=5.0, saturation_ttft_s=0.5)
+    s._open, s._fast_first_token = {}, False
+    waiting = [StreamResult() for _ in range(4)]
+    for k, stream in enumerate(waiting):
+        s._open[k] = (100.0 + 0.1 * k, stream)
+    assert s.late_first_tokens(now=105.0) == 0       # no first token within the bound yet: not late
+    fast = StreamResult()
+    fast.t_first_token = 99.2
+    s._open[9] = (99.0, fast)                        # one came in 0.2 s: TTFT has risen since
+    assert s.late_first_tokens(now=105.0) == 4
