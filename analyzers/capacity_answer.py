@@ -145,22 +145,16 @@ def judge_loads(table: RequestTable, loads: dict[float, list[str]], stats: dict[
         ids = [lid for lid in every if not _client_behind(stats[lid])] or every
         rows = ok & np.isin(level_col, ids)
         rng = np.random.default_rng([seed, i])
-        ttft = Distribution.of(df["ttft_s"].to_numpy()[rows], rng)
-        tpot = Distribution.of(df["tpot_s"].to_numpy()[rows], rng)
-        e2e = Distribution.of(df["e2e_s"].to_numpy()[rows], rng)
-        wanted = [("TTFT P99", "ttft_s", 0.99, slos.ttft_p99_s), ("TPOT P95", "tpot_s", 0.95, slos.tpot_p95_s)]
-        if slos.e2e_p99_s is not None:
-            wanted.append(("E2E P99", "e2e_s", 0.99, slos.e2e_p99_s))
-        checks = []
-        for name, column, q, bound in wanted:
+        dists, checks, point = {}, [], True
+        for name, column, key, q, bound in _bounds(slos):
             values = df[column].to_numpy()[rows]
-            values = values[~np.isnan(values)]
-            if values.size or column == "ttft_s":
-                checks.append(check_bound(name, values, q, bound))
-        estimates = [(ttft, "p99", slos.ttft_p99_s), (tpot, "p95", slos.tpot_p95_s)]
-        if slos.e2e_p99_s is not None:
-            estimates.append((e2e, "p99", slos.e2e_p99_s))
-        point = ttft.n > 0 and all(d.p[q] <= b for d, q, b in estimates if d.n)
+            dists[column] = d = Distribution.of(values, rng)
+            finite = values[~np.isnan(values)]
+            if finite.size or column == "ttft_s":          # TTFT is always judged: none at all is `out`
+                checks.append(check_bound(name, finite, q, bound))
+            point = point and (d.n == 0 or d.p[key] <= bound)
+        ttft, tpot = dists["ttft_s"], dists["tpot_s"]
+        point = point and ttft.n > 0
         reasons = _invalid_reasons([stats[lid] for lid in ids])
         levels_met = all(stats[lid].slo_met for lid in ids)
         clearly_out = ttft.n == 0 or any(c.verdict == "out" for c in checks)
@@ -174,6 +168,14 @@ def judge_loads(table: RequestTable, loads: dict[float, list[str]], stats: dict[
                                over_bound={c.name: c.over for c in checks},
                                too_few=verdict == "unclear" and not reasons and levels_met
                                and all(c.verdict == "in" or c.too_few for c in checks)))
+    return out
+
+
+def _bounds(slos: Slos) -> list[tuple[str, str, str, float, float]]:
+    """(name, column, percentile key, quantile, bound) of each SLO bound that is set."""
+    out = [("TTFT P99", "ttft_s", "p99", 0.99, slos.ttft_p99_s), ("TPOT P95", "tpot_s", "p95", 0.95, slos.tpot_p95_s)]
+    if slos.e2e_p99_s is not None:
+        out.append(("E2E P99", "e2e_s", "p99", 0.99, slos.e2e_p99_s))
     return out
 
 

@@ -16,7 +16,7 @@ from analyzers.capacity_answer import CAPACITY_KEY, CapacityAnswer, capacity_ans
 from analyzers.latency import LevelStats
 from analyzers.slo import Slos
 from llmbench.capacity import CapacityPlan, Probe, SearchSpec
-from llmbench.sweep_setup import SweepArgs, execute_sweep, prepare_run
+from llmbench.sweep_setup import SweepArgs, execute_sweep, prepare_run, sweep_trace
 from reports.capacity_table import CAPACITY_HEADER, capacity_rows
 from reports.write import write_reports
 from rundir import RunDir, RunInfo
@@ -56,14 +56,9 @@ def _trace_rate(a: SweepArgs) -> float | None:
     """--workload trace: the trace's mean request rate at its own speed (None: not a trace)."""
     if a.workload != "trace":
         return None
-    from loadgen.trace import load_trace
-
-    if a.dataset is None:
-        raise typer.BadParameter("--workload trace needs --dataset FILE (a Mooncake .jsonl or Azure .csv trace)",
-                                 param_hint="--dataset")
     try:
-        return load_trace(a.dataset, a.trace_limit).mean_rate()
-    except ValueError as exc:             # WorkloadError: not a trace, or no such file
+        return sweep_trace(a).mean_rate()
+    except ValueError as exc:             # no --dataset, no such file, not a trace
         raise typer.BadParameter(str(exc), param_hint="--dataset") from None
 
 
@@ -98,8 +93,9 @@ def run_capacity(a: SweepArgs, c: CapacityArgs, console: Console) -> None:
         # The sweep's own validation and preflight see one level: the search's first.
         first = search.key(search.start)
         a.concurrency, a.request_rate = (f"{first:g}", None) if search.axis == "concurrency" else (None, f"{first:g}")
-        if search.trace_rate is not None:        # a trace level is named by its rate, sent at its speed
-            a.request_rate, a.trace_speed = None, first / search.trace_rate
+        speed = search.trace_speed(first)
+        if speed is not None:                    # a trace level is named by its rate, sent at its speed
+            a.request_rate, a.trace_speed = None, speed
         run, info, probe_names = prepare_run(a, console)
         info.sweep.extra["stop_over_capacity"] = c.stop_over_capacity
     plans: list[CapacityPlan] = []

@@ -102,6 +102,16 @@ def workload_options(kind: str, dataset: Path | None, spread: float, target: str
     return opts
 
 
+def sweep_trace(a: SweepArgs):
+    """--workload trace: the loadgen.trace.Trace that --dataset and --trace-limit name (ValueError
+    with the user's words when there is none)."""
+    from loadgen.trace import load_trace
+
+    if a.dataset is None:
+        raise ValueError("--workload trace needs --dataset FILE (a Mooncake .jsonl or Azure .csv trace)")
+    return load_trace(a.dataset, a.trace_limit)
+
+
 def _trace_or_sessions(spec, a: SweepArgs) -> None:
     """A trace is one open-loop level at the trace's own times (its mean rate names the level, its
     mean lengths the level's lengths); sessions take their turn count."""
@@ -110,16 +120,12 @@ def _trace_or_sessions(spec, a: SweepArgs) -> None:
         spec.workload["turns"] = a.turns
     if kind != "trace":
         return
-    from loadgen.trace import load_trace
-
-    if a.dataset is None:
-        raise ValueError("--workload trace needs --dataset FILE (a Mooncake .jsonl or Azure .csv trace)")
     if spec.concurrency or len(spec.request_rate) > 1:
         raise ValueError("--workload trace sends at the trace's times: give no --concurrency or --request-rate "
                          "(scale time with --trace-speed)")
     if not a.trace_speed > 0:
         raise ValueError("--trace-speed must be > 0")
-    trace = load_trace(a.dataset, a.trace_limit)
+    trace = sweep_trace(a)
     spec.workload.update(trace_speed=a.trace_speed, trace_limit=a.trace_limit, block_size=a.block_size)
     spec.concurrency, spec.request_rate = [], [float(f"{trace.mean_rate(a.trace_speed):.3g}")]
     spec.input_lens = [max(1, round(sum(r.input_len for r in trace.rows) / len(trace.rows)))]

@@ -97,7 +97,7 @@ def level_workload_factory(**options: Any) -> Callable[[Any], Workload]:
     (and a trace's speed, where the level sets one)."""
     def factory(level) -> Workload:
         own = {"input_len": level.input_len, "output_len": level.output_len, "seed": level.seed}
-        if getattr(level, "trace_speed", None) is not None:
+        if level.trace_speed is not None:
             own["trace_speed"] = level.trace_speed
         return make_workload(WorkloadOptions(**{**options, **own}))
     return factory

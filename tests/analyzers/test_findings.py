@@ -80,9 +80,12 @@ def test_a_finished_level_without_records_is_said_not_dropped(tmp_path):
 
 def test_arrivals_notes_keep_each_levels_own_numbers(tmp_path):
     """Grouped by their words alone, the first level's rates were printed for every level."""
-    note = "arrivals: offered {} req/s (planned in the window), achieved {} req/s (sent in it), send lag P99 4.1 ms"
-    s = _run(tmp_path, notes={"c1": note.format("4.00", "4.00"), "c2": note.format("8.00", "7.90"),
-                              "c4": note.format("16.00", "9.00")})
+    from loadgen.level import arrivals_note  # the notes as the load generator writes them
+
+    def note(offered, achieved):
+        return arrivals_note(offered, achieved, 10.0, 0.0041)
+
+    s = _run(tmp_path, notes={"c1": note(40, 40), "c2": note(80, 79), "c4": note(160, 90)})
     by = {f.kind: f for f in s.finding_groups}
     assert by["arrivals"].levels == ["c1", "c2"] and by["arrivals"].severity == "info"
     assert "c1 (4.00 → 4.00, lag 4.1 ms), c2 (8.00 → 7.90, lag 4.1 ms)" in by["arrivals"].text
