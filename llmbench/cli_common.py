@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import signal
+import threading
 
 import typer
 from rich.console import Console
@@ -21,3 +23,25 @@ def user_errors():
     except (RefEngineError, RunDirError) as exc:
         err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
         raise typer.Exit(code=2) from None
+
+
+@contextlib.contextmanager
+def terminate_as_interrupt():
+    """SIGTERM (`kill PID`, a CI job cancelled, a container stopped) stops a long command the way
+    Ctrl-C does: the levels stop in order, the run directory is marked interrupted and can be
+    resumed, and the processes the command started (the bundled engine, the load generator's) are
+    stopped instead of orphaned. A process started without a terminal often ignores SIGINT
+    (a shell without job control starts background jobs so), so SIGTERM is its only polite stop.
+    The previous handler is put back on the way out."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(_signum, _frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from llmbench.cli_common import err_console, user_errors
+from llmbench.cli_common import err_console, terminate_as_interrupt, user_errors
 
 console = Console()
 
@@ -77,7 +77,7 @@ def probe(
     console.print(f"recording {', '.join(n for n, s in info.probes.items() if s == 'ok') or 'nothing'} "
                   f"for {seconds:g} s into [bold]{run.path}[/]")
     try:
-        with console.status("recording ... (Ctrl-C stops early, keeping what was recorded)"):
+        with terminate_as_interrupt(), console.status("recording ... (Ctrl-C stops early, keeping what was recorded)"):
             time.sleep(seconds)
         info.status = "complete"
     except KeyboardInterrupt:

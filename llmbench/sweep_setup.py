@@ -15,6 +15,7 @@ import typer
 from rich.console import Console
 
 from analyzers.capacity_answer import CAPACITY_KEY
+from llmbench.cli_common import terminate_as_interrupt
 from llmbench.cli_parse import parse_duration, parse_list
 from rundir import RunDir, RunInfo, SloSpec, TargetInfo
 
@@ -212,7 +213,21 @@ def prepare_run(a: SweepArgs, console: Console) -> tuple[RunDir, RunInfo, list[s
 def execute_sweep(run: RunDir, info: RunInfo, a: SweepArgs, probe_names: list[str], console: Console,
                   plan_factory=None) -> None:
     """Start the target (embedded) or use it (external), record its facts, run the levels with probes.
-    plan_factory(run, info) -> a LevelPlan (llmbench.sweep) chooses the levels instead of the grid."""
+    plan_factory(run, info) -> a LevelPlan (llmbench.sweep) chooses the levels instead of the grid.
+    Ctrl-C and SIGTERM stop it in order (exit 130); the run directory is marked interrupted."""
+    try:
+        with terminate_as_interrupt():
+            _serve_and_sweep(run, info, a, probe_names, console, plan_factory)
+    except KeyboardInterrupt:
+        raise typer.Exit(code=130) from None
+    except RuntimeError as exc:            # TargetError, SweepStopped, a level that could not run
+        console.print(f"[red]error:[/] {exc}", highlight=False)
+        raise typer.Exit(code=getattr(exc, "exit_code", 1)) from None
+    console.print(f"run directory: [bold]{run.path}[/]")
+
+
+def _serve_and_sweep(run: RunDir, info: RunInfo, a: SweepArgs, probe_names: list[str], console: Console,
+                     plan_factory) -> None:
     from llmbench.embedded import EmbeddedServer
     from llmbench.sweep import run_sweep
     from llmbench.target_setup import prepare_target
@@ -236,15 +251,9 @@ def execute_sweep(run: RunDir, info: RunInfo, a: SweepArgs, probe_names: list[st
                                     log=lambda m: console.print(m, style="yellow", highlight=False, markup=False))
         run_sweep(info.sweep, run, tspec, console, target_alive=alive, slos=info.slos, master_bind=a.master_bind,
                   probes=probe_set, plan=plan_factory(run, info) if plan_factory else None)
-    except KeyboardInterrupt:
-        raise typer.Exit(code=130) from None
-    except RuntimeError as exc:            # TargetError, SweepStopped, a level that could not run
-        console.print(f"[red]error:[/] {exc}", highlight=False)
-        raise typer.Exit(code=getattr(exc, "exit_code", 1)) from None
     finally:
         if server is not None:
             server.stop()
-    console.print(f"run directory: [bold]{run.path}[/]")
 
 
 def answers(url: str, timeout_s: float = 2.0) -> bool:

@@ -62,20 +62,24 @@ def run_level(spec: LevelSpec, target: TargetSpec,
         raise ValueError("the chat endpoint needs text prompts: use the sharegpt workload or endpoint='completions'")
     config = {"level": spec.to_dict(), "target": target.to_dict(), "workload": workload.options.to_dict()}
     with tempfile.TemporaryDirectory(prefix="llmbench-loadgen-") as logdir:
-        procs = _start_processes(spec, config, logdir, master_bind)
-        tokenizer = config["workload"].get("tokenizer")
-        loop = _LevelLoop(spec, procs, on_records, on_progress,
-                          ClientTokenCounter(tokenizer).records if tokenizer else records_without_counting)
+        procs: list[subprocess.Popen] = []       # filled as they start: a Ctrl-C while starting stops those
+        loop = None
         try:
+            _start_processes(spec, config, logdir, master_bind, procs)
+            tokenizer = config["workload"].get("tokenizer")
+            loop = _LevelLoop(spec, procs, on_records, on_progress,
+                              ClientTokenCounter(tokenizer).records if tokenizer else records_without_counting)
             return loop.run()
         finally:
             # After a clean end the processes are already quitting: let them, rather than interrupt them.
-            _stop_all(procs, polite_s=3.0 if loop.end is not None else 0.0)
+            _stop_all(procs, polite_s=3.0 if loop is not None and loop.end is not None else 0.0)
 
 
 # ----- processes ----------------------------------------------------------------------------
 
-def _start_processes(spec: LevelSpec, config: dict, logdir: str, master_bind: str | None) -> list[subprocess.Popen]:
+def _start_processes(spec: LevelSpec, config: dict, logdir: str, master_bind: str | None,
+                     procs: list[subprocess.Popen]) -> None:
+    """Start the level's locust processes, appending each to `procs` as soon as it exists."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
     base = [sys.executable, "-m", "loadgen.locust_proc"]
@@ -89,18 +93,17 @@ def _start_processes(spec: LevelSpec, config: dict, logdir: str, master_bind: st
         cmds = [base + ["--master", "--bind-host", host, "--port", port, "--expect-workers", str(spec.workers)]]
         if master_bind is None:
             cmds += [base + ["--worker", "--master-host", "127.0.0.1", "--port", port, "--once"]] * spec.workers
-    procs = []
     for n, cmd in enumerate(cmds):
         log = open(os.path.join(logdir, f"proc{n}.log"), "w+b")
         if n == 0:
             p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, **common)
-            p.stdin.write(json.dumps(config).encode())
-            p.stdin.close()
         else:
             p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, **common)
         p.log = log
         procs.append(p)
-    return procs
+        if n == 0:
+            p.stdin.write(json.dumps(config).encode())
+            p.stdin.close()
 
 
 def _stop_all(procs: list[subprocess.Popen], timeout: float = 5.0, polite_s: float = 0.0) -> None:

@@ -1,11 +1,26 @@
 """Test-wide options: `slow` tests run only with --runslow, `gpu` tests only where CUDA exists."""
 
 import os
+import signal
 
 import pytest
 
 # Generated tiny models go to a per-session cache so tests never touch the user's ~/.cache.
 os.environ.setdefault("LLMBENCH_CACHE", os.path.join(os.path.dirname(__file__), "..", ".cache", "llmbench"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def sigint_as_in_a_terminal():
+    """Ctrl-C behaves as it does in a terminal, however pytest was started. A process started in the
+    background by a shell without job control (`cmd &` in a script, nohup, some CI runners) inherits
+    SIGINT ignored, and Python then installs no KeyboardInterrupt handler: the tests that press
+    Ctrl-C (on themselves, or on an `llmbench sweep` they started, which inherits the disposition)
+    would see nothing happen. The suite restores the terminal's behaviour for itself and its
+    children, and puts back what it found at the end."""
+    found = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, found)
 
 
 def pytest_addoption(parser):

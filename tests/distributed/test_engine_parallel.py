@@ -6,6 +6,7 @@ import signal
 import time
 
 import pytest
+from process_state import ProcessState, assert_unchanged
 from rank_kill import kill_a_rank_mid_request
 
 from refengine import LLM, SamplingParams
@@ -29,6 +30,7 @@ def one_process_tokens(llama_dir):
 
 
 def test_pp2_engine_matches_one_process_and_reports_bubble(llama_dir, one_process_tokens):
+    before = ProcessState.capture()
     llm = LLM(model=llama_dir, pipeline_parallel_size=2, pipeline_micro_batches=2, **KW)
     try:
         assert _tokens(llm) == one_process_tokens
@@ -38,6 +40,7 @@ def test_pp2_engine_matches_one_process_and_reports_bubble(llama_dir, one_proces
         assert 0.0 <= ex.measured_bubble(stats) < 1.0
     finally:
         llm.llm_engine.shutdown()
+    assert_unchanged(before)          # the spawned rank and the watchdog are gone
 
 
 @pytest.mark.slow
@@ -59,6 +62,7 @@ def test_tp2_pp2_engine_on_four_ranks(llama_dir, one_process_tokens):
 
 
 def test_killing_a_rank_mid_request_fails_the_engine_quickly(llama_dir):
+    before = ProcessState.capture()
     llm = LLM(model=llama_dir, tensor_parallel_size=2, **KW)
     engine = llm.llm_engine
     try:
@@ -67,6 +71,7 @@ def test_killing_a_rank_mid_request_fails_the_engine_quickly(llama_dir):
             engine.step()
     finally:
         engine.shutdown()
+    assert_unchanged(before)          # a TP engine whose rank died cleans up as well
 
 
 def test_a_rank_dying_while_idle_is_noticed_without_a_step(llama_dir):

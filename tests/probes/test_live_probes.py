@@ -9,12 +9,14 @@ import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from process_state import ProcessState, assert_unchanged
 
 from probes.base import ProbeContext, ProbeUnavailable
 from probes.capture import CaptureProbe
 from probes.host import HostProbe
 from probes.irq import IrqProbe
 from probes.pcap_analysis import analyze_pcap
+from probes.runner import ProbeSet
 from probes.stacks import StacksProbe
 from probes.tcp import TcpProbe
 
@@ -141,3 +143,22 @@ def test_stacks_probe_dumps_a_real_process(tmp_path):
 def test_stacks_without_a_process_cannot_run(tmp_path):
     with pytest.raises(ProbeUnavailable, match="no local server process"):
         StacksProbe(ProbeContext(out_dir=tmp_path)).check()
+
+
+def test_a_probe_set_leaves_its_caller_as_it_found_it(tmp_path, loopback_server):
+    """Every local probe at once (sampler threads, the sniffer, py-spy children) started and
+    stopped through ProbeSet: no thread, child process or signal handler stays behind."""
+    code = "import time\ndef serve_forever_here():\n    time.sleep(60)\nserve_forever_here()\n"
+    target = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        before = ProcessState.capture()
+        ctx = ProbeContext(out_dir=tmp_path, target_url=loopback_server, server_pid=target.pid, interval_s=0.2,
+                           capture_max_packets=5000, capture_max_s=30)
+        with ProbeSet(["host", "irq", "tcp", "capture", "stacks"], ctx, log=lambda _m: None) as pset:
+            assert set(pset.availability.values()) == {"ok"}, pset.availability
+            _traffic(loopback_server, n=3)
+            time.sleep(1.0)
+        assert_unchanged(before)
+    finally:
+        target.kill()
+        target.wait()

@@ -8,6 +8,7 @@ import threading
 import time
 
 import pytest
+from process_state import ProcessState, assert_unchanged
 
 MODEL = "tiny-test"
 
@@ -67,6 +68,7 @@ class _InProcessServer:
         self.thread = threading.Thread(target=self.uvicorn.run, daemon=True)
 
     def __enter__(self):
+        self.state_before = ProcessState.capture()
         self.thread.start()
         wait_healthy(self.url)
         return self
@@ -80,9 +82,11 @@ class _InProcessServer:
             time.sleep(0.05)
         raise TimeoutError("engine did not go idle")
 
-    def __exit__(self, *exc):
+    def __exit__(self, exc_type, *exc):
         self.uvicorn.should_exit = True
         self.thread.join(30)
+        if exc_type is None:          # served in-process and stopped: the caller's process is as it was
+            assert_unchanged(self.state_before)
 
 
 @pytest.fixture

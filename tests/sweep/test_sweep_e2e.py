@@ -52,8 +52,11 @@ def test_two_level_sweep_writes_a_valid_run_directory(tmp_path):
     assert info.target.engine_facts["cache_config"]["block_size"]       # the target's own account
 
 
-@pytest.mark.slow   # ~35 s; .ci/run runs it (--runslow)
-def test_interrupted_sweep_resumes_at_first_unfinished_level(tmp_path):
+@pytest.mark.slow   # ~35 s each; .ci/run runs it (--runslow)
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "kill"])
+def test_interrupted_sweep_resumes_at_first_unfinished_level(tmp_path, stop):
+    """Ctrl-C, or a plain `kill` (what a CI runner or a container stop sends): the sweep stops in
+    order, leaves no process of its own behind, and resumes."""
     out = tmp_path / "run"
     proc = subprocess.Popen(SWEEP + ["--concurrency", "1,2", "--duration", "4s", "--out", str(out)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=os.environ.copy())
@@ -63,10 +66,14 @@ def test_interrupted_sweep_resumes_at_first_unfinished_level(tmp_path):
         if run.exists() and run.read_info().levels_done:
             break
         time.sleep(0.2)
-    proc.send_signal(signal.SIGINT)
-    proc.wait(timeout=120)
+    started = _descendants(proc.pid)
+    proc.send_signal(stop)
+    assert proc.wait(timeout=120) == 130, proc.stdout.read()
     info = run.read_info()
     assert info.status == "interrupted" and info.levels_done == ["c1-in16-out8"]
+    assert started and not [p for p in started if _alive(p)], (
+        "the sweep left its engine or load generator running: "
+        + "; ".join(open(f"/proc/{p}/cmdline").read().replace("\0", " ") for p in started if _alive(p)))
     resumed = subprocess.run([sys.executable, "-m", "llmbench.cli", "sweep", "--resume", str(out)],
                              capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
@@ -74,6 +81,28 @@ def test_interrupted_sweep_resumes_at_first_unfinished_level(tmp_path):
     assert info.status == "complete" and info.levels_done == ["c1-in16-out8", "c2-in16-out8"]
     levels = {r.level_id for r in run.iter_records()}
     assert levels == {"c1-in16-out8", "c2-in16-out8"}
+
+
+def _descendants(pid: int) -> list[int]:
+    """The processes below `pid` (the bundled engine; the locust processes, in sessions of their own)."""
+    out = subprocess.run(["ps", "-e", "-o", "pid=,ppid="], capture_output=True, text=True).stdout.split()
+    children: dict[int, list[int]] = {}
+    for child, parent in zip(map(int, out[::2]), map(int, out[1::2])):
+        children.setdefault(parent, []).append(child)
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ", 1)[1][0] != "Z"
+    except OSError:
+        return False
 
 
 def test_bad_options_are_one_line_errors(tmp_path):
