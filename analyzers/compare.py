@@ -1,7 +1,7 @@
 """A/B comparison of runs: the same levels side by side, deltas with bootstrap intervals, a verdict.
 
 For each level both runs share and each metric, the bootstrap draws of run A and of run B
-(independent resamples, see analyzers.distribution) give draws of the delta B − A; its 95%
+(independent resamples, see analyzers.stats.distribution) give draws of the delta B − A; its 95%
 interval is their 2.5–97.5 percentiles. The verdict:
 
 - `within noise` when the interval contains 0, or the change is smaller than `min_effect`
@@ -11,7 +11,7 @@ interval is their 2.5–97.5 percentiles. The verdict:
 
 Levels are matched by level id (load × input length × output length); levels only one run has
 are listed as skipped. Request classes of a mixed workload (`<level>/in<len>`, see
-analyzers.request_classes) are compared too, after their level.
+analyzers.stats.request_classes) are compared too, after their level.
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from analyzers.distribution import BOOTSTRAP_RESAMPLES, interval, percentile_draws
-from analyzers.request_classes import all_class_rows
+from analyzers.stats.distribution import BOOTSTRAP_RESAMPLES, interval, percentile_draws
+from analyzers.stats.request_classes import all_class_rows
+from analyzers.stats.throughput import level_rates
 from analyzers.summary import RunSummary
-from analyzers.throughput import level_rates
 from rundir.table import RequestTable
 
 MIN_EFFECT = 0.02

@@ -22,9 +22,9 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from analyzers.distribution import MIN_SAMPLES_FOR_P99
-from analyzers.latency import LevelStats
-from analyzers.token_accounting import TOKENIZER_DIFF_NOTE
+from analyzers.stats.distribution import MIN_SAMPLES_FOR_P99
+from analyzers.stats.latency import LevelStats
+from analyzers.stats.token_accounting import TOKENIZER_DIFF_NOTE
 from analyzers.validity import INVALID_PREFIX
 
 RunSummary = Any      # analyzers.summary.RunSummary, which imports this module (no import back)

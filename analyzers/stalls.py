@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from analyzers.window import Window
+from analyzers.stats.window import Window
 from rundir.table import RequestTable
 
 STALL_MIN_S = 2.0            # shorter silences are ordinary (a long prefill step, a GC pause)

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from analyzers.findings import Finding, run_findings
-from analyzers.latency import LevelStats, Window, level_stats
-from analyzers.request_classes import all_class_rows
-from analyzers.scaling import ScalingPoint, Series, analyze_scaling, best_level_within_slo
-from analyzers.slo import Slos
+from analyzers.stats.latency import LevelStats, Window, level_stats
+from analyzers.stats.request_classes import all_class_rows
+from analyzers.stats.scaling import ScalingPoint, Series, analyze_scaling, best_level_within_slo
+from analyzers.stats.slo import Slos
 from analyzers.validity import CUT_SHORT_KEY, OVER_CAPACITY_KEY, mark_cut_short, mark_over_capacity
 from rundir import RunDir, RunInfo
 from rundir.table import RequestTable
@@ -34,7 +34,7 @@ class RunSummary:
     findings: list[str] = field(default_factory=list)              # the grouped findings' sentences
     finding_groups: list[Finding] = field(default_factory=list)     # analyzers/findings.py
     windows: dict[str, Window] = field(default_factory=dict)     # level (or class) id -> the window used
-    classes: list[LevelStats] = field(default_factory=list)      # request classes (analyzers/request_classes.py)
+    classes: list[LevelStats] = field(default_factory=list)      # request classes (analyzers/stats/request_classes.py)
 
     @property
     def best(self) -> LevelStats | None:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from analyzers.stalls import Stall, longest_stall
-from analyzers.window import Window
+from analyzers.stats.window import Window
 from rundir.table import RequestTable
 
 CUT_SHORT_KEY = "cut_short"          # in run.json level_meta: the level ended before its window did

@@ -64,7 +64,7 @@ def finish(proc: subprocess.Popen, timeout_s: float = 420) -> None:
 
 
 def diagnose(run_dir: Path, res: CaseResult) -> None:
-    from analyzers.p99_triage import diagnose_p99, diagnosis_record, save_diagnosis
+    from analyzers.triage.p99 import diagnose_p99, diagnosis_record, save_diagnosis
     from rundir import RunDir
 
     diag = diagnose_p99(RunDir(run_dir))

@@ -7,7 +7,7 @@ it takes (a sweep's LevelPlan, so every probe is an ordinary level of an ordinar
 2. Bisect between the highest load that met it and the lowest that missed, until they are
    `resolution` apart (concurrency: an absolute step, integers; rate: a ratio, geometric means).
 3. Confirm: measure the two boundary loads again (`repeats` times in all) and let
-   analyzers.capacity_answer pool each load's requests; a boundary load whose pooled verdict is
+   analyzers.capacity.answer pool each load's requests; a boundary load whose pooled verdict is
    not clear (its TTFT P99 / TPOT P95 interval straddles the bound) gets its neighbour measured
    too, up to `max_extra` more loads, so the answer carries an interval.
 
@@ -23,8 +23,8 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from analyzers.capacity_answer import CAPACITY_KEY
-from analyzers.latency import LevelStats
+from analyzers.capacity.answer import CAPACITY_KEY
+from analyzers.stats.latency import LevelStats
 from loadgen.specs import LevelSpec
 from rundir import RunInfo
 
@@ -100,7 +100,7 @@ class CapacityPlan:
     def __init__(self, search: SearchSpec, template: LevelSpec, judge=None):
         self.search, self.template = search, template
         # judge(probes) -> the loads whose pooled verdict is unclear
-        # (analyzers.capacity_answer through llmbench.capacity_cli); None: each level's own verdict.
+        # (analyzers.capacity.answer through llmbench.capacity_cli); None: each level's own verdict.
         self.judge = judge
         self.probes: list[Probe] = []
         self._levels: list[LevelSpec] = []

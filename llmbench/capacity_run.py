@@ -1,5 +1,5 @@
 """From `llmbench capacity`'s options to an answer: a sweep run directory whose levels a
-CapacityPlan chooses, then the answer (analyzers.capacity_answer) recorded in run.json
+CapacityPlan chooses, then the answer (analyzers.capacity.answer) recorded in run.json
 (sweep.extra["capacity"]) and capacity.json, and printed (or written to stdout as JSON).
 """
 
@@ -12,9 +12,9 @@ from dataclasses import dataclass
 import typer
 from rich.console import Console
 
-from analyzers.capacity_answer import CAPACITY_KEY, CapacityAnswer, capacity_answer, judge_loads
-from analyzers.latency import LevelStats
-from analyzers.slo import Slos
+from analyzers.capacity.answer import CAPACITY_KEY, CapacityAnswer, capacity_answer, judge_loads
+from analyzers.stats.latency import LevelStats
+from analyzers.stats.slo import Slos
 from llmbench.capacity import CapacityPlan, Probe, SearchSpec
 from llmbench.sweep_setup import SweepArgs, execute_sweep, prepare_run, sweep_trace
 from reports.capacity_table import CAPACITY_HEADER, capacity_rows

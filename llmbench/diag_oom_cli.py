@@ -76,7 +76,7 @@ def oom(
         run = PlaybookRun(load_playbook("oom"))
         estimate = findings = result = None
         if model:
-            from analyzers.oom_units import parse_gpu_memory
+            from analyzers.oom.units import parse_gpu_memory
 
             estimate = _model_mode(model, dict(
                 tp=tp, pp=pp, weight_dtype=dtype, kv_dtype=kv_dtype, max_model_len=max_model_len,
@@ -93,7 +93,7 @@ def oom(
 
             result = ramp_mode(console, target, ramp_prompt_tokens, ramp_max_tokens, ramp_levels, level_seconds,
                                served_model, api_key, estimate)
-        from analyzers.oom_triage import mark_oom_playbook
+        from analyzers.oom.triage import mark_oom_playbook
 
         mark_oom_playbook(run, estimate, findings, result)
         if run_dir:
@@ -103,9 +103,9 @@ def oom(
 
 
 def _model_mode(model: str, plan_kwargs: dict):
-    from analyzers.memory_model import ASSUMPTIONS, ServingPlan, estimate_memory
-    from analyzers.model_presets import resolve_model
-    from analyzers.oom_fixes import suggest_fixes, verdict
+    from analyzers.model.memory import ASSUMPTIONS, ServingPlan, estimate_memory
+    from analyzers.model.presets import resolve_model
+    from analyzers.oom.fixes import suggest_fixes, verdict
 
     shape = resolve_model(model)
     plan = ServingPlan(**plan_kwargs)
@@ -153,7 +153,7 @@ def _model_mode(model: str, plan_kwargs: dict):
 
 def _kv_table(shape, plan, est) -> None:
     """The seed's whole-model KV figures beside what one GPU of the plan holds."""
-    from analyzers.oom_units import human_bytes, kv_figures
+    from analyzers.oom.units import human_bytes, kv_figures
 
     table = Table(title=f"KV cache: 2 x {shape.num_layers} layers x {shape.num_kv_heads} KV heads x {shape.head_dim} "
                   f"x {plan.kv_bytes:g} B per token", title_justify="left")
@@ -167,7 +167,7 @@ def _kv_table(shape, plan, est) -> None:
 
 def _log_mode(path: Path):
     from analyzers.diagnosis_error import DiagnosisError
-    from analyzers.oom_log import parse_oom_log
+    from analyzers.oom.log import parse_oom_log
 
     if not path.is_file():
         raise DiagnosisError(f"--log {str(path)!r} is not a file")
@@ -184,7 +184,7 @@ def _log_mode(path: Path):
 
 def _run_mode(run_dir: Path, playbook) -> None:
     """Memory pressure in a recorded run; marks oom.ramp with what the run itself showed."""
-    from analyzers.oom_run import memory_pressure
+    from analyzers.oom.run import memory_pressure
     from rundir import RunDir
 
     mp = memory_pressure(RunDir(run_dir))

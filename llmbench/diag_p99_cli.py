@@ -40,7 +40,7 @@ def p99(
     """Why P99 is bad: finds the spike windows and the standing tails (levels slow throughout, split into
     queue, prefill and decode), checks the network, then scheduling, then the host with the target's own
     evidence, ranks the causes by the share of the tail they explain and marks the p99 playbook."""
-    from analyzers.p99_triage import diagnose_p99, diagnosis_record, mark_playbook, save_diagnosis
+    from analyzers.triage.p99 import diagnose_p99, diagnosis_record, mark_playbook, save_diagnosis
     from playbooks.playbook import render
     from rundir import RunDir
 

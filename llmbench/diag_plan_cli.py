@@ -42,9 +42,9 @@ def plan(
     """Rank parallel plans for a model on a cluster: the seed's procedure (one card, TP in a node, PP across
     nodes, EP for MoE), memory and KV capacity per plan, all-reduce bytes and time, pipeline bubble."""
     from analyzers.diagnosis_error import DiagnosisError
-    from analyzers.memory_model import GiB, MiB, ServingPlan
-    from analyzers.model_presets import resolve_model
-    from analyzers.parallel_plan import Cluster, decision_steps, rank_plans
+    from analyzers.model.memory import GiB, MiB, ServingPlan
+    from analyzers.model.presets import resolve_model
+    from analyzers.plan.parallel import Cluster, decision_steps, rank_plans
 
     with user_errors():
         shape = resolve_model(model)

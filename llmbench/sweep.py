@@ -20,7 +20,7 @@ from typing import Callable, Protocol
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from analyzers.latency import LevelStats, Window, summarize_level
+from analyzers.stats.latency import LevelStats, Window, summarize_level
 from analyzers.summary import RunSummary, summary_of_levels
 from analyzers.validity import CUT_SHORT_KEY, INVALID_PREFIX, OVER_CAPACITY_KEY, mark_cut_short, mark_over_capacity
 from loadgen.level import run_level
@@ -284,7 +284,7 @@ def _write_reports(run: RunDir, console: Console) -> RunSummary | None:
     """The P99 diagnosis, then report.html (which shows it), report.md, summary.csv and summary.json,
     rebuilt from the run directory."""
     try:
-        from analyzers.p99_triage import diagnose_p99, diagnosis_record, save_diagnosis
+        from analyzers.triage.p99 import diagnose_p99, diagnosis_record, save_diagnosis
 
         diag = diagnose_p99(run)
         save_diagnosis(run, diagnosis_record(diag))

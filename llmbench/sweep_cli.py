@@ -80,7 +80,7 @@ def sweep(
                                              "probes (the embedded engine's is known)."),
 ) -> None:
     """Sweep load levels against a server and write a run directory with per-request records and a summary."""
-    from analyzers.capacity_answer import CAPACITY_KEY
+    from analyzers.capacity.answer import CAPACITY_KEY
     from llmbench.sweep_setup import SweepArgs, execute_sweep, prepare_run
 
     args = SweepArgs(**{k: v for k, v in locals().items() if k in SweepArgs.__dataclass_fields__})

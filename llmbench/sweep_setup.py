@@ -14,7 +14,7 @@ from typing import Optional
 import typer
 from rich.console import Console
 
-from analyzers.capacity_answer import CAPACITY_KEY
+from analyzers.capacity.answer import CAPACITY_KEY
 from llmbench.cli_common import terminate_as_interrupt
 from llmbench.cli_parse import parse_duration, parse_list
 from rundir import RunDir, RunInfo, SloSpec, TargetInfo

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from analyzers.capacity_answer import CapacityAnswer, answer_in
+from analyzers.capacity.answer import CapacityAnswer, answer_in
 from analyzers.summary import RunSummary
 from reports.terminal import load_label
 

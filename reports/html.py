@@ -6,10 +6,10 @@ import time
 
 import numpy as np
 
-from analyzers.capacity_answer import answer_in
+from analyzers.capacity.answer import answer_in
 from analyzers.compare import MIN_EFFECT, Comparison
 from analyzers.probe_series import ProbeSeries
-from analyzers.scaling import series_of
+from analyzers.stats.scaling import series_of
 from analyzers.summary import RunSummary
 from reports import plots, tables
 from reports.answer import build_answer, evidence_name, fmt_evidence

@@ -7,7 +7,7 @@ from __future__ import annotations
 import html
 import re
 
-from analyzers.capacity_answer import answer_in
+from analyzers.capacity.answer import answer_in
 from analyzers.compare import MIN_EFFECT, Comparison
 from analyzers.summary import RunSummary
 from reports import tables

@@ -19,7 +19,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from analyzers.latency import LevelStats  # noqa: E402
+from analyzers.stats.latency import LevelStats  # noqa: E402
 from analyzers.summary import RunSummary  # noqa: E402
 from reports.terminal import load_label  # noqa: E402
 from reports.time_axis import AXES_LEFT, AXES_RIGHT, MAX_HOVER_POINTS, TimeAxis, TimeFigure  # noqa: E402

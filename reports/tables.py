@@ -8,8 +8,8 @@ import time
 
 import pandas as pd
 
-from analyzers.distribution import PERCENTILES, pname
-from analyzers.latency import LevelStats
+from analyzers.stats.distribution import PERCENTILES, pname
+from analyzers.stats.latency import LevelStats
 from analyzers.summary import RunSummary
 from reports.terminal import lengths, load_label, tok_s_text
 from rundir import RunInfo

@@ -10,7 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from analyzers.compare import Comparison
-from analyzers.latency import LevelStats
+from analyzers.stats.latency import LevelStats
 from analyzers.summary import RunSummary
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from analyzers.compare import MIN_EFFECT, Comparison, compare_runs
 from analyzers.probe_series import read_probes
-from analyzers.slo import Slos
+from analyzers.stats.slo import Slos
 from analyzers.summary import RunSummary, analyze_run
 from rundir import RunDir, files
 from rundir.atomic import atomic_write

@@ -46,7 +46,7 @@ def _to_dict(obj: Any) -> dict:
 
 @dataclass(frozen=True)
 class SloSpec:
-    """The bounds a level must meet (seconds). analyzers.slo adds the verdicts."""
+    """The bounds a level must meet (seconds). analyzers.stats.slo adds the verdicts."""
 
     ttft_p99_s: float = DEFAULT_TTFT_P99_S
     tpot_p95_s: float = DEFAULT_TPOT_P95_S

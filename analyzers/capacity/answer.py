@@ -3,7 +3,7 @@
 Each load the search measured (one or more levels: c24-in128-out64, c24-in128-out64-r2, ...) is
 judged on its requests pooled over its levels (in-window, successful), bound by bound (TTFT P99,
 TPOT P95, and E2E P99 when that SLO is set), on how many requests were over the bound
-(analyzers.exceedance: an exact binomial test at 95%; bootstrap intervals of a P99 are shown, but
+(analyzers.stats.exceedance: an exact binomial test at 95%; bootstrap intervals of a P99 are shown, but
 cannot carry a verdict at small samples):
 
 - `in`: every bound is established (e.g. none of 299 or more requests over the TTFT bound) and
@@ -28,10 +28,10 @@ from dataclasses import asdict, dataclass, field, fields
 
 import numpy as np
 
-from analyzers.distribution import Distribution
-from analyzers.exceedance import check_bound, min_n_for_in
-from analyzers.latency import LevelStats
-from analyzers.slo import MAX_VALID_ERROR_RATE, Slos
+from analyzers.stats.distribution import Distribution
+from analyzers.stats.exceedance import check_bound, min_n_for_in
+from analyzers.stats.latency import LevelStats
+from analyzers.stats.slo import MAX_VALID_ERROR_RATE, Slos
 from rundir.table import RequestTable
 
 CAPACITY_KEY = "capacity"           # in run.json sweep.extra: the search's state and answer (llmbench capacity)

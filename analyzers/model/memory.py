@@ -35,7 +35,7 @@ import math
 from dataclasses import dataclass, replace
 
 from analyzers.diagnosis_error import DiagnosisError
-from analyzers.model_presets import ModelShape
+from analyzers.model.presets import ModelShape
 
 GiB = 1024 ** 3
 MiB = 1024 ** 2

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from analyzers.diagnosis_error import DiagnosisError
-from analyzers.model_naming import config_model_name
+from analyzers.model.naming import config_model_name
 from refengine.errors import RefEngineError
 from refengine.model.hf_config import DEFAULT_MAX_POSITION_EMBEDDINGS, ModelConfig, parse_model_config, read_config_json
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 
-from analyzers.oom_types import GiB, OomFinding
+from analyzers.oom.contracts import GiB, OomFinding
 
 _SGL_POOL = re.compile(r"Not enough memory(?:\. Please try to increase --mem-fraction-static| to allocate KV cache)")
 _SGL_SLOTS = re.compile(r"alloc_req_slots runs out of memory\.?\s*Please set a smaller number for\s*`?--max-running-"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from analyzers.memory_model import GiB, MemoryEstimate, estimate_memory
+from analyzers.model.memory import GiB, MemoryEstimate, estimate_memory
 
 
 @dataclass(frozen=True)

@@ -16,9 +16,9 @@ Wordings recognised (the first match of each in the text; a log may hold several
   GiB). ... the estimated maximum model length is L", "No available memory for the cache blocks",
   and the preemption warning "... preempted ... because there is not enough KV cache space";
   vLLM's start-up "Free memory on device ... is less than desired GPU memory utilization" and its
-  sampler warm-up OOM; SGLang's, TGI's, cuBLAS's and NCCL's wordings (analyzers/oom_engines.py).
+  sampler warm-up OOM; SGLang's, TGI's, cuBLAS's and NCCL's wordings (analyzers/oom/engines.py).
 Logs are read as people paste them: process and container prefixes, colours, HTML escapes and
-terminal wraps are undone first (analyzers/oom_log_text.py). Anything else is not an OOM message
+terminal wraps are undone first (analyzers/oom/log_text.py). Anything else is not an OOM message
 this knows, and says so.
 """
 
@@ -27,9 +27,9 @@ from __future__ import annotations
 import re
 
 from analyzers.diagnosis_error import DiagnosisError
-from analyzers.oom_engines import parse_engine_messages
-from analyzers.oom_log_text import variants
-from analyzers.oom_types import SIZE, GiB, OomFinding, gib, size_bytes
+from analyzers.oom.contracts import SIZE, GiB, OomFinding, gib, size_bytes
+from analyzers.oom.engines import parse_engine_messages
+from analyzers.oom.log_text import variants
 
 __all__ = ["EXPANDABLE", "GiB", "OomFinding", "parse_oom_log", "size_bytes"]
 

@@ -16,7 +16,7 @@ import numpy as np
 
 from analyzers.diagnosis_error import DiagnosisError
 from analyzers.probe_series import ProbeSeries, read_probe
-from analyzers.tail_windows import Window, merge
+from analyzers.triage.tail_windows import Window, merge
 from rundir import RunDir
 from rundir.table import RequestTable
 

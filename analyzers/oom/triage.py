@@ -6,8 +6,8 @@ for: no --log, no --ramp); manual steps are cited, and the fix steps carry the p
 
 from __future__ import annotations
 
-from analyzers.memory_model import GiB, MemoryEstimate
-from analyzers.oom_fixes import suggest_fixes
+from analyzers.model.memory import GiB, MemoryEstimate
+from analyzers.oom.fixes import suggest_fixes
 from playbooks.playbook import CannotCheck, PlaybookRun
 
 _FIX_STEPS = {1: "oom.fix.paged-kv", 2: "oom.fix.max-model-len", 3: "oom.fix.long-requests",

@@ -22,8 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from analyzers.diagnosis_error import DiagnosisError
-from analyzers.memory_model import MemoryEstimate, ServingPlan, allreduce_bytes, estimate_memory
-from analyzers.model_presets import ModelShape
+from analyzers.model.memory import MemoryEstimate, ServingPlan, allreduce_bytes, estimate_memory
+from analyzers.model.presets import ModelShape
 
 
 @dataclass(frozen=True)

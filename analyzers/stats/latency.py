@@ -14,12 +14,12 @@ from typing import Iterable
 
 import numpy as np
 
-from analyzers.distribution import MIN_SAMPLES_FOR_P99, Distribution
-from analyzers.slo import Slos
-from analyzers.throughput import level_rates
-from analyzers.token_accounting import account_tokens
+from analyzers.stats.distribution import MIN_SAMPLES_FOR_P99, Distribution
+from analyzers.stats.slo import Slos
+from analyzers.stats.throughput import level_rates
+from analyzers.stats.token_accounting import account_tokens
+from analyzers.stats.window import Window
 from analyzers.validity import INVALID_PREFIX, level_validity, stall_words
-from analyzers.window import Window
 from rundir import RequestRecord
 from rundir.table import RequestTable
 
@@ -74,7 +74,7 @@ class LevelStats:
     # usage vs streamed chunks, split: fewer chunks than tokens is a server sending multi-token chunks
     # (benign); more chunks than usage says means usage (or the stream) is wrong.
     multi_token_chunks: int = 0
-    throughput_basis: str = "arrivals"       # tokens that arrived in the window (analyzers.throughput)
+    throughput_basis: str = "arrivals"       # tokens that arrived in the window (analyzers.stats.throughput)
 
     @property
     def load(self) -> float:

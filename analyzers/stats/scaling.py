@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from analyzers.latency import LevelStats
+from analyzers.stats.latency import LevelStats
 
 CEILING_EFFICIENCY = 0.25
 

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from analyzers.distribution import Distribution
+from analyzers.stats.distribution import Distribution
 from rundir import SloSpec
 
 # A level where more than this share of its requests failed is not a measurement of the server

@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from analyzers.distribution import BOOTSTRAP_RESAMPLES, interval
-from analyzers.slo import Slos
-from analyzers.window import Window
+from analyzers.stats.distribution import BOOTSTRAP_RESAMPLES, interval
+from analyzers.stats.slo import Slos
+from analyzers.stats.window import Window
 from rundir.table import RequestTable
 
 THROUGHPUT_SLICES = 20          # time slices of the measured window for the block bootstrap

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from analyzers.tail_windows import Window
+from analyzers.triage.tail_windows import Window
 
 CATEGORIES = ("network", "scheduling", "host", "client")   # the seed's order, then the measurement itself
 SEVERITIES = ("high", "medium", "low")

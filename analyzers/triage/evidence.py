@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from analyzers.probe_series import ProbeSeries
-from analyzers.tail_windows import TailWindows, Window, overlaps
+from analyzers.triage.tail_windows import TailWindows, Window, overlaps
 
 
 @dataclass

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from analyzers.tail_windows import TailWindows
-from analyzers.triage_evidence import SampleSplit, finite_mean, lift
-from analyzers.triage_processes import per_process, read_top_others, spiking
-from analyzers.triage_types import CheckResult, Finding, failed, passed, unchecked
+from analyzers.triage.contracts import CheckResult, Finding, failed, passed, unchecked
+from analyzers.triage.evidence import SampleSplit, finite_mean, lift
+from analyzers.triage.processes import per_process, read_top_others, spiking
+from analyzers.triage.tail_windows import TailWindows
 
 HOST_BUSY_PCT = 90.0         # all cores this busy in the spikes: the host is saturated
 NEIGHBOUR_CORES = 0.5        # other processes using at least this many cores in the spikes ...

@@ -1,6 +1,6 @@
 """Standing tails: levels whose whole distribution, not a few windows, is the problem.
 
-A spike (analyzers/tail_windows.py) is a request far above its own level's median; a level that
+A spike (analyzers/triage/tail_windows.py) is a request far above its own level's median; a level that
 is slow throughout has no spikes to stand out. A level has a *standing* tail when
 
 - it misses the SLO for the metric (TTFT P99, TPOT P95, E2E P99 as the run's SloSpec bounds), or
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from analyzers.tail_windows import METRIC_SPANS, Window
+from analyzers.triage.tail_windows import METRIC_SPANS, Window
 from rundir import RunInfo
 from rundir.table import RequestTable
 

@@ -9,9 +9,9 @@ from urllib.parse import urlparse
 
 import numpy as np
 
-from analyzers.tail_windows import TailWindows
-from analyzers.triage_evidence import SampleSplit, lift
-from analyzers.triage_types import CheckResult, Finding, failed, passed, unchecked
+from analyzers.triage.contracts import CheckResult, Finding, failed, passed, unchecked
+from analyzers.triage.evidence import SampleSplit, lift
+from analyzers.triage.tail_windows import TailWindows
 
 MIN_RETRANS = 3             # retransmitted segments in the spikes before they count as evidence
 RETRANS_LIFT = 3.0          # ... at this many times the calm's rate per second

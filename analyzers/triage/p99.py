@@ -1,10 +1,10 @@
 """`llmdiag p99`: why the tail is bad, checked in the seed's order (network, scheduling, host),
 each finding tied to the spike windows it coincides with, and the p99 playbook marked.
 
-Two kinds of tail: spikes (a few requests far above their level's median, analyzers/tail_windows.py)
+Two kinds of tail: spikes (a few requests far above their level's median, analyzers/triage/tail_windows.py)
 and standing tails (a level that misses the SLO or sits far above the unloaded baseline throughout,
-analyzers/triage_levels.py), the latter split into queue, prefill and decode time
-(analyzers/triage_standing.py). Findings rank by the share of the run's tail requests they explain;
+analyzers/triage/levels.py), the latter split into queue, prefill and decode time
+(analyzers/triage/standing.py). Findings rank by the share of the run's tail requests they explain;
 one that explains less than CONTEXT_SHARE is context, not a cause. Evidence must be the target's:
 its own connections, its own process; host-wide counters are context.
 
@@ -21,24 +21,24 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from analyzers.diagnosis_error import DiagnosisError
-from analyzers.distribution import MIN_SAMPLES_FOR_P99
 from analyzers.probe_series import read_probe
-from analyzers.tail_windows import METRIC_SPANS, TailWindows, find_tail_windows, overlaps
-from analyzers.triage_evidence import split_samples
-from analyzers.triage_host import check_cpu, check_gpu_throttle, read_top_others
-from analyzers.triage_levels import LevelLoad, level_loads
-from analyzers.triage_network import (
+from analyzers.stats.distribution import MIN_SAMPLES_FOR_P99
+from analyzers.triage.contracts import CheckResult, Finding, split_causes
+from analyzers.triage.evidence import split_samples
+from analyzers.triage.host import check_cpu, check_gpu_throttle, read_top_others
+from analyzers.triage.levels import LevelLoad, level_loads
+from analyzers.triage.network import (
     check_collectives,
     check_irq_affinity,
     check_link_saturation,
     check_retransmits,
     target_locality,
 )
-from analyzers.triage_phases import level_phases
-from analyzers.triage_requests import check_hol_blocking, check_send_lag
-from analyzers.triage_server import check_batch_size, check_preemptions, check_queueing
-from analyzers.triage_standing import check_standing, engine_limits, tail_rows
-from analyzers.triage_types import CheckResult, Finding, split_causes
+from analyzers.triage.phases import level_phases
+from analyzers.triage.requests import check_hol_blocking, check_send_lag
+from analyzers.triage.server import check_batch_size, check_preemptions, check_queueing
+from analyzers.triage.standing import check_standing, engine_limits, tail_rows
+from analyzers.triage.tail_windows import METRIC_SPANS, TailWindows, find_tail_windows, overlaps
 from rundir import RunDir
 from rundir.table import RequestTable
 

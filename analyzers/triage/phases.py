@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from analyzers.probe_series import ProbeSeries
-from analyzers.tail_windows import Window
+from analyzers.triage.tail_windows import Window
 from rundir.table import RequestTable
 
 STALL_GAP_FACTOR = 10.0        # an inter-token gap this many times the level's median is a stall

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from analyzers.triage_evidence import SampleSplit
+from analyzers.triage.evidence import SampleSplit
 
 SPIKING_LIFT = 2.0            # a process busy in the spikes at this many times its calm use ...
 SPIKING_EXTRA = 0.05          # ... and at least this many cores more (many small burners add up:

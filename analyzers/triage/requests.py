@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from analyzers.tail_windows import TailWindows, Window, merge, spike_mask
-from analyzers.triage_types import CheckResult, Finding, failed, passed, unchecked
+from analyzers.triage.contracts import CheckResult, Finding, failed, passed, unchecked
+from analyzers.triage.tail_windows import TailWindows, Window, merge, spike_mask
 from rundir.table import RequestTable
 
 LONG_PROMPT_FACTOR = 4.0      # a long prompt is at least this many times the run's median prompt

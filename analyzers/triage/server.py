@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from analyzers.tail_windows import TailWindows
-from analyzers.triage_evidence import SampleSplit, lift
-from analyzers.triage_types import CheckResult, Finding, failed, passed, unchecked
+from analyzers.triage.contracts import CheckResult, Finding, failed, passed, unchecked
+from analyzers.triage.evidence import SampleSplit, lift
+from analyzers.triage.tail_windows import TailWindows
 
 MIN_PREEMPTIONS = 1
 PREEMPT_LIFT = 3.0

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from analyzers.triage_levels import LevelLoad
-from analyzers.triage_phases import LevelPhases
-from analyzers.triage_types import CheckResult, Finding, failed, passed
+from analyzers.triage.contracts import CheckResult, Finding, failed, passed
+from analyzers.triage.levels import LevelLoad
+from analyzers.triage.phases import LevelPhases
 
 KV_FULL = 0.95
 PINNED = 0.75                 # running mean >= this x max_num_seqs: the batch is pinned at its cap

@@ -4,7 +4,7 @@ large ones, both covering the true value about as often as they claim (throughpu
 import numpy as np
 import pytest
 
-from analyzers.distribution import EXACT_BOOTSTRAP_MAX_N, Distribution, percentile_draws
+from analyzers.stats.distribution import EXACT_BOOTSTRAP_MAX_N, Distribution, percentile_draws
 
 TRUE_P95 = -np.log(0.05)          # exponential(1): P95 = ln 20
 

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from analyzers.exceedance import BoundCheck, _binom_cdf, check_bound, min_n_for_in
+from analyzers.stats.exceedance import BoundCheck, _binom_cdf, check_bound, min_n_for_in
 
 
 def _verdict(n: int, over: int, quantile: float = 0.99) -> str:

@@ -4,9 +4,9 @@ import math
 
 import pytest
 
-from analyzers.distribution import Distribution
-from analyzers.latency import summarize_level
-from analyzers.scaling import analyze_scaling, best_level_within_slo
+from analyzers.stats.distribution import Distribution
+from analyzers.stats.latency import summarize_level
+from analyzers.stats.scaling import analyze_scaling, best_level_within_slo
 from rundir import RequestRecord
 
 

@@ -5,9 +5,9 @@ edges, older records without gaps, and an interval that is tight when steady and
 import numpy as np
 import pytest
 
-from analyzers.slo import Slos
-from analyzers.throughput import level_rates, token_arrivals
-from analyzers.window import Window
+from analyzers.stats.slo import Slos
+from analyzers.stats.throughput import level_rates, token_arrivals
+from analyzers.stats.window import Window
 from rundir import RequestRecord
 from rundir.table import RequestTable
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from analyzers.capacity_answer import CapacityAnswer, capacity_answer, judge_loads
-from analyzers.latency import summarize_level
-from analyzers.slo import Slos
+from analyzers.capacity.answer import CapacityAnswer, capacity_answer, judge_loads
+from analyzers.stats.latency import summarize_level
+from analyzers.stats.slo import Slos
 from rundir import RequestRecord
 from rundir.table import RequestTable
 
@@ -65,7 +65,7 @@ def test_bounded_by_the_client():
 
 def test_the_recorded_answer_round_trips_and_leads_the_report():
     """run.json keeps the answer as a dict; the report reads it back and leads with the same headline."""
-    from analyzers.capacity_answer import CAPACITY_KEY, answer_in
+    from analyzers.capacity.answer import CAPACITY_KEY, answer_in
     from reports.answer import _capacity_item
     from reports.capacity_table import capacity_rows
 

@@ -30,7 +30,7 @@ def test_oom_shows_the_seeds_whole_model_kv_beside_the_per_gpu_figures():
 
 
 def test_gpu_memory_takes_units():
-    from analyzers.oom_units import parse_gpu_memory
+    from analyzers.oom.units import parse_gpu_memory
 
     assert parse_gpu_memory("80") == parse_gpu_memory("80GiB") == parse_gpu_memory("80G") == 80.0
     assert abs(parse_gpu_memory("80GB") - 80e9 / 1024 ** 3) < 1e-9 and parse_gpu_memory("24576MiB") == 24.0

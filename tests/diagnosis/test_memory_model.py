@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from analyzers.diagnosis_error import DiagnosisError
-from analyzers.memory_model import (
+from analyzers.model.memory import (
     GiB,
     MemoryEstimate,
     MiB,
@@ -18,8 +18,8 @@ from analyzers.memory_model import (
     kv_bytes_per_token_per_gpu,
     weights_per_gpu,
 )
-from analyzers.model_presets import PRESETS, ModelShape, resolve_model
-from analyzers.oom_fixes import suggest_fixes, verdict
+from analyzers.model.presets import PRESETS, ModelShape, resolve_model
+from analyzers.oom.fixes import suggest_fixes, verdict
 
 L70 = PRESETS["llama-3-70b"]
 

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from analyzers.diagnosis_error import DiagnosisError
-from analyzers.oom_log import EXPANDABLE, parse_oom_log
+from analyzers.oom.log import EXPANDABLE, parse_oom_log
 
 LOGS = Path(__file__).parent / "oom_logs"
 GiB, MiB = 1024 ** 3, 1024 ** 2

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from analyzers.diagnosis_error import DiagnosisError
-from analyzers.oom_log import parse_oom_log
-from analyzers.oom_log_text import clean_lines, strip_line
+from analyzers.oom.log import parse_oom_log
+from analyzers.oom.log_text import clean_lines, strip_line
 
 REAL = Path(__file__).parent / "oom_logs" / "real"
 GiB, MiB = 1024 ** 3, 1024 ** 2

@@ -3,9 +3,9 @@
 import pytest
 
 from analyzers.diagnosis_error import DiagnosisError
-from analyzers.memory_model import MiB, ServingPlan, allreduce_bytes
-from analyzers.model_presets import PRESETS
-from analyzers.parallel_plan import Cluster, decision_steps, pipeline_bubble, rank_plans, ring_allreduce_seconds
+from analyzers.model.memory import MiB, ServingPlan, allreduce_bytes
+from analyzers.model.presets import PRESETS
+from analyzers.plan.parallel import Cluster, decision_steps, pipeline_bubble, rank_plans, ring_allreduce_seconds
 
 
 def test_seed_bubble_figures():

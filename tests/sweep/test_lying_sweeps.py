@@ -13,8 +13,8 @@ from pathlib import Path
 
 from refengine_proc import start_process
 
-from analyzers.latency import summarize_level
-from analyzers.window import Window
+from analyzers.stats.latency import summarize_level
+from analyzers.stats.window import Window
 from loadgen import LevelSpec, TargetSpec, level_workload_factory, run_level
 from rundir import RunDir
 from rundir.ports import free_port

@@ -8,7 +8,7 @@ import sys
 
 from planted import base_records, clean_probes, write_run
 
-from analyzers.oom_run import memory_pressure
+from analyzers.oom.run import memory_pressure
 
 
 def _two_levels():

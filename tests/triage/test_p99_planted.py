@@ -10,7 +10,7 @@ import sys
 
 from planted import base_records, clean_probes, delay, plant_head_of_line, rows_in, write_run
 
-from analyzers.p99_triage import diagnose_p99, mark_playbook
+from analyzers.triage.p99 import diagnose_p99, mark_playbook
 
 EPISODES = [(10.0, 11.5), (25.0, 26.5), (40.0, 41.5)]     # seconds after the first request
 

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from analyzers.p99_triage import diagnose_p99
+from analyzers.triage.p99 import diagnose_p99
 from rundir import RunDir
 
 ENV = dict(os.environ, COLUMNS="200")

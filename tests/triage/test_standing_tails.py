@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 from planted import T0, write_run
 
-from analyzers.p99_triage import diagnose_p99
+from analyzers.triage.p99 import diagnose_p99
 from rundir import RequestRecord
 
 OUT = 32
@@ -113,8 +113,8 @@ def test_no_standing_tail_when_the_loaded_level_stays_near_its_baseline(tmp_path
 
 
 def test_a_finding_that_explains_little_of_the_tail_is_context(tmp_path):
-    from analyzers.tail_windows import Window
-    from analyzers.triage_types import Finding, split_causes
+    from analyzers.triage.contracts import Finding, split_causes
+    from analyzers.triage.tail_windows import Window
 
     a = Finding("p99.sched.admission", "scheduling", "high", "a", {"x": 1}, [Window(0, 1)], 1, "", tail_share=0.9)
     b = Finding("p99.net.retransmits", "network", "high", "b", {"x": 1}, [Window(0, 1)], 1, "", tail_share=0.1)

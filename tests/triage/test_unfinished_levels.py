@@ -3,7 +3,7 @@ started answering is said, with their TTFT, instead of "without an answer" for a
 
 from __future__ import annotations
 
-from analyzers.triage_levels import level_loads
+from analyzers.triage.levels import level_loads
 from rundir import RequestRecord
 from rundir.table import RequestTable
 

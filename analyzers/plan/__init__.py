@@ -1,0 +1,1 @@
+"""`llmdiag plan`: TP / PP / EP plans ranked for a model on a cluster."""

@@ -1,0 +1,1 @@
+"""`llmdiag p99`: why the tail is what it is. Spike windows, then network, scheduling and host checks, ranked."""
