@@ -32,7 +32,7 @@ RunSummary = Any      # analyzers.summary.RunSummary, which imports this module 
 SEVERITIES = ("invalid", "caveat", "slo", "info", "warning", "benign")
 # Level notes the analyzers write themselves; their findings come from LevelStats' fields instead.
 _FROM_FIELDS = ("P99 from ", "requests did not get the requested", "requests streamed more token chunks")
-# The sweep's notes (llmbench/sweep.py, kept in run.json's level_meta) by their opening words.
+# The sweep's notes (llmbench/sweep/run.py, kept in run.json's level_meta) by their opening words.
 _META_KINDS = (("INVALID: the client fell behind", "client_behind", "invalid", "the client fell behind"),
                ("requests sent but never reported", "records_missing", "invalid",
                 "requests were sent but never reported by the client"),

@@ -25,7 +25,7 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import machine, print_table, write_json  # noqa: E402
 
-from llmbench.embedded import EmbeddedServer  # noqa: E402
+from llmbench.sweep.embedded import EmbeddedServer  # noqa: E402
 from loadgen import LevelSpec, TargetSpec, level_workload_factory, run_level  # noqa: E402
 
 FULL = dict(concurrency=(1, 16), warmup_s=3.0, duration_s=20.0, reps=2, prompt=128, out=64)

@@ -46,7 +46,7 @@ def _disable_dequant_cache(llm) -> None:
 
 
 def measure(model: str, name: str, kw: dict, ref, p: dict) -> tuple[dict, object]:
-    from llmbench.quality import load_prompts, run_quality_check
+    from llmbench.quality.run import load_prompts, run_quality_check
     from refengine import LLM
 
     llm = LLM(model, kv_cache_memory_bytes=KV_BUDGET, max_model_len=1024, **kw)

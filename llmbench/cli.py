@@ -9,7 +9,12 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+# The commands live in their packages; their heavy imports are inside them (lazy), so --help is quick.
+from llmbench.capacity.cli import capacity
 from llmbench.cli_common import user_errors
+from llmbench.quality.cli import quality
+from llmbench.report import compare, report
+from llmbench.sweep.cli import sweep, worker
 
 app = typer.Typer(help="Benchmark, profile and diagnose LLM inference. Bundled with the refengine reference engine.",
                   no_args_is_help=True, add_completion=False)
@@ -69,21 +74,13 @@ def serve(ctx: typer.Context) -> None:
     raise typer.Exit(code=main(list(ctx.args), prog="llmbench serve"))
 
 
-from llmbench.sweep_cli import sweep, worker  # noqa: E402  (imports inside them are lazy)
-
 app.command(help=sweep.__doc__)(sweep)
 app.command(help=worker.__doc__)(worker)
 
-from llmbench.capacity_cli import capacity  # noqa: E402
-
 app.command(help=capacity.__doc__)(capacity)
-
-from llmbench.report_cli import compare, report  # noqa: E402  (imports inside them are lazy)
 
 app.command(help=report.__doc__)(report)
 app.command(help=compare.__doc__)(compare)
-
-from llmbench.quality_cli import quality  # noqa: E402
 
 app.command(help=quality.__doc__)(quality)
 

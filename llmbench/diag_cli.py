@@ -5,6 +5,11 @@ from __future__ import annotations
 import typer
 from rich.console import Console
 
+from llmbench.diag.oom import oom  # memory model, OOM logs, KV ramp
+from llmbench.diag.p99 import p99  # tail triage: network, scheduling, host
+from llmbench.diag.plan import plan  # parallel plan ranking
+from llmbench.diag.probe import comm, pcap, probe  # probes, collective bandwidth, pcap analysis
+
 app = typer.Typer(help="Diagnose LLM inference deployments: why it ran out of memory, why P99 is bad.",
                   no_args_is_help=True, add_completion=False)
 console = Console()
@@ -23,19 +28,12 @@ def version() -> None:
     console.print(f"llmdiag (llmbench {__version__})")
 
 
-from llmbench.diag_probe_cli import comm, pcap, probe  # noqa: E402  (probes, collective bandwidth, pcap analysis)
-
 app.command(help=probe.__doc__)(probe)
 app.command(help=comm.__doc__)(comm)
 app.command(help=pcap.__doc__)(pcap)
 
-from llmbench.diag_oom_cli import oom  # noqa: E402  (memory model, OOM logs, KV ramp)
-from llmbench.diag_plan_cli import plan  # noqa: E402  (parallel plan ranking)
-
 app.command(help=" ".join(oom.__doc__.split()))(oom)      # one paragraph: rich keeps docstring line breaks
 app.command(help=" ".join(plan.__doc__.split()))(plan)
-
-from llmbench.diag_p99_cli import p99  # noqa: E402  (tail triage: network, scheduling, host)
 
 app.command(help=" ".join(p99.__doc__.split()))(p99)
 

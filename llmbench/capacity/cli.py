@@ -1,4 +1,4 @@
-"""`llmbench capacity`: the options; llmbench.capacity_run runs the search and states the answer.
+"""`llmbench capacity`: the options; llmbench.capacity.run runs the search and states the answer.
 
 Every `llmbench sweep` option means the same here (target, workload, workers, probes, the
 preflight's adaptations, fail fast); the search's own are --by, --start, --max-load,
@@ -14,8 +14,9 @@ from typing import Optional
 import typer
 from rich.console import Console
 
-from llmbench import target_options, workload_flags
-from llmbench.cli_parse import seconds_text
+from llmbench.options import target as target_options
+from llmbench.options import workload as workload_flags
+from llmbench.options.parse import seconds_text
 from rundir.run_info import DEFAULT_REQUEST_TIMEOUT_S, DEFAULT_TPOT_P95_S, DEFAULT_TTFT_P99_S
 
 CAPACITY_WARMUP = "3s"
@@ -78,8 +79,8 @@ def capacity(
 ) -> None:
     """Find the highest load within the SLO: bracket by doubling, bisect, re-measure the boundary; every probe is
     a measured level of a normal run directory (report, compare and `llmdiag p99` work on it)."""
-    from llmbench.capacity_run import CapacityArgs, run_capacity
-    from llmbench.sweep_setup import SweepArgs
+    from llmbench.capacity.run import CapacityArgs, run_capacity
+    from llmbench.sweep.setup import SweepArgs
 
     values = dict(locals())
     console = Console(stderr=True) if json_out else Console()

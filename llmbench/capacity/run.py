@@ -15,8 +15,8 @@ from rich.console import Console
 from analyzers.capacity.answer import CAPACITY_KEY, CapacityAnswer, capacity_answer, judge_loads
 from analyzers.stats.latency import LevelStats
 from analyzers.stats.slo import Slos
-from llmbench.capacity import CapacityPlan, Probe, SearchSpec
-from llmbench.sweep_setup import SweepArgs, execute_sweep, prepare_run, sweep_trace
+from llmbench.capacity.search import CapacityPlan, Probe, SearchSpec
+from llmbench.sweep.setup import SweepArgs, execute_sweep, prepare_run, sweep_trace
 from reports.capacity_table import CAPACITY_HEADER, capacity_rows
 from reports.write import write_reports
 from rundir import RunDir, RunInfo

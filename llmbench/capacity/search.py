@@ -95,12 +95,12 @@ class Probe:
 
 
 class CapacityPlan:
-    """A LevelPlan (llmbench.sweep) that searches instead of walking a grid."""
+    """A LevelPlan (llmbench.sweep.run) that searches instead of walking a grid."""
 
     def __init__(self, search: SearchSpec, template: LevelSpec, judge=None):
         self.search, self.template = search, template
         # judge(probes) -> the loads whose pooled verdict is unclear
-        # (analyzers.capacity.answer through llmbench.capacity_cli); None: each level's own verdict.
+        # (analyzers.capacity.answer through llmbench.capacity.cli); None: each level's own verdict.
         self.judge = judge
         self.probes: list[Probe] = []
         self._levels: list[LevelSpec] = []

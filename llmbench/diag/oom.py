@@ -89,7 +89,7 @@ def oom(
         if ramp:
             if not target:
                 raise DiagnosisError("--ramp needs --target URL (a vLLM-compatible server)")
-            from llmbench.diag_ramp import ramp_mode
+            from llmbench.diag.ramp import ramp_mode
 
             result = ramp_mode(console, target, ramp_prompt_tokens, ramp_max_tokens, ramp_levels, level_seconds,
                                served_model, api_key, estimate)

@@ -67,7 +67,7 @@ def p99(
 def _observe(out: Path | None, target, model, duration, concurrency, input_len, output_len, tokenizer) -> Path:
     """Run a one-level sweep with the default probes against the live target; return its run directory."""
     from analyzers.diagnosis_error import DiagnosisError
-    from llmbench.sweep import default_run_dir
+    from llmbench.sweep.run import default_run_dir
 
     if not target:
         raise DiagnosisError("--live needs --target URL")

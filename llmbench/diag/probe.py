@@ -49,8 +49,8 @@ def probe(
     """Record probes alone (for a server someone else is loading) into a run directory."""
     import sys
 
-    from llmbench.cli_parse import parse_duration
-    from llmbench.sweep import host_facts
+    from llmbench.options.parse import parse_duration
+    from llmbench.sweep.run import host_facts
     from probes.base import ProbeContext
     from probes.registry import parse_probe_list
     from probes.runner import ProbeSet

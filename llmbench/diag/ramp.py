@@ -2,7 +2,7 @@
 
 Before the ramp: the model from /v1/models, the target's own limits (max_model_len from
 /v1/models, KV blocks and block size from `vllm:cache_config_info`), the preflight and the
-calibration of text prompts (llmbench.target_setup), so the ramp's requests are ones this server
+calibration of text prompts (llmbench.sweep.target), so the ramp's requests are ones this server
 takes, of a length it can hold, counted the way it counts.
 """
 
@@ -16,8 +16,8 @@ from rich.table import Table
 from rich.text import Text
 
 from analyzers.diagnosis_error import DiagnosisError
-from llmbench.target_facts import engine_facts, server_gauges
-from llmbench.target_setup import settle_requests
+from llmbench.sweep.target import settle_requests
+from llmbench.sweep.target_facts import engine_facts, server_gauges
 from loadgen.kv_ramp import RampError, RampResult, RampSpec, run_ramp
 from loadgen.openai_body import request_dict
 from loadgen.prompt_text import text_of_words

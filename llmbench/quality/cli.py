@@ -48,7 +48,7 @@ def quality(
 ) -> None:
     """Compare a quantized model with the same model unquantized (KL, top-1, perplexity, greedy agreement);
     exit 1 if a threshold is missed. The seed's rule: no quantization change without this check."""
-    from llmbench.quality import QualityThresholds, load_prompts, run_quality_check, sabotage_fp8_scales
+    from llmbench.quality.run import QualityThresholds, load_prompts, run_quality_check, sabotage_fp8_scales
     from refengine import LLM
     from refengine.errors import RefEngineError
 

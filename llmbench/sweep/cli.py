@@ -1,4 +1,4 @@
-"""`llmbench sweep` and `llmbench worker`: the options; llmbench.sweep_setup turns them into a run."""
+"""`llmbench sweep` and `llmbench worker`: the options; llmbench.sweep.setup turns them into a run."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from typing import Optional
 import typer
 from rich.console import Console
 
-from llmbench import target_options, workload_flags
-from llmbench.cli_parse import seconds_text
+from llmbench.options import target as target_options
+from llmbench.options import workload as workload_flags
+from llmbench.options.parse import seconds_text
 from rundir.run_info import (
     DEFAULT_DURATION_S,
     DEFAULT_REQUEST_TIMEOUT_S,
@@ -81,7 +82,7 @@ def sweep(
 ) -> None:
     """Sweep load levels against a server and write a run directory with per-request records and a summary."""
     from analyzers.capacity.answer import CAPACITY_KEY
-    from llmbench.sweep_setup import SweepArgs, execute_sweep, prepare_run
+    from llmbench.sweep.setup import SweepArgs, execute_sweep, prepare_run
 
     args = SweepArgs(**{k: v for k, v in locals().items() if k in SweepArgs.__dataclass_fields__})
     run, info, probe_names = prepare_run(args, console)

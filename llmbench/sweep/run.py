@@ -83,7 +83,7 @@ class SweepSpec(SweepInfo):
 
 class LevelPlan(Protocol):
     """Which level to run next, given the stats of the levels measured so far (a fixed grid, or a
-    search such as llmbench.capacity's). Deterministic in the stats, so a resumed run re-decides
+    search such as llmbench.capacity.search's). Deterministic in the stats, so a resumed run re-decides
     the same levels and skips the ones already done."""
 
     def next_level(self, stats: dict[str, LevelStats]) -> LevelSpec | None: ...

@@ -16,7 +16,7 @@ from rich.console import Console
 
 from analyzers.capacity.answer import CAPACITY_KEY
 from llmbench.cli_common import terminate_as_interrupt
-from llmbench.cli_parse import parse_duration, parse_list
+from llmbench.options.parse import parse_duration, parse_list
 from rundir import RunDir, RunInfo, SloSpec, TargetInfo
 
 DEFAULT_CONCURRENCY = [1, 8, 32, 64]          # the seed's sweep (DESIGN section 8)
@@ -141,7 +141,7 @@ def _slos(a: SweepArgs) -> SloSpec:
 
 
 def _new_run(a: SweepArgs, console: Console) -> tuple[RunDir, RunInfo]:
-    from llmbench.sweep import SweepSpec, default_run_dir, new_run_info
+    from llmbench.sweep.run import SweepSpec, default_run_dir, new_run_info
 
     slos = _slos(a)
     try:
@@ -183,7 +183,7 @@ def _host_label(url: str | None) -> str:
 
 
 def _resumed_run(path: Path, console: Console) -> tuple[RunDir, RunInfo]:
-    from llmbench.sweep import SweepSpec
+    from llmbench.sweep.run import SweepSpec
 
     run = RunDir(path)
     if not run.exists():
@@ -213,7 +213,7 @@ def prepare_run(a: SweepArgs, console: Console) -> tuple[RunDir, RunInfo, list[s
 def execute_sweep(run: RunDir, info: RunInfo, a: SweepArgs, probe_names: list[str], console: Console,
                   plan_factory=None) -> None:
     """Start the target (embedded) or use it (external), record its facts, run the levels with probes.
-    plan_factory(run, info) -> a LevelPlan (llmbench.sweep) chooses the levels instead of the grid.
+    plan_factory(run, info) -> a LevelPlan (llmbench.sweep.run) chooses the levels instead of the grid.
     Ctrl-C and SIGTERM stop it in order (exit 130); the run directory is marked interrupted."""
     try:
         with terminate_as_interrupt():
@@ -228,9 +228,9 @@ def execute_sweep(run: RunDir, info: RunInfo, a: SweepArgs, probe_names: list[st
 
 def _serve_and_sweep(run: RunDir, info: RunInfo, a: SweepArgs, probe_names: list[str], console: Console,
                      plan_factory) -> None:
-    from llmbench.embedded import EmbeddedServer
-    from llmbench.sweep import run_sweep
-    from llmbench.target_setup import prepare_target
+    from llmbench.sweep.embedded import EmbeddedServer
+    from llmbench.sweep.run import run_sweep
+    from llmbench.sweep.target import prepare_target
     from probes.runner import sweep_probe_set
 
     target = info.target
@@ -272,7 +272,7 @@ def answers(url: str, timeout_s: float = 2.0) -> bool:
 
 def _record_engine_facts(run: RunDir, url: str, api_key: str | None) -> None:
     """The target's own account of its config (KV blocks, precision policy) into run.json."""
-    from llmbench.target_facts import engine_facts
+    from llmbench.sweep.target_facts import engine_facts
 
     facts = engine_facts(url, api_key)
     if facts:

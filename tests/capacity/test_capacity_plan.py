@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from llmbench.capacity import CapacityPlan, SearchSpec
+from llmbench.capacity.search import CapacityPlan, SearchSpec
 from loadgen.specs import LevelSpec
 
 TEMPLATE = LevelSpec(level_id="x", concurrency=1, input_len=16, output_len=8)

@@ -8,7 +8,7 @@ from refengine_proc import free_port, refengine_server
 from typer.testing import CliRunner
 
 from llmbench.diag_cli import app
-from llmbench.target_facts import server_gauges
+from llmbench.sweep.target_facts import server_gauges
 from loadgen.kv_ramp import RampError, RampSpec
 
 # tiny-test KV on CPU (float32): 2 x 2 layers x 2 KV heads x 16 dims x 4 B = 512 B per token; blocks

@@ -58,7 +58,7 @@ def test_compressed_tensors(tmp_path, original, strategy):
 
 def test_channel_checkpoint_equals_online_quantization(tmp_path):
     """Same scales, same codes: a per-channel FP8 checkpoint and online per-channel FP8 give equal logits."""
-    from llmbench.quality import teacher_forced_logits
+    from llmbench.quality.run import teacher_forced_logits
 
     ckpt = LLM(str(export_fp8("tiny-test", tmp_path / "ct", "compressed-tensors", "channel")), **KW)
     online = LLM("tiny-test", quantization="fp8", **KW)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from llmbench.quality import BUILTIN_TEXTS, compare_positions, teacher_forced_logits
+from llmbench.quality.run import BUILTIN_TEXTS, compare_positions, teacher_forced_logits
 from refengine import LLM, SamplingParams
 from refengine.errors import RefEngineError
 from refengine.model.layers.attention import Attention
@@ -140,7 +140,7 @@ def test_server_prints_and_exports_the_policy():
     """A real `python -m refengine.server` on loopback: the start-up lines and /metrics carry the policy."""
     import urllib.request
 
-    from llmbench.embedded import EmbeddedServer
+    from llmbench.sweep.embedded import EmbeddedServer
 
     args = ["--quantization", "fp8", "--quantization-skip", "seed", "--kv-cache-dtype", "fp8",
             "--max-model-len", "256", "--kv-cache-memory-bytes", str(1 << 22)]

@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from llmbench.cli import app
-from llmbench.quality import (
+from llmbench.quality.run import (
     QualityThresholds,
     greedy_match_length,
     load_prompts,

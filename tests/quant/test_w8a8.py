@@ -57,7 +57,7 @@ def test_w8a8_close_to_weight_only(dtype):
 @pytest.mark.gpu
 def test_engine_uses_w8a8_and_stays_close():
     _need_fp8_gemm()
-    from llmbench.quality import BUILTIN_TEXTS, run_quality_check
+    from llmbench.quality.run import BUILTIN_TEXTS, run_quality_check
     from refengine import LLM
     from refengine.model.layers.linear import LinearBase
 

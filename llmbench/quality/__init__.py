@@ -1,0 +1,1 @@
+"""`llmbench quality`: a quantized model against the unquantized one."""
