@@ -11,11 +11,15 @@ them contiguously (a (sequence, head) split reads a quarter of every row and dra
 
 Plain C++ with no torch headers, compiled on first use with g++ in a few seconds and cached under
 $LLMBENCH_CACHE/kernels (default ~/.cache/llmbench/kernels), called through ctypes (which
-releases the GIL). It splits the sequences into torch.get_num_threads() ranges of about equal
-context on std::threads started per call (tens of microseconds, against milliseconds of work), so
-no second OpenMP runtime spins beside torch's. It degrades cleanly: float32 contiguous caches
-only; if the build fails, `available()` is False and the PyTorch path runs. `REFENGINE_CPU_KERNELS=0` turns it off. Tested against the PyTorch oracle
-in tests/kernels/test_cpu_paged_decode.py.
+releases the GIL). It is built with -march=native, so the cache is keyed by the CPU's
+instruction-set flags as well as the source, compiler flags and machine: a home directory shared
+with a CPU that lacks AVX-512 must not load an object that uses it (that dies with SIGILL, which
+no fallback catches). What each object was built for is written beside it (the .txt of the same
+name). It splits the sequences into torch.get_num_threads() ranges of about equal context on
+std::threads started per call (tens of microseconds, against milliseconds of work), so no second
+OpenMP runtime spins beside torch's. It degrades cleanly: float32 contiguous caches only; if the
+build fails, `available()` is False and the PyTorch path runs. `REFENGINE_CPU_KERNELS=0` turns it
+off. Tested against the PyTorch oracle in tests/kernels/test_cpu_paged_decode.py.
 """
 
 from __future__ import annotations
@@ -143,14 +147,43 @@ def _cache_dir() -> Path:
     return Path(root) / "kernels"
 
 
+def _cpu_flags() -> list[str]:
+    """This CPU's instruction-set flags: what -march=native compiles for.
+
+    The `flags` line of /proc/cpuinfo on x86 Linux (`Features` on ARM); elsewhere only
+    platform.processor(), which is coarser but still tells CPU families apart."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                name, _, value = line.partition(":")
+                if name.strip() in ("flags", "Features"):
+                    return value.split()
+    except OSError:
+        pass
+    return [platform.processor()]
+
+
+def _key() -> str:
+    """Everything the built object depends on, readable: its hash names the file, and it is written beside it.
+
+    The CPU flags are in it because a -march=native object may use any instruction this CPU has."""
+    return (f"source sha256: {hashlib.sha256(_SOURCE.encode()).hexdigest()}\n"
+            f"compiler flags: {' '.join(_FLAGS)}\n"
+            f"machine: {platform.machine()}\n"
+            f"cpu flags: {' '.join(sorted(set(_cpu_flags())))}\n")
+
+
+def _library_path() -> Path:
+    return _cache_dir() / f"cpu_paged_decode-{hashlib.sha256(_key().encode()).hexdigest()[:16]}.so"
+
+
 @functools.lru_cache(maxsize=None)
 def _library() -> ctypes.CDLL:
-    """Compile once per source, flags and machine (a few seconds), then load the cached .so.
+    """Compile once per source, flags, machine and CPU (a few seconds), then load the cached .so.
 
     Built into a temporary file and renamed into place, so concurrent processes never load a
     half-written library."""
-    digest = hashlib.sha256((_SOURCE + " ".join(_FLAGS) + platform.machine()).encode()).hexdigest()[:16]
-    lib = _cache_dir() / f"cpu_paged_decode-{digest}.so"
+    lib = _library_path()
     if not lib.exists():
         cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
         if cxx is None:
@@ -160,6 +193,8 @@ def _library() -> ctypes.CDLL:
             src, out = Path(tmp) / "k.cpp", Path(tmp) / "k.so"
             src.write_text(_SOURCE)
             subprocess.run([cxx, *_FLAGS, str(src), "-o", str(out)], check=True, capture_output=True, timeout=120)
+            (Path(tmp) / "k.txt").write_text(_key())
+            os.replace(Path(tmp) / "k.txt", lib.with_suffix(".txt"))  # first: every cached .so has its note
             os.replace(out, lib)
     cdll = ctypes.CDLL(str(lib))
     f = cdll.paged_decode

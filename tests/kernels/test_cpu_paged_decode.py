@@ -2,13 +2,19 @@
 
 Covered: ragged contexts, a one-token context, a context ending exactly on a block boundary,
 shuffled block tables, GQA / MQA / MHA, block sizes 1, 4 and 16, one and two threads, a step
-mixing decodes and prefills through the Attention layer, and the clean fallback when the kernel
-cannot be built or is switched off.
+mixing decodes and prefills through the Attention layer, the build cache keyed by the CPU's
+instruction-set flags (an object built for another CPU is never loaded), and the clean fallback
+when the kernel cannot be built or is switched off. The fallback tests simulate the missing or
+broken compiler, so they run on every machine; the kernel's own tests need a C++ compiler.
 """
 
 from __future__ import annotations
 
+import logging
+import os
+import platform
 import random
+import shutil
 
 import pytest
 import torch
@@ -18,7 +24,23 @@ from refengine.attention.reference import paged_attention, store_kv
 from refengine.kernels import cpu_paged_decode
 from refengine.model.layers.attention import Attention
 
-pytestmark = pytest.mark.skipif(not cpu_paged_decode.available(), reason="no C++ compiler here")
+needs_compiler = pytest.mark.skipif(not cpu_paged_decode.available(), reason="no C++ compiler here")
+
+
+def _clear_caches():
+    cpu_paged_decode._library.cache_clear()
+    cpu_paged_decode.available.cache_clear()
+
+
+@pytest.fixture
+def fresh_build(monkeypatch, tmp_path):
+    """An empty kernel cache under tmp_path and nothing built or judged yet in this process. The
+    lru_caches are cleared again afterwards (before monkeypatch restores the environment), so later
+    tests build or load the kernel for the real cache and CPU, not this test's."""
+    monkeypatch.setenv("LLMBENCH_CACHE", str(tmp_path))
+    _clear_caches()
+    yield tmp_path
+    _clear_caches()
 
 
 def _case(lengths, bs, heads, kv_heads, head_dim, seed=0):
@@ -37,6 +59,7 @@ def _case(lengths, bs, heads, kv_heads, head_dim, seed=0):
     return q, cache, build_attention_metadata(seqs, bs)
 
 
+@needs_compiler
 @pytest.mark.parametrize("heads,kv_heads", [(16, 4), (4, 1), (4, 4)])
 @pytest.mark.parametrize("bs", [1, 4, 16])
 @pytest.mark.parametrize("threads", [1, 2])
@@ -53,6 +76,7 @@ def test_kernel_matches_reference(heads, kv_heads, bs, threads):
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
+@needs_compiler
 def test_mixed_step_through_the_layer_matches_reference():
     """Decodes on the kernel, the prefill chunk (after a cached prefix) on the reference, one step."""
     bs, heads, kv_heads, d = 4, 8, 2, 16
@@ -74,22 +98,86 @@ def test_mixed_step_through_the_layer_matches_reference():
     torch.testing.assert_close(cache, ref_cache)
 
 
-def test_switched_off_or_unbuildable_falls_back(monkeypatch, tmp_path):
+def test_cache_key_follows_the_cpu_flags(monkeypatch):
+    """The object's name changes with the CPU's flag set, and only with the set (not its order)."""
+    if os.path.exists("/proc/cpuinfo") and platform.machine() == "x86_64":
+        assert "sse2" in cpu_paged_decode._cpu_flags()     # the real flags line was read (all x86-64 have SSE2)
+
+    def path_for(flags):
+        monkeypatch.setattr(cpu_paged_decode, "_cpu_flags", lambda: flags)
+        return cpu_paged_decode._library_path(), cpu_paged_decode._key()
+
+    here = path_for(["fpu", "sse2", "avx2", "fma"])
+    assert path_for(["fpu", "sse2", "avx2", "fma"]) == here
+    assert path_for(["fma", "avx2", "sse2", "fpu", "avx2"]) == here     # same set, other order
+    assert path_for(["fpu", "sse2", "avx2", "fma", "avx512f"])[0] != here[0]
+    assert path_for(["fpu", "sse2"])[0] != here[0]
+    assert "cpu flags: avx2 fma fpu sse2\n" in here[1]
+
+
+@needs_compiler
+def test_object_built_for_another_cpu_is_not_loaded(monkeypatch, fresh_build):
+    """A shared cache holding an object built for another CPU (here: this CPU's flags with AVX-512
+    toggled): this CPU builds and loads its own. The foreign file is junk, so loading it would make
+    available() False; a real one would kill the process with SIGILL."""
+    here = cpu_paged_decode._cpu_flags()
+    monkeypatch.setattr(cpu_paged_decode, "_cpu_flags", lambda: sorted(set(here) ^ {"avx512f"}))
+    foreign = cpu_paged_decode._library_path()
+    foreign.parent.mkdir(parents=True)
+    foreign.write_bytes(b"built for another CPU")
+    monkeypatch.setattr(cpu_paged_decode, "_cpu_flags", lambda: here)
+    assert cpu_paged_decode.available()
+    lib = cpu_paged_decode._library_path()
+    assert lib != foreign and lib.exists()
+    assert foreign.read_bytes() == b"built for another CPU"
+    assert sorted(p.name for p in fresh_build.joinpath("kernels").iterdir()) == sorted(
+        [foreign.name, lib.name, lib.with_suffix(".txt").name])
+    note = lib.with_suffix(".txt").read_text()           # what it was built for, for a human
+    assert note == cpu_paged_decode._key() and f"cpu flags: {' '.join(sorted(set(here)))}\n" in note
     q, cache, meta = _case([7, 20], 4, 4, 2, 16)
+    got = cpu_paged_decode.paged_decode_cpu(q, cache, meta.block_tables, meta.seq_lens, 4, 0.25)
+    torch.testing.assert_close(got, paged_attention(q, cache, meta, 4, 0.25), atol=1e-5, rtol=1e-5)
+
+
+def test_switched_off_falls_back(monkeypatch):
+    q, cache, _ = _case([7, 20], 4, 4, 2, 16)
     monkeypatch.setattr(cpu_paged_decode, "ENABLED", False)
     assert not cpu_paged_decode.applies(q, cache)
     monkeypatch.setattr(cpu_paged_decode, "ENABLED", True)
     assert not cpu_paged_decode.applies(q, cache.to(torch.bfloat16))   # float32 caches only
-    # A machine without a working compiler: the build fails, available() says so, nothing raises.
-    monkeypatch.setenv("LLMBENCH_CACHE", str(tmp_path))
-    monkeypatch.setenv("CXX", "/bin/false")
-    cpu_paged_decode._library.cache_clear()
-    cpu_paged_decode.available.cache_clear()
-    try:
+
+
+@pytest.mark.parametrize("compiler,reason", [(None, "no C++ compiler"), ("/bin/false", "CalledProcessError")])
+def test_unbuildable_falls_back_to_pytorch(monkeypatch, fresh_build, caplog, compiler, reason):
+    """No compiler on PATH, or one that fails: available() is False with the reason logged, nothing
+    raises, and the layer's decodes run on the PyTorch path with the oracle's result."""
+    if compiler is None:
+        monkeypatch.delenv("CXX", raising=False)
+        monkeypatch.setattr(shutil, "which", lambda name, *a, **k: None)
+    else:
+        monkeypatch.setenv("CXX", compiler)
+    monkeypatch.setattr(cpu_paged_decode, "ENABLED", True)
+    with caplog.at_level(logging.WARNING, logger=cpu_paged_decode.log.name):
         assert not cpu_paged_decode.available()
-        assert not cpu_paged_decode.applies(q, cache)
-    finally:
-        cpu_paged_decode._library.cache_clear()
-        cpu_paged_decode.available.cache_clear()
-        monkeypatch.undo()
-    assert cpu_paged_decode.available()
+    assert any("CPU paged decode kernel unavailable" in r.getMessage() and reason in r.getMessage()
+               and "using the PyTorch path" in r.getMessage() for r in caplog.records)
+    assert not list(fresh_build.joinpath("kernels").glob("*.so"))
+
+    def no_kernel(*args, **kwargs):
+        raise AssertionError("the kernel ran though it is unavailable")
+
+    monkeypatch.setattr(cpu_paged_decode, "paged_decode_cpu", no_kernel)
+    bs, heads, kv_heads, d = 4, 4, 2, 16
+    g = torch.Generator().manual_seed(5)
+    cache = torch.zeros(2, 12, bs, kv_heads, d)
+    prior = build_attention_metadata([(0, 7, [3, 8]), (0, 20, [0, 1, 2, 4, 5])], bs)
+    store_kv(torch.randn(27, kv_heads * d, generator=g), torch.randn(27, kv_heads * d, generator=g), cache,
+             prior.slot_mapping)
+    meta = build_attention_metadata([(7, 1, [3, 8]), (20, 1, [0, 1, 2, 4, 5, 6])], bs)
+    q = torch.randn(2, heads * d, generator=g)
+    k, v = torch.randn(2, kv_heads * d, generator=g), torch.randn(2, kv_heads * d, generator=g)
+    ref_cache = cache.clone()
+    store_kv(k, v, ref_cache, meta.slot_mapping)
+    want = paged_attention(q, ref_cache, meta, heads, d ** -0.5)
+    got = Attention(heads, d, d ** -0.5, kv_heads)(q, k, v, cache, meta)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)

@@ -1,0 +1,89 @@
+"""The packed CPU linears (model/layers/cpu_gemm.py) against torch.nn.functional.linear.
+
+float32 goes through oneDNN with the weight packed once (checked here to agree with F.linear to
+float32 rounding, with and without bias, over decode- and prefill-sized batches reusing one
+PackedWeight, on one and two threads); bfloat16 and float16 are passed to F.linear as they are.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from refengine.model.layers import cpu_gemm
+
+SHAPES = [(64, 96), (128, 128), (250, 64)]          # (in_features, out_features)
+BATCHES = [1, 7, 64]
+# Relative to the output's magnitude: float32 differs from F.linear only in summation order
+# (seen: ~5e-7 of max|y|); the half types are handed to F.linear itself.
+TOL = {torch.float32: (1e-5, 1e-5), torch.bfloat16: (1.6e-2, 1e-2), torch.float16: (1e-3, 1e-3)}
+
+
+@pytest.fixture(params=[1, 2], ids=["1thread", "2threads"])
+def threads(request):
+    old = torch.get_num_threads()
+    torch.set_num_threads(request.param)
+    yield request.param
+    torch.set_num_threads(old)
+
+
+@pytest.fixture(autouse=True)
+def packed_gemm_on(monkeypatch):
+    """The packed path is under test even where REFENGINE_CPU_PACKED_GEMM=0 is set."""
+    monkeypatch.setattr(cpu_gemm, "ENABLED", True)
+
+
+def _assert_close(got, want, dtype):
+    rtol, atol = TOL[dtype]
+    scale = max(1.0, float(want.detach().float().abs().max()))
+    torch.testing.assert_close(got, want, rtol=rtol, atol=atol * scale)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("with_bias", [False, True], ids=["nobias", "bias"])
+@pytest.mark.parametrize("in_f,out_f", SHAPES)
+def test_linear_matches_f_linear(in_f, out_f, with_bias, dtype, threads):
+    g = torch.Generator().manual_seed(in_f * 1000 + out_f)
+    weight = torch.randn(out_f, in_f, generator=g).to(dtype)
+    bias = torch.randn(out_f, generator=g).to(dtype) if with_bias else None
+    cache = cpu_gemm.PackedWeight()
+    packed = None
+    with torch.no_grad():                       # the engine runs without autograd; the packed path needs that
+        for batch in BATCHES:                   # one PackedWeight across calls, as a layer keeps it
+            x = torch.randn(batch, in_f, generator=g).to(dtype)
+            got = cpu_gemm.linear(x, weight, bias, cache)
+            assert got.shape == (batch, out_f) and got.dtype == dtype
+            _assert_close(got, F.linear(x, weight, bias), dtype)
+            if dtype == torch.float32 and cpu_gemm._ops_available():
+                assert cache.packed is not None             # the packed path ran, not F.linear
+                packed = packed if packed is not None else cache.packed
+                assert cache.packed is packed               # packed once, reused
+            elif dtype != torch.float32:
+                assert cache.key is None                    # only float32 is packed
+        x = torch.randn(2, 3, in_f, generator=g).to(dtype)  # any leading dims
+        _assert_close(cpu_gemm.linear(x, weight, bias, cache), F.linear(x, weight, bias), dtype)
+
+
+def test_replaced_weight_is_repacked():
+    """A new weight tensor (a reload, tie_to) behind the same PackedWeight is packed afresh, not served stale."""
+    g = torch.Generator().manual_seed(1)
+    old, new = torch.randn(96, 64, generator=g), torch.randn(96, 64, generator=g)
+    x = torch.randn(7, 64, generator=g)
+    cache = cpu_gemm.PackedWeight()
+    with torch.no_grad():
+        _assert_close(cpu_gemm.linear(x, old, None, cache), F.linear(x, old), torch.float32)
+        _assert_close(cpu_gemm.linear(x, new, None, cache), F.linear(x, new), torch.float32)
+
+
+def test_with_autograd_it_is_f_linear():
+    """Outside no_grad (training, a test computing gradients) the call is F.linear and differentiable."""
+    g = torch.Generator().manual_seed(2)
+    weight = torch.randn(96, 64, generator=g, requires_grad=True)
+    x = torch.randn(7, 64, generator=g)
+    cache = cpu_gemm.PackedWeight()
+    got = cpu_gemm.linear(x, weight, None, cache)
+    _assert_close(got, F.linear(x, weight), torch.float32)
+    got.sum().backward()
+    torch.testing.assert_close(weight.grad, x.sum(0).expand(96, 64))
+    assert cache.key is None
