@@ -6,19 +6,18 @@ import time
 from typing import Optional
 
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 # The commands live in their packages; their heavy imports are inside them (lazy), so --help is quick.
 from llmbench.capacity.cli import capacity
-from llmbench.cli_common import user_errors
+from llmbench.cli_common import make_console, user_errors
 from llmbench.quality.cli import quality
 from llmbench.report import compare, report
 from llmbench.sweep.cli import sweep, worker
 
 app = typer.Typer(help="Benchmark, profile and diagnose LLM inference. Bundled with the refengine reference engine.",
                   no_args_is_help=True, add_completion=False)
-console = Console()
+console = make_console()
 
 
 @app.command()

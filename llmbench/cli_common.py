@@ -9,7 +9,20 @@ import threading
 import typer
 from rich.console import Console
 
-err_console = Console(stderr=True)
+
+
+def make_console(stderr: bool = False) -> Console:
+    """The console every command prints through. In a terminal rich wraps text to its width; into a
+    file, a pipe or a CI log a message stays on one line, so that grep finds the server's own words
+    ("quota exhausted for this key") where a wrap at 80 columns would have split them. Tables keep
+    their layout either way."""
+    console = Console(stderr=stderr)
+    if not console.is_terminal:
+        console.soft_wrap = True
+    return console
+
+
+err_console = make_console(stderr=True)
 
 
 @contextlib.contextmanager

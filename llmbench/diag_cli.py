@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import typer
-from rich.console import Console
 
+from llmbench.cli_common import make_console
 from llmbench.diag.oom import oom  # memory model, OOM logs, KV ramp
 from llmbench.diag.p99 import p99  # tail triage: network, scheduling, host
 from llmbench.diag.plan import plan  # parallel plan ranking
@@ -12,7 +12,7 @@ from llmbench.diag.probe import comm, pcap, probe  # probes, collective bandwidt
 
 app = typer.Typer(help="Diagnose LLM inference deployments: why it ran out of memory, why P99 is bad.",
                   no_args_is_help=True, add_completion=False)
-console = Console()
+console = make_console()
 
 
 @app.callback()

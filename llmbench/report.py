@@ -9,13 +9,12 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 
-from llmbench.cli_common import err_console, user_errors
+from llmbench.cli_common import err_console, make_console, user_errors
 from rundir.errors import RunDirError
 
-console = Console()
+console = make_console()
 
 
 @contextlib.contextmanager

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
 
+from llmbench.cli_common import make_console
 from llmbench.options import target as target_options
 from llmbench.options import workload as workload_flags
 from llmbench.options.parse import seconds_text
@@ -83,7 +83,7 @@ def capacity(
     from llmbench.sweep.setup import SweepArgs
 
     values = dict(locals())
-    console = Console(stderr=True) if json_out else Console()
+    console = make_console(stderr=json_out)
     values.update(concurrency=None, request_rate=None,
                   label=label or f"capacity-{model or ('tiny' if target is None else 'target')}")
     args = SweepArgs(**{k: v for k, v in values.items() if k in SweepArgs.__dataclass_fields__})

@@ -9,14 +9,13 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from llmbench.cli_common import err_console, user_errors
+from llmbench.cli_common import err_console, make_console, user_errors
 from rundir import RunDir
 
-console = Console()
+console = make_console()
 
 
 def p99(

@@ -5,13 +5,12 @@ from __future__ import annotations
 from typing import Optional
 
 import typer
-from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from llmbench.cli_common import user_errors
+from llmbench.cli_common import make_console, user_errors
 
-console = Console()
+console = make_console()
 
 
 def plan(

@@ -10,12 +10,11 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from llmbench.cli_common import err_console, terminate_as_interrupt, user_errors
+from llmbench.cli_common import err_console, make_console, terminate_as_interrupt, user_errors
 
-console = Console()
+console = make_console()
 
 
 @contextlib.contextmanager

@@ -6,8 +6,8 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
 
+from llmbench.cli_common import make_console
 from llmbench.options import target as target_options
 from llmbench.options import workload as workload_flags
 from llmbench.options.parse import seconds_text
@@ -19,7 +19,7 @@ from rundir.run_info import (
     DEFAULT_WARMUP_S,
 )
 
-console = Console()
+console = make_console()
 
 
 def sweep(
