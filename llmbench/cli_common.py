@@ -10,7 +10,6 @@ import typer
 from rich.console import Console
 
 
-
 def make_console(stderr: bool = False) -> Console:
     """The console every command prints through. In a terminal rich wraps text to its width; into a
     file, a pipe or a CI log a message stays on one line, so that grep finds the server's own words
