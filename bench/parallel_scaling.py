@@ -7,7 +7,7 @@ tokens/s, steps, and the seconds per step each rank spends inside torch.distribu
 (all_reduce, all_gather, send, recv; waiting for peers included). Then PP 2 at 1, 2, 4 and 8
 micro-batches and with the batch queue: the measured bubble, 1 - (compute summed over stages) /
 (stages x step wall time; under the batch queue: wall time with a batch in the pipeline), next to
-the formula (PP - 1) / (PP + MB - 1) (DESIGN section 8; none for the batch queue, whose steady
+the formula (PP - 1) / (PP + MB - 1) (docs/yardsticks.md; none for the batch queue, whose steady
 state has no per-step drain). Under the batch queue the driver only posts isend/irecv, which are
 not timed, so its comm column reads ~0; the last stage's recv still shows its waiting.
 

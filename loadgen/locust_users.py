@@ -8,7 +8,7 @@ locust processes (loadgen.locust_proc) import it, never the CLI.
   times it: building the request in locust and geventhttpclient (~0.3 ms here, more when this
   process is preempted) and connecting are the client's own work, not the server's latency,
   and show up as send lag instead of TTFT. The response is read with
-  `resp._response.readline(b"\\n")` (DESIGN section 9: iter_content buffers and ruins first-token
+  `resp._response.readline(b"\\n")` (docs/architecture.md, host facts: iter_content buffers and ruins first-token
   times). A gevent.Timeout raising RequestDeadline bounds connect + whole stream by the level's
   request_timeout_s, so a hung server cannot hold a user longer than that.
 - `ClosedLoopUser`: sends back to back (wait_time constant(0)); N users = concurrency N.

@@ -45,7 +45,7 @@ class LevelSpec:
 
     Timeline: warm up for warmup_s, then the measured window of duration_s; requests sent inside
     the window have in_window=True. After the window the level drains: in `keep_load` mode (the
-    default, DESIGN section 4: "the load keeps running until they finish") load continues,
+    default, docs/metrics.md: "the load keeps running until they finish") load continues,
     recorded as out of window, until every in-window request has finished, so the last in-window
     requests see the same load as the others; in `stop_sending` mode nothing new is sent after the
     window. Either way a request gets at most request_timeout_s, and whatever is still in flight

@@ -3,7 +3,7 @@
 `read_sse_stream(readline, clock)` pulls lines until `data: [DONE]` and timestamps each one the
 moment readline returns it, so the caller must hand over lines as they arrive (locust's
 FastHttpUser: `resp._response.readline(b"\\n")`; `iter_content` buffers and would move first-token
-times late). Definitions (DESIGN section 4):
+times late). Definitions (docs/metrics.md):
 
 - a chunk carries a token when a choice has non-empty completions `text`, or a chat `delta` with
   non-empty `content` (or reasoning / tool-call content), or non-empty `token_ids`. A role-only or

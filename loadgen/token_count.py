@@ -1,4 +1,4 @@
-"""Client-side token counting: the second count of DESIGN section 4, next to the server's `usage`.
+"""Client-side token counting: the second count of docs/metrics.md, next to the server's `usage`.
 
 The locust processes ship each finished request's streamed text under COMPLETION_TEXT_KEY (only
 when a tokenizer is configured); the parent process counts it here, so tokenizing never takes CPU

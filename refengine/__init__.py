@@ -2,7 +2,7 @@
 
 Paged KV cache with prefix caching, continuous batching with chunked prefill and preemption,
 Llama-family models from Hugging Face directories, plain PyTorch. It imports nothing else of
-the llmbench project (DESIGN section 2).
+the llmbench project (docs/architecture.md).
 """
 
 from refengine.config import EngineArgs

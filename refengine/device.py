@@ -29,7 +29,7 @@ def resolve_device(name: str) -> torch.device:
 
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     if name == "auto":
-        # No AMX on these CPUs: float32 matmul beats bfloat16 there (DESIGN section 9).
+        # No AMX on these CPUs: float32 matmul beats bfloat16 there (docs/architecture.md, host facts).
         return torch.float32 if device.type == "cpu" else torch.bfloat16
     return DTYPES[name]
 

@@ -1,4 +1,4 @@
-"""The metric definitions every report prints (DESIGN section 4), and other tools' names for them,
+"""The metric definitions every report prints (docs/metrics.md), and other tools' names for them,
 so that a reader comparing our numbers with vLLM's, GenAI-Perf's or guidellm's compares like with like."""
 
 from __future__ import annotations

@@ -51,7 +51,7 @@ class RequestRecord:
             raise ValueError(f"error_kind must be one of {ERROR_KINDS}, got {self.error_kind!r}")
 
     def derive(self) -> "RequestRecord":
-        """Fill ttft/tpot/e2e from the timestamps with DESIGN section 4's definitions."""
+        """Fill ttft/tpot/e2e from the timestamps with docs/metrics.md's definitions."""
         self.send_lag_s = max(0.0, self.t_sent - self.t_scheduled)
         if self.t_first_token is not None:
             self.ttft_s = self.t_first_token - self.t_sent

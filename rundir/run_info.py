@@ -18,7 +18,7 @@ SCHEMA_VERSION = 1
 RUN_STATUSES = ("running", "complete", "interrupted")
 TARGET_KINDS = ("embedded", "external")
 
-# Defaults the CLI, the sweep and the analyzers share (DESIGN section 4; the CLI shows them in --help).
+# Defaults the CLI, the sweep and the analyzers share (docs/metrics.md; the CLI shows them in --help).
 DEFAULT_TTFT_P99_S = 1.5
 DEFAULT_TPOT_P95_S = 0.050
 DEFAULT_WARMUP_S = 5.0

@@ -1,4 +1,4 @@
-"""Memory per GPU of a model under a serving plan, and the KV capacity that is left (DESIGN section 8).
+"""Memory per GPU of a model under a serving plan, and the KV capacity that is left (docs/yardsticks.md).
 
 vLLM's accounting, per GPU: it may use `gpu_memory_utilization` x total. Weights, the peak
 activations of a profiling forward pass, non-torch memory (CUDA context, NCCL) and CUDA graphs

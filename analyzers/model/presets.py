@@ -85,7 +85,7 @@ class ModelShape:
         return self.num_parameters() - self.num_layers * inactive
 
     def kv_bytes_per_token(self, kv_bytes: float) -> float:
-        """DESIGN section 8: 2 (K and V) x layers x kv_heads x head_dim x bytes — the whole model."""
+        """docs/yardsticks.md: 2 (K and V) x layers x kv_heads x head_dim x bytes — the whole model."""
         return 2 * self.num_layers * self.num_kv_heads * self.head_dim * kv_bytes
 
 

@@ -3,7 +3,7 @@
 `--gpu-memory` takes a number (GiB, as before), or a size with its unit: 80GiB, 80G (GiB), 80GB
 (decimal, 10^9 bytes, as vendors print it: 80 GB = 74.5 GiB), 24576MiB, 80000MB, 1TiB.
 
-The seed prices the KV cache for the whole model (DESIGN section 8: 80 layers x 8 KV heads x 128
+The seed prices the KV cache for the whole model (docs/yardsticks.md: 80 layers x 8 KV heads x 128
 x FP16 = 320 KiB per token, 640 MiB per request of 2,048 tokens, 20 GiB for 32 requests); what
 one GPU holds is that divided by TP (over KV heads, replicated below one head per GPU) and PP
 (over layers). Both are printed so the seed's numbers can be checked and the GPU's budget read.

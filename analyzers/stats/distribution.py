@@ -1,6 +1,6 @@
 """One latency distribution: percentiles with their sample count, and how sure we are of them.
 
-Percentiles are numpy's linear interpolation (DESIGN section 4). Confidence comes from the
+Percentiles are numpy's linear interpolation (docs/metrics.md). Confidence comes from the
 bootstrap, vectorized: the resample indices of a batch of resamples are one integer array, and
 the percentiles of every resample come from one `np.percentile(axis=1)` call. Above
 EXACT_BOOTSTRAP_MAX_N samples the bootstrap's own large-sample form is used instead: the q-th

@@ -1,4 +1,4 @@
-"""Per-level latency and throughput statistics with DESIGN section 4's definitions.
+"""Per-level latency and throughput statistics with docs/metrics.md's definitions.
 
 Percentiles are numpy's linear interpolation, always reported with their sample count; a P99
 from fewer than 100 samples is flagged. Only requests sent inside the measured window count,

@@ -1,6 +1,6 @@
 """A level's throughput: what ARRIVED inside its measured window, and a block-bootstrap interval.
 
-DESIGN section 4: output tokens/s, total tokens/s and requests/s count the tokens that arrived
+docs/metrics.md: output tokens/s, total tokens/s and requests/s count the tokens that arrived
 inside the window, by their timestamps, and the requests that finished inside it, so a rate is
 not quantized to whole requests and a request in flight at an edge counts for the part of it
 that fell inside. Every request of the level counts, also those sent during the warm-up whose

@@ -1,5 +1,5 @@
 """Token counts checked against each other: the server's usage, the streamed chunks, the client
-tokenizer, the requested output length (DESIGN section 4: a disagreement is reported, not hidden)."""
+tokenizer, the requested output length (docs/metrics.md: a disagreement is reported, not hidden)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A level's measured window (DESIGN section 4)."""
+"""A level's measured window (docs/metrics.md)."""
 
 from __future__ import annotations
 

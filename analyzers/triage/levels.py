@@ -25,7 +25,7 @@ from rundir.table import RequestTable
 
 STANDING_RATIO = 3.0
 MIN_EXCESS_S = {"ttft": 0.050, "tpot": 0.005, "e2e": 0.100}
-# Which statistic of the level the SLO bounds, per metric (DESIGN section 4's defaults).
+# Which statistic of the level the SLO bounds, per metric (docs/metrics.md's defaults).
 SLO_STAT = {"ttft": ("ttft_p99_s", 99.0), "tpot": ("tpot_p95_s", 95.0), "e2e": ("e2e_p99_s", 99.0)}
 
 

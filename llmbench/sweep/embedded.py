@@ -1,7 +1,7 @@
 """The bundled target: `python -m refengine.server` on a free loopback port for a sweep's duration.
 
 It runs in its own process: the load generator's process is monkey-patched by gevent and must
-not also run model compute (DESIGN section 9).
+not also run model compute (docs/architecture.md, host facts).
 """
 
 from __future__ import annotations

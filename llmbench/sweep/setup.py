@@ -19,7 +19,7 @@ from llmbench.cli_common import terminate_as_interrupt
 from llmbench.options.parse import parse_duration, parse_list
 from rundir import RunDir, RunInfo, SloSpec, TargetInfo
 
-DEFAULT_CONCURRENCY = [1, 8, 32, 64]          # the seed's sweep (DESIGN section 8)
+DEFAULT_CONCURRENCY = [1, 8, 32, 64]          # the seed's sweep (docs/yardsticks.md)
 
 
 @dataclass

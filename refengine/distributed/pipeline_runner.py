@@ -7,7 +7,7 @@ Every rank receives the same SchedulerOutput. Two schedules (`--pipeline-schedul
   the first receives (hidden, residual) for the micro-batch from its TP peer in stage s - 1
   (shapes are known from the SchedulerOutput, so no metadata is exchanged), runs its layers and
   sends the pair on with isend, so it moves to the next micro-batch while stage s + 1 works on
-  this one. Bubble per step: (PP - 1) / (PP + MB - 1) (DESIGN section 8).
+  this one. Bubble per step: (PP - 1) / (PP + MB - 1) (docs/yardsticks.md).
 - batch-queue (vLLM's): each scheduled batch is one micro-batch, and the overlap is across steps:
   the driver (stage 0) `submit`s batch N + 1 while later stages still compute batch N, and
   `collect`s a batch's tokens when the engine needs them (refengine/distributed/batch_queue.py).

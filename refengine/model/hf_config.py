@@ -88,7 +88,7 @@ class ModelConfig:
         return embed + self.num_hidden_layers * per_layer + h + lm_head
 
     def kv_bytes_per_token(self, dtype_bytes: int) -> int:
-        """2 (K and V) x layers x kv_heads x head_dim x bytes (DESIGN section 8)."""
+        """2 (K and V) x layers x kv_heads x head_dim x bytes (docs/yardsticks.md)."""
         return 2 * self.num_hidden_layers * self.num_key_value_heads * self.head_dim * dtype_bytes
 
 

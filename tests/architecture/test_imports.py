@@ -1,4 +1,4 @@
-"""The house's one-way dependencies (DESIGN section 2, docs/architecture.md), checked on the source:
+"""The house's one-way dependencies (docs/architecture.md), checked on the source:
 every import of every module, at module level and inside functions, parsed with `ast`."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """A stand-in for the pynvml module that replays a recorded NVML response set (tests/probes/data/
-nvml_*.json). This machine has no GPU: this is the one mock at the edge DESIGN section 7 allows.
+nvml_*.json). This machine has no GPU: this is the one mock at the edge docs/architecture.md allows.
 Each (function, device) pair returns its next recorded response, the last one repeating."""
 
 from __future__ import annotations

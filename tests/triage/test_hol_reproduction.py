@@ -1,4 +1,4 @@
-"""The head-of-line blocking reproduction on the real refengine (DESIGN section 8's P99 order,
+"""The head-of-line blocking reproduction on the real refengine (docs/yardsticks.md's P99 order,
 scheduling): a mixed long/short workload with chunked prefill off makes short requests wait
 behind long prefills, `llmdiag p99` names it, and capping the prefill per step
 (--long-prefill-token-threshold) improves the short requests' TTFT P99, which `llmbench compare`
