@@ -16,8 +16,7 @@ from reports.answer import build_answer, evidence_name, fmt_evidence
 from reports.capacity_table import CAPACITY_HEADER, CAPACITY_NOTE, capacity_rows
 from reports.compare_answer import compare_answer, verdict_matrix
 from reports.definitions import DEFINITIONS, OTHER_TOOLS, OTHER_TOOLS_HEADER
-from reports.hover_script import SCRIPT
-from reports.html_templates import CSS, environment
+from reports.html_templates import environment, hover_script, stylesheet
 from reports.probe_sections import render_probe
 from reports.terminal import fmt_ci, fmt_delta, fmt_value
 from reports.time_axis import TimeAxis
@@ -52,7 +51,7 @@ def _probe_rank(p: ProbeSeries) -> tuple[int, str]:
 
 
 def _common() -> dict:
-    return {"css": CSS, "script": "", "version": __version__, "definitions": DEFINITIONS, "tools_header": OTHER_TOOLS_HEADER,
+    return {"css": stylesheet(), "script": "", "version": __version__, "definitions": DEFINITIONS, "tools_header": OTHER_TOOLS_HEADER,
             "tools": OTHER_TOOLS, "generated": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
 
 
@@ -63,7 +62,7 @@ def render_report(summary: RunSummary, table: RequestTable, probes: list[ProbeSe
     scaling_figs = [plots.scaling_figure(group, key) for key, group in series_of(measured).items()]
     capacity = answer_in(summary.info.sweep.extra)
     ctx = {
-        **_common(), "script": SCRIPT, "title": f"llmbench report: {summary.info.run_id}", "info": summary.info,
+        **_common(), "script": hover_script(), "title": f"llmbench report: {summary.info.run_id}", "info": summary.info,
         "slos": summary.slos.describe(), "answer": build_answer(summary, diagnosis),
         "capacity_header": CAPACITY_HEADER, "capacity_note": CAPACITY_NOTE,
         "capacity_rows": capacity_rows(capacity) if capacity is not None else [],

@@ -1,13 +1,10 @@
-"""The report's one piece of inline JavaScript: the values under the cursor on the time-axis figures.
+/* The report's one piece of inline JavaScript: the values under the cursor on the time-axis figures.
 
 It earns its place: hovering a latency spike on the timeline draws the same instant as a line
 across every probe panel below and shows, in a small box, the time, the level then running and
 the value of each line of the panel under the cursor. It reads only the figures' own
 `data-hover` attributes (reports.time_axis), builds its text with textContent (nothing from the
-run is parsed as HTML), fetches nothing, and the report reads the same without it.
-"""
-
-SCRIPT = r"""
+run is parsed as HTML), fetches nothing, and the report reads the same without it. */
 (function () {
   var figs = [].slice.call(document.querySelectorAll('.tfig[data-hover]'));
   if (!figs.length) return;
@@ -70,4 +67,3 @@ SCRIPT = r"""
     tip.style.top = (ev.clientY + 14) + 'px';
   }
 })();
-"""
