@@ -11,4 +11,4 @@ def free_port(host: str = "127.0.0.1") -> int:
     """A port nothing listens on right now (the OS picks it; another process may take it later)."""
     with socket.socket() as s:
         s.bind((host, 0))
-        return s.getsockname()[1]
+        return int(s.getsockname()[1])

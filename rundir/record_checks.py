@@ -9,6 +9,7 @@ a figure computed around it would be a wrong number.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -68,7 +69,7 @@ def _raise_first(bad: pd.Series, df: pd.DataFrame, name: str, line_numbers: np.n
                       f"got {df[name].iat[i]!r}")
 
 
-def check_gaps(gaps: list, line_numbers: np.ndarray, path: str) -> None:
+def check_gaps(gaps: list[Any], line_numbers: np.ndarray, path: str) -> None:
     """itl_s must be a list of numbers (called only when the fast conversion failed)."""
     for i, g in enumerate(gaps):
         if any(isinstance(x, bool) or not isinstance(x, (int, float)) for x in g):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from typing import Any
 
 REQUEST_STATUSES = ("ok", "error", "timeout", "cancelled")
 # Error classes of the load generator's taxonomy (RequestRecord.error_kind).
@@ -72,7 +73,7 @@ class RequestRecord:
         return None
 
     @classmethod
-    def from_dict(cls, d: dict) -> "RequestRecord":
+    def from_dict(cls, d: dict[str, Any]) -> "RequestRecord":
         return cls(**{k: v for k, v in d.items() if k in RECORD_FIELDS})
 
 

@@ -107,7 +107,7 @@ class RunDir:
         atomic_write(self.requests_jsonl, "".join(keep))
         return len(aside)
 
-    def write_summary(self, summary: dict) -> None:
+    def write_summary(self, summary: dict[str, Any]) -> None:
         atomic_write(self.summary_json, json.dumps(summary, indent=2, default=json_default))
 
     def write_json(self, path: Path, obj: Any) -> None:
@@ -139,7 +139,7 @@ class RunDir:
                 except (json.JSONDecodeError, TypeError, ValueError):
                     continue   # a torn last line of a run that was killed mid-write
 
-    def read_summary(self) -> dict | None:
+    def read_summary(self) -> dict[str, Any] | None:
         """summary.json, or None when there is none or it is not one (it is derived: recomputed anyway)."""
         if not self.summary_json.exists():
             return None

@@ -28,17 +28,17 @@ DEFAULT_REQUEST_TIMEOUT_S = 180.0
 T = TypeVar("T")
 
 
-def _split_known(cls: type, d: dict) -> tuple[dict, dict]:
+def _split_known(cls: type, d: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
     return {k: v for k, v in d.items() if k in names}, {k: v for k, v in d.items() if k not in names}
 
 
-def _from_dict(cls: type[T], d: dict | None) -> T:
+def _from_dict(cls: type[T], d: dict[str, Any] | None) -> T:
     known, extra = _split_known(cls, dict(d or {}))
     return cls(**known, extra={**known.pop("extra", {}), **extra})  # type: ignore[call-arg]
 
 
-def _to_dict(obj: Any) -> dict:
+def _to_dict(obj: Any) -> dict[str, Any]:
     d = dataclasses.asdict(obj)
     extra = d.pop("extra", {})
     return {**extra, **d}
@@ -58,7 +58,7 @@ class SloSpec:
             if v is not None and not (isinstance(v, (int, float)) and v > 0):
                 raise ValueError(f"SLO {name} must be a positive number of seconds, got {v!r}")
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
 
@@ -131,13 +131,13 @@ class RunInfo:
                 or not isinstance(self.slos, SloSpec):
             raise TypeError("RunInfo takes TargetInfo, SweepInfo and SloSpec (use RunInfo.from_dict for JSON)")
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["target"], d["sweep"] = _to_dict(self.target), _to_dict(self.sweep)
         return d
 
     @classmethod
-    def from_dict(cls, d: dict) -> "RunInfo":
+    def from_dict(cls, d: dict[str, Any]) -> "RunInfo":
         """From run.json's object; raises ValueError/TypeError with the reason when it is not one."""
         if not isinstance(d, dict):
             raise ValueError("run.json must hold a JSON object")

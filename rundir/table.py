@@ -15,7 +15,7 @@ import itertools
 import json
 import json.scanner
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Any, Iterable
 
 import numpy as np
 import pandas as pd
@@ -38,7 +38,7 @@ class RequestTable:
 
     # ----- building -------------------------------------------------------------------------
     @classmethod
-    def from_dicts(cls, rows: list[dict], line_numbers: np.ndarray | None = None,
+    def from_dicts(cls, rows: list[dict[str, Any]], line_numbers: np.ndarray | None = None,
                    path: str = "records") -> "RequestTable":
         """Columns straight from parsed JSON objects (unknown keys are ignored, missing ones null).
         A field of the wrong type raises RunDirError naming `path` and the line."""
@@ -70,7 +70,7 @@ class RequestTable:
         record of the wrong shape raises RunDirError. Parsed in chunks so that a million records
         never exist as a million dicts at once."""
         parts: list[RequestTable] = []
-        rows: list[dict] = []
+        rows: list[dict[str, Any]] = []
         numbers: list[int] = []
         path = str(run.requests_jsonl)
         read = ReadReport(path)

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import os
 import zipfile
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -25,7 +27,7 @@ CACHE_VERSION = 3                    # bump when the columns change
 MIN_RECORDS_TO_CACHE = 20_000        # small runs parse faster than a cache file is worth
 
 
-def cache_path(run: RunDir):
+def cache_path(run: RunDir) -> Path:
     return run.table_cache
 
 
@@ -56,7 +58,7 @@ def load_cached(run: RunDir) -> RequestTable:
     return table
 
 
-def _write(path, table: RequestTable, key: np.ndarray) -> None:
+def _write(path: Path, table: RequestTable, key: np.ndarray) -> None:
     path.parent.mkdir(exist_ok=True)
     arrays = {"key": key, "itl": table.itl, "itl_row": table.itl_row,
               "in_window": table.df["in_window"].to_numpy(), "n_itl": table.df["n_itl"].to_numpy()}
@@ -71,7 +73,7 @@ def _write(path, table: RequestTable, key: np.ndarray) -> None:
     os.replace(tmp, path)
 
 
-def _from_npz(z) -> RequestTable:
+def _from_npz(z: Any) -> RequestTable:   # an NpzFile
     cols: dict[str, object] = {name: z[f"f_{name}"] for name in FLOAT_COLUMNS}
     for name in TEXT_COLUMNS:
         uniques = np.append(z[f"u_{name}"].astype(object), np.array([None], dtype=object))   # code -1 -> None
