@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
+import os
 import time
 from pathlib import Path
 from typing import Optional
@@ -87,20 +89,61 @@ def compare(
     slo_ttft: Optional[float] = typer.Option(None, help="SLO: TTFT P99 in seconds for goodput (default: each run's)."),
     slo_tpot: Optional[float] = typer.Option(None, help="SLO: TPOT P95 in seconds for goodput (default: each run's)."),
     slo_e2e: Optional[float] = typer.Option(None, help="SLO: E2E P99 in seconds for goodput (default: none)."),
+    fail_on_regression: Optional[str] = typer.Option(
+        None, help="Exit 1 when output tok/s, TTFT P99 or TPOT P95 got worse by more than this (5% or 0.05) at "
+        "any shared level, the change significant by the comparison's 95% intervals; prints a one-line reason."),
+    json_out: bool = typer.Option(False, "--json", help="Print the comparison (and the gate's result) as JSON on "
+                                  "stdout; the tables go to stderr."),
+    junit: Optional[Path] = typer.Option(None, help="Write the gate as JUnit XML (a testcase per level and gated "
+                                         "metric, a regression a failure) for CI test reports."),
+    github_summary: bool = typer.Option(False, help="Append the gate's verdict as Markdown to $GITHUB_STEP_SUMMARY "
+                                        "(GitHub Actions)."),
 ) -> None:
     """Compare runs level by level (A/B before an upgrade or a tuning change): deltas with bootstrap
-    confidence intervals and a verdict per metric (better / worse / within noise)."""
-    from reports.compare_answer import compare_answer
-    from reports.terminal import answer_lines, compare_table
+    confidence intervals and a verdict per metric (better / worse / within noise); with
+    --fail-on-regression, a CI gate."""
+    from analyzers.regression import parse_tolerance, regression_gate
+    from reports.gate_output import gate_line, junit_xml, step_summary
     from reports.write import write_compare
 
     if len(runs) < 2:
         raise typer.BadParameter("give at least two run directories")
+    try:
+        tolerance = parse_tolerance(fail_on_regression) if fail_on_regression is not None else None
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--fail-on-regression") from None
+    if github_summary and not os.environ.get("GITHUB_STEP_SUMMARY"):
+        raise typer.BadParameter("$GITHUB_STEP_SUMMARY is not set (it is, inside a GitHub Actions step)",
+                                 param_hint="--github-summary")
+    out_console = make_console(stderr=True) if json_out else console
     with user_errors(), run_errors():
         dirs = [_rundir(p) for p in runs]
         overrides = _slos({}, slo_ttft, slo_tpot, slo_e2e) or None
         slos = None if overrides is None else {**dirs[0].read_info().slos.to_dict(), **overrides}
         comparisons, paths = write_compare(dirs, out or Path("."), slos, min_effect)
+    _print_comparisons(out_console, comparisons, min_effect)
+    out_console.print(f"wrote {paths['html']} and {paths['md']}")
+    gate = regression_gate(comparisons, tolerance if tolerance is not None else 0.0)
+    if junit is not None:
+        junit.write_text(junit_xml(comparisons, gate), encoding="utf-8")
+    if github_summary:
+        with open(os.environ["GITHUB_STEP_SUMMARY"], "a", encoding="utf-8") as f:
+            f.write(step_summary(comparisons, gate))
+    if json_out:
+        doc = {"comparisons": [dataclasses.asdict(c) for c in comparisons]}
+        if tolerance is not None:
+            doc["gate"] = dataclasses.asdict(gate) | {"failed": gate.failed, "reason": gate_line(gate)}
+        print(json.dumps(doc, indent=1))
+    if tolerance is not None:
+        (err_console if json_out else console).print(gate_line(gate), highlight=False, markup=False)
+        if gate.failed:
+            raise typer.Exit(code=1)
+
+
+def _print_comparisons(console, comparisons, min_effect: float) -> None:
+    from reports.compare_answer import compare_answer
+    from reports.terminal import answer_lines, compare_table
+
     for c in comparisons:
         console.print(compare_table(c))
         n = c.counts()
@@ -114,4 +157,3 @@ def compare(
                           f"only in B: {', '.join(c.only_b) or '—'}", markup=False)
         if not c.levels:
             console.print("[yellow]the runs share no level: nothing to compare[/]")
-    console.print(f"wrote {paths['html']} and {paths['md']}")
