@@ -117,10 +117,11 @@ def _serve(argv: list[str]) -> None:
 # ----- the client side ---------------------------------------------------------------------------
 
 class DelayServers:
-    """N delay server processes on one loopback port; killed on exit, whatever happened."""
+    """N delay server processes on one loopback port; killed on exit, whatever happened.
+    cores="0" or "0,2-3": each runs under `taskset -c cores`, off the cores the client runs on."""
 
-    def __init__(self, n: int, ttft_ms: float, itl_ms: float, startup_s: float = 20.0):
-        self.n, self.ttft_ms, self.itl_ms, self.startup_s = n, ttft_ms, itl_ms, startup_s
+    def __init__(self, n: int, ttft_ms: float, itl_ms: float, startup_s: float = 20.0, cores: str | None = None):
+        self.n, self.ttft_ms, self.itl_ms, self.startup_s, self.cores = n, ttft_ms, itl_ms, startup_s, cores
         self.port = free_port(HOST)
         self.url = f"http://{HOST}:{self.port}"
         self.procs: list[subprocess.Popen] = []
@@ -133,6 +134,8 @@ class DelayServers:
                 log = tempfile.TemporaryFile()    # a pipe nobody reads would freeze the server when full
                 cmd = [sys.executable, os.path.abspath(__file__), "serve", "--port", str(self.port),
                        "--control-port", str(control), "--ttft-ms", str(self.ttft_ms), "--itl-ms", str(self.itl_ms)]
+                if self.cores is not None:
+                    cmd = ["taskset", "-c", self.cores] + cmd     # taskset execs: p.pid is the server's pid
                 p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
                 p.log = log
                 self.procs.append(p)

@@ -7,19 +7,36 @@
 2. `llmbench serve --model tiny` (python -m refengine.server): both tools at the same loads;
    their medians should agree within 5%.
 
-Like with like (docs/metrics.md): TTFT is the same idea in both (guidellm starts its clock when
-the request headers are written; we when the request is handed to the HTTP client). guidellm's
-"ITL" is a per-request mean, (last token - first token) / (tokens - 1), so it is compared with
-the per-request mean of our gaps; our pooled gaps (our ITL) are shown too, for llmbench only.
+Like with like (docs/metrics.md): TTFT is the same interval in both tools, from the moment the
+request starts going out on its socket to the first streamed line that carries a token, on
+time.time():
+- llmbench: t_sent is when the request's first byte is written to the socket (a hook on gevent's
+  socket.sendall, loadgen/locust_users.py); building the request and connecting come before it
+  and count as send lag, not TTFT. t_first_token is when readline returned the first SSE line
+  that carries a token, stamped before any parsing (loadgen/sse.py).
+- guidellm 0.8.1 (backends/openai/http.py): request_start is when httpcore starts writing the
+  request headers (its `send_request_headers.started` trace event); the first token is when
+  httpx's aiter_lines yields the first line that carries one.
+guidellm's "ITL" is a per-request mean, (last token - first token) / (tokens - 1), so it is
+compared with the per-request mean of our gaps; our pooled gaps (our ITL) are shown too, for
+llmbench only.
 
 Fairness: the same prompt and output lengths, text prompts for both, the same warm-up and
 window, closed loop with N streams. Per level the tools take turns (A B, then B A on the next
 repeat) so both see the same load from whatever else runs on this machine; the table gives the
-median over repeats (and the best, i.e. the smallest, P50 error). guidellm runs as installed,
-with its defaults (up to 10 worker processes); it lives in a virtual environment of its own
-because it pins packages (click, transformers) that llmbench's environment must not get.
+median over repeats (5 by default; and the best, i.e. the smallest, P50 error). Server and
+client do not share cores: the servers run under `taskset -c SERVER_CORES`, guidellm under
+`taskset -c CLIENT_CORES`, and this process pins itself (every thread) to CLIENT_CORES before
+the runs, so llmbench's locust processes inherit that. guidellm starts up to 10 worker
+processes by default (its settings.max_worker_processes); GUIDELLM__MAX_WORKER_PROCESSES limits
+it to the number of client cores. Each run records the cores its processes were allowed and
+seen on; the JSON's "host" has the CPU model, the load average at start and end and a float32
+matmul rate, printed above the tables. Run it on a quiet machine. guidellm lives in a virtual
+environment of its own because it pins packages (click, transformers) that llmbench's
+environment must not get.
 
-    python bench/vs_guidellm.py [--venv DIR] [--levels 1,16,64] [--repeats 3] [--json out.json]
+    python bench/vs_guidellm.py [--venv DIR] [--levels 1,16,64] [--repeats 5]
+                                [--server-cores 0] [--client-cores 1] [--json out.json]
 """
 
 from __future__ import annotations
@@ -27,16 +44,20 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 
 import numpy as np
+import psutil
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import machine, matmul_peak  # noqa: E402
 from loadgen_common import ROOT, DelayServers  # noqa: E402
 
 from loadgen import LevelSpec, TargetSpec, WorkloadOptions, make_workload, run_level  # noqa: E402
@@ -44,6 +65,125 @@ from loadgen.prompt_text import sizer_for_tokenizer  # noqa: E402
 from rundir.ports import free_port  # noqa: E402
 
 GUIDELLM_VERSION = "0.8.1"
+# guidellm's cap on its worker processes (settings.py: Settings.max_worker_processes, default 10;
+# pydantic-settings with env_prefix "GUIDELLM__"). Set to the number of client cores.
+GUIDELLM_WORKERS_ENV = "GUIDELLM__MAX_WORKER_PROCESSES"
+MATMUL_SHAPE = (256, 1024, 1024)      # M, N, K: ~0.5 GFLOP a call, many calls in a second
+
+
+# ----- cores: who runs where ----------------------------------------------------------------------
+
+def parse_cores(text: str) -> list[int]:
+    """"1", "0,2" or "0-3,6" -> sorted core numbers."""
+    cores: set[int] = set()
+    for part in text.split(","):
+        lo, _, hi = part.strip().partition("-")
+        cores.update(range(int(lo), int(hi or lo) + 1))
+    return sorted(cores)
+
+
+def core_list(cores: list[int]) -> str:
+    return ",".join(map(str, cores))
+
+
+def check_cores(server: list[int], client: list[int]) -> str | None:
+    """None when both sets are non-empty, on this machine (this process may run there) and disjoint."""
+    have = os.sched_getaffinity(0)
+    for name, cores in (("--server-cores", server), ("--client-cores", client)):
+        if not cores or not set(cores) <= have:
+            return f"{name} {core_list(cores)}: not among this machine's cores {core_list(sorted(have))}"
+    if set(server) & set(client):
+        return f"--server-cores {core_list(server)} and --client-cores {core_list(client)} overlap"
+    return None
+
+
+def pin_this_process(cores: list[int]) -> None:
+    """Every thread of this process onto `cores` (sched_setaffinity(0) moves only the calling
+    thread); processes started from here on inherit it."""
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            os.sched_setaffinity(int(tid), cores)
+        except ProcessLookupError:
+            pass                          # a thread that ended meanwhile
+
+
+class CoreWatch:
+    """Samples, every `interval_s` while a run lasts, the cores each descendant of this process may
+    run on (affinity) and last ran on (psutil cpu_num), split into the server's process trees and
+    the client (this process and the rest): the evidence that the pinning held."""
+
+    def __init__(self, server_pids: list[int], interval_s: float = 1.0):
+        self.server_pids, self.interval_s = server_pids, interval_s
+        self.seen = {side: {"allowed": set(), "ran_on": set()} for side in ("server", "client")}
+        self.max_client_procs = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> "CoreWatch":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        me = psutil.Process()
+        while True:
+            self._sample(me)
+            if self._stop.wait(self.interval_s):
+                break
+
+    def _sample(self, me: psutil.Process) -> None:
+        server: set[int] = set()
+        for pid in self.server_pids:
+            try:
+                server |= {pid, *(c.pid for c in psutil.Process(pid).children(recursive=True))}
+            except psutil.Error:
+                pass
+        client_procs = 0
+        for p in [me, *me.children(recursive=True)]:
+            try:
+                allowed, ran_on = p.cpu_affinity(), p.cpu_num()
+            except psutil.Error:
+                continue                  # exited between the listing and the read
+            side = "server" if p.pid in server else "client"
+            self.seen[side]["allowed"].update(allowed)
+            self.seen[side]["ran_on"].add(ran_on)
+            client_procs += side == "client" and p.pid != me.pid
+        self.max_client_procs = max(self.max_client_procs, client_procs)
+
+    def as_dict(self) -> dict:
+        out: dict = {side: {k: sorted(v) for k, v in d.items()} for side, d in self.seen.items()}
+        out["client"]["max_procs"] = self.max_client_procs     # not counting this process
+        return out
+
+
+def merge_cores(a: dict | None, b: dict) -> dict:
+    if a is None:
+        return b
+    out = {side: {k: sorted(set(a[side][k]) | set(b[side][k])) for k in ("allowed", "ran_on")} for side in b}
+    out["client"]["max_procs"] = max(a["client"]["max_procs"], b["client"]["max_procs"])
+    return out
+
+
+def cpu_model() -> str:
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return "unknown"
+
+
+def host_info(server: list[int], client: list[int]) -> dict:
+    """The machine, read before pinning: the load average first, then a float32 matmul rate on
+    torch's default threads."""
+    load = [round(x, 2) for x in os.getloadavg()]
+    m, n, k = MATMUL_SHAPE
+    rate = max(matmul_peak([MATMUL_SHAPE], seconds=1.0).values())
+    return {"cpu_model": cpu_model(), "cores": os.cpu_count(), "cores_available": sorted(os.sched_getaffinity(0)),
+            "loadavg_start": load, "loadavg_end": None, "server_cores": server, "client_cores": client,
+            "matmul_f32_gflops": round(rate / 1e9, 1), "matmul_shape": f"{m}x{k} @ {n}x{k}", **machine()}
 
 
 def ensure_guidellm(venv: str) -> str:
@@ -69,12 +209,14 @@ def run_llmbench(url: str, model: str, c: int, a, tokenizer_dir: str) -> dict:
     spec = LevelSpec(f"c{c}", concurrency=c, input_len=a.input_len, output_len=a.output_len,
                      warmup_s=a.warmup, duration_s=a.duration, request_timeout_s=60.0)
     records: list = []
-    res = run_level(spec, TargetSpec(url, model), lambda level: make_workload(options), records.extend)
+    with CoreWatch(a.server_pids) as watch:
+        res = run_level(spec, TargetSpec(url, model), lambda level: make_workload(options), records.extend)
     ok = [r for r in records if r.in_window and r.status == "ok" and r.ttft_s is not None and r.itl_s]
     return {"n": len(ok), "errors": res.errors, "client_cpu_pct": res.client_cpu_percent,
             "ttft": [r.ttft_s for r in ok], "itl_mean": [sum(r.itl_s) / len(r.itl_s) for r in ok],
             "itl_pooled": [g for r in ok for g in r.itl_s], "e2e": [r.e2e_s for r in ok],
-            "prompt_tokens": [r.prompt_tokens for r in ok if r.prompt_tokens is not None]}
+            "prompt_tokens": [r.prompt_tokens for r in ok if r.prompt_tokens is not None],
+            "cores": watch.as_dict()}
 
 
 def run_guidellm(exe: str, url: str, model: str, c: int, a, tokenizer_dir: str, workdir: str) -> dict:
@@ -90,9 +232,10 @@ def run_guidellm(exe: str, url: str, model: str, c: int, a, tokenizer_dir: str, 
     with open(path, "w") as f:
         json.dump(scenario, f)
     # HF_HUB_OFFLINE: the tokenizer is a local directory; never try the network for it.
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "GUIDELLM__DEFAULT_RESULTS_DIR": workdir}
-    proc = subprocess.run([exe, "run", "--config", path, "--disable-console-interactive"], cwd=workdir, env=env,
-                          capture_output=True, text=True)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "GUIDELLM__DEFAULT_RESULTS_DIR": workdir, **guidellm_env(a)}
+    cmd = ["taskset", "-c", core_list(a.client_cores), exe, "run", "--config", path, "--disable-console-interactive"]
+    with CoreWatch(a.server_pids) as watch:
+        proc = subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True)
     if proc.returncode != 0 or not os.path.exists(out):
         raise RuntimeError(f"guidellm failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     bench = json.load(open(out))["benchmarks"][0]
@@ -102,7 +245,12 @@ def run_guidellm(exe: str, url: str, model: str, c: int, a, tokenizer_dir: str, 
             "ttft": [r["time_to_first_token_ms"] / 1000 for r in ok],
             "itl_mean": [r["inter_token_latency_ms"] / 1000 for r in ok],
             "e2e": [r["request_latency"] for r in ok],
-            "prompt_tokens": [r["prompt_tokens"] for r in ok if r.get("prompt_tokens") is not None]}
+            "prompt_tokens": [r["prompt_tokens"] for r in ok if r.get("prompt_tokens") is not None],
+            "cores": watch.as_dict()}
+
+
+def guidellm_env(a) -> dict:
+    return {GUIDELLM_WORKERS_ENV: str(len(a.client_cores))}
 
 
 # ----- statistics -------------------------------------------------------------------------------
@@ -137,9 +285,10 @@ def combine(runs: list[dict]) -> dict:
 
 # ----- the two phases ---------------------------------------------------------------------------
 
-def delay_phase(a, exe: str, tokenizer_dir: str, workdir: str) -> dict:
+def delay_phase(a, exe: str, tokenizer_dir: str, workdir: str, cores_seen: dict) -> dict:
     results: dict = {}
-    with DelayServers(1, a.ttft_ms, a.itl_ms) as srv:
+    with DelayServers(1, a.ttft_ms, a.itl_ms, cores=core_list(a.server_cores)) as srv:
+        a.server_pids = srv.pids
         ttft_s, itl_s = a.ttft_ms / 1000, a.itl_ms / 1000
         for rep in range(a.repeats):
             for c in a.levels:
@@ -151,20 +300,23 @@ def delay_phase(a, exe: str, tokenizer_dir: str, workdir: str) -> dict:
                     s = {**error_stats(run, ttft_s, itl_s), **server_lateness(srv.take_timings(), ttft_s)}
                     if run.get("client_cpu_pct") is not None:
                         s["client_cpu_pct"] = round(run["client_cpu_pct"], 1)
+                    s["cores"] = run["cores"]
+                    cores_seen[tool] = merge_cores(cores_seen.get(tool), run["cores"])
                     results.setdefault(str(c), {}).setdefault(tool, []).append(s)
                     print(f"delay c={c} rep {rep} {tool}: {s}", flush=True)
     return {c: {tool: {"runs": runs, **combine(runs)} for tool, runs in by_tool.items()}
             for c, by_tool in results.items()}
 
 
-def serve_phase(a, exe: str, workdir: str) -> dict:
+def serve_phase(a, exe: str, workdir: str, cores_seen: dict) -> dict:
     from refengine.model.tiny import resolve_model
 
     tok_dir = str(resolve_model(a.serve_model))
     port = free_port()
     log = open(os.path.join(workdir, "serve.log"), "w")
-    proc = subprocess.Popen([sys.executable, "-m", "refengine.server", "--model", a.serve_model, "--port", str(port)],
-                            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(["taskset", "-c", core_list(a.server_cores), sys.executable, "-m", "refengine.server",
+                             "--model", a.serve_model, "--port", str(port)], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    a.server_pids = [proc.pid]            # taskset execs the server in its own process
     url, out = f"http://127.0.0.1:{port}", {}
     try:
         model = _wait_for_model(url, proc)
@@ -179,6 +331,9 @@ def serve_phase(a, exe: str, workdir: str) -> dict:
                          "prompt_tokens_p50": {t: statistics.median(sum((r["prompt_tokens"] for r in per_run[t]), [])
                                                                     or [0]) for t in per_run}}
             out[str(c)] = row
+            for t in per_run:
+                for r in per_run[t]:
+                    cores_seen[t] = merge_cores(cores_seen.get(t), r["cores"])
             if not all(r["n"] for t in per_run for r in per_run[t]):
                 print(f"serve c={c}: a tool finished no request in the window: {row['n']}", flush=True)
                 continue
@@ -209,8 +364,8 @@ def _wait_for_model(url: str, proc: subprocess.Popen, timeout_s: float = 180.0) 
 
 
 def markdown(out: dict) -> str:
-    """The tables bench/RESULTS.md records: medians over repeats, milliseconds."""
-    lines = ["| streams | tool | n | TTFT err P50 / P99 | ITL (per-request mean) err P50 / P99 | "
+    """The tables bench/RESULTS.md records: medians over repeats, milliseconds; the host above them."""
+    lines = host_lines(out) + ["| streams | tool | n | TTFT err P50 / P99 | ITL (per-request mean) err P50 / P99 | "
              "our pooled ITL err P50 / P99 | best TTFT err P50 | server late P50 / P99 |",
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for c, by_tool in out["delay"].items():
@@ -234,14 +389,35 @@ def markdown(out: dict) -> str:
     return "\n".join(lines)
 
 
+def host_lines(out: dict) -> list[str]:
+    h = out.get("host")
+    if not h:
+        return []
+    end = h.get("loadavg_end")
+    lines = [f"Host: {h['cpu_model']}, {h['cores']} cores, float32 matmul {h['matmul_f32_gflops']} GFLOP/s "
+             f"({h['matmul_shape']}, {h.get('torch_threads', '?')} threads); load average (1/5/15 min) "
+             f"{'/'.join(map(str, h['loadavg_start']))} at start, {'/'.join(map(str, end)) if end else '?'} at end.",
+             f"Server on cores {core_list(h['server_cores'])}, clients on cores {core_list(h['client_cores'])}; "
+             f"guidellm {' '.join(f'{k}={v}' for k, v in out.get('guidellm', {}).get('env', {}).items())}."]
+    for phase, by_tool in out.get("cores_seen", {}).items():
+        cells = [f"{tool} client ran on {core_list(c['client']['ran_on'])} (allowed {core_list(c['client']['allowed'])}, "
+                 f"up to {c['client']['max_procs']} processes), server on {core_list(c['server']['ran_on'])} "
+                 f"(allowed {core_list(c['server']['allowed'])})" for tool, c in by_tool.items()]
+        if cells:
+            lines.append(f"Cores seen, {phase}: " + "; ".join(cells) + ".")
+    return lines + [""]
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--venv", default=os.path.join(ROOT, "bench", ".venv-guidellm"))
     p.add_argument("--levels", default="1,16,64")
     p.add_argument("--serve-levels", default="1,16,64")
     p.add_argument("--serve-model", default="tiny", help="a built-in model: tiny, or tiny-test on a slow machine")
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--serve-repeats", type=int, default=2)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--serve-repeats", type=int, default=5)
+    p.add_argument("--server-cores", default="0", help="cores the servers run on (taskset -c list: 0 or 0,2-3)")
+    p.add_argument("--client-cores", default="1", help="cores both clients run on, disjoint from --server-cores")
     p.add_argument("--warmup", type=float, default=2.0)
     p.add_argument("--duration", type=float, default=10.0)
     p.add_argument("--ttft-ms", type=float, default=50.0)
@@ -257,17 +433,35 @@ def main() -> None:
         return
     a.levels = [int(x) for x in a.levels.split(",") if x]     # --levels "": the serve phase only
     a.serve_levels = [int(x) for x in a.serve_levels.split(",") if x]
+    try:
+        a.server_cores, a.client_cores = parse_cores(a.server_cores), parse_cores(a.client_cores)
+    except ValueError:
+        sys.exit(f"vs_guidellm: --server-cores {a.server_cores!r} / --client-cores {a.client_cores!r}: "
+                 "not a core list like 0 or 0,2-3")
+    problem = check_cores(a.server_cores, a.client_cores) or (None if shutil.which("taskset") else
+                                                               "taskset (util-linux) is not installed")
+    if problem:
+        sys.exit(f"vs_guidellm: {problem}")
     exe = ensure_guidellm(a.venv)
     from refengine.model.tiny import resolve_model
 
     t0 = time.time()
+    out: dict = {"config": dict(vars(a)), "host": host_info(a.server_cores, a.client_cores),
+                 "guidellm": {"version": GUIDELLM_VERSION, "env": guidellm_env(a)}, "cores_seen": {}}
+    print("\n".join(host_lines(out)[:2]), flush=True)
+    pin_this_process(a.client_cores)      # the llmbench runs' locust processes inherit it
+    a.server_pids = []
     with tempfile.TemporaryDirectory(prefix="vs-guidellm-") as workdir:
-        out = {"config": dict(vars(a)),
-               "delay": delay_phase(a, exe, str(resolve_model("tiny-test")), workdir) if a.levels else {}}
+        if a.levels:
+            out["delay"] = delay_phase(a, exe, str(resolve_model("tiny-test")), workdir,
+                                       out["cores_seen"].setdefault("delay", {}))
+        else:
+            out["delay"] = {}
         _save(a.json, out)                  # the delay phase's results survive a failing serve phase
         if not a.skip_serve and a.serve_levels:
-            out["serve"] = serve_phase(a, exe, workdir)
+            out["serve"] = serve_phase(a, exe, workdir, out["cores_seen"].setdefault("serve", {}))
     out["wall_s"] = round(time.time() - t0, 1)
+    out["host"]["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
     _save(a.json, out)
     print(markdown(out))
 
