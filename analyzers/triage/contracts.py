@@ -27,9 +27,12 @@ class Finding:
     explains: list[Window]              # spike windows where the evidence coincides
     spike_windows: int                  # spike windows in this check's scope (e.g. those of short requests)
     next_step: str                      # what to do or look at next
-    kind: str = "spike"                 # "spike": tied to spike windows; "standing": a level slow throughout
+    # "spike": tied to spike windows; "standing": a level slow throughout; "differential": a condition
+    # that separates the tail from the body, request by request (analyzers/triage/exposure.py)
+    kind: str = "spike"
     # Share of the run's tail requests (spikes and standing-tail requests) whose own latency window
-    # overlaps `explains`: what ranking orders by. Set by p99_triage once every check has run.
+    # overlaps `explains`: what ranking orders by. Set by the triage once every check has run; a
+    # differential finding brings its own (the share of the tail it explains, attributable).
     tail_share: float | None = None
 
     def __post_init__(self) -> None:

@@ -3,12 +3,16 @@ generator's, other processes' named), run-queue pressure, and GPUs throttling th
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from analyzers.triage.contracts import CheckResult, Finding, failed, passed, unchecked
 from analyzers.triage.evidence import SampleSplit, finite_mean, lift
+from analyzers.triage.exposure import EXPOSED_SHARE, differential, exposed_windows, time_exposure
 from analyzers.triage.processes import per_process, read_top_others, spiking
-from analyzers.triage.tail_windows import TailWindows
+from analyzers.triage.tail_windows import METRIC_SPANS, TailWindows, Window, merge
+from rundir.table import RequestTable
 
 HOST_BUSY_PCT = 90.0         # all cores this busy in the spikes: the host is saturated
 NEIGHBOUR_CORES = 0.5        # other processes using at least this many cores in the spikes ...
@@ -26,8 +30,8 @@ CPU_ID, CPU_TITLE = "p99.host.cpu", "the host's CPU is not saturated"
 GPU_ID, GPU_TITLE = "p99.host.gpu-throttle", "GPUs are not throttling"
 
 
-def check_cpu(host: SampleSplit | None, tails: TailWindows, top_others: dict[float, list[dict]] | None = None
-              ) -> CheckResult:
+def check_cpu(host: SampleSplit | None, tails: TailWindows, top_others: dict[float, list[dict]] | None = None,
+              table: RequestTable | None = None) -> CheckResult:
     """CPU by process: a neighbour is named only from other processes' own CPU; the server's own
     CPU (a compute-bound CPU engine) is saturation, context here and a cause in the standing-tail
     analysis; run-queue pressure (PSI) and steal say whether anyone waited for a core."""
@@ -52,6 +56,13 @@ def check_cpu(host: SampleSplit | None, tails: TailWindows, top_others: dict[flo
     if srv_spike is not None and srv_spike >= COMPUTE_BOUND * ncores:
         context = (f"the server itself took {srv_spike:.1f} of {ncores} cores in the spikes: a compute-bound "
                    "engine (saturation), not a neighbour")
+    if others is not None and table is not None:
+        # First what each request lived through (analyzers/triage/exposure.py): a neighbour active for
+        # 7 s of a level is found even where the spike windows cover only part of it; the spike
+        # windows' comparison below is the fallback for runs without request-level contrast.
+        by_exposure = _neighbour_by_exposure(host, others, tails, table, top_others or {}, evidence)
+        if by_exposure is not None:
+            return by_exposure
     if others is not None and tails.spikes:
         o_spike, o_calm = finite_mean(others[host.spike]), finite_mean(others[~host.spike])
         evidence.update(other_cpu_cores_spikes=o_spike, other_cpu_cores_calm=o_calm)
@@ -93,6 +104,43 @@ def check_cpu(host: SampleSplit | None, tails: TailWindows, top_others: dict[flo
         return failed(finding, CPU_TITLE, finding.title)
     return passed(CPU_ID, "host", CPU_TITLE, f"CPU {busy_spike or 0:.0f}% busy in the spikes vs {busy_calm or 0:.0f}% "
                   "in the calm" + (f"; {context}" if context else ""), context=context, **evidence)
+
+
+def _neighbour_by_exposure(host: SampleSplit, others: np.ndarray, tails: TailWindows, table: RequestTable,
+                           top_others: dict[float, list[dict]], evidence: dict) -> CheckResult | None:
+    """Other processes as a condition in time: the probe intervals where they held clearly more than
+    their steady background (a shared host's compilers and tests are the body's too)."""
+    o = np.nan_to_num(others)
+    level = max(NEIGHBOUR_CORES, float(np.median(o)) + NEIGHBOUR_EXTRA)
+    held = o >= level
+    if not held.any():
+        return None
+    cond = [Window(float(a), float(b)) for a, b, h in zip(host.start, host.end, held) if h]
+    start_col, end_col, value_col = METRIC_SPANS[tails.metric]
+    df = table.df
+    starts, ends = df[start_col].to_numpy(float), df[end_col].to_numpy(float)
+    measured = (df["status"] == "ok").to_numpy() & df["in_window"].to_numpy() & df[value_col].notna().to_numpy()
+    exposed = time_exposure(np.nan_to_num(starts), np.nan_to_num(ends), cond) >= EXPOSED_SHARE
+    diff = differential(df[value_col].to_numpy(float), table.level_rows(), measured, exposed & measured)
+    if not diff.separates:
+        return None
+    seconds = float(sum(w.seconds for w in merge(cond, gap_s=0.0)))
+    named = spiking(per_process(top_others, replace(host, spike=held)))
+    who = ", ".join(f"{p['comm']} (pid {p['pid']}, {p['cpu_cores_spikes']:.2f} cores)" for p in named[:3])
+    if len(named) > 3:
+        who += f" and {len(named) - 3} more"
+    ev = dict(evidence, **diff.evidence(), neighbour_cores_threshold=round(level, 2),
+              neighbour_cores_when_held=finite_mean(o[held]), neighbour_seconds=round(seconds, 1),
+              top_others_when_held=named[:TOP_NAMED])
+    held_words = f"{seconds:.0f} s when other processes held {finite_mean(o[held]) or 0:.1f} cores"
+    finding = Finding(CPU_ID, "host", "high" if diff.attributable >= 0.6 else "medium",
+                      f"a noisy neighbour: other processes took {finite_mean(o[held]) or 0:.1f} cores for "
+                      f"{seconds:.0f} s" + (f" ({who})" if who else "") + "; " + diff.words(tails.metric, "the "
+                      + held_words),
+                      ev, exposed_windows(starts, ends, diff.exposed_tail_rows), len(tails.spikes),
+                      "move the neighbour, or pin the server to cores of its own (taskset/cpuset)",
+                      kind="differential", tail_share=diff.attributable)
+    return failed(finding, CPU_TITLE, finding.title)
 
 
 def check_gpu_throttle(gpu: SampleSplit | None, tails: TailWindows) -> CheckResult:

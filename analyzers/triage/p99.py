@@ -23,7 +23,7 @@ import numpy as np
 from analyzers.diagnosis_error import DiagnosisError
 from analyzers.probe_series import read_probe
 from analyzers.stats.distribution import MIN_SAMPLES_FOR_P99
-from analyzers.triage.contracts import CheckResult, Finding, split_causes
+from analyzers.triage.contracts import CONTEXT_SHARE, CheckResult, Finding, split_causes
 from analyzers.triage.evidence import split_samples
 from analyzers.triage.host import check_cpu, check_gpu_throttle, read_top_others
 from analyzers.triage.levels import LevelLoad, level_loads
@@ -116,13 +116,27 @@ def diagnose_p99(run: RunDir, metric: str = "ttft") -> P99Diagnosis:
         check_hol_blocking(table, ttft), check_preemptions(p["server"], tails), check_queueing(p["server"], tails),
         check_batch_size(p["server"], tails),
         *check_standing(metric, levels, phases, limits, locality is not None),
-        check_cpu(p["host"], tails, top_others), check_gpu_throttle(p["gpu"], tails),
+        check_cpu(p["host"], tails, top_others, table), check_gpu_throttle(p["gpu"], tails),
         check_send_lag(table, ttft),
     ]
     found = [c.finding for c in checks if c.finding is not None]
     n_tail = _set_tail_shares(table, metric, tails, levels, found)
+    _last_resort_yields(found)
     causes, context = split_causes(found)
     return P99Diagnosis(info.run_id, metric, tails, checks, causes, context, levels, n_tail)
+
+
+SATURATION_ID = "p99.sched.saturation"
+
+
+def _last_resort_yields(findings: list[Finding]) -> None:
+    """Saturation is the standing verdict of last resort (none of the named causes holds): where a
+    condition separates the tail from the body request by request, that condition is the cause and
+    the level being busy is its consequence, so saturation explains none of the tail (context)."""
+    if any(f.kind == "differential" and (f.tail_share or 0.0) >= CONTEXT_SHARE for f in findings):
+        for f in findings:
+            if f.check_id == SATURATION_ID:
+                f.tail_share = 0.0
 
 
 def _ok(table: RequestTable, metric: str) -> np.ndarray:
@@ -143,7 +157,8 @@ def _set_tail_shares(table: RequestTable, metric: str, tails: TailWindows, level
     starts = np.where(np.isfinite(starts), starts, table.df["t_sent"].to_numpy(float)[tail])
     ends = np.where(np.isfinite(ends), ends, table.df["t_done"].to_numpy(float)[tail])
     for f in findings:
-        f.tail_share = float(overlaps(starts, ends, f.explains).mean()) if tail.size else 0.0
+        if f.kind != "differential":       # a differential finding measured its own share of the tail
+            f.tail_share = float(overlaps(starts, ends, f.explains).mean()) if tail.size else 0.0
     return int(tail.size)
 
 

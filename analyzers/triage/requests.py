@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from analyzers.triage.contracts import CheckResult, Finding, failed, passed, unchecked
+from analyzers.triage.exposure import differential, exposed_windows
 from analyzers.triage.tail_windows import TailWindows, Window, merge, spike_mask
 from rundir.table import RequestTable
 
@@ -60,6 +61,10 @@ def check_hol_blocking(table: RequestTable, ttft: TailWindows) -> CheckResult:
     # The short requests' own tail: long prompts are slow to their first token by nature, and would
     # otherwise fill the level's tail by themselves.
     short_measured = ok & ~is_long & df["in_window"].to_numpy()
+    # First what each short request lived through; the release pattern below is the fallback.
+    pending = _hol_by_exposure(table, ttft, short_measured, long_rows, {})
+    if pending is not None:
+        return pending
     spike, _ = spike_mask(df["ttft_s"].to_numpy(float), table.level_rows(), short_measured)
     short_spikes, short_calm = np.flatnonzero(spike), np.flatnonzero(short_measured & ~spike)
     if short_spikes.size < MIN_SPIKES:
@@ -112,6 +117,38 @@ def check_hol_blocking(table: RequestTable, ttft: TailWindows) -> CheckResult:
         "enable chunked prefill (--enable-chunked-prefill with a --max-num-batched-tokens budget) or cap long "
         "prefills (--long-prefill-token-threshold), or schedule short jobs first (--scheduling-policy sjf); "
         "then compare the runs with `llmbench compare`")
+    return failed(finding, HOL_TITLE, finding.title)
+
+
+def _hol_by_exposure(table: RequestTable, ttft: TailWindows, short_measured: np.ndarray, long_rows: np.ndarray,
+                     evidence: dict) -> CheckResult | None:
+    """Head-of-line blocking as what each short request lived through: a long prompt still waiting for
+    its first token when the short one arrived (analyzers/triage/exposure.py). Taken at the arrival,
+    an instant, so a slow request is not more exposed for having waited longer. This finds the
+    blocking where it is everywhere (chunked prefill off: every short request behind a long prefill
+    is slow, no release pattern stands out against the others) and names it instead of saturation."""
+    df = table.df
+    t_sent, t_first = df["t_sent"].to_numpy(float), df["t_first_token"].to_numpy(float)
+    order = np.argsort(t_sent[long_rows])
+    l_sent, l_first = t_sent[long_rows][order], t_first[long_rows][order]
+    exposed = np.zeros(len(df), dtype=bool)
+    for i in np.flatnonzero(short_measured):
+        k = np.searchsorted(l_sent, t_sent[i], side="right")        # long requests sent at or before it
+        exposed[i] = bool(np.any(l_first[:k] > t_sent[i]))
+    diff = differential(df["ttft_s"].to_numpy(float), table.level_rows(), short_measured, exposed)
+    if not diff.separates:
+        return None
+    long_tokens = float(np.median(df["in_tokens"].to_numpy(float)[long_rows]))
+    ev = dict(evidence, **diff.evidence(), long_prompts=int(long_rows.size), long_prompt_tokens_median=long_tokens)
+    finding = Finding(
+        HOL_ID, "scheduling", "high" if diff.attributable >= 0.6 else "medium",
+        f"long prefills blocked short requests: short requests that arrived while a long prompt "
+        f"(~{long_tokens:.0f} tokens) was waiting for its first token are the TTFT tail; "
+        + diff.words("ttft", "a long prefill ahead of them"),
+        ev, exposed_windows(t_sent, t_first, diff.exposed_tail_rows), len(ttft.spikes),
+        "enable chunked prefill (--enable-chunked-prefill with a --max-num-batched-tokens budget) or cap long "
+        "prefills (--long-prefill-token-threshold), or schedule short jobs first (--scheduling-policy sjf); "
+        "then compare the runs with `llmbench compare`", kind="differential", tail_share=diff.attributable)
     return failed(finding, HOL_TITLE, finding.title)
 
 

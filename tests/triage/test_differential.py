@@ -1,0 +1,87 @@
+"""Differential diagnosis on the neighbours of the cases the spike-window checks were built for:
+what each request lived through separates the tail from the body (analyzers/triage/exposure.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+from planted import base_records, clean_probes, delay, write_run
+
+from analyzers.triage.exposure import differential, time_exposure
+from analyzers.triage.p99 import diagnose_p99
+from analyzers.triage.tail_windows import Window
+
+
+def test_exposure_is_the_share_of_a_requests_window_the_condition_covers():
+    share = time_exposure(np.array([0.0, 0.0, 5.0, 3.0]), np.array([10.0, 2.0, 6.0, 3.0]),
+                          [Window(1.0, 4.0), Window(3.5, 5.0)])
+    assert np.allclose(share, [0.4, 0.5, 0.0, 1.0])
+
+
+def test_a_condition_both_tail_and_body_share_explains_nothing():
+    rng = np.random.default_rng(1)
+    values = rng.exponential(0.1, 400)
+    rows = {"c4": np.arange(400)}
+    everyone = np.ones(400, dtype=bool)
+    d = differential(values, rows, everyone, everyone)
+    assert d.tail_exposed == 1.0 and d.attributable == 0.0 and not d.separates
+    half = rng.random(400) < 0.5                     # exposure unrelated to latency
+    assert not differential(values, rows, everyone, half).separates
+
+
+def _neighbour_run(tmp_path, start_s: float, seconds: float, others_cores: float = 1.1):
+    """c=4 on a 2-core host: for `seconds` from `start_s` other processes hold a core and every
+    request sent then takes about twice as long to its first token (the reported case)."""
+    recs = base_records(n=480, concurrency=4, seed=3)
+    t0 = recs[0].t_sent
+    on, off = t0 + start_s, t0 + start_s + seconds
+    for r in recs:
+        if on <= r.t_sent <= off:
+            delay(r, 0.1 + 0.05 * ((r.t_sent * 1000) % 7) / 7)
+    probes = clean_probes(t0 - 1, max(r.t_done for r in recs) + 1, ncpu=2)
+    for row in probes["host"]:
+        row.update(server_cpu_cores=1.0, cpu_pct=55.0, others_cpu_cores=0.05)
+        if on < row["t"] <= off + 1.0:
+            row.update(others_cpu_cores=others_cores, cpu_pct=100.0, cpu_pressure_some_share=1.0,
+                       top_others=[{"pid": 900 + k, "comm": "burn", "cpu_cores": others_cores / 4} for k in range(4)])
+    return write_run(tmp_path / "r", recs, probes, url="http://127.0.0.1:8000")
+
+
+def test_a_neighbour_for_7_seconds_of_a_level_is_named_with_its_counterfactual(tmp_path):
+    diag = diagnose_p99(_neighbour_run(tmp_path, start_s=9.0, seconds=7.0))
+    assert diag.findings and diag.findings[0].check_id == "p99.host.cpu", diag.headline
+    f = diag.findings[0]
+    assert f.kind == "differential" and f.evidence["tail_exposed"] >= 0.8 and f.evidence["relative_risk"] >= 2
+    assert "burn (pid 90" in f.title and "would be" in f.title and "instead of" in f.title, f.title
+    assert f.evidence["percentile_without_s"] < f.evidence["percentile_with_s"]
+
+
+def test_a_neighbour_for_the_whole_level_is_not_a_difference_between_requests(tmp_path):
+    """Held the whole time, it is no condition one request lived through and another did not:
+    nothing separates the tail (the standing-tail analysis is what judges a level slow throughout)."""
+    diag = diagnose_p99(_neighbour_run(tmp_path, start_s=-5.0, seconds=10_000.0))
+    assert not any(f.kind == "differential" for f in diag.findings + diag.context)
+
+
+def _hol_run(tmp_path, every_short_blocked: bool = True):
+    """Chunked prefill off, c=4: a short request that arrives while a long prompt waits for its
+    first token waits for its whole prefill (~1.1 s); the others take ~100 ms."""
+    recs = base_records(n=480, concurrency=4, seed=5, prompt=24, long_every=7, long_prompt=1536)
+    longs = [r for r in recs if r.prompt_tokens == 1536]
+    for r in longs:
+        delay(r, 1.1 - (r.t_first_token - r.t_sent))
+    for r in recs:
+        if r.prompt_tokens == 1536:
+            continue
+        pending = [q for q in longs if q.t_sent <= r.t_sent < q.t_first_token]
+        if pending:
+            delay(r, max(0.0, max(q.t_first_token for q in pending) + 0.02 - r.t_first_token))
+    return write_run(tmp_path / "r", recs, clean_probes(recs[0].t_sent - 1, max(r.t_done for r in recs) + 1),
+                     url="http://127.0.0.1:8000")
+
+
+def test_head_of_line_blocking_everywhere_is_named_not_saturation(tmp_path):
+    diag = diagnose_p99(_hol_run(tmp_path))
+    assert diag.findings and diag.findings[0].check_id == "p99.sched.long-prefill", diag.headline
+    f = diag.findings[0]
+    assert "long prefill" in f.title and f.evidence["tail_exposed"] >= 0.8
+    assert not any(x.check_id == "p99.sched.saturation" for x in diag.findings)
