@@ -78,12 +78,13 @@ class LossyNamespace:
 class Burners:
     """N busy-loop processes (other processes on the host: not the server's, not the client's)."""
 
-    def __init__(self, n: int):
-        self.n = n
+    def __init__(self, n: int, nice: int = 0):
+        self.n, self.nice = n, nice
         self.procs: list[subprocess.Popen] = []
 
     def start(self) -> None:
-        self.procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(self.n)]
+        code = f"import os\nos.nice({self.nice})\nwhile True: pass"
+        self.procs = [subprocess.Popen([sys.executable, "-c", code]) for _ in range(self.n)]
 
     def stop(self) -> None:
         for p in self.procs:

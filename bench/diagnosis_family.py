@@ -1,0 +1,248 @@
+"""Does `llmdiag p99` name the real cause on cases it was not tuned to? A randomized family of real
+planted-cause runs on this machine (issue 25): each draw picks a cause and random parameters for
+it (its magnitude, its onset and duration inside the window or the whole level, the load, the
+lengths), plants it for real, runs `llmbench sweep` against the embedded engine, diagnoses the run
+and records the ranked findings. Clean draws must find nothing; confounded draws (a CPU neighbour
+beside an admission limit) must name both.
+
+    python bench/diagnosis_family.py [--draws 40] [--seed 0] [--out bench/diagnosis_family.json]
+
+Every draw is reproducible from (seed, index): its parameters are in the JSON. The JSON and the
+confusion matrix (planted cause x first finding) printed at the end are this script's own output;
+a figure in bench/RESULTS.md comes from one invocation over every draw. Packet-loss draws need root,
+`ip` and `iptables` (a network namespace); without them they are recorded as skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.diagnosis_accuracy import CaseResult, diagnose, finish, run_embedded, sweep  # noqa: E402
+from bench.diagnosis_faults import Burners, LossyNamespace, Toggler, netns_unavailable  # noqa: E402
+
+# What each planted cause may be called first (the standing and the spike views of one cause).
+EXPECTED = {
+    "clean": [],
+    "admission": ["p99.sched.admission"],
+    "kv-capacity": ["p99.sched.kv-capacity", "p99.sched.preemption"],
+    "head-of-line": ["p99.sched.long-prefill", "p99.sched.prefill-time"],
+    "cpu-neighbour": ["p99.host.cpu"],
+    "packet-loss": ["p99.net.retransmits"],
+}
+# Draws per cause in 40 (scaled for other --draws); parameters are drawn per draw.
+MIX = {"clean": 6, "admission": 6, "kv-capacity": 6, "head-of-line": 7, "cpu-neighbour": 8, "packet-loss": 4,
+       "confounded": 3}
+WARMUP_S, DURATION_S = 2.0, 12.0
+
+
+@dataclass
+class Draw:
+    index: int
+    cause: str                         # a key of EXPECTED, or "confounded"
+    params: dict
+    args: list[str]                    # the sweep's arguments
+    expected: list[str]                # check ids that may come first
+    must_name: list[list[str]] = field(default_factory=list)   # confounded: each group must be among the findings
+
+
+def _window(rng: random.Random) -> tuple[list[tuple[float, float]], str]:
+    """Fault windows after the first finished request: mid-window (1 or 2 episodes) or the whole level."""
+    if rng.random() < 0.2:
+        return [(0.0, WARMUP_S + DURATION_S + 4.0)], "the whole level"
+    onset, length = rng.uniform(3.0, 7.0), rng.uniform(2.0, 5.0)
+    windows = [(onset, onset + length)]
+    if rng.random() < 0.4 and onset + length + 1.5 < WARMUP_S + DURATION_S - 1.0:
+        second = rng.uniform(onset + length + 1.0, WARMUP_S + DURATION_S - 1.5)
+        windows.append((second, min(second + rng.uniform(1.5, 3.0), WARMUP_S + DURATION_S)))
+    return [(round(a, 1), round(b, 1)) for a, b in windows], "mid-window"
+
+
+def _timing() -> list[str]:
+    return ["--warmup", f"{WARMUP_S:g}s", "--duration", f"{DURATION_S:g}s", "--probes", "server,host,tcp"]
+
+
+def make_draw(seed: int, index: int, cause: str) -> Draw:
+    rng = random.Random(f"{seed}:{index}")
+    lens = ["--input-len", str(rng.choice([16, 32, 64])), "--output-len", str(rng.choice([8, 16, 32]))]
+    base = ["--model", "tiny-test", *lens, *_timing()]
+    if cause == "clean":
+        if rng.random() < 0.3:
+            load = ["--request-rate", str(rng.choice([2, 4, 8]))]
+        else:
+            load = ["--concurrency", str(rng.choice([1, 2, 4]))]
+        return Draw(index, cause, {"load": load}, [*base, *load], [])
+    if cause in ("admission", "confounded"):
+        cap = rng.choice([1, 2, 3])
+        c = cap * rng.choice([6, 8, 10])
+        params = {"max_num_seqs": cap, "concurrency": c}
+        args = [*base, "--concurrency", f"1,{c}", f"--engine-arg=--max-num-seqs={cap}"]
+        if cause == "admission":
+            return Draw(index, cause, params, args, EXPECTED["admission"])
+        windows, kind = _window(rng)
+        params.update(burners=rng.choice([4, 6, 8]), nice=0, windows=windows, span=kind)
+        return Draw(index, cause, params, args, EXPECTED["admission"] + EXPECTED["cpu-neighbour"],
+                    [EXPECTED["admission"], EXPECTED["cpu-neighbour"]])
+    if cause == "kv-capacity":
+        out = rng.choice([64, 96, 128])
+        blocks = rng.choice([16, 20, 24, 32])               # >= 16: one request of max_model_len 256 fits
+        c = rng.choice([12, 16, 20])
+        params = {"output_len": out, "kv_blocks": blocks, "block_size": 16, "concurrency": c,
+                  "requests_that_fit": blocks // -(-(32 + out) // 16)}
+        args = ["--model", "tiny-test", "--input-len", "32", "--output-len", str(out), "--concurrency", str(c),
+                f"--engine-arg=--num-gpu-blocks-override={blocks}", "--engine-arg=--max-model-len=256",
+                "--engine-arg=--block-size=16", *_timing()]
+        return Draw(index, cause, params, args, EXPECTED["kv-capacity"])
+    if cause == "head-of-line":
+        long_len, frac, c = rng.choice([1500, 2000, 3000]), rng.choice([0.1, 0.15, 0.25]), rng.choice([3, 4, 6])
+        chunked = rng.random() < 0.25
+        params = {"long_len": long_len, "long_fraction": frac, "concurrency": c, "chunked_prefill": chunked}
+        engine = ["--engine-arg=--max-num-batched-tokens=512"] if chunked else ["--engine-arg=--no-enable-chunked-prefill"]
+        args = ["--model", "tiny-test", "--workload", "mixed", "--input-len", "32", "--long-len", str(long_len),
+                "--long-fraction", str(frac), "--output-len", "16", "--concurrency", str(c), *engine,
+                *_timing()]
+        return Draw(index, cause, params, args, EXPECTED["head-of-line"])
+    if cause == "cpu-neighbour":
+        windows, kind = _window(rng)
+        c = rng.choice([2, 4, 6])
+        params = {"burners": rng.choice([3, 4, 6, 8]), "nice": rng.choice([0, 0, 5]), "concurrency": c,
+                  "windows": windows, "span": kind}
+        return Draw(index, cause, params, [*base, "--concurrency", str(c)], EXPECTED["cpu-neighbour"])
+    if cause == "packet-loss":
+        windows, kind = _window(rng)
+        params = {"loss": rng.choice([0.1, 0.2, 0.3]), "concurrency": rng.choice([2, 4]), "windows": windows,
+                  "span": kind}
+        return Draw(index, cause, params, [], EXPECTED["packet-loss"])
+    raise ValueError(cause)
+
+
+def plan(draws: int, seed: int) -> list[Draw]:
+    total = sum(MIX.values())
+    counts = {k: max(1, round(v * draws / total)) for k, v in MIX.items()}
+    causes = [k for k, n in counts.items() for _ in range(n)][:draws]
+    random.Random(seed).shuffle(causes)
+    return [make_draw(seed, i, cause) for i, cause in enumerate(causes)]
+
+
+def run_draw(tmp: Path, d: Draw, res: CaseResult) -> Path:
+    name = f"draw{d.index:02d}-{d.cause}"
+    if d.cause in ("cpu-neighbour", "confounded"):
+        burners = Burners(d.params["burners"], d.params["nice"])
+        return run_embedded(tmp, name, d.args, (burners.start, burners.stop), d.params["windows"])
+    if d.cause == "packet-loss":
+        return _run_lossy(tmp, name, d)
+    return run_embedded(tmp, name, d.args)
+
+
+def _run_lossy(tmp: Path, name: str, d: Draw) -> Path:
+    import subprocess
+
+    from bench.diagnosis_accuracy import _wait_up
+    from refengine.model.tiny import resolve_model
+
+    port, out = 18440 + d.index, tmp / name
+    with LossyNamespace(f"llmbfam{d.index}", 200 + d.index, port, d.params["loss"]) as ns:
+        server = subprocess.Popen([*ns.exec_prefix(), sys.executable, "-m", "refengine.server", "--model", "tiny-test",
+                                   "--host", ns.ns_ip, "--port", str(port)],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            _wait_up(f"http://{ns.ns_ip}:{port}/health")
+            proc = sweep(out, ["--target", f"http://{ns.ns_ip}:{port}", "--model", "tiny-test", "--tokenizer",
+                               str(resolve_model("tiny-test")), "--input-len", "32", "--output-len", "16",
+                               "--concurrency", str(d.params["concurrency"]), "--server-pid", str(server.pid),
+                               *_timing()])
+            toggler = Toggler(out, lambda: ns.set_loss(True), lambda: ns.set_loss(False), d.params["windows"])
+            toggler.start()
+            try:
+                finish(proc)
+            finally:
+                toggler.join(timeout=60)
+                ns.set_loss(False)
+        finally:
+            server.kill()
+            server.wait(timeout=10)
+    return out
+
+
+def judge(d: Draw, res: CaseResult) -> None:
+    ids = [f["check_id"] for f in res.findings]
+    first = ids[0] if ids else None
+    res.first_ok = (first is None) if not d.expected else first in d.expected
+    if d.must_name:
+        res.first_ok = res.first_ok and all(any(i in group for i in ids) for group in d.must_name)
+
+
+def family_of(check_id: str | None) -> str:
+    if check_id is None:
+        return "nothing"
+    return next((k for k, ids in EXPECTED.items() if check_id in ids), check_id)
+
+
+def confusion(rows: list[tuple[str, str]]) -> str:
+    planted = list(dict.fromkeys(p for p, _ in rows))
+    found = list(dict.fromkeys(f for _, f in rows))
+    out = ["| planted \\ first finding | " + " | ".join(found) + " |", "| --- |" + " --- |" * len(found)]
+    for p in planted:
+        out.append(f"| {p} | " + " | ".join(str(sum(1 for a, b in rows if a == p and b == f)) or "0" for f in found)
+                   + " |")
+    return "\n".join(out)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--draws", type=int, default=40)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--only", default=None, help="run only these draw indexes (a comma list): to look at one again")
+    ap.add_argument("--out", default=str(Path(__file__).with_name("diagnosis_family.json")))
+    ap.add_argument("--keep", default=None, help="keep the run directories under this folder")
+    a = ap.parse_args()
+    draws = plan(a.draws, a.seed)
+    if a.only:
+        keep = {int(x) for x in a.only.split(",")}
+        draws = [d for d in draws if d.index in keep]
+    tmp = Path(a.keep) if a.keep else Path(tempfile.mkdtemp(prefix="diag-family-"))
+    tmp.mkdir(parents=True, exist_ok=True)
+    netns = netns_unavailable()
+    results, t_start, load_before = [], time.time(), os.getloadavg()
+    for d in draws:
+        res = CaseResult(f"draw{d.index:02d}", f"{d.cause} {json.dumps(d.params)}", d.expected)
+        t0 = time.time()
+        if d.cause == "packet-loss" and netns:
+            res.skipped = netns
+        else:
+            try:
+                run_dir = run_draw(tmp, d, res)
+                res.run_dir = str(run_dir)
+                diagnose(run_dir, res)
+                judge(d, res)
+            except Exception as exc:  # noqa: BLE001 - one broken draw must not hide the others
+                res.skipped = f"failed: {type(exc).__name__}: " + " ".join(str(exc).split())[:300]
+        res.seconds = round(time.time() - t0, 1)
+        results.append({"draw": asdict(d), "result": asdict(res)})
+        first = res.findings[0]["check_id"] if res.findings else "nothing"
+        print(f"draw {d.index:2d} {d.cause:14s} {'skipped: ' + res.skipped if res.skipped else ('OK  ' if res.first_ok else 'MISS') + ' first=' + first} ({res.seconds:.0f} s)", flush=True)
+    done = [r for r in results if not r["result"]["skipped"]]
+    right = sum(r["result"]["first_ok"] for r in done)
+    rows = [(r["draw"]["cause"], family_of(r["result"]["findings"][0]["check_id"] if r["result"]["findings"] else None))
+            for r in done]
+    summary = {"when": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "seed": a.seed, "draws": a.draws,
+               "only": a.only, "command": " ".join(sys.argv), "seconds": round(time.time() - t_start),
+               "loadavg_before": load_before, "loadavg_after": os.getloadavg(), "right": right, "ran": len(done),
+               "skipped": len(results) - len(done), "confusion": confusion(rows), "draws_run": results}
+    Path(a.out).write_text(json.dumps(summary, indent=1))
+    print(f"\n{right} of {len(done)} draws right ({len(results) - len(done)} skipped) in {summary['seconds']} s\n")
+    print(summary["confusion"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
