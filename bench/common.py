@@ -335,9 +335,27 @@ def source_digest(package: str = "refengine") -> str:
     return h.hexdigest()[:16]
 
 
+def cpu_model() -> dict:
+    """The CPU as /proc/cpuinfo names it, and the instruction-set flags a figure depends on (AVX-512,
+    AMX): the host moves between days, so every figure records which one it was measured on."""
+    info: dict = {"model": platform.processor() or platform.machine(), "flags": []}
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name":
+                    info["model"] = value.strip()
+                elif key.strip() in ("flags", "Features") and not info["flags"]:
+                    wanted = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_tile", "fma")
+                    info["flags"] = [x for x in value.split() if x in wanted]
+    except OSError:
+        pass
+    return info
+
+
 def machine() -> dict:
     return {"date": datetime.date.today().isoformat(), "refengine_sha256_16": source_digest(), "cpus": os.cpu_count(),
-            "torch_threads": torch.get_num_threads(),
+            "cpu": cpu_model(), "torch_threads": torch.get_num_threads(),
             "torch": torch.__version__, "python": platform.python_version(), "gpu": torch.cuda.is_available()}
 
 
