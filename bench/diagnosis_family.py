@@ -234,7 +234,10 @@ def main() -> int:
     right = sum(r["result"]["first_ok"] for r in done)
     rows = [(r["draw"]["cause"], family_of(r["result"]["findings"][0]["check_id"] if r["result"]["findings"] else None))
             for r in done]
-    summary = {"when": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "seed": a.seed, "draws": a.draws,
+    from bench.common import cpu_model
+
+    summary = {"when": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "host": cpu_model(),
+               "cpus": os.cpu_count(), "seed": a.seed, "draws": a.draws,
                "only": a.only, "command": " ".join(sys.argv), "seconds": round(time.time() - t_start),
                "loadavg_before": load_before, "loadavg_after": os.getloadavg(), "right": right, "ran": len(done),
                "skipped": len(results) - len(done), "confusion": confusion(rows), "draws_run": results}
