@@ -9,6 +9,13 @@ interval is their 2.5–97.5 percentiles. The verdict:
 - otherwise `better` or `worse` by the metric's direction (latency and error rate: lower is
   better; throughput and goodput: higher is better).
 
+Latency percentiles compare on the SLO verdict's basis (analyzers.stats.slo.SloSample): every
+request sent in the window but the cancelled ones, a failed request as one that never got there
+(+inf TTFT without a first token, +inf TPOT cut off mid-stream, +inf E2E either way), so a run whose
+tail "improved" because its slow requests failed instead is not called better. A percentile that
+reaches the failures is unbounded (+inf): against a bounded one it is `worse` (no size of the change,
+no interval: `note` says why); both unbounded is `n/a`.
+
 Levels are matched by level id (load × input length × output length); levels only one run has
 are listed as skipped. Request classes of a mixed workload (`<level>/in<len>`, see
 analyzers.stats.request_classes) are compared too, after their level.
@@ -16,12 +23,14 @@ analyzers.stats.request_classes) are compared too, after their level.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from analyzers.stats.distribution import BOOTSTRAP_RESAMPLES, interval, percentile_draws
 from analyzers.stats.request_classes import all_class_rows
+from analyzers.stats.slo import SloSample, tail_percentile_draws
 from analyzers.stats.throughput import level_rates
 from analyzers.summary import RunSummary
 from rundir.table import RequestTable
@@ -44,6 +53,7 @@ class MetricDelta:
     rel: float | None               # delta / a
     ci: list[float] | None          # 95% interval of the delta
     verdict: str                    # better | worse | within noise | n/a
+    note: str = ""                  # why a verdict has no size: a percentile reached the failed requests
 
 
 @dataclass
@@ -99,19 +109,18 @@ def _draws(table: RequestTable, rows: np.ndarray, s: RunSummary, level_id: str,
     df = table.df
     win = df["in_window"].to_numpy()[rows]
     status = df["status"].to_numpy()[rows]
-    ok = win & (status == "ok")
-    cols = {c: df[c].to_numpy()[rows][ok] for c in ("ttft_s", "tpot_s", "e2e_s")}
+    sample = SloSample.of(status[win], *(df[c].to_numpy()[rows][win] for c in ("ttft_s", "tpot_s", "e2e_s",
+                                                                                "target_output_len")))
     out: dict[str, tuple[float | None, np.ndarray]] = {}
     by_col: dict[str, list[tuple[str, float]]] = {}
     for name, col, q in LATENCY_METRICS:
         by_col.setdefault(col, []).append((name, q))
     for col, metrics in by_col.items():
-        values = cols[col][~np.isnan(cols[col])]
+        values = sample.column(col)
         qs = [q for _, q in metrics]
-        draws = percentile_draws(values, qs, rng)
-        points = np.percentile(values, qs) if values.size else [None] * len(qs)
-        for i, (name, _) in enumerate(metrics):
-            out[name] = (None if points[i] is None else float(points[i]), draws[:, i])
+        draws = tail_percentile_draws(values, qs, lambda v, q: percentile_draws(v, q, rng))
+        for i, (name, q) in enumerate(metrics):
+            out[name] = (sample.percentile(col, q), draws[:, i])
     rates = level_rates(table, rows, s.windows[level_id], s.slos, rng)
     lv = next(x for x in s.levels + s.classes if x.level_id == level_id)
     for name, value in (("output tok/s", lv.output_tok_s), ("requests/s", lv.req_s),
@@ -128,8 +137,15 @@ def _delta(metric: str, a: tuple[float | None, np.ndarray], b: tuple[float | Non
     (va, da), (vb, db) = a, b
     if va is None or vb is None or np.isnan(da).all() or np.isnan(db).all():
         return MetricDelta(metric, va, vb, None, None, None, "n/a")
+    if math.isinf(va) or math.isinf(vb):          # a latency percentile that reached the failed requests
+        if math.isinf(va) and math.isinf(vb):
+            return MetricDelta(metric, va, vb, None, None, None, "n/a",
+                               f"both runs' {metric} reaches their failed requests: unbounded")
+        which = "B" if math.isinf(vb) else "A"
+        return MetricDelta(metric, va, vb, None, None, None, "worse" if which == "B" else "better",
+                           f"{which}'s {metric} reaches its failed requests: unbounded")
     k = min(da.size, db.size)
-    ci = interval(db[:k] - da[:k])
+    ci = _interval(db[:k] - da[:k])
     delta = vb - va
     rel = delta / va if va else None
     small = abs(delta) <= min_effect * abs(va) if va else delta == 0
@@ -139,3 +155,15 @@ def _delta(metric: str, a: tuple[float | None, np.ndarray], b: tuple[float | Non
         up = delta > 0
         verdict = "better" if up == (metric in HIGHER_IS_BETTER) else "worse"
     return MetricDelta(metric, va, vb, delta, rel, ci, verdict)
+
+
+def _interval(deltas: np.ndarray) -> list[float] | None:
+    """The interval of delta draws, some of which may be ±inf (a resample that reached failures)."""
+    d = deltas[~np.isnan(deltas)]
+    finite = d[np.isfinite(d)]
+    if finite.size == d.size:
+        return interval(d)
+    ci = interval(np.clip(d, -1e300, 1e300))
+    lo, hi = (finite.min(), finite.max()) if finite.size else (0.0, 0.0)
+    # interpolated between finite draws it stays within them; beyond, it was interpolated towards an inf
+    return None if ci is None else [-math.inf if x < lo else math.inf if x > hi else x for x in ci]

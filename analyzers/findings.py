@@ -158,12 +158,20 @@ def _slo(lv: LevelStats, add) -> None:
             add("no_successes", "slo", "No successful requests (the level served nobody, so it missed the SLO)",
                 lv.level_id)
             continue
-        metric, bound, rest = broke.partition(" > ")
-        if not bound:       # a stall or an interruption: said once as the level's INVALID note, not a bound
-            continue
-        name = " ".join(metric.split()[:2])                  # "TTFT P99"
-        add(f"over_slo:{name}", "slo", f"Over the SLO on {name} (bound {rest})", lv.level_id,
-            metric[len(name):].strip())
+        counted = _COUNTED.match(broke)      # "TTFT P99 > 3 s counting the 23 requests ... (bound 100 ms)"
+        if counted:
+            name, value, limit = counted.groups()
+        else:                                # "TTFT P99 250 ms > 100 ms"
+            metric, bound, limit = broke.partition(" > ")
+            if not bound:   # a stall or an interruption: said once as the level's INVALID note, not a bound
+                continue
+            name = " ".join(metric.split()[:2])              # "TTFT P99"
+            value = metric[len(name):].strip()
+        add(f"over_slo:{name}", "slo", f"Over the SLO on {name} (bound {limit})", lv.level_id, value)
+
+
+# A bound broken with failed requests counted (analyzers.stats.slo.Slos.broken_words).
+_COUNTED = re.compile(r"^(\w+ P[\d.]+) (.+ counting the .+) \(bound ([^)]+)\)$")
 
 
 _ARRIVALS = re.compile(r"arrivals: offered ([\d.]+) req/s .*achieved ([\d.]+) req/s[^,]*(?:, send lag P99 ([\d.]+) ms)?")

@@ -14,6 +14,11 @@ passes over a word pool (loadgen.prompt_text), so a count is linear in the numbe
 
 Then one prompt of the first level's length is counted, and the relative error kept in the
 sizer's `extra` (and so in run.json) as the evidence that input lengths are what was asked.
+
+A count the server accepts and does not answer in time (TargetTimeout: a server that stalls on the
+odd request) is asked once more, and nothing is recorded against the server when the second answer
+comes; a second timeout stops the sweep with what happened ("did not answer within N s"), not as a
+server that could not be reached.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ import numpy as np
 from loadgen.openai_body import request_dict
 from loadgen.preflight import Adaptation
 from loadgen.prompt_text import TextSizer, relative_error, text_of_words
-from loadgen.target_probe import TargetClient
+from loadgen.target_probe import Reply, TargetClient, TargetTimeout
 from loadgen.workloads import RequestSpec
 
 FIT_POOL_WORDS = 64          # a short pool keeps the two fitting prompts small (servers with a short max_model_len)
@@ -42,13 +47,14 @@ class TokenCounter:
         self.client = client
         self.method: str | None = None           # "server /tokenize" | "server usage"
         self._tokenize_works: bool | None = None
+        self.retried = 0                         # counts asked again after a timeout (nothing wrong recorded)
 
     def count(self, text: str) -> int | None:
         t = self.client.target
         if self._tokenize_works is not False:
             body = {"model": t.model, **({"messages": [{"role": "user", "content": text}]} if t.endpoint == "chat"
                                          else {"prompt": text})}
-            reply = self.client.post("/tokenize", body)
+            reply = self._post("/tokenize", body)
             n = reply.json.get("count") if reply.ok else None
             self._tokenize_works = isinstance(n, int)
             if isinstance(n, int):
@@ -56,12 +62,20 @@ class TokenCounter:
                 return n
         body = request_dict(RequestSpec(text, 0, 1, 1), t, stream=False)
         body.pop("ignore_eos", None)                 # one token either way
-        reply = self.client.post(t.path, body)
+        reply = self._post(t.path, body)
         n = (reply.json.get("usage") or {}).get("prompt_tokens") if reply.ok else None
         if isinstance(n, int) and n > 0:
             self.method = "server usage"
             return n
         return None
+
+    def _post(self, path: str, body: dict) -> Reply:
+        """One count, asked once more when the server took it and did not answer in time."""
+        try:
+            return self.client.post(path, body)
+        except TargetTimeout:
+            self.retried += 1
+            return self.client.post(path, body)
 
 
 def _fit(counter: TokenCounter, sizer: TextSizer) -> TextSizer | None:

@@ -22,6 +22,11 @@ class TargetError(RuntimeError):
     """The target cannot be measured as asked; the message is one line a user can act on."""
 
 
+class TargetTimeout(TargetError):
+    """The connection was made and the request sent, and the server did not answer in time: a slow
+    request, not a server that is down (a caller may ask once more)."""
+
+
 @dataclass
 class Reply:
     """One answer: the HTTP status and the server's own error message, or the stream as read."""
@@ -74,8 +79,22 @@ class TargetClient:
         self.close()
 
     def _fail_to_connect(self, exc: Exception) -> TargetError:
-        return TargetError(f"could not connect to {self.target.url} ({type(exc).__name__}: {exc}); "
-                           "is the server running and the URL right?")
+        """The transport error in words: no connection, no answer in time, or a connection that broke."""
+        name = f"{type(exc).__name__}: {exc}"
+        if isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout)):
+            return TargetError(f"could not connect to {self.target.url} ({name}); "
+                               "is the server running and the URL right?")
+        if isinstance(exc, httpx.TimeoutException):
+            return TargetTimeout(f"{self.target.url}: {self.no_answer_words(exc)}")
+        return TargetError(f"{self.target.url}: the connection broke before the server answered ({name})")
+
+    def no_answer_words(self, exc: Exception) -> str:
+        """'the server accepted the request and did not answer within 120 s (ReadTimeout)'."""
+        t = self.http.timeout
+        limit = t.write if isinstance(exc, httpx.WriteTimeout) else t.pool if isinstance(exc, httpx.PoolTimeout) \
+            else t.read
+        return (f"the server accepted the request and did not answer within {limit:g} s ({type(exc).__name__}); "
+                "it is running but slow or stuck on this request")
 
     def get_json(self, path: str) -> tuple[int, dict | str]:
         try:
@@ -118,6 +137,8 @@ class TargetClient:
         except httpx.TransportError as exc:
             if isinstance(exc, httpx.ConnectError):
                 raise self._fail_to_connect(exc) from None
+            if isinstance(exc, httpx.TimeoutException) and not isinstance(exc, httpx.ConnectTimeout):
+                return Reply(0, self.no_answer_words(exc))
             return Reply(0, f"{type(exc).__name__}: {exc}")
 
     def served_models(self) -> list[dict]:

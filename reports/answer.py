@@ -52,7 +52,7 @@ def _within_slo(s: RunSummary) -> list[AnswerItem]:
             lv = by_id[ser.best_within_slo]
             text = (f"{prefix}{lv.level_id} (load {load_label(lv)}): {lv.output_tok_s:.1f} output tok/s"
                     f"{_ci(lv.output_tok_s_ci, 1)}, goodput {lv.goodput_req_s:.2f} req/s"
-                    f"{_ci(lv.goodput_req_s_ci, 2)}; TTFT P99 {_ms(lv.ttft.p['p99'])}, "
+                    f"{_ci(lv.goodput_req_s_ci, 2)}; TTFT P99 {_ttft_p99(lv)}, "
                     f"TPOT P95 {_ms(lv.tpot.p['p95'])} against {s.slos.describe()}.")
             if lv is measured[-1]:
                 text += " It is the highest load tested: the limit lies above it."
@@ -65,6 +65,15 @@ def _within_slo(s: RunSummary) -> list[AnswerItem]:
     if not items:
         items.append(AnswerItem(label, "nothing was measured.", "bad"))
     return items
+
+
+def _ttft_p99(lv) -> str:
+    """The TTFT P99 the verdict used: with failed requests counted, when some failed (analyzers.stats.slo)."""
+    failed = lv.n_failed_no_token + lv.n_failed_mid_stream
+    if not failed:
+        return _ms(lv.ttft.p["p99"])
+    return (f"{_ms(lv.ttft_p99_with_failures_s)} counting the {failed} of "
+            f"{lv.n_ok + lv.n_error + lv.n_timeout} requests that failed")
 
 
 def _capacity_item(a: CapacityAnswer) -> AnswerItem:

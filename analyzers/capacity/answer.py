@@ -1,7 +1,9 @@
 """The capacity answer: the highest load within the SLO, with an interval, from re-measured levels.
 
 Each load the search measured (one or more levels: c24-in128-out64, c24-in128-out64-r2, ...) is
-judged on its requests pooled over its levels (in-window, successful), bound by bound (TTFT P99,
+judged on its requests pooled over its levels (every request sent in the window but the cancelled
+ones, failures counted as analyzers.stats.slo.SloSample says: one that failed without a first token
+is over every TTFT bound, one cut off mid-stream over the TPOT and E2E bounds), bound by bound (TTFT P99,
 TPOT P95, and E2E P99 when that SLO is set), on how many requests were over the bound
 (analyzers.stats.exceedance: an exact binomial test at 95%; bootstrap intervals of a P99 are shown, but
 cannot carry a verdict at small samples):
@@ -14,6 +16,10 @@ cannot carry a verdict at small samples):
   left out of the pool when the load has valid ones);
 - `unclear`: otherwise (too close to a bound, repeats disagree, or `too_few` requests to establish
   it: none over, but fewer than the test needs).
+
+How many failed is in each verdict (`failed`, `failed_no_token`) and in its reasons ("9 of 412 failed
+(no first token)"); the percentiles shown (`ttft_p99_s`, ...) are the successful requests', as in the
+level tables, with the failures beside them.
 
 The answer is the highest load whose pooled point estimates meet the SLO below the lowest `out`
 load; its interval runs from the highest `in` load at or below it (none: the low end is not
@@ -31,7 +37,7 @@ import numpy as np
 from analyzers.stats.distribution import Distribution
 from analyzers.stats.exceedance import check_bound, min_n_for_in
 from analyzers.stats.latency import LevelStats
-from analyzers.stats.slo import MAX_VALID_ERROR_RATE, Slos
+from analyzers.stats.slo import MAX_VALID_ERROR_RATE, Slos, SloSample, failure_summary
 from rundir.table import RequestTable
 
 CAPACITY_KEY = "capacity"           # in run.json sweep.extra: the search's state and answer (llmbench capacity)
@@ -44,18 +50,20 @@ class LoadVerdict:
     load: float
     level_ids: list[str]
     verdict: str                                  # in | out | unclear
-    point_met: bool                               # the pooled point estimates meet every bound
-    n: int                                        # pooled successful requests
-    ttft_p99_s: float | None
+    point_met: bool                               # the pooled point estimates (failures counted) meet every bound
+    n: int                                        # pooled requests counted: sent in the window, cancelled aside
+    ttft_p99_s: float | None                      # the successful requests' P99 (the failures are counted beside)
     ttft_p99_ci: list[float] | None
     tpot_p95_s: float | None
     tpot_p95_ci: list[float] | None
     goodput_req_s: float                          # mean over the load's levels
     output_tok_s: float
-    reasons: list[str] = field(default_factory=list)   # why `out` when no percentile says so
+    reasons: list[str] = field(default_factory=list)   # why `out` when no percentile says so; how many failed
     over_bound: dict[str, int] = field(default_factory=dict)  # what the verdict rests on: {"TTFT P99": 0, ...}
                                                   # requests (of n) over each bound
     too_few: bool = False                         # unclear only for want of requests (none over a bound)
+    failed: int = 0                               # of n: errors and timeouts (over the bounds they never reached)
+    failed_no_token: int = 0                      # ... of which without a first token
 
 
 _VERDICT_FIELDS = {f.name for f in fields(LoadVerdict)}
@@ -79,7 +87,8 @@ class CapacityAnswer:
         what = "max concurrency" if self.axis == "concurrency" else "max request rate"
         unit = "" if self.axis == "concurrency" else " req/s"
         if self.capacity is None:
-            return f"{what} within SLO: none (the lowest load tried missed it; bounded by {self.bounded_by})"
+            return (f"{what} within SLO: none (the lowest load tried missed it; bounded by {self.bounded_by})"
+                    + self._failures())
         out = f"{what} within SLO: {self.capacity:g}{unit}"
         if self.trace_rate:
             out += f", the trace at {self.capacity / self.trace_rate:.3g}x its own speed"
@@ -93,7 +102,17 @@ class CapacityAnswer:
             out += f"; goodput there {self.goodput_req_s:.2f} req/s ({self.output_tok_s:.1f} output tok/s)"
         if self.bounded_by not in ("slo", "none"):
             out += f"; bounded by {self.bounded_by}, not by the SLO"
-        return out
+        return out + self._failures()
+
+    def _failures(self) -> str:
+        """How many failed at the answer's load and at the lowest `out` one (counted over the bounds)."""
+        parts = []
+        for load in dict.fromkeys(x for x in (self.capacity, self.lowest_out) if x is not None):
+            v = next((x for x in self.loads if x.load == load), None)
+            if v is not None and v.failed:
+                words = failure_summary(v.n, v.failed_no_token, v.failed - v.failed_no_token)
+                parts.append(f"at {load:g}{'' if self.axis == 'concurrency' else ' req/s'}: {words}")
+        return f"; {'; '.join(parts)}, counted as over the bound" if parts else ""
 
     def _not_established(self) -> str:
         """Why no load is established within the SLO, and what would establish one."""
@@ -136,38 +155,47 @@ def judge_loads(table: RequestTable, loads: dict[float, list[str]], stats: dict[
     """One verdict per load, from the pooled records of its levels (ordered by load)."""
     df = table.df
     level_col = df["level_id"].to_numpy()
-    ok = df["in_window"].to_numpy() & (df["status"].to_numpy() == "ok")
+    status = df["status"].to_numpy()
+    win = df["in_window"].to_numpy()
+    ok = win & (status == "ok")
     out = []
     for i, load in enumerate(sorted(loads)):
         every = [lid for lid in loads[load] if lid in stats]
         # A level whose client fell behind did not measure the server: pool the load's valid levels,
         # and call the load INVALID (bounded by the client) only when none of its levels is valid.
         ids = [lid for lid in every if not _client_behind(stats[lid])] or every
-        rows = ok & np.isin(level_col, ids)
+        mine = np.isin(level_col, ids)
+        rows = ok & mine
+        sent = win & mine
+        sample = SloSample.of(status[sent], *(df[c].to_numpy()[sent] for c in ("ttft_s", "tpot_s", "e2e_s",
+                                                                                "target_output_len")))
         rng = np.random.default_rng([seed, i])
         dists, checks, point = {}, [], True
-        for name, column, key, q, bound in _bounds(slos):
-            values = df[column].to_numpy()[rows]
-            dists[column] = d = Distribution.of(values, rng)
-            finite = values[~np.isnan(values)]
-            if finite.size or column == "ttft_s":          # TTFT is always judged: none at all is `out`
-                checks.append(check_bound(name, finite, q, bound))
-            point = point and (d.n == 0 or d.p[key] <= bound)
+        for name, column, _key, q, bound in _bounds(slos):
+            dists[column] = Distribution.of(df[column].to_numpy()[rows], rng)      # shown: the successful ones
+            values = sample.column(column)                                          # judged: failures counted
+            counted = values[~np.isnan(values)]
+            if counted.size or column == "ttft_s":         # TTFT is always judged: none at all is `out`
+                checks.append(check_bound(name, counted, q, bound))
+            p = sample.percentile(column, q * 100)
+            point = point and (p is None or p <= bound)
         ttft, tpot = dists["ttft_s"], dists["tpot_s"]
         point = point and ttft.n > 0
-        reasons = _invalid_reasons([stats[lid] for lid in ids])
+        invalid = _invalid_reasons([stats[lid] for lid in ids])
         levels_met = all(stats[lid].slo_met for lid in ids)
         clearly_out = ttft.n == 0 or any(c.verdict == "out" for c in checks)
         clearly_in = all(c.verdict == "in" for c in checks)
-        verdict = ("out" if clearly_out or reasons else "in" if clearly_in and levels_met else "unclear")
+        verdict = ("out" if clearly_out or invalid else "in" if clearly_in and levels_met else "unclear")
         good = [stats[lid].goodput_req_s for lid in ids]
         tok = [stats[lid].output_tok_s for lid in ids]
-        out.append(LoadVerdict(load, ids, verdict, point and not reasons, ttft.n, ttft.p["p99"], ttft.ci.get("p99"),
+        failures = sample.failure_summary()
+        out.append(LoadVerdict(load, ids, verdict, point and not invalid, sample.n, ttft.p["p99"], ttft.ci.get("p99"),
                                tpot.p["p95"], tpot.ci.get("p95"), float(np.mean(good)) if good else 0.0,
-                               float(np.mean(tok)) if tok else 0.0, reasons,
+                               float(np.mean(tok)) if tok else 0.0, invalid + ([failures] if failures else []),
                                over_bound={c.name: c.over for c in checks},
-                               too_few=verdict == "unclear" and not reasons and levels_met
-                               and all(c.verdict == "in" or c.too_few for c in checks)))
+                               too_few=verdict == "unclear" and not invalid and levels_met
+                               and all(c.verdict == "in" or c.too_few for c in checks),
+                               failed=sample.failed, failed_no_token=sample.no_token))
     return out
 
 

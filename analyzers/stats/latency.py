@@ -2,7 +2,10 @@
 
 Percentiles are numpy's linear interpolation, always reported with their sample count; a P99
 from fewer than 100 samples is flagged. Only requests sent inside the measured window count,
-and errors are counted next to every row rather than silently left out. Everything is computed
+and errors are counted next to every row rather than silently left out. The distributions shown
+are the successful requests'; the SLO verdict counts the failed ones too (analyzers.stats.slo
+SloSample: a request that failed without a first token is over every TTFT bound), and
+`ttft_p99_with_failures_s` is the TTFT P99 it used. Everything is computed
 on a RequestTable's columns (vectorized), so a million records take seconds, not minutes.
 """
 
@@ -15,7 +18,7 @@ from typing import Iterable
 import numpy as np
 
 from analyzers.stats.distribution import MIN_SAMPLES_FOR_P99, Distribution
-from analyzers.stats.slo import Slos
+from analyzers.stats.slo import Slos, SloSample
 from analyzers.stats.throughput import level_rates
 from analyzers.stats.token_accounting import account_tokens
 from analyzers.stats.window import Window
@@ -75,6 +78,14 @@ class LevelStats:
     # (benign); more chunks than usage says means usage (or the stream) is wrong.
     multi_token_chunks: int = 0
     throughput_basis: str = "arrivals"       # tokens that arrived in the window (analyzers.stats.throughput)
+    # What the SLO verdict rests on (analyzers.stats.slo.SloSample): errors and timeouts in the window
+    # before their first token and after it, and the TTFT P99 of every request in the window (cancelled
+    # aside) with those that failed without a first token as never answered. When that P99 falls among
+    # them it is unbounded: ttft_p99_unbounded, and the value is what it is at least (their time to failure).
+    n_failed_no_token: int = 0
+    n_failed_mid_stream: int = 0
+    ttft_p99_with_failures_s: float | None = None
+    ttft_p99_unbounded: bool = False
 
     @property
     def load(self) -> float:
@@ -124,8 +135,13 @@ def level_stats(table: RequestTable, rows: np.ndarray, level_id: str, window: Wi
 
     d_ttft, d_tpot, d_e2e = (Distribution.of(v, rng) for v in (ttft, tpot, e2e))
     validity = level_validity(table, rows, window)
-    slo_met, broken = slos.level_verdict(int(win.sum()), d_ttft, d_tpot, d_e2e,
-                                         validity.error_rate(int(failed.sum()), int(win.sum())))
+    sample = SloSample.of(status[win], col["ttft_s"][win], col["tpot_s"][win], col["e2e_s"][win],
+                          col["target_output_len"][win])
+    slo_met, broken = slos.level_verdict(int(win.sum()), sample, validity.error_rate(int(failed.sum()), int(win.sum())))
+    p99_all = sample.percentile("ttft_s", 99)
+    unbounded = p99_all is not None and np.isinf(p99_all)
+    if unbounded:
+        p99_all = sample.lower_bound("ttft_s", 99)
     if validity.stall is not None:
         broken.append(stall_words(validity.stall, window))
         slo_met = False if slo_met is not None else None
@@ -172,7 +188,9 @@ def level_stats(table: RequestTable, rows: np.ndarray, level_id: str, window: Wi
         goodput_req_s_ci=rates.ci("goodput req/s"), multi_token_chunks=acct.multi_token_chunks, **lengths,
         slo_broken=broken, prompt_token_mismatches=acct.prompt_mismatches, error_samples=error_samples,
         stall_s=validity.stall.seconds if validity.stall else None,
-        tokenizer_count_differs=acct.tokenizer_differs, tokenizer_count_diff_mean=acct.tokenizer_diff_mean)
+        tokenizer_count_differs=acct.tokenizer_differs, tokenizer_count_diff_mean=acct.tokenizer_diff_mean,
+        n_failed_no_token=sample.no_token, n_failed_mid_stream=sample.mid_stream,
+        ttft_p99_with_failures_s=p99_all, ttft_p99_unbounded=bool(unbounded))
 
 
 _NOMINAL = re.compile(r"-in(\d+)-out(\d+)$")     # the sweep's level ids: c8-in512-out64, r2-in128-out64
