@@ -2,13 +2,14 @@
 
 A regression is a delta `compare_runs` already calls `worse` (its 95% bootstrap interval excludes
 zero, and it is larger than the comparison's min_effect) that is also larger than the gate's
-tolerance, on one of the metrics a gate watches: output throughput, TTFT P99 and TPOT P95 by
+tolerance, or a percentile of B that reached its failed requests (unbounded, where A's was not), on one of the metrics a gate watches: output throughput, TTFT P99 and TPOT P95 by
 default. A change the intervals cannot tell from noise never fails a build, however large its
 point estimate.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from analyzers.compare import Comparison
@@ -21,9 +22,10 @@ class Regression:
     level_id: str
     metric: str
     a: float
-    b: float
-    rel: float                      # (b - a) / a
-    ci: tuple[float, float]         # 95% interval of b - a
+    b: float | None                 # None: B's percentile reached its failed requests (unbounded)
+    rel: float | None               # (b - a) / a; None when B is unbounded
+    ci: tuple[float, float] | None  # 95% interval of b - a
+    note: str = ""
 
 
 @dataclass
@@ -59,8 +61,12 @@ def regression_gate(comparisons: list[Comparison], tolerance: float,
                 if d.metric not in metrics or d.verdict == "n/a":
                     continue
                 result.checked += 1
-                if d.verdict == "worse" and d.rel is not None and abs(d.rel) > tolerance:
-                    assert d.a is not None and d.b is not None and d.ci is not None
+                if d.verdict != "worse" or d.a is None:
+                    continue
+                if d.b is not None and math.isinf(d.b):
+                    # B's percentile reached requests that failed: worse by more than any tolerance.
+                    result.regressions.append(Regression(lc.level_id, d.metric, d.a, None, None, None, d.note))
+                elif d.rel is not None and abs(d.rel) > tolerance and d.b is not None and d.ci is not None:
                     result.regressions.append(Regression(lc.level_id, d.metric, d.a, d.b, d.rel,
                                                          (float(d.ci[0]), float(d.ci[1]))))
     return result

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import math
 import os
 import time
 from pathlib import Path
@@ -133,11 +134,22 @@ def compare(
         doc = {"comparisons": [dataclasses.asdict(c) for c in comparisons]}
         if tolerance is not None:
             doc["gate"] = dataclasses.asdict(gate) | {"failed": gate.failed, "reason": gate_line(gate)}
-        print(json.dumps(doc, indent=1))
+        print(json.dumps(_finite(doc), indent=1))
     if tolerance is not None:
         (err_console if json_out else console).print(gate_line(gate), highlight=False, markup=False)
         if gate.failed:
             raise typer.Exit(code=1)
+
+
+def _finite(obj):
+    """JSON has no infinity: an unbounded percentile (it reached failed requests) is null, its note says why."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
 
 
 def _print_comparisons(console, comparisons, min_effect: float) -> None:

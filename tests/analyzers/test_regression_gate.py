@@ -75,3 +75,17 @@ def test_the_cli_gate_exits_1_with_one_line_and_writes_junit_json_and_summary(tm
     assert ok.returncode == 0 and "no regression beyond 150%" in ok.stdout, ok.stdout + ok.stderr
     bad = subprocess.run(cmd[:-5] + ["lots"], capture_output=True, text=True, env=env, timeout=300)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
+
+
+def test_a_percentile_that_reached_failed_requests_fails_the_gate(tmp_path):
+    """B timed out on 5% of its requests: its TTFT P99 is unbounded, a regression beyond any tolerance."""
+    a = analyze_run(_run(tmp_path / "a", _records()))
+    recs = _records()
+    for r in recs[::20]:
+        r.status, r.t_first_token, r.t_done, r.error = "timeout", None, r.t_sent + 3.0, "timed out"
+        r.ttft_s = r.tpot_s = None
+        r.itl_s, r.completion_tokens = [], None
+    b = analyze_run(_run(tmp_path / "b", recs))
+    gate = regression_gate([compare_runs(a, b)], 10.0)
+    unbounded = [r for r in gate.regressions if r.b is None]
+    assert gate.failed and any(r.metric == "TTFT P99" for r in unbounded), gate.regressions
