@@ -98,6 +98,8 @@ def preflight(client: TargetClient, spec: RequestSpec, text_spec: RequestSpec | 
             retried = True               # a server's first request may warm it up and fail: ask once more
             time.sleep(RETRY_AFTER_S)
             continue
+        if reply.timed_out:              # twice: not a warm-up hiccup
+            raise TargetError(f"{target.url} did not answer the preflight request: {reply.message}")
         if reply.status in (0, 200):     # the stream itself failed: the server's words, no guessing
             raise TargetError(f"{target.url} answered the preflight with a broken stream: {reply.message}")
         fatal = _fatal(reply.status, reply.message, target, client)

@@ -35,6 +35,7 @@ class Reply:
     message: str = ""                  # the server's error text (its JSON "message"/"detail"), or ""
     stream: StreamResult | None = None
     json: dict = field(default_factory=dict)   # a non-streaming answer's body
+    timed_out: bool = False            # accepted, and no answer (or no end of the stream) in time
 
     @property
     def ok(self) -> bool:
@@ -138,7 +139,7 @@ class TargetClient:
             if isinstance(exc, httpx.ConnectError):
                 raise self._fail_to_connect(exc) from None
             if isinstance(exc, httpx.TimeoutException) and not isinstance(exc, httpx.ConnectTimeout):
-                return Reply(0, self.no_answer_words(exc))
+                return Reply(0, self.no_answer_words(exc), timed_out=True)
             return Reply(0, f"{type(exc).__name__}: {exc}")
 
     def served_models(self) -> list[dict]:

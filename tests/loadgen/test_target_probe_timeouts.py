@@ -118,3 +118,16 @@ def test_the_preflight_stream_says_the_server_did_not_answer(server):
         reply = client.stream("/v1/completions", {"model": "tiny", "prompt": "hi", "max_tokens": 1, "stream": True})
     assert reply.status == 0 and not reply.ok
     assert reply.message.startswith("the server accepted the request and did not answer within 0.5 s (ReadTimeout)")
+
+
+def test_a_preflight_that_times_out_twice_says_so_not_broken_stream(server):
+    from loadgen.preflight import preflight
+    from loadgen.request_spec import RequestSpec
+
+    s = server(hang_first=2)
+    with _client(f"http://127.0.0.1:{s.server_address[1]}") as client:
+        with pytest.raises(TargetError) as e:
+            preflight(client, RequestSpec("hi there", 2, 1, 1), None, "text")
+    msg = str(e.value)
+    assert "did not answer the preflight request: the server accepted the request" in msg, msg
+    assert "broken stream" not in msg
