@@ -96,7 +96,8 @@ def prepare_target(run: RunDir, info: RunInfo, url: str, api_key: str | None, st
         return tspec                       # resumed: the same requests as the first attempt
     workload = info.sweep.workload
     first = info.sweep.levels()[0]
-    with TargetClient(tspec) as client:
+    # The setup's requests wait as long as the sweep's own would (--request-timeout), no longer.
+    with TargetClient(tspec, timeout_s=info.sweep.request_timeout_s) as client:
         if not tspec.model:
             tspec.model = client.resolve_model()
             info.target.model = tspec.model
