@@ -76,7 +76,7 @@ def matmul_rates() -> dict:
     return out
 
 
-def main() -> None:
+def _parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--reps", type=int, default=8)
     ap.add_argument("--prefill-reps", type=int, default=2)
@@ -85,73 +85,82 @@ def main() -> None:
                     help="cpu: one torch thread, steps and matmuls timed in this process's CPU seconds (a "
                          "per-core MFU that other tenants of a shared machine barely move)")
     ap.add_argument("--json", default=None)
-    args = ap.parse_args()
-    global CLOCK
-    if args.clock == "cpu":
-        torch.set_num_threads(1)
-        CLOCK = time.process_time
-    from refengine import LLM
-    llm = LLM("tiny", max_num_seqs=max(64, args.seqs))
-    eng = llm.llm_engine
-    coef = model_flops(eng.model_config)
-    rec = StepRecorder(eng)
-    rec.enabled = False
-    # Prefill: 4 prompts x 512 tokens in one step, per configuration.
+    return ap.parse_args()
+
+
+def _prefill_steps(eng, rec: StepRecorder, reps: int, cpu_clock: bool) -> dict[str, list]:
+    """Prefill: 4 prompts x 512 tokens in one step, per configuration; repetition 0 is one warm-up."""
     rng = random.Random(1)
-    prefill = {c: [] for c in CONFIGS}
-    decode = {c: [] for c in CONFIGS}
-    peaks: dict[str, float] = {}
-    with CpuMeter() as meter:
-        for rep in range(args.prefill_reps + 1):
-            for name, flags in CONFIGS.items():
-                if rep == 0 and name != "both (defaults)":
-                    continue  # one warm-up prefill is enough
-                set_config(*flags)
-                rec.records, rec.enabled = [], rep > 0
-                for _ in range(4):
-                    eng.add_request([rng.randrange(7, 4096) for _ in range(512)], greedy(1))
-                while eng.has_unfinished_requests():
-                    n, t = len(rec.records), CLOCK()
-                    eng.step()
-                    if args.clock == "cpu" and len(rec.records) > n:
-                        rec.records[-1].total_s = CLOCK() - t
-                prefill[name] += [r for r in rec.records if r.num_decode == 0 and r.num_tokens == 2048]
-                rec.enabled = False
-            print(f"prefill rep {rep} done", flush=True)
-        for r in make_workload(args.seqs, (32, 512), (16, 256), seed=0):
-            eng.add_request(r.prompt, greedy(1000))
-        sch = eng.scheduler
-        set_config(True, True)
-        while not (len(sch.running) == args.seqs and all(q.num_computed_tokens >= q.num_prompt_tokens
-                                                         for q in sch.running)):
-            eng.step()
-        for rep in range(args.reps):
-            for k, v in matmul_rates().items():
-                peaks[k] = max(peaks.get(k, 0.0), v)
-            for name, flags in CONFIGS.items():
-                set_config(*flags)
-                rec.enabled = False
-                eng.step()  # warm-up: the first call of a switched path pays its one-time costs
-                rec.records, rec.enabled = [], True
-                t = CLOCK()
+    prefill: dict[str, list] = {c: [] for c in CONFIGS}
+    for rep in range(reps + 1):
+        for name, flags in CONFIGS.items():
+            if rep == 0 and name != "both (defaults)":
+                continue  # one warm-up prefill is enough
+            set_config(*flags)
+            rec.records, rec.enabled = [], rep > 0
+            for _ in range(4):
+                eng.add_request([rng.randrange(7, 4096) for _ in range(512)], greedy(1))
+            while eng.has_unfinished_requests():
+                n, t = len(rec.records), CLOCK()
                 eng.step()
-                spent = CLOCK() - t
-                for r in rec.records:
-                    r.total_s = spent if args.clock == "cpu" else r.total_s
-                decode[name] += [r for r in rec.records if r.num_decode == r.num_tokens == args.seqs]
-            print(f"decode rep {rep}: " + ", ".join(f"{k} {v[-1].total_s:.3f} s" for k, v in decode.items() if v),
-                  flush=True)
+                if cpu_clock and len(rec.records) > n:
+                    rec.records[-1].total_s = CLOCK() - t
+            prefill[name] += [r for r in rec.records if r.num_decode == 0 and r.num_tokens == 2048]
+            rec.enabled = False
+        print(f"prefill rep {rep} done", flush=True)
+    return prefill
+
+
+def _fill_decode_batch(eng, seqs: int) -> None:
+    """Add `seqs` requests and step until all of them run with their prompts computed: pure decode steps."""
+    for r in make_workload(seqs, (32, 512), (16, 256), seed=0):
+        eng.add_request(r.prompt, greedy(1000))
+    sch = eng.scheduler
     set_config(True, True)
+    while not (len(sch.running) == seqs and all(q.num_computed_tokens >= q.num_prompt_tokens
+                                                for q in sch.running)):
+        eng.step()
+
+
+def _decode_steps(eng, rec: StepRecorder, reps: int, seqs: int, cpu_clock: bool) -> tuple[dict, dict]:
+    """Per repetition: the matmul peak, then one warm-up and one timed decode step per configuration."""
+    decode: dict[str, list] = {c: [] for c in CONFIGS}
+    peaks: dict[str, float] = {}
+    for rep in range(reps):
+        for k, v in matmul_rates().items():
+            peaks[k] = max(peaks.get(k, 0.0), v)
+        for name, flags in CONFIGS.items():
+            set_config(*flags)
+            rec.enabled = False
+            eng.step()  # warm-up: the first call of a switched path pays its one-time costs
+            rec.records, rec.enabled = [], True
+            t = CLOCK()
+            eng.step()
+            spent = CLOCK() - t
+            for r in rec.records:
+                r.total_s = spent if cpu_clock else r.total_s
+            decode[name] += [r for r in rec.records if r.num_decode == r.num_tokens == seqs]
+        print(f"decode rep {rep}: " + ", ".join(f"{k} {v[-1].total_s:.3f} s" for k, v in decode.items() if v),
+              flush=True)
+    return decode, peaks
+
+
+def _figures(rs: list, coef, peak: float) -> dict:
+    """The best step of a configuration (contention only ever adds time) and its MFU."""
+    best = min(rs, key=lambda r: r.total_s)
+    fl = step_flops(best, coef)
+    return dict(best_s=best.total_s, median_s=statistics.median(r.total_s for r in rs), gflop=fl / 1e9,
+                gflops=fl / best.total_s / 1e9, mfu=fl / best.total_s / peak, samples=len(rs))
+
+
+def _report(args: argparse.Namespace, other_cpus: float, coef, prefill: dict, decode: dict, peaks: dict) -> None:
     peak = max(peaks.values())
-    res = dict(machine=machine(), clock=args.clock, threads=torch.get_num_threads(), seqs=args.seqs, reps=args.reps, other_cpus=meter.as_dict()["other_cpus"],
-               matmul_flops=peaks, peak_flops=peak, prefill={}, decode={})
+    res = dict(machine=machine(), clock=args.clock, threads=torch.get_num_threads(), seqs=args.seqs, reps=args.reps,
+               other_cpus=other_cpus, matmul_flops=peaks, peak_flops=peak, prefill={}, decode={})
     rows = []
     for kind, recs in (("prefill 2048", prefill), (f"decode@{args.seqs}", decode)):
         for name, rs in recs.items():
-            best = min(rs, key=lambda r: r.total_s)
-            fl = step_flops(best, coef)
-            d = dict(best_s=best.total_s, median_s=statistics.median(r.total_s for r in rs), gflop=fl / 1e9,
-                     gflops=fl / best.total_s / 1e9, mfu=fl / best.total_s / peak, samples=len(rs))
+            d = _figures(rs, coef, peak)
             res["prefill" if kind.startswith("prefill") else "decode"][name] = d
             rows.append([kind, name, f"{d['best_s'] * 1e3:.0f}", f"{d['median_s'] * 1e3:.0f}", f"{d['gflops']:.1f}",
                          f"{d['mfu']:.1%}", d["samples"]])
@@ -161,6 +170,27 @@ def main() -> None:
     print_table("Matmul rates (best of the run)", ["shape", "GFLOP/s"],
                 [[k, f"{v / 1e9:.1f}"] for k, v in peaks.items()])
     write_json(args.json, res)
+
+
+def main() -> None:
+    args = _parse_args()
+    global CLOCK
+    cpu_clock = args.clock == "cpu"
+    if cpu_clock:
+        torch.set_num_threads(1)
+        CLOCK = time.process_time
+    from refengine import LLM
+    llm = LLM("tiny", max_num_seqs=max(64, args.seqs))
+    eng = llm.llm_engine
+    coef = model_flops(eng.model_config)
+    rec = StepRecorder(eng)
+    rec.enabled = False
+    with CpuMeter() as meter:
+        prefill = _prefill_steps(eng, rec, args.prefill_reps, cpu_clock)
+        _fill_decode_batch(eng, args.seqs)
+        decode, peaks = _decode_steps(eng, rec, args.reps, args.seqs, cpu_clock)
+    set_config(True, True)
+    _report(args, meter.as_dict()["other_cpus"], coef, prefill, decode, peaks)
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ import itertools
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable, Iterator
 
 
 class RampError(ValueError):
@@ -187,6 +187,79 @@ async def _scrape(client, url: str, parse_gauges: Callable[[str], ServerGauges])
         raise RampError(f"{url}/metrics is not Prometheus text: {exc}") from None
 
 
+def _cache_int(cache: dict[str, str], key: str) -> int | None:
+    """An integer label of vllm:cache_config_info; None when the server leaves it out or unset."""
+    value = cache.get(key)
+    return int(value) if value not in (None, "", "None") else None
+
+
+@dataclass
+class _Users:
+    """The ramp's closed-loop users: each sends its next request as soon as its last one returned,
+    and counts the answer on the level being measured when it arrives."""
+
+    client: Any                                   # an httpx.AsyncClient
+    spec: RampSpec
+    make_body: Callable[[int], dict]
+    level: LevelObservation | None = None
+    completion_tokens: set[int] = field(default_factory=set)
+    sent: Iterator[int] = field(default_factory=itertools.count)
+    tasks: list[asyncio.Task] = field(default_factory=list)
+
+    def grow_to(self, concurrency: int) -> None:
+        # Users are only added, never restarted: a level starts with the previous one's requests in flight.
+        self.tasks += [asyncio.create_task(self._user()) for _ in range(concurrency - len(self.tasks))]
+
+    async def _user(self) -> None:
+        import httpx
+
+        while True:
+            body = self.make_body(next(self.sent))
+            try:
+                resp = await self.client.post(self.spec.target + "/v1/completions", json=body)
+                if resp.status_code == 200:
+                    self.level.ok += 1
+                    self.completion_tokens.add(int((resp.json().get("usage") or {}).get("completion_tokens", -1)))
+                else:
+                    self.level.errors += 1
+                    self.level.error_text = f"HTTP {resp.status_code}: {resp.text[:120]}"
+            except httpx.HTTPError as exc:
+                self.level.errors += 1
+                self.level.error_text = f"{type(exc).__name__}: {exc}"[:160]
+
+    async def stop(self) -> None:
+        for task in self.tasks:
+            task.cancel()           # closing the connections aborts the requests server-side
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+
+
+async def _watch_level(client, spec: RampSpec, parse_gauges: Callable[[str], ServerGauges], level: LevelObservation,
+                       last_preemptions: float) -> None:
+    """Scrape /metrics every scrape_interval_s for the level's seconds; a failed scrape counts as an error."""
+    import httpx
+
+    end = time.monotonic() + spec.level_seconds
+    while time.monotonic() < end:
+        await asyncio.sleep(spec.scrape_interval_s)
+        try:
+            m = await _scrape(client, spec.target, parse_gauges)
+        except httpx.HTTPError as exc:
+            level.errors += 1
+            level.error_text = f"/metrics: {exc}"[:160]
+            continue
+        level.samples.append(Sample(time.time(), m.running, m.waiting, m.kv_usage, m.preemptions))
+        level.preemptions = m.preemptions - last_preemptions
+
+
+def _stop_reason(level: LevelObservation) -> str | None:
+    """Why the ramp stops after this level, or None to go on to the next."""
+    if level.errors and not level.ok:
+        return f"every request failed at concurrency {level.concurrency}: {level.error_text}"
+    if level.saturation():
+        return f"saturated at concurrency {level.concurrency}: " + "; ".join(level.saturation())
+    return None
+
+
 async def run_ramp(spec: RampSpec, parse_gauges: Callable[[str], ServerGauges], make_body: Callable[[int], dict],
                    on_level=None) -> RampResult:
     """Drive the ramp; `parse_gauges` reads a /metrics page, `make_body(i)` is the i-th request's JSON
@@ -200,61 +273,26 @@ async def run_ramp(spec: RampSpec, parse_gauges: Callable[[str], ServerGauges], 
             first = await _scrape(client, spec.target, parse_gauges)
         except httpx.HTTPError as exc:
             raise RampError(f"cannot reach {spec.target}/metrics: {exc}") from None
-        cache = first.cache_config
-        num_blocks = int(cache["num_gpu_blocks"]) if cache.get("num_gpu_blocks") not in (None, "", "None") else None
-        block_size = int(cache["block_size"]) if cache.get("block_size") not in (None, "", "None") else None
-        sent = itertools.count()
+        num_blocks = _cache_int(first.cache_config, "num_gpu_blocks")
+        block_size = _cache_int(first.cache_config, "block_size")
+        users = _Users(client, spec, make_body)
         levels: list[LevelObservation] = []
-        current: list[LevelObservation] = []
-        completion_tokens: set[int] = set()
-
-        async def user() -> None:
-            while True:
-                body = make_body(next(sent))
-                try:
-                    resp = await client.post(spec.target + "/v1/completions", json=body)
-                    if resp.status_code == 200:
-                        current[0].ok += 1
-                        completion_tokens.add(int((resp.json().get("usage") or {}).get("completion_tokens", -1)))
-                    else:
-                        current[0].errors += 1
-                        current[0].error_text = f"HTTP {resp.status_code}: {resp.text[:120]}"
-                except httpx.HTTPError as exc:
-                    current[0].errors += 1
-                    current[0].error_text = f"{type(exc).__name__}: {exc}"[:160]
-
-        users: list[asyncio.Task] = []
         last_preemptions = first.preemptions
         stop_reason = f"reached the last level ({spec.levels[-1]}) without saturating"
         try:
             for concurrency in spec.levels:
-                level = LevelObservation(concurrency)
-                current[:] = [level]
+                level = users.level = LevelObservation(concurrency)
                 levels.append(level)
-                users += [asyncio.create_task(user()) for _ in range(concurrency - len(users))]
-                end = time.monotonic() + spec.level_seconds
-                while time.monotonic() < end:
-                    await asyncio.sleep(spec.scrape_interval_s)
-                    try:
-                        m = await _scrape(client, spec.target, parse_gauges)
-                    except httpx.HTTPError as exc:
-                        level.errors += 1
-                        level.error_text = f"/metrics: {exc}"[:160]
-                        continue
-                    level.samples.append(Sample(time.time(), m.running, m.waiting, m.kv_usage, m.preemptions))
-                    level.preemptions = m.preemptions - last_preemptions
+                users.grow_to(concurrency)
+                await _watch_level(client, spec, parse_gauges, level, last_preemptions)
                 if level.samples:
                     last_preemptions = level.samples[-1].preemptions
                 if on_level is not None:
                     on_level(level)
-                if level.errors and not level.ok:
-                    stop_reason = (f"every request failed at concurrency {concurrency}: {level.error_text}")
-                    break
-                if level.saturation():
-                    stop_reason = f"saturated at concurrency {concurrency}: " + "; ".join(level.saturation())
+                reason = _stop_reason(level)
+                if reason:
+                    stop_reason = reason
                     break
         finally:
-            for task in users:
-                task.cancel()           # closing the connections aborts the requests server-side
-            await asyncio.gather(*users, return_exceptions=True)
-    return RampResult(spec, num_blocks, block_size, levels, stop_reason, completion_tokens)
+            await users.stop()
+    return RampResult(spec, num_blocks, block_size, levels, stop_reason, users.completion_tokens)

@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             run_master(config, out, args.bind_host, args.port, args.expect_workers)
         return 0
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - whatever failed is reported to the parent as an error line
         traceback.print_exc()
         out.write({"type": "error", "message": f"{type(exc).__name__}: {exc}"})
         return 1

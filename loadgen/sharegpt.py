@@ -84,6 +84,6 @@ def tokenizer_length_fn(path: str | os.PathLike) -> Callable[[str], int]:
     p = os.path.join(path, "tokenizer.json") if os.path.isdir(path) else str(path)
     try:
         tok = Tokenizer.from_file(p)
-    except Exception as exc:   # tokenizers raises a bare Exception for a missing or bad file
+    except Exception as exc:  # noqa: BLE001 - tokenizers raises a bare Exception for a missing or bad file
         raise WorkloadError(f"cannot load tokenizer {p}: {exc}") from None
     return lambda text: len(tok.encode(text, add_special_tokens=False).ids)

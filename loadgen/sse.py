@@ -88,7 +88,7 @@ def read_sse_stream(readline: Callable[[], bytes], clock: Callable[[], float] = 
         except TimeoutError as exc:
             _fail(r, clock(), "timeout", f"deadline passed while streaming: {exc or type(exc).__name__}")
             break
-        except Exception as exc:   # connection reset, incomplete chunked body, parser errors
+        except Exception as exc:  # noqa: BLE001 - reset, cut chunked body, parser error: a failed request
             _fail(r, clock(), "stream_broken", f"{type(exc).__name__}: {exc}")
             break
         now = clock()

@@ -145,15 +145,46 @@ def _payload_len(ip, tcp) -> int:
     return max(total - ip_hdr - tcp.dataofs * 4, 0)
 
 
-def _account(dirs: dict, ip, tcp) -> None:
+def _directions(dirs: dict, ip, tcp) -> tuple[_Dir, _Dir | None]:
+    """This segment's direction (created on its first segment) and the opposite one, if seen yet."""
     key = (ip.src, tcp.sport, ip.dst, tcp.dport)
     d = dirs.get(key)
     if d is None:
         d = dirs[key] = _Dir(FlowStats(flow=f"{ip.src}:{tcp.sport} > {ip.dst}:{tcp.dport}"))
-    peer = dirs.get((ip.dst, tcp.dport, ip.src, tcp.sport))
+    return d, dirs.get((ip.dst, tcp.dport, ip.src, tcp.sport))
+
+
+def _count_retransmission(s: FlowStats, next_seq: int, peer: _Dir | None, seq: int, seglen: int) -> None:
+    """A segment starting below what this side already sent; spurious when the peer had already
+    acknowledged all of it, fast when two duplicate ACKs asked for it first."""
+    if _seq_diff(seq, next_seq) >= 0:
+        return
+    s.retransmissions += 1
+    if peer is None:
+        return
+    if peer.max_ack is not None and _seq_diff(seq + seglen, peer.max_ack) <= 0:
+        s.spurious_retransmissions += 1
+    elif peer.dup_ack_count >= 2 and peer.last_ack == seq:
+        s.fast_retransmissions += 1
+
+
+def _track_ack(d: _Dir, ack: int, window: int, dup_ack: bool) -> None:
+    if dup_ack:
+        d.stats.dup_acks += 1
+        d.dup_ack_count += 1
+    elif d.last_ack != ack:
+        d.dup_ack_count = 0
+    d.last_ack, d.last_win = ack, window
+    if d.max_ack is None or _seq_diff(ack, d.max_ack) > 0:
+        d.max_ack = ack
+
+
+def _account(dirs: dict, ip, tcp) -> None:
+    d, peer = _directions(dirs, ip, tcp)
     s = d.stats
     flags = int(tcp.flags)
     syn, fin, rst, ack_flag = flags & 0x02, flags & 0x01, flags & 0x04, flags & 0x10
+    control = syn or fin or rst
     plen = _payload_len(ip, tcp)
     seglen = plen + (1 if syn else 0) + (1 if fin else 0)
     seq = tcp.seq
@@ -161,19 +192,14 @@ def _account(dirs: dict, ip, tcp) -> None:
     if plen:
         s.data_packets += 1
         s.payload_bytes += plen
-    if tcp.window == 0 and not (syn or fin or rst):
+    if tcp.window == 0 and not control:
         s.zero_windows += 1
-    keepalive = (d.next_seq is not None and plen <= 1 and not (syn or fin or rst)
+    keepalive = (d.next_seq is not None and plen <= 1 and not control
                  and _seq_diff(seq, d.next_seq) == -1)
     if keepalive:
         s.keepalives += 1
     elif d.next_seq is not None and seglen and not rst:
-        if _seq_diff(seq, d.next_seq) < 0:
-            s.retransmissions += 1
-            if peer is not None and peer.max_ack is not None and _seq_diff(seq + seglen, peer.max_ack) <= 0:
-                s.spurious_retransmissions += 1
-            elif peer is not None and peer.dup_ack_count >= 2 and peer.last_ack == seq:
-                s.fast_retransmissions += 1
+        _count_retransmission(s, d.next_seq, peer, seq, seglen)
     # Wireshark's duplicate ACK also needs seq == next expected (a keep-alive is not one).
     dup_ack = (ack_flag and seglen == 0 and not rst and not keepalive and d.next_seq == seq
                and d.last_ack == tcp.ack and d.last_win == tcp.window and tcp.window != 0)
@@ -181,14 +207,7 @@ def _account(dirs: dict, ip, tcp) -> None:
     if not keepalive and (d.next_seq is None or _seq_diff(end, d.next_seq) > 0):
         d.next_seq = end
     if ack_flag:
-        if dup_ack:
-            s.dup_acks += 1
-            d.dup_ack_count += 1
-        elif d.last_ack != tcp.ack:
-            d.dup_ack_count = 0
-        d.last_ack, d.last_win = tcp.ack, tcp.window
-        if d.max_ack is None or _seq_diff(tcp.ack, d.max_ack) > 0:
-            d.max_ack = tcp.ack
+        _track_ack(d, tcp.ack, tcp.window, bool(dup_ack))
 
 
 def _seq_diff(a: int, b: int) -> int:

@@ -68,46 +68,58 @@ class Snapshot:
     by_name: dict[str, list[tuple[dict[str, str], float]]] = field(default_factory=dict)  # raw samples of note
 
 
+@dataclass
+class _Page:
+    """The samples of one page added up by name, before the canonical names are picked."""
+
+    sums: dict[str, float] = field(default_factory=dict)       # sample name -> sum over its label sets
+    maxima: dict[str, float] = field(default_factory=dict)     # sample name -> max over its label sets
+    hists: dict[str, Histogram] = field(default_factory=dict)  # family name -> its histogram
+    info: dict[str, dict[str, str]] = field(default_factory=dict)
+    by_name: dict[str, list[tuple[dict[str, str], float]]] = field(default_factory=dict)
+    count: int = 0                                             # samples read, NaN ones included
+
+    def add(self, family, s) -> None:
+        self.count += 1
+        value = float(s.value)
+        if math.isnan(value):
+            return
+        self.sums[s.name] = self.sums.get(s.name, 0.0) + value
+        self.maxima[s.name] = max(self.maxima.get(s.name, value), value)
+        if s.name in INFO_METRICS and value == 1:
+            self.info[s.name] = dict(s.labels)
+        elif s.name.startswith("refengine:model_memory_bytes"):
+            self.by_name.setdefault("refengine:model_memory_bytes", []).append((dict(s.labels), value))
+        if family.type == "histogram" or s.name.endswith(("_bucket", "_count", "_sum")):
+            _add_histogram_sample(self.hists, family.name, s.name, s.labels, value)
+
+
+def _first_present(table: dict[str, list[str]], present) -> dict[str, str]:
+    """canonical -> the first of its candidate names for which present(name) holds."""
+    out = {}
+    for canon, names in table.items():
+        name = next((n for n in names if present(n)), None)
+        if name is not None:
+            out[canon] = name
+    return out
+
+
 def parse_metrics(text: str) -> Snapshot:
     """Raises ValueError (with the parser's reason) when the text is not Prometheus exposition format."""
-    samples: dict[str, float] = {}
-    maxima: dict[str, float] = {}
-    hists: dict[str, Histogram] = {}
-    info: dict[str, dict[str, str]] = {}
-    by_name: dict[str, list[tuple[dict[str, str], float]]] = {}
-    n = 0
+    page = _Page()
     try:
         for family in text_string_to_metric_families(text):
             for s in family.samples:
-                n += 1
-                value = float(s.value)
-                if math.isnan(value):
-                    continue
-                samples[s.name] = samples.get(s.name, 0.0) + value
-                maxima[s.name] = max(maxima.get(s.name, value), value)
-                if s.name in INFO_METRICS and value == 1:
-                    info[s.name] = dict(s.labels)
-                elif s.name.startswith("refengine:model_memory_bytes"):
-                    by_name.setdefault("refengine:model_memory_bytes", []).append((dict(s.labels), value))
-                if family.type == "histogram" or s.name.endswith(("_bucket", "_count", "_sum")):
-                    _add_histogram_sample(hists, family.name, s.name, s.labels, value)
-    except Exception as exc:  # the parser raises ValueError, IndexError, ... on bad input
+                page.add(family, s)
+    except Exception as exc:  # noqa: BLE001 - any parser error (ValueError, IndexError, ...) means bad input
         raise ValueError(f"not Prometheus text format ({type(exc).__name__}: {exc})") from None
-    values = {}
-    for canon, names in CANONICAL.items():
-        for name in names:
-            if name in samples:
-                values[canon] = maxima[name] if canon in MAX_OVER_LABELS else samples[name]
-                break
-    histograms = {}
-    for canon, names in HISTOGRAMS.items():
-        for name in names:
-            h = hists.get(name)
-            if h is not None and h.buckets:
-                histograms[canon] = h
-                break
-    return Snapshot(engine=_engine(samples), values=values, histograms=histograms, metric_count=n, info=info,
-                    by_name=by_name)
+    values = {canon: page.maxima[name] if canon in MAX_OVER_LABELS else page.sums[name]
+              for canon, name in _first_present(CANONICAL, lambda n: n in page.sums).items()}
+    # Only with buckets: a summary, or a counter whose name ends in _count or _sum, is no histogram.
+    histograms = {canon: page.hists[name] for canon, name in
+                  _first_present(HISTOGRAMS, lambda n: n in page.hists and page.hists[n].buckets).items()}
+    return Snapshot(engine=_engine(page.sums), values=values, histograms=histograms, metric_count=page.count,
+                    info=page.info, by_name=page.by_name)
 
 
 def _add_histogram_sample(hists, family: str, name: str, labels: dict, value: float) -> None:

@@ -59,29 +59,14 @@ class ServerProbe(Probe):
             row["error"] = (f"{self.url}: no refengine/vLLM/SGLang/TGI metric names among "
                             f"{snap.metric_count} samples")
         v = snap.values
-        for key in ("kv_usage", "running", "waiting", "preemptions_total", "retracted"):
-            if key in v:
-                row[key] = v[key]
+        row.update({key: v[key] for key in ("kv_usage", "running", "waiting", "preemptions_total", "retracted")
+                    if key in v})
         prev, dt = self._prev, t - self._prev_t
         if prev is not None and dt > 0:
-            for name in COUNTERS:
-                cur_v, old_v = v.get(f"{name}_total"), prev.values.get(f"{name}_total")
-                if cur_v is not None and old_v is not None:
-                    d = cur_v - old_v if cur_v >= old_v else cur_v     # counter reset
-                    row[name] = d
-                    if name != "preemptions":
-                        row[f"{name.replace('_tokens', '')}_tok_s"] = round(d / dt, 3)
+            row.update(_counter_deltas(v, prev, dt))
         row["prefix_cache_hit_rate"] = self._hit_rate(v, prev)
-        for h_name, h in snap.histograms.items():
-            d = histogram_delta(prev.histograms.get(h_name) if prev else None, h)
-            if prev is None:
-                continue          # the first scrape holds the whole history, not an interval
-            row[f"{h_name}_count"] = d.count
-            if d.count > 0:
-                row[f"{h_name}_mean_s"] = round(d.sum / d.count, 6)
-                for q in QUANTILES:
-                    val = quantile(d, q)
-                    row[f"{h_name}_p{int(q * 100)}_s"] = round(val, 6) if val is not None else None
+        if prev is not None:      # the first scrape holds the whole history, not an interval
+            row.update(_histogram_fields(snap, prev))
         self._prev, self._prev_t = snap, t
         return row
 
@@ -93,3 +78,31 @@ class ServerProbe(Probe):
             dh = h - prev.values.get("prefix_cache_hits_total", h)
             return round(dh / dq, 4) if dq > 0 else None
         return v.get("prefix_cache_hit_rate_gauge")
+
+
+def _counter_deltas(v: dict, prev: Snapshot, dt: float) -> dict:
+    """Each counter's increase since the previous scrape, and the token counters' rates."""
+    out: dict = {}
+    for name in COUNTERS:
+        cur_v, old_v = v.get(f"{name}_total"), prev.values.get(f"{name}_total")
+        if cur_v is None or old_v is None:
+            continue
+        d = cur_v - old_v if cur_v >= old_v else cur_v     # counter reset
+        out[name] = d
+        if name != "preemptions":
+            out[f"{name.replace('_tokens', '')}_tok_s"] = round(d / dt, 3)
+    return out
+
+
+def _histogram_fields(snap: Snapshot, prev: Snapshot) -> dict:
+    """Per histogram, what was observed since the previous scrape: count, mean and quantiles."""
+    out: dict = {}
+    for h_name, h in snap.histograms.items():
+        d = histogram_delta(prev.histograms.get(h_name), h)
+        out[f"{h_name}_count"] = d.count
+        if d.count > 0:
+            out[f"{h_name}_mean_s"] = round(d.sum / d.count, 6)
+            for q in QUANTILES:
+                val = quantile(d, q)
+                out[f"{h_name}_p{int(q * 100)}_s"] = round(val, 6) if val is not None else None
+    return out

@@ -83,6 +83,12 @@ class SamplingParams:
             self.temperature = MIN_TEMPERATURE
 
     def _validate(self) -> None:
+        # In this order: the first bad field is the one the 400 names.
+        self._validate_sampling()
+        self._validate_lengths()
+        self._validate_stops()
+
+    def _validate_sampling(self) -> None:
         _integer("n", self.n)
         if self.n != 1:
             raise SamplingParamError("n", f"n={self.n} is not supported; refengine generates one sequence per request (n=1)")
@@ -97,6 +103,8 @@ class SamplingParams:
             raise SamplingParamError("top_k", f"top_k must be >= 0 (or -1 to disable), got {self.top_k}")
         if self.seed is not None:
             _integer("seed", self.seed, SEED_MIN, SEED_MAX)
+
+    def _validate_lengths(self) -> None:
         if self.max_tokens is not None and _integer("max_tokens", self.max_tokens) < 1:
             raise SamplingParamError("max_tokens", f"max_tokens must be at least 1, got {self.max_tokens}")
         if _integer("min_tokens", self.min_tokens) < 0:
@@ -104,6 +112,8 @@ class SamplingParams:
         if self.max_tokens is not None and self.min_tokens > self.max_tokens:
             raise SamplingParamError("min_tokens", f"min_tokens ({self.min_tokens}) must not exceed max_tokens "
                                      f"({self.max_tokens})")
+
+    def _validate_stops(self) -> None:
         if len(self.stop) > MAX_STOP_STRINGS:
             raise SamplingParamError("stop", f"at most {MAX_STOP_STRINGS} stop strings, got {len(self.stop)}")
         if any(not isinstance(s, str) or not s for s in self.stop):

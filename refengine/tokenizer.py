@@ -108,7 +108,7 @@ def load_tokenizer(model_dir: str | Path) -> Tokenizer | None:
             raise RefEngineError(f"{cfg_file} is not valid JSON: {e}") from None
     try:
         return Tokenizer(tok_file, config)
-    except Exception as e:  # the tokenizers library raises a bare Exception on a bad file
+    except Exception as e:  # noqa: BLE001 - the tokenizers library raises a bare Exception on a bad file
         raise RefEngineError(f"cannot load {tok_file}: {e}") from None
 
 

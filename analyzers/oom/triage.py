@@ -6,6 +6,9 @@ for: no --log, no --ramp); manual steps are cited, and the fix steps carry the p
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 from analyzers.model.memory import GiB, MemoryEstimate
 from analyzers.oom.fixes import suggest_fixes
 from playbooks.playbook import CannotCheck, PlaybookRun
@@ -21,54 +24,65 @@ def _need_model(est):
     return est
 
 
-def mark_oom_playbook(run: PlaybookRun, est: MemoryEstimate | None, findings: list | None, ramp) -> None:
-    def weights():
-        e = _need_model(est)
+@dataclass
+class _Evidence:
+    """What `llmdiag oom` gathered; each method is one automatic step's check (PlaybookRun.run's contract)."""
+
+    est: MemoryEstimate | None
+    findings: list | None
+    ramp: Any                          # the ramp result, None without --ramp
+
+    def weights(self):
+        e = _need_model(self.est)
         return e.loads, (f"weights {e.weights / GiB:.1f} GiB/GPU; all but KV {e.non_kv / GiB:.1f} of "
                          f"{e.usable / GiB:.1f} GiB usable")
 
-    def kv():
-        e = _need_model(est)
+    def kv(self):
+        e = _need_model(self.est)
         return e.fits_with_headroom, (f"{e.plan.concurrency} requested; KV holds {e.max_concurrency()}, "
                                       f"{e.safe_concurrency()} with 20% headroom")
 
-    def activations():
-        e = _need_model(est)
+    def activations(self):
+        e = _need_model(self.est)
         transient = e.activations + e.comm_buffers + e.fragmentation
         ok = e.loads and transient <= TRANSIENT_SHARE * e.kv_budget
         return ok, (f"activations {e.activations / GiB:.2f} + comm {e.comm_buffers / GiB:.2f} + fragmentation "
                     f"{e.fragmentation / GiB:.2f} GiB vs KV budget {max(e.kv_budget, 0) / GiB:.2f} GiB")
 
-    def torch_findings():
-        if findings is None:
+    def _torch_findings(self):
+        if self.findings is None:
             raise CannotCheck("needs an OOM message (--log FILE)")
-        torch = [f for f in findings if f.kind == "torch_oom"]
+        torch = [f for f in self.findings if f.kind == "torch_oom"]
         if not torch:
             raise CannotCheck("the log has no PyTorch allocator message (reserved vs allocated)")
         return torch
 
-    def fragmentation():
-        frag = [f for f in torch_findings() if any(line.startswith("fragmentation") for line in f.explanation)]
-        f = (frag or torch_findings())[0]
+    def fragmentation(self):
+        torch = self._torch_findings()
+        frag = [f for f in torch if any(line.startswith("fragmentation") for line in f.explanation)]
+        f = (frag or torch)[0]
         unalloc, want = f.numbers["reserved_unallocated"], f.numbers["tried_to_allocate"]
         return not frag, f"reserved-but-unallocated {unalloc / GiB:.2f} GiB vs {want / GiB:.2f} GiB asked for"
 
-    def log():
-        if findings is None:
+    def log(self):
+        if self.findings is None:
             raise CannotCheck("needs a log (--log FILE)")
-        return True, "; ".join(f.wording for f in findings)
+        return True, "; ".join(f.wording for f in self.findings)
 
-    def concurrency_1():
+    def concurrency_1(self):
+        # A ramp that was run is the measurement; the memory model is the fallback.
+        ramp = self.ramp
         if ramp is not None and ramp.levels:
             first = ramp.levels[0]
             ok = first.ok > 0 and first.errors == 0
             return ok, f"ramp level {first.concurrency}: {first.ok} ok, {first.errors} errors"
-        e = _need_model(est)
+        e = _need_model(self.est)
         return e.loads and e.holds_one_request, (f"model: one request of {e.plan.max_model_len:,} tokens needs "
                                                  f"{e.blocks_per_request(e.plan.max_model_len)} blocks, "
                                                  f"the cache has {e.num_blocks:,}")
 
-    def ramp_check():
+    def ramp_check(self):
+        ramp = self.ramp
         if ramp is None:
             raise CannotCheck("needs a live server (--ramp --target URL)")
         observed, estimate = ramp.observed_capacity, ramp.estimate
@@ -80,12 +94,20 @@ def mark_oom_playbook(run: PlaybookRun, est: MemoryEstimate | None, findings: li
         limited = "KV-limited" if ramp.kv_limited else "not KV-limited"
         return ok, f"observed {observed} concurrent ({limited}), estimate {estimate} ({observed / estimate - 1:+.0%})"
 
-    run.run({"oom.weights": weights, "oom.kv": kv, "oom.activations": activations,
-             "oom.fragmentation": fragmentation, "oom.log": log, "oom.concurrency-1": concurrency_1,
-             "oom.ramp": ramp_check})
+
+def _note_fixes(run: PlaybookRun, est: MemoryEstimate) -> None:
+    """Each fix step cites the priced fixes that belong to it, one line per fix."""
+    by_step: dict[int, list[str]] = {}
+    for fix in suggest_fixes(est):
+        by_step.setdefault(fix.step, []).append(f"{fix.change}: {fix.before} -> {fix.after}")
+    for step, lines in by_step.items():
+        run.note(_FIX_STEPS[step], "; ".join(lines))
+
+
+def mark_oom_playbook(run: PlaybookRun, est: MemoryEstimate | None, findings: list | None, ramp) -> None:
+    ev = _Evidence(est, findings, ramp)
+    run.run({"oom.weights": ev.weights, "oom.kv": ev.kv, "oom.activations": ev.activations,
+             "oom.fragmentation": ev.fragmentation, "oom.log": ev.log, "oom.concurrency-1": ev.concurrency_1,
+             "oom.ramp": ev.ramp_check})
     if est is not None:
-        by_step: dict[int, list[str]] = {}
-        for fix in suggest_fixes(est):
-            by_step.setdefault(fix.step, []).append(f"{fix.change}: {fix.before} -> {fix.after}")
-        for step, lines in by_step.items():
-            run.note(_FIX_STEPS[step], "; ".join(lines))
+        _note_fixes(run, est)

@@ -132,68 +132,114 @@ def phase_parts(metric: str, ph: LevelPhases) -> dict[str, float]:
     return {"decode": ph.decode_mean_s}
 
 
-def _cause(metric: str, lv: LevelLoad, ph: LevelPhases, base: LevelPhases | None, limits: dict,
-           local_target: bool, parts: dict[str, float], part: str) -> tuple[str, str]:
-    """The cause of the dominant part: KV first (it shows in every part), then by part — time in
-    the queue (admission, token budget), in prefill (long prompts), in decode (batch, stalls),
-    outside the server (the path) — then a CPU neighbour, then saturation."""
-    s, h = ph.server, ph.host
-    waiting, running = s.get("waiting_mean") or 0.0, s.get("running_mean")
+Verdict = tuple[str, str]      # (check id, the sentence with the numbers)
+
+
+def _kv_capacity(s: dict, queue_part: bool) -> Verdict | None:
+    """The KV cache at its ceiling and something to show for it: preemptions, retracted requests, or
+    requests waiting while the queue dominates."""
+    waiting = s.get("waiting_mean") or 0.0
     kv_max, pre, retr = s.get("kv_usage_max"), s.get("preemptions") or 0.0, s.get("retracted_max") or 0.0
+    if kv_max is None or kv_max < KV_FULL:
+        return None
+    if not (pre > 0 or retr > 0 or (queue_part and waiting >= MIN_WAITING)):
+        return None
+    what = f"{pre:.0f} preemptions" if pre else f"{retr:.0f} retracted" if retr else f"{waiting:.1f} waiting"
+    return "p99.sched.kv-capacity", f"KV cache {kv_max:.0%} full with {what}"
+
+
+def _outside(seconds: float, h: dict, local_target: bool) -> tuple[Verdict | None, str]:
+    """Time before the server sees the request: the network (remote target), the client (a busy load
+    generator), or, on this host, a clause for the verdict that follows (neighbour or saturation)."""
+    if not local_target:
+        return ("p99.net.path", f"{seconds:.2f} s of the TTFT passes outside the server (client, HTTP, "
+                                "the network to a remote target)"), ""
+    if (h.get("client_cpu_cores") or 0.0) >= CLIENT_BUSY_CORES:
+        return ("p99.client-path", f"{seconds:.2f} s of the TTFT passes outside the engine with the load "
+                                   f"generator busy on {h['client_cpu_cores']:.1f} cores"), ""
+    # On this host, time before the engine sees a request is the server's own HTTP front end
+    # and tokenization sharing the CPU with the engine: a symptom of the same saturation.
+    return None, f"{seconds:.2f} s of it before the engine saw the request: HTTP front end, tokenization"
+
+
+def _queue(lv: LevelLoad, ph: LevelPhases, base: LevelPhases | None, limits: dict) -> Verdict | None:
+    """Time in the queue: the admission limit (batch pinned at its cap) or the token budget."""
+    s = ph.server
+    waiting = s.get("waiting_mean") or 0.0
     cap = limits.get("max_num_seqs")
-    queue_part = part in ("queue", NOT_SPLIT)
-    if kv_max is not None and kv_max >= KV_FULL and (pre > 0 or retr > 0 or (queue_part and waiting >= MIN_WAITING)):
-        what = f"{pre:.0f} preemptions" if pre else f"{retr:.0f} retracted" if retr else f"{waiting:.1f} waiting"
-        return "p99.sched.kv-capacity", f"KV cache {kv_max:.0%} full with {what}"
-    outside = ""
-    if part == "outside the server":
-        if not local_target:
-            return "p99.net.path", (f"{parts[part]:.2f} s of the TTFT passes outside the server (client, HTTP, "
-                                    "the network to a remote target)")
-        if (h.get("client_cpu_cores") or 0.0) >= CLIENT_BUSY_CORES:
-            return "p99.client-path", (f"{parts[part]:.2f} s of the TTFT passes outside the engine with the load "
-                                       f"generator busy on {h['client_cpu_cores']:.1f} cores")
-        # On this host, time before the engine sees a request is the server's own HTTP front end
-        # and tokenization sharing the CPU with the engine: a symptom of the same saturation.
-        outside = f"{parts[part]:.2f} s of it before the engine saw the request: HTTP front end, tokenization"
-    if queue_part:
-        held, held_max = s.get("running_when_waiting"), s.get("running_max_when_waiting")
-        queued = s.get("waiting_share") or 0.0
-        ceiling = cap if cap is not None else s.get("running_max")
-        # Pinned: while requests waited the batch reached its cap, and held most of it on average
-        # (a scrape between two steps sees one fewer: with a cap of 1 or 2 that is a big share).
-        pinned = held is not None and held_max is not None and ceiling and queued >= MIN_QUEUED_SHARE \
-            and held_max >= ceiling and held >= (0.5 if ceiling <= SMALL_CAP else PINNED) * ceiling \
-            and lv.load and ceiling < lv.load
-        if pinned:
-            limit = f"max_num_seqs={cap}" if cap is not None else f"{s['running_max']:.0f} (its ceiling)"
-            return "p99.sched.admission", (f"admission limit, running pinned at {limit} (mean {held:.1f} while "
-                                           f"requests waited, {queued:.0%} of the level) with {waiting:.1f} waiting")
-        mbt = limits.get("max_num_batched_tokens")
-        if waiting >= MIN_WAITING and mbt and ph.in_tokens_mean >= 0.5 * mbt:
-            return "p99.sched.token-budget", (f"{waiting:.1f} waiting with prompts of {ph.in_tokens_mean:.0f} tokens "
-                                              f"against a {mbt}-token budget")
-    if part == "prefill":
-        long_prompts = ph.in_tokens_mean >= LONG_PROMPT_TOKENS or (
-            base is not None and base.in_tokens_mean > 0 and ph.in_tokens_mean >= 4 * base.in_tokens_mean)
-        if long_prompts:
-            return "p99.sched.prefill-time", f"long prefills, prompts of {ph.in_tokens_mean:.0f} tokens"
-    if part == "decode":
-        if base is not None and running and base.server.get("running_mean") and \
-                running >= BATCH_GROWTH * base.server["running_mean"]:
-            return "p99.sched.batch-size", (f"decode batches of {running:.1f} vs {base.server['running_mean']:.1f} "
-                                            f"at the baseline, TPOT {_ms(ph.tpot_mean_s)} vs {_ms(base.tpot_mean_s)}")
-        if ph.stall_share is not None and ph.stall_share >= STALL_SHARE:
-            return "p99.sched.decode-stalls", (f"{ph.stall_share:.1%} of token gaps are stalls (>= 10x the median "
-                                               f"{_ms(ph.itl_median_s)})")
-    nb = _neighbour(h, base.host if base is not None and base is not ph else None)
-    if nb:
-        return "p99.host.cpu", nb + (f"; {outside}" if outside else "")
+    held, held_max = s.get("running_when_waiting"), s.get("running_max_when_waiting")
+    queued = s.get("waiting_share") or 0.0
+    ceiling = cap if cap is not None else s.get("running_max")
+    # Pinned: while requests waited the batch reached its cap, and held most of it on average
+    # (a scrape between two steps sees one fewer: with a cap of 1 or 2 that is a big share).
+    pinned = held is not None and held_max is not None and ceiling and queued >= MIN_QUEUED_SHARE \
+        and held_max >= ceiling and held >= (0.5 if ceiling <= SMALL_CAP else PINNED) * ceiling \
+        and lv.load and ceiling < lv.load
+    if pinned:
+        limit = f"max_num_seqs={cap}" if cap is not None else f"{s['running_max']:.0f} (its ceiling)"
+        return "p99.sched.admission", (f"admission limit, running pinned at {limit} (mean {held:.1f} while "
+                                       f"requests waited, {queued:.0%} of the level) with {waiting:.1f} waiting")
+    mbt = limits.get("max_num_batched_tokens")
+    if waiting >= MIN_WAITING and mbt and ph.in_tokens_mean >= 0.5 * mbt:
+        return "p99.sched.token-budget", (f"{waiting:.1f} waiting with prompts of {ph.in_tokens_mean:.0f} tokens "
+                                          f"against a {mbt}-token budget")
+    return None
+
+
+def _prefill(lv: LevelLoad, ph: LevelPhases, base: LevelPhases | None, limits: dict) -> Verdict | None:
+    """Time in prefill: long prompts, absolutely or against the baseline's."""
+    long_prompts = ph.in_tokens_mean >= LONG_PROMPT_TOKENS or (
+        base is not None and base.in_tokens_mean > 0 and ph.in_tokens_mean >= 4 * base.in_tokens_mean)
+    if long_prompts:
+        return "p99.sched.prefill-time", f"long prefills, prompts of {ph.in_tokens_mean:.0f} tokens"
+    return None
+
+
+def _decode(lv: LevelLoad, ph: LevelPhases, base: LevelPhases | None, limits: dict) -> Verdict | None:
+    """Time in decode: batches grown past the baseline's, or stalls in the token stream."""
+    running = ph.server.get("running_mean")
+    if base is not None and running and base.server.get("running_mean") and \
+            running >= BATCH_GROWTH * base.server["running_mean"]:
+        return "p99.sched.batch-size", (f"decode batches of {running:.1f} vs {base.server['running_mean']:.1f} "
+                                        f"at the baseline, TPOT {_ms(ph.tpot_mean_s)} vs {_ms(base.tpot_mean_s)}")
+    if ph.stall_share is not None and ph.stall_share >= STALL_SHARE:
+        return "p99.sched.decode-stalls", (f"{ph.stall_share:.1%} of token gaps are stalls (>= 10x the median "
+                                           f"{_ms(ph.itl_median_s)})")
+    return None
+
+
+# The causes a dominant part can have, tested after KV capacity and the path.
+_BY_PART = {"queue": _queue, NOT_SPLIT: _queue, "prefill": _prefill, "decode": _decode}
+
+
+def _saturation(s: dict, h: dict, outside: str) -> Verdict:
+    waiting, running = s.get("waiting_mean") or 0.0, s.get("running_mean")
     busy = _compute_bound(h)
     facts = ", ".join(x for x in (f"{waiting:.1f} waiting" if waiting else "", f"{running:.1f} running" if running
                                   else "", busy or "", outside) if x)
     return "p99.sched.saturation", ("saturation: offered load above what the engine serves"
                                     + (f" ({facts})" if facts else ""))
+
+
+def _cause(metric: str, lv: LevelLoad, ph: LevelPhases, base: LevelPhases | None, limits: dict,
+           local_target: bool, parts: dict[str, float], part: str) -> Verdict:
+    """The cause of the dominant part: KV first (it shows in every part), then by part — time in
+    the queue (admission, token budget), in prefill (long prompts), in decode (batch, stalls),
+    outside the server (the path) — then a CPU neighbour, then saturation."""
+    verdict = _kv_capacity(ph.server, queue_part=part in ("queue", NOT_SPLIT))
+    if verdict:
+        return verdict
+    outside = ""
+    if part == "outside the server":
+        verdict, outside = _outside(parts[part], ph.host, local_target)
+    elif part in _BY_PART:
+        verdict = _BY_PART[part](lv, ph, base, limits)
+    if verdict:
+        return verdict
+    nb = _neighbour(ph.host, base.host if base is not None and base is not ph else None)
+    if nb:
+        return "p99.host.cpu", nb + (f"; {outside}" if outside else "")
+    return _saturation(ph.server, ph.host, outside)
 
 
 def check_standing(metric: str, levels: list[LevelLoad], phases: dict[str, LevelPhases], limits: dict,

@@ -90,7 +90,7 @@ def _refresh_report(run: Path, quiet: bool = False) -> None:
 
     try:
         _, paths = write_reports(RunDir(run))
-    except Exception as exc:      # a report that cannot be drawn must not hide the diagnosis printed above
+    except Exception as exc:  # noqa: BLE001 - a report that cannot be drawn must not hide the diagnosis above
         err_console.print(f"[yellow]report not refreshed: {type(exc).__name__}: {exc}[/]")
         return
     if not quiet:                 # --json keeps stdout pure JSON

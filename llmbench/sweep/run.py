@@ -153,6 +153,127 @@ class _LiveView:
             self.task].total), stats=f"{self.done} done · TTFT P50 {p50(self.ttft)} · TPOT P50 {p50(self.tpot)}")
 
 
+@dataclass
+class _SweepState:
+    """What the level loop leaves behind: every level's stats so far, and why it stopped early."""
+
+    stats: dict[str, LevelStats]
+    interrupted: bool = False       # Ctrl-C
+    stopped: str | None = None      # a level whose requests all failed
+    gone: str | None = None         # the target stopped answering
+
+    @property
+    def status(self) -> str:
+        return "interrupted" if self.interrupted or self.stopped or self.gone else "complete"
+
+    def raise_if_stopped(self, resume: str) -> None:
+        """Tell the caller why the sweep ended early (`resume`: the command that continues it)."""
+        if self.gone:
+            raise TargetGone(f"{self.gone}; the run directory keeps what was measured: {resume} once it is back")
+        if self.stopped:
+            raise SweepStopped(f"{self.stopped}\nthe run directory keeps what was measured; fix the cause, then "
+                               f"{resume}")
+        if self.interrupted:
+            raise KeyboardInterrupt
+
+
+@dataclass
+class _LevelSink:
+    """run_level's on_records: each batch of records goes to the run directory, the level's own
+    list (its stats) and the live view."""
+
+    run: RunDir
+    view: _LiveView
+    records: list[RequestRecord] = dataclasses.field(default_factory=list)
+
+    def __call__(self, recs: list[RequestRecord]) -> None:
+        self.run.append_records(recs)
+        self.records.extend(recs)
+        self.view.records(recs)
+
+
+@dataclass
+class _Measured:
+    """One level as run: its spec, stats, the loader's result and the window really measured."""
+
+    level: LevelSpec
+    lv: LevelStats
+    result: LevelResult
+    window: Window
+    cut_short: bool
+
+    def meta(self) -> dict:
+        """run.json's level_meta entry, so that `llmbench report` rebuilds the same summary from files."""
+        meta = {"window_s": self.window.seconds, "window_start": self.window.start, "window_end": self.window.end,
+                "notes": _add_client_notes(self.lv, self.result), CUT_SHORT_KEY: self.cut_short,
+                "nominal_s": self.level.duration_s}
+        if self.result.over_capacity:
+            meta[OVER_CAPACITY_KEY] = self.result.over_capacity
+        return meta
+
+
+def _start(run: RunDir, info: RunInfo, probes) -> dict[str, LevelStats]:
+    """Mark the run running, start the probes, and return the stats of the levels an earlier attempt finished."""
+    info.status = "running"
+    if probes is not None:
+        info.probes.update(probes.start())     # name -> "ok" or why it cannot run here
+    run.write_info(info)
+    # Records of a level that did not finish would mix two attempts: set them aside (kept, not lost).
+    run.set_aside_records(keep_levels=set(info.levels_done))
+    return {s["level_id"]: LevelStats.from_dict(s) for s in (run.read_summary() or {}).get("levels", [])
+            if s["level_id"] in info.levels_done}
+
+
+def _measure(level: LevelSpec, run: RunDir, target: TargetSpec, spec: SweepSpec, progress: Progress,
+             master_bind: str | None, slos_d: dict) -> _Measured:
+    view = _LiveView(progress, level)
+    sink = _LevelSink(run, view)
+    result = run_level(level, target, level_workload_factory(**spec.workload), sink,
+                       on_progress=view.refresh, master_bind=master_bind)
+    window, cut_short = _measured_window(level, result, sink.records)
+    lv = summarize_level(sink.records, level.level_id, window, slos_d)
+    if result.end_reason == "over_capacity":
+        mark_over_capacity(lv, result.over_capacity or "")
+        cut_short = False           # stopped on purpose: it has a verdict (missed)
+    elif cut_short:
+        mark_cut_short(lv, window.seconds, level.duration_s)
+    return _Measured(level, lv, result, window, cut_short)
+
+
+def _carry_on(m: _Measured, state: _SweepState, info: RunInfo, target_alive: Callable[[], bool],
+              console: Console) -> bool:
+    """Whether the sweep goes on after this level; if not, `state` says why."""
+    level_id = m.level.level_id
+    if m.result.failure is not None:
+        state.stopped = f"level {level_id}: {m.result.failure}"
+        console.print(f"[red]stopping the sweep: {state.stopped}[/]", highlight=False)
+        return False
+    if m.result.server_died or not target_alive():
+        state.gone = f"the target stopped answering during {level_id}"
+        console.print(f"[red]{state.gone}; stopping the sweep (resume with --resume)[/]")
+        if not m.cut_short:          # it died after the level's last request: still not a full level
+            mark_cut_short(m.lv, m.window.seconds, m.level.duration_s)
+            info.level_meta[level_id][CUT_SHORT_KEY] = True
+        return False
+    return True
+
+
+def _finish(run: RunDir, info: RunInfo, plan: LevelPlan, state: _SweepState, slos_d: dict,
+            console: Console) -> list[LevelStats]:
+    """Write the final run.json, summary and reports, and show them; returns the levels in plan order."""
+    info.status = state.status
+    info.finished = time.time()
+    plan.note(info)
+    run.write_info(info)
+    ordered = _write_summary(run, info, plan.issued(), state.stats, slos_d)
+    summary = _write_reports(run, console) or summary_of_levels(info, slos_d, ordered)
+    console.print(run_summary_table(summary, title=f"run {info.run_id} ({info.status})", width=console.width))
+    if isinstance(plan, FixedPlan):     # a search's caller states its own answer (llmbench capacity)
+        for line in answer_lines(build_answer(summary, read_diagnosis(run))):      # the answer first, as the report
+            console.print(line, highlight=False)
+    return ordered
+
+
 def run_sweep(spec: SweepSpec, run: RunDir, target: TargetSpec, console: Console,
               target_alive: Callable[[], bool] = lambda: True, slos: SloSpec | None = None,
               master_bind: str | None = None, probes=None, plan: LevelPlan | None = None) -> list[LevelStats]:
@@ -164,87 +285,31 @@ def run_sweep(spec: SweepSpec, run: RunDir, target: TargetSpec, console: Console
     plan = plan or FixedPlan(spec.levels(), info.levels_done)
     # A level whose queue keeps growing past the TTFT bound can only fail: stop it early.
     stop_ttft = slos_d["ttft_p99_s"] if spec.extra.get("stop_over_capacity", True) else None
-    info.status = "running"
-    if probes is not None:
-        info.probes.update(probes.start())     # name -> "ok" or why it cannot run here
-    run.write_info(info)
-    # Records of a level that did not finish would mix two attempts: set them aside (kept, not lost).
-    run.set_aside_records(keep_levels=set(info.levels_done))
-    stats: dict[str, LevelStats] = {s["level_id"]: LevelStats.from_dict(s) for s in (run.read_summary() or {}).get("levels", [])
-                                    if s["level_id"] in info.levels_done}
-    interrupted = False
-    stopped: str | None = None          # why the sweep stopped early: a level whose requests all failed
-    gone: str | None = None             # the target stopped answering
+    state = _SweepState(stats=_start(run, info, probes))
     try:
         with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TimeElapsedColumn(),
                       TextColumn("{task.fields[stats]}"), console=console) as progress:
-            while (level := plan.next_level(stats)) is not None:
+            while (level := plan.next_level(state.stats)) is not None:
                 if level.level_id in info.levels_done:
                     raise RuntimeError(f"the plan asked for {level.level_id} again")   # a plan bug, not a loop
                 level = dataclasses.replace(level, saturation_ttft_s=stop_ttft)
-                view = _LiveView(progress, level)
-                level_records: list[RequestRecord] = []
-
-                def on_records(recs: list[RequestRecord], _store=level_records, _view=view) -> None:
-                    run.append_records(recs)
-                    _store.extend(recs)
-                    _view.records(recs)
-
-                result = run_level(level, target, level_workload_factory(**spec.workload), on_records,
-                                   on_progress=view.refresh, master_bind=master_bind)
-                window, cut_short = _measured_window(level, result, level_records)
-                lv = summarize_level(level_records, level.level_id, window, slos_d)
-                if result.end_reason == "over_capacity":
-                    mark_over_capacity(lv, result.over_capacity or "")
-                    cut_short = False           # stopped on purpose: it has a verdict (missed)
-                elif cut_short:
-                    mark_cut_short(lv, window.seconds, level.duration_s)
-                # Kept in run.json so that `llmbench report` rebuilds the same summary from files.
-                info.level_meta[level.level_id] = {"window_s": window.seconds, "window_start": window.start,
-                                                   "window_end": window.end, "notes": _add_client_notes(lv, result),
-                                                   CUT_SHORT_KEY: cut_short, "nominal_s": level.duration_s}
-                if result.over_capacity:
-                    info.level_meta[level.level_id][OVER_CAPACITY_KEY] = result.over_capacity
-                stats[level.level_id] = lv
-                if result.failure is not None:
-                    stopped = f"level {level.level_id}: {result.failure}"
-                    console.print(f"[red]stopping the sweep: {stopped}[/]", highlight=False)
-                    break
-                if result.server_died or not target_alive():
-                    gone = f"the target stopped answering during {level.level_id}"
-                    console.print(f"[red]{gone}; stopping the sweep (resume with --resume)[/]")
-                    if not cut_short:          # it died after the level's last request: still not a full level
-                        mark_cut_short(lv, window.seconds, level.duration_s)
-                        info.level_meta[level.level_id][CUT_SHORT_KEY] = True
+                m = _measure(level, run, target, spec, progress, master_bind, slos_d)
+                info.level_meta[level.level_id] = m.meta()
+                state.stats[level.level_id] = m.lv
+                if not _carry_on(m, state, info, target_alive, console):
                     break
                 info.levels_done.append(level.level_id)
                 plan.note(info)
                 run.write_info(info)
-                _write_summary(run, info, plan.issued(), stats, slos_d)
+                _write_summary(run, info, plan.issued(), state.stats, slos_d)
     except KeyboardInterrupt:
-        interrupted = True
+        state.interrupted = True
         console.print("[yellow]interrupted: the run directory keeps everything measured so far[/]")
     finally:
         if probes is not None:
             probes.stop()
-    info.status = "interrupted" if interrupted or stopped or gone else "complete"
-    info.finished = time.time()
-    plan.note(info)
-    run.write_info(info)
-    ordered = _write_summary(run, info, plan.issued(), stats, slos_d)
-    summary = _write_reports(run, console) or summary_of_levels(info, slos_d, ordered)
-    console.print(run_summary_table(summary, title=f"run {info.run_id} ({info.status})", width=console.width))
-    if isinstance(plan, FixedPlan):     # a search's caller states its own answer (llmbench capacity)
-        for line in answer_lines(build_answer(summary, read_diagnosis(run))):      # the answer first, as the report
-            console.print(line, highlight=False)
-    if gone:
-        raise TargetGone(f"{gone}; the run directory keeps what was measured: `{plan.resume_command} {run.path}` "
-                         "once it is back")
-    if stopped:
-        raise SweepStopped(f"{stopped}\nthe run directory keeps what was measured; fix the cause, then "
-                           f"`{plan.resume_command} {run.path}`")
-    if interrupted:
-        raise KeyboardInterrupt
+    ordered = _finish(run, info, plan, state, slos_d, console)
+    state.raise_if_stopped(f"`{plan.resume_command} {run.path}`")
     return ordered
 
 
@@ -290,13 +355,13 @@ def _write_reports(run: RunDir, console: Console) -> RunSummary | None:
         save_diagnosis(run, diagnosis_record(diag))
         console.print(f"P99 diagnosis: {diag.headline} (details: `llmdiag p99 {run.path}`)", highlight=False,
                       markup=False)
-    except Exception as exc:  # noqa: BLE001  no records, or a diagnosis bug: the report goes on without it
+    except Exception as exc:  # noqa: BLE001 - no records, or a diagnosis bug: the report goes on without it
         console.print(f"[yellow]no P99 diagnosis ({type(exc).__name__}: {exc})[/]")
     try:
         from reports.write import write_reports
 
         summary, paths = write_reports(run)
-    except Exception as exc:  # noqa: BLE001  a report bug must not cost the run: everything is on disk
+    except Exception as exc:  # noqa: BLE001 - a report bug must not cost the run: everything is on disk
         console.print(f"[yellow]could not write the report ({type(exc).__name__}: {exc}); "
                       f"retry with `llmbench report {run.path}`[/]")
         return None

@@ -211,7 +211,10 @@ def available() -> bool:
     try:
         _library()
         return True
-    except Exception as exc:  # no compiler, a build error, a foreign platform: the PyTorch path runs
+    # No compiler (RuntimeError, or OSError for a $CXX that is not there), a failed or hung build
+    # (SubprocessError), a cache or library that cannot be written or loaded (OSError), a library
+    # without the symbol (AttributeError): the PyTorch path runs.
+    except (OSError, RuntimeError, subprocess.SubprocessError, AttributeError) as exc:
         detail = getattr(exc, "stderr", b"") or b""
         log.warning("CPU paged decode kernel unavailable (%s: %s %s); using the PyTorch path", type(exc).__name__,
                     exc, detail.decode(errors="replace")[:200])

@@ -83,10 +83,9 @@ def _default_weight_loader(param: torch.nn.Parameter, loaded_weight: torch.Tenso
     copy_weight(param.data, loaded_weight)
 
 
-def load_weights(model: LlamaForCausalLM, weights) -> None:
-    """Feed (checkpoint name, tensor) pairs through the parameters' weight loaders; check completeness."""
-    params = dict(model.named_parameters())  # tied lm_head.weight is deduplicated away
-    mapping = model.stacked_params_mapping
+def _expected(params: dict, mapping) -> set[tuple[str, object]]:
+    """Every (parameter, shard) the checkpoint must fill: one per shard of a fused parameter
+    (qkv_proj: q, k, v), one (name, None) for the others."""
     fused_shards: dict[str, list] = {}
     for fused, _, shard in mapping:
         fused_shards.setdefault(fused, []).append(shard)
@@ -94,31 +93,28 @@ def load_weights(model: LlamaForCausalLM, weights) -> None:
     for pname in params:
         fused = next((f for f in fused_shards if f".{f}." in pname), None)
         expected |= {(pname, s) for s in fused_shards[fused]} if fused else {(pname, None)}
+    return expected
 
-    loaded, unexpected = set(), []
-    for name, tensor in weights:
-        if name.endswith(_SKIP_SUFFIXES):
-            continue
-        if name == "lm_head.weight" and model.config.tie_word_embeddings:
-            continue
-        remap = getattr(model, "remap_weight_name", None)
-        if remap is not None:  # pipeline stages skip other stages' tensors
-            name = remap(name)
-            if name is None:
-                continue
-        pname, shard = name, None
-        for fused, ckpt, shard_id in mapping:
-            if f".{ckpt}." in name:
-                pname, shard = name.replace(f".{ckpt}.", f".{fused}."), shard_id
-                break
-        param = params.get(pname)
-        if param is None:
-            unexpected.append(name)
-            continue
-        loader = getattr(param, "weight_loader", _default_weight_loader)
-        loader(param, tensor, shard)
-        loaded.add((pname, shard))
 
+def _destination(model: LlamaForCausalLM, name: str, mapping) -> tuple[str, str, object] | None:
+    """(checkpoint name as this model reads it, parameter name, shard) for one checkpoint tensor,
+    or None for a tensor this model does not load (buffers, a tied lm_head, another stage's)."""
+    if name.endswith(_SKIP_SUFFIXES):
+        return None
+    if name == "lm_head.weight" and model.config.tie_word_embeddings:
+        return None
+    remap = getattr(model, "remap_weight_name", None)
+    if remap is not None:  # pipeline stages skip other stages' tensors
+        name = remap(name)
+        if name is None:
+            return None
+    for fused, ckpt, shard_id in mapping:
+        if f".{ckpt}." in name:
+            return name, name.replace(f".{ckpt}.", f".{fused}."), shard_id
+    return name, name, None
+
+
+def _check_complete(expected: set, loaded: set, unexpected: list[str], mapping) -> None:
     missing = expected - loaded
     if missing:
         names = sorted(_checkpoint_name(p, s, mapping) for p, s in missing)
@@ -127,6 +123,27 @@ def load_weights(model: LlamaForCausalLM, weights) -> None:
     if unexpected:
         logger.warning("ignored %d checkpoint tensor(s) the model has no parameter for, e.g. %s",
                        len(unexpected), ", ".join(unexpected[:5]))
+
+
+def load_weights(model: LlamaForCausalLM, weights) -> None:
+    """Feed (checkpoint name, tensor) pairs through the parameters' weight loaders; check completeness."""
+    params = dict(model.named_parameters())  # tied lm_head.weight is deduplicated away
+    mapping = model.stacked_params_mapping
+    expected = _expected(params, mapping)
+    loaded, unexpected = set(), []
+    for ckpt_name, tensor in weights:
+        dest = _destination(model, ckpt_name, mapping)
+        if dest is None:
+            continue
+        name, pname, shard = dest
+        param = params.get(pname)
+        if param is None:
+            unexpected.append(name)
+            continue
+        loader = getattr(param, "weight_loader", _default_weight_loader)
+        loader(param, tensor, shard)
+        loaded.add((pname, shard))
+    _check_complete(expected, loaded, unexpected, mapping)
     for module in model.modules():
         if isinstance(module, LinearBase):
             module.linear_method.process_weights_after_loading(module)

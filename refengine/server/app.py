@@ -82,7 +82,7 @@ class Server:
         if tok.chat_template:
             try:
                 return tok.apply_chat_template(messages, add_generation_prompt=True)
-            except Exception as exc:  # a template error is the request's fault (odd roles, ...)
+            except Exception as exc:  # noqa: BLE001 - whatever the template raises, the messages are at fault: a 400
                 raise ApiError(400, f"the chat template could not render these messages: {exc}") from None
         return protocol.plain_chat_prompt(messages)
 
