@@ -64,35 +64,9 @@ def check_cpu(host: SampleSplit | None, tails: TailWindows, top_others: dict[flo
         if by_exposure is not None:
             return by_exposure
     if others is not None and tails.spikes:
-        o_spike, o_calm = finite_mean(others[host.spike]), finite_mean(others[~host.spike])
-        evidence.update(other_cpu_cores_spikes=o_spike, other_cpu_cores_calm=o_calm)
-        procs = per_process(top_others or {}, host)
-        burst = spiking(procs)
-        extra = sum(p["cpu_cores_spikes"] - p["cpu_cores_calm"] for p in burst)
-        aggregate = o_spike is not None and o_spike >= NEIGHBOUR_CORES and lift(o_spike, o_calm) >= NEIGHBOUR_LIFT \
-            and o_spike - (o_calm or 0.0) >= NEIGHBOUR_EXTRA
-        # Per process: on a shared host a steady background hides the neighbour in the aggregate.
-        if aggregate or extra >= PROCESS_EXTRA:
-            named = burst or procs
-            evidence["top_others_spikes"] = named[:TOP_NAMED]
-            who = ", ".join(f"{p['comm']} (pid {p['pid']}, {p['cpu_cores_spikes']:.2f} cores vs "
-                            f"{p['cpu_cores_calm']:.2f})" for p in named[:3])
-            if len(burst) > 3:
-                who += f" and {len(burst) - 3} more"
-            psi = evidence.get("cpu_pressure_some_share_spikes")
-            pids = {p["pid"] for p in burst}
-            mask = np.nan_to_num(others) >= NEIGHBOUR_CORES if not burst else np.array(
-                [any(int(q.get("pid", -1)) in pids for q in (top_others or {}).get(float(t), []) or [])
-                 for t in host.end])
-            explains = host.windows_where(tails, mask)
-            took = (f"{extra:.1f} cores more in the spike windows than in the calm" if burst else
-                    f"{o_spike:.1f} cores in the spike windows vs {o_calm or 0:.1f} in the calm")
-            finding = Finding(CPU_ID, "host", "high" if (busy_spike or 0) >= HOST_BUSY_PCT else "medium",
-                              f"other processes took {took} (a noisy neighbour" + (f": {who}" if who else "") + ")"
-                              + (f"; tasks waited for a CPU {psi:.0%} of the time" if psi else ""),
-                              evidence, explains, len(tails.spikes),
-                              "move the neighbour, or pin the server to cores of its own (taskset/cpuset)")
-            return failed(finding, CPU_TITLE, finding.title)
+        by_spikes = _neighbour_by_spikes(host, others, tails, top_others or {}, evidence, busy_spike)
+        if by_spikes is not None:
+            return by_spikes
     if others is None and busy_spike is not None and busy_spike >= HOST_BUSY_PCT and \
             (busy_calm is None or busy_calm < HOST_BUSY_PCT) and tails.spikes:
         # No per-process data: the host was busy only in the spikes, whoever it was.
@@ -104,6 +78,42 @@ def check_cpu(host: SampleSplit | None, tails: TailWindows, top_others: dict[flo
         return failed(finding, CPU_TITLE, finding.title)
     return passed(CPU_ID, "host", CPU_TITLE, f"CPU {busy_spike or 0:.0f}% busy in the spikes vs {busy_calm or 0:.0f}% "
                   "in the calm" + (f"; {context}" if context else ""), context=context, **evidence)
+
+
+def _neighbour_by_spikes(host: SampleSplit, others: np.ndarray, tails: TailWindows,
+                         top_others: dict[float, list[dict]], evidence: dict, busy_spike: float | None
+                         ) -> CheckResult | None:
+    """Other processes in the spike intervals against the calm: in the aggregate, and process by process."""
+    o_spike, o_calm = finite_mean(others[host.spike]), finite_mean(others[~host.spike])
+    evidence.update(other_cpu_cores_spikes=o_spike, other_cpu_cores_calm=o_calm)
+    procs = per_process(top_others, host)
+    burst = spiking(procs)
+    extra = sum(p["cpu_cores_spikes"] - p["cpu_cores_calm"] for p in burst)
+    aggregate = o_spike is not None and o_spike >= NEIGHBOUR_CORES and lift(o_spike, o_calm) >= NEIGHBOUR_LIFT \
+        and o_spike - (o_calm or 0.0) >= NEIGHBOUR_EXTRA
+    # Per process: on a shared host a steady background hides the neighbour in the aggregate.
+    if aggregate or extra >= PROCESS_EXTRA:
+        named = burst or procs
+        evidence["top_others_spikes"] = named[:TOP_NAMED]
+        who = ", ".join(f"{p['comm']} (pid {p['pid']}, {p['cpu_cores_spikes']:.2f} cores vs "
+                        f"{p['cpu_cores_calm']:.2f})" for p in named[:3])
+        if len(burst) > 3:
+            who += f" and {len(burst) - 3} more"
+        psi = evidence.get("cpu_pressure_some_share_spikes")
+        pids = {p["pid"] for p in burst}
+        mask = np.nan_to_num(others) >= NEIGHBOUR_CORES if not burst else np.array(
+            [any(int(q.get("pid", -1)) in pids for q in top_others.get(float(t), []) or [])
+             for t in host.end])
+        explains = host.windows_where(tails, mask)
+        took = (f"{extra:.1f} cores more in the spike windows than in the calm" if burst else
+                f"{o_spike:.1f} cores in the spike windows vs {o_calm or 0:.1f} in the calm")
+        finding = Finding(CPU_ID, "host", "high" if (busy_spike or 0) >= HOST_BUSY_PCT else "medium",
+                          f"other processes took {took} (a noisy neighbour" + (f": {who}" if who else "") + ")"
+                          + (f"; tasks waited for a CPU {psi:.0%} of the time" if psi else ""),
+                          evidence, explains, len(tails.spikes),
+                          "move the neighbour, or pin the server to cores of its own (taskset/cpuset)")
+        return failed(finding, CPU_TITLE, finding.title)
+    return None
 
 
 def _neighbour_by_exposure(host: SampleSplit, others: np.ndarray, tails: TailWindows, table: RequestTable,
