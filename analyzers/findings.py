@@ -80,9 +80,9 @@ def run_findings(s: RunSummary) -> list[Finding]:
     by_id = {lv.level_id: lv for lv in s.levels}
     # A level that finished without a single record (the client lost them) has no row at all:
     # say so, with what the sweep noted, rather than let it vanish from the run.
-    meta = getattr(info, "level_meta", None) or {}
     for level_id in [x for x in info.levels_done if x not in by_id]:
-        why = "; ".join(n.removeprefix(INVALID_PREFIX) for n in meta.get(level_id, {}).get("notes", []))
+        meta = info.level_meta.get(level_id)
+        why = "; ".join(n.removeprefix(INVALID_PREFIX) for n in (meta.notes if meta else []))
         out.append(Finding("no_records", "invalid", f"{level_id} finished with no request recorded"
                            + (f" ({why})" if why else "") + ": it is missing from every table.", [level_id]))
     for ser in s.series:

@@ -4,6 +4,7 @@ carry one plain-words explanation; the run's validity problems come first."""
 from synth_run import make_run, rec
 
 from analyzers.summary import analyze_run
+from rundir import LevelMeta
 
 
 def _run(tmp_path, adaptations=None, notes=None):
@@ -20,7 +21,7 @@ def _run(tmp_path, adaptations=None, notes=None):
     info = run.read_info()
     info.target.adaptations = adaptations or []
     for level, note in (notes or {}).items():
-        info.level_meta[level]["notes"] = [note]
+        info.level_meta[level].notes = [note]
     run.write_info(info)
     return analyze_run(run)[0]
 
@@ -71,7 +72,7 @@ def test_a_finished_level_without_records_is_said_not_dropped(tmp_path):
                    {"c1": (0, 10)})
     info = run.read_info()
     info.levels_done.append("c64")
-    info.level_meta["c64"] = {"notes": ["INVALID: 64 requests sent but never reported by the client"]}
+    info.level_meta["c64"] = LevelMeta(notes=["INVALID: 64 requests sent but never reported by the client"])
     run.write_info(info)
     s = analyze_run(run)[0]
     f = next(f for f in s.finding_groups if f.kind == "no_records")
