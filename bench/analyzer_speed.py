@@ -30,9 +30,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from analyzers.summary import level_windows, summarize_table  # noqa: E402
-from rundir import LevelMeta, RunDir, RunInfo  # noqa: E402
-from rundir.table_cache import load_cached  # noqa: E402
+from analyzers.summary import level_windows, summarize_table
+from rundir import LevelMeta, RunDir, RunInfo
+from rundir.table_cache import load_cached
 
 LEVELS = (1, 2, 4, 8, 16, 32, 64, 128)
 OUT_TOKENS = 16
