@@ -67,6 +67,11 @@ def run_findings(s: RunSummary) -> list[Finding]:
     elif info.status != "complete":
         out.append(Finding("status", "invalid", f"The run's status is '{info.status}': it is still going, or it "
                            f"was killed before it could record its end; {len(info.levels_done)} levels finished."))
+    for name, status in (info.probes or {}).items():
+        if str(status).startswith("failed"):
+            # A probe that read nothing left the diagnosis without its evidence: said once, here.
+            out.append(Finding("probe_failed", "caveat", f"The {name} probe recorded nothing: {str(status)[8:]}; "
+                               "the diagnosis could not use it.", []))
     for a in info.target.adaptations or []:
         if isinstance(a, dict):
             what = " ".join(str(a[k]) for k in ("field", "action") if a.get(k))

@@ -304,7 +304,7 @@ def run_sweep(spec: SweepSpec, run: RunDir, target: TargetSpec, console: Console
         console.print("[yellow]interrupted: the run directory keeps everything measured so far[/]")
     finally:
         if probes is not None:
-            probes.stop()
+            info.probes.update(probes.outcome(probes.stop()))
     ordered = _finish(run, info, plan, state, slos_d, console)
     state.raise_if_stopped(f"`{plan.resume_command} {run.path}`")
     return ordered
