@@ -67,6 +67,11 @@ def run_findings(s: RunSummary) -> list[Finding]:
     elif info.status != "complete":
         out.append(Finding("status", "invalid", f"The run's status is '{info.status}': it is still going, or it "
                            f"was killed before it could record its end; {len(info.levels_done)} levels finished."))
+    for name, status in (info.probes or {}).items():
+        if str(status).startswith("failed"):
+            # A probe that read nothing left the diagnosis without its evidence: said once, here.
+            out.append(Finding("probe_failed", "caveat", f"The {name} probe recorded nothing: {str(status)[8:]}; "
+                               "the diagnosis could not use it.", []))
     for a in info.target.adaptations or []:
         if isinstance(a, dict):
             what = " ".join(str(a[k]) for k in ("field", "action") if a.get(k))
@@ -80,9 +85,9 @@ def run_findings(s: RunSummary) -> list[Finding]:
     by_id = {lv.level_id: lv for lv in s.levels}
     # A level that finished without a single record (the client lost them) has no row at all:
     # say so, with what the sweep noted, rather than let it vanish from the run.
-    meta = getattr(info, "level_meta", None) or {}
     for level_id in [x for x in info.levels_done if x not in by_id]:
-        why = "; ".join(n.removeprefix(INVALID_PREFIX) for n in meta.get(level_id, {}).get("notes", []))
+        meta = info.level_meta.get(level_id)
+        why = "; ".join(n.removeprefix(INVALID_PREFIX) for n in (meta.notes if meta else []))
         out.append(Finding("no_records", "invalid", f"{level_id} finished with no request recorded"
                            + (f" ({why})" if why else "") + ": it is missing from every table.", [level_id]))
     for ser in s.series:

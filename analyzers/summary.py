@@ -18,8 +18,8 @@ from analyzers.stats.latency import LevelStats, Window, level_stats
 from analyzers.stats.request_classes import all_class_rows
 from analyzers.stats.scaling import ScalingPoint, Series, analyze_scaling, best_level_within_slo
 from analyzers.stats.slo import Slos
-from analyzers.validity import CUT_SHORT_KEY, OVER_CAPACITY_KEY, mark_cut_short, mark_over_capacity
-from rundir import RunDir, RunInfo
+from analyzers.validity import mark_cut_short, mark_over_capacity
+from rundir import LevelMeta, RunDir, RunInfo
 from rundir.table import RequestTable
 from rundir.table_cache import load_cached
 
@@ -63,9 +63,9 @@ class RunSummary:
 
 def level_windows(run: RunDir, info: RunInfo) -> dict[str, Window]:
     windows: dict[str, Window] = {}
-    for level_id, meta in (getattr(info, "level_meta", None) or {}).items():
-        if meta.get("window_s"):
-            windows[level_id] = Window(float(meta["window_s"]), meta.get("window_start"), meta.get("window_end"))
+    for level_id, meta in info.level_meta.items():
+        if meta.window_s:
+            windows[level_id] = Window(float(meta.window_s), meta.window_start, meta.window_end)
     try:
         old = run.read_summary() or {}
     except ValueError:           # a summary.json torn by a crash: recomputed from the records anyway
@@ -99,13 +99,13 @@ def summarize_table(table: RequestTable, info: RunInfo, windows: dict[str, Windo
     for i, level_id in enumerate(order):
         lv = level_stats(table, rows_by_level[level_id], level_id, used[level_id], slos,
                          np.random.default_rng([seed, i]))
-        meta = (getattr(info, "level_meta", None) or {}).get(level_id, {})
-        lv.notes.extend(meta.get("notes", []))
+        meta = info.level_meta.get(level_id) or LevelMeta()
+        lv.notes.extend(meta.notes)
         lv.notes.extend((extra_notes or {}).get(level_id, []))
-        if meta.get(OVER_CAPACITY_KEY):
-            mark_over_capacity(lv, str(meta[OVER_CAPACITY_KEY]))
-        if meta.get(CUT_SHORT_KEY):
-            mark_cut_short(lv, lv.window_s, float(meta.get("nominal_s") or info.sweep.duration_s))
+        if meta.over_capacity:
+            mark_over_capacity(lv, meta.over_capacity)
+        if meta.cut_short:
+            mark_cut_short(lv, lv.window_s, float(meta.nominal_s or info.sweep.duration_s))
         if level_id in estimated:
             lv.notes.append(f"the level did not finish: its window ({lv.window_s:.1f} s) is estimated from "
                             "the first and last send times")

@@ -13,7 +13,6 @@ from analyzers.stalls import Stall, longest_stall
 from analyzers.stats.window import Window
 from rundir.table import RequestTable
 
-CUT_SHORT_KEY = "cut_short"          # in run.json level_meta: the level ended before its window did
 INVALID_PREFIX = "INVALID: "         # a level note that makes the level no valid measurement
 
 
@@ -59,7 +58,6 @@ def mark_cut_short(lv, measured_s: float, nominal_s: float) -> None:
         lv.notes.append(INVALID_PREFIX + words)
 
 
-OVER_CAPACITY_KEY = "over_capacity"  # in run.json level_meta: why the level was stopped early (its queue kept growing)
 
 
 def mark_over_capacity(lv, reason: str) -> None:

@@ -34,7 +34,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import CpuMeter, greedy, machine, make_workload, print_table, write_json  # noqa: E402
+from common import CpuMeter, greedy, machine, make_workload, print_table, write_json
 
 
 class Clock:

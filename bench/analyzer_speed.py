@@ -30,9 +30,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from analyzers.summary import level_windows, summarize_table  # noqa: E402
-from rundir import RunDir, RunInfo  # noqa: E402
-from rundir.table_cache import load_cached  # noqa: E402
+from analyzers.summary import level_windows, summarize_table
+from rundir import LevelMeta, RunDir, RunInfo
+from rundir.table_cache import load_cached
 
 LEVELS = (1, 2, 4, 8, 16, 32, 64, 128)
 OUT_TOKENS = 16
@@ -53,8 +53,8 @@ def write_run(path: Path, n: int, seed: int = 0) -> RunDir:
         started=T0, finished=T0 + 600 * len(LEVELS)))
     for i, c in enumerate(LEVELS):
         info.levels_done.append(f"c{c}-in128-out{OUT_TOKENS}")
-        info.level_meta[info.levels_done[-1]] = {"window_s": 600.0, "window_start": T0 + 600 * i,
-                                                 "window_end": T0 + 600 * (i + 1), "notes": []}
+        info.level_meta[info.levels_done[-1]] = LevelMeta(window_s=600.0, window_start=T0 + 600 * i,
+                                                          window_end=T0 + 600 * (i + 1))
     run.create(info)
     with open(run.requests_jsonl, "w", encoding="utf-8") as f:
         for i, c in enumerate(LEVELS):

@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.diagnosis_faults import BackgroundFlow, Burners, LossyNamespace, Toggler, netns_unavailable  # noqa: E402
+from bench.diagnosis_faults import BackgroundFlow, Burners, LossyNamespace, Toggler, netns_unavailable
 
 SHORT = ["--warmup", "2s", "--duration", "10s", "--probes", "server,host,tcp"]
 SMALL = ["--model", "tiny-test", "--input-len", "32", "--output-len", "16"]

@@ -27,8 +27,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.diagnosis_accuracy import CaseResult, diagnose, finish, run_embedded, sweep  # noqa: E402
-from bench.diagnosis_faults import Burners, LossyNamespace, Toggler, netns_unavailable  # noqa: E402
+from bench.diagnosis_accuracy import CaseResult, diagnose, finish, run_embedded, sweep
+from bench.diagnosis_faults import Burners, LossyNamespace, Toggler, netns_unavailable
 
 # What each planted cause may be called first (the standing and the spike views of one cause).
 EXPECTED = {

@@ -24,7 +24,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import (  # noqa: E402
+from common import (
     CpuMeter,
     StepRecorder,
     decode_attention_variants,

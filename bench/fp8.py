@@ -21,7 +21,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import CpuMeter, greedy, machine, make_workload, note, print_table, write_json  # noqa: E402
+from common import CpuMeter, greedy, machine, make_workload, note, print_table, write_json
 
 CONFIGS = [
     ("fp32", {}),

@@ -39,9 +39,9 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from loadgen_common import CpuSampler, DelayServers, http_impl, match_server_timings  # noqa: E402
+from loadgen_common import CpuSampler, DelayServers, http_impl, match_server_timings
 
-from loadgen import LevelSpec, TargetSpec, level_workload_factory, run_level  # noqa: E402
+from loadgen import LevelSpec, TargetSpec, level_workload_factory, run_level
 
 ERR_P99_LIMIT_MS = 2.0
 LAG_P99_LIMIT_MS = 5.0        # TTFT starts at t_sent, so lag does not bias it; but then the rate was not offered

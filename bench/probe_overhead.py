@@ -24,10 +24,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from llmbench.sweep.embedded import EmbeddedServer  # noqa: E402
-from probes.base import ProbeContext  # noqa: E402
-from probes.registry import DEFAULT_PROBES  # noqa: E402
-from probes.runner import ProbeSet  # noqa: E402
+from llmbench.sweep.embedded import EmbeddedServer
+from probes.base import ProbeContext
+from probes.registry import DEFAULT_PROBES
+from probes.runner import ProbeSet
 
 
 def _cpu(who) -> float:

@@ -29,7 +29,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import (  # noqa: E402
+from common import (
     CpuMeter,
     greedy,
     machine,
@@ -42,7 +42,7 @@ from common import (  # noqa: E402
     write_json,
 )
 
-from rundir.ports import free_port  # noqa: E402
+from rundir.ports import free_port
 
 FULL = dict(n=64, n1=16, prompt=128, out=64, conc=32)
 QUICK = dict(n=8, n1=2, prompt=32, out=8, conc=32)

@@ -57,12 +57,12 @@ import numpy as np
 import psutil
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import machine, matmul_peak  # noqa: E402
-from loadgen_common import ROOT, DelayServers  # noqa: E402
+from common import machine, matmul_peak
+from loadgen_common import ROOT, DelayServers
 
-from loadgen import LevelSpec, TargetSpec, WorkloadOptions, make_workload, run_level  # noqa: E402
-from loadgen.prompt_text import sizer_for_tokenizer  # noqa: E402
-from rundir.ports import free_port  # noqa: E402
+from loadgen import LevelSpec, TargetSpec, WorkloadOptions, make_workload, run_level
+from loadgen.prompt_text import sizer_for_tokenizer
+from rundir.ports import free_port
 
 GUIDELLM_VERSION = "0.8.1"
 # guidellm's cap on its worker processes (settings.py: Settings.max_worker_processes, default 10;

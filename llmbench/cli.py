@@ -13,6 +13,7 @@ from llmbench.capacity.cli import capacity
 from llmbench.cli_common import make_console, user_errors
 from llmbench.quality.cli import quality
 from llmbench.report import compare, report
+from llmbench.runs import runs
 from llmbench.sweep.cli import sweep, worker
 
 app = typer.Typer(help="Benchmark, profile and diagnose LLM inference. Bundled with the refengine reference engine.",
@@ -80,6 +81,7 @@ app.command(help=capacity.__doc__)(capacity)
 
 app.command(help=report.__doc__)(report)
 app.command(help=compare.__doc__)(compare)
+app.command(help=runs.__doc__)(runs)
 
 app.command(help=quality.__doc__)(quality)
 

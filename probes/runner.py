@@ -100,6 +100,16 @@ class ProbeSet:
             thread.start()
         return dict(self.availability)
 
+    def outcome(self, stats: dict[str, ProbeStats]) -> dict[str, str]:
+        """RunInfo.probes after the run: a probe that sampled and never recorded a row did not
+        measure anything ("failed: ..." with its first error), whatever its check said at start."""
+        out = dict(self.availability)
+        for name, s in stats.items():
+            if s.samples and not s.rows:
+                why = s.error_messages[0] if s.error_messages else "every sample came back empty"
+                out[name] = f"failed: none of its {s.samples} samples succeeded ({why})"
+        return out
+
     def stop(self) -> dict[str, ProbeStats]:
         for thread in self.threads:
             thread.stop_event.set()

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from analyzers.capacity.answer import CapacityAnswer, answer_in
 from analyzers.summary import RunSummary
+from reports.capacity_words import capacity_headline
 from reports.terminal import load_label
 
 TONES = ("good", "bad", "warn", "neutral")
@@ -82,7 +83,7 @@ def _capacity_item(a: CapacityAnswer) -> AnswerItem:
     verdicts = {v: [f"{x.load:g}" for x in a.loads if x.verdict == v] for v in ("in", "unclear", "out")}
     evidence = [f"{v}: {', '.join(loads)}" for v, loads in verdicts.items() if loads]
     evidence.append("each load's levels pooled (the capacity search table)")
-    return AnswerItem("Capacity (search)", a.headline() + ".", tone, evidence)
+    return AnswerItem("Capacity (search)", capacity_headline(a) + ".", tone, evidence)
 
 
 def _ceiling(s: RunSummary) -> list[AnswerItem]:

@@ -16,14 +16,14 @@ import re
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
 
-from analyzers.stats.latency import LevelStats  # noqa: E402
-from analyzers.summary import RunSummary  # noqa: E402
-from reports.terminal import load_label  # noqa: E402
-from reports.time_axis import AXES_LEFT, AXES_RIGHT, MAX_HOVER_POINTS, TimeAxis, TimeFigure  # noqa: E402
-from rundir.table import RequestTable  # noqa: E402
+from analyzers.stats.latency import LevelStats
+from analyzers.summary import RunSummary
+from reports.terminal import load_label
+from reports.time_axis import AXES_LEFT, AXES_RIGHT, MAX_HOVER_POINTS, TimeAxis, TimeFigure
+from rundir.table import RequestTable
 
 MAX_POINTS = 4000
 MAX_CDF_POINTS = 400

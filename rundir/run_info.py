@@ -106,6 +106,27 @@ class SweepInfo:
 
 
 @dataclass
+class LevelMeta:
+    """What the sweep knew of a level that its records do not say (run.json's `level_meta`), so
+    that `llmbench report` rebuilds the same summary from the files alone."""
+
+    window_s: float | None = None          # the measured window's length
+    window_start: float | None = None      # its bounds, epoch seconds
+    window_end: float | None = None
+    nominal_s: float | None = None         # the window it was planned for (--duration)
+    notes: list[str] = field(default_factory=list)   # the client's own findings (fell behind, records missing)
+    cut_short: bool = False                # it ended before its window did (Ctrl-C, the target gone)
+    over_capacity: str | None = None       # why it was stopped early: its queue kept growing
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.window_s is not None and not self.window_s >= 0:
+            raise ValueError(f"a level's window must not be negative, got {self.window_s!r}")
+        if not isinstance(self.notes, list):
+            raise TypeError(f"a level's notes are a list of strings, got {type(self.notes).__name__}")
+
+
+@dataclass
 class RunInfo:
     run_id: str
     command: list[str]
@@ -120,9 +141,7 @@ class RunInfo:
     finished: float | None = None
     probes: dict[str, Any] = field(default_factory=dict)   # probe name -> "ok" or why it could not run
     levels_done: list[str] = field(default_factory=list)
-    # level id -> {"window_start", "window_end", "window_s", "notes"}: the measured window and the
-    # client's own findings (fell behind, records missing), so a report can be rebuilt from files.
-    level_meta: dict[str, dict[str, Any]] = field(default_factory=dict)
+    level_meta: dict[str, LevelMeta] = field(default_factory=dict)      # level id -> what the records do not say
 
     def __post_init__(self) -> None:
         if self.status not in RUN_STATUSES:
@@ -130,10 +149,13 @@ class RunInfo:
         if not isinstance(self.target, TargetInfo) or not isinstance(self.sweep, SweepInfo) \
                 or not isinstance(self.slos, SloSpec):
             raise TypeError("RunInfo takes TargetInfo, SweepInfo and SloSpec (use RunInfo.from_dict for JSON)")
+        if not all(isinstance(m, LevelMeta) for m in self.level_meta.values()):
+            raise TypeError("RunInfo.level_meta holds LevelMeta (use RunInfo.from_dict for JSON)")
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["target"], d["sweep"] = _to_dict(self.target), _to_dict(self.sweep)
+        d["level_meta"] = {level_id: _to_dict(m) for level_id, m in self.level_meta.items()}
         return d
 
     @classmethod
@@ -146,6 +168,7 @@ class RunInfo:
         d["target"] = _from_dict(TargetInfo, d.get("target"))
         d["sweep"] = _from_dict(SweepInfo, d.get("sweep"))
         d["slos"] = SloSpec(**_split_known(SloSpec, slos)[0])
+        d["level_meta"] = {str(k): _from_dict(LevelMeta, v) for k, v in (d.get("level_meta") or {}).items()}
         known, _ = _split_known(cls, d)
         missing = {"run_id", "command", "host"} - known.keys()
         if missing:

@@ -35,9 +35,9 @@ from dataclasses import asdict, dataclass, field, fields
 import numpy as np
 
 from analyzers.stats.distribution import Distribution
-from analyzers.stats.exceedance import check_bound, min_n_for_in
+from analyzers.stats.exceedance import check_bound
 from analyzers.stats.latency import LevelStats
-from analyzers.stats.slo import MAX_VALID_ERROR_RATE, Slos, SloSample, failure_summary
+from analyzers.stats.slo import MAX_VALID_ERROR_RATE, Slos, SloSample
 from rundir.table import RequestTable
 
 CAPACITY_KEY = "capacity"           # in run.json sweep.extra: the search's state and answer (llmbench capacity)
@@ -83,56 +83,12 @@ class CapacityAnswer:
     confidence: float = 0.95
     trace_rate: float | None = None               # a trace's own mean req/s: the answer is also a speed
 
-    def headline(self) -> str:
-        what = "max concurrency" if self.axis == "concurrency" else "max request rate"
-        unit = "" if self.axis == "concurrency" else " req/s"
-        if self.capacity is None:
-            return (f"{what} within SLO: none (the lowest load tried missed it; bounded by {self.bounded_by})"
-                    + self._failures())
-        out = f"{what} within SLO: {self.capacity:g}{unit}"
-        if self.trace_rate:
-            out += f", the trace at {self.capacity / self.trace_rate:.3g}x its own speed"
-        if self.low is None:
-            out += f" ({self._not_established()})"
-        elif self.high is not None and (self.low, self.high) != (self.capacity,) * 2:
-            out += f", between {self.low:g} and {self.high:g} at {self.confidence:.0%}"
-        elif self.low == self.high == self.capacity:
-            out += f" (clear at {self.confidence:.0%})"
-        if self.goodput_req_s is not None:
-            out += f"; goodput there {self.goodput_req_s:.2f} req/s ({self.output_tok_s:.1f} output tok/s)"
-        if self.bounded_by not in ("slo", "none"):
-            out += f"; bounded by {self.bounded_by}, not by the SLO"
-        return out + self._failures()
-
-    def _failures(self) -> str:
-        """How many failed at the answer's load and at the lowest `out` one (counted over the bounds)."""
-        parts = []
-        for load in dict.fromkeys(x for x in (self.capacity, self.lowest_out) if x is not None):
-            v = next((x for x in self.loads if x.load == load), None)
-            if v is not None and v.failed:
-                words = failure_summary(v.n, v.failed_no_token, v.failed - v.failed_no_token)
-                parts.append(f"at {load:g}{'' if self.axis == 'concurrency' else ' req/s'}: {words}")
-        return f"; {'; '.join(parts)}, counted as over the bound" if parts else ""
-
-    def _not_established(self) -> str:
-        """Why no load is established within the SLO, and what would establish one."""
-        few = [v for v in self.loads if v.too_few]
-        if not few:
-            return f"a point estimate: no load was clearly within the SLO at {self.confidence:.0%}"
-        counts = sorted({v.n for v in few})
-        span = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
-        return (f"a point estimate, not established at {self.confidence:.0%}: a P99 within its bound needs "
-                f"{min_n_for_in(0.99)} requests with none over it, the loads had {span}; lengthen --duration "
-                "or raise --repeats")
-
     def to_dict(self) -> dict:
-        d = asdict(self)
-        d["headline"] = self.headline()
-        return d
+        return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict) -> "CapacityAnswer":
-        """The inverse of to_dict (the headline is recomputed, not read)."""
+        """The inverse of to_dict (a record's `headline`, the face's words, is not read back)."""
         names = {f.name for f in fields(cls)}
         loads = [LoadVerdict(**{k: v for k, v in x.items() if k in _VERDICT_FIELDS}) for x in d.get("loads") or []]
         return cls(**{k: v for k, v in d.items() if k in names and k != "loads"}, loads=loads)

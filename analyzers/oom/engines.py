@@ -31,7 +31,9 @@ _SGL_SLOTS = re.compile(r"alloc_req_slots runs out of memory\.?\s*Please set a s
 _TGI_WARMUP = re.compile(r"Not enough memory to handle (\d+) prefill tokens\.\s*You need to decrease\s*"
                          r"`?--max-batch-prefill-tokens`?")
 _CUBLAS = re.compile(r"CUBLAS_STATUS_ALLOC_FAILED(?: when calling `?cublasCreate\(handle\)`?)?")
-_NCCL_OOM = re.compile(r"NCCL WARN (?:Cuda failure|Failed to CUDA calloc)[^\n]*?'?out of memory'?")
+# NCCL's own CUDA-check wording; PyTorch's "NCCL error ... unhandled cuda error" repeats it under
+# "Last error:" lines after the first error line, without the "NCCL WARN" prefix (a vLLM worker's log).
+_NCCL_OOM = re.compile(r"(?:NCCL WARN )?(?:Cuda failure|Failed to CUDA calloc)[^\n]*?'?out of memory'?")
 _NCCL_UNHANDLED = re.compile(r"unhandled cuda error")
 _VLLM_FREE = re.compile(r"Free memory on device(?: (cuda:\d+))? \(([\d.]+)/([\d.]+) GiB\) on startup is less than "
                         r"desired GPU memory utilization \(([\d.]+), ([\d.]+) GiB\)")

@@ -23,10 +23,10 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
-from refengine.attention.metadata import build_attention_metadata  # noqa: E402
-from refengine.attention.reference import paged_attention  # noqa: E402
-from refengine.model.layers.attention import allocate_kv_caches  # noqa: E402
-from refengine.quant.fp8 import FP8_DTYPE, dequantize, quantize_blocks, quantize_per_channel  # noqa: E402
+from refengine.attention.metadata import build_attention_metadata
+from refengine.attention.reference import paged_attention
+from refengine.model.layers.attention import allocate_kv_caches
+from refengine.quant.fp8 import FP8_DTYPE, dequantize, quantize_blocks, quantize_per_channel
 
 
 def bench_ms(fn) -> float:

@@ -18,6 +18,7 @@ from analyzers.stats.slo import Slos
 from llmbench.capacity.search import CapacityPlan, Probe, SearchSpec
 from llmbench.sweep.setup import SweepArgs, execute_sweep, prepare_run, sweep_trace
 from reports.capacity_table import CAPACITY_HEADER, capacity_rows
+from reports.capacity_words import capacity_headline
 from reports.write import write_reports
 from rundir import RunDir, RunInfo
 from rundir.files import CAPACITY_JSON
@@ -118,7 +119,8 @@ def run_capacity(a: SweepArgs, c: CapacityArgs, console: Console) -> None:
     if exit_code and answer.bounded_by in ("none", "slo") and answer.lowest_out is None:
         answer.bounded_by = "errors"    # the search was stopped by failures, not by a verdict
     record = {"search": info.sweep.extra.get(CAPACITY_KEY, {}).get("search"),
-              "probes": [p.__dict__ for p in plan.probes], "answer": answer.to_dict()}
+              "probes": [p.__dict__ for p in plan.probes],
+              "answer": answer.to_dict() | {"headline": capacity_headline(answer)}}
     info.sweep.extra[CAPACITY_KEY] = record
     run.write_info(info)
     run.write_json(run.path / CAPACITY_JSON, record)
@@ -159,5 +161,5 @@ def _print_answer(console: Console, answer: CapacityAnswer, run: RunDir) -> None
     for row in capacity_rows(answer):
         t.add_row(*row)
     console.print(t)
-    console.print(f"[bold]{answer.headline()}[/]", highlight=False)
+    console.print(f"[bold]{capacity_headline(answer)}[/]", highlight=False)
     console.print(f"search and answer: {run.path / CAPACITY_JSON}; report: {run.report_html}")

@@ -22,14 +22,14 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from analyzers.stats.latency import LevelStats, Window, summarize_level
 from analyzers.summary import RunSummary, summary_of_levels
-from analyzers.validity import CUT_SHORT_KEY, INVALID_PREFIX, OVER_CAPACITY_KEY, mark_cut_short, mark_over_capacity
+from analyzers.validity import INVALID_PREFIX, mark_cut_short, mark_over_capacity
 from loadgen.level import run_level
 from loadgen.specs import LevelProgress, LevelResult, LevelSpec, TargetSpec
 from loadgen.workloads import level_workload_factory
 from reports.answer import build_answer
 from reports.terminal import answer_lines, run_summary_table
 from reports.write import read_diagnosis
-from rundir import RequestRecord, RunDir, RunInfo, SloSpec, SweepInfo, TargetInfo
+from rundir import LevelMeta, RequestRecord, RunDir, RunInfo, SloSpec, SweepInfo, TargetInfo
 
 
 class SweepStopped(RuntimeError):
@@ -202,14 +202,11 @@ class _Measured:
     window: Window
     cut_short: bool
 
-    def meta(self) -> dict:
+    def meta(self) -> LevelMeta:
         """run.json's level_meta entry, so that `llmbench report` rebuilds the same summary from files."""
-        meta = {"window_s": self.window.seconds, "window_start": self.window.start, "window_end": self.window.end,
-                "notes": _add_client_notes(self.lv, self.result), CUT_SHORT_KEY: self.cut_short,
-                "nominal_s": self.level.duration_s}
-        if self.result.over_capacity:
-            meta[OVER_CAPACITY_KEY] = self.result.over_capacity
-        return meta
+        return LevelMeta(window_s=self.window.seconds, window_start=self.window.start, window_end=self.window.end,
+                         nominal_s=self.level.duration_s, notes=_add_client_notes(self.lv, self.result),
+                         cut_short=self.cut_short, over_capacity=self.result.over_capacity or None)
 
 
 def _start(run: RunDir, info: RunInfo, probes) -> dict[str, LevelStats]:
@@ -253,7 +250,7 @@ def _carry_on(m: _Measured, state: _SweepState, info: RunInfo, target_alive: Cal
         console.print(f"[red]{state.gone}; stopping the sweep (resume with --resume)[/]")
         if not m.cut_short:          # it died after the level's last request: still not a full level
             mark_cut_short(m.lv, m.window.seconds, m.level.duration_s)
-            info.level_meta[level_id][CUT_SHORT_KEY] = True
+            info.level_meta[level_id].cut_short = True
         return False
     return True
 
@@ -307,7 +304,7 @@ def run_sweep(spec: SweepSpec, run: RunDir, target: TargetSpec, console: Console
         console.print("[yellow]interrupted: the run directory keeps everything measured so far[/]")
     finally:
         if probes is not None:
-            probes.stop()
+            info.probes.update(probes.outcome(probes.stop()))
     ordered = _finish(run, info, plan, state, slos_d, console)
     state.raise_if_stopped(f"`{plan.resume_command} {run.path}`")
     return ordered

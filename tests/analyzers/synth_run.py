@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rundir import RequestRecord, RunDir, RunInfo
+from rundir import LevelMeta, RequestRecord, RunDir, RunInfo
 
 T0 = 1_800_000_000.0     # the synthetic run's start (epoch seconds)
 
@@ -40,8 +40,7 @@ def make_run(path: Path, records: list[RequestRecord], windows: dict[str, tuple[
         tool_version="test", status=status, started=T0, finished=T0 + 100))
     info.levels_done = levels if status == "complete" else levels[:-1]
     for level, (start, end) in (windows or {}).items():
-        info.level_meta[level] = {"window_s": end - start, "window_start": T0 + start, "window_end": T0 + end,
-                                  "notes": []}
+        info.level_meta[level] = LevelMeta(window_s=end - start, window_start=T0 + start, window_end=T0 + end)
     run.create(info)
     run.append_records(records)
     return run

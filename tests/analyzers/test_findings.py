@@ -4,6 +4,7 @@ carry one plain-words explanation; the run's validity problems come first."""
 from synth_run import make_run, rec
 
 from analyzers.summary import analyze_run
+from rundir import LevelMeta
 
 
 def _run(tmp_path, adaptations=None, notes=None):
@@ -20,7 +21,7 @@ def _run(tmp_path, adaptations=None, notes=None):
     info = run.read_info()
     info.target.adaptations = adaptations or []
     for level, note in (notes or {}).items():
-        info.level_meta[level]["notes"] = [note]
+        info.level_meta[level].notes = [note]
     run.write_info(info)
     return analyze_run(run)[0]
 
@@ -71,7 +72,7 @@ def test_a_finished_level_without_records_is_said_not_dropped(tmp_path):
                    {"c1": (0, 10)})
     info = run.read_info()
     info.levels_done.append("c64")
-    info.level_meta["c64"] = {"notes": ["INVALID: 64 requests sent but never reported by the client"]}
+    info.level_meta["c64"] = LevelMeta(notes=["INVALID: 64 requests sent but never reported by the client"])
     run.write_info(info)
     s = analyze_run(run)[0]
     f = next(f for f in s.finding_groups if f.kind == "no_records")
@@ -91,3 +92,13 @@ def test_arrivals_notes_keep_each_levels_own_numbers(tmp_path):
     assert "c1 (4.00 → 4.00, lag 4.1 ms), c2 (8.00 → 7.90, lag 4.1 ms)" in by["arrivals"].text
     assert by["arrivals_short"].levels == ["c4"] and by["arrivals_short"].severity == "warning"
     assert "16.00 → 9.00" in by["arrivals_short"].text
+
+
+def test_a_probe_that_recorded_nothing_is_a_caveat(tmp_path):
+    run = make_run(tmp_path / "run", [rec(0.5 * i, 0.1, 0.4, 11, level="c1", concurrency=1) for i in range(20)],
+                   {"c1": (0, 10)})
+    info = run.read_info()
+    info.probes = {"host": "ok", "server": "failed: none of its 40 samples succeeded (OSError: 404 Not Found)"}
+    run.write_info(info)
+    f = next(f for f in analyze_run(run)[0].finding_groups if f.kind == "probe_failed")
+    assert f.severity == "caveat" and "The server probe recorded nothing" in f.text and "404" in f.text

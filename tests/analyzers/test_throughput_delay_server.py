@@ -13,11 +13,11 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "loadgen"))
 
-from loadgen_harness import run, start_delay_server  # noqa: E402
+from loadgen_harness import run, start_delay_server
 
-from analyzers.stats.latency import summarize_level  # noqa: E402
-from analyzers.stats.window import Window  # noqa: E402
-from loadgen import LevelSpec  # noqa: E402
+from analyzers.stats.latency import summarize_level
+from analyzers.stats.window import Window
+from loadgen import LevelSpec
 
 TTFT_MS, ITL_MS, OUT = 20.0, 40.0, 50       # 25 tok/s per stream, a 2 s cycle
 

@@ -8,6 +8,7 @@ import numpy as np
 from analyzers.capacity.answer import CapacityAnswer, capacity_answer, judge_loads
 from analyzers.stats.latency import summarize_level
 from analyzers.stats.slo import Slos
+from reports.capacity_words import capacity_headline
 from rundir import RequestRecord
 from rundir.table import RequestTable
 
@@ -42,7 +43,7 @@ def test_clear_boundary():
     rng = np.random.default_rng(0)
     a = _answer({c: {f"c{c}": rng.uniform(0.1, 0.3, 400) + (2.0 if c > 4 else 0)} for c in (1, 2, 4, 5, 8)})
     assert (a.capacity, a.low, a.high, a.lowest_out, a.bounded_by) == (4, 4, 4, 5, "slo")
-    assert "max concurrency within SLO: 4" in a.headline()
+    assert "max concurrency within SLO: 4" in capacity_headline(a)
 
 
 def test_unclear_load_widens_the_interval():
@@ -60,7 +61,7 @@ def test_bounded_by_the_client():
     ok = rng.uniform(0.1, 0.3, 400)
     a = _answer({1: {"c1": ok}, 2: {"c2": ok}, 4: {"c4": ok}},
                 notes={"c4": ["INVALID: the client fell behind (send lag); add --workers"]})
-    assert a.capacity == 2 and a.bounded_by == "client" and "bounded by client" in a.headline()
+    assert a.capacity == 2 and a.bounded_by == "client" and "bounded by client" in capacity_headline(a)
 
 
 def test_the_recorded_answer_round_trips_and_leads_the_report():
@@ -72,7 +73,7 @@ def test_the_recorded_answer_round_trips_and_leads_the_report():
     rng = np.random.default_rng(0)
     a = _answer({c: {f"c{c}": rng.uniform(0.1, 0.3, 400) + (2.0 if c > 4 else 0)} for c in (1, 2, 4, 5, 8)})
     back = answer_in({CAPACITY_KEY: {"search": {}, "answer": a.to_dict()}})
-    assert back == a and back.headline() == a.headline()
+    assert back == a and capacity_headline(back) == capacity_headline(a)
     item = _capacity_item(back)
     assert item.text.startswith("max concurrency within SLO: 4") and item.tone == "good"
     assert item.evidence[:2] == ["in: 1, 2, 4", "out: 5, 8"]
@@ -84,8 +85,8 @@ def test_the_recorded_answer_round_trips_and_leads_the_report():
 
 def test_the_answer_of_a_trace_search_is_also_a_speed():
     answer = CapacityAnswer("rate", 7.34, 7.34, 7.34, 8.0, "slo", 7.3, 117.0, [], trace_rate=4.0)
-    assert "7.34 req/s, the trace at 1.83x its own speed (clear at 95%)" in answer.headline()
-    assert CapacityAnswer.from_dict(answer.to_dict()).headline() == answer.headline()
+    assert "7.34 req/s, the trace at 1.83x its own speed (clear at 95%)" in capacity_headline(answer)
+    assert capacity_headline(CapacityAnswer.from_dict(answer.to_dict())) == capacity_headline(answer)
 
 
 def test_too_few_requests_establish_no_load_and_the_answer_says_so():
@@ -99,5 +100,5 @@ def test_too_few_requests_establish_no_load_and_the_answer_says_so():
     assert a.capacity == 2 and a.low is None and a.high == 2
     assert a.loads[0].over_bound == {"TTFT P99": 0, "TPOT P95": 0} and a.loads[2].over_bound["TTFT P99"] == 44
     assert ("max concurrency within SLO: 2 (a point estimate, not established at 95%: a P99 within its bound "
-            "needs 299 requests with none over it, the loads had 44") in a.headline()
+            "needs 299 requests with none over it, the loads had 44") in capacity_headline(a)
     assert CapacityAnswer.from_dict(a.to_dict()) == a

@@ -9,6 +9,7 @@ import numpy as np
 from analyzers.capacity.answer import CapacityAnswer, capacity_answer, judge_loads
 from analyzers.stats.latency import summarize_level
 from analyzers.stats.slo import Slos
+from reports.capacity_words import capacity_headline
 from rundir import RequestRecord
 from rundir.table import RequestTable
 
@@ -51,7 +52,7 @@ def test_timeouts_without_a_first_token_are_over_the_ttft_bound():
     assert (v2.n, v2.failed, v2.failed_no_token, v2.over_bound["TTFT P99"]) == (412, 9, 9, 9)
     assert "9 of 412 failed (no first token)" in v2.reasons
     assert (a.capacity, a.lowest_out, a.bounded_by) == (1, 2, "slo")
-    assert a.headline().endswith("; at 2: 9 of 412 failed (no first token), counted as over the bound")
+    assert capacity_headline(a).endswith("; at 2: 9 of 412 failed (no first token), counted as over the bound")
     assert CapacityAnswer.from_dict(a.to_dict()) == a
 
 

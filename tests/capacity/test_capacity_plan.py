@@ -42,7 +42,7 @@ def test_rate_search_is_geometric_to_ten_percent():
 
 
 def test_unclear_boundary_gets_its_neighbour_measured():
-    judge = lambda probes: {4.0}                                # noqa: E731  the upper boundary stays unclear
+    judge = lambda probes: {4.0}
     plan = CapacityPlan(SearchSpec("concurrency", repeats=2), TEMPLATE, judge=judge)
     _drive(plan, lambda c: c <= 3)
     loads = [p.load for p in plan.probes]
@@ -60,7 +60,7 @@ def test_limit_and_lowest_load():
 def test_a_resumed_search_replays_its_decisions_and_measures_only_what_is_left():
     """Interrupted after k levels, a new plan given those k levels' stats issues level k+1 next,
     and the whole search is the one an uninterrupted run makes."""
-    meets = lambda c: c <= 5                                        # noqa: E731
+    meets = lambda c: c <= 5
     whole = CapacityPlan(SearchSpec("concurrency", repeats=2), TEMPLATE)
     ids = _drive(whole, meets)
     for k in (1, 4, len(ids) - 1):

@@ -54,7 +54,7 @@ def test_runaway_level_is_stopped_early_and_marked_over_capacity(slot_server, tm
     (lv,) = run.read_summary()["levels"]
     assert lv["slo_met"] is False
     assert any(n.startswith("over capacity: stopped early") for n in lv["notes"]), lv["notes"]
-    assert run.read_info().level_meta[lv["level_id"]]["over_capacity"]
+    assert run.read_info().level_meta[lv["level_id"]].over_capacity
     print(f"runaway level stopped after {took:.1f} s (of 31 s): {lv['notes']}")
 
 
@@ -85,10 +85,10 @@ def test_a_level_whose_requests_get_no_first_token_is_stopped_before_any_finishe
     run = RunDir(out)
     (lv,) = run.read_summary()["levels"]
     meta = run.read_info().level_meta[lv["level_id"]]
-    assert lv["slo_met"] is False and "no first token" in meta["over_capacity"], meta
-    assert meta["window_s"] < 6, meta                  # stopped before the first request could finish
+    assert lv["slo_met"] is False and "no first token" in meta.over_capacity, meta
+    assert meta.window_s < 6, meta                  # stopped before the first request could finish
     # The arrivals are over the part of the window that ran, not the 30 s planned.
-    arrivals = next(n for n in meta["notes"] if n.startswith("arrivals:"))
+    arrivals = next(n for n in meta.notes if n.startswith("arrivals:"))
     offered = float(arrivals.split("offered ")[1].split()[0])
     assert 2 <= offered <= 10, arrivals             # 5 req/s (Poisson over ~2 s); over 30 s it read 0.37
 

@@ -106,7 +106,7 @@ def test_estimate_parts_add_up_and_tp_frees_memory():
 
 def test_activation_and_allreduce_estimates_scale_with_the_token_budget():
     # With few sampled rows the layer's peak (linear in tokens) dominates the sampler's logits.
-    layer = lambda t: estimate_memory(L70, ServingPlan(max_num_seqs=16, max_num_batched_tokens=t,  # noqa: E731
+    layer = lambda t: estimate_memory(L70, ServingPlan(max_num_seqs=16, max_num_batched_tokens=t,
                                                        gpu_memory_gib=400)).activations
     assert layer(8192) == pytest.approx(4 * layer(2048))
     # With 256 sequences sampled the fp32 logits (256 x 128,256 x 4 B, twice) set a floor.

@@ -93,3 +93,11 @@ def test_several_messages_in_one_log():
 def test_garbage_is_not_an_oom_message_i_know(text):
     with pytest.raises(DiagnosisError, match="not an OOM message I know"):
         parse_oom_log(text)
+
+
+def test_a_vllm_worker_log_whose_cause_is_lines_below_the_first_error():
+    """The first error line is "NCCL error ... unhandled cuda error"; the cause, NCCL's "Cuda failure 2
+    'out of memory'", comes three lines below under "Last error:", without NCCL's WARN prefix."""
+    findings = parse("vllm_worker_nccl_last_error.log")
+    assert [f.kind for f in findings] == ["nccl_oom"]
+    assert "unhandled cuda error" in findings[0].wording and findings[0].fixes

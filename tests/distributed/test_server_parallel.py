@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
-from refengine_proc import free_port  # noqa: E402
+from refengine_proc import free_port
 from refengine_proc import start_process as start
 
 from refengine import LLM, SamplingParams

@@ -83,7 +83,7 @@ def test_recorder_output_replays_into_the_same_rows(tmp_path):
         probe = GpuProbe(ProbeContext(out_dir=tmp_path), nvml=FakeNvml(source))
         probe.check()
         rows.append([probe.sample() for _ in range(2)])
-    strip = lambda rs: [[{k: v for k, v in g.items() if not k.startswith("nvlink")} for g in r["gpus"]]  # noqa: E731
+    strip = lambda rs: [[{k: v for k, v in g.items() if not k.startswith("nvlink")} for g in r["gpus"]]
                         for r in rs]
     assert strip(rows[0]) == strip(rows[1])
     assert [r["xid_events"] for r in rows[0]] == [r["xid_events"] for r in rows[1]]

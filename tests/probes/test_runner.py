@@ -69,3 +69,19 @@ def test_torn_last_line_is_skipped(tmp_path):
     path = tmp_path / "p.jsonl"
     path.write_text('{"t": 1, "a": 1}\n{"t": 2, "a"')
     assert read_rows(path) == [{"t": 1, "a": 1}]
+
+
+class _Unreachable(Probe):
+    name = "unreachable"
+
+    def sample(self):
+        raise OSError("GET /metrics: 404 Not Found")     # llama.cpp's server has no /metrics
+
+
+def test_a_probe_that_never_read_a_page_is_failed_not_ok(tmp_path, monkeypatch):
+    monkeypatch.setitem(registry.PROBES, "unreachable", f"{__name__}:_Unreachable")
+    pset = ProbeSet(["unreachable"], ProbeContext(out_dir=tmp_path, interval_s=0.05), log=lambda _m: None)
+    assert pset.start() == {"unreachable": "ok"}           # its check could not know
+    time.sleep(0.2)
+    outcome = pset.outcome(pset.stop())
+    assert outcome["unreachable"].startswith("failed: none of its ") and "404 Not Found" in outcome["unreachable"]

@@ -37,7 +37,7 @@ def test_sweep_with_probes_writes_aligned_series(tmp_path):
         assert ts == sorted(ts) and info.started <= ts[0] and ts[-1] <= info.finished, name
         # the series covers the requests on one clock: it starts before the first and ends after the last
         assert ts[0] <= first_sent and ts[-1] >= last_done - 0.6, name
-    during = lambda rows: [r for r in rows if first_sent <= r["t"] <= last_done]  # noqa: E731
+    during = lambda rows: [r for r in rows if first_sent <= r["t"] <= last_done]
     assert any(r.get("running", 0) > 0 for r in during(series["server"]))
     assert sum(r.get("generation_tokens", 0) for r in series["server"]) >= 8 * len(records)
     assert any(r.get("conns", 0) >= 1 for r in during(series["tcp"]))

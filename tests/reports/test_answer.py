@@ -16,7 +16,7 @@ def _summary(tmp_path, ttft_by_level, windows=None, meta_notes=None):
     if meta_notes:
         info = run.read_info()
         for level, note in meta_notes.items():
-            info.level_meta[level]["notes"] = [note]
+            info.level_meta[level].notes = [note]
         run.write_info(info)
     return analyze_run(run)[0]
 

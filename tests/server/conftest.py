@@ -13,7 +13,7 @@ from process_state import ProcessState, assert_unchanged
 MODEL = "tiny-test"
 
 
-from refengine_proc import free_port, start_refengine, wait_healthy  # noqa: E402,F401  (shared with other test folders)
+from refengine_proc import free_port, start_refengine, wait_healthy  # noqa: E402  (shared with other test folders)
 
 
 def _start_server_process(*extra: str) -> tuple[subprocess.Popen, str]:
@@ -90,7 +90,7 @@ class _InProcessServer:
 
 
 @pytest.fixture
-def InProcessServer():  # noqa: N802 - a fixture that hands out the class
+def InProcessServer():
     return _InProcessServer
 
 
