@@ -133,11 +133,16 @@ def case_cpu(tmp: Path, res: CaseResult) -> Path:
 
 
 def case_netloss(tmp: Path, res: CaseResult) -> Path:
+    return run_lossy(tmp / res.case, LossyNamespace("llmbdiag1", 231, 18431, 0.3), 4, FAULT_WINDOWS, SHORT)
+
+
+def run_lossy(out: Path, namespace: LossyNamespace, concurrency: int, windows: list[tuple[float, float]],
+              timing: list[str]) -> Path:
+    """A sweep of a server inside a lossy network namespace, the loss switched on over `windows`."""
     from refengine.model.tiny import resolve_model
 
-    port = 18431
-    out = tmp / res.case
-    with LossyNamespace("llmbdiag1", 231, port, 0.3) as ns:
+    with namespace as ns:
+        port = ns.port
         server = subprocess.Popen([*ns.exec_prefix(), sys.executable, "-m", "refengine.server", "--model", "tiny-test",
                                    "--host", ns.ns_ip, "--port", str(port)],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -146,8 +151,8 @@ def case_netloss(tmp: Path, res: CaseResult) -> Path:
             # The server runs inside the namespace: `ip netns exec` runs it as its own child.
             proc = sweep(out, ["--target", f"http://{ns.ns_ip}:{port}", "--model", "tiny-test", "--tokenizer",
                                str(resolve_model("tiny-test")), "--input-len", "32", "--output-len", "16",
-                               "--concurrency", "4", "--server-pid", str(server.pid), *SHORT])
-            toggler = Toggler(out, lambda: ns.set_loss(True), lambda: ns.set_loss(False), FAULT_WINDOWS)
+                               "--concurrency", str(concurrency), "--server-pid", str(server.pid), *timing])
+            toggler = Toggler(out, lambda: ns.set_loss(True), lambda: ns.set_loss(False), windows)
             toggler.start()
             try:
                 finish(proc)

@@ -27,8 +27,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.diagnosis_accuracy import CaseResult, diagnose, finish, run_embedded, sweep
-from bench.diagnosis_faults import Burners, LossyNamespace, Toggler, netns_unavailable
+from bench.diagnosis_accuracy import CaseResult, diagnose, run_embedded, run_lossy
+from bench.diagnosis_faults import Burners, LossyNamespace, netns_unavailable
 
 # What each planted cause may be called first (the standing and the spike views of one cause).
 EXPECTED = {
@@ -141,38 +141,9 @@ def run_draw(tmp: Path, d: Draw, res: CaseResult) -> Path:
         burners = Burners(d.params["burners"], d.params["nice"])
         return run_embedded(tmp, name, d.args, (burners.start, burners.stop), d.params["windows"])
     if d.cause == "packet-loss":
-        return _run_lossy(tmp, name, d)
+        ns = LossyNamespace(f"llmbfam{d.index}", 200 + d.index, 18440 + d.index, d.params["loss"])
+        return run_lossy(tmp / name, ns, d.params["concurrency"], d.params["windows"], _timing())
     return run_embedded(tmp, name, d.args)
-
-
-def _run_lossy(tmp: Path, name: str, d: Draw) -> Path:
-    import subprocess
-
-    from bench.diagnosis_accuracy import _wait_up
-    from refengine.model.tiny import resolve_model
-
-    port, out = 18440 + d.index, tmp / name
-    with LossyNamespace(f"llmbfam{d.index}", 200 + d.index, port, d.params["loss"]) as ns:
-        server = subprocess.Popen([*ns.exec_prefix(), sys.executable, "-m", "refengine.server", "--model", "tiny-test",
-                                   "--host", ns.ns_ip, "--port", str(port)],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
-            _wait_up(f"http://{ns.ns_ip}:{port}/health")
-            proc = sweep(out, ["--target", f"http://{ns.ns_ip}:{port}", "--model", "tiny-test", "--tokenizer",
-                               str(resolve_model("tiny-test")), "--input-len", "32", "--output-len", "16",
-                               "--concurrency", str(d.params["concurrency"]), "--server-pid", str(server.pid),
-                               *_timing()])
-            toggler = Toggler(out, lambda: ns.set_loss(True), lambda: ns.set_loss(False), d.params["windows"])
-            toggler.start()
-            try:
-                finish(proc)
-            finally:
-                toggler.join(timeout=60)
-                ns.set_loss(False)
-        finally:
-            server.kill()
-            server.wait(timeout=10)
-    return out
 
 
 def judge(d: Draw, res: CaseResult) -> None:
