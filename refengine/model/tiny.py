@@ -170,7 +170,8 @@ def build_weights(p: Preset) -> dict[str, torch.Tensor]:
     return w
 
 
-def _write(p: Preset, out: Path) -> None:
+def write_checkpoint(p: Preset, out: Path) -> None:
+    """A Hugging Face model directory for any Preset (tests write shapes the presets do not have)."""
     save_file(build_weights(p), str(out / "model.safetensors"), metadata={"format": "pt"})
     (out / "config.json").write_text(json.dumps(model_config_dict(p), indent=2))
     (out / "generation_config.json").write_text(json.dumps({"bos_token_id": BOS_ID, "eos_token_id": EOS_ID}, indent=2))
@@ -197,7 +198,7 @@ def ensure_preset(name: str, root: str | Path | None = None) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{name}-{VERSION}.tmp-", dir=root))
     try:
-        _write(PRESETS[name], tmp)
+        write_checkpoint(PRESETS[name], tmp)
         try:
             os.rename(tmp, final)  # atomic; fails if another process got there first
         except OSError:
