@@ -5,8 +5,11 @@ preemptions_total and preemptions (this interval); retracted (SGLang's gauge of 
 in its latest batch); prefix_cache_hit_rate (this interval, from
 hits/queries counters, or the engine's gauge); prompt_tokens, generation_tokens (this interval)
 and prompt_tok_s, generation_tok_s; per histogram h in ttft, queue_time, itl, e2e: h_count (this
-interval), h_mean_s, h_p50_s, h_p90_s, h_p99_s, also for prefill_time and decode_time (vLLM v1's
-and refengine's request phases). A scrape that fails writes {up: 0, error}.
+interval), h_mean_s (sum/count, exact) and per quantile p in p50, p90, p99: h_p_s, a linear
+interpolation within its bucket, with h_p_bucket_s [lo, hi] -- or, when the quantile falls in the
+first bucket (lower edge 0), h_p_s null and h_p_lt_s its upper edge (the quantile is below it), and
+in the +Inf bucket h_p_s null and h_p_gt_s the last finite edge; also for prefill_time and
+decode_time (vLLM v1's and refengine's request phases). A scrape that fails writes {up: 0, error}.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import urllib.error
 import urllib.request
 
 from probes.base import Probe, ProbeUnavailable
-from probes.prom import QUANTILES, Snapshot, histogram_delta, parse_metrics, quantile
+from probes.prom import QUANTILES, QuantileEstimate, Snapshot, histogram_delta, parse_metrics, quantile_estimate
 
 COUNTERS = ("prompt_tokens", "generation_tokens", "preemptions")
 
@@ -103,6 +106,18 @@ def _histogram_fields(snap: Snapshot, prev: Snapshot) -> dict:
         if d.count > 0:
             out[f"{h_name}_mean_s"] = round(d.sum / d.count, 6)
             for q in QUANTILES:
-                val = quantile(d, q)
-                out[f"{h_name}_p{int(q * 100)}_s"] = round(val, 6) if val is not None else None
+                out.update(_quantile_fields(f"{h_name}_p{int(q * 100)}", quantile_estimate(d, q)))
     return out
+
+
+def _quantile_fields(key: str, est: QuantileEstimate | None) -> dict:
+    """`{key}_s` is a number only where the bucket has two finite edges (then `{key}_bucket_s` is
+    [lo, hi], what it was interpolated within); in the first bucket it is null and `{key}_lt_s` the
+    edge it is below, in the +Inf bucket null and `{key}_gt_s` the last finite edge (docs/probes.md)."""
+    if est is None:
+        return {f"{key}_s": None}
+    if est.below is not None:
+        return {f"{key}_s": None, f"{key}_lt_s": est.below}
+    if est.above is not None:
+        return {f"{key}_s": None, f"{key}_gt_s": est.above}
+    return {f"{key}_s": round(est.value, 6), f"{key}_bucket_s": [est.lo, est.hi]}
