@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from analyzers.server_quantiles import weighted_mean, worst_quantile
 from analyzers.triage.contracts import CheckResult, Finding, failed, passed, unchecked
 from analyzers.triage.evidence import SampleSplit, lift
 from analyzers.triage.tail_windows import TailWindows
@@ -51,9 +52,7 @@ def check_queueing(server: SampleSplit | None, tails: TailWindows) -> CheckResul
     if server is None or not server.has("waiting"):
         return unchecked(QUEUE_ID, "scheduling", QUEUE_TITLE, NO_SERVER + " or no waiting-requests gauge")
     w_spike, w_calm = server.mean("waiting")
-    q_spike, q_calm = server.mean("queue_time_p99_s")
-    evidence = dict(waiting_mean_spikes=w_spike, waiting_mean_calm=w_calm, queue_time_p99_s_spikes=q_spike,
-                    queue_time_p99_s_calm=q_calm)
+    evidence = dict(waiting_mean_spikes=w_spike, waiting_mean_calm=w_calm, **_queue_time(server))
     if w_spike is None or w_spike < MIN_WAITING or lift(w_spike, w_calm) < QUEUE_LIFT:
         return passed(QUEUE_ID, "scheduling", QUEUE_TITLE,
                       f"waiting requests: {w_spike or 0:.1f} in the spikes vs {w_calm or 0:.1f} in the calm", **evidence)
@@ -61,10 +60,42 @@ def check_queueing(server: SampleSplit | None, tails: TailWindows) -> CheckResul
     explains = server.windows_where(tails, waiting >= MIN_WAITING)
     finding = Finding(QUEUE_ID, "scheduling", "medium",
                       f"requests queued in the spike windows: {w_spike:.1f} waiting on average vs {w_calm or 0:.1f} "
-                      "in the calm", evidence, explains, len(tails.spikes),
+                      "in the calm" + _queue_time_words(server), evidence, explains, len(tails.spikes),
                       "the load went above what the server admits: lower the offered load or --max-num-seqs "
                       "limits, or add replicas; the TTFT tail here is queueing, not compute")
     return failed(finding, QUEUE_TITLE, finding.title)
+
+
+def _rows(server: SampleSplit, spike: bool) -> np.ndarray:
+    """Indices into the series of the kept spike (or calm) rows."""
+    return np.flatnonzero(server.keep)[server.spike if spike else ~server.spike]
+
+
+def _queue_time(server: SampleSplit) -> dict[str, float]:
+    """The server's queue time over the spike and the calm intervals: its mean (sum/count, exact)
+    and the worst interval's P99, as a number or as the bound the buckets give (vLLM's first
+    bucket ends at 0.3 s: below it only "< 300 ms" is known; analyzers/server_quantiles.py)."""
+    out: dict[str, float] = {}
+    for side, spike in (("spikes", True), ("calm", False)):
+        rows = _rows(server, spike)
+        mean = weighted_mean(server.series.numeric, "queue_time", rows)
+        if mean is not None:
+            out[f"queue_time_mean_{side}_s"] = mean
+        p99 = worst_quantile(server.series.numeric, "queue_time_p99", rows)
+        if p99 is not None:
+            out |= p99.evidence(f"queue_time_p99_{side}")
+    return out
+
+
+def _queue_time_words(server: SampleSplit) -> str:
+    rows = _rows(server, True)
+    mean = weighted_mean(server.series.numeric, "queue_time", rows)
+    p99 = worst_quantile(server.series.numeric, "queue_time_p99", rows)
+    if mean is None and p99 is None:
+        return ""
+    parts = ([f"mean {mean * 1000:.3g} ms"] if mean is not None else []) + \
+        ([f"P99 {p99.words()}"] if p99 is not None else [])
+    return "; the server's queue time in the spikes: " + ", ".join(parts)
 
 
 def check_batch_size(server: SampleSplit | None, tails: TailWindows) -> CheckResult:
