@@ -64,6 +64,11 @@ class Probe:
         """Stop and release; may return one last row (e.g. the capture's totals)."""
         return None
 
+    def failure(self) -> str | None:
+        """Why this probe measured nothing although it wrote rows (e.g. every scrape of a /metrics
+        page failed), or None. The runner records it in run.json's probes as "failed: ..."."""
+        return None
+
 
 class JsonlAppender:
     """probes/<name>.jsonl, one row per line, flushed per row so a crash loses at most one sample."""

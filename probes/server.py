@@ -34,6 +34,8 @@ class ServerProbe(Probe):
         self._prev: Snapshot | None = None
         self._prev_t = 0.0
         self._warned: set[str] = set()
+        self.pages = 0                        # scrapes that gave a page with known metric names
+        self.first_error: str | None = None   # why the first failed scrape failed
 
     def check(self) -> None:
         if not self.ctx.target_url:
@@ -49,18 +51,36 @@ class ServerProbe(Probe):
         try:
             text = self.fetch()
         except (urllib.error.URLError, OSError, ValueError) as exc:
-            return {"t": t0, "up": 0, "error": f"cannot scrape {self.url}: {getattr(exc, 'reason', exc)}"}
+            # An HTTP error says its status ("HTTP Error 404: Not Found"); its .reason alone would not.
+            why = str(exc) if isinstance(exc, urllib.error.HTTPError) else str(getattr(exc, "reason", exc))
+            self._failed(why)
+            return {"t": t0, "up": 0, "error": f"cannot scrape {self.url}: {why}"}
         return self.row_from_text(text, t0, time.time() - t0)
+
+    def _failed(self, why: str) -> None:
+        if self.first_error is None:
+            self.first_error = why
+
+    def failure(self) -> str | None:
+        """A probe none of whose scrapes gave a page it could read measured nothing (llama.cpp's
+        server has no /metrics: every scrape 404s), whatever its rows say."""
+        if self.pages or self.first_error is None:
+            return None
+        return f"every scrape of {self.url} failed ({self.first_error})"
 
     def row_from_text(self, text: str, t: float, scrape_s: float = 0.0) -> dict:
         try:
             snap = parse_metrics(text)
         except ValueError as exc:
+            self._failed(str(exc))
             return {"t": t, "up": 1, "error": f"{self.url}: {exc}"}
         row: dict = {"t": t, "up": 1, "engine": snap.engine, "scrape_s": round(scrape_s, 4)}
         if not snap.values and not snap.histograms:
-            row["error"] = (f"{self.url}: no refengine/vLLM/SGLang/TGI metric names among "
-                            f"{snap.metric_count} samples")
+            why = f"no refengine/vLLM/SGLang/TGI metric names among {snap.metric_count} samples"
+            self._failed(why)
+            row["error"] = f"{self.url}: {why}"
+        else:
+            self.pages += 1
         v = snap.values
         row.update({key: v[key] for key in ("kv_usage", "running", "waiting", "preemptions_total", "retracted")
                     if key in v})

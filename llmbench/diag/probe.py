@@ -83,6 +83,7 @@ def probe(
         info.status = "interrupted"
     finally:
         stats = pset.stop()
+        info.probes = pset.outcome(stats)         # a probe that measured nothing is "failed: ...", not "ok"
         info.finished = time.time()
         if info.status == "running":
             info.status = "interrupted"
