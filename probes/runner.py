@@ -52,6 +52,7 @@ class _ProbeThread(threading.Thread):
                 delay = 0
             self.stop_event.wait(delay)
         # One last sample at stop, so counters and deltas cover the run up to its very end.
+        self.probe.stopping = True
         self._one_sample()
         self.stats.wall_s = time.monotonic() - start
         try:
