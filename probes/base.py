@@ -38,7 +38,7 @@ class ProbeContext:
     capture_port: int | None = None     # TCP port the capture probe keeps (default: the target's)
     capture_iface: str | None = None    # interface to sniff (default: lo for a loopback target)
     capture_max_packets: int = 20000    # the capture stops at whichever limit comes first
-    capture_max_s: float = 600.0
+    capture_max_s: float | None = 600.0  # None: no duration limit of its own (it ends with the probe)
     stacks_record: bool = False         # also run `py-spy record` into a speedscope file
 
 
@@ -46,6 +46,9 @@ class Probe:
     name: str = "probe"
     # Seconds between samples, or None to use the context's interval (stacks dumps are slower).
     default_interval_s: float | None = None
+    # Set by the runner before the last sample at stop: whatever ends then ends with the probe,
+    # not on a limit of its own (the capture's duration limit).
+    stopping: bool = False
 
     def __init__(self, ctx: ProbeContext):
         self.ctx = ctx
@@ -62,6 +65,11 @@ class Probe:
 
     def close(self) -> dict[str, Any] | None:
         """Stop and release; may return one last row (e.g. the capture's totals)."""
+        return None
+
+    def failure(self) -> str | None:
+        """Why this probe measured nothing although it wrote rows (e.g. every scrape of a /metrics
+        page failed), or None. The runner records it in run.json's probes as "failed: ..."."""
         return None
 
 

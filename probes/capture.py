@@ -1,10 +1,12 @@
 """`capture` probe: a bounded packet capture (scapy) of the target's TCP port into probes/capture.pcap.
 
 Bounded by packet count and duration (ProbeContext.capture_max_packets / capture_max_s), so a
-long sweep cannot fill the disk. On loopback, scapy's default socket sees each packet twice; the
+long sweep cannot fill the disk. `limit_reached` says that one of those limits ended the capture
+before the probe ended, and `stopped` which (or that the sniffer ended on its own): the probe
+stopping is no limit, nor is a sniffer thread that has not started yet or that died. On loopback, scapy's default socket sees each packet twice; the
 plain L2 socket sees it once. There is no libpcap here, so BPF filters are unavailable: the port
 is kept by a Python lfilter. Packets are appended and flushed as they arrive.
-Rows: one every interval {packets, limit_reached}; the closing row adds pcap_file and the
+Rows: one every interval {packets, limit_reached, stopped}; the closing row adds pcap_file and the
 `llmdiag pcap` summary (retransmissions, dup_acks, zero_windows, capture_duplicates).
 """
 
@@ -37,6 +39,7 @@ class CaptureProbe(Probe):
         self.sniffer = None
         self.writer = None
         self.count = 0
+        self.stopped: str | None = None     # why the capture ended before the probe did (None: capturing)
 
     def check(self) -> None:
         if self.port is None:
@@ -74,10 +77,29 @@ class CaptureProbe(Probe):
         self.sniffer.start()
 
     def sample(self) -> dict:
-        if self.sniffer.running and time.monotonic() - self.started > self.ctx.capture_max_s:
+        if self.stopped is None:
+            self.stopped = self._why_stopped()
+        return {"t": time.time(), "packets": self.count,
+                "limit_reached": self.stopped is not None and self.stopped.endswith(" limit"),
+                "stopped": self.stopped}
+
+    def _why_stopped(self) -> str | None:
+        """The reason the capture is over, or None while it goes on. The sniffer's `running` flag
+        is no answer: it is False before its thread has started, and after the thread ended for
+        any reason; it was read as "limit reached" (48 packets of a 20,000 limit)."""
+        limit = self.ctx.capture_max_packets
+        if limit and self.count >= limit:
+            return "packet limit"                     # the sniffer stopped itself on its count
+        thread = self.sniffer.thread if self.sniffer is not None else None
+        if thread is not None and not thread.is_alive():
+            why = getattr(self.sniffer, "exception", None)
+            return "the sniffer ended on its own" + (f" ({type(why).__name__}: {why})" if why else "")
+        max_s = self.ctx.capture_max_s
+        # At stop the probe ends anyway: a duration limit reached then cut nothing short.
+        if max_s is not None and not self.stopping and time.monotonic() - self.started > max_s:
             self._stop_sniffer()
-        running = bool(self.sniffer and self.sniffer.running)
-        return {"t": time.time(), "packets": self.count, "limit_reached": not running}
+            return "duration limit"
+        return None
 
     def _stop_sniffer(self) -> None:
         try:
@@ -94,5 +116,6 @@ class CaptureProbe(Probe):
         from probes.pcap_analysis import analyze_pcap
 
         report = analyze_pcap(str(self.path))
-        return {"packets": self.count, "pcap_file": self.path.name, "capture_duplicates": report.capture_duplicates,
-                **report.totals()}
+        return {"packets": self.count, "limit_reached": bool(self.stopped and self.stopped.endswith(" limit")),
+                "stopped": self.stopped, "pcap_file": self.path.name,
+                "capture_duplicates": report.capture_duplicates, **report.totals()}

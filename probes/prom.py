@@ -1,5 +1,6 @@
 """Prometheus /metrics text -> one engine-neutral snapshot, and per-interval quantiles from the
-difference of two histogram snapshots.
+difference of two histogram snapshots (a quantile is a bucket, and a value only where the bucket
+has two finite edges: QuantileEstimate, docs/probes.md).
 
 Engines name the same things differently; CANONICAL maps our name to the candidates, first
 present wins: refengine and vLLM (new names, then the pre-v1 names), SGLang, TGI. Values of
@@ -154,25 +155,57 @@ def histogram_delta(prev: Histogram | None, cur: Histogram) -> Histogram:
                      cur.count - prev.count, cur.sum - prev.sum)
 
 
-def quantile(h: Histogram, q: float) -> float | None:
-    """Prometheus histogram_quantile: linear within the bucket; above the last finite bound, that bound."""
+@dataclass(frozen=True)
+class QuantileEstimate:
+    """Where a quantile of a histogram lies: in the bucket (lo, hi]. Buckets say how many
+    observations fell between two edges and nothing about where between them, so:
+
+    - in the first bucket (lower edge 0) it is known only to be < hi: `value` is None (Prometheus'
+      interpolation from 0 would invent it; vLLM's request-phase histograms start at 0.3 s, so a
+      1 ms queue time would read 150 ms at P50);
+    - in the +Inf bucket it is known only to be > lo, the last finite edge: `value` is None;
+    - in any other bucket `value` is Prometheus' histogram_quantile, a linear interpolation
+      within [lo, hi]: an estimate no finer than that bucket.
+    """
+
+    q: float
+    lo: float                 # the bucket's lower edge (0 for the first bucket)
+    hi: float                 # its upper edge (inf for the +Inf bucket)
+    value: float | None       # interpolated within [lo, hi]; None where only a bound is known
+
+    @property
+    def below(self) -> float | None:
+        """The quantile is < this (it fell in the first bucket), else None."""
+        return self.hi if self.value is None and not math.isinf(self.hi) else None
+
+    @property
+    def above(self) -> float | None:
+        """The quantile is > this (it fell in the +Inf bucket), else None."""
+        return self.lo if self.value is None and math.isinf(self.hi) else None
+
+
+def quantile_estimate(h: Histogram, q: float) -> QuantileEstimate | None:
+    """The bucket the q-quantile falls in, and the value within it where one can be given (above).
+    None when the histogram has no observations."""
     bounds = sorted(h.buckets)
-    if not bounds:
+    if not bounds or h.buckets[bounds[-1]] <= 0:
         return None
-    total = h.buckets[bounds[-1]]
-    if total <= 0:
-        return None
-    rank = q * total
-    prev_le, prev_c = 0.0, 0.0
+    rank = q * h.buckets[bounds[-1]]
+    prev_le, prev_c = None, 0.0
     for le in bounds:
         c = h.buckets[le]
-        if c >= rank:
+        if c >= rank and c > prev_c:
             if math.isinf(le):
-                finite = [b for b in bounds if not math.isinf(b)]
-                return finite[-1] if finite else None
-            if c == prev_c:
-                return le
-            lo = prev_le if prev_le >= 0 and not math.isinf(prev_le) else 0.0
-            return lo + (le - lo) * (rank - prev_c) / (c - prev_c)
+                finite = prev_le if prev_le is not None else 0.0
+                return QuantileEstimate(q, finite, le, None)
+            if prev_le is None:                       # the first bucket: only "< le" is known
+                return QuantileEstimate(q, 0.0, le, None)
+            return QuantileEstimate(q, prev_le, le, prev_le + (le - prev_le) * (rank - prev_c) / (c - prev_c))
         prev_le, prev_c = le, c
     return None
+
+
+def quantile(h: Histogram, q: float) -> float | None:
+    """The interpolated q-quantile, or None where the buckets give only a bound (quantile_estimate)."""
+    est = quantile_estimate(h, q)
+    return est.value if est is not None else None

@@ -29,6 +29,7 @@ class ProbeStats:
     cpu_s: float = 0.0                  # thread CPU time spent inside sample() (not children like `ss`)
     wall_s: float = 0.0
     error_messages: list[str] = field(default_factory=list)
+    failure: str | None = None          # the probe's own word that its rows measured nothing (Probe.failure)
 
 
 class _ProbeThread(threading.Thread):
@@ -51,8 +52,13 @@ class _ProbeThread(threading.Thread):
                 delay = 0
             self.stop_event.wait(delay)
         # One last sample at stop, so counters and deltas cover the run up to its very end.
+        self.probe.stopping = True
         self._one_sample()
         self.stats.wall_s = time.monotonic() - start
+        try:
+            self.stats.failure = self.probe.failure()
+        except Exception as exc:  # noqa: BLE001 - a probe must never take the run down
+            self.log(f"probe {self.probe.name}: failure() raised ({type(exc).__name__}: {exc})")
 
     def _one_sample(self) -> None:
         c0 = time.thread_time()
@@ -102,12 +108,16 @@ class ProbeSet:
 
     def outcome(self, stats: dict[str, ProbeStats]) -> dict[str, str]:
         """RunInfo.probes after the run: a probe that sampled and never recorded a row did not
-        measure anything ("failed: ..." with its first error), whatever its check said at start."""
+        measure anything ("failed: ..." with its first error), whatever its check said at start;
+        nor did one whose rows all say it failed (the server probe's every scrape 404ing writes
+        rows of {up: 0, error}): "failed: ..." in its own words (Probe.failure)."""
         out = dict(self.availability)
         for name, s in stats.items():
             if s.samples and not s.rows:
                 why = s.error_messages[0] if s.error_messages else "every sample came back empty"
                 out[name] = f"failed: none of its {s.samples} samples succeeded ({why})"
+            elif s.failure:
+                out[name] = f"failed: {s.failure}"
         return out
 
     def stop(self) -> dict[str, ProbeStats]:

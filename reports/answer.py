@@ -149,9 +149,14 @@ _SHARE_SUFFIXES = ("_share", "_ratio", "_rate", "_frac")            # fractions,
 _UNIT_SUFFIXES = ("_s", "_ms", "_pct", "_bytes") + _SHARE_SUFFIXES    # a key that says its own unit
 
 
+# A bound, not a value: a server histogram quantile that fell in its first bucket is only known to
+# be below that bucket's edge, one in the +Inf bucket above the last edge (docs/probes.md).
+_BOUND_SUFFIXES = {"_lt_s": "< ", "_gt_s": "> "}
+
+
 def evidence_name(key: str) -> str:
     """`send_lag_p99_s` -> "send lag p99" (the unit goes with the value)."""
-    for suffix in ("_s", "_bytes", "_pct", "_ms"):
+    for suffix in (*_BOUND_SUFFIXES, "_s", "_bytes", "_pct", "_ms"):
         if key.endswith(suffix):
             key = key[: -len(suffix)]
             break
@@ -167,7 +172,12 @@ def fmt_evidence(key: str, v) -> str:
         return ", ".join(_item(x) for x in v[:6]) + (f" (+{len(v) - 6} more)" if len(v) > 6 else "")
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         return str(v)
+    bound = next((sign for suffix, sign in _BOUND_SUFFIXES.items() if key.endswith(suffix)), None)
+    if bound is not None:                      # a bucket edge: round, so "< 300 ms", not "< 300.0 ms"
+        return bound + (f"{round(v * 1000, 3):g} ms" if abs(v) < 10 else f"{v:g} s")
     if key.endswith("_s"):
+        if 0 < abs(v) < 1e-4:                  # e.g. a server's 0.01 ms queue time, not "0.0 ms"
+            return f"{v * 1000:.2g} ms"
         return f"{v * 1000:.1f} ms" if abs(v) < 10 else f"{v:.1f} s"
     if key.endswith("_ms"):
         return f"{v:.1f} ms"

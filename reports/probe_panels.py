@@ -83,14 +83,31 @@ def server_panels(s: ProbeSeries) -> Panels:
     p.add("prefix-cache hit rate (%)", {"hit rate": _get(s, "prefix_cache_hit_rate", 100)}, ["prefix_cache_hit_rate"])
     p.add("server token throughput (tok/s)", {"prompt": _get(s, "prompt_tok_s"), "generation": _get(s, "generation_tok_s")},
           ["prompt_tok_s", "generation_tok_s", "prompt_tokens", "generation_tokens"])
-    lat = {}
+    means = {_hist_label(k[: -len("_mean_s")]): s.numeric[k] * 1000 for k in sorted(s.numeric) if k.endswith("_mean_s")}
+    p.add("server-side mean latency per scrape interval (ms, sum/count)", dict(list(means.items())[:6]), [])
+    p.add("server-side P99 latency per scrape interval (ms)", _p99_lines(s), [])
+    p.used.update({"up", "scrape_s"} | {k for k in s.numeric if re.fullmatch(
+        r"\w+_(count|mean_s|p\d+_s|p\d+_lt_s|p\d+_gt_s|p\d+_bucket_s\.[01])", k)})
+    return p
+
+
+def _hist_label(h: str) -> str:
+    return h.replace("_seconds", "").replace("_", " ")
+
+
+def _p99_lines(s: ProbeSeries) -> dict[str, np.ndarray]:
+    """A line per histogram where the P99 is a number (interpolated within its bucket), and a
+    separate "below" line where it is only a bound: a P99 in the first bucket is < its edge (vLLM's
+    0.3 s), and drawing that edge as the P99 would invent it (docs/probes.md)."""
+    lines: dict[str, np.ndarray] = {}
     for key in sorted(s.numeric):
         m = re.fullmatch(r"(\w+?)_p99_s", key)
+        if m and np.isfinite(s.numeric[key]).any():
+            lines[_hist_label(m.group(1))] = s.numeric[key] * 1000
+        m = re.fullmatch(r"(\w+?)_p99_lt_s", key)
         if m:
-            lat[m.group(1).replace("_seconds", "").replace("_", " ")] = s.numeric[key] * 1000
-    p.add("server-side P99 latency per scrape interval (ms)", dict(list(lat.items())[:6]), [])
-    p.used.update({"up", "scrape_s"} | {k for k in s.numeric if re.fullmatch(r"\w+_(count|mean_s|p\d+_s)", k)})
-    return p
+            lines[f"{_hist_label(m.group(1))}: below this (first bucket)"] = s.numeric[key] * 1000
+    return dict(list(lines.items())[:6])
 
 
 @panels_for("tcp")

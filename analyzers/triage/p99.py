@@ -36,7 +36,7 @@ from analyzers.triage.network import (
 )
 from analyzers.triage.phases import level_phases
 from analyzers.triage.requests import check_hol_blocking, check_send_lag
-from analyzers.triage.server import check_batch_size, check_preemptions, check_queueing
+from analyzers.triage.server import check_batch_size, check_preemptions, check_queueing, server_absence
 from analyzers.triage.standing import check_standing, engine_limits, tail_rows
 from analyzers.triage.tail_windows import METRIC_SPANS, TailWindows, find_tail_windows, overlaps
 from rundir import RunDir
@@ -98,6 +98,10 @@ def diagnose_p99(run: RunDir, metric: str = "ttft") -> P99Diagnosis:
     ttft = tails if metric == "ttft" else find_tail_windows(table, "ttft")
     info = run.read_info()
     series = {name: read_probe(run.probe_file(name), name) for name in PROBES}
+    # A server probe that never read a page is no evidence: its checks say it failed, and why.
+    server_absent = server_absence((info.probes or {}).get("server"), series["server"])
+    if server_absent:
+        series["server"] = None
     p = {name: split_samples(series[name], tails) for name in PROBES}
     # The embedded engine is the sweep's own subprocess on this host (its URL is not recorded).
     locality = "this host (the embedded engine)" if info.target.kind == "embedded" else \
@@ -113,8 +117,8 @@ def diagnose_p99(run: RunDir, metric: str = "ttft") -> P99Diagnosis:
     checks = [
         check_retransmits(p["tcp"], tails, locality), check_irq_affinity(p["irq"], p["host"], tails, locality),
         check_link_saturation(), check_collectives(),
-        check_hol_blocking(table, ttft), check_preemptions(p["server"], tails), check_queueing(p["server"], tails),
-        check_batch_size(p["server"], tails),
+        check_hol_blocking(table, ttft), check_preemptions(p["server"], tails, server_absent),
+        check_queueing(p["server"], tails, server_absent), check_batch_size(p["server"], tails, server_absent),
         *check_standing(metric, levels, phases, limits, locality is not None),
         check_cpu(p["host"], tails, top_others, table), check_gpu_throttle(p["gpu"], tails),
         check_send_lag(table, ttft),

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from analyzers.probe_series import ProbeSeries
+from analyzers.server_quantiles import weighted_mean, worst_quantile
 from analyzers.triage.tail_windows import Window
 from rundir.table import RequestTable
 
@@ -120,16 +121,6 @@ def _sum(series: ProbeSeries, keep: np.ndarray, name: str) -> float | None:
     return float(np.nansum(v)) if np.isfinite(v).any() else None
 
 
-def _hist_mean(series: ProbeSeries, keep: np.ndarray, h: str) -> float | None:
-    """Count-weighted mean of a histogram's per-interval means over the window."""
-    c, m = series.numeric.get(f"{h}_count"), series.numeric.get(f"{h}_mean_s")
-    if c is None or m is None:
-        return None
-    c, m = np.nan_to_num(c[keep]), m[keep]
-    ok = np.isfinite(m) & (c > 0)
-    return float((c[ok] * m[ok]).sum() / c[ok].sum()) if ok.any() else None
-
-
 def server_state(series: ProbeSeries | None, w: Window, observed: Window | None = None) -> dict[str, float | None]:
     keep = _window_rows(series, w)
     if keep is None:
@@ -137,8 +128,12 @@ def server_state(series: ProbeSeries | None, w: Window, observed: Window | None 
     s = series
     fin = _window_rows(series, observed) if observed is not None else keep
     fin = keep if fin is None else fin
-    out = {f"{h}_mean_s": _hist_mean(s, fin, h) for h in ("queue_time", "prefill_time", "decode_time", "ttft")}
-    out.update(queue_time_p99_s_max=_max(s, fin, "queue_time_p99_s"), ttft_count=_sum(s, fin, "ttft_count"),
+    out = {f"{h}_mean_s": weighted_mean(s.numeric, h, fin) for h in ("queue_time", "prefill_time", "decode_time", "ttft")}
+    # The worst interval's queue-time P99, as a number or as the bound its bucket gives (a P99 in
+    # vLLM's first bucket is only "< 300 ms": analyzers/server_quantiles.py).
+    p99 = worst_quantile(s.numeric, "queue_time_p99", fin)
+    out.update(p99.evidence("queue_time_p99_max") if p99 is not None else {})
+    out.update(ttft_count=_sum(s, fin, "ttft_count"),
                running_mean=_mean(s, keep, "running"), running_max=_max(s, keep, "running"),
                waiting_mean=_mean(s, keep, "waiting"), waiting_max=_max(s, keep, "waiting"),
                kv_usage_mean=_mean(s, keep, "kv_usage"), kv_usage_max=_max(s, keep, "kv_usage"),

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from analyzers.probe_series import ProbeSeries
+from analyzers.server_quantiles import weighted_mean, worst_quantile
 from analyzers.triage.contracts import CheckResult, Finding, failed, passed, unchecked
 from analyzers.triage.evidence import SampleSplit, lift
 from analyzers.triage.tail_windows import TailWindows
@@ -20,11 +22,34 @@ PREEMPT_ID, PREEMPT_TITLE = "p99.sched.preemption", "no preemption storm"
 QUEUE_ID, QUEUE_TITLE = "p99.sched.queueing", "requests do not queue"
 BATCH_ID, BATCH_TITLE = "p99.sched.batch-size", "the running batch is not too large for TPOT"
 NO_SERVER = "no server probe in this run (llmbench sweep --probes server)"
+# Fields a row has only when its scrape read a page with known metric names.
+_NOT_MEASURED = ("up", "scrape_s", "dt_s")
 
 
-def check_preemptions(server: SampleSplit | None, tails: TailWindows) -> CheckResult:
+def server_absence(status: str | None, series: ProbeSeries | None) -> str | None:
+    """Why the server probe gives no evidence although it was asked for, or None. run.json's probes
+    says "failed: ..." for a probe none of whose scrapes read a page (probes/runner.py); a run
+    recorded before that said "ok" over rows that are all {up: 0, error}, so the rows decide too."""
+    status = str(status or "")
+    if status.startswith("failed"):
+        return "the server probe failed: " + status.removeprefix("failed").lstrip(": ")
+    if status.startswith("unavailable"):
+        return "the server probe could not run: " + status.removeprefix("unavailable").lstrip(": ")
+    if series is None or not len(series):
+        return None
+    if any(np.isfinite(v).any() for k, v in series.numeric.items() if k not in _NOT_MEASURED):
+        return None
+    errors = series.text.get("error") or ["no known metric names"]
+    return f"the server probe failed: none of its {len(series)} scrapes read a page ({errors[0]})"
+
+
+def _why_unchecked(absent: str | None, what: str) -> str:
+    return absent or f"{NO_SERVER} or no {what}"
+
+
+def check_preemptions(server: SampleSplit | None, tails: TailWindows, absent: str | None = None) -> CheckResult:
     if server is None or not server.has("preemptions"):
-        return unchecked(PREEMPT_ID, "scheduling", PREEMPT_TITLE, NO_SERVER + " or no preemption counter")
+        return unchecked(PREEMPT_ID, "scheduling", PREEMPT_TITLE, _why_unchecked(absent, "preemption counter"))
     n_spike, n_calm, r_spike, r_calm = server.rate("preemptions")
     kv_spike, kv_calm = server.mean("kv_usage")
     kv = server.values("kv_usage")
@@ -47,13 +72,11 @@ def check_preemptions(server: SampleSplit | None, tails: TailWindows) -> CheckRe
     return failed(finding, PREEMPT_TITLE, finding.title)
 
 
-def check_queueing(server: SampleSplit | None, tails: TailWindows) -> CheckResult:
+def check_queueing(server: SampleSplit | None, tails: TailWindows, absent: str | None = None) -> CheckResult:
     if server is None or not server.has("waiting"):
-        return unchecked(QUEUE_ID, "scheduling", QUEUE_TITLE, NO_SERVER + " or no waiting-requests gauge")
+        return unchecked(QUEUE_ID, "scheduling", QUEUE_TITLE, _why_unchecked(absent, "waiting-requests gauge"))
     w_spike, w_calm = server.mean("waiting")
-    q_spike, q_calm = server.mean("queue_time_p99_s")
-    evidence = dict(waiting_mean_spikes=w_spike, waiting_mean_calm=w_calm, queue_time_p99_s_spikes=q_spike,
-                    queue_time_p99_s_calm=q_calm)
+    evidence = dict(waiting_mean_spikes=w_spike, waiting_mean_calm=w_calm, **_queue_time(server))
     if w_spike is None or w_spike < MIN_WAITING or lift(w_spike, w_calm) < QUEUE_LIFT:
         return passed(QUEUE_ID, "scheduling", QUEUE_TITLE,
                       f"waiting requests: {w_spike or 0:.1f} in the spikes vs {w_calm or 0:.1f} in the calm", **evidence)
@@ -61,17 +84,49 @@ def check_queueing(server: SampleSplit | None, tails: TailWindows) -> CheckResul
     explains = server.windows_where(tails, waiting >= MIN_WAITING)
     finding = Finding(QUEUE_ID, "scheduling", "medium",
                       f"requests queued in the spike windows: {w_spike:.1f} waiting on average vs {w_calm or 0:.1f} "
-                      "in the calm", evidence, explains, len(tails.spikes),
+                      "in the calm" + _queue_time_words(server), evidence, explains, len(tails.spikes),
                       "the load went above what the server admits: lower the offered load or --max-num-seqs "
                       "limits, or add replicas; the TTFT tail here is queueing, not compute")
     return failed(finding, QUEUE_TITLE, finding.title)
 
 
-def check_batch_size(server: SampleSplit | None, tails: TailWindows) -> CheckResult:
+def _rows(server: SampleSplit, spike: bool) -> np.ndarray:
+    """Indices into the series of the kept spike (or calm) rows."""
+    return np.flatnonzero(server.keep)[server.spike if spike else ~server.spike]
+
+
+def _queue_time(server: SampleSplit) -> dict[str, float]:
+    """The server's queue time over the spike and the calm intervals: its mean (sum/count, exact)
+    and the worst interval's P99, as a number or as the bound the buckets give (vLLM's first
+    bucket ends at 0.3 s: below it only "< 300 ms" is known; analyzers/server_quantiles.py)."""
+    out: dict[str, float] = {}
+    for side, spike in (("spikes", True), ("calm", False)):
+        rows = _rows(server, spike)
+        mean = weighted_mean(server.series.numeric, "queue_time", rows)
+        if mean is not None:
+            out[f"queue_time_mean_{side}_s"] = mean
+        p99 = worst_quantile(server.series.numeric, "queue_time_p99", rows)
+        if p99 is not None:
+            out |= p99.evidence(f"queue_time_p99_{side}")
+    return out
+
+
+def _queue_time_words(server: SampleSplit) -> str:
+    rows = _rows(server, True)
+    mean = weighted_mean(server.series.numeric, "queue_time", rows)
+    p99 = worst_quantile(server.series.numeric, "queue_time_p99", rows)
+    if mean is None and p99 is None:
+        return ""
+    parts = ([f"mean {mean * 1000:.3g} ms"] if mean is not None else []) + \
+        ([f"P99 {p99.words()}"] if p99 is not None else [])
+    return "; the server's queue time in the spikes: " + ", ".join(parts)
+
+
+def check_batch_size(server: SampleSplit | None, tails: TailWindows, absent: str | None = None) -> CheckResult:
     if tails.metric != "tpot":
         return unchecked(BATCH_ID, "scheduling", BATCH_TITLE, "applies to TPOT tails (llmdiag p99 --metric tpot)")
     if server is None or not server.has("running"):
-        return unchecked(BATCH_ID, "scheduling", BATCH_TITLE, NO_SERVER + " or no running-requests gauge")
+        return unchecked(BATCH_ID, "scheduling", BATCH_TITLE, _why_unchecked(absent, "running-requests gauge"))
     r_spike, r_calm = server.mean("running")
     evidence = dict(running_mean_spikes=r_spike, running_mean_calm=r_calm)
     if r_spike is None or lift(r_spike, r_calm) < BATCH_LIFT:

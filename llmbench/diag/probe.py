@@ -69,7 +69,9 @@ def probe(
         run.create(info)
     ctx = ProbeContext(out_dir=run.path, target_url=target, server_pid=pid, interval_s=interval,
                        capture_port=capture_port, capture_iface=capture_iface,
-                       capture_max_packets=capture_max_packets, capture_max_s=seconds, stacks_record=stacks_record)
+                       # The recording's end ends the capture: a duration limit equal to it would
+                       # fire at the last sample and read as "limit reached" (probes/capture.py).
+                       capture_max_packets=capture_max_packets, capture_max_s=None, stacks_record=stacks_record)
     pset = ProbeSet(names, ctx, log=lambda m: console.print(m, style="yellow", highlight=False, markup=False))
     info.probes = pset.start()
     run.write_info(info)
@@ -83,6 +85,7 @@ def probe(
         info.status = "interrupted"
     finally:
         stats = pset.stop()
+        info.probes = pset.outcome(stats)         # a probe that measured nothing is "failed: ...", not "ok"
         info.finished = time.time()
         if info.status == "running":
             info.status = "interrupted"

@@ -51,7 +51,7 @@ def test_quantiles_follow_prometheus_histogram_quantile():
     h = H(buckets={0.1: 10, 0.5: 60, 1.0: 100, float("inf"): 100}, count=100, sum=40)
     assert quantile(h, 0.5) == pytest.approx(0.1 + 0.4 * (50 - 10) / 50)
     assert quantile(h, 0.99) == pytest.approx(0.5 + 0.5 * (99 - 60) / 40)
-    assert quantile(H(buckets={1.0: 0, float("inf"): 5}), 0.5) == 1.0     # above the last bound
+    assert quantile(H(buckets={1.0: 0, float("inf"): 5}), 0.5) is None    # only "> 1.0" is known
     assert quantile(H(buckets={1.0: 0, float("inf"): 0}), 0.5) is None
 
 

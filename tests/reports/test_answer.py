@@ -4,7 +4,7 @@ without a diagnosis, and what makes a run not valid."""
 from synth_run import make_run, rec
 
 from analyzers.summary import analyze_run
-from reports.answer import build_answer, fmt_evidence
+from reports.answer import build_answer, evidence_name, fmt_evidence
 
 
 def _summary(tmp_path, ttft_by_level, windows=None, meta_notes=None):
@@ -61,6 +61,12 @@ def test_validity_names_what_undermines_the_run(tmp_path):
 
 def test_evidence_units():
     assert fmt_evidence("prefill_p99_s", 0.42) == "420.0 ms"
+    # a server histogram quantile known only as a bound: "< 300 ms", never a number (docs/probes.md)
+    assert fmt_evidence("queue_time_p99_spikes_lt_s", 0.3) == "< 300 ms"
+    assert evidence_name("queue_time_p99_spikes_lt_s") == "queue time p99 spikes"
+    assert fmt_evidence("e2e_p99_gt_s", 7680.0) == "> 7680 s"
+    assert fmt_evidence("server", {"queue_time_mean_s": 1e-5, "queue_time_p99_max_lt_s": 0.3}) == \
+        "queue time mean 0.01 ms, queue time p99 max < 300 ms"
     assert fmt_evidence("mem_bytes", 3 * 2 ** 20) == "3.0 MiB"
     assert fmt_evidence("busiest_share", 0.83) == "83.0%"
     assert fmt_evidence("windows", [1, 2]) == "1, 2"                        # the items, not a count of them
