@@ -11,8 +11,8 @@ cannot share blocks, the fields the preflight found refused left out), non-strea
 A level where every request failed stops the ramp with the server's own message: that is a
 refused request, not a capacity of zero.
 
-Estimate: blocks // ceil((prompt + max_tokens) / block_size), from the server's own
-`vllm:cache_config_info` (num_gpu_blocks, block_size). Requests whose prompt already occupies all
+Estimate: usable blocks // ceil((prompt + max_tokens) / block_size), from the server's own
+`vllm:cache_config_info` (num_gpu_blocks, block_size; vLLM v1 reserves one of them, RESERVED_BLOCKS). Requests whose prompt already occupies all
 the blocks the finished request needs (prompt and output within one block edge) never grow by a
 block mid-decode, so admission alone decides how many run and nothing is preempted; otherwise the
 server admits on prompt blocks, then preempts as requests grow, and the capacity is read from the
@@ -46,9 +46,13 @@ class ServerGauges:
     kv_usage: float | None = None
     preemptions: float = 0.0              # cumulative counter
     cache_config: dict[str, str] = field(default_factory=dict)   # vllm:cache_config_info's labels
+    engine: str = "unknown"               # refengine | vllm | sglang | tgi | unknown (probes.prom)
 
 
 KV_FULL = 0.90             # KV usage at which the cache counts as saturated
+# Blocks an engine counts in num_gpu_blocks but never gives a request: vLLM v1's block pool takes
+# one "null block" out of the free queue at start (its KV usage gauge is over the rest).
+RESERVED_BLOCKS = {"vllm": 1}
 TOLERANCE = 0.10           # observed vs estimate, the issue's yardstick
 
 
@@ -121,6 +125,19 @@ class LevelObservation:
             return None
         return int(round(statistics.median(held) if self.preemptions > 0 else max(held)))
 
+    @property
+    def next_request_fits(self) -> bool | None:
+        """While requests waited, did the free KV hold one more running request's share? Each
+        running request holds about usage / running of the cache (unique prompts: nothing shared).
+        A cache whose free part is smaller than that admits no one more, however far from 100% it
+        reads: 8 of 15 blocks used, the next request needing 8, is full for it. None: no sample."""
+        held = [s for s in self.samples if s.waiting > 0 and s.running > 0 and s.kv_usage is not None]
+        if not held:
+            return None
+        usage = statistics.median(s.kv_usage for s in held)
+        running = statistics.median(s.running for s in held)
+        return 1.0 - usage >= usage / running
+
     def saturation(self) -> list[str]:
         why = []
         if self.errors:
@@ -129,6 +146,9 @@ class LevelObservation:
             why.append(f"{self.preemptions:g} preemptions")
         if self.queued_fraction >= 0.5 and (self.max_kv_usage or 0) >= KV_FULL:
             why.append(f"KV {self.max_kv_usage:.0%} full with requests waiting")
+        elif self.queued_fraction >= 0.5 and self.next_request_fits is False:
+            why.append(f"requests waiting with KV {(self.max_kv_usage or 0):.0%} full: "
+                       "the free part is smaller than one more request needs")
         elif self.queued_fraction >= 0.5:
             why.append(f"requests waiting with KV only {(self.max_kv_usage or 0):.0%} full "
                        "(max_num_seqs or the token budget caps concurrency before KV does)")
@@ -143,12 +163,17 @@ class RampResult:
     levels: list[LevelObservation]
     stop_reason: str
     completion_tokens_seen: set[int] = field(default_factory=set)
+    engine: str = "unknown"
+
+    @property
+    def usable_blocks(self) -> int | None:
+        return None if not self.num_blocks else self.num_blocks - RESERVED_BLOCKS.get(self.engine, 0)
 
     @property
     def estimate(self) -> int | None:
-        if not self.num_blocks or not self.block_size:
+        if not self.usable_blocks or not self.block_size:
             return None
-        return self.num_blocks // -(-self.spec.request_tokens // self.block_size)
+        return self.usable_blocks // -(-self.spec.request_tokens // self.block_size)
 
     @property
     def saturated_level(self) -> LevelObservation | None:
@@ -170,7 +195,8 @@ class RampResult:
     @property
     def kv_limited(self) -> bool:
         level = self.saturated_level
-        return level is not None and (level.preemptions > 0 or (level.max_kv_usage or 0) >= KV_FULL)
+        return level is not None and (level.preemptions > 0 or (level.max_kv_usage or 0) >= KV_FULL
+                                      or (level.queued_fraction >= 0.5 and level.next_request_fits is False))
 
     def within_tolerance(self) -> bool | None:
         if self.observed_capacity is None or self.estimate is None:
@@ -295,4 +321,4 @@ async def run_ramp(spec: RampSpec, parse_gauges: Callable[[str], ServerGauges], 
                     break
         finally:
             await users.stop()
-    return RampResult(spec, num_blocks, block_size, levels, stop_reason, users.completion_tokens)
+    return RampResult(spec, num_blocks, block_size, levels, stop_reason, users.completion_tokens, first.engine)

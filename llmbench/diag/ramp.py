@@ -99,7 +99,9 @@ def ramp_mode(console: Console, target: str, prompt_tokens: int, max_tokens: int
 def _print_outcome(console: Console, result: RampResult, spec: RampSpec, estimate) -> None:
     console.print(Text(result.stop_reason))
     est = result.estimate
-    est_text = (f"{est} (server: {result.num_blocks} blocks of {result.block_size}; "
+    reserved = (result.num_blocks or 0) - (result.usable_blocks or 0)
+    held_back = f", {reserved} reserved by {result.engine}" if reserved else ""
+    est_text = (f"{est} (server: {result.num_blocks} blocks of {result.block_size}{held_back}; "
                 f"{-(-spec.request_tokens // result.block_size)} blocks per request)") if est is not None else \
         "n/a (the server exposes no vllm:cache_config_info)"
     observed = "not reached" if result.observed_capacity is None else result.observed_capacity

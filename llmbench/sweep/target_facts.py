@@ -42,4 +42,4 @@ def server_gauges(text: str) -> ServerGauges:
     v = snap.values
     return ServerGauges(running=v.get("running", 0.0), waiting=v.get("waiting", 0.0), kv_usage=v.get("kv_usage"),
                         preemptions=v.get("preemptions_total", 0.0),
-                        cache_config=snap.info.get("vllm:cache_config_info", {}))
+                        cache_config=snap.info.get("vllm:cache_config_info", {}), engine=snap.engine)

@@ -91,3 +91,24 @@ def test_capacity_is_read_from_the_held_back_samples():
     capped = level(32, [(16, 16)] * 4, kv=0.5)
     r = RampResult(spec, num_blocks=192, block_size=16, levels=[capped], stop_reason="")
     assert "max_num_seqs" in capped.saturation()[0] and not r.kv_limited
+
+
+def test_a_cache_too_full_for_one_more_request_is_kv_limited_however_far_from_100_percent():
+    """vLLM with 16 blocks of 128 and requests of 8 blocks: one runs (8 of the 15 usable blocks,
+    53%), the next waits for KV, and vLLM v1's null block makes the estimate 15 // 8 = 1, not 2."""
+    from loadgen.kv_ramp import LevelObservation, RampResult, Sample
+
+    spec = RampSpec(target="http://127.0.0.1:1", prompt_tokens=1000, max_tokens=8)
+    held = LevelObservation(2, ok=20)
+    held.samples = [Sample(float(i), 1, 1, 0.533, 0.0) for i in range(10)]
+    assert held.next_request_fits is False
+    assert "smaller than one more request needs" in held.saturation()[0]
+    vllm = RampResult(spec, num_blocks=16, block_size=128, levels=[held], stop_reason="", engine="vllm")
+    assert (vllm.usable_blocks, vllm.estimate, vllm.observed_capacity, vllm.kv_limited) == (15, 1, 1, True)
+    # refengine reports the blocks a request can have: no reservation.
+    own = RampResult(spec, num_blocks=16, block_size=128, levels=[held], stop_reason="", engine="refengine")
+    assert (own.usable_blocks, own.estimate) == (16, 2)
+    # Four running at 20% with others waiting: the free 80% holds more; something else caps it.
+    capped = LevelObservation(8, ok=20)
+    capped.samples = [Sample(float(i), 4, 4, 0.2, 0.0) for i in range(10)]
+    assert capped.next_request_fits is True and "max_num_seqs" in capped.saturation()[0]
