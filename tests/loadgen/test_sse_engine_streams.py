@@ -36,7 +36,7 @@ GAP_S = 0.03     # between the replayed chunks
 class _Replay(BaseHTTPRequestHandler):
     stream: list[bytes] = []
 
-    def do_POST(self):  # noqa: N802 - http.server's name
+    def do_POST(self):
         self.rfile.read(int(self.headers.get("Content-Length", 0)))
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
