@@ -123,8 +123,14 @@ def _level_findings(s: RunSummary) -> list[Finding]:
             add("p99_unreliable", "warning", f"P99 from fewer than {MIN_SAMPLES_FOR_P99} samples (unreliable)",
                 lv.level_id, f"n={lv.ttft.n}")
         if lv.output_len_unhonoured:
-            add("output_len", "warning", "Outputs shorter or longer than requested (did the server ignore "
-                "max_tokens or ignore_eos?)", lv.level_id, f"{lv.output_len_unhonoured} of {lv.n_ok}, asked {lv.output_len}")
+            # Only counts that say so (the server's usage, the client tokenizer), never estimates or a
+            # `length` finish (analyzers.stats.token_accounting).
+            longer = lv.output_len_longer
+            split = f"{lv.output_len_unhonoured - longer} shorter, {longer} longer"
+            add("output_len", "warning", "Outputs of another length than requested, by the server's own count "
+                "(shorter: it stopped before max_tokens, at EOS when ignore_eos was not sent or not honoured; "
+                "longer: it did not honour max_tokens)", lv.level_id,
+                f"{lv.output_len_unhonoured} of {lv.n_ok}, asked {lv.output_len}: {split}")
         wrong = lv.token_count_mismatches - lv.multi_token_chunks
         if wrong > 0:
             add("usage_below_chunks", "warning", "More token chunks streamed than the server's usage counts "

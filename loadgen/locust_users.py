@@ -29,8 +29,9 @@ from locust.exception import StopUser
 
 from loadgen.arrivals import ArrivalPlan
 from loadgen.errors import RequestDeadline, classify_request_error, is_refused
+from loadgen.openai_body import fixed_output_len, request_dict
 from loadgen.session import LevelSession
-from loadgen.sse import MAX_ERROR_CHARS, StreamResult, read_sse_stream
+from loadgen.sse import MAX_ERROR_CHARS, StreamResult, read_sse_stream, short_of_fixed_length
 from loadgen.workloads import RequestSpec
 from rundir import RequestRecord
 
@@ -60,7 +61,7 @@ def stream_request(user: FastHttpUser, s: LevelSession, spec: RequestSpec, body:
         with gevent.Timeout(level.request_timeout_s, deadline):
             resp = user.client.request("POST", s.target.path, data=body, headers=s.headers, stream=True,
                                        catch_response=True, name=s.target.path)
-            _read_response(s, resp, rec, stream)
+            _read_response(s, resp, rec, stream, spec)
     except GreenletExit:
         _take_stream(rec, stream.digest())   # what arrived before the cut
         rec.status, rec.t_done, rec.error = "cancelled", time.time(), "cut off when the level stopped"
@@ -120,7 +121,7 @@ def _install_send_clock() -> None:
 _install_send_clock()
 
 
-def _read_response(s: LevelSession, resp, rec: RequestRecord, stream: StreamResult) -> None:
+def _read_response(s: LevelSession, resp, rec: RequestRecord, stream: StreamResult, spec: RequestSpec) -> None:
     error = getattr(resp, "error", None)
     raw = getattr(resp, "_response", None)
     if error is not None:              # no HTTP response (every status is a response, see _LevelUser)
@@ -136,6 +137,13 @@ def _read_response(s: LevelSession, resp, rec: RequestRecord, stream: StreamResu
         _fail(rec, "http_status", f"HTTP {rec.http_status}: {detail}" if detail else f"HTTP {rec.http_status}")
         return
     result = read_sse_stream(lambda: raw.readline(b"\n"), time.time, stream)
+    # The body as sent, rebuilt after the stream (off the timed path): its max_tokens is what a
+    # `length` finish counts, and whether it fixed the output length decides a short stream.
+    sent = request_dict(spec, s.target)
+    rec.max_tokens = sent.get("max_tokens")
+    short = short_of_fixed_length(result, fixed_output_len(sent))
+    if short is not None:
+        result.error_kind, result.error = "cut_off", short
     _take_stream(rec, result)
     rec.t_done = result.t_done
     if not result.ok:
@@ -156,6 +164,7 @@ def _take_stream(rec: RequestRecord, result: StreamResult) -> None:
     rec.t_first_token, rec.itl_s = result.t_first_token, result.itl_s
     rec.client_token_chunks = result.token_chunks if result.t_first_token is not None or result.saw_done else None
     rec.prompt_tokens, rec.completion_tokens = result.prompt_tokens, result.completion_tokens
+    rec.finish_reason, rec.first_token_source = result.finish_reason, result.first_token_source
 
 
 def _read_error_body(raw) -> str:

@@ -13,7 +13,7 @@ import re
 import time
 from dataclasses import asdict, dataclass, replace
 
-from loadgen.openai_body import OPTIONAL_FIELDS, request_dict
+from loadgen.openai_body import OPTIONAL_FIELDS, request_dict, sends_field
 from loadgen.specs import TargetSpec
 from loadgen.target_probe import Reply, TargetClient, TargetError
 from loadgen.workloads import RequestSpec
@@ -27,7 +27,10 @@ _TEXT_ONLY = re.compile(r"(prompt|input).{0,40}(must be|should be|expected|only)
 _CONSEQUENCE = {
     "ignore_eos": "output lengths are not enforced: completions may stop at EOS before max_tokens",
     "min_tokens": "a minimum output length is not enforced",
-    "stream_options": "no usage in the stream: token counts come from the client tokenizer or the chunks",
+    "continuous_usage_stats": "usage only at the end of a stream: a token sent with no text (part of a UTF-8 "
+                              "character) is not seen, so a first-token time may be one chunk late",
+    "stream_options": "no usage in the stream: token counts come from a `length` finish, the client tokenizer, "
+                      "or are estimated from the chunks (flagged as estimates)",
 }
 
 
@@ -56,10 +59,13 @@ class PreflightResult:
 
 
 def _refused_field(message: str, body: dict) -> str | None:
-    """The optional request field the server names in its refusal."""
+    """The optional request field the server names in its refusal. A refusal of stream_options while
+    continuous_usage_stats is still in it drops that first: include_usage is worth keeping."""
     for name in [*OPTIONAL_FIELDS, *(k for k in body if k not in ("model", "prompt", "messages", "max_tokens",
                                                                    "stream"))]:
-        if name in body and re.search(rf"\b{re.escape(name)}\b", message):
+        if sends_field(body, name) and re.search(rf"\b{re.escape(name)}\b", message):
+            if name == "stream_options" and sends_field(body, "continuous_usage_stats"):
+                return "continuous_usage_stats"
             return name
     return None
 

@@ -12,7 +12,13 @@ from typing import Any
 
 REQUEST_STATUSES = ("ok", "error", "timeout", "cancelled")
 # Error classes of the load generator's taxonomy (RequestRecord.error_kind).
-ERROR_KINDS = ("connect", "http_status", "stream_broken", "timeout", "bad_payload")
+# cut_off: the server ended the stream before the request got its tokens ([DONE] with no
+# finish_reason, or short of a fixed output length; loadgen/sse.py, docs/run-format.md).
+ERROR_KINDS = ("connect", "http_status", "stream_broken", "timeout", "bad_payload", "cut_off")
+# Where a request's output token count came from, best first (RequestRecord.output_tokens_and_source;
+# docs/metrics.md "Output token counts"). Only "chunks" is an estimate.
+OUTPUT_TOKEN_SOURCES = ("usage", "length", "tokenizer", "chunks")
+ESTIMATED_SOURCES = ("chunks",)
 
 
 @dataclass
@@ -34,7 +40,7 @@ class RequestRecord:
     completion_tokens: int | None = None       # server usage
     client_prompt_tokens: int | None = None    # client tokenizer (or the token ids sent)
     client_completion_tokens: int | None = None  # client tokenizer count of the streamed text
-    client_token_chunks: int | None = None     # token-carrying chunks received
+    client_token_chunks: int | None = None     # token-carrying chunks received (not a token count)
     ttft_s: float | None = None
     tpot_s: float | None = None
     e2e_s: float | None = None
@@ -44,6 +50,10 @@ class RequestRecord:
     http_status: int | None = None
     worker_id: str | None = None
     send_lag_s: float = 0.0            # t_sent - t_scheduled: how far the client fell behind its plan
+    max_tokens: int | None = None      # as sent: a `length` finish means exactly this many tokens
+    finish_reason: str | None = None   # the stream's last choice finish_reason
+    first_token_source: str | None = None     # chunk | end (loadgen/sse.py: end is an upper bound)
+    output_tokens_source: str | None = None   # usage | length | tokenizer | chunks (derive())
 
     def __post_init__(self) -> None:
         if self.status not in REQUEST_STATUSES:
@@ -58,19 +68,30 @@ class RequestRecord:
             self.ttft_s = self.t_first_token - self.t_sent
         if self.t_done is not None:
             self.e2e_s = self.t_done - self.t_sent
-        n = self.output_tokens()
+        n, self.output_tokens_source = self.output_tokens_and_source()
         if self.status == "ok" and self.ttft_s is not None and self.e2e_s is not None and n and n > 1:
             self.tpot_s = (self.e2e_s - self.ttft_s) / (n - 1)
         return self
 
     def output_tokens(self) -> int | None:
-        """The best count of generated tokens: the server's usage, else the client tokenizer's count of
-        the streamed text, else the number of token-carrying chunks (exact only for servers that
-        send one token per chunk, as refengine and vLLM's default stream interval do)."""
-        for n in (self.completion_tokens, self.client_completion_tokens, self.client_token_chunks):
-            if n is not None:
-                return n
-        return None
+        return self.output_tokens_and_source()[0]
+
+    def output_tokens_and_source(self) -> tuple[int | None, str | None]:
+        """The best count of generated tokens and where it came from (docs/metrics.md): the server's
+        usage; else, when the stream finished by `length`, exactly max_tokens (the server's own
+        accounting: it stopped because it had made that many); else the client tokenizer's count of
+        the streamed text; else the token-carrying chunks, an estimate only (a server may pack
+        several tokens in one chunk, or send a token with no text). rundir.table.derive_columns
+        is the same order on columns."""
+        if self.completion_tokens is not None:
+            return self.completion_tokens, "usage"
+        if self.finish_reason == "length" and self.max_tokens is not None:
+            return self.max_tokens, "length"
+        if self.client_completion_tokens is not None:
+            return self.client_completion_tokens, "tokenizer"
+        if self.client_token_chunks is not None:
+            return self.client_token_chunks, "chunks"
+        return None, None
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "RequestRecord":

@@ -136,9 +136,18 @@ class RequestTable:
 
 
 def derive_columns(df: pd.DataFrame) -> pd.DataFrame:
-    """Token counts the statistics use: the server's usage, else the client tokenizer's count, else the
-    token-carrying chunks (RequestRecord.output_tokens, section 4)."""
-    df["out_tokens"] = (df["completion_tokens"].fillna(df["client_completion_tokens"])
-                        .fillna(df["client_token_chunks"]).fillna(0.0))
+    """Token counts the statistics use, in RequestRecord.output_tokens_and_source's order: the server's
+    usage, else max_tokens for a `length` finish, else the client tokenizer's count, else the
+    token-carrying chunks (an estimate); `output_tokens_source` says which, also for records written
+    before the field existed."""
+    length = df["max_tokens"].where(df["finish_reason"] == "length")
+    out = pd.Series(np.nan, index=df.index)
+    source = pd.Series(None, index=df.index, dtype=object)
+    for name, col in (("usage", df["completion_tokens"]), ("length", length),
+                      ("tokenizer", df["client_completion_tokens"]), ("chunks", df["client_token_chunks"])):
+        take = out.isna() & col.notna()
+        out[take], source[take] = col[take], name
+    df["out_tokens"] = out.fillna(0.0)
+    df["output_tokens_source"] = source
     df["in_tokens"] = df["prompt_tokens"].fillna(df["client_prompt_tokens"]).fillna(0.0)
     return df

@@ -86,6 +86,13 @@ class LevelStats:
     n_failed_mid_stream: int = 0
     ttft_p99_with_failures_s: float | None = None
     ttft_p99_unbounded: bool = False
+    # Output token counts (docs/metrics.md): of the successful requests in the window, how many counts
+    # are estimates (then TPOT and token throughput are too), and how many outputs were longer than
+    # asked (of output_len_unhonoured). first_token_at_end: finished with no token-carrying chunk,
+    # TTFT taken at the chunk that finished them (an upper bound), counted in the TTFT all the same.
+    output_tokens_estimated: int = 0
+    output_len_longer: int = 0
+    first_token_at_end: int = 0
 
     @property
     def load(self) -> float:
@@ -123,7 +130,7 @@ def level_stats(table: RequestTable, rows: np.ndarray, level_id: str, window: Wi
     col = {name: df[name].to_numpy()[rows] for name in (
         "status", "in_window", "ttft_s", "tpot_s", "e2e_s", "send_lag_s", "out_tokens", "in_tokens", "t_sent",
         "completion_tokens", "client_completion_tokens", "client_token_chunks", "prompt_tokens",
-        "client_prompt_tokens",
+        "client_prompt_tokens", "output_tokens_source", "finish_reason", "first_token_source",
         "target_input_len", "target_output_len", "error_kind", "error")}
     win = col["in_window"]
     status = col["status"]
@@ -164,6 +171,10 @@ def level_stats(table: RequestTable, rows: np.ndarray, level_id: str, window: Wi
         notes.append(f"P99 from {d_ttft.n} samples (< {MIN_SAMPLES_FOR_P99}) is unreliable")
     acct = account_tokens(col, ok, int(first_of("target_output_len", 0)))
     notes += acct.notes
+    at_end = int((ok & (col["first_token_source"] == "end")).sum())
+    if at_end:
+        notes.append(f"{at_end} requests finished with no token-carrying chunk: their TTFT is the time of the "
+                     "chunk that finished them (an upper bound)")
     if validity.stall is not None:
         notes.append(INVALID_PREFIX + stall_words(validity.stall, window))
     if validity.carried_failed:
@@ -190,7 +201,8 @@ def level_stats(table: RequestTable, rows: np.ndarray, level_id: str, window: Wi
         stall_s=validity.stall.seconds if validity.stall else None,
         tokenizer_count_differs=acct.tokenizer_differs, tokenizer_count_diff_mean=acct.tokenizer_diff_mean,
         n_failed_no_token=sample.no_token, n_failed_mid_stream=sample.mid_stream,
-        ttft_p99_with_failures_s=p99_all, ttft_p99_unbounded=bool(unbounded))
+        ttft_p99_with_failures_s=p99_all, ttft_p99_unbounded=bool(unbounded),
+        output_tokens_estimated=acct.estimated, output_len_longer=acct.longer, first_token_at_end=at_end)
 
 
 _NOMINAL = re.compile(r"-in(\d+)-out(\d+)$")     # the sweep's level ids: c8-in512-out64, r2-in128-out64

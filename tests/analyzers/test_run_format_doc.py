@@ -47,3 +47,24 @@ def test_level_meta_round_trips_and_keeps_unknown_keys():
     again = RunInfo.from_dict(info.to_dict()).level_meta["c1"]
     assert again == meta and again.extra == {"from_a_newer_tool": 7}
     assert info.to_dict()["level_meta"]["c1"]["from_a_newer_tool"] == 7
+
+
+def _record_rows() -> dict[str, str]:
+    """requests.jsonl's table: each field named in a row's first cell -> the row's meaning."""
+    text = DOC.read_text(encoding="utf-8")
+    section = text.split("## requests.jsonl (`RequestRecord`)", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for m in re.finditer(r"^\| ([^|]+) \| (.*)\|$", section, re.M):
+        for name in re.findall(r"`(\w+)`", m.group(1)):
+            rows[name] = m.group(2)
+    return rows
+
+
+def test_every_request_record_field_and_error_kind_is_in_the_doc():
+    from rundir import ERROR_KINDS, RequestRecord
+    from rundir.records import OUTPUT_TOKEN_SOURCES
+
+    rows = _record_rows()
+    assert not [f.name for f in dataclasses.fields(RequestRecord) if f.name not in rows], sorted(rows)
+    assert not [k for k in ERROR_KINDS if f"`{k}`" not in rows["error_kind"]]
+    assert not [s for s in OUTPUT_TOKEN_SOURCES if f"`{s}`" not in rows["output_tokens_source"]]

@@ -13,6 +13,10 @@ Failure modes, for the whole instance (--mode) or one request (body field "x_mod
   close       send half the tokens, then drop the connection (no [DONE])
   error_chunk send one token, then an error object inside the stream, then [DONE]
   garbage     send one token, then a data line that is not JSON
+--llama-cpp: streams as llama-cpp-python's server (llama_cpp.server) does: no usage whatever
+stream_options asks, one chunk per token but text only in every third (the others empty), and,
+its `interrupt_requests`, a running stream is cut when a newer request arrives: one empty chunk,
+then `data: [DONE]`, no finish_reason.
 --die-after K: the process exits (no goodbye) right after its K-th request has finished.
 --freeze-at S --freeze-for D: from S seconds after the first request, for D seconds, no token is
 sent to anyone (a frozen engine); tokens due meanwhile go out when it thaws.
@@ -44,8 +48,10 @@ class _DropConnection(Exception):
 
 class DelayServer:
     def __init__(self, ttft_ms: float, itl_ms: float, mode: str = "ok", die_after: int | None = None,
-                 freeze_at: float | None = None, freeze_for: float = 0.0):
+                 freeze_at: float | None = None, freeze_for: float = 0.0, llama_cpp: bool = False):
         assert mode in MODES, mode
+        self.llama_cpp = llama_cpp
+        self.newest = 0        # the newest request's number (llama_cpp: older running streams are cut)
         self.freeze_at, self.freeze_for = freeze_at, freeze_for
         self.t_first_request: float | None = None
         self.ttft_s, self.itl_s = ttft_ms / 1000.0, itl_ms / 1000.0
@@ -73,7 +79,7 @@ class DelayServer:
         n = int(body.get("max_tokens") or 16)
         prompt = body.get("prompt", body.get("messages", ""))
         prompt_tokens = len(prompt) if isinstance(prompt, list) else max(1, len(str(prompt)) // 4)
-        usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        usage = bool((body.get("stream_options") or {}).get("include_usage")) and not self.llama_cpp
         if not body.get("stream"):
             self._finish()
             return JSONResponse({"error": {"message": "this test server only streams"}}, status_code=400)
@@ -81,6 +87,8 @@ class DelayServer:
                                  media_type="text/event-stream")
 
     async def _stream(self, t_arrival: float, n: int, mode: str, chat: bool, prompt_tokens: int, usage: bool):
+        self.newest += 1
+        me = self.newest
         try:
             if chat:   # a role-only first chunk, as OpenAI and vLLM send it: it carries no token
                 yield _sse(_chat_chunk({"role": "assistant", "content": ""}))
@@ -100,7 +108,11 @@ class DelayServer:
                     yield "data: {not json\n\n"
                     yield "data: [DONE]\n\n"
                     return
-                text = f" t{k}"
+                if self.llama_cpp and self.newest != me:     # interrupt_requests: a newer request won
+                    yield _sse(_chat_chunk({}) if chat else _text_chunk(""))
+                    yield "data: [DONE]\n\n"
+                    return
+                text = f" t{k}" if not self.llama_cpp or k % 3 == 2 or k == n - 1 else ""
                 yield _sse(_chat_chunk({"content": text}) if chat else _text_chunk(text))
                 t_last = time.monotonic()
                 t_first = t_first or t_last
@@ -192,8 +204,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--die-after", type=int, default=None)
     p.add_argument("--freeze-at", type=float, default=None)
     p.add_argument("--freeze-for", type=float, default=0.0)
+    p.add_argument("--llama-cpp", action="store_true")
     a = p.parse_args(argv)
-    server = DelayServer(a.ttft_ms, a.itl_ms, a.mode, a.die_after, a.freeze_at, a.freeze_for)
+    server = DelayServer(a.ttft_ms, a.itl_ms, a.mode, a.die_after, a.freeze_at, a.freeze_for, a.llama_cpp)
     logging.getLogger("uvicorn.error").addFilter(_QuietDrops())
     uvicorn.run(server.app(), host="127.0.0.1", port=a.port, log_level="warning", access_log=False,
                 timeout_keep_alive=30, backlog=4096)

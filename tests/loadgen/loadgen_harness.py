@@ -40,12 +40,14 @@ class DelayServerProc:
 
 
 def start_delay_server(ttft_ms: float = 50, itl_ms: float = 10, mode: str = "ok",
-                       die_after: int | None = None) -> DelayServerProc:
+                       die_after: int | None = None, llama_cpp: bool = False) -> DelayServerProc:
     port = free_port()
     cmd = [sys.executable, os.path.join(HERE, "delay_server.py"), "--port", str(port),
            "--ttft-ms", str(ttft_ms), "--itl-ms", str(itl_ms), "--mode", mode]
     if die_after is not None:
         cmd += ["--die-after", str(die_after)]
+    if llama_cpp:
+        cmd.append("--llama-cpp")
     # The log goes to a file: a pipe nobody reads fills up and freezes the server mid-test.
     log = tempfile.TemporaryFile()
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)

@@ -45,6 +45,10 @@ def delta(d: dict) -> bytes:
     return data({"choices": [{"index": 0, "delta": d, "finish_reason": None}]})
 
 
+def finish(reason: str) -> bytes:
+    return data({"choices": [{"index": 0, "delta": {}, "finish_reason": reason}]})
+
+
 USAGE = data({"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}})
 
 
@@ -62,7 +66,7 @@ def test_completions_stream():
 
 def test_chat_role_only_chunk_is_not_a_token():
     lines = [delta({"role": "assistant", "content": ""}), delta({"role": "assistant"}), delta({"content": "Hi"}),
-             delta({"content": " there"}), delta({}), b"data: [DONE]\n"]
+             delta({"content": " there"}), finish("stop"), b"data: [DONE]\n"]
     r = read_sse_stream(*feed(lines, [0.1, 0.2, 0.5, 0.6, 0.7, 0.8]))
     assert r.ok and r.t_first_token == 0.5 and r.token_chunks == 2 and r.itl_s == pytest.approx([0.1])
     assert r.prompt_tokens is None                  # no usage chunk: unknown, not zero
@@ -76,7 +80,7 @@ def test_reasoning_and_token_ids_count_as_tokens():
 
 def test_comments_and_other_fields_are_skipped_and_crlf_is_fine():
     lines = [b": keep-alive\r\n", b"event: message\r\n", b"id: 3\r\n", b"data:" + json.dumps(
-        {"choices": [{"text": "x"}]}).encode() + b"\r\n", b"\r\n", b"data:[DONE]\r\n"]
+        {"choices": [{"text": "x", "finish_reason": "length"}]}).encode() + b"\r\n", b"\r\n", b"data:[DONE]\r\n"]
     r = read_sse_stream(*feed(lines))
     assert r.ok and r.token_chunks == 1
 
