@@ -117,7 +117,7 @@ def diagnose_p99(run: RunDir, metric: str = "ttft") -> P99Diagnosis:
         check_batch_size(p["server"], tails),
         *check_standing(metric, levels, phases, limits, locality is not None),
         check_cpu(p["host"], tails, top_others, table), check_gpu_throttle(p["gpu"], tails),
-        check_send_lag(table, ttft),
+        check_send_lag(table, ttft, series["server"]),
     ]
     found = [c.finding for c in checks if c.finding is not None]
     n_tail = _set_tail_shares(table, metric, tails, levels, found)
