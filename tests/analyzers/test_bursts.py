@@ -138,8 +138,11 @@ def test_a_level_of_burst_streams_is_invalid(tmp_path, with_server):
 def test_the_p99_client_lag_check_fails_on_burst_reads(tmp_path):
     recs = [burst(0.2 * i) if i % 2 else paced(0.2 * i) for i in range(60)]
     run = make_run(tmp_path / "r", recs, windows={"c1": (0, 12)})
-    check = next(c for c in diagnose_p99(run).checks if c.check_id == LAG_ID)
+    diag = diagnose_p99(run)
+    check = next(c for c in diag.checks if c.check_id == LAG_ID)
     assert check.status == "failed" and "c1 (30 of 60)" in check.finding.title
+    assert diag.findings and diag.findings[0].check_id == LAG_ID       # a cause, not context
+    assert diag.headline.startswith("the client fell behind the server")
     assert "taskset" in check.finding.next_step
 
 
