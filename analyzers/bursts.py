@@ -44,6 +44,7 @@ MIN_SERVER_ITL_COUNT = 10  # fewer server ITL observations in the window are no 
 # passing hiccup (a GC pause in the client) are noted, not a failed level.
 LEVEL_SHARE = 0.05
 MIN_BURSTS = 3
+PIN = "pin the server and the client to separate cores (taskset)"
 
 
 @dataclass(frozen=True)
@@ -77,14 +78,19 @@ class BurstReads:
         return self.bursts >= MIN_BURSTS and self.share >= LEVEL_SHARE
 
     def words(self) -> str:
-        """The level's verdict in a sentence (analyzers.validity puts it in the notes)."""
-        more = f" ({self.unjudged} more too short to judge)" if self.unjudged else ""
-        stream = "stream" if self.judged == 1 else "streams"
-        head = f"{self.bursts} of {self.judged} {stream}{more} arrived in one burst"
+        """The level's verdict in a sentence (its SLO verdict's reason, analyzers.validity)."""
         if not self.fails:
-            return head + ": the client read them late (too few to fail the level)"
-        return (head + ": the client fell behind the server and its TTFT/TPOT are not measured; pin the server "
-                "and the client to separate cores (taskset)")
+            return self._head() + ": the client read them late (too few to fail the level)"
+        return self._head() + ": the client fell behind the server and its TTFT/TPOT are not measured; " + PIN
+
+    def note(self) -> str:
+        """The level's INVALID note, worded as the sweep's own for a client that fell behind, so
+        that the run's findings group both with each level's own numbers (analyzers/findings.py)."""
+        return f"the client fell behind ({self._head()}: its TTFT/TPOT are not measured; {PIN})"
+
+    def _head(self) -> str:
+        more = f" ({self.unjudged} more too short to judge)" if self.unjudged else ""
+        return f"{self.bursts} of {self.judged} {'stream' if self.judged == 1 else 'streams'}{more} arrived in one burst"
 
 
 def gap_limit(server_itl_s: float | None) -> float:

@@ -65,7 +65,7 @@ def mark_not_measured(lv, bursts: BurstReads) -> None:
     lv.slo_met = None
     if words not in lv.slo_broken:
         lv.slo_broken.append(words)
-        lv.notes.append(INVALID_PREFIX + words)
+        lv.notes.append(INVALID_PREFIX + bursts.note())
 
 
 def cut_short_words(measured_s: float, nominal_s: float) -> str:
