@@ -13,7 +13,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from analyzers.bursts import level_server_itl
 from analyzers.findings import Finding, run_findings
+from analyzers.probe_series import ProbeSeries, read_probe
 from analyzers.stats.latency import LevelStats, Window, level_stats
 from analyzers.stats.request_classes import all_class_rows
 from analyzers.stats.scaling import ScalingPoint, Series, analyze_scaling, best_level_within_slo
@@ -78,10 +80,11 @@ def level_windows(run: RunDir, info: RunInfo) -> dict[str, Window]:
 
 def summarize_table(table: RequestTable, info: RunInfo, windows: dict[str, Window],
                     slos: "Slos | dict | None" = None, extra_notes: dict[str, list[str]] | None = None,
-                    seed: int = 0) -> RunSummary:
+                    seed: int = 0, server: ProbeSeries | None = None) -> RunSummary:
     """Analyze `table` (a run's records). `windows`: level id -> measured window; levels without
     one use the spec's duration, or, for a level cut short (Ctrl-C, a crash), the span of its
-    in-window send times."""
+    in-window send times. `server`: the server probe's series, whose ITL is the reference that
+    tells streams read in one burst (analyzers/bursts.py)."""
     slos = Slos.of(slos if slos is not None else info.slos)
     rows_by_level = table.level_rows()
     order = [lv for lv in info.levels_done if lv in rows_by_level]
@@ -97,8 +100,9 @@ def summarize_table(table: RequestTable, info: RunInfo, windows: dict[str, Windo
             if cut_short:
                 estimated.add(level_id)
     for i, level_id in enumerate(order):
-        lv = level_stats(table, rows_by_level[level_id], level_id, used[level_id], slos,
-                         np.random.default_rng([seed, i]))
+        rows, window = rows_by_level[level_id], used[level_id]
+        lv = level_stats(table, rows, level_id, window, slos, np.random.default_rng([seed, i]),
+                         level_server_itl(server, table, rows, window.start, window.end))
         meta = info.level_meta.get(level_id) or LevelMeta()
         lv.notes.extend(meta.notes)
         lv.notes.extend((extra_notes or {}).get(level_id, []))
@@ -150,6 +154,7 @@ def analyze_run(run: RunDir, slos: "Slos | dict | None" = None) -> tuple[RunSumm
     """Read and analyze a run directory. Raises FileNotFoundError if it is not one."""
     info = run.read_info()
     table = load_cached(run)
-    summary = summarize_table(table, info, level_windows(run, info), slos)
+    server = read_probe(run.probe_file("server"), "server")
+    summary = summarize_table(table, info, level_windows(run, info), slos, server=server)
     summary.findings.extend(table.warnings)          # lines of requests.jsonl that were not counted
     return summary, table

@@ -61,7 +61,9 @@ def _within_slo(s: RunSummary) -> list[AnswerItem]:
         else:
             low = measured[0]
             why = "; ".join(low.slo_broken) or "no verdict"
-            items.append(AnswerItem(label, f"{prefix}none: even the lowest load, {low.level_id}, missed the SLO "
+            # A level without a verdict (cut short, its client behind the server) did not miss the SLO.
+            verb = "missed the SLO" if low.slo_met is False else "has no SLO verdict"
+            items.append(AnswerItem(label, f"{prefix}none: even the lowest load, {low.level_id}, {verb} "
                                     f"({why}).", "bad"))
     if not items:
         items.append(AnswerItem(label, "nothing was measured.", "bad"))

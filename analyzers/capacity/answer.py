@@ -176,7 +176,7 @@ def _invalid_reasons(levels: list[LevelStats]) -> list[str]:
             reasons.append(f"{lv.level_id}: errors {lv.error_rate:.0%}")
         if any(n.startswith(OVER_CAPACITY_WORDS) for n in lv.notes):
             reasons.append(f"{lv.level_id}: over capacity, stopped early")
-        if lv.slo_met is None:
+        if lv.slo_met is None and not _client_behind(lv):      # a client behind has no verdict either
             reasons.append(f"{lv.level_id}: no verdict (cut short)")
     return reasons
 

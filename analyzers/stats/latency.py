@@ -22,7 +22,7 @@ from analyzers.stats.slo import Slos, SloSample
 from analyzers.stats.throughput import level_rates
 from analyzers.stats.token_accounting import account_tokens
 from analyzers.stats.window import Window
-from analyzers.validity import INVALID_PREFIX, level_validity, stall_words
+from analyzers.validity import INVALID_PREFIX, level_validity, mark_not_measured, stall_words
 from rundir import RequestRecord
 from rundir.table import RequestTable
 
@@ -93,6 +93,13 @@ class LevelStats:
     output_tokens_estimated: int = 0
     output_len_longer: int = 0
     first_token_at_end: int = 0
+    # Streams the client read in one burst (analyzers/bursts.py): of those with enough chunks to judge,
+    # and those too short to; the server's ITL mean the rule compared with (None: absolute bounds).
+    # A level where enough of them burst is INVALID: its TTFT and TPOT were not measured.
+    burst_streams: int = 0
+    burst_judged: int = 0
+    burst_unjudged: int = 0
+    burst_server_itl_s: float | None = None
 
     @property
     def load(self) -> float:
@@ -112,18 +119,19 @@ class LevelStats:
 
 
 def summarize_level(records: "Iterable[RequestRecord] | RequestTable", level_id: str, window_s: float | Window,
-                    slos: "dict | Slos | None" = None, seed: int = 0) -> LevelStats:
+                    slos: "dict | Slos | None" = None, seed: int = 0, server_itl_s: float | None = None) -> LevelStats:
     """Statistics of one level from its records (or a RequestTable); `window_s` is the measured
-    window's length (or a Window)."""
+    window's length (or a Window); `server_itl_s` the server's own ITL mean over it (server probe)."""
     table = records if isinstance(records, RequestTable) else RequestTable.from_records(records)
     rows = np.flatnonzero(table.df["level_id"].to_numpy() == level_id)
     window = window_s if isinstance(window_s, Window) else Window(float(window_s))
-    return level_stats(table, rows, level_id, window, Slos.of(slos), np.random.default_rng(seed))
+    return level_stats(table, rows, level_id, window, Slos.of(slos), np.random.default_rng(seed), server_itl_s)
 
 
 def level_stats(table: RequestTable, rows: np.ndarray, level_id: str, window: Window, slos: Slos,
-                rng: np.random.Generator) -> LevelStats:
-    """The statistics of the rows `rows` of `table` (one level's records)."""
+                rng: np.random.Generator, server_itl_s: float | None = None) -> LevelStats:
+    """The statistics of the rows `rows` of `table` (one level's records); `server_itl_s`: the
+    server's own ITL mean over the window, the reference of the burst-read rule (analyzers/bursts.py)."""
     if window.seconds <= 0:
         raise ValueError(f"the measured window must be positive, got {window.seconds}")
     df = table.df
@@ -141,7 +149,7 @@ def level_stats(table: RequestTable, rows: np.ndarray, level_id: str, window: Wi
     ok_mask[rows[ok]] = True
 
     d_ttft, d_tpot, d_e2e = (Distribution.of(v, rng) for v in (ttft, tpot, e2e))
-    validity = level_validity(table, rows, window)
+    validity = level_validity(table, rows, window, server_itl_s)
     sample = SloSample.of(status[win], col["ttft_s"][win], col["tpot_s"][win], col["e2e_s"][win],
                           col["target_output_len"][win])
     slo_met, broken = slos.level_verdict(int(win.sum()), sample, validity.error_rate(int(failed.sum()), int(win.sum())))
@@ -183,7 +191,7 @@ def level_stats(table: RequestTable, rows: np.ndarray, level_id: str, window: Wi
     concurrency = first_of("concurrency")
     input_len, output_len = nominal_lengths(level_id, col, int(first_of("target_input_len", 0)),
                                             int(first_of("target_output_len", 0)))
-    return LevelStats(
+    lv = LevelStats(
         level_id=level_id, concurrency=None if concurrency is None else int(concurrency),
         request_rate=first_of("request_rate"), input_len=input_len,
         output_len=output_len, window_s=window.seconds, n_sent=int(rows.size),
@@ -203,6 +211,12 @@ def level_stats(table: RequestTable, rows: np.ndarray, level_id: str, window: Wi
         n_failed_no_token=sample.no_token, n_failed_mid_stream=sample.mid_stream,
         ttft_p99_with_failures_s=p99_all, ttft_p99_unbounded=bool(unbounded),
         output_tokens_estimated=acct.estimated, output_len_longer=acct.longer, first_token_at_end=at_end)
+    if validity.bursts is not None:
+        b = validity.bursts
+        lv.burst_streams, lv.burst_judged, lv.burst_unjudged, lv.burst_server_itl_s = \
+            b.bursts, b.judged, b.unjudged, b.server_itl_s
+        mark_not_measured(lv, b)
+    return lv
 
 
 _NOMINAL = re.compile(r"-in(\d+)-out(\d+)$")     # the sweep's level ids: c8-in512-out64, r2-in128-out64

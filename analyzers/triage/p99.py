@@ -35,7 +35,7 @@ from analyzers.triage.network import (
     target_locality,
 )
 from analyzers.triage.phases import level_phases
-from analyzers.triage.requests import check_hol_blocking, check_send_lag
+from analyzers.triage.requests import LAG_ID, check_hol_blocking, check_send_lag
 from analyzers.triage.server import check_batch_size, check_preemptions, check_queueing, server_absence
 from analyzers.triage.standing import check_standing, engine_limits, tail_rows
 from analyzers.triage.tail_windows import METRIC_SPANS, TailWindows, find_tail_windows, overlaps
@@ -121,16 +121,26 @@ def diagnose_p99(run: RunDir, metric: str = "ttft") -> P99Diagnosis:
         check_queueing(p["server"], tails, server_absent), check_batch_size(p["server"], tails, server_absent),
         *check_standing(metric, levels, phases, limits, locality is not None),
         check_cpu(p["host"], tails, top_others, table), check_gpu_throttle(p["gpu"], tails),
-        check_send_lag(table, ttft),
+        check_send_lag(table, ttft, series["server"]),
     ]
     found = [c.finding for c in checks if c.finding is not None]
     n_tail = _set_tail_shares(table, metric, tails, levels, found)
+    _unmeasured_is_a_cause(found)
     _last_resort_yields(found)
     causes, context = split_causes(found)
     return P99Diagnosis(info.run_id, metric, tails, checks, causes, context, levels, n_tail)
 
 
 SATURATION_ID = "p99.sched.saturation"
+
+
+def _unmeasured_is_a_cause(findings: list[Finding]) -> None:
+    """Streams the client read in one burst (analyzers/bursts.py) were not measured: every latency of
+    their level is the client's clock, so the finding is a cause however little of the tail it
+    overlaps (a level of bursts can have no tail at all: its TTFT is uniformly the client's wait)."""
+    for f in findings:
+        if f.check_id == LAG_ID and "burst_streams" in f.evidence:
+            f.tail_share = max(f.tail_share or 0.0, CONTEXT_SHARE)
 
 
 def _last_resort_yields(findings: list[Finding]) -> None:

@@ -1,5 +1,7 @@
 """P99 checks that need only the requests: head-of-line blocking by long prefills, and whether
-the client itself fell behind (in which case the tail is partly the measurement's own).
+the client itself fell behind (in which case the tail is partly the measurement's own): it sent
+requests late (send lag), or it read streams late, every chunk back to back (analyzers/bursts.py,
+with the server probe's ITL as the reference when there is one).
 
 Head-of-line blocking leaves a signature in the timestamps alone: a short request stuck behind a
 long prefill gets its first token within a step or two after that prefill ends (the long
@@ -18,6 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from analyzers.bursts import MIN_CHUNKS, BurstReads, level_server_itl, stream_verdicts
+from analyzers.probe_series import ProbeSeries
 from analyzers.triage.contracts import CheckResult, Finding, failed, passed, unchecked
 from analyzers.triage.exposure import differential, exposed_windows
 from analyzers.triage.tail_windows import TailWindows, Window, merge, spike_mask
@@ -158,7 +162,52 @@ def _risk_words(relative_risk: float) -> str:
     return f"such requests spiked {relative_risk:.1f}x as often as the others"
 
 
-def check_send_lag(table: RequestTable, ttft: TailWindows) -> CheckResult:
+def check_send_lag(table: RequestTable, ttft: TailWindows, server: ProbeSeries | None = None) -> CheckResult:
+    """The client kept its schedule: it read its streams as they came (no level INVALID for burst
+    reads), and it sent its requests on time (send lag)."""
+    burst = _check_burst_reads(table, ttft, server)
+    if burst.status == "failed":
+        return burst
+    lag = _check_lag(table, ttft)
+    if lag.status == "passed":
+        lag.detail += "; " + burst.detail
+        lag.numbers.update(burst.numbers)
+    return lag
+
+
+def _check_burst_reads(table: RequestTable, ttft: TailWindows, server: ProbeSeries | None) -> CheckResult:
+    """Levels where enough streams arrived in one burst (analyzers/bursts.py) were not measured."""
+    judged = bursts = 0
+    failing: list[str] = []
+    burst_rows = [np.zeros(0, dtype=int)]
+    for level_id, rows in table.level_rows().items():
+        itl = level_server_itl(server, table, rows)
+        ok, v = stream_verdicts(table, rows, itl)
+        reads = BurstReads.of(v, itl)
+        judged, bursts = judged + reads.judged, bursts + reads.bursts
+        if reads.fails:
+            failing.append(f"{level_id} ({reads.bursts} of {reads.judged})")
+            burst_rows.append(ok[v == 1])
+    if not failing:
+        why = (f"{bursts} of {judged} streams arrived in one burst" if judged else
+               f"no stream had {MIN_CHUNKS} chunks or more: whether the client read them late cannot be judged")
+        return passed(LAG_ID, "client", LAG_TITLE, why, burst_streams=bursts, burst_judged=judged)
+    rows = np.concatenate(burst_rows)
+    df = table.df
+    # The tail these streams make is their own latency windows: a level of bursts is slow throughout
+    # (its TTFT holds the client's wait), with or without spike windows.
+    sent, done = df["t_sent"].to_numpy(float)[rows], df["t_done"].to_numpy(float)[rows]
+    explains = merge([Window(s, e) for s, e in zip(sent, done) if np.isfinite(e)])
+    evidence = dict(burst_streams=int(rows.size), burst_judged=judged, levels=failing)
+    finding = Finding(LAG_ID, "client", "high",
+                      f"the client fell behind the server: streams arrived in one burst in {', '.join(failing)}; "
+                      "their TTFT/TPOT are the client's own lag, not measured", evidence, explains, len(explains),
+                      "pin the server and the client to separate cores (taskset), or run the client on another "
+                      "machine, and re-run before trusting any latency")
+    return failed(finding, LAG_TITLE, finding.title)
+
+
+def _check_lag(table: RequestTable, ttft: TailWindows) -> CheckResult:
     df = table.df
     measured = df["in_window"].to_numpy() & df["send_lag_s"].notna().to_numpy()
     if not measured.any():

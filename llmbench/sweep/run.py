@@ -20,6 +20,8 @@ from typing import Callable, Protocol
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from analyzers.bursts import server_itl_mean
+from analyzers.probe_series import read_probe
 from analyzers.stats.latency import LevelStats, Window, summarize_level
 from analyzers.summary import RunSummary, summary_of_levels
 from analyzers.validity import INVALID_PREFIX, mark_cut_short, mark_over_capacity
@@ -228,13 +230,23 @@ def _measure(level: LevelSpec, run: RunDir, target: TargetSpec, spec: SweepSpec,
     result = run_level(level, target, level_workload_factory(**spec.workload), sink,
                        on_progress=view.refresh, master_bind=master_bind)
     window, cut_short = _measured_window(level, result, sink.records)
-    lv = summarize_level(sink.records, level.level_id, window, slos_d)
+    lv = summarize_level(sink.records, level.level_id, window, slos_d, server_itl_s=_server_itl(run, sink, window))
     if result.end_reason == "over_capacity":
         mark_over_capacity(lv, result.over_capacity or "")
         cut_short = False           # stopped on purpose: it has a verdict (missed)
     elif cut_short:
         mark_cut_short(lv, window.seconds, level.duration_s)
     return _Measured(level, lv, result, window, cut_short)
+
+
+def _server_itl(run: RunDir, sink: _LevelSink, window: Window) -> float | None:
+    """The server's own ITL mean over the window, when a server probe ran: the reference that tells
+    the streams the client read in one burst (analyzers/bursts.py) from fast ones."""
+    start, end = window.start, window.end
+    if (start is None or end is None) and sink.records:        # a level that ended before its window
+        start = min(r.t_sent for r in sink.records)
+        end = max(r.t_done or r.t_sent for r in sink.records)
+    return server_itl_mean(read_probe(run.probe_file("server"), "server"), start, end)
 
 
 def _carry_on(m: _Measured, state: _SweepState, info: RunInfo, target_alive: Callable[[], bool],
