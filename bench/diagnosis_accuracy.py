@@ -6,7 +6,8 @@ Cases: clean runs (no finding expected); an admission limit far below the load; 
 small for the load; long prompts with chunked prefill off (head-of-line); CPU burners beside the
 CPU-bound engine, switched on mid-window; packet loss switched on mid-window on a veth into a
 network namespace holding the server; background retransmits on other flows while an admission
-limit acts (the network must not be blamed); and the README's main job (saturation).
+limit acts (the network must not be blamed); and the README's main job (saturation). On real vLLM
+(bench/diagnosis_vllm.py): an admission limit, a KV cache too small, CPU burners.
 
     python bench/diagnosis_accuracy.py [--cases a,b] [--out bench/diagnosis_accuracy.json]
 
@@ -28,6 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.diagnosis_faults import BackgroundFlow, Burners, LossyNamespace, Toggler, netns_unavailable
+from bench.diagnosis_vllm import vllm_cases
 
 SHORT = ["--warmup", "2s", "--duration", "10s", "--probes", "server,host,tcp"]
 SMALL = ["--model", "tiny-test", "--input-len", "32", "--output-len", "16"]
@@ -220,6 +222,7 @@ CASES = {
     "main-job-small": (case_main_job_small, "the main job's levels with tiny-test (2 s + 10 s levels)",
                        ["p99.sched.saturation"], False),
 }
+CASES.update(vllm_cases(finish, Toggler, Burners, BURNER_WINDOWS))
 
 
 def main() -> int:

