@@ -12,7 +12,9 @@ from typing import Any
 
 from analyzers.triage.tail_windows import Window
 
-CATEGORIES = ("network", "scheduling", "host", "client")   # the seed's order, then the measurement itself
+# "server": requests the server failed (they are the tail by definition); then the seed's order;
+# then the measurement itself.
+CATEGORIES = ("server", "network", "scheduling", "host", "client")
 SEVERITIES = ("high", "medium", "low")
 STATUSES = ("failed", "passed", "unchecked")
 

@@ -25,6 +25,7 @@ from analyzers.probe_series import read_probe
 from analyzers.stats.distribution import MIN_SAMPLES_FOR_P99
 from analyzers.triage.contracts import CONTEXT_SHARE, CheckResult, Finding, split_causes
 from analyzers.triage.evidence import split_samples
+from analyzers.triage.failures import check_failures, is_consequence_of_load
 from analyzers.triage.host import check_cpu, check_gpu_throttle, read_top_others
 from analyzers.triage.levels import LevelLoad, level_loads
 from analyzers.triage.network import (
@@ -115,6 +116,7 @@ def diagnose_p99(run: RunDir, metric: str = "ttft") -> P99Diagnosis:
               for lv in levels if lv.standing or lv.level_id == lv.baseline_level}
     limits = engine_limits(info.target.engine_args, info.target.kind == "embedded")
     checks = [
+        check_failures(table, metric),
         check_retransmits(p["tcp"], tails, locality), check_irq_affinity(p["irq"], p["host"], tails, locality),
         check_link_saturation(), check_collectives(),
         check_hol_blocking(table, ttft), check_preemptions(p["server"], tails, server_absent),
@@ -147,7 +149,8 @@ def _last_resort_yields(findings: list[Finding]) -> None:
     """Saturation is the standing verdict of last resort (none of the named causes holds): where a
     condition separates the tail from the body request by request, that condition is the cause and
     the level being busy is its consequence, so saturation explains none of the tail (context)."""
-    if any(f.kind == "differential" and (f.tail_share or 0.0) >= CONTEXT_SHARE for f in findings):
+    if any(f.kind == "differential" and (f.tail_share or 0.0) >= CONTEXT_SHARE and not is_consequence_of_load(f)
+           for f in findings):
         for f in findings:
             if f.check_id == SATURATION_ID:
                 f.tail_share = 0.0

@@ -46,7 +46,8 @@ def strict():
     proc.wait()
 
 
-@pytest.mark.parametrize("endpoint", ["completions", "chat"])
+# The chat endpoint is the same path with messages: slow, run by .ci/run.
+@pytest.mark.parametrize("endpoint", ["completions", pytest.param("chat", marks=pytest.mark.slow)])
 def test_strict_text_only_server_is_measured_on_both_endpoints(strict, tmp_path, endpoint):
     out = tmp_path / endpoint
     p = sweep("--target", strict, "--endpoint", endpoint, "--concurrency", "2", "--input-len", "40,300",
@@ -118,6 +119,7 @@ def test_a_level_whose_requests_all_fail_stops_the_sweep_resumable(tmp_path):
         proc.wait()
 
 
+@pytest.mark.slow   # ~20 s; .ci/run runs it
 def test_our_server_reached_as_a_stranger_has_no_failed_requests(tmp_path):
     with refengine_server() as (_, url):
         out = tmp_path / "own"

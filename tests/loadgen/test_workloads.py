@@ -148,7 +148,8 @@ def test_request_body():
     spec = make_workload(WorkloadOptions(prompt_format="ids", input_len=4, output_len=3, extra_body={"temperature": 0})).spec(0)
     body = json.loads(request_body(spec, TargetSpec("http://h:1/v1/", "m")))
     assert body == {"model": "m", "prompt": spec.prompt, "max_tokens": 3, "stream": True,
-                    "stream_options": {"include_usage": True}, "ignore_eos": True, "temperature": 0}
+                    "stream_options": {"include_usage": True, "continuous_usage_stats": True}, "ignore_eos": True,
+                    "temperature": 0}
     body = json.loads(request_body(spec, TargetSpec("http://h:1", "m", send_ignore_eos=False)))
     assert "ignore_eos" not in body
     assert TargetSpec("http://h:1/v1/", "m").url == "http://h:1"

@@ -53,7 +53,7 @@ def tokenizer_fields(writer: gguf.GGUFWriter, model_dir: Path, cfg: dict) -> Non
     types = [gguf.TokenType.CONTROL if i in special else gguf.TokenType.NORMAL for i in range(len(tokens))]
     merges = [m if isinstance(m, str) else " ".join(m) for m in tok["model"]["merges"]]
     writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre("default")
+    writer.add_tokenizer_pre("gpt-2")   # the GPT-2 split regex, as ByteLevel(use_regex=True)
     writer.add_token_list(tokens)
     writer.add_token_types(types)
     writer.add_token_merges(merges)

@@ -31,7 +31,7 @@ def _probes(recs):
 def test_clean_run_has_no_cause(tmp_path):
     recs = base_records()
     diag = diagnose_p99(write_run(tmp_path / "r", recs, _probes(recs)))
-    assert diag.findings == [] and diag.headline.startswith("no cause found among: p99.net.retransmits")
+    assert diag.findings == [] and diag.headline.startswith("no cause found among: p99.failures, p99.net.retransmits")
     assert not any(c.status == "failed" for c in diag.checks)
 
 
