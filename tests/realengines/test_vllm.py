@@ -97,8 +97,16 @@ def test_a_sweep_of_vllm_agrees_with_vllms_own_counters(vllm, tmp_path):
     server_ttft = delta(after, before, "vllm:time_to_first_token_seconds_sum") / ttft_n
     client_ttft = sum(r["ttft_s"] for r in ok) / len(ok)
     assert client_ttft >= server_ttft - 0.002, (client_ttft, server_ttft)
-    # The server probe read vLLM's pages.
+    # The server probe read vLLM's pages, and invented no quantile inside a first bucket of 0.3 s:
+    # vLLM queues nothing here (mean well under a millisecond), so queue time is "< 0.3 s".
     assert info.probes.get("server") == "ok", info.probes
+    rows = [json.loads(x) for x in (out / "probes" / "server.jsonl").read_text().splitlines()]
+    queued = [r for r in rows if r.get("queue_time_count")]
+    assert queued and all(r["queue_time_p50_s"] is None and r["queue_time_p50_lt_s"] == 0.3 for r in queued)
+    assert all(r["queue_time_mean_s"] < 0.3 for r in queued)
+    # Pinned apart, the client read the streams as they came: no level lost to bursts.
+    summary = json.loads((out / "summary.json").read_text())
+    assert all(lv["burst_streams"] < 3 for lv in summary["levels"]), [lv["burst_streams"] for lv in summary["levels"]]
 
 
 def test_an_admission_limit_on_vllm_is_diagnosed_from_vllms_metrics(vllm, tmp_path):
