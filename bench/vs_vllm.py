@@ -95,7 +95,8 @@ def measure(engine: str, dtype: str, a, model_dir: Path, workdir: Path) -> dict:
 
 def level_row(lv: dict) -> dict:
     def p50_ms(d):
-        return None if not d or d.get("p50") is None else round(1e3 * d["p50"], 2)
+        p50 = (d or {}).get("p", {}).get("p50")
+        return None if p50 is None else round(1e3 * p50, 2)
 
     clean = not any(n.startswith("INVALID") for n in lv.get("notes", [])) and lv.get("n_error", 0) == 0
     return {"level_id": lv["level_id"], "concurrency": lv["concurrency"], "input_len": lv["input_len"],
@@ -127,12 +128,16 @@ def markdown(out: dict) -> str:
              "| vLLM tok/s | throughput ratio | TPOT ratio |", "|---|---|---|---|---|---|---|---|---|"]
     for row in out["comparison"]:
         r, v = row["refengine"], row["vllm"]
-        tail = (f"{row['throughput_ratio']:.2f} | {row['tpot_ratio']:.2f}" if row.get("throughput_ratio") is not None
+        tail = (f"{_num(row['throughput_ratio'])} | {_num(row['tpot_ratio'])}" if "throughput_ratio" in row
                 else "not measured cleanly | " + (r["why_not"] or v["why_not"] or "no requests")[:80])
         lines.append(f"| {row['dtype']} | {r['concurrency']} | {r['input_len']} | {r['ttft_p50_ms']} / "
                      f"{r['tpot_p50_ms']} | {v['ttft_p50_ms']} / {v['tpot_p50_ms']} | {r['output_tok_s']} | "
                      f"{v['output_tok_s']} | {tail} |")
     return "\n".join(lines)
+
+
+def _num(x) -> str:
+    return "—" if x is None else f"{x:.2f}"
 
 
 def main() -> None:
@@ -168,9 +173,9 @@ def main() -> None:
             comparison.append({"dtype": dtype, "refengine": r, "vllm": v, **ratios(r, v)})
     out = {"command": "python bench/vs_vllm.py " + " ".join(sys.argv[1:]), "host": host, "limits": LIMITS,
            "runs": results, "comparison": comparison}
-    print(markdown(out))
     if a.out:
         Path(a.out).write_text(json.dumps(out, indent=1) + "\n")
+    print(markdown(out))
 
 
 if __name__ == "__main__":

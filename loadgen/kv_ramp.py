@@ -297,6 +297,10 @@ async def run_ramp(spec: RampSpec, parse_gauges: Callable[[str], ServerGauges], 
     async with httpx.AsyncClient(headers=headers, limits=limits, timeout=spec.request_timeout_s) as client:
         try:
             first = await _scrape(client, spec.target, parse_gauges)
+        except httpx.HTTPStatusError as exc:
+            raise RampError(f"{spec.target}/metrics answered HTTP {exc.response.status_code}: the ramp reads running, "
+                            "waiting and KV usage from the server's Prometheus metrics, which this server does not "
+                            "export (vLLM, SGLang, TGI and refengine do; llama-cpp-python's server does not)") from None
         except httpx.HTTPError as exc:
             raise RampError(f"cannot reach {spec.target}/metrics: {exc}") from None
         num_blocks = _cache_int(first.cache_config, "num_gpu_blocks")

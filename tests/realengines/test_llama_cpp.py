@@ -113,3 +113,12 @@ def test_streams_the_server_cuts_are_failures_named_first(llama, tmp_path):
     assert diag.findings and diag.findings[0].check_id == "p99.failures", [f.title for f in diag.findings]
     assert "cut off by the server" in diag.findings[0].title
     assert "--interrupt_requests False" in diag.findings[0].next_step
+
+
+def test_the_kv_ramp_says_in_one_line_that_the_server_exports_no_metrics(llama_queued):
+    p = cli("llmbench.diag_cli", "oom", "--ramp", "--target", llama_queued.url, "--ramp-levels", "1",
+            "--level-seconds", "1")
+    assert p.returncode == 2, p.stdout + p.stderr
+    said = p.stdout + p.stderr
+    assert "/metrics answered HTTP 404" in said and "does not export" in said
+    assert "Traceback" not in p.stdout + p.stderr and "mozilla" not in p.stdout
