@@ -30,8 +30,16 @@ from gevent.event import Event
 from gevent.lock import Semaphore
 
 from loadgen.plan import Plan
-from loadgen.session import (MSG_DONE, MSG_DRAINED, MSG_PLAN, MSG_READY, MSG_RECORDS, MSG_SERVER_DEAD, MSG_STOP,
-                             MSG_WINDOW)
+from loadgen.session import (
+    MSG_DONE,
+    MSG_DRAINED,
+    MSG_PLAN,
+    MSG_READY,
+    MSG_RECORDS,
+    MSG_SERVER_DEAD,
+    MSG_STOP,
+    MSG_WINDOW,
+)
 from loadgen.sizing import LevelSizer
 from loadgen.specs import LevelSpec
 

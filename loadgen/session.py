@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import socket
 import time
+
 import gevent
 import psutil
 from gevent.event import Event

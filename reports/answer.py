@@ -12,9 +12,8 @@ sweep wrote one) as plain text; report.html, report.md and the terminal render t
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import math
+from dataclasses import dataclass, field
 
 from analyzers.capacity.answer import CapacityAnswer, answer_in
 from analyzers.stats.slo_reach import SloReach, slo_reach

@@ -7,10 +7,10 @@ from typing import Optional
 
 import typer
 
+from analyzers.stats.distribution import MIN_SAMPLES_FOR_P99
 from llmbench.cli_common import make_console
 from llmbench.options import target as target_options
 from llmbench.options import workload as workload_flags
-from analyzers.stats.distribution import MIN_SAMPLES_FOR_P99
 from llmbench.options.parse import seconds_text
 from rundir.run_info import (
     DEFAULT_DURATION_S,

@@ -25,6 +25,7 @@ from analyzers.probe_series import read_probe
 from analyzers.stats.latency import LevelStats, Window, summarize_level
 from analyzers.summary import RunSummary, summary_of_levels
 from analyzers.validity import INVALID_PREFIX, mark_cut_short, mark_over_capacity
+from llmbench.sweep.spec import SweepSpec
 from loadgen.level import run_level
 from loadgen.specs import LevelProgress, LevelResult, LevelSpec, TargetSpec
 from loadgen.workloads import level_workload_factory
@@ -32,7 +33,6 @@ from reports.answer import build_answer
 from reports.level_sizing import bound_words, sizing_line
 from reports.terminal import answer_lines, run_summary_table
 from reports.write import read_diagnosis
-from llmbench.sweep.spec import SweepSpec
 from rundir import LevelMeta, RequestRecord, RunDir, RunInfo, SloSpec, TargetInfo
 
 

@@ -18,8 +18,13 @@ from analyzers.capacity.answer import CAPACITY_KEY
 from llmbench.cli_common import terminate_as_interrupt
 from llmbench.options.parse import parse_duration, parse_list
 from rundir import RunDir, RunInfo, SloSpec, TargetInfo
-from rundir.run_info import (DEFAULT_DURATION_S, DEFAULT_MAX_DURATION_S, DEFAULT_TPOT_P95_S, DEFAULT_TTFT_P99_S,
-                             DEFAULT_WARMUP_S)
+from rundir.run_info import (
+    DEFAULT_DURATION_S,
+    DEFAULT_MAX_DURATION_S,
+    DEFAULT_TPOT_P95_S,
+    DEFAULT_TTFT_P99_S,
+    DEFAULT_WARMUP_S,
+)
 
 DEFAULT_CONCURRENCY = [1, 8, 32, 64]          # the seed's sweep (docs/yardsticks.md)
 
