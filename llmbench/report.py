@@ -38,8 +38,10 @@ def run_errors():
 
 
 def _slos(run_slos: dict, ttft: float | None, tpot: float | None, e2e: float | None) -> dict:
-    overrides = {"ttft_p99_s": ttft, "tpot_p95_s": tpot, "e2e_p99_s": e2e}
-    return {**run_slos, **{k: v for k, v in overrides.items() if v is not None}}
+    overrides = {k: v for k, v in {"ttft_p99_s": ttft, "tpot_p95_s": tpot, "e2e_p99_s": e2e}.items() if v is not None}
+    if overrides:                  # an SLO given here is the user's, not the default any more
+        overrides["default"] = False
+    return {**run_slos, **overrides}
 
 
 def _rundir(path: Path):

@@ -3,9 +3,12 @@
 It hands each worker its config, starts the users, publishes the Plan, forwards every record to
 the parent process as it arrives, stops the level when all workers have drained their in-window
 requests (or the server died, or the deadline passed) and waits for every worker's last word.
+A sized level's plan moves while it runs (loadgen.sizing decides, from the records and counters
+flowing in): each move is published again, to the workers (MSG_WINDOW) and the parent ("plan").
 
 Output: JSON lines on a file descriptor (the parent's pipe), one object per line:
-  {"type": "plan", ...Plan}                      once the users are spawned and the clock starts
+  {"type": "plan", ...Plan}                      once the users are spawned and the clock starts,
+                                                 and again each time a sized level's plan moves
   {"type": "records", "records": [...]}          as records arrive, in batches
   {"type": "progress", "sent": n, "in_flight": n, "late": n}   late: in flight, no first token, past the TTFT bound
   {"type": "worker_done", "worker_id": ..., "cpu_percent": ..., ...}
@@ -26,7 +29,18 @@ import gevent.os
 from gevent.event import Event
 from gevent.lock import Semaphore
 
-from loadgen.session import MSG_DONE, MSG_DRAINED, MSG_PLAN, MSG_READY, MSG_RECORDS, MSG_SERVER_DEAD, MSG_STOP, Plan
+from loadgen.plan import Plan
+from loadgen.session import (
+    MSG_DONE,
+    MSG_DRAINED,
+    MSG_PLAN,
+    MSG_READY,
+    MSG_RECORDS,
+    MSG_SERVER_DEAD,
+    MSG_STOP,
+    MSG_WINDOW,
+)
+from loadgen.sizing import LevelSizer
 from loadgen.specs import LevelSpec
 
 PROGRESS_INTERVAL_S = 0.5
@@ -61,6 +75,8 @@ class Coordinator:
         self.counters: dict[str, tuple[int, int, int]] = {}
         self.stop_reason: str | None = None
         self.server_died = False
+        self.plan: Plan | None = None
+        self.sizer: LevelSizer | None = None
         self.all_ready, self.all_done = Event(), Event()
         for msg_type, fn in ((MSG_READY, self._on_ready), (MSG_RECORDS, self._on_records),
                              (MSG_DRAINED, self._on_drained), (MSG_SERVER_DEAD, self._on_server_dead),
@@ -78,6 +94,11 @@ class Coordinator:
         self.counters[d["worker_id"]] = (d["sent"], d["in_flight"], d.get("late", 0))
         if d["records"]:
             self.out.write({"type": "records", "records": d["records"]})
+        if self.sizer is not None and self.plan is not None and self.stop_reason is None:
+            self.sizer.add(d["worker_id"], d)
+            moved = self.sizer.decide(self.plan, time.time())
+            if moved is not None:
+                self._publish(moved, MSG_WINDOW)
 
     def _on_drained(self, environment, msg, **_kw) -> None:
         self.drained.add(msg.data["worker_id"])
@@ -107,15 +128,18 @@ class Coordinator:
         spawning = getattr(self.runner, "spawning_greenlet", None)
         if spawning is not None:        # LocalRunner spawns in a greenlet; MasterRunner.start blocks
             spawning.join()
-        plan = Plan.starting_at(time.time() + lead_s, self.level)
-        self.out.write({"type": "plan", **asdict(plan)})
-        self.runner.send_message(MSG_PLAN, asdict(plan))
+        sizer = LevelSizer(self.level, user_count)
+        self.sizer = sizer if sizer.active else None
+        self._publish(Plan.starting_at(time.time() + lead_s, self.level), MSG_PLAN)
         progress = gevent.spawn(self._progress_loop)
         try:
             # Workers stop themselves by hard_deadline + 2 s at the latest; past that, give up on them.
-            if not self.all_done.wait(timeout=max(0.0, plan.hard_deadline + 6.0 - time.time())):
-                self.stop("deadline")
-                self.all_done.wait(timeout=5.0)
+            # A sized level's deadline moves (earlier) while it runs: wait for the current one.
+            while not self.all_done.wait(timeout=max(0.0, min(1.0, self.plan.hard_deadline + 6.0 - time.time()))):
+                if time.time() >= self.plan.hard_deadline + 6.0:
+                    self.stop("deadline")
+                    self.all_done.wait(timeout=5.0)
+                    break
         finally:
             progress.kill()
         if self.server_died:
@@ -127,6 +151,11 @@ class Coordinator:
         self.out.write({"type": "done", "end_reason": reason, "server_died": self.server_died,
                         "workers_done": len(self.done)})
         return reason
+
+    def _publish(self, plan: Plan, msg_type: str) -> None:
+        self.plan = plan
+        self.out.write({"type": "plan", **asdict(plan)})
+        self.runner.send_message(msg_type, asdict(plan))
 
     def _progress_loop(self) -> None:
         while True:

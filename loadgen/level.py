@@ -7,8 +7,9 @@ master -> here as JSON lines on the master's stdout, flushed as they finish; a r
 moves them onto a queue so that a slow on_records callback never blocks the load processes.
 
 Bounds: the locust processes get 60 s to start; after that the level ends by the plan's hard
-deadline (warmup + duration + request_timeout + 1 s) plus a grace of KILL_GRACE_S, whatever the
-server does; then the processes are killed. Ctrl-C stops the level the orderly way (in-flight
+deadline (warmup + duration + request_timeout + 1 s; a sized level's bounds at first, as its plan
+moves the ones published later) plus a grace of KILL_GRACE_S, whatever the server does; then the
+processes are killed. Ctrl-C stops the level the orderly way (in-flight
 requests are recorded as cancelled) and is re-raised.
 """
 
@@ -297,7 +298,9 @@ class _LevelLoop:
         r.wall_s = wall_s
         r.unreadable_lines = self.unreadable_lines
         if self.plan:
-            r.window_start, r.window_end = self.plan["window_start"], self.plan["window_end"]
+            # The last plan the coordinator published: a sized level's moved times, and why they ended.
+            r.t_start, r.window_start, r.window_end = self.plan["t_start"], self.plan["window_start"], self.plan["window_end"]
+            r.warmup_end, r.window_end_by = self.plan["warmup_end"], self.plan["window_end_by"]
             if self.spec.open_loop:
                 # A level stopped early offered its arrivals over the part of the window it ran.
                 ran_until = min(r.window_end, self.stopped_at or r.window_end)

@@ -224,9 +224,13 @@ class ClosedLoopUser(_LevelUser):
     def run_level(self) -> None:
         s = self.session
         self._wait_for_start()
+        warm = False
         while s.may_send(time.time()):
             spec, body = s.next_request()
             rec = s.inflight.spawn(stream_request, self, s, spec, body, time.time()).get()
+            if not warm and isinstance(rec, RequestRecord):
+                warm = True
+                s.user_warm()          # this user has finished a request: one step to steady state
             # A request the session cancelled comes back as the GreenletExit that killed it.
             if isinstance(rec, RequestRecord) and rec.error_kind == "connect":
                 gevent.sleep(CONNECT_ERROR_BACKOFF_S)

@@ -6,6 +6,7 @@ requests in flight, the outbox of finished RequestRecords, and the dead-server d
 supervisor greenlet walks the timeline:
 
   plan -> [warm-up] -> window_start -> [measured window] -> window_end
+       (a sized level's window_start and window_end may move earlier meanwhile: MSG_WINDOW, loadgen.sizing)
        -> drain: wait until this process's in-window requests have finished  -> MSG_DRAINED
        -> MSG_STOP from the coordinator (all drained, server died, deadline)
        -> stop sending, cancel what is still in flight (status "cancelled"), flush -> MSG_DONE
@@ -18,7 +19,6 @@ from __future__ import annotations
 
 import socket
 import time
-from dataclasses import dataclass
 
 import gevent
 import psutil
@@ -26,6 +26,7 @@ from gevent.event import Event
 from gevent.pool import Group
 
 from loadgen.openai_body import request_body, request_headers
+from loadgen.plan import Plan
 from loadgen.saturation import LATE_FACTOR
 from loadgen.specs import LevelSpec, TargetSpec
 from loadgen.token_count import COMPLETION_TEXT_KEY
@@ -35,33 +36,19 @@ from rundir import RequestRecord
 MSG_CONFIG = "llmbench_config"            # coordinator -> worker: level, target, workload, worker index
 MSG_READY = "llmbench_ready"              # worker -> coordinator: session built
 MSG_PLAN = "llmbench_plan"                # coordinator -> workers: the timeline
+MSG_WINDOW = "llmbench_window"            # coordinator -> workers: the timeline, moved (a sized level)
 MSG_STOP = "llmbench_stop"                # coordinator -> workers: stop, cancel in-flight, report done
 MSG_RECORDS = "llmbench_records"          # worker -> coordinator: finished records and counters
 MSG_DRAINED = "llmbench_drained"          # worker -> coordinator: my in-window requests have all finished
 MSG_SERVER_DEAD = "llmbench_server_dead"  # worker -> coordinator: the target keeps refusing connections
 MSG_DONE = "llmbench_done"                # worker -> coordinator: last word of the level
 
-DRAIN_GRACE_S = 1.0          # past the last in-window request's own deadline
 FLUSH_INTERVAL_S = 0.1       # records leave the process at most this long after they finish
 COUNTER_INTERVAL_S = 0.5     # counters (for progress bars) are sent at least this often
 MAX_RECORDS_PER_MESSAGE = 200    # a record with a long ITL list is ~10-20 kB of msgpack
 DEAD_AFTER_REFUSALS = 5      # consecutive refused connections ...
 DEAD_AFTER_S = 0.5           # ... spanning at least this long: the server is gone
 DEAD_SERVER_GRACE_S = 1.0    # in-flight requests of a dead server get this long to fail on their own
-
-
-@dataclass
-class Plan:
-    t_start: float
-    window_start: float
-    window_end: float
-    hard_deadline: float     # every in-window request has finished or timed out by now
-
-    @classmethod
-    def starting_at(cls, t_start: float, level: LevelSpec) -> "Plan":
-        window_start = t_start + level.warmup_s
-        window_end = window_start + level.duration_s
-        return cls(t_start, window_start, window_end, window_end + level.request_timeout_s + DRAIN_GRACE_S)
 
 
 class LevelSession:
@@ -78,6 +65,8 @@ class LevelSession:
         self.ship_text = bool(config["workload"].get("tokenizer"))
         self.plan: Plan | None = None
         self.plan_ready, self.stop_requested, self.finished = Event(), Event(), Event()
+        self._plan_moved = Event()
+        self.warm_users = 0                   # users that have finished at least one request (sizing)
         self.stop_reason: str | None = None
         self.sending = True
         self.inflight = Group()
@@ -88,7 +77,7 @@ class LevelSession:
         self.cpu_percent: float | None = None
         self._k = 0
         self._outbox: list[dict] = []
-        self._open: dict[int, tuple] = {}     # sent and not finished, by id(record): (t_sent, StreamResult)
+        self._open: dict[int, tuple] = {}     # sent and not finished, by id(record): (t_sent, StreamResult, record)
         self._fast_first_token = False        # some request had its first token within the TTFT bound
         self._refused, self._refused_since = 0, 0.0
         self._dead_reported = False
@@ -106,7 +95,11 @@ class LevelSession:
         return not (self.level.drain == "stop_sending" and t >= self.plan.window_end)
 
     def in_window(self, t_sent: float) -> bool:
-        return self.plan.window_start <= t_sent < self.plan.window_end
+        return self.plan.in_window(t_sent)
+
+    def user_warm(self) -> None:
+        """A closed-loop user finished its first request (steady state, loadgen.sizing)."""
+        self.warm_users += 1
 
     def request_sent(self, record: RequestRecord, stream) -> None:
         """`stream` (a loadgen.sse.StreamResult) is filled as the response arrives: its
@@ -114,7 +107,7 @@ class LevelSession:
         self.sent += 1
         if record.in_window:
             self.in_window_inflight += 1
-        self._open[id(record)] = (record.t_sent, stream)
+        self._open[id(record)] = (record.t_sent, stream, record)
 
     def late_first_tokens(self, now: float) -> int:
         """Requests in flight that have waited LATE_FACTOR x the level's TTFT bound with no first
@@ -125,7 +118,7 @@ class LevelSession:
         bound = self.level.saturation_ttft_s
         if bound is None:
             return 0
-        opened = list(self._open.values())
+        opened = [(t_sent, stream) for t_sent, stream, *_record in self._open.values()]
         self._fast_first_token = self._fast_first_token or any(
             stream.t_first_token is not None and stream.t_first_token - t_sent <= bound for t_sent, stream in opened)
         if not self._fast_first_token:
@@ -173,6 +166,19 @@ class LevelSession:
         self.runner.greenlet.spawn(self._supervise)
         self.runner.greenlet.spawn(self._flush_loop)
 
+    def move_plan(self, plan: dict) -> None:
+        """A sized level's plan moved (loadgen.sizing): the supervisor's waits follow it. The moved
+        times lie ahead when announced; should this arrive after one of them anyway (a process
+        frozen for longer than the announcement's lead), the requests still in flight take the
+        side of the window their send time gives them."""
+        self.plan = Plan(**plan)
+        for _t, _stream, record in self._open.values():
+            inside = self.plan.in_window(record.t_sent)
+            if inside != record.in_window:
+                record.in_window = inside
+                self.in_window_inflight += 1 if inside else -1
+        self._plan_moved.set()
+
     def request_stop(self, reason: str) -> None:
         if self.stop_reason is None:
             self.stop_reason = reason
@@ -182,11 +188,11 @@ class LevelSession:
 
     # ----- the supervisor ------------------------------------------------------------------
     def _supervise(self) -> None:
-        plan = self.plan
         proc = psutil.Process()
-        _sleep_until(plan.window_start, self.stop_requested)
+        self._sleep_until(lambda p: p.window_start)
         cpu0, t0 = _cpu_s(proc), time.time()
-        _sleep_until(plan.window_end, self.stop_requested)
+        self._sleep_until(lambda p: p.window_end)
+        plan = self.plan           # the window is over: its plan moves no more
         t1 = time.time()
         if t1 - t0 > 0.05:
             self.cpu_percent = 100.0 * (_cpu_s(proc) - cpu0) / (t1 - t0)
@@ -209,6 +215,15 @@ class LevelSession:
             "stop_reason": self.stop_reason or "deadline"})
         self.finished.set()
 
+    def _sleep_until(self, when) -> None:
+        """Until when(self.plan), following the plan as it moves, or until stopped."""
+        while not self.stop_requested.is_set():
+            self._plan_moved.clear()
+            delay = when(self.plan) - time.time()
+            if delay <= 0:
+                return
+            gevent.wait([self.stop_requested, self._plan_moved], count=1, timeout=delay)
+
     def _flush_loop(self) -> None:
         last_counters = 0.0
         while not self.finished.is_set():
@@ -222,15 +237,11 @@ class LevelSession:
             batch, self._outbox = self._outbox[:MAX_RECORDS_PER_MESSAGE], self._outbox[MAX_RECORDS_PER_MESSAGE:]
             self.runner.send_message(MSG_RECORDS, {"worker_id": self.worker_id, "records": batch,
                                                    "sent": self.sent, "in_flight": len(self.inflight),
+                                                   "warm_users": self.warm_users,
+                                                   "window_in_flight": self.in_window_inflight,
                                                    "late": self.late_first_tokens(time.time())})
             if not self._outbox:
                 return
-
-
-def _sleep_until(t: float, wake: Event) -> None:
-    delay = t - time.time()
-    if delay > 0:
-        wake.wait(timeout=delay)
 
 
 def _cpu_s(proc: psutil.Process) -> float:
@@ -253,9 +264,13 @@ def attach_worker_side(runner, make_session) -> None:
     def on_plan(environment, msg, **_kw):
         env.llmbench_session.set_plan(msg.data)
 
+    def on_window(environment, msg, **_kw):
+        env.llmbench_session.move_plan(msg.data)
+
     def on_stop(environment, msg, **_kw):
         env.llmbench_session.request_stop((msg.data or {}).get("reason", "stop"))
 
     runner.register_message(MSG_CONFIG, on_config)
     runner.register_message(MSG_PLAN, on_plan)
+    runner.register_message(MSG_WINDOW, on_window)
     runner.register_message(MSG_STOP, on_stop)

@@ -50,6 +50,11 @@ class LevelSpec:
     requests see the same load as the others; in `stop_sending` mode nothing new is sent after the
     window. Either way a request gets at most request_timeout_s, and whatever is still in flight
     when the level stops is recorded as `cancelled`.
+
+    Sizing (docs/metrics.md, "Sizing a level"): with steady_warmup (closed loop) the warm-up lasts
+    at least warmup_s and until every user has finished a request; with sample_target the window
+    lasts at least duration_s and until it holds that many requests (finished ok, or still in
+    flight); each at most max_duration_s. The coordinator decides both (loadgen.sizing).
     """
 
     level_id: str
@@ -72,6 +77,9 @@ class LevelSpec:
     # A trace workload's time scale at this level (a capacity search over a trace's rate sets one
     # per level); None: the workload's own trace_speed.
     trace_speed: float | None = None
+    steady_warmup: bool = False            # closed loop: warm up until every user has finished a request
+    sample_target: int | None = None       # end the window once it holds this many requests; None: duration_s
+    max_duration_s: float | None = None    # bound of a steady warm-up and of a sized window (each)
 
     def __post_init__(self) -> None:
         if (self.concurrency is None) == (self.request_rate is None):
@@ -90,6 +98,22 @@ class LevelSpec:
             raise ValueError(f"drain must be one of {DRAIN_MODES}, got {self.drain!r}")
         if self.trace_speed is not None and not self.trace_speed > 0:
             raise ValueError(f"trace_speed must be > 0, got {self.trace_speed}")
+        self._check_sizing()
+
+    def _check_sizing(self) -> None:
+        if self.steady_warmup and self.open_loop:
+            # An open-loop level has no users that finish requests: its warm-up is warmup_s.
+            raise ValueError("steady_warmup is for closed-loop levels (concurrency)")
+        if self.sample_target is not None and self.sample_target < 1:
+            raise ValueError(f"sample_target must be >= 1, got {self.sample_target}")
+        if not (self.steady_warmup or self.sample_target is not None):
+            return
+        if self.max_duration_s is None:
+            raise ValueError("a sized level needs max_duration_s, its bound")
+        if self.max_duration_s < max(self.warmup_s if self.steady_warmup else 0.0,
+                                     self.duration_s if self.sample_target is not None else 0.0):
+            raise ValueError(f"max_duration_s ({self.max_duration_s:g} s) must be at least the minimum warm-up "
+                             f"({self.warmup_s:g} s) and window ({self.duration_s:g} s) it bounds")
 
     @property
     def open_loop(self) -> bool:
@@ -127,7 +151,8 @@ class LevelResult:
     errors_by_kind: dict[str, int] = field(default_factory=dict)   # error_kind -> count (timeouts included)
     timeouts: int = 0
     cancelled: int = 0
-    window_start: float | None = None      # epoch seconds
+    t_start: float | None = None           # epoch seconds: the load started (the warm-up began)
+    window_start: float | None = None
     window_end: float | None = None
     client_cpu_percent: float | None = None                 # busiest load-generator process, mean over the window
     client_cpu_by_worker: dict[str, float] = field(default_factory=dict)
@@ -136,6 +161,8 @@ class LevelResult:
     fell_behind: bool = False
     fell_behind_reasons: list[str] = field(default_factory=list)
     server_died: bool = False
+    warmup_end: str = "fixed"              # fixed | steady | max (loadgen.plan)
+    window_end_by: str = "fixed"           # fixed | samples | max (loadgen.plan)
     end_reason: str = "complete"           # complete | server_died | deadline | interrupted | failed_fast | over_capacity
     over_capacity: str | None = None       # over_capacity: the evidence that the queue kept growing
     arrivals_note: str | None = None       # open loop: offered against achieved arrival rate in the window

@@ -1,15 +1,22 @@
 """The answer a report leads with, in four lines: how far it scales within the SLO, where throughput
 stops growing, why the tail is what it is, and whether the run can be trusted.
 
+When the user gave no SLO (run.json's `slos.default`), the default's verdict is no answer: it is a
+GPU server's, and on a CPU engine "even the lowest load missed it" hides what the data says. The
+answer then leads with the ceiling and the knee, and the SLO each level would meet
+(analyzers.stats.slo_reach), and says last how the default fared.
+
 Built once from the run's summary and its diagnosis (diagnosis_p99.json, when `llmdiag p99` or the
 sweep wrote one) as plain text; report.html, report.md and the terminal render the same items.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from analyzers.capacity.answer import CapacityAnswer, answer_in
+from analyzers.stats.slo_reach import SloReach, slo_reach
 from analyzers.summary import RunSummary
 from reports.capacity_words import capacity_headline
 from reports.terminal import load_label
@@ -34,7 +41,41 @@ def _ms(v) -> str:
 
 
 def build_answer(s: RunSummary, diagnosis: dict | None = None) -> list[AnswerItem]:
+    if s.slos.default and answer_in(s.info.sweep.extra) is None:
+        return [*_ceiling(s), *_reach(s), *_within_slo(s), _diagnosis(diagnosis), _validity(s, diagnosis)]
     return [*_within_slo(s), *_ceiling(s), _diagnosis(diagnosis), _validity(s, diagnosis)]
+
+
+def _up2(seconds: float) -> str:
+    """A bound a measured value meets, rounded up to two significant digits: 412 ms -> 420 ms."""
+    ms = seconds * 1000
+    if ms <= 0:
+        return "0 ms"
+    step = 10 ** (math.floor(math.log10(ms)) - 1)
+    up = math.ceil(round(ms / step, 2)) * step         # 60.00001 (float noise of epoch times) is 60
+    return f"{up:g} ms" if up < 10_000 else f"{up / 1000:g} s"
+
+
+def _reach_words(r: SloReach) -> str:
+    parts = ["TTFT P99 unbounded (requests failed before a first token)" if r.ttft_unbounded
+             else f"TTFT P99 ≤ {_up2(r.ttft_p99_s)}" if r.ttft_p99_s is not None else None,
+             f"TPOT P95 ≤ {_up2(r.tpot_p95_s)}" if r.tpot_p95_s is not None else None,
+             f"E2E P99 ≤ {_up2(r.e2e_p99_s)}" if r.e2e_p99_s is not None else None]
+    flag = "" if r.p99_reliable else f" (P99 from {r.n} requests)"
+    return f"{r.level_id} meets " + ", ".join(p for p in parts if p) + flag
+
+
+def _reach(s: RunSummary) -> list[AnswerItem]:
+    """The SLO each measured level would meet, per series."""
+    by_id = {lv.level_id: lv for lv in s.levels}
+    items = []
+    for ser in s.series:
+        prefix = f"{ser.key}: " if len(s.series) > 1 else ""
+        reach = [r for r in (slo_reach(by_id[i], s.slos.e2e_p99_s is not None) for i in ser.level_ids) if r]
+        if reach:
+            items.append(AnswerItem("SLO each level meets", prefix + "; ".join(_reach_words(r) for r in reach) + ".",
+                                    "neutral", ["its own percentiles, rounded up: point estimates, not verdicts"]))
+    return items
 
 
 def _within_slo(s: RunSummary) -> list[AnswerItem]:
@@ -43,7 +84,9 @@ def _within_slo(s: RunSummary) -> list[AnswerItem]:
         return [_capacity_item(capacity)]
     by_id = {lv.level_id: lv for lv in s.levels}
     items = []
-    label = "Highest load within the SLO"
+    default = s.slos.default
+    label = "Highest load within the default SLO" if default else "Highest load within the SLO"
+    the_slo = "the default SLO" if default else "the SLO"
     for ser in s.series:
         prefix = f"{ser.key}: " if len(s.series) > 1 else ""
         measured = [by_id[i] for i in ser.level_ids if by_id[i].n_in_window]
@@ -57,17 +100,24 @@ def _within_slo(s: RunSummary) -> list[AnswerItem]:
                     f"TPOT P95 {_ms(lv.tpot.p['p95'])} against {s.slos.describe()}.")
             if lv is measured[-1]:
                 text += " It is the highest load tested: the limit lies above it."
-            items.append(AnswerItem(label, text, "good"))
+            items.append(AnswerItem(label, text, "good", _default_evidence(s) if default else []))
         else:
             low = measured[0]
             why = "; ".join(low.slo_broken) or "no verdict"
             # A level without a verdict (cut short, its client behind the server) did not miss the SLO.
-            verb = "missed the SLO" if low.slo_met is False else "has no SLO verdict"
+            verb = f"missed {the_slo}" if low.slo_met is False else "has no SLO verdict"
+            # Missing a default nobody chose is a fact about the default, not a failure of the target.
             items.append(AnswerItem(label, f"{prefix}none: even the lowest load, {low.level_id}, {verb} "
-                                    f"({why}).", "bad"))
+                                    f"({why}).", "warn" if default else "bad",
+                                    _default_evidence(s) if default else []))
     if not items:
         items.append(AnswerItem(label, "nothing was measured.", "bad"))
     return items
+
+
+def _default_evidence(s: RunSummary) -> list[str]:
+    return [f"no --slo-ttft/--slo-tpot given: the default, {s.slos.describe()}, a GPU server's; judge this run "
+            "by yours with `llmbench report RUN_DIR --slo-ttft S --slo-tpot S`"]
 
 
 def _ttft_p99(lv) -> str:

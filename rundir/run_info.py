@@ -23,6 +23,7 @@ DEFAULT_TTFT_P99_S = 1.5
 DEFAULT_TPOT_P95_S = 0.050
 DEFAULT_WARMUP_S = 5.0
 DEFAULT_DURATION_S = 20.0
+DEFAULT_MAX_DURATION_S = 120.0        # bound of a sized warm-up and of a sized window, each (docs/metrics.md)
 DEFAULT_REQUEST_TIMEOUT_S = 180.0
 
 T = TypeVar("T")
@@ -51,6 +52,9 @@ class SloSpec:
     ttft_p99_s: float = DEFAULT_TTFT_P99_S
     tpot_p95_s: float = DEFAULT_TPOT_P95_S
     e2e_p99_s: float | None = None
+    # The tool's defaults applied: the user gave no SLO (the answer then leads with what the data
+    # says, reports/answer.py). False for a user's SLO, and for runs recorded before this field.
+    default: bool = False
 
     def __post_init__(self) -> None:
         for name in ("ttft_p99_s", "tpot_p95_s", "e2e_p99_s"):
@@ -102,6 +106,11 @@ class SweepInfo:
     workload: dict[str, Any] = field(default_factory=lambda: {"kind": "random"})
     seed: int = 0
     probe_only: bool = False               # `llmdiag probe`: probes, no load
+    # Sizing (docs/metrics.md, "Sizing a level"); the defaults are a fixed timeline, as recorded
+    # before sizing existed. warmup_s and duration_s are then the minimums.
+    steady_warmup: bool = False            # closed loop: warm up until every user has finished a request
+    sample_target: int | None = None       # a window ends once it holds this many requests
+    max_duration_s: float | None = None    # bound of a sized warm-up and of a sized window, each
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -117,6 +126,10 @@ class LevelMeta:
     notes: list[str] = field(default_factory=list)   # the client's own findings (fell behind, records missing)
     cut_short: bool = False                # it ended before its window did (Ctrl-C, the target gone)
     over_capacity: str | None = None       # why it was stopped early: its queue kept growing
+    warmup_s: float | None = None          # the warm-up it really had (a steady one's length varies)
+    warmup_end: str | None = None          # fixed (--warmup) | steady | max (at --max-duration)
+    window_end_by: str | None = None       # fixed (--duration) | samples (sample_target reached) | max
+    sample_target: int | None = None       # the requests its window was sized for (None: fixed)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

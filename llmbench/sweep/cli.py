@@ -7,12 +7,14 @@ from typing import Optional
 
 import typer
 
+from analyzers.stats.distribution import MIN_SAMPLES_FOR_P99
 from llmbench.cli_common import make_console
 from llmbench.options import target as target_options
 from llmbench.options import workload as workload_flags
 from llmbench.options.parse import seconds_text
 from rundir.run_info import (
     DEFAULT_DURATION_S,
+    DEFAULT_MAX_DURATION_S,
     DEFAULT_REQUEST_TIMEOUT_S,
     DEFAULT_TPOT_P95_S,
     DEFAULT_TTFT_P99_S,
@@ -40,8 +42,15 @@ def sweep(
     trace_limit: Optional[int] = workload_flags.TRACE_LIMIT,
     block_size: int = workload_flags.BLOCK_SIZE,
     turns: int = workload_flags.TURNS,
-    warmup: str = typer.Option(seconds_text(DEFAULT_WARMUP_S), help="Warm-up per level before measuring."),
-    duration: str = typer.Option(seconds_text(DEFAULT_DURATION_S), help="Measured window per level. Production runs want >= 3m."),
+    warmup: Optional[str] = typer.Option(None, help=f"Warm-up per level before measuring (default: at least "
+                                         f"{seconds_text(DEFAULT_WARMUP_S)} and until every user has finished a "
+                                         "request, at most --max-duration)."),
+    duration: Optional[str] = typer.Option(None, help=f"Measured window per level (default: at least "
+                                           f"{seconds_text(DEFAULT_DURATION_S)} and until it holds "
+                                           f"{MIN_SAMPLES_FOR_P99} requests, enough for a P99, at most "
+                                           "--max-duration). Production runs want >= 3m."),
+    max_duration: Optional[str] = typer.Option(None, help=f"Bound of a sized warm-up and of a sized window, each "
+                                               f"(default {seconds_text(DEFAULT_MAX_DURATION_S)})."),
     request_timeout: str = typer.Option(seconds_text(DEFAULT_REQUEST_TIMEOUT_S), help="Per-request timeout (connect + whole stream)."),
     workers: int = typer.Option(1, help="Locust worker processes on this machine (one drives ~1,000 streams/s); "
                                 "with --master-bind, the number of remote workers to wait for."),
@@ -61,8 +70,10 @@ def sweep(
                                          "--engine-arg=--max-num-seqs=32."),
     server_threads: Optional[int] = typer.Option(None, min=1, help="torch threads of the embedded engine (default: one per "
                                                  "core; see docs/cli.md for the trade-off when the client shares them)."),
-    slo_ttft: float = typer.Option(DEFAULT_TTFT_P99_S, help="SLO: TTFT P99 in seconds."),
-    slo_tpot: float = typer.Option(DEFAULT_TPOT_P95_S, help="SLO: TPOT P95 in seconds."),
+    slo_ttft: Optional[float] = typer.Option(None, help=f"SLO: TTFT P99 in seconds (default {DEFAULT_TTFT_P99_S:g}, "
+                                             "a GPU server's; without any --slo-* the answer leads with what each "
+                                             "level meets)."),
+    slo_tpot: Optional[float] = typer.Option(None, help=f"SLO: TPOT P95 in seconds (default {DEFAULT_TPOT_P95_S:g})."),
     slo_e2e: Optional[float] = typer.Option(None, help="SLO: E2E P99 in seconds (default: none)."),
     out: Optional[Path] = typer.Option(None, help="Run directory (default ./runs/<timestamp>-<label>)."),
     label: Optional[str] = typer.Option(None, help="Label in the default run directory name."),

@@ -25,13 +25,15 @@ from analyzers.probe_series import read_probe
 from analyzers.stats.latency import LevelStats, Window, summarize_level
 from analyzers.summary import RunSummary, summary_of_levels
 from analyzers.validity import INVALID_PREFIX, mark_cut_short, mark_over_capacity
+from llmbench.sweep.spec import SweepSpec
 from loadgen.level import run_level
 from loadgen.specs import LevelProgress, LevelResult, LevelSpec, TargetSpec
 from loadgen.workloads import level_workload_factory
 from reports.answer import build_answer
+from reports.level_sizing import bound_words, sizing_line
 from reports.terminal import answer_lines, run_summary_table
 from reports.write import read_diagnosis
-from rundir import LevelMeta, RequestRecord, RunDir, RunInfo, SloSpec, SweepInfo, TargetInfo
+from rundir import LevelMeta, RequestRecord, RunDir, RunInfo, SloSpec, TargetInfo
 
 
 class SweepStopped(RuntimeError):
@@ -44,43 +46,6 @@ class TargetGone(SweepStopped):
     """The target stopped answering in the middle of the sweep."""
 
     exit_code = 3
-
-
-@dataclass
-class SweepSpec(SweepInfo):
-    """The contract's sweep plan (rundir.SweepInfo, where the defaults live), validated, as levels."""
-
-    @classmethod
-    def of(cls, info: SweepInfo) -> "SweepSpec":
-        return cls(**{f.name: getattr(info, f.name) for f in dataclasses.fields(SweepInfo)})
-
-    def __post_init__(self) -> None:
-        if bool(self.concurrency) == bool(self.request_rate):
-            raise ValueError("give either --concurrency or --request-rate levels (exactly one of them)")
-        if any(c < 1 for c in self.concurrency):
-            raise ValueError("every concurrency level must be >= 1")
-        if any(r <= 0 for r in self.request_rate):
-            raise ValueError("every request rate must be > 0 requests/s")
-        if any(n < 1 for n in self.input_lens + self.output_lens):
-            raise ValueError("input and output lengths must be >= 1 token")
-        if self.duration_s <= 0 or self.warmup_s < 0 or self.request_timeout_s <= 0:
-            raise ValueError("--duration and --request-timeout must be > 0 and --warmup >= 0")
-        if self.workers < 1:
-            raise ValueError("--workers must be >= 1")
-
-    def levels(self) -> list[LevelSpec]:
-        loads = [("c", c, None) for c in self.concurrency] + [("r", None, r) for r in self.request_rate]
-        out = []
-        for inp in self.input_lens:
-            for outl in self.output_lens:
-                for prefix, c, r in loads:
-                    load = c if c is not None else f"{r:g}"
-                    out.append(LevelSpec(
-                        level_id=f"{prefix}{load}-in{inp}-out{outl}", concurrency=c, request_rate=r,
-                        burstiness=self.burstiness, input_len=inp, output_len=outl, warmup_s=self.warmup_s,
-                        duration_s=self.duration_s, request_timeout_s=self.request_timeout_s,
-                        workers=self.workers, seed=self.seed))
-        return out
 
 
 class LevelPlan(Protocol):
@@ -131,12 +96,13 @@ class _LiveView:
 
     def __init__(self, progress: Progress, level: LevelSpec):
         self.progress = progress
-        total = level.warmup_s + level.duration_s
+        total = level.warmup_s + level.duration_s     # a sized level's minimum: its bar fills, it goes on
         self.task = progress.add_task(level.level_id, total=total, stats="starting")
         self.start = time.monotonic()
         self.ttft: list[float] = []
         self.tpot: list[float] = []
         self.done = 0
+        self.phase = "starting"
 
     def records(self, recs: list[RequestRecord]) -> None:
         for r in recs:
@@ -147,12 +113,14 @@ class _LiveView:
                 self.tpot.append(r.tpot_s)
         self.refresh()
 
-    def refresh(self, _p: LevelProgress | None = None) -> None:
+    def refresh(self, p: LevelProgress | None = None) -> None:
         def p50(xs):
             return f"{sorted(xs)[len(xs) // 2] * 1000:.0f} ms" if xs else "—"
 
+        self.phase = p.phase if p is not None else self.phase
         self.progress.update(self.task, completed=min(time.monotonic() - self.start, self.progress.tasks[
-            self.task].total), stats=f"{self.done} done · TTFT P50 {p50(self.ttft)} · TPOT P50 {p50(self.tpot)}")
+            self.task].total), stats=f"{self.phase} · {self.done} done · TTFT P50 {p50(self.ttft)} · "
+                                     f"TPOT P50 {p50(self.tpot)}")
 
 
 @dataclass
@@ -206,9 +174,20 @@ class _Measured:
 
     def meta(self) -> LevelMeta:
         """run.json's level_meta entry, so that `llmbench report` rebuilds the same summary from files."""
-        return LevelMeta(window_s=self.window.seconds, window_start=self.window.start, window_end=self.window.end,
-                         nominal_s=self.level.duration_s, notes=_add_client_notes(self.lv, self.result),
-                         cut_short=self.cut_short, over_capacity=self.result.over_capacity or None)
+        r = self.result
+        warmup = r.window_start - r.t_start if r.window_start is not None and r.t_start is not None else None
+        meta = LevelMeta(window_s=self.window.seconds, window_start=self.window.start, window_end=self.window.end,
+                         nominal_s=self.level.duration_s, notes=_add_client_notes(self.lv, r),
+                         cut_short=self.cut_short, over_capacity=r.over_capacity or None,
+                         warmup_s=warmup, warmup_end=r.warmup_end if r.window_start is not None else None,
+                         window_end_by=r.window_end_by if r.window_start is not None else None,
+                         sample_target=self.level.sample_target)
+        bound = bound_words(meta, self.lv.ttft.n, self.level.max_duration_s)
+        if bound is not None and not self.cut_short:
+            self.lv.notes.append(bound)
+            meta.notes.append(bound)
+        return meta
+
 
 
 def _start(run: RunDir, info: RunInfo, probes) -> dict[str, LevelStats]:
@@ -303,7 +282,10 @@ def run_sweep(spec: SweepSpec, run: RunDir, target: TargetSpec, console: Console
                     raise RuntimeError(f"the plan asked for {level.level_id} again")   # a plan bug, not a loop
                 level = dataclasses.replace(level, saturation_ttft_s=stop_ttft)
                 m = _measure(level, run, target, spec, progress, master_bind, slos_d)
-                info.level_meta[level.level_id] = m.meta()
+                meta = info.level_meta[level.level_id] = m.meta()
+                line = sizing_line(level.level_id, meta, m.lv.ttft.n, level.max_duration_s)
+                if line is not None:
+                    console.print(line, highlight=False, markup=False)
                 state.stats[level.level_id] = m.lv
                 if not _carry_on(m, state, info, target_alive, console):
                     break

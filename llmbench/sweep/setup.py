@@ -18,6 +18,13 @@ from analyzers.capacity.answer import CAPACITY_KEY
 from llmbench.cli_common import terminate_as_interrupt
 from llmbench.options.parse import parse_duration, parse_list
 from rundir import RunDir, RunInfo, SloSpec, TargetInfo
+from rundir.run_info import (
+    DEFAULT_DURATION_S,
+    DEFAULT_MAX_DURATION_S,
+    DEFAULT_TPOT_P95_S,
+    DEFAULT_TTFT_P99_S,
+    DEFAULT_WARMUP_S,
+)
 
 DEFAULT_CONCURRENCY = [1, 8, 32, 64]          # the seed's sweep (docs/yardsticks.md)
 
@@ -36,8 +43,8 @@ class SweepArgs:
     long_len: int
     long_fraction: float
     dataset: Optional[Path]
-    warmup: str
-    duration: str
+    warmup: Optional[str]               # None: a steady warm-up (docs/metrics.md, "Sizing a level")
+    duration: Optional[str]             # None: a window sized for the percentiles it reports
     request_timeout: str
     workers: int
     master_bind: Optional[str]
@@ -48,8 +55,8 @@ class SweepArgs:
     ignore_eos: bool
     engine_arg: list[str]
     server_threads: Optional[int]
-    slo_ttft: float
-    slo_tpot: float
+    slo_ttft: Optional[float]           # None (all three): the default SLO, recorded as such
+    slo_tpot: Optional[float]
     slo_e2e: Optional[float]
     out: Optional[Path]
     label: Optional[str]
@@ -65,6 +72,7 @@ class SweepArgs:
     trace_limit: Optional[int] = None   # --workload trace: the first N requests of the trace
     block_size: int = 512               # --workload trace: tokens per hash id (Mooncake: 512)
     turns: int = 4                      # --workload sessions: turns per conversation
+    max_duration: Optional[str] = None  # bound of a sized warm-up and window (default DEFAULT_MAX_DURATION_S)
 
 
 def workload_options(kind: str, dataset: Path | None, spread: float, target: str | None, model: str | None,
@@ -134,14 +142,36 @@ def _trace_or_sessions(spec, a: SweepArgs) -> None:
 
 
 def _slos(a: SweepArgs) -> SloSpec:
+    """The user's SLO; with none of --slo-ttft/--slo-tpot/--slo-e2e given, the defaults, marked as such."""
+    default = a.slo_ttft is None and a.slo_tpot is None and a.slo_e2e is None
     try:
-        return SloSpec(ttft_p99_s=a.slo_ttft, tpot_p95_s=a.slo_tpot, e2e_p99_s=a.slo_e2e)
+        return SloSpec(ttft_p99_s=DEFAULT_TTFT_P99_S if a.slo_ttft is None else a.slo_ttft,
+                       tpot_p95_s=DEFAULT_TPOT_P95_S if a.slo_tpot is None else a.slo_tpot,
+                       e2e_p99_s=a.slo_e2e, default=default)
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--slo-ttft/--slo-tpot/--slo-e2e") from None
 
 
+def _timeline(a: SweepArgs) -> dict:
+    """SweepInfo's durations and sizing: --warmup and --duration given fix the warm-up and the
+    window; left out, each is sized (at least the default, at most --max-duration), the window for
+    the P99 the tables report (MIN_SAMPLES_FOR_P99, the rule that flags a P99 from fewer)."""
+    from analyzers.stats.distribution import MIN_SAMPLES_FOR_P99
+
+    steady, sized = a.warmup is None, a.duration is None
+    if not (steady or sized) and a.max_duration is not None:
+        raise ValueError("--max-duration bounds a sized warm-up or window: with both --warmup and --duration "
+                         "given, nothing is sized")
+    max_s = parse_duration(a.max_duration, "--max-duration") if a.max_duration is not None else DEFAULT_MAX_DURATION_S
+    return {"warmup_s": DEFAULT_WARMUP_S if steady else parse_duration(a.warmup, "--warmup"),
+            "duration_s": DEFAULT_DURATION_S if sized else parse_duration(a.duration, "--duration"),
+            "steady_warmup": steady, "sample_target": MIN_SAMPLES_FOR_P99 if sized else None,
+            "max_duration_s": max_s if steady or sized else None}
+
+
 def _new_run(a: SweepArgs, console: Console) -> tuple[RunDir, RunInfo]:
-    from llmbench.sweep.run import SweepSpec, default_run_dir, new_run_info
+    from llmbench.sweep.run import default_run_dir, new_run_info
+    from llmbench.sweep.spec import SweepSpec
 
     slos = _slos(a)
     try:
@@ -152,8 +182,7 @@ def _new_run(a: SweepArgs, console: Console) -> tuple[RunDir, RunInfo]:
                                                                                   a.concurrency else []),
             burstiness=a.burstiness,
             input_lens=parse_list(a.input_len, int, "--input-len"), output_lens=parse_list(a.output_len, int, "--output-len"),
-            warmup_s=parse_duration(a.warmup, "--warmup"), duration_s=parse_duration(a.duration, "--duration"),
-            request_timeout_s=parse_duration(a.request_timeout, "--request-timeout"), workers=a.workers,
+            **_timeline(a), request_timeout_s=parse_duration(a.request_timeout, "--request-timeout"), workers=a.workers,
             workload=workload_options(a.workload, a.dataset, a.input_len_spread, a.target, a.model, a.tokenizer,
                                       a.long_len, a.long_fraction, a.prompt_format),
             seed=a.seed)
@@ -183,7 +212,7 @@ def _host_label(url: str | None) -> str:
 
 
 def _resumed_run(path: Path, console: Console) -> tuple[RunDir, RunInfo]:
-    from llmbench.sweep.run import SweepSpec
+    from llmbench.sweep.spec import SweepSpec
 
     run = RunDir(path)
     if not run.exists():

@@ -85,3 +85,56 @@ def test_a_standing_tail_is_not_called_spikes():
     item = _diagnosis(d)
     assert "standing, no spike windows" in item.text and "0 spike window" not in item.text
     assert item.evidence[0] == "explains the standing tail of 3 of 3 level(s)"
+
+
+def _default_slo_summary(tmp_path, levels, slos):
+    """levels: id -> (TTFT s, E2E s) of 50 requests of 11 tokens each: TPOT = (E2E - TTFT) / 10."""
+    records = []
+    for level, (ttft, e2e) in levels.items():
+        records += [rec(i * 0.1, ttft, e2e, 11, level=level, concurrency=int(level[1:])) for i in range(50)]
+    run = make_run(tmp_path / "r", records, {lv: (0, 5) for lv in levels}, slos=slos)
+    return analyze_run(run)[0]
+
+
+CPU_LEVELS = {"c1": (0.10, 0.70), "c8": (0.41, 1.10), "c32": (1.6, 3.0)}     # TPOT 60, 69, 140 ms
+
+
+def test_without_a_user_slo_the_answer_leads_with_what_the_data_says(tmp_path):
+    s = _default_slo_summary(tmp_path, CPU_LEVELS, {"ttft_p99_s": 1.5, "tpot_p95_s": 0.05, "default": True})
+    items = build_answer(s)
+    labels = [a.label for a in items]
+    # the ceiling and the knee first, then what each level meets, then how the default fared
+    assert labels[:3] == ["Ceiling", "SLO each level meets", "Highest load within the default SLO"]
+    reach = items[1].text
+    assert "c1 meets TTFT P99 ≤ 100 ms, TPOT P95 ≤ 60 ms" in reach
+    assert "c8 meets TTFT P99 ≤ 410 ms, TPOT P95 ≤ 69 ms" in reach and "c32 meets TTFT P99 ≤ 1600 ms" in reach
+    assert "(P99 from 50 requests)" in reach              # a P99 from fewer than 100: said, not hidden
+    default = items[2]
+    assert default.tone == "warn" and "missed the default SLO (TPOT P95 60.0 ms > 50 ms)" in default.text
+    assert any("a GPU server's" in e and "--slo-tpot" in e for e in default.evidence)
+
+
+def test_a_user_slo_keeps_the_verdict_first(tmp_path):
+    s = _default_slo_summary(tmp_path, CPU_LEVELS, {"ttft_p99_s": 1.5, "tpot_p95_s": 0.05})
+    items = build_answer(s)
+    assert [a.label for a in items][:2] == ["Highest load within the SLO", "Ceiling"]
+    assert items[0].tone == "bad" and "missed the SLO (TPOT P95 60.0 ms > 50 ms)" in items[0].text
+    assert "SLO each level meets" not in [a.label for a in items]
+
+
+def test_a_user_slo_given_to_report_replaces_the_default(tmp_path):
+    """`llmbench report RUN --slo-tpot 0.07` judges by the user's SLO: the verdict leads again."""
+    from llmbench.report import _slos
+
+    s = _default_slo_summary(tmp_path, CPU_LEVELS, {"ttft_p99_s": 1.5, "tpot_p95_s": 0.05, "default": True})
+    slos = _slos(s.slos.to_dict(), None, 0.07, None)
+    assert slos["default"] is False and _slos(s.slos.to_dict(), None, None, None)["default"] is True
+    again = analyze_run(_run_of(tmp_path), slos)[0]
+    best = build_answer(again)[0]
+    assert best.label == "Highest load within the SLO" and best.text.startswith("c8 (load 8)")
+
+
+def _run_of(tmp_path):
+    from rundir import RunDir
+
+    return RunDir(tmp_path / "r")
