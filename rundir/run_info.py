@@ -23,7 +23,7 @@ DEFAULT_TTFT_P99_S = 1.5
 DEFAULT_TPOT_P95_S = 0.050
 DEFAULT_WARMUP_S = 5.0
 DEFAULT_DURATION_S = 20.0
-DEFAULT_MAX_DURATION_S = 120.0        # bound of a sized warm-up and of a sized window, each (docs/metrics.md)
+DEFAULT_MAX_DURATION_S = 60.0         # bound of a sized warm-up and of a sized window, each (docs/metrics.md)
 DEFAULT_REQUEST_TIMEOUT_S = 180.0
 
 T = TypeVar("T")
