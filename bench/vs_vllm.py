@@ -101,9 +101,11 @@ def level_row(lv: dict) -> dict:
     clean = not any(n.startswith("INVALID") for n in lv.get("notes", [])) and lv.get("n_error", 0) == 0
     return {"level_id": lv["level_id"], "concurrency": lv["concurrency"], "input_len": lv["input_len"],
             "n_ok": lv["n_ok"], "ttft_p50_ms": p50_ms(lv.get("ttft")), "tpot_p50_ms": p50_ms(lv.get("tpot")),
-            "output_tok_s": lv.get("output_tok_s"), "burst_streams": lv.get("burst_streams"),
+            "output_tok_s": None if lv.get("output_tok_s") is None else round(lv["output_tok_s"], 2),
+            "burst_streams": lv.get("burst_streams"),
             "clean": clean and lv["n_ok"] > 0,
-            "why_not": "; ".join(n for n in lv.get("notes", []) if n.startswith("INVALID"))[:200] or None}
+            "why_not": ("; ".join(n for n in lv.get("notes", []) if n.startswith("INVALID"))[:200]
+                        or (None if lv["n_ok"] else "no request of the window finished"))}
 
 
 def ratios(ours: dict, theirs: dict) -> dict:
