@@ -53,9 +53,10 @@ def vllm_cases(finish, toggler_cls, burners_cls, burner_windows) -> dict:
         return run_on_vllm(tmp, res.case, ["--max-num-seqs", "2"], ["--concurrency", "1,16"], plain)
 
     def case_kv(tmp: Path, res) -> Path:
-        # Blocks of 128 tokens on CPU; 64 + 32 tokens fit one. 8 blocks (7 usable: vLLM keeps a null
-        # block) hold 7 such requests, the load is 16: the rest wait for KV, not for a sequence slot.
-        return run_on_vllm(tmp, res.case, ["--num-gpu-blocks-override", "8"], ["--concurrency", "1,16"], plain)
+        # Blocks of 128 tokens on CPU; 64 + 32 tokens fit one. 9 blocks (8 usable: vLLM keeps a null
+        # block, and refuses to start unless the usable ones hold one max_model_len request of 1024)
+        # hold 8 such requests, the load is 16: the rest wait for KV, not for a sequence slot.
+        return run_on_vllm(tmp, res.case, ["--num-gpu-blocks-override", "9"], ["--concurrency", "1,16"], plain)
 
     def case_cpu(tmp: Path, res) -> Path:
         burners = burners_cls(int(os.environ.get("BURNERS", "8")))
@@ -78,7 +79,7 @@ def vllm_cases(finish, toggler_cls, burners_cls, burner_windows) -> dict:
     return {
         "vllm-admission": (case_admission, "vLLM --max-num-seqs 2 at concurrency 16 (c1 as the baseline)",
                            ["p99.sched.admission"], False),
-        "vllm-kv-capacity": (case_kv, "vLLM with 8 KV blocks of 128 for 16 requests of 96 tokens",
+        "vllm-kv-capacity": (case_kv, "vLLM with 9 KV blocks of 128 (8 usable) for 16 requests of 96 tokens",
                              ["p99.sched.kv-capacity", "p99.sched.preemption"], False),
         "vllm-cpu-burners": (case_cpu, "8 busy-loop processes beside vLLM, twice 3 s mid-window", ["p99.host.cpu"],
                              False),
