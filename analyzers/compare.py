@@ -145,7 +145,8 @@ def _delta(metric: str, a: tuple[float | None, np.ndarray], b: tuple[float | Non
         return MetricDelta(metric, va, vb, None, None, None, "worse" if which == "B" else "better",
                            f"{which}'s {metric} reaches its failed requests: unbounded")
     k = min(da.size, db.size)
-    ci = _interval(db[:k] - da[:k])
+    with np.errstate(invalid="ignore"):          # inf - inf draws (both reached failures) are nan: dropped
+        ci = _interval(db[:k] - da[:k])
     delta = vb - va
     rel = delta / va if va else None
     small = abs(delta) <= min_effect * abs(va) if va else delta == 0

@@ -112,55 +112,63 @@ def _level_findings(s: RunSummary) -> list[Finding]:
     for lv in s.levels:
         if lv.n_in_window == 0:
             add("nothing_measured", "invalid", "Nothing was measured (no request was sent inside the window: "
-                "the users were still busy with their warm-up requests, or the level was cut short; give it a "
-                "longer --duration)", lv.level_id)
+                "the users were still busy with their warm-up requests, or the level was cut short; give it "
+                "longer: --max-duration for a sized level, --duration for a fixed one)", lv.level_id)
         _slo(lv, add)
-        if lv.n_error + lv.n_timeout:
-            kinds = ", ".join(f"{k} {v}" for k, v in sorted(lv.errors_by_kind.items()))
-            add("errors", "caveat", "Errors and timeouts", lv.level_id,
-                f"{lv.n_error + lv.n_timeout} of {lv.n_in_window}, {lv.error_rate:.1%}: {kinds}")
-        if lv.ttft.n and lv.ttft.n < MIN_SAMPLES_FOR_P99:
-            add("p99_unreliable", "warning", f"P99 from fewer than {MIN_SAMPLES_FOR_P99} samples (unreliable)",
-                lv.level_id, f"n={lv.ttft.n}")
-        if lv.output_len_unhonoured:
-            # Only counts that say so (the server's usage, the client tokenizer), never estimates or a
-            # `length` finish (analyzers.stats.token_accounting).
-            longer = lv.output_len_longer
-            split = f"{lv.output_len_unhonoured - longer} shorter, {longer} longer"
-            add("output_len", "warning", "Outputs of another length than requested, by the server's own count "
-                "(shorter: it stopped before max_tokens, at EOS when ignore_eos was not sent or not honoured; "
-                "longer: it did not honour max_tokens)", lv.level_id,
-                f"{lv.output_len_unhonoured} of {lv.n_ok}, asked {lv.output_len}: {split}")
-        wrong = lv.token_count_mismatches - lv.multi_token_chunks
-        if wrong > 0:
-            add("usage_below_chunks", "warning", "More token chunks streamed than the server's usage counts "
-                "(its usage, or its stream, is wrong)", lv.level_id, f"{wrong} requests")
-        if lv.multi_token_chunks:
-            add("multi_token_chunks", "benign", "Some stream chunks carried more than one token", lv.level_id,
-                f"{lv.multi_token_chunks} of {lv.n_ok} requests")
-        if lv.tokenizer_count_diff_mean is not None and abs(lv.tokenizer_count_diff_mean) >= TOKENIZER_DIFF_NOTE:
-            add("tokenizer_count", "benign", "The client's tokenizer counts a different number of output tokens "
-                "than the server's usage", lv.level_id, f"{lv.tokenizer_count_diff_mean:+.0%}")
-        for note in lv.notes:
-            if note.startswith(_FROM_FIELDS):
-                continue
-            if _arrivals(note, lv.level_id, add):
-                continue
-            meta = next((m for m in _META_KINDS if note.startswith(m[0])), None)
-            if meta:
-                add(meta[1], meta[2], meta[3], lv.level_id, _parenthesis(note))
-            else:      # a note of another kind: grouped with the same words (numbers aside)
-                invalid = note.startswith(INVALID_PREFIX)       # a stall, an interruption: the tag says it
-                words = note[len(INVALID_PREFIX):] if invalid else note
-                key = "note:" + re.sub(r"[\d.]+", "#", words)
-                add(key, "invalid" if invalid else "warning", words[:1].upper() + words[1:] if key not in texts
-                    else texts[key][1], lv.level_id)
+        _counts(lv, add)
+        _notes(lv, add, texts)
     out = []
     for kind, items in groups.items():
         severity, opening = texts[kind]
         out.append(Finding(kind, severity, f"{opening}: {_levels(items)}.", [lv for lv, _ in items],
                            BENIGN_EXPLAINED.get(kind, "")))
     return out
+
+
+def _counts(lv: LevelStats, add) -> None:
+    """What the level's counts say: errors, a thin P99, output lengths, token counts."""
+    if lv.n_error + lv.n_timeout:
+        kinds = ", ".join(f"{k} {v}" for k, v in sorted(lv.errors_by_kind.items()))
+        add("errors", "caveat", "Errors and timeouts", lv.level_id,
+            f"{lv.n_error + lv.n_timeout} of {lv.n_in_window}, {lv.error_rate:.1%}: {kinds}")
+    if lv.ttft.n and lv.ttft.n < MIN_SAMPLES_FOR_P99:
+        add("p99_unreliable", "warning", f"P99 from fewer than {MIN_SAMPLES_FOR_P99} samples (unreliable)",
+            lv.level_id, f"n={lv.ttft.n}")
+    if lv.output_len_unhonoured:
+        # Only counts that say so (the server's usage, the client tokenizer), never estimates or a
+        # `length` finish (analyzers.stats.token_accounting).
+        longer = lv.output_len_longer
+        split = f"{lv.output_len_unhonoured - longer} shorter, {longer} longer"
+        add("output_len", "warning", "Outputs of another length than requested, by the server's own count "
+            "(shorter: it stopped before max_tokens, at EOS when ignore_eos was not sent or not honoured; "
+            "longer: it did not honour max_tokens)", lv.level_id,
+            f"{lv.output_len_unhonoured} of {lv.n_ok}, asked {lv.output_len}: {split}")
+    wrong = lv.token_count_mismatches - lv.multi_token_chunks
+    if wrong > 0:
+        add("usage_below_chunks", "warning", "More token chunks streamed than the server's usage counts "
+            "(its usage, or its stream, is wrong)", lv.level_id, f"{wrong} requests")
+    if lv.multi_token_chunks:
+        add("multi_token_chunks", "benign", "Some stream chunks carried more than one token", lv.level_id,
+            f"{lv.multi_token_chunks} of {lv.n_ok} requests")
+    if lv.tokenizer_count_diff_mean is not None and abs(lv.tokenizer_count_diff_mean) >= TOKENIZER_DIFF_NOTE:
+        add("tokenizer_count", "benign", "The client's tokenizer counts a different number of output tokens "
+            "than the server's usage", lv.level_id, f"{lv.tokenizer_count_diff_mean:+.0%}")
+
+
+def _notes(lv: LevelStats, add, texts: dict[str, tuple[str, str]]) -> None:
+    """The level's notes, each kind once across levels (meta notes and arrivals with their own numbers)."""
+    for note in lv.notes:
+        if note.startswith(_FROM_FIELDS) or _arrivals(note, lv.level_id, add):
+            continue
+        meta = next((m for m in _META_KINDS if note.startswith(m[0])), None)
+        if meta:
+            add(meta[1], meta[2], meta[3], lv.level_id, _parenthesis(note))
+        else:      # a note of another kind: grouped with the same words (numbers aside)
+            invalid = note.startswith(INVALID_PREFIX)       # a stall, an interruption: the tag says it
+            words = note[len(INVALID_PREFIX):] if invalid else note
+            key = "note:" + re.sub(r"[\d.]+", "#", words)
+            add(key, "invalid" if invalid else "warning", words[:1].upper() + words[1:] if key not in texts
+                else texts[key][1], lv.level_id)
 
 
 def _slo(lv: LevelStats, add) -> None:

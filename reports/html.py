@@ -18,7 +18,7 @@ from reports.compare_answer import compare_answer, verdict_matrix
 from reports.definitions import DEFINITIONS, OTHER_TOOLS, OTHER_TOOLS_HEADER
 from reports.html_templates import environment, hover_script, stylesheet
 from reports.probe_sections import render_probe
-from reports.terminal import fmt_ci, fmt_delta, fmt_value
+from reports.terminal import fmt_ci, fmt_delta, fmt_value, verdict_words
 from reports.time_axis import TimeAxis
 from rundir import __version__
 from rundir.table import RequestTable
@@ -90,5 +90,5 @@ def render_compare(comparisons: list[Comparison], summaries: list[RunSummary], m
            "answers": [compare_answer(c) for c in comparisons], "matrices": [verdict_matrix(c) for c in comparisons],
            "configs": [(f"{'AB'[min(i, 1)] if len(summaries) == 2 else i}: {s.info.run_id}", tables.config_rows(s.info))
                        for i, s in enumerate(summaries)],
-           "fmt_value": fmt_value, "fmt_delta": fmt_delta, "fmt_ci": fmt_ci}
+           "fmt_value": fmt_value, "fmt_delta": fmt_delta, "fmt_ci": fmt_ci, "verdict_words": verdict_words}
     return environment().get_template("compare").render(**ctx)

@@ -15,7 +15,7 @@ from reports.answer import AnswerItem, build_answer
 from reports.capacity_table import CAPACITY_HEADER, CAPACITY_NOTE, capacity_rows
 from reports.compare_answer import compare_answer
 from reports.definitions import DEFINITIONS, OTHER_TOOLS, OTHER_TOOLS_HEADER
-from reports.terminal import fmt_ci, fmt_delta, fmt_value
+from reports.terminal import fmt_ci, fmt_delta, fmt_value, verdict_words
 
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]|#])")
 
@@ -93,7 +93,7 @@ def render_compare_md(comparisons: list[Comparison], min_effect: float = MIN_EFF
             out += [f"Skipped levels: only in A: {md(', '.join(c.only_a) or '—')}; "
                     f"only in B: {md(', '.join(c.only_b) or '—')}.", ""]
         rows = [[lc.level_id if i == 0 else "", d.metric, fmt_value(d.metric, d.a), fmt_value(d.metric, d.b),
-                 fmt_delta(d), fmt_ci(d.metric, d.ci), d.verdict]
+                 fmt_delta(d), fmt_ci(d.metric, d.ci), verdict_words(d)]
                 for lc in c.levels for i, d in enumerate(lc.deltas)]
         out += md_table(["level", "metric", "A", "B", "B − A", "95% CI of B − A", "verdict"], rows)
     return "\n".join(out + _definitions())

@@ -5,6 +5,8 @@ error string cannot inject rich markup."""
 
 from __future__ import annotations
 
+import math
+
 from rich import box
 from rich.markup import escape
 from rich.table import Table
@@ -120,14 +122,22 @@ def compare_table(c: Comparison) -> Table:
         for i, d in enumerate(lc.deltas):
             t.add_row(escape(lc.level_id) if i == 0 else "", d.metric, fmt_value(d.metric, d.a),
                       fmt_value(d.metric, d.b), fmt_delta(d), fmt_ci(d.metric, d.ci),
-                      f"[{colour[d.verdict]}]{d.verdict}[/]", end_section=i == len(lc.deltas) - 1)
+                      f"[{colour[d.verdict]}]{escape(verdict_words(d))}[/]", end_section=i == len(lc.deltas) - 1)
     return t
 
 
+def verdict_words(d) -> str:
+    """The verdict, and why it has no size when it has none (a percentile reached failed requests)."""
+    return f"{d.verdict} ({d.note})" if d.note else d.verdict
+
+
 def fmt_value(metric: str, v: float | None) -> str:
-    """Latencies in ms, rates as they are, error rate in %."""
+    """Latencies in ms, rates as they are, error rate in %; a percentile that reached failed requests
+    (docs/metrics.md: their latency is unbounded) is "unbounded", never "inf ms"."""
     if v is None:
         return "—"
+    if math.isinf(v):
+        return "unbounded"
     if metric == "error rate":
         return f"{v:.2%}"
     if "/s" in metric:

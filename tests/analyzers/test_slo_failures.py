@@ -141,3 +141,27 @@ def test_compare_is_not_fooled_by_failures_dropped_from_the_tail(tmp_path):
     assert by["TTFT P50"].verdict == "better"          # the typical request really is faster on B
     back = compare_runs(_run(tmp_path / "b2", b), _run(tmp_path / "a2", a))
     assert {d.metric: d for d in back.levels[0].deltas}["TTFT P99"].verdict == "better"
+
+
+def test_a_compare_with_failures_on_both_sides_says_unbounded_without_numpy_warnings(tmp_path):
+    """Both runs' tails reach their failed requests: the bootstrap's inf - inf draws are dropped
+    quietly, and the tables say "unbounded" and why, never "inf ms"."""
+    import warnings
+
+    from reports.markdown import render_compare_md
+    from reports.terminal import fmt_value, verdict_words
+
+    rng = np.random.default_rng(6)
+    runs = []
+    for name in ("a", "b"):
+        recs = [rec(i * 0.03, 0.1 + 0.1 * rng.random(), 0.8, 11, level="c4", concurrency=4) for i in range(280)]
+        recs += [rec(0.01 + i, None, 3.0, 11, status="timeout", level="c4", concurrency=4, kind="timeout")
+                 for i in range(20)]
+        runs.append(_run(tmp_path / name, recs))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        c = compare_runs(*runs)
+    p99 = {d.metric: d for d in c.levels[0].deltas}["TTFT P99"]
+    assert fmt_value(p99.metric, p99.b) == "unbounded" and "unbounded" in verdict_words(p99)
+    md = render_compare_md([c])
+    assert "inf ms" not in md and "reaches their failed requests" in md
