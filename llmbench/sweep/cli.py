@@ -89,7 +89,8 @@ def sweep(
                                "irq, tcp, capture, stacks; 'default' (gpu,server,host,irq,tcp), 'all' or 'none'."),
     probe_interval: float = typer.Option(1.0, help="Seconds between probe samples."),
     server_pid: Optional[int] = typer.Option(None, help="PID of a local --target server, for the host and stacks "
-                                             "probes (the embedded engine's is known)."),
+                                             "probes (default: the process listening on a local target's port; "
+                                             "the embedded engine's is known)."),
 ) -> None:
     """Sweep load levels against a server and write a run directory with per-request records and a summary."""
     from analyzers.capacity.answer import CAPACITY_KEY

@@ -275,7 +275,8 @@ def _serve_and_sweep(run: RunDir, info: RunInfo, a: SweepArgs, probe_names: list
         tspec = prepare_target(run, info, url, a.api_key, a.strict, console)
         _record_engine_facts(run, url, a.api_key)
         alive = server.alive if server else (lambda: answers(url))
-        probe_set = sweep_probe_set(probe_names, run.path, url, server.proc.pid if server else a.server_pid,
+        pid = server.proc.pid if server else (a.server_pid or _local_server_pid(url, probe_names, console))
+        probe_set = sweep_probe_set(probe_names, run.path, url, pid,
                                     a.probe_interval,
                                     log=lambda m: console.print(m, style="yellow", highlight=False, markup=False))
         run_sweep(info.sweep, run, tspec, console, target_alive=alive, slos=info.slos, master_bind=a.master_bind,
@@ -283,6 +284,19 @@ def _serve_and_sweep(run: RunDir, info: RunInfo, a: SweepArgs, probe_names: list
     finally:
         if server is not None:
             server.stop()
+
+
+def _local_server_pid(url: str, probe_names: list[str], console) -> int | None:
+    """The pid listening on a local target's port, for the host and stacks probes (probes/local_server.py)."""
+    if not {"host", "stacks"} & set(probe_names):
+        return None
+    from probes.local_server import listening_pid
+
+    pid = listening_pid(url)
+    if pid is not None:
+        console.print(f"the target's server process: pid {pid} (listening on its port); give --server-pid to "
+                      "name another", highlight=False)
+    return pid
 
 
 def answers(url: str, timeout_s: float = 2.0) -> bool:
