@@ -72,6 +72,7 @@ def test_strict_text_only_server_is_measured_on_both_endpoints(strict, tmp_path,
     assert "ignore_eos dropped" in p.stdout
 
 
+@pytest.mark.slow   # ~10 s; .ci/run runs it (the default suite keeps under 10 minutes)
 def test_token_id_prompts_switch_to_text_and_strict_refuses_to_adapt(strict, tmp_path):
     from refengine.model.tiny import resolve_model
 

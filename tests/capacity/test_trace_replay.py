@@ -68,6 +68,7 @@ def test_trace_requests_leave_at_their_times_with_shared_prefixes(slot_server, t
     assert len({" ".join(w[24:]) for w in even}) == len(even)   # each request's own block differs
 
 
+@pytest.mark.slow   # ~10 s; .ci/run runs it (the default suite keeps under 10 minutes)
 def test_sweep_replays_an_azure_trace_and_notes_offered_against_achieved(slot_server, tmp_path):
     server = slot_server(slots=64, prefill_ms=5, itl_ms=2)
     out = tmp_path / "run"

@@ -25,6 +25,7 @@ def small_kv_server():
         yield url
 
 
+@pytest.mark.slow   # ~10 s; .ci/run runs it (the default suite keeps under 10 minutes)
 def test_ramp_finds_the_kv_capacity_within_10_percent(small_kv_server):
     r = CliRunner().invoke(app, ["oom", "--ramp", "--target", small_kv_server, "--ramp-prompt-tokens", "80",
                                  "--ramp-max-tokens", "40", "--ramp-levels", "1,4,16,32,48", "--level-seconds", "2.5"],
