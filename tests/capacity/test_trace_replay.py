@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from loadgen import LevelSpec, TargetSpec, run_level
 from loadgen.trace import load_trace
