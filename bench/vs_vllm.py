@@ -29,9 +29,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT / "tests" / "realengines"))
+sys.path.insert(0, str(ROOT / "tests"))
 
 from cores import check_cores, core_list, host_info, parse_cores  # noqa: E402
 from engine_venv import VLLM, engine_python  # noqa: E402
+from refengine_proc import wait_healthy  # noqa: E402
 
 from refengine.model.tiny import resolve_model  # noqa: E402
 from rundir.ports import free_port  # noqa: E402
@@ -49,22 +51,6 @@ def engine_command(engine: str, model_dir: Path, dtype: str, port: int) -> tuple
              "--kv-cache-memory-bytes", str(1 << 30)], {})
 
 
-def wait_ready(url: str, proc: subprocess.Popen, timeout_s: float = 900.0) -> None:
-    import httpx
-
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"the server exited with {proc.returncode} on start")
-        try:
-            if httpx.get(url + "/health", timeout=2.0).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    raise TimeoutError(f"{url} not ready in {timeout_s:.0f} s")
-
-
 def measure(engine: str, dtype: str, a, model_dir: Path, workdir: Path) -> dict:
     port = free_port()
     cmd, env = engine_command(engine, model_dir, dtype, port)
@@ -75,7 +61,7 @@ def measure(engine: str, dtype: str, a, model_dir: Path, workdir: Path) -> dict:
     url = f"http://127.0.0.1:{port}"
     try:
         t0 = time.monotonic()
-        wait_ready(url, proc)
+        wait_healthy(url, proc, timeout=900.0)
         started_s = time.monotonic() - t0
         run = workdir / f"{engine}-{dtype}"
         sweep = ["taskset", "-c", core_list(a.client_cores), sys.executable, "-m", "llmbench.cli", "sweep",

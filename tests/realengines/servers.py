@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -56,6 +57,14 @@ def client_cores() -> str | None:
     """The cores the tests' client should use: all but core 0, where the server runs."""
     n = os.cpu_count() or 1
     return f"1-{n - 1}" if n > 1 else None
+
+
+def pinned_cli(module: str, *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
+    """`python -m MODULE ARGS` (llmbench.cli or llmbench.diag_cli) on the client's cores."""
+    cores = client_cores()
+    cmd = [sys.executable, "-m", module, *args]
+    return subprocess.run(["taskset", "-c", cores, *cmd] if cores else cmd, capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, "COLUMNS": "200"})
 
 
 @contextlib.contextmanager

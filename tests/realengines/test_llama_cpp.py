@@ -10,14 +10,12 @@ non-streamed request's usage, its /extras/tokenize. Installed on first use into 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 
 import httpx
 import pytest
 from engine_venv import EngineUnavailable
-from servers import Server, client_cores, h64_checkpoint, llama_cpp_server
+from servers import Server, h64_checkpoint, llama_cpp_server, pinned_cli
 
 from analyzers.triage.p99 import diagnose_p99
 from rundir import RunDir
@@ -26,20 +24,14 @@ pytestmark = pytest.mark.slow     # a compile on first use, then seconds; .ci/ru
 OUT_LEN = 16
 
 
-def cli(module: str, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    cores = client_cores()
-    cmd = [sys.executable, "-m", module, *args]
-    return subprocess.run(["taskset", "-c", cores, *cmd] if cores else cmd, capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, "COLUMNS": "200"})
-
-
 def records(out) -> list[dict]:
     return [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
 
 
 def sweep(server: Server, out, concurrency: str, *extra: str) -> subprocess.CompletedProcess:
-    return cli("llmbench.cli", "sweep", "--target", server.url, "--concurrency", concurrency, "--input-len", "32",
-               "--output-len", str(OUT_LEN), "--warmup", "1s", "--duration", "5s", "--out", str(out), *extra)
+    return pinned_cli("llmbench.cli", "sweep", "--target", server.url, "--concurrency", concurrency,
+                      "--input-len", "32", "--output-len", str(OUT_LEN), "--warmup", "1s", "--duration", "5s",
+                      "--out", str(out), *extra)
 
 
 def _start(tmp_path_factory, *args: str):
@@ -116,7 +108,7 @@ def test_streams_the_server_cuts_are_failures_named_first(llama, tmp_path):
 
 
 def test_the_kv_ramp_says_in_one_line_that_the_server_exports_no_metrics(llama_queued):
-    p = cli("llmbench.diag_cli", "oom", "--ramp", "--target", llama_queued.url, "--ramp-levels", "1",
+    p = pinned_cli("llmbench.diag_cli", "oom", "--ramp", "--target", llama_queued.url, "--ramp-levels", "1",
             "--level-seconds", "1")
     assert p.returncode == 2, p.stdout + p.stderr
     said = p.stdout + p.stderr

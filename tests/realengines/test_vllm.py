@@ -11,13 +11,11 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
 
 import httpx
 import pytest
 from engine_venv import EngineUnavailable
-from servers import Server, client_cores, h64_checkpoint, vllm_server
+from servers import Server, h64_checkpoint, pinned_cli, vllm_server
 
 from analyzers.triage.p99 import diagnose_p99
 from rundir import RunDir
@@ -46,14 +44,6 @@ def delta(after: dict, before: dict, name: str, label: str = "") -> float:
     return total(after, name, label) - total(before, name, label)
 
 
-def cli(module: str, *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
-    """`python -m MODULE ARGS` (llmbench.cli or llmbench.diag_cli) on the client's cores."""
-    cores = client_cores()
-    cmd = [sys.executable, "-m", module, *args]
-    return subprocess.run(["taskset", "-c", cores, *cmd] if cores else cmd, capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, "COLUMNS": "200"})
-
-
 def records(out) -> list[dict]:
     return [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
 
@@ -76,7 +66,7 @@ def vllm(tmp_path_factory):
 def test_a_sweep_of_vllm_agrees_with_vllms_own_counters(vllm, tmp_path):
     before = scrape(vllm.url)
     out = tmp_path / "within"
-    p = cli("llmbench.cli", "sweep", "--target", vllm.url, "--concurrency", "1,4", "--input-len", "64", "--output-len", "16",
+    p = pinned_cli("llmbench.cli", "sweep", "--target", vllm.url, "--concurrency", "1,4", "--input-len", "64", "--output-len", "16",
                  "--warmup", "2s", "--duration", "6s", "--probes", "server", "--out", str(out))
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     after = scrape(vllm.url)
@@ -111,7 +101,7 @@ def test_a_sweep_of_vllm_agrees_with_vllms_own_counters(vllm, tmp_path):
 
 def test_an_admission_limit_on_vllm_is_diagnosed_from_vllms_metrics(vllm, tmp_path):
     out = tmp_path / "over"
-    p = cli("llmbench.cli", "sweep", "--target", vllm.url, "--concurrency", str(3 * MAX_NUM_SEQS), "--input-len", "64",
+    p = pinned_cli("llmbench.cli", "sweep", "--target", vllm.url, "--concurrency", str(3 * MAX_NUM_SEQS), "--input-len", "64",
                  "--output-len", "16", "--warmup", "2s", "--duration", "6s", "--probes", "server,host",
                  "--slo-ttft", "0.3", "--out", str(out))
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
@@ -126,7 +116,7 @@ def test_an_admission_limit_on_vllm_is_diagnosed_from_vllms_metrics(vllm, tmp_pa
 def test_the_kv_ramp_finds_vllms_capacity(vllm, tmp_path):
     """16 blocks of 128, one of them vLLM v1's null block; requests of 1000 + 8 tokens need 8 blocks:
     one runs, the next waits for KV with the cache 53% used."""
-    p = cli("llmbench.diag_cli", "oom", "--ramp", "--target", vllm.url, "--ramp-prompt-tokens", "1000",
+    p = pinned_cli("llmbench.diag_cli", "oom", "--ramp", "--target", vllm.url, "--ramp-prompt-tokens", "1000",
                  "--ramp-max-tokens", "8", "--ramp-levels", "1,2,4", "--level-seconds", "3")
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert "observed KV capacity: 1 concurrent requests; estimate 1" in p.stdout, p.stdout
