@@ -86,8 +86,10 @@ def _install(spec: EngineSpec, root: Path, python: Path) -> None:
 
 
 def _run(cmd: list[str], what: str, timeout_s: float) -> None:
+    # llama.cpp compiles with CMake: on every core (its default is one job; 2 cores: ~15 min, not ~30).
+    env = {**os.environ, "CMAKE_BUILD_PARALLEL_LEVEL": str(os.cpu_count() or 1)}
     try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
     except subprocess.TimeoutExpired:
         raise EngineUnavailable(f"could not {what}: no result in {timeout_s:.0f} s") from None
     if p.returncode != 0:
