@@ -39,6 +39,7 @@ def test_rule_fires_on_a_rising_ttft_and_not_on_a_steady_or_slow_one():
     assert _feed(np.linspace(0.05, 0.4, 120)) is None                    # rising but within the bound
 
 
+@pytest.mark.slow   # ~10 s, a second guard of a path another default test covers; .ci/run runs it
 def test_runaway_level_is_stopped_early_and_marked_over_capacity(slot_server, tmp_path):
     server = slot_server(slots=2, prefill_ms=20, itl_ms=25)             # ~0.4 s a request: capacity ~5 req/s
     out = tmp_path / "run"

@@ -31,7 +31,8 @@ def server():
         yield s
 
 
-@pytest.mark.parametrize("mode", ["burst", "paced"])
+# The paced twin is the control; slow, run by .ci/run (the default suite keeps under 10 minutes).
+@pytest.mark.parametrize("mode", ["burst", pytest.param("paced", marks=pytest.mark.slow)])
 def test_a_stream_flushed_at_once_fails_the_level_and_a_paced_one_passes(server, tmp_path, mode):
     server.mode = mode
     out = tmp_path / mode

@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from refengine_proc import start_process
 
 from analyzers.stats.latency import summarize_level
@@ -76,6 +77,7 @@ def test_nothing_listening_is_could_not_connect_and_leaves_nothing(tmp_path):
     assert not (tmp_path / "r").exists()
 
 
+@pytest.mark.slow   # ~10 s, a second guard of a path another default test covers; .ci/run runs it
 def test_bad_options_are_one_line_and_create_nothing(tmp_path):
     for args, words in ((["--concurrency", "1,,8"], "comma-separated"), (["--concurrency", ""], "comma-separated"),
                         (["--target", "127.0.0.1:8000"], "must be a URL"), (["--slo-ttft", "-1"], "positive"),

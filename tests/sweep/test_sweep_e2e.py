@@ -128,6 +128,7 @@ def test_two_workers_account_for_every_request(tmp_path):
     assert not any("never reported" in n for n in lv["notes"])
 
 
+@pytest.mark.slow   # ~10 s, a second guard of a path another default test covers; .ci/run runs it
 def test_target_killed_mid_sweep_leaves_an_interrupted_run(tmp_path):
     server, url = start_refengine(quiet=True)
     try:
