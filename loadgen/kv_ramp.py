@@ -213,6 +213,34 @@ async def _scrape(client, url: str, parse_gauges: Callable[[str], ServerGauges])
         raise RampError(f"{url}/metrics is not Prometheus text: {exc}") from None
 
 
+async def _first_scrape(client, url: str, parse_gauges: Callable[[str], ServerGauges]) -> ServerGauges:
+    """The page the ramp starts from; a server without one is told in one line."""
+    import httpx
+
+    try:
+        return await _scrape(client, url, parse_gauges)
+    except httpx.HTTPStatusError as exc:
+        raise RampError(f"{url}/metrics answered HTTP {exc.response.status_code}: the ramp reads running, "
+                        "waiting and KV usage from the server's Prometheus metrics, which this server does not "
+                        "export (vLLM, SGLang, TGI and refengine do; llama-cpp-python's server does not)") from None
+    except httpx.HTTPError as exc:
+        raise RampError(f"cannot reach {url}/metrics: {exc}") from None
+
+
+def check_metrics(url: str, parse_gauges: Callable[[str], ServerGauges], api_key: str | None = None) -> ServerGauges:
+    """Read the server's /metrics once, before any request is built: the ramp cannot run without
+    it, so a server that has none is told so before the preflight and calibration spend requests
+    (and before a model that ends a preflight at once can hide the real reason)."""
+    import httpx
+
+    async def once() -> ServerGauges:
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        async with httpx.AsyncClient(headers=headers) as client:
+            return await _first_scrape(client, url, parse_gauges)
+
+    return asyncio.run(once())
+
+
 def _cache_int(cache: dict[str, str], key: str) -> int | None:
     """An integer label of vllm:cache_config_info; None when the server leaves it out or unset."""
     value = cache.get(key)
@@ -295,14 +323,7 @@ async def run_ramp(spec: RampSpec, parse_gauges: Callable[[str], ServerGauges], 
     headers = {"Authorization": f"Bearer {spec.api_key}"} if spec.api_key else {}
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
     async with httpx.AsyncClient(headers=headers, limits=limits, timeout=spec.request_timeout_s) as client:
-        try:
-            first = await _scrape(client, spec.target, parse_gauges)
-        except httpx.HTTPStatusError as exc:
-            raise RampError(f"{spec.target}/metrics answered HTTP {exc.response.status_code}: the ramp reads running, "
-                            "waiting and KV usage from the server's Prometheus metrics, which this server does not "
-                            "export (vLLM, SGLang, TGI and refengine do; llama-cpp-python's server does not)") from None
-        except httpx.HTTPError as exc:
-            raise RampError(f"cannot reach {spec.target}/metrics: {exc}") from None
+        first = await _first_scrape(client, spec.target, parse_gauges)
         num_blocks = _cache_int(first.cache_config, "num_gpu_blocks")
         block_size = _cache_int(first.cache_config, "block_size")
         users = _Users(client, spec, make_body)

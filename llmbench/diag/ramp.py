@@ -18,7 +18,7 @@ from rich.text import Text
 from analyzers.diagnosis_error import DiagnosisError
 from llmbench.sweep.target import settle_requests
 from llmbench.sweep.target_facts import engine_facts, server_gauges
-from loadgen.kv_ramp import RampError, RampResult, RampSpec, run_ramp
+from loadgen.kv_ramp import RampError, RampResult, RampSpec, check_metrics, run_ramp
 from loadgen.openai_body import request_dict
 from loadgen.prompt_text import text_of_words
 from loadgen.specs import TargetSpec
@@ -52,9 +52,10 @@ def ramp_mode(console: Console, target: str, prompt_tokens: int, max_tokens: int
             if not tspec.model:
                 tspec.model = client.resolve_model()
             prompt_tokens = _fit_prompt(prompt_tokens, max_tokens, client.max_model_len(), console)
+            check_metrics(tspec.url, server_gauges, api_key)     # before the preflight spends a request
             settled = settle_requests(client, {"kind": "random", "prompt_format": "text"}, prompt_tokens,
                                       max_tokens, 0, False, console)
-    except TargetError as exc:
+    except (TargetError, RampError) as exc:
         raise DiagnosisError(str(exc)) from None
     sizer, settled_target = settled.sizer, settled.target
     assert sizer is not None

@@ -133,3 +133,21 @@ def test_our_server_reached_as_a_stranger_has_no_failed_requests(tmp_path):
         assert all(abs(r["prompt_tokens"] - r["target_input_len"]) <= max(2, 0.05 * r["target_input_len"])
                    for r in recs)
         assert RunDir(out).read_info().target.model == "tiny-test"
+
+
+def test_the_kv_ramp_asks_for_metrics_before_it_spends_a_request():
+    """A server without /metrics (llama.cpp's, this strict one) is told in one line before the
+    preflight: here every request would be refused, and that refusal must not hide the reason the
+    ramp cannot run at all."""
+    proc, url = strict_server("--refuse-all", "this deployment is paused")
+    try:
+        p = subprocess.run([sys.executable, "-m", "llmbench.diag_cli", "oom", "--ramp", "--target", url,
+                            "--ramp-levels", "1", "--level-seconds", "1"], capture_output=True, text=True,
+                           timeout=120, env=ENV)
+        said = p.stdout + p.stderr
+        assert p.returncode == 2, said
+        assert "/metrics answered HTTP 404" in said and "does not export" in said, said
+        assert "paused" not in said and "Traceback" not in said
+    finally:
+        proc.kill()
+        proc.wait()
