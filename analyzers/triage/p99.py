@@ -37,9 +37,10 @@ from analyzers.triage.network import (
 )
 from analyzers.triage.phases import level_phases
 from analyzers.triage.requests import LAG_ID, check_hol_blocking, check_send_lag
-from analyzers.triage.server import check_batch_size, check_preemptions, check_queueing, server_absence
+from analyzers.triage.server import QUEUE_ID, check_batch_size, check_preemptions, check_queueing, server_absence
 from analyzers.triage.standing import check_standing, engine_limits, tail_rows
 from analyzers.triage.tail_windows import METRIC_SPANS, TailWindows, find_tail_windows, overlaps
+from analyzers.triage.throughout import level_windows
 from rundir import RunDir
 from rundir.table import RequestTable
 
@@ -117,7 +118,7 @@ def diagnose_p99(run: RunDir, metric: str = "ttft") -> P99Diagnosis:
     limits = engine_limits(info.target.engine_args, info.target.kind == "embedded")
     checks = [
         check_failures(table, metric),
-        check_retransmits(p["tcp"], tails, locality), check_irq_affinity(p["irq"], p["host"], tails, locality),
+        check_retransmits(p["tcp"], tails, locality, level_windows(table, metric)), check_irq_affinity(p["irq"], p["host"], tails, locality),
         check_link_saturation(), check_collectives(),
         check_hol_blocking(table, ttft), check_preemptions(p["server"], tails, server_absent),
         check_queueing(p["server"], tails, server_absent), check_batch_size(p["server"], tails, server_absent),
@@ -148,12 +149,18 @@ def _unmeasured_is_a_cause(findings: list[Finding]) -> None:
 def _last_resort_yields(findings: list[Finding]) -> None:
     """Saturation is the standing verdict of last resort (none of the named causes holds): where a
     condition separates the tail from the body request by request, that condition is the cause and
-    the level being busy is its consequence, so saturation explains none of the tail (context)."""
-    if any(f.kind == "differential" and (f.tail_share or 0.0) >= CONTEXT_SHARE and not is_consequence_of_load(f)
-           for f in findings):
-        for f in findings:
-            if f.check_id == SATURATION_ID:
-                f.tail_share = 0.0
+    the level being busy is its consequence, so saturation explains none of the tail (context).
+    A neighbour that held the host's cores through a whole level took capacity from the engine:
+    the queue that formed behind its slower steps is its consequence too (an admission limit or a
+    full KV cache has findings of its own, which do not yield)."""
+    separates = any(f.kind == "differential" and (f.tail_share or 0.0) >= CONTEXT_SHARE
+                    and not is_consequence_of_load(f) for f in findings)
+    lost_capacity = any(f.kind == "throughout" and f.category == "host" and (f.tail_share or 0.0) >= CONTEXT_SHARE
+                        for f in findings)
+    yielding = ({SATURATION_ID} if separates or lost_capacity else set()) | ({QUEUE_ID} if lost_capacity else set())
+    for f in findings:
+        if f.check_id in yielding:
+            f.tail_share = 0.0
 
 
 def _ok(table: RequestTable, metric: str) -> np.ndarray:
