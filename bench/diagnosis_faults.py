@@ -78,12 +78,13 @@ class LossyNamespace:
 class Burners:
     """N busy-loop processes (other processes on the host: not the server's, not the client's)."""
 
-    def __init__(self, n: int, nice: int = 0):
-        self.n, self.nice = n, nice
+    def __init__(self, n: int, nice: int = 0, cores: set[int] | None = None):
+        self.n, self.nice, self.cores = n, nice, cores     # cores: pin them there (the server's, say)
         self.procs: list[subprocess.Popen] = []
 
     def start(self) -> None:
-        code = f"import os\nos.nice({self.nice})\nwhile True: pass"
+        pin = f"os.sched_setaffinity(0, {sorted(self.cores)!r})\n" if self.cores else ""
+        code = f"import os\n{pin}os.nice({self.nice})\nwhile True: pass"
         self.procs = [subprocess.Popen([sys.executable, "-c", code]) for _ in range(self.n)]
 
     def stop(self) -> None:
