@@ -9,9 +9,9 @@ import numpy as np
 
 from analyzers.triage.contracts import CheckResult, Finding, failed, passed, unchecked
 from analyzers.triage.evidence import SampleSplit, finite_mean, lift
-from analyzers.triage.exposure import EXPOSED_SHARE, differential, exposed_windows, time_exposure
+from analyzers.triage.exposure import differential_in_time, held_windows
 from analyzers.triage.processes import per_process, read_top_others, spiking
-from analyzers.triage.tail_windows import METRIC_SPANS, TailWindows, Window, merge
+from analyzers.triage.tail_windows import TailWindows
 from analyzers.triage.throughout import NO_CONTRAST, held_throughout, level_windows
 from rundir.table import RequestTable
 
@@ -137,18 +137,10 @@ def _neighbour_by_exposure(host: SampleSplit, others: np.ndarray, tails: TailWin
     o = np.nan_to_num(others)
     level = max(NEIGHBOUR_CORES, float(np.median(o)) + NEIGHBOUR_EXTRA)
     held = o >= level
-    if not held.any():
+    found = differential_in_time(table, tails.metric, held_windows(host.start, host.end, held))
+    if found is None or not found.diff.separates:
         return None
-    cond = [Window(float(a), float(b)) for a, b, h in zip(host.start, host.end, held) if h]
-    start_col, end_col, value_col = METRIC_SPANS[tails.metric]
-    df = table.df
-    starts, ends = df[start_col].to_numpy(float), df[end_col].to_numpy(float)
-    measured = (df["status"] == "ok").to_numpy() & df["in_window"].to_numpy() & df[value_col].notna().to_numpy()
-    exposed = time_exposure(np.nan_to_num(starts), np.nan_to_num(ends), cond) >= EXPOSED_SHARE
-    diff = differential(df[value_col].to_numpy(float), table.level_rows(), measured, exposed & measured)
-    if not diff.separates:
-        return None
-    seconds = float(sum(w.seconds for w in merge(cond, gap_s=0.0)))
+    diff, seconds = found.diff, found.seconds
     named = spiking(per_process(top_others, replace(host, spike=held)))
     who = ", ".join(f"{p['comm']} (pid {p['pid']}, {p['cpu_cores_spikes']:.2f} cores)" for p in named[:3])
     if len(named) > 3:
@@ -161,7 +153,7 @@ def _neighbour_by_exposure(host: SampleSplit, others: np.ndarray, tails: TailWin
                       f"a noisy neighbour: other processes took {finite_mean(o[held]) or 0:.1f} cores for "
                       f"{seconds:.0f} s" + (f" ({who})" if who else "") + "; " + diff.words(tails.metric, "the "
                       + held_words),
-                      ev, exposed_windows(starts, ends, diff.exposed_tail_rows), len(tails.spikes),
+                      ev, found.windows, len(tails.spikes),
                       "move the neighbour, or pin the server to cores of its own (taskset/cpuset)",
                       kind="differential", tail_share=diff.attributable)
     return failed(finding, CPU_TITLE, finding.title)

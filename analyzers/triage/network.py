@@ -11,8 +11,10 @@ import numpy as np
 
 from analyzers.triage.contracts import CheckResult, Finding, failed, passed, unchecked
 from analyzers.triage.evidence import SampleSplit, lift
+from analyzers.triage.exposure import differential_in_time, held_windows
 from analyzers.triage.tail_windows import TailWindows, Window
 from analyzers.triage.throughout import NO_CONTRAST, held_throughout
+from rundir.table import RequestTable
 
 MIN_RETRANS = 3             # retransmitted segments in the spikes before they count as evidence
 RETRANS_LIFT = 3.0          # ... at this many times the calm's rate per second
@@ -63,7 +65,8 @@ def _host_wide(tcp: SampleSplit) -> str | None:
 
 
 def check_retransmits(tcp: SampleSplit | None, tails: TailWindows, locality: str | None = None,
-                      level_windows: dict[str, Window] | None = None) -> CheckResult:
+                      level_windows: dict[str, Window] | None = None, table: RequestTable | None = None
+                      ) -> CheckResult:
     """The target's own connections (`ss` per connection, probe tcp's conns_retrans) decide; the
     host-wide counters count every flow on the host and are context only. Without per-connection
     data the host-wide counters are used, said so, and never ranked high. Retransmits on the
@@ -78,6 +81,10 @@ def check_retransmits(tcp: SampleSplit | None, tails: TailWindows, locality: str
     own = tcp.has("conns_retrans")
     field = "conns_retrans" if own else "Tcp.RetransSegs"
     whose = "the target's connections" if own else "host-wide counters (the target's own connections were not recorded)"
+    if own and table is not None:
+        by_exposure = _retransmits_by_exposure(tcp, tails, table)
+        if by_exposure is not None:
+            return by_exposure
     throughout = _retransmits_throughout(tcp, tails, level_windows or {}) if own else None
     if not tails.spikes:
         return throughout or passed(RETRANS_ID, "network", RETRANS_TITLE, "no spike windows to compare",
@@ -104,6 +111,28 @@ def check_retransmits(tcp: SampleSplit | None, tails: TailWindows, locality: str
                       evidence, explains, len(tails.spikes),
                       "find the lossy hop: `llmbench sweep --probes tcp,capture` then `llmdiag pcap` per flow; "
                       "check NIC/switch counters and ring buffer drops (ethtool -S)")
+    return failed(finding, RETRANS_TITLE, finding.title)
+
+
+def _retransmits_by_exposure(tcp: SampleSplit, tails: TailWindows, table: RequestTable) -> CheckResult | None:
+    """Retransmits on the target's own connections as a condition in time (analyzers/triage/exposure.py):
+    the requests that lived through them against those that did not."""
+    retrans = np.nan_to_num(tcp.values("conns_retrans"))
+    found = differential_in_time(table, tails.metric, held_windows(tcp.start, tcp.end, retrans > 0))
+    if found is None or not found.diff.separates:
+        return None
+    diff, held = found.diff, retrans > 0
+    n, rto = float(retrans[held].sum()), float(np.nan_to_num(tcp.values("conns_rto"))[held].sum())
+    evidence = dict(source="conns_retrans", **diff.evidence(), retrans_when_held=n, rto_intervals_when_held=rto,
+                    retrans_seconds=round(found.seconds, 1))
+    finding = Finding(RETRANS_ID, "network", "high" if rto or diff.attributable >= 0.6 else "medium",
+                      f"TCP retransmits on the target's connections: {n:.0f} segments in {found.seconds:.0f} s"
+                      + (f", connections in RTO backoff in {rto:.0f} intervals" if rto else "") + "; "
+                      + diff.words(tails.metric, f"the {found.seconds:.0f} s of retransmits"),
+                      evidence, found.windows, len(tails.spikes),
+                      "find the lossy hop: `llmbench sweep --probes tcp,capture` then `llmdiag pcap` per flow; "
+                      "check NIC/switch counters and ring buffer drops (ethtool -S)",
+                      kind="differential", tail_share=diff.attributable)
     return failed(finding, RETRANS_TITLE, finding.title)
 
 

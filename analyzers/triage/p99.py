@@ -118,9 +118,9 @@ def diagnose_p99(run: RunDir, metric: str = "ttft") -> P99Diagnosis:
     limits = engine_limits(info.target.engine_args, info.target.kind == "embedded")
     checks = [
         check_failures(table, metric),
-        check_retransmits(p["tcp"], tails, locality, level_windows(table, metric)), check_irq_affinity(p["irq"], p["host"], tails, locality),
+        check_retransmits(p["tcp"], tails, locality, level_windows(table, metric), table), check_irq_affinity(p["irq"], p["host"], tails, locality),
         check_link_saturation(), check_collectives(),
-        check_hol_blocking(table, ttft), check_preemptions(p["server"], tails, server_absent),
+        check_hol_blocking(table, ttft), check_preemptions(p["server"], tails, server_absent, table),
         check_queueing(p["server"], tails, server_absent), check_batch_size(p["server"], tails, server_absent),
         *check_standing(metric, levels, phases, limits, locality is not None),
         check_cpu(p["host"], tails, top_others, table), check_gpu_throttle(p["gpu"], tails),
