@@ -96,7 +96,9 @@ def run_capacity(a: SweepArgs, c: CapacityArgs, console: Console) -> None:
         a.concurrency, a.request_rate = (f"{first:g}", None) if search.axis == "concurrency" else (None, f"{first:g}")
         speed = search.trace_speed(first)
         if speed is not None:                    # a trace level is named by its rate, sent at its speed
-            a.request_rate, a.trace_speed = None, speed
+            # Every load's level lasts --warmup + --duration, whatever its speed: the trace cycles
+            # to fill it (or plays its first part), and each level's record says which.
+            a.request_rate, a.trace_speed, a.trace_loop = None, speed, "capacity"
         run, info, probe_names = prepare_run(a, console)
         info.sweep.extra["stop_over_capacity"] = c.stop_over_capacity
     plans: list[CapacityPlan] = []

@@ -71,6 +71,9 @@ class SweepArgs:
     trace_speed: float = 1.0            # --workload trace: time scale (2 = twice as fast)
     trace_limit: Optional[int] = None   # --workload trace: the first N requests of the trace
     block_size: int = 512               # --workload trace: tokens per hash id (Mooncake: 512)
+    # --workload trace: why the trace cycles to fill a level ("--trace-loop", "capacity"); None plays it
+    # once, unless --duration is longer than the trace (docs/workloads.md, "Replay")
+    trace_loop: Optional[str] = None
     turns: int = 4                      # --workload sessions: turns per conversation
     max_duration: Optional[str] = None  # bound of a sized warm-up and window (default DEFAULT_MAX_DURATION_S)
 
@@ -128,6 +131,8 @@ def _trace_or_sessions(spec, a: SweepArgs) -> None:
     if kind == "sessions":
         spec.workload["turns"] = a.turns
     if kind != "trace":
+        if a.trace_loop is not None:
+            raise ValueError("--trace-loop cycles a trace: it needs --workload trace")
         return
     if spec.concurrency or len(spec.request_rate) > 1:
         raise ValueError("--workload trace sends at the trace's times: give no --concurrency or --request-rate "
@@ -135,10 +140,31 @@ def _trace_or_sessions(spec, a: SweepArgs) -> None:
     if not a.trace_speed > 0:
         raise ValueError("--trace-speed must be > 0")
     trace = sweep_trace(a)
-    spec.workload.update(trace_speed=a.trace_speed, trace_limit=a.trace_limit, block_size=a.block_size)
+    spec.workload.update(trace_speed=a.trace_speed, trace_limit=a.trace_limit, block_size=a.block_size,
+                         trace_loop=_trace_timeline(spec, a, trace.span_s / a.trace_speed))
     spec.concurrency, spec.request_rate = [], [float(f"{trace.mean_rate(a.trace_speed):.3g}")]
     spec.input_lens = [max(1, round(sum(r.input_len for r in trace.rows) / len(trace.rows)))]
     spec.output_lens = [max(1, round(sum(r.output_len for r in trace.rows) / len(trace.rows)))]
+
+
+def _trace_timeline(spec, a: SweepArgs, pass_s: float) -> str | None:
+    """A trace level's warm-up and window, and why it cycles (None: it does not). By default the
+    trace plays once: no warm-up unless --warmup says, the window the rest of the trace's span. It
+    cycles when asked (--trace-loop, a capacity search) or when --warmup + --duration are longer
+    than one pass; shorter, the level plays the trace's first part (docs/workloads.md, "Replay").
+    Its own times are the experiment, so nothing is sized."""
+    spec.steady_warmup, spec.sample_target, spec.max_duration_s = False, None, None
+    if a.trace_loop is not None or a.duration is not None:
+        spec.warmup_s = spec.warmup_s if a.warmup is not None or a.trace_loop else 0.0
+        if a.trace_loop is not None:
+            return a.trace_loop
+        return "--duration" if spec.warmup_s + spec.duration_s > pass_s * (1 + 1e-9) else None
+    spec.warmup_s = 0.0 if a.warmup is None else spec.warmup_s
+    if spec.warmup_s >= pass_s:
+        raise ValueError(f"--warmup {spec.warmup_s:g} s is the whole trace ({pass_s:.3g} s at --trace-speed "
+                         f"{a.trace_speed:g}): the trace plays once, so give a shorter --warmup, or --trace-loop")
+    spec.duration_s = pass_s - spec.warmup_s
+    return None
 
 
 def _slos(a: SweepArgs) -> SloSpec:
