@@ -82,11 +82,15 @@ class TargetInfo:
     engine_facts: dict[str, Any] = field(default_factory=dict)   # the target's own account (/metrics)
     omit_fields: list[str] = field(default_factory=list)   # request fields the target refused (left out)
     adaptations: list[dict[str, Any]] = field(default_factory=list)  # what the preflight changed, and why
+    # Engine replicas behind the URL (a load balancer over N engines): per-replica throughput divides by it.
+    replicas: int = 1
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.kind not in TARGET_KINDS:
             raise ValueError(f"target kind must be one of {TARGET_KINDS}, got {self.kind!r}")
+        if not isinstance(self.replicas, int) or self.replicas < 1:
+            raise ValueError(f"target replicas must be an integer >= 1, got {self.replicas!r}")
 
 
 @dataclass

@@ -64,6 +64,9 @@ def sweep(
     target: Optional[str] = target_options.TARGET,
     model: Optional[str] = target_options.MODEL,
     api_key: Optional[str] = target_options.API_KEY,
+    replicas: int = typer.Option(1, min=1, help="Engine replicas behind --target (a load balancer over N engines): "
+                                 "recorded in run.json, per-replica throughput in `llmbench report --runs` divides "
+                                 "by it."),
     endpoint: str = target_options.ENDPOINT,
     ignore_eos: bool = target_options.IGNORE_EOS,
     prompt_format: str = typer.Option("text", help="text (any OpenAI-compatible server; sized to --input-len with "

@@ -76,6 +76,7 @@ class SweepArgs:
     trace_loop: Optional[str] = None
     turns: int = 4                      # --workload sessions: turns per conversation
     max_duration: Optional[str] = None  # bound of a sized warm-up and window (default DEFAULT_MAX_DURATION_S)
+    replicas: int = 1                   # engine replicas behind --target (per-replica throughput)
 
 
 def workload_options(kind: str, dataset: Path | None, spread: float, target: str | None, model: str | None,
@@ -218,7 +219,7 @@ def _new_run(a: SweepArgs, console: Console) -> tuple[RunDir, RunInfo]:
     kind = "external" if a.target else "embedded"
     target = TargetInfo(url=a.target, model=a.model or ("tiny" if not a.target else None), kind=kind,
                         endpoint=a.endpoint, ignore_eos=a.ignore_eos, engine_args=list(a.engine_arg),
-                        server_threads=a.server_threads)
+                        server_threads=a.server_threads, replicas=a.replicas)
     if a.target is not None and not a.target.startswith(("http://", "https://")):
         raise typer.BadParameter(f"must be a URL like http://127.0.0.1:8000, got {a.target!r}", param_hint="--target")
     if a.endpoint not in ("completions", "chat"):
