@@ -66,14 +66,16 @@ def frontier_figure(curves: list[RunCurve]) -> str:
     with plt.rc_context(STYLE):
         fig, ax = figure(1, width=9.5, height=4.6)
         a = ax[0, 0]
-        lines = []
+        lines, xs, ys = [], [1e-9], [1e-9]
         for i, curve in enumerate(curves):
             pts = [(p.per_user_tok_s, p.per_replica_tok_s, p) for p in curve.plotted if p.per_user_tok_s is not None]
             if pts:
                 lines.append(_draw(a, curve, _COLORS[i % len(_COLORS)], pts, annotate=True))
+                xs += [x for x, _, _ in pts]
+                ys += [y for _, y, _ in pts]
         a.set(title="throughput per replica against per-user speed (up and to the right is better)",
               xlabel="per-user output tokens/s (1 / TPOT P50)", ylabel="output tokens/s per replica")
-        a.set_xlim(left=0)
-        a.set_ylim(bottom=0)
+        a.set_xlim(0, max(xs) * 1.12)          # from zero, with room for the load labels
+        a.set_ylim(0, max(ys) * 1.12)
         _legend(fig, lines)
         return to_svg(fig)
