@@ -246,6 +246,9 @@ def _resumed_run(path: Path, console: Console) -> tuple[RunDir, RunInfo]:
         raise typer.BadParameter(f"{path} is not a run directory (no run.json)", param_hint="--resume")
     info = run.read_info()
     info.sweep = SweepSpec.of(info.sweep)
+    if info.sweep.workload.get("kind") == "trace":
+        # Recorded before a trace played once by default (no trace_loop key): it cycled, and goes on so.
+        info.sweep.workload.setdefault("trace_loop", "--trace-loop")
     # A capacity search decides its levels as it goes: there is no total to count against.
     total = "" if CAPACITY_KEY in info.sweep.extra else f" of {len(info.sweep.levels())}"
     console.print(f"resuming {path}: {len(info.levels_done)}{total} levels done")

@@ -88,3 +88,19 @@ def test_the_replay_round_trips_through_run_json():
     assert "a capacity level lasts" in trace_words(again)
     with pytest.raises(ValueError, match="cycled_by"):
         TraceReplay(requests=1, span_s=1.0, speed=1.0, level_s=1.0, cycled_by="always")
+
+
+def test_a_trace_run_recorded_before_play_once_resumes_cycling(tmp_path):
+    from llmbench.sweep.setup import _resumed_run
+    from rundir import RunDir
+
+    _, info = _new_run(_args(tmp_path), Console(file=open(os.devnull, "w")))
+    del info.sweep.workload["trace_loop"]                    # as an older tool wrote it
+    run = RunDir(tmp_path / "old")
+    run.create(info)
+    _, resumed = _resumed_run(run.path, Console(file=open(os.devnull, "w")))
+    assert resumed.sweep.workload["trace_loop"] == "--trace-loop"
+    _, info = _new_run(_args(tmp_path), Console(file=open(os.devnull, "w")))
+    run = RunDir(tmp_path / "new")
+    run.create(info)
+    assert _resumed_run(run.path, Console(file=open(os.devnull, "w")))[1].sweep.workload["trace_loop"] is None
