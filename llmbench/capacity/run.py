@@ -16,7 +16,8 @@ from analyzers.capacity.answer import CAPACITY_KEY, CapacityAnswer, capacity_ans
 from analyzers.stats.latency import LevelStats
 from analyzers.stats.slo import Slos
 from llmbench.capacity.search import CapacityPlan, Probe, SearchSpec
-from llmbench.sweep.setup import SweepArgs, execute_sweep, prepare_run, sweep_trace
+from llmbench.sweep.setup import SweepArgs, execute_sweep, prepare_run
+from llmbench.sweep.trace_level import sweep_trace
 from reports.capacity_table import CAPACITY_HEADER, capacity_rows
 from reports.capacity_words import capacity_headline
 from reports.write import write_reports

@@ -115,19 +115,11 @@ def workload_options(kind: str, dataset: Path | None, spread: float, target: str
     return opts
 
 
-def sweep_trace(a: SweepArgs):
-    """--workload trace: the loadgen.trace.Trace that --dataset and --trace-limit name (ValueError
-    with the user's words when there is none)."""
-    from loadgen.trace import load_trace
-
-    if a.dataset is None:
-        raise ValueError("--workload trace needs --dataset FILE (a Mooncake .jsonl or Azure .csv trace)")
-    return load_trace(a.dataset, a.trace_limit)
-
-
 def _trace_or_sessions(spec, a: SweepArgs) -> None:
-    """A trace is one open-loop level at the trace's own times (its mean rate names the level, its
-    mean lengths the level's lengths); sessions take their turn count."""
+    """A trace is one open-loop level at the trace's own times (llmbench.sweep.trace_level); sessions
+    take their turn count."""
+    from llmbench.sweep.trace_level import trace_level
+
     kind = spec.workload["kind"]
     if kind == "sessions":
         spec.workload["turns"] = a.turns
@@ -135,37 +127,7 @@ def _trace_or_sessions(spec, a: SweepArgs) -> None:
         if a.trace_loop is not None:
             raise ValueError("--trace-loop cycles a trace: it needs --workload trace")
         return
-    if spec.concurrency or len(spec.request_rate) > 1:
-        raise ValueError("--workload trace sends at the trace's times: give no --concurrency or --request-rate "
-                         "(scale time with --trace-speed)")
-    if not a.trace_speed > 0:
-        raise ValueError("--trace-speed must be > 0")
-    trace = sweep_trace(a)
-    spec.workload.update(trace_speed=a.trace_speed, trace_limit=a.trace_limit, block_size=a.block_size,
-                         trace_loop=_trace_timeline(spec, a, trace.span_s / a.trace_speed))
-    spec.concurrency, spec.request_rate = [], [float(f"{trace.mean_rate(a.trace_speed):.3g}")]
-    spec.input_lens = [max(1, round(sum(r.input_len for r in trace.rows) / len(trace.rows)))]
-    spec.output_lens = [max(1, round(sum(r.output_len for r in trace.rows) / len(trace.rows)))]
-
-
-def _trace_timeline(spec, a: SweepArgs, pass_s: float) -> str | None:
-    """A trace level's warm-up and window, and why it cycles (None: it does not). By default the
-    trace plays once: no warm-up unless --warmup says, the window the rest of the trace's span. It
-    cycles when asked (--trace-loop, a capacity search) or when --warmup + --duration are longer
-    than one pass; shorter, the level plays the trace's first part (docs/workloads.md, "Replay").
-    Its own times are the experiment, so nothing is sized."""
-    spec.steady_warmup, spec.sample_target, spec.max_duration_s = False, None, None
-    if a.trace_loop is not None or a.duration is not None:
-        spec.warmup_s = spec.warmup_s if a.warmup is not None or a.trace_loop else 0.0
-        if a.trace_loop is not None:
-            return a.trace_loop
-        return "--duration" if spec.warmup_s + spec.duration_s > pass_s * (1 + 1e-9) else None
-    spec.warmup_s = 0.0 if a.warmup is None else spec.warmup_s
-    if spec.warmup_s >= pass_s:
-        raise ValueError(f"--warmup {spec.warmup_s:g} s is the whole trace ({pass_s:.3g} s at --trace-speed "
-                         f"{a.trace_speed:g}): the trace plays once, so give a shorter --warmup, or --trace-loop")
-    spec.duration_s = pass_s - spec.warmup_s
-    return None
+    trace_level(spec, a)
 
 
 def _slos(a: SweepArgs) -> SloSpec:
