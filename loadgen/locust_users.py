@@ -225,8 +225,8 @@ class ClosedLoopUser(_LevelUser):
         s = self.session
         self._wait_for_start()
         warm = False
-        while s.may_send(time.time()):
-            spec, body = s.next_request()
+        while s.may_send(time.time()) and (request := s.next_request()) is not None:
+            spec, body = request
             rec = s.inflight.spawn(stream_request, self, s, spec, body, time.time()).get()
             if not warm and isinstance(rec, RequestRecord):
                 warm = True
@@ -253,7 +253,10 @@ class OpenLoopPacer(_LevelUser):
         plan = ArrivalPlan(rate, s.level.burstiness, seed=s.level.seed, stream=s.worker_index)
         gaps = plan.times(s.plan.t_start)
         while True:
-            spec, body = s.next_request()          # prepared before its time comes
+            request = s.next_request()             # prepared before its time comes
+            if request is None:                    # a trace played once: its last request is out
+                break
+            spec, body = request
             # A trace's request carries its own send time; otherwise the next drawn arrival.
             t_planned = s.plan.t_start + spec.arrival_s if spec.arrival_s is not None else next(gaps)
             delay = t_planned - time.time()

@@ -83,8 +83,12 @@ class LevelSession:
         self._dead_reported = False
 
     # ----- used by the users ---------------------------------------------------------------
-    def next_request(self) -> tuple[RequestSpec, bytes]:
+    def next_request(self) -> tuple[RequestSpec, bytes] | None:
+        """This process's next request and its body; None once a finite workload (a trace played
+        once) has no more: the users then stop sending."""
         i = self.worker_index + self.n_workers * self._k
+        if not self.workload.has(i):
+            return None
         self._k += 1
         spec = self.workload.spec(i)
         return spec, request_body(spec, self.target)

@@ -65,6 +65,8 @@ class WorkloadOptions:
     trace_speed: float = 1.0           # trace: time scale (2 = the trace's requests twice as fast)
     trace_limit: int | None = None     # trace: the first N requests
     block_size: int = 512              # trace: prompt tokens per hash id (Mooncake: 512)
+    # trace: why it cycles to fill the level (rundir.trace_replay.TRACE_LOOP_REASONS); None plays it once
+    trace_loop: str | None = None
     turns: int = 4                     # sessions: turns per conversation
     num_sessions: int = 16             # sessions: conversations open at once (interleaved)
     extra_body: dict[str, Any] = field(default_factory=dict)

@@ -50,7 +50,8 @@ def _probe_rank(p: ProbeSeries) -> tuple[int, str]:
     return (PROBE_ORDER.index(p.name) if p.name in PROBE_ORDER else len(PROBE_ORDER), p.name)
 
 
-def _common() -> dict:
+def common_context() -> dict:
+    """What every page of ours shares: the stylesheet, the version, the definitions, when it was made."""
     return {"css": stylesheet(), "script": "", "version": __version__, "definitions": DEFINITIONS, "tools_header": OTHER_TOOLS_HEADER,
             "tools": OTHER_TOOLS, "generated": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
 
@@ -62,7 +63,7 @@ def render_report(summary: RunSummary, table: RequestTable, probes: list[ProbeSe
     scaling_figs = [plots.scaling_figure(group, key) for key, group in series_of(measured).items()]
     capacity = answer_in(summary.info.sweep.extra)
     ctx = {
-        **_common(), "script": hover_script(), "title": f"llmbench report: {summary.info.run_id}", "info": summary.info,
+        **common_context(), "script": hover_script(), "title": f"llmbench report: {summary.info.run_id}", "info": summary.info,
         "slos": summary.slos.describe(), "answer": build_answer(summary, diagnosis),
         "capacity_header": CAPACITY_HEADER, "capacity_note": CAPACITY_NOTE,
         "capacity_rows": capacity_rows(capacity) if capacity is not None else [],
@@ -85,7 +86,7 @@ def render_report(summary: RunSummary, table: RequestTable, probes: list[ProbeSe
 
 
 def render_compare(comparisons: list[Comparison], summaries: list[RunSummary], min_effect: float = MIN_EFFECT) -> str:
-    ctx = {**_common(), "title": "llmbench comparison: " + " vs ".join(s.info.run_id for s in summaries),
+    ctx = {**common_context(), "title": "llmbench comparison: " + " vs ".join(s.info.run_id for s in summaries),
            "comparisons": comparisons, "min_effect": min_effect,
            "answers": [compare_answer(c) for c in comparisons], "matrices": [verdict_matrix(c) for c in comparisons],
            "configs": [(f"{'AB'[min(i, 1)] if len(summaries) == 2 else i}: {s.info.run_id}", tables.config_rows(s.info))

@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from rundir.trace_replay import TraceReplay
 from rundir.version import __version__
 
 SCHEMA_VERSION = 1
@@ -81,11 +82,15 @@ class TargetInfo:
     engine_facts: dict[str, Any] = field(default_factory=dict)   # the target's own account (/metrics)
     omit_fields: list[str] = field(default_factory=list)   # request fields the target refused (left out)
     adaptations: list[dict[str, Any]] = field(default_factory=list)  # what the preflight changed, and why
+    # Engine replicas behind the URL (a load balancer over N engines): per-replica throughput divides by it.
+    replicas: int = 1
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.kind not in TARGET_KINDS:
             raise ValueError(f"target kind must be one of {TARGET_KINDS}, got {self.kind!r}")
+        if not isinstance(self.replicas, int) or self.replicas < 1:
+            raise ValueError(f"target replicas must be an integer >= 1, got {self.replicas!r}")
 
 
 @dataclass
@@ -130,9 +135,11 @@ class LevelMeta:
     warmup_end: str | None = None          # fixed (--warmup) | steady | max (at --max-duration)
     window_end_by: str | None = None       # fixed (--duration) | samples (sample_target reached) | max
     sample_target: int | None = None       # the requests its window was sized for (None: fixed)
+    trace: TraceReplay | None = None       # --workload trace: played once, in part, or cycled (and why)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        self.trace = TraceReplay.of(self.trace)      # run.json holds it as an object
         if self.window_s is not None and not self.window_s >= 0:
             raise ValueError(f"a level's window must not be negative, got {self.window_s!r}")
         if not isinstance(self.notes, list):

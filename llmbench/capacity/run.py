@@ -16,7 +16,8 @@ from analyzers.capacity.answer import CAPACITY_KEY, CapacityAnswer, capacity_ans
 from analyzers.stats.latency import LevelStats
 from analyzers.stats.slo import Slos
 from llmbench.capacity.search import CapacityPlan, Probe, SearchSpec
-from llmbench.sweep.setup import SweepArgs, execute_sweep, prepare_run, sweep_trace
+from llmbench.sweep.setup import SweepArgs, execute_sweep, prepare_run
+from llmbench.sweep.trace_level import sweep_trace
 from reports.capacity_table import CAPACITY_HEADER, capacity_rows
 from reports.capacity_words import capacity_headline
 from reports.write import write_reports
@@ -96,7 +97,9 @@ def run_capacity(a: SweepArgs, c: CapacityArgs, console: Console) -> None:
         a.concurrency, a.request_rate = (f"{first:g}", None) if search.axis == "concurrency" else (None, f"{first:g}")
         speed = search.trace_speed(first)
         if speed is not None:                    # a trace level is named by its rate, sent at its speed
-            a.request_rate, a.trace_speed = None, speed
+            # Every load's level lasts --warmup + --duration, whatever its speed: the trace cycles
+            # to fill it (or plays its first part), and each level's record says which.
+            a.request_rate, a.trace_speed, a.trace_loop = None, speed, "capacity"
         run, info, probe_names = prepare_run(a, console)
         info.sweep.extra["stop_over_capacity"] = c.stop_over_capacity
     plans: list[CapacityPlan] = []

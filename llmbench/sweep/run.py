@@ -28,10 +28,12 @@ from analyzers.validity import INVALID_PREFIX, mark_cut_short, mark_over_capacit
 from llmbench.sweep.spec import SweepSpec
 from loadgen.level import run_level
 from loadgen.specs import LevelProgress, LevelResult, LevelSpec, TargetSpec
+from loadgen.trace_workload import trace_replay
 from loadgen.workloads import level_workload_factory
 from reports.answer import build_answer
 from reports.level_sizing import bound_words, sizing_line
 from reports.terminal import answer_lines, run_summary_table
+from reports.trace_words import trace_words
 from reports.write import read_diagnosis
 from rundir import LevelMeta, RequestRecord, RunDir, RunInfo, SloSpec, TargetInfo
 
@@ -283,6 +285,11 @@ def run_sweep(spec: SweepSpec, run: RunDir, target: TargetSpec, console: Console
                 level = dataclasses.replace(level, saturation_ttft_s=stop_ttft)
                 m = _measure(level, run, target, spec, progress, master_bind, slos_d)
                 meta = info.level_meta[level.level_id] = m.meta()
+                if spec.workload.get("kind") == "trace":      # played once, in part or cycled: say which
+                    meta.trace = trace_replay(spec.workload, level, sent=m.result.sent)
+                    m.lv.notes.append(trace_words(meta.trace))
+                    meta.notes.append(m.lv.notes[-1])
+                    console.print(f"{level.level_id}: {m.lv.notes[-1]}", highlight=False, markup=False)
                 line = sizing_line(level.level_id, meta, m.lv.ttft.n, level.max_duration_s)
                 if line is not None:
                     console.print(line, highlight=False, markup=False)

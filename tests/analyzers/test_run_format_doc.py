@@ -7,7 +7,7 @@ import dataclasses
 import re
 from pathlib import Path
 
-from rundir import LevelMeta, RunInfo, SloSpec, SweepInfo, TargetInfo
+from rundir import LevelMeta, RunInfo, SloSpec, SweepInfo, TargetInfo, TraceReplay
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "run-format.md"
 PARTS = {"target": TargetInfo, "slos": SloSpec, "level_meta": LevelMeta}
@@ -35,6 +35,8 @@ def test_every_field_of_the_typed_parts_is_named_in_its_row():
     for key, cls in PARTS.items():
         missing = [f for f in _fields(cls) if f'"{f}"' not in rows[key]]
         assert not missing, f"docs/run-format.md's {key} row does not name {missing}"
+    missing = [f for f in _fields(TraceReplay) if f'"{f}"' not in rows["level_meta"]]
+    assert not missing, f"docs/run-format.md's level_meta row does not name the trace's {missing}"
     assert "SweepInfo" in rows["sweep"] and SweepInfo
 
 

@@ -129,3 +129,8 @@ def test_a_trace_is_searched_by_rate_and_the_answer_is_also_a_speed(slot_server,
         sent[r.level_id] = sent.get(r.level_id, 0) + r.in_window
     for p in result["probes"]:
         assert abs(sent[p["level_id"]] - p["load"] * 3) <= 2, (p, sent[p["level_id"]])
+    # ... and says what it replayed: a capacity level lasts its --warmup + --duration at every load
+    metas = run.read_info().level_meta
+    replays = [metas[p["level_id"]].trace for p in result["probes"]]
+    assert all(t.cycled_by == "capacity" and t.speed == pytest.approx(p["load"] / trace_rate)
+               for t, p in zip(replays, result["probes"])), replays
