@@ -153,13 +153,11 @@ def _unclear(run: RunDir, info: RunInfo, plan: CapacityPlan) -> set[float]:
 
 
 def _print_answer(console: Console, answer: CapacityAnswer, run: RunDir) -> None:
-    from rich.table import Table
+    from reports.grid import Column, Grid, print_grid
 
-    t = Table(title="capacity search (requests pooled over each load's levels)")
-    for col in CAPACITY_HEADER:
-        t.add_column(col)
-    for row in capacity_rows(answer):
-        t.add_row(*row)
-    console.print(t)
+    # The levels and the verdict's reasons wrap between words; each figure stays on one line.
+    wraps = {"levels", "verdict"}
+    print_grid(console, Grid("capacity search (requests pooled over each load's levels)",
+                             [Column(c, wrap=c in wraps) for c in CAPACITY_HEADER], capacity_rows(answer)))
     console.print(f"[bold]{capacity_headline(answer)}[/]", highlight=False)
     console.print(f"search and answer: {run.path / CAPACITY_JSON}; report: {run.report_html}")

@@ -4,7 +4,8 @@ without a diagnosis, and what makes a run not valid."""
 from synth_run import make_run, rec
 
 from analyzers.summary import analyze_run
-from reports.answer import build_answer, evidence_name, fmt_evidence
+from reports.answer import build_answer
+from reports.evidence_units import evidence_name, fmt_evidence
 
 
 def _summary(tmp_path, ttft_by_level, windows=None, meta_notes=None):

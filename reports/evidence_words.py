@@ -1,0 +1,195 @@
+"""A P99 finding's evidence as three to five sentences a person reads, with units: where it lies in
+the tail, up to three sentences of the numbers behind it, and the next step. The analyzers return
+the numbers (analyzers/triage/contracts.py, Finding.evidence); the words are here. Every number
+stays in diagnosis_p99.json and the report's Diagnosis table (reports/evidence_units.py).
+
+Each sentence builder reads the keys it knows and returns None when they are absent, so a finding
+of any check gets the sentences its evidence supports, in the order below; keys none of them
+knows are named with their values in one last sentence when fewer than two were made.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Callable
+
+from reports.evidence_units import evidence_name, fmt_evidence
+
+MAX_NUMBER_SENTENCES = 3        # plus where it lies and the next step: five lines at most
+
+
+def seconds(v: float) -> str:
+    """A duration as a person says it: 7 ms, 412 ms, 2.63 s, 38 s."""
+    if v < 0.01:
+        return f"{v * 1000:.2g} ms"
+    if v < 1:
+        return f"{v * 1000:.0f} ms"
+    return f"{v:.3g} s"
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
+def _sentence(text: str) -> str:
+    text = text.strip()
+    return text[:1].upper() + text[1:] + ("" if text.endswith((".", "!", "?")) else ".")
+
+
+def _num(ev: dict, key: str) -> float | None:
+    v = ev.get(key)
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def where_sentence(finding: dict, metric: str) -> str:
+    """The part of the tail the finding lies in: spike windows, standing levels, or tail requests."""
+    explains = len(finding.get("explains") or [])
+    n = int(finding.get("spike_windows") or 0)
+    share = finding.get("coverage")
+    held = f" ({share:.0%} of the tail requests)" if isinstance(share, (int, float)) else ""
+    kind = finding.get("kind", "spike")
+    if kind == "standing":
+        levels = ", ".join((finding.get("evidence") or {}).get("levels") or []) or _plural(explains, "level")
+        return _sentence(f"it explains the standing {metric.upper()} tail of {levels}{held}")
+    if kind == "differential" or not n:
+        return _sentence(f"it explains {share:.0%} of the {metric.upper()} tail requests"
+                         if isinstance(share, (int, float)) else f"it is a condition of the {metric.upper()} tail")
+    return _sentence(f"it coincides with {explains} of the {_plural(n, 'spike window')}{held}")
+
+
+def _failures(ev: dict, metric: str) -> list[str]:
+    failed, n = _num(ev, "failed"), _num(ev, "requests")
+    if failed is None or n is None:
+        return []
+    kinds = ev.get("by_kind") or {}
+    how = ", ".join(f"{c} {k.replace('_', ' ')}" for k, c in kinds.items())
+    out = [f"{failed:.0f} of {n:.0f} requests failed" + (f" ({how})" if how else "")]
+    if ev.get("sample_error"):
+        out.append(f"one of them said: {ev['sample_error']}")
+    return out
+
+
+def _differential(ev: dict, metric: str) -> list[str]:
+    tail, exposed, body = _num(ev, "tail_requests"), _num(ev, "tail_exposed"), _num(ev, "body_exposed")
+    if tail is None or exposed is None or body is None:
+        return []
+    out = [f"{round(exposed * tail)} of the {tail:.0f} slowest requests lived through it, against {body:.0%} "
+           "of the other requests"]
+    with_s, without_s = _num(ev, "percentile_with_s"), _num(ev, "percentile_without_s")
+    q, level = _num(ev, "counterfactual_quantile"), ev.get("counterfactual_level")
+    if with_s is not None and without_s is not None and level and q is not None:
+        out.append(f"without it, {level}'s {metric.upper()} P{q:g} would be {seconds(without_s)} instead of "
+                   f"{seconds(with_s)}")
+    return out
+
+
+def _phases(ev: dict, metric: str) -> list[str]:
+    parts = {k: v for k, v in (ev.get("parts_s") or {}).items() if isinstance(v, (int, float))}
+    if not parts:
+        return []
+    levels = ", ".join(ev.get("levels") or []) or "the slow levels"
+    split = ", ".join(f"{k} {seconds(v)}" for k, v in parts.items())
+    largest = f"; {ev['dominant_part']} is the largest part" if ev.get("dominant_part") and len(parts) > 1 else ""
+    return [f"in {levels}, a request's mean {metric.upper()} of {seconds(sum(parts.values()))} splits into "
+            f"{split}{largest}"]
+
+
+def _server(ev: dict, metric: str) -> list[str]:
+    s = ev.get("server") or {}
+    running, waiting = _num(s, "running_mean"), _num(s, "waiting_mean")
+    if running is None and waiting is None:
+        return []
+    words = []
+    if running is not None:
+        top = _num(s, "running_max")
+        words.append(f"{running:.1f} requests running" + (f" (at most {top:.0f})" if top is not None else ""))
+    if waiting is not None:
+        words.append(f"{waiting:.1f} waiting")
+    kv, pre = _num(s, "kv_usage_max"), _num(s, "preemptions")
+    kv_words = (f"; the KV cache peaked at {kv:.0%} full" if kv is not None else "") + \
+        (f", with {_plural(int(pre), 'preemption')}" if kv is not None and pre is not None else "")
+    return ["the server had " + " and ".join(words) + " on average" + kv_words]
+
+
+def _host(ev: dict, metric: str) -> list[str]:
+    h = ev.get("host") or {}
+    busy, cores = _num(h, "cpu_pct"), _num(h, "cores")
+    if busy is None:
+        return []
+    who = [f"the server {h['server_cpu_cores']:.2g} cores" if _num(h, "server_cpu_cores") is not None else "",
+           f"other processes {h['others_cpu_cores']:.2g}" if _num(h, "others_cpu_cores") is not None else ""]
+    used = ", ".join(w for w in who if w)
+    return [f"the host's CPU was {busy:.0f}% busy" + (f" over {cores:.0f} cores" if cores else "")
+            + (f" ({used})" if used else "")]
+
+
+def _client_lag(ev: dict, metric: str) -> list[str]:
+    lag, limit = _num(ev, "send_lag_p99_s"), _num(ev, "limit_s")
+    if lag is None:
+        return []
+    late, spikes = _num(ev, "spikes_sent_late"), _num(ev, "spikes")
+    return [f"the load generator sent requests {seconds(lag)} late at P99"
+            + (f", over its limit of {seconds(limit)}" if limit is not None else "")
+            + (f"; {late:.0f} of the {spikes:.0f} spike requests left late" if late is not None and spikes else "")]
+
+
+_SIDE = re.compile(r"^(?P<name>.+?)_(?:in_)?(?P<side>spikes|calm)(?P<unit>_lt_s|_gt_s|_s|_pct|_bytes|_ms)?$")
+
+
+def _value(key: str, v: Any) -> str:
+    if key.endswith("_per_s") and isinstance(v, (int, float)):
+        return f"{v:.3g}/s"
+    if key.endswith("_s") and not key.endswith(("_lt_s", "_gt_s")) and isinstance(v, (int, float)) and v >= 0:
+        return seconds(v)
+    return fmt_evidence(key, v)
+
+
+def _name(key: str) -> str:
+    return key[: -len("_per_s")].replace("_", " ") + " per second" if key.endswith("_per_s") else evidence_name(key)
+
+
+def _spikes_vs_calm(ev: dict, metric: str) -> list[str]:
+    """Each figure measured in the spike windows and in the calm, side by side."""
+    pairs: dict[str, dict[str, Any]] = {}
+    for key, v in ev.items():
+        m = _SIDE.match(key)
+        if m and v is not None:
+            pairs.setdefault(m["name"] + (m["unit"] or ""), {})[m["side"]] = v
+    return [f"{_name(k)}: {_value(k, p['spikes'])} in the spike windows, {_value(k, p['calm'])} in the calm"
+            for k, p in pairs.items() if {"spikes", "calm"} <= p.keys()]
+
+
+def _long_prompts(ev: dict, metric: str) -> list[str]:
+    n, tokens = _num(ev, "long_prompts"), _num(ev, "long_prompt_tokens_median")
+    if n is None or tokens is None:
+        return []
+    return [f"{_plural(int(n), 'long prompt')} of about {tokens:,.0f} tokens (median) shared the server"]
+
+
+BUILDERS: list[Callable[[dict, str], list[str]]] = [_failures, _differential, _phases, _server, _host, _client_lag,
+                                                   _spikes_vs_calm, _long_prompts]
+KNOWN = re.compile(r"^(failed|requests|by_kind|dominant_kind|sample_error|tail_\w+|body_\w+|relative_risk|"
+                   r"exposed_latency_vs_unexposed|counterfactual_\w+|percentile_\w+|parts_s|levels|dominant_part|"
+                   r"server|host|limits|send_lag_p99_s|limit_s|spikes_sent_late|spikes|long_prompt\w*)$")
+
+
+def _others(ev: dict, metric: str) -> list[str]:
+    """The figures no builder speaks of, named with their units (at most three)."""
+    rest = [(k, v) for k, v in ev.items() if not KNOWN.match(k) and not _SIDE.match(k)
+            and isinstance(v, (int, float, str)) and not isinstance(v, bool) and v != ""]
+    return ["also measured: " + ", ".join(f"{_name(k)} {_value(k, v)}" for k, v in rest[:3])] if rest else []
+
+
+def evidence_sentences(finding: dict, metric: str = "ttft") -> list[str]:
+    """Three to five sentences: where the finding lies, the numbers behind it, the next step.
+    `finding` is a Finding as diagnosis_p99.json holds it (its dict, with "coverage")."""
+    ev = finding.get("evidence") or {}
+    said: list[str] = []
+    for build in BUILDERS:
+        said += build(ev, metric)
+    if len(said) < 2:
+        said += _others(ev, metric)
+    out = [where_sentence(finding, metric)] + [_sentence(s) for s in said[:MAX_NUMBER_SENTENCES]]
+    if finding.get("next_step"):
+        out.append(_sentence(f"next: {finding['next_step']}"))
+    return out
