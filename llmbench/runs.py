@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import typer
+
 from llmbench.cli_common import make_console
 from reports.grid import Column, Grid, print_grid
 from rundir import RunDir

@@ -184,7 +184,9 @@ def _diagnosis(d: dict | None) -> AnswerItem:
         return AnswerItem(label, f"{d.get('headline', 'no cause found')} ({where}).", "neutral")
     top = findings[0]
     # A few sentences; every number is in the report's Diagnosis table (and diagnosis_p99.json).
-    evidence = evidence_sentences(top, d.get("metric", "ttft"))
+    # Without spikes the windows a finding explains are its levels' spans (standing tails).
+    evidence = evidence_sentences({**top, "kind": top.get("kind") or ("spike" if spikes else "standing")},
+                                  d.get("metric", "ttft"))
     others = len(findings) - 1
     more = f"; {others} more finding(s) below" if others else ""
     return AnswerItem(label, f"{top.get('category', '')}: {d.get('headline', top.get('title', ''))} ({where}{more}).",

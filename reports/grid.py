@@ -83,14 +83,15 @@ def _longest_line(text: str) -> int:
     return max((Text(line).cell_len for line in text.splitlines()), default=0)
 
 
-def column_bounds(grid: Grid, index: int) -> tuple[int, int]:
-    """(minimum, natural) content width of a column: the minimum keeps every word (every cell, for
-    a column that does not wrap) whole; the natural width puts each cell on one line."""
+def column_bounds(grid: Grid, index: int) -> tuple[int, int, int]:
+    """(minimum, cells, natural) content widths of a column: the minimum keeps every word (every
+    cell, for a column that does not wrap) whole; at `cells` each cell sits on one line; at
+    `natural` the header does too."""
     col = grid.columns[index]
     cells = [_text(row[index]).plain for row in grid.rows]
-    least = max([_longest_word(col.name)] + [(_longest_word if col.wraps else _longest_line)(c) for c in cells])
-    natural = max([_longest_line(col.name)] + [_longest_line(c) for c in cells])
-    return max(least, 1), max(natural, least, 1)
+    least = max([_longest_word(col.name)] + [(_longest_word if col.wraps else _longest_line)(c) for c in cells], default=1)
+    one_line = max([least] + [_longest_line(c) for c in cells])
+    return max(least, 1), max(one_line, 1), max(one_line, _longest_line(col.name), 1)
 
 
 def _overhead(grid: Grid) -> int:
@@ -106,21 +107,21 @@ def needed_width(grid: Grid) -> int:
 
 def _widths(grid: Grid, width: int) -> list[int] | None:
     """Content widths that fit `width`, or None: each column at least its minimum; the room left
-    goes first to the columns that need least more to sit on one line (a short header, a metric
-    name), the rest to the long prose."""
+    puts cells on one line first (a header wraps more cheaply than a figure), then headers; at
+    each stage the columns that need least more come first (a plan label, a metric name), the
+    long prose last."""
     bounds = [column_bounds(grid, i) for i in range(len(grid.columns))]
-    room = width - _overhead(grid) - sum(lo for lo, _ in bounds)
+    room = width - _overhead(grid) - sum(b[0] for b in bounds)
     if room < 0:
         return None
-    widths = [lo for lo, _ in bounds]
-    wants = [hi - lo for lo, hi in bounds]
-    if sum(wants) <= room:
-        return [hi for _, hi in bounds]
-    order = sorted(range(len(wants)), key=lambda i: wants[i])
-    for k, i in enumerate(order):
-        give = min(wants[i], room // (len(order) - k))
-        widths[i] += give
-        room -= give
+    widths = [b[0] for b in bounds]
+    for stage in (1, 2):
+        wants = [b[stage] - w for b, w in zip(bounds, widths)]
+        order = sorted(range(len(wants)), key=lambda i: wants[i])
+        for k, i in enumerate(order):
+            give = min(wants[i], room // (len(order) - k))
+            widths[i] += give
+            room -= give
     return widths
 
 

@@ -74,7 +74,7 @@ def test_queueing_evidence_says_below_the_first_bucket_not_a_number(tmp_path):
     run.write_json(run.diagnosis_p99_json, diag.to_dict())
     answer = {a.label: a for a in build_answer(analyze_run(run)[0], diag.to_dict())}
     evidence = " | ".join(answer["Why the tail"].evidence)
-    assert "queue time p99 spikes < 300 ms" in evidence and "297" not in evidence, evidence
+    assert "Queue time p99: < 300 ms in the spike windows" in evidence and "297" not in evidence, evidence
 
 
 def test_the_report_panel_draws_a_bound_as_a_bound(tmp_path):
