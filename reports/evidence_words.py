@@ -136,27 +136,68 @@ def _client_lag(ev: dict, metric: str) -> list[str]:
 _SIDE = re.compile(r"^(?P<name>.+?)_(?:in_)?(?P<side>spikes|calm)(?P<unit>_lt_s|_gt_s|_s|_pct|_bytes|_ms)?$")
 
 
+# What a figure is called in a sentence, where its key's words would not say it.
+NAMES = {"retrans": "TCP retransmitted segments", "retrans_per_s": "TCP retransmits", "cpu_pct": "the host's CPU",
+         "busiest_core_cpu_pct": "the busiest core", "server_cpu_cores": "the server's CPU (cores)",
+         "client_cpu_cores": "the load generator's CPU (cores)", "others_cpu_cores": "all other processes' CPU (cores)",
+         "other_cpu_cores": "other processes' CPU (cores)", "waiting_mean": "requests waiting (mean)",
+         "queue_time_mean_s": "the server's mean queue time", "queue_time_p99_s": "the server's queue-time P99",
+         "queue_time_p99_lt_s": "the server's queue-time P99", "queue_time_p99_gt_s": "the server's queue-time P99",
+         "preemptions": "preemptions", "preemptions_per_s": "preemptions", "throttled_share": "GPU samples throttled",
+         "ncpu": "CPUs", "cores": "cores", "busiest_core": "the busiest core (cpu)"}
+MIN_CONTRAST = 0.1       # a figure that moved less than this between spikes and calm is no evidence
+
+
 def _value(key: str, v: Any) -> str:
-    if key.endswith("_per_s") and isinstance(v, (int, float)):
-        return f"{v:.3g}/s"
-    if key.endswith("_s") and not key.endswith(("_lt_s", "_gt_s")) and isinstance(v, (int, float)) and v >= 0:
-        return seconds(v)
+    per_s = "_per_s" in key
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        if key.endswith("_s") and not key.endswith(("_lt_s", "_gt_s", "_per_s")) and v >= 0:
+            return seconds(v)
+        if per_s or not key.endswith(("_pct", "_bytes", "_ms", "_lt_s", "_gt_s", "_share", "_ratio", "_rate", "_frac")):
+            text = f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.3g}"
+            return text + ("/s" if per_s else "")
     return fmt_evidence(key, v)
 
 
 def _name(key: str) -> str:
-    return key[: -len("_per_s")].replace("_", " ") + " per second" if key.endswith("_per_s") else evidence_name(key)
+    return NAMES.get(key) or evidence_name(key.replace("_per_s", "_per_second"))
+
+
+def _contrast(spikes: Any, calm: Any) -> float:
+    if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (spikes, calm)):
+        return 1.0                     # a bound ("< 300 ms"): say it
+    top = max(abs(spikes), abs(calm))
+    return abs(spikes - calm) / top if top else 0.0
 
 
 def _spikes_vs_calm(ev: dict, metric: str) -> list[str]:
-    """Each figure measured in the spike windows and in the calm, side by side."""
+    """The figures measured in the spike windows and in the calm that differ, most different first."""
     pairs: dict[str, dict[str, Any]] = {}
     for key, v in ev.items():
         m = _SIDE.match(key)
         if m and v is not None:
             pairs.setdefault(m["name"] + (m["unit"] or ""), {})[m["side"]] = v
-    return [f"{_name(k)}: {_value(k, p['spikes'])} in the spike windows, {_value(k, p['calm'])} in the calm"
-            for k, p in pairs.items() if {"spikes", "calm"} <= p.keys()]
+    both = [(k, p) for k, p in pairs.items() if {"spikes", "calm"} <= p.keys()
+            and _contrast(p["spikes"], p["calm"]) >= MIN_CONTRAST]
+    both.sort(key=lambda kp: -_contrast(kp[1]["spikes"], kp[1]["calm"]))
+    out, seen = _neighbours(ev.get("top_others_spikes") or []), set()
+    for k, p in both:
+        said = (_value(k, p["spikes"]), _value(k, p["calm"]))
+        if said not in seen:           # two names for one figure (others, other): say it once
+            seen.add(said)
+            out.append(f"{_name(k)}: {said[0]} in the spike windows, {said[1]} in the calm")
+    return out
+
+
+def _neighbours(top: list) -> list[str]:
+    """The processes that took CPU in the spike windows: "burner (pid 4242) 0.53 cores vs 0 in the calm"."""
+    named = []
+    for p in top[:3]:
+        if isinstance(p, dict) and {"comm", "pid"} <= p.keys():
+            spikes, calm = p.get("cpu_cores_spikes", p.get("cpu_cores")), p.get("cpu_cores_calm")
+            named.append(f"{p['comm']} (pid {p['pid']})" + (f" {spikes:.2g} cores" if spikes is not None else "")
+                         + (f" vs {calm:.2g} in the calm" if calm is not None else ""))
+    return ["in the spike windows the CPU went to " + "; ".join(named)] if named else []
 
 
 def _long_prompts(ev: dict, metric: str) -> list[str]:
