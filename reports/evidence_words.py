@@ -133,6 +133,15 @@ def _client_lag(ev: dict, metric: str) -> list[str]:
             + (f"; {late:.0f} of the {spikes:.0f} spike requests left late" if late is not None and spikes else "")]
 
 
+def _bursts(ev: dict, metric: str) -> list[str]:
+    n, judged = _num(ev, "burst_streams"), _num(ev, "burst_judged")
+    if n is None or judged is None:
+        return []
+    where = ", ".join(ev.get("levels") or [])
+    return [f"{n:.0f} of the {judged:.0f} streams judged arrived in one burst" + (f" (in {where})" if where else "")
+            + ": the client read them late, so their latencies are its own"]
+
+
 _SIDE = re.compile(r"^(?P<name>.+?)_(?:in_)?(?P<side>spikes|calm)(?P<unit>_lt_s|_gt_s|_s|_pct|_bytes|_ms)?$")
 
 
@@ -208,10 +217,10 @@ def _long_prompts(ev: dict, metric: str) -> list[str]:
 
 
 BUILDERS: list[Callable[[dict, str], list[str]]] = [_failures, _differential, _phases, _server, _host, _client_lag,
-                                                   _spikes_vs_calm, _long_prompts]
+                                                   _bursts, _spikes_vs_calm, _long_prompts]
 KNOWN = re.compile(r"^(failed|requests|by_kind|dominant_kind|sample_error|tail_\w+|body_\w+|relative_risk|"
                    r"exposed_latency_vs_unexposed|counterfactual_\w+|percentile_\w+|parts_s|levels|dominant_part|"
-                   r"server|host|limits|send_lag_p99_s|limit_s|spikes_sent_late|spikes|long_prompt\w*)$")
+                   r"server|host|limits|send_lag_p99_s|limit_s|spikes_sent_late|spikes|long_prompt\w*|burst_\w+)$")
 
 
 def _others(ev: dict, metric: str) -> list[str]:
