@@ -17,7 +17,6 @@ from analyzers.stats.latency import LevelStats
 from analyzers.stats.slo import Slos
 from llmbench.capacity.search import CapacityPlan, Probe, SearchSpec
 from llmbench.sweep.setup import SweepArgs, execute_sweep, prepare_run, sweep_trace
-from reports.capacity_table import CAPACITY_HEADER, capacity_rows
 from reports.capacity_words import capacity_headline
 from reports.write import write_reports
 from rundir import RunDir, RunInfo
@@ -153,11 +152,9 @@ def _unclear(run: RunDir, info: RunInfo, plan: CapacityPlan) -> set[float]:
 
 
 def _print_answer(console: Console, answer: CapacityAnswer, run: RunDir) -> None:
-    from reports.grid import Column, Grid, print_grid
+    from reports.capacity_table import capacity_grid
+    from reports.grid import print_grid
 
-    # The levels and the verdict's reasons wrap between words; each figure stays on one line.
-    wraps = {"levels", "verdict"}
-    print_grid(console, Grid("capacity search (requests pooled over each load's levels)",
-                             [Column(c, wrap=c in wraps) for c in CAPACITY_HEADER], capacity_rows(answer)))
+    print_grid(console, capacity_grid(answer))
     console.print(f"[bold]{capacity_headline(answer)}[/]", highlight=False)
     console.print(f"search and answer: {run.path / CAPACITY_JSON}; report: {run.report_html}")
