@@ -10,7 +10,7 @@ import typer
 from rich.text import Text
 
 from llmbench.cli_common import make_console, user_errors
-from reports.grid import Column, Grid, print_grid
+from reports.grid import Column, Grid, print_grid, print_hanging
 
 console = make_console()
 
@@ -167,13 +167,13 @@ def _log_mode(path: Path):
     if not path.is_file():
         raise DiagnosisError(f"--log {str(path)!r} is not a file")
     findings = parse_oom_log(path.read_text(errors="replace"))
-    for f in findings:
-        console.print(Text(f"{path.name}: {f.wording}", style="bold"))
-        console.print(Text(f"  {f.excerpt}", style="dim"))
+    for f in findings:       # each line wrapped between words under its own start (reports/grid.py)
+        print_hanging(console, Text(f"{path.name}: {f.wording}", style="bold"))
+        print_hanging(console, Text(f.excerpt, style="dim"), indent=2)
         for line in f.explanation:
-            console.print(Text(f"  - {line}"))
+            print_hanging(console, Text(f"- {line}"), indent=2)
         for line in f.fixes:
-            console.print(Text(f"  fix: {line}", style="green"))
+            print_hanging(console, Text(f"fix: {line}", style="green"), indent=2)
     return findings
 
 

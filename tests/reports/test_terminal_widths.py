@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import re
 import sys
+from pathlib import Path
 
 import pytest
 from rich.console import Console
@@ -92,6 +93,9 @@ def test_llmdiag_oom_reads_at_every_width(monkeypatch):
                             "--max-num-seqs", "1271"])
     assert "max_model_len=1,024" in outputs[100] or "1,024" in outputs[100]
     assert "max_num_seqs=1271" in outputs[100]
+    logs = Path(__file__).resolve().parent.parent / "diagnosis" / "oom_logs"
+    for log in ("cuda_error.log", "vllm_max_len.log", "torch_new.log"):
+        check_widths(monkeypatch, llmdiag_app, ["llmbench.diag.oom"], ["oom", "--log", str(logs / log)])
 
 
 def test_llmdiag_plan_reads_at_every_width(monkeypatch):
@@ -239,3 +243,21 @@ def test_a_column_that_does_not_wrap_keeps_each_cell_on_one_line():
     console = _console(needed_width(grid))
     console.print(layout(grid, console))
     assert "TP2 PP1 bf16" in console.export_text()
+
+
+def test_llmdiag_pcap_reads_at_every_width(monkeypatch, tmp_path):
+    from scapy.layers.inet import IP, TCP
+    from scapy.layers.l2 import Ether
+    from scapy.utils import wrpcap
+
+    def seg(src, dst, flags, seq, ack=0):
+        return Ether() / IP(src=src[0], dst=dst[0]) / TCP(sport=src[1], dport=dst[1], flags=flags, seq=seq, ack=ack)
+
+    pkts = []
+    for k in range(3):                              # three flows, each with a duplicate ACK
+        c, s = (f"192.168.100.{10 + k}", 51234 + k), ("10.200.30.40", 8000)
+        pkts += [seg(c, s, "S", 1000), seg(s, c, "SA", 5000, 1001), seg(c, s, "A", 1001, 5001),
+                 seg(s, c, "A", 5001, 1001), seg(s, c, "A", 5001, 1001)]
+    wrpcap(str(tmp_path / "c.pcap"), pkts)
+    outputs = check_widths(monkeypatch, llmdiag_app, ["llmbench.diag.probe"], ["pcap", str(tmp_path / "c.pcap")])
+    assert "192.168.100.12:51236" in outputs[80]
