@@ -134,46 +134,46 @@ def _table(grid: Grid, widths: list[int]) -> Table:
         # Widths hold every cell of a column that does not wrap on one line already; wrapping stays
         # allowed so that its header may take two lines.
         table.add_column(Text(col.name), justify=col.justify, width=w, overflow="fold")
-    groups = [i for i, c in enumerate(grid.columns) if c.group]
+    keys = [_group_key(grid, row) for row in grid.rows]
     for k, row in enumerate(grid.rows):
         cells = [_text(c) for c in row]
-        if k and groups and all(cells[i].plain == _text(grid.rows[k - 1][i]).plain for i in groups):
-            for i in groups:
-                cells[i] = Text("")
-        last = k + 1 == len(grid.rows) or not groups or any(
-            _text(grid.rows[k + 1][i]).plain != cells[i].plain for i in groups if cells[i].plain)
-        table.add_row(*cells, end_section=bool(groups) and last)
+        if k and keys[k] and keys[k] == keys[k - 1]:        # the group's value once, on its first row
+            cells = [Text("") if grid.columns[i].group else c for i, c in enumerate(cells)]
+        last_of_group = bool(keys[k]) and (k + 1 == len(keys) or keys[k + 1] != keys[k])
+        table.add_row(*cells, end_section=last_of_group)
     return table
 
 
-def _field_lines(key: str, value: Text, first: bool, indent: int, width: int | None) -> list[Text]:
-    """`key: value` at `indent`, wrapped between words with its continuation lines indented two
-    more; unwrapped into a pipe (width None), so that grep finds a whole line."""
-    line = Text.assemble((f"{key}: ", "bold" if first else "dim"), value)
-    if width is None:
-        return [Text(" " * indent) + line]
-    lines = line.wrap(Console(width=width), max(width - indent - 2, 1))
-    return [Text(" " * (indent + (2 if k else 0))) + piece for k, piece in enumerate(lines)]
+def _group_key(grid: Grid, row: list[Cell]) -> str:
+    """The row's group ("" without a group column): its group columns' values."""
+    return " · ".join(_text(row[i]).plain for i, c in enumerate(grid.columns) if c.group)
 
 
-def _blocks(grid: Grid, width: int | None) -> Group:
+def hanging_lines(console: Console, text: Text, indent: int = 0, hang: int = 2) -> list[Text]:
+    """`text` at `indent`, wrapped between words at the console's width with its continuation lines
+    `hang` further in; into a pipe (soft wrap) one line, so that grep finds it whole."""
+    if console.soft_wrap:
+        return [Text(" " * indent) + text]
+    pieces = text.wrap(console, max(console.width - indent - hang, 1))
+    return [Text(" " * (indent + (hang if k else 0))) + piece for k, piece in enumerate(pieces)]
+
+
+def _blocks(grid: Grid, console: Console) -> Group:
     """One record a block: its first field (bold) opens it, the others follow as "key: value" lines."""
     out: list[Text] = [Text(grid.title, style="bold")] if grid.title else []
-    groups = [i for i, c in enumerate(grid.columns) if c.group]
-    shown = [i for i, c in enumerate(grid.columns) if not c.group]
-    heading = None
+    indent, heading = (2 if any(c.group for c in grid.columns) else 0), ""
     for row in grid.rows:
-        cells = [_text(c) for c in row]
-        group = " · ".join(cells[i].plain for i in groups if cells[i].plain)
-        indent = 2 if groups else 0
-        if groups and group != heading:
+        group = _group_key(grid, row)
+        if group and group != heading:
             heading = group
             out.append(Text(group, style="bold underline"))
-        fields = [(grid.columns[i].name.replace("\n", " "), cells[i]) for i in shown if cells[i].plain.strip()]
+        fields = [(col.name.replace("\n", " "), _text(cell)) for col, cell in zip(grid.columns, row)
+                  if not col.group and _text(cell).plain.strip()]
         if len(fields) > 1 and fields[0][0] == "#":          # a numbered row: "1. fix: paged KV cache"
             fields = [(f"{fields[0][1].plain}. {fields[1][0]}", fields[1][1])] + fields[2:]
         for n, (key, value) in enumerate(fields):
-            out += _field_lines(key, value, n == 0, indent + (2 if n else 0), width)
+            line = Text.assemble((f"{key}: ", "bold" if n == 0 else "dim"), value)
+            out += hanging_lines(console, line, indent + (2 if n else 0))
     if grid.caption:
         out.append(Text(grid.caption, style="dim"))
     return Group(*out)
@@ -190,7 +190,7 @@ def layout(grids: Grid | Sequence[Grid], console: Console) -> RenderableType:
         widths = _widths(grid, console.width)
         if widths is not None:
             return _table(grid, widths)
-    return _blocks(options[0], None if console.soft_wrap else console.width)
+    return _blocks(options[0], console)
 
 
 def print_grid(console: Console, grids: Grid | Sequence[Grid]) -> None:
@@ -199,10 +199,6 @@ def print_grid(console: Console, grids: Grid | Sequence[Grid]) -> None:
 
 
 def print_hanging(console: Console, text: Text, indent: int = 0, hang: int = 2) -> None:
-    """A paragraph at `indent` whose wrapped lines sit `hang` further in, wrapped between words; into
-    a pipe one line (grep finds it whole)."""
-    if console.soft_wrap:
-        console.print(Text(" " * indent) + text)
-        return
-    for k, piece in enumerate(text.wrap(console, max(console.width - indent - hang, 1))):
-        console.print(Text(" " * (indent + (hang if k else 0))) + piece)
+    """A paragraph at `indent` whose wrapped lines sit `hang` further in (hanging_lines)."""
+    for line in hanging_lines(console, text, indent, hang):
+        console.print(line)
