@@ -68,7 +68,8 @@ def report(
     """Write report.html (self-contained), report.md, summary.csv and summary.json into a run directory
     and print the summary table; with --runs, one runs.html that plots several runs together."""
     from reports.answer import build_answer
-    from reports.terminal import answer_lines, run_summary_table
+    from reports.grid import print_grid
+    from reports.terminal import print_answer, run_summary_table
     from reports.write import read_diagnosis, write_reports
 
     if runs:
@@ -87,10 +88,8 @@ def report(
         summary, paths = write_reports(run, _slos(run.read_info().slos.to_dict(), slo_ttft, slo_tpot, slo_e2e))
     for warning in (f for f in summary.findings if f.startswith(str(run.requests_jsonl))):
         err_console.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False)
-    console.print(run_summary_table(summary, title=f"run {summary.info.run_id} ({summary.info.status})",
-                                    width=console.width))
-    for line in answer_lines(build_answer(summary, read_diagnosis(run))):
-        console.print(line, highlight=False)
+    print_grid(console, run_summary_table(summary, title=f"run {summary.info.run_id} ({summary.info.status})"))
+    print_answer(console, build_answer(summary, read_diagnosis(run)))
     console.print(f"wrote {paths['html']}, report.md, summary.csv, summary.json in {time.perf_counter() - t0:.1f} s")
     if open_:
         import webbrowser
@@ -216,16 +215,16 @@ def _finite(obj):
 
 def _print_comparisons(console, comparisons, min_effect: float) -> None:
     from reports.compare_answer import compare_answer
-    from reports.terminal import answer_lines, compare_table
+    from reports.grid import print_grid
+    from reports.terminal import compare_table, print_answer
 
     for c in comparisons:
-        console.print(compare_table(c))
+        print_grid(console, compare_table(c))
         n = c.counts()
         console.print(f"B vs A: [green]{n['better']} better[/], [red]{n['worse']} worse[/], "
                       f"{n['within noise']} within noise (95% bootstrap intervals; changes under "
                       f"{min_effect:.0%} count as noise)")
-        for line in answer_lines(compare_answer(c)):
-            console.print(line, highlight=False)
+        print_answer(console, compare_answer(c))
         if c.only_a or c.only_b:
             console.print(f"skipped levels: only in A: {', '.join(c.only_a) or '—'}; "
                           f"only in B: {', '.join(c.only_b) or '—'}", markup=False)

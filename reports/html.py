@@ -12,10 +12,11 @@ from analyzers.probe_series import ProbeSeries
 from analyzers.stats.scaling import series_of
 from analyzers.summary import RunSummary
 from reports import plots, tables
-from reports.answer import build_answer, evidence_name, fmt_evidence
+from reports.answer import build_answer
 from reports.capacity_table import CAPACITY_HEADER, CAPACITY_NOTE, capacity_rows
 from reports.compare_answer import compare_answer, verdict_matrix
 from reports.definitions import DEFINITIONS, OTHER_TOOLS, OTHER_TOOLS_HEADER
+from reports.evidence_units import evidence_name, fmt_evidence
 from reports.html_templates import environment, hover_script, stylesheet
 from reports.probe_sections import render_probe
 from reports.terminal import fmt_ci, fmt_delta, fmt_value, verdict_words

@@ -18,7 +18,6 @@ from analyzers.stats.slo import Slos
 from llmbench.capacity.search import CapacityPlan, Probe, SearchSpec
 from llmbench.sweep.setup import SweepArgs, execute_sweep, prepare_run
 from llmbench.sweep.trace_level import sweep_trace
-from reports.capacity_table import CAPACITY_HEADER, capacity_rows
 from reports.capacity_words import capacity_headline
 from reports.write import write_reports
 from rundir import RunDir, RunInfo
@@ -156,13 +155,9 @@ def _unclear(run: RunDir, info: RunInfo, plan: CapacityPlan) -> set[float]:
 
 
 def _print_answer(console: Console, answer: CapacityAnswer, run: RunDir) -> None:
-    from rich.table import Table
+    from reports.capacity_table import capacity_grid
+    from reports.grid import print_grid
 
-    t = Table(title="capacity search (requests pooled over each load's levels)")
-    for col in CAPACITY_HEADER:
-        t.add_column(col)
-    for row in capacity_rows(answer):
-        t.add_row(*row)
-    console.print(t)
+    print_grid(console, capacity_grid(answer))
     console.print(f"[bold]{capacity_headline(answer)}[/]", highlight=False)
     console.print(f"search and answer: {run.path / CAPACITY_JSON}; report: {run.report_html}")

@@ -31,8 +31,9 @@ from loadgen.specs import LevelProgress, LevelResult, LevelSpec, TargetSpec
 from loadgen.trace_workload import trace_replay
 from loadgen.workloads import level_workload_factory
 from reports.answer import build_answer
+from reports.grid import print_grid
 from reports.level_sizing import bound_words, sizing_line
-from reports.terminal import answer_lines, run_summary_table
+from reports.terminal import print_answer, run_summary_table
 from reports.trace_words import trace_words
 from reports.write import read_diagnosis
 from rundir import LevelMeta, RequestRecord, RunDir, RunInfo, SloSpec, TargetInfo
@@ -257,10 +258,9 @@ def _finish(run: RunDir, info: RunInfo, plan: LevelPlan, state: _SweepState, slo
     run.write_info(info)
     ordered = _write_summary(run, info, plan.issued(), state.stats, slos_d)
     summary = _write_reports(run, console) or summary_of_levels(info, slos_d, ordered)
-    console.print(run_summary_table(summary, title=f"run {info.run_id} ({info.status})", width=console.width))
+    print_grid(console, run_summary_table(summary, title=f"run {info.run_id} ({info.status})"))
     if isinstance(plan, FixedPlan):     # a search's caller states its own answer (llmbench capacity)
-        for line in answer_lines(build_answer(summary, read_diagnosis(run))):      # the answer first, as the report
-            console.print(line, highlight=False)
+        print_answer(console, build_answer(summary, read_diagnosis(run)))      # the answer first, as the report
     return ordered
 
 

@@ -79,6 +79,7 @@ def test_the_recorded_answer_round_trips_and_leads_the_report():
     assert item.evidence[:2] == ["in: 1, 2, 4", "out: 5, 8"]
     rows = capacity_rows(back)
     assert [r[0] for r in rows] == ["1", "2", "4", "5", "8"] and [r[2] for r in rows] == ["in", "in", "in", "out", "out"]
+    _reads_at_every_width(back)
     assert answer_in({}) is None and answer_in({CAPACITY_KEY: {"search": {}}}) is None     # a search still running
     assert answer_in({CAPACITY_KEY: {"answer": {"axis": "rate", "unknown_field": 1}}}) is None  # another version
 
@@ -102,3 +103,24 @@ def test_too_few_requests_establish_no_load_and_the_answer_says_so():
     assert ("max concurrency within SLO: 2 (a point estimate, not established at 95%: a P99 within its bound "
             "needs 299 requests with none over it, the loads had 44") in capacity_headline(a)
     assert CapacityAnswer.from_dict(a.to_dict()) == a
+
+
+def _reads_at_every_width(answer) -> None:
+    """`llmbench capacity`'s table at 80, 100 and 160 columns: every figure and level id whole, none cut."""
+    import io
+
+    from rich.console import Console
+
+    from reports.capacity_table import capacity_grid, capacity_rows
+    from reports.grid import print_grid
+
+    grid = capacity_grid(answer)
+    figures = {row[i] for row in capacity_rows(answer) for i, col in enumerate(grid.columns) if not col.wraps}
+    for width in (80, 100, 160):
+        console = Console(file=io.StringIO(), width=width, color_system=None, record=True)
+        print_grid(console, capacity_grid(answer))
+        text = console.export_text()
+        lines = text.splitlines()
+        assert "…" not in text and max(len(line.rstrip()) for line in lines) <= width, text
+        for cell in figures:         # "412 [400, 430]", "TTFT 0, TPOT 2": each on one line
+            assert any(cell in line for line in lines), (cell, text)

@@ -86,3 +86,16 @@ def test_retransmits_on_the_targets_connections_through_the_whole_level_are_name
 def test_occasional_retransmits_are_not_a_condition_of_the_whole_level(tmp_path):
     diag = diagnose_p99(_lossy_level(tmp_path, retrans_every=4))
     assert not any(f.kind == "throughout" for f in diag.findings + diag.context), diag.headline
+
+
+def test_a_throughout_finding_in_words(tmp_path):
+    from dataclasses import asdict
+
+    from reports.evidence_words import evidence_sentences
+
+    f = diagnose_p99(_whole_level_neighbour(tmp_path, server_wait=0.8)).findings[0]
+    said = evidence_sentences(dict(asdict(f), coverage=f.coverage))
+    assert said[0] == "It held through the whole of c8 (100% of the tail requests): no stretch of the run without " \
+                      "it to compare with.", said
+    assert "Other processes held 1.6 cores, and the server's threads waited for a CPU 80% of the time." in said
+    assert 3 <= len(said) <= 5 and said[-1].startswith("Next: rerun with the neighbour gone")
