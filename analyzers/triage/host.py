@@ -179,9 +179,13 @@ def _neighbour_throughout(host: SampleSplit, others: np.ndarray, tails: TailWind
     named = per_process(top_others, replace(host, spike=np.isin(np.arange(o.size), rows)))[:TOP_NAMED]
     who = ", ".join(f"{p['comm']} (pid {p['pid']}, {p['cpu_cores_spikes']:.2f} cores)" for p in named[:3])
     levels = ", ".join(h.words() for h in held)
-    ev = dict(evidence, throughout_levels=[h.level_id for h in held], neighbour_cores_throughout=round(cores, 2),
-              top_others_throughout=named, waited_field=waited_field,
-              waited_share_throughout=None if wait is None or waited_field is None else round(wait, 3))
+    # Over the levels it held: no spike-against-calm figures, which say nothing of a condition that
+    # was everywhere.
+    ev = dict(cores=evidence.get("cores"), throughout_levels=[h.level_id for h in held],
+              neighbour_cores_throughout=round(cores, 2), top_others_throughout=named, waited_field=waited_field,
+              waited_share_throughout=None if wait is None or waited_field is None else round(wait, 3),
+              server_cpu_cores_throughout=_mean_over(host, "server_cpu_cores", rows),
+              client_cpu_cores_throughout=_mean_over(host, "client_cpu_cores", rows))
     whose_wait = ("the server's threads waited for a CPU" if waited_field == "server_cpu_wait_share" else
                   "some task waited for a CPU")
     title = (f"a noisy neighbour throughout {levels}: other processes held {cores:.1f} of "
@@ -192,6 +196,11 @@ def _neighbour_throughout(host: SampleSplit, others: np.ndarray, tails: TailWind
                       "rerun with the neighbour gone, or pin the server to cores of its own (taskset/cpuset), "
                       "and compare the runs (llmbench compare)", kind="throughout")
     return failed(finding, CPU_TITLE, finding.title)
+
+
+def _mean_over(host: SampleSplit, name: str, rows: np.ndarray) -> float | None:
+    mean = finite_mean(host.values(name)[rows]) if host.has(name) else None
+    return None if mean is None else round(mean, 3)
 
 
 def check_gpu_throttle(gpu: SampleSplit | None, tails: TailWindows) -> CheckResult:

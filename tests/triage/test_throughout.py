@@ -99,3 +99,13 @@ def test_a_throughout_finding_in_words(tmp_path):
                       "it to compare with.", said
     assert "Other processes held 1.6 cores, and the server's threads waited for a CPU 80% of the time." in said
     assert 3 <= len(said) <= 5 and said[-1].startswith("Next: rerun with the neighbour gone")
+
+
+def test_only_the_queue_of_the_levels_the_neighbour_held_is_its_consequence():
+    from analyzers.triage.p99 import _inside
+    from analyzers.triage.tail_windows import Window
+
+    held = [Window(100.0, 160.0)]                                   # c32, beside the neighbour
+    assert _inside([Window(100.0, 150.0)], held)                    # queueing in c32: its consequence
+    assert not _inside([Window(100.0, 150.0), Window(170.0, 260.0)], held)   # saturation of c32 and c64 too
+    assert not _inside([Window(170.0, 260.0)], held)
