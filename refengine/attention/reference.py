@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from refengine.attention.metadata import AttentionMetadata
-from refengine.quant.kv_cache import from_cache, is_fp8, to_cache
+from refengine.numerics.kv_cache import from_cache, is_fp8, to_cache
 
 
 def store_kv(k: torch.Tensor, v: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor,

@@ -30,11 +30,11 @@ import torch.distributed as dist
 from refengine.core.outputs import ModelRunnerOutput, SchedulerOutput
 from refengine.distributed.control_channel import ControlChannel
 from refengine.distributed.launch import RankWatchdog, local_world_size, spawn_local_ranks, torchrun_env
-from refengine.distributed.parallel_config import ParallelConfig
 from refengine.distributed.parallel_state import destroy_process_groups, init_process_groups
 from refengine.distributed.pipeline_runner import PendingBatch
 from refengine.distributed.worker import WorkerSpec, build_runner, rank_stats, set_cpu_threads
 from refengine.errors import RefEngineError
+from refengine.parallel.layout import ParallelConfig
 
 log = logging.getLogger(__name__)
 

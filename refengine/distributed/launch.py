@@ -27,12 +27,12 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from refengine.device import resolve_device_setup
-from refengine.distributed.parallel_config import ParallelConfig, validate_layout
 from refengine.distributed.parallel_state import destroy_process_groups, init_process_groups
 from refengine.distributed.worker import WorkerSpec, build_runner, kv_blocks_for, set_cpu_threads, worker_loop
 from refengine.errors import RefEngineError
 from refengine.model.hf_config import load_model_config
 from refengine.model.tiny import resolve_model
+from refengine.parallel.layout import ParallelConfig, validate_layout
 
 log = logging.getLogger(__name__)
 

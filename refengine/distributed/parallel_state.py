@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import torch.distributed as dist
 
-from refengine.distributed.parallel_config import ParallelConfig, RankInfo
-from refengine.distributed.tp_ops import set_tp_group
+from refengine.parallel.layout import ParallelConfig, RankInfo
+from refengine.parallel.tp_ops import set_tp_group
 
 CONTROL_TIMEOUT = datetime.timedelta(days=7)
 

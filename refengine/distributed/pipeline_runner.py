@@ -28,7 +28,7 @@ import torch
 import torch.distributed as dist
 
 from refengine.core.outputs import ModelRunnerOutput, ScheduledRequest, SchedulerOutput
-from refengine.distributed.parallel_config import RankInfo
+from refengine.parallel.layout import RankInfo
 from refengine.runner.model_runner import ModelRunner, StepTimings
 
 

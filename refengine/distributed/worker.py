@@ -25,12 +25,13 @@ import torch.distributed as dist
 
 from refengine.distributed.comm_timer import CommTimer
 from refengine.distributed.control_channel import ControlChannel
-from refengine.distributed.parallel_config import ParallelConfig, PipelineStage
 from refengine.distributed.parallel_state import ProcessGroups
 from refengine.distributed.pipeline_runner import PipelineStageRunner
 from refengine.errors import RefEngineError
 from refengine.model.layers.attention import allocate_kv_caches, kv_cache_bytes_per_block
+from refengine.model.layers.moe import MoEParallel
 from refengine.model.loader import load_model
+from refengine.parallel.layout import ParallelConfig, PipelineStage
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +94,6 @@ def build_runner(spec: WorkerSpec, model_config, pc: ParallelConfig, groups: Pro
     stage = PipelineStage(start, end, info.is_first_stage, info.is_last_stage)
     extra = {"stage": stage}
     if getattr(model_config, "num_experts", 0):
-        from refengine.model.layers.moe import MoEParallel
         extra["moe"] = MoEParallel(expert_parallel=pc.enable_expert_parallel,
                                    capacity_factor=pc.moe_capacity_factor, dispatch=pc.moe_dispatch)
     device = rank_device(spec.device_type)

@@ -17,7 +17,7 @@ import os
 import torch
 
 from refengine.attention.reference import paged_attention
-from refengine.quant.fp8 import BLOCK, dequantize
+from refengine.numerics.fp8 import BLOCK, dequantize
 
 # Split-K pays off once one (sequence, KV head) program would walk many blocks while most of the
 # GPU idles: fewer programs than SMs and contexts of at least this many tokens.

@@ -23,7 +23,6 @@ import torch
 from torch import nn
 
 from refengine.attention.metadata import AttentionMetadata
-from refengine.distributed.parallel_config import PipelineStage
 from refengine.model.hf_config import ModelConfig
 from refengine.model.layers.activation import SiluAndMul
 from refengine.model.layers.attention import Attention
@@ -31,6 +30,7 @@ from refengine.model.layers.embedding import ParallelLMHead, VocabParallelEmbedd
 from refengine.model.layers.linear import LinearMethod, MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear
 from refengine.model.layers.norm import RMSNorm
 from refengine.model.layers.rotary import RotaryEmbedding
+from refengine.parallel.layout import PipelineStage
 
 
 class LlamaAttention(nn.Module):

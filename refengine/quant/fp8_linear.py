@@ -18,8 +18,8 @@ import torch
 from torch import nn
 
 from refengine.errors import RefEngineError
-from refengine.model.layers.linear import LinearMethod, RowParallelLinear
-from refengine.quant.fp8 import BLOCK, FP8_DTYPE, dequantize, quantize
+from refengine.model.layers.linear import LinearMethod, RowParallelLinear, UnquantizedLinearMethod
+from refengine.numerics.fp8 import BLOCK, FP8_DTYPE, dequantize, quantize
 from refengine.quant.fp8_matmul import fp8_linear
 
 
@@ -155,7 +155,6 @@ class Fp8CheckpointLinearMethod(Fp8LinearMethod):
             w = dequantize(layer.weight.data, layer.weight_scale.data, self.compute_dtype, self.block)
             _set_param(layer, "weight", w)
             delattr(layer, "weight_scale")
-            from refengine.model.layers.linear import UnquantizedLinearMethod
             layer.linear_method = UnquantizedLinearMethod()
             return
         self._configure(layer)

@@ -18,7 +18,7 @@ from torch import nn
 from refengine.attention.metadata import AttentionMetadata
 from refengine.attention.reference import paged_attention, store_kv
 from refengine.kernels import cpu_paged_decode
-from refengine.quant.kv_cache import kv_cache_bytes_per_token
+from refengine.numerics.kv_cache import kv_cache_bytes_per_token
 
 
 class Attention(nn.Module):

@@ -16,9 +16,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from refengine.distributed.tp_ops import tp_all_gather, tp_all_reduce
 from refengine.model.layers import cpu_gemm
 from refengine.model.layers.weight_utils import copy_weight
+from refengine.parallel.tp_ops import tp_all_gather, tp_all_reduce
 
 
 class VocabParallelEmbedding(nn.Module):

@@ -9,7 +9,7 @@ shard, so the loader never needs to know about parallelism.
 - QKVParallelLinear: q, k, v in one matmul; heads are split, and when tp_size > num_kv_heads each
   KV head is replicated on tp_size / num_kv_heads ranks (GQA with few KV heads).
 - RowParallelLinear: the input dim is split; each rank produces a partial sum of the full output,
-  summed by `tp_all_reduce` (refengine/distributed/tp_ops.py; a no-op at tp_size 1). The bias is
+  summed by `tp_all_reduce` (refengine/parallel/tp_ops.py; a no-op at tp_size 1). The bias is
   added once, after the sum.
 
 How the matmul is done is delegated to a `LinearMethod` (the quantization hook): it creates the
@@ -23,10 +23,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from refengine.distributed.tp_ops import tp_all_gather, tp_all_reduce
 from refengine.errors import RefEngineError
 from refengine.model.layers import cpu_gemm
 from refengine.model.layers.weight_utils import copy_weight
+from refengine.parallel.tp_ops import tp_all_gather, tp_all_reduce
 
 
 def divide(numerator: int, denominator: int, what: str) -> int:

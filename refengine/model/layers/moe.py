@@ -37,8 +37,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from refengine.distributed.tp_ops import tp_all_reduce, tp_group
 from refengine.model.layers.weight_utils import copy_weight
+from refengine.parallel.tp_ops import tp_all_reduce, tp_group
 
 
 @dataclass(frozen=True)
