@@ -102,7 +102,10 @@ def spawn_local_ranks(spec: WorkerSpec, model_config, pc: ParallelConfig, backen
 
 def run_torchrun_worker(args) -> int:
     """Entry for torchrun ranks other than 0: build this rank's part and serve the driver's steps."""
-    rank, world = torchrun_env()
+    env = torchrun_env()
+    if env is None:
+        raise RefEngineError("a torchrun worker needs torchrun's RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT")
+    rank, world = env
     pc = ParallelConfig.from_engine_args(args)
     if world != pc.world_size:
         raise RefEngineError(f"torchrun started {world} processes but tensor_parallel_size x pipeline_parallel_size "
