@@ -29,6 +29,7 @@ DEFAULT_DURATION_S = 20.0
 DEFAULT_MAX_DURATION_S = 60.0         # bound of a sized warm-up and of a sized window, each (docs/metrics.md)
 DEFAULT_REQUEST_TIMEOUT_S = 180.0
 
+
 @dataclass(frozen=True)
 class SloSpec:
     """The bounds a level must meet (seconds). analyzers.stats.slo adds the verdicts."""
