@@ -1,6 +1,6 @@
 """Triton kernels against the PyTorch oracle (layers/attention.py, numerics/fp8.py).
 
-On CPU they run under TRITON_INTERPRET=1 (tests/kernels/conftest.py), so shapes are small;
+On CPU they run under TRITON_INTERPRET=1 (tests/refengine/kernels/conftest.py), so shapes are small;
 on a GPU the same tests run the compiled kernels. Covered: ragged sequence lengths, a context
 ending exactly on a block boundary, a partially filled last block, a one-token context,
 shuffled (non-contiguous) block tables, GQA and MHA, split-K, FP8 caches with scales, bfloat16.
