@@ -11,9 +11,10 @@ from pathlib import Path
 
 import typer
 
+from analyzers.capacity.answer import answer_in
 from llmbench.cli_common import make_console
 from reports.grid import Column, Grid, print_grid
-from rundir import RunDir
+from rundir import RunDir, SweepInfo
 from rundir.errors import RunDirError
 
 console = make_console()
@@ -46,14 +47,14 @@ def run_lines(folder: Path) -> list[RunLine]:
         target = "embedded" if info.target.kind == "embedded" else str(info.target.url)
         out.append((info.started, RunLine(str(sub), info.run_id, time.strftime("%Y-%m-%d %H:%M", time.gmtime(info.started)),
                                           info.status, str(info.target.model or "?"), target, len(info.levels_done),
-                                          _answer(info.sweep.extra, summary))))
+                                          _answer(info.sweep, summary))))
     return [line for _, line in sorted(out, key=lambda x: -x[0])]
 
 
-def _answer(extra: dict, summary: dict) -> str:
-    capacity = (extra.get("capacity") or {}).get("answer") or {}
-    if capacity.get("headline"):
-        return str(capacity["headline"])
+def _answer(sweep: SweepInfo, summary: dict) -> str:
+    capacity = answer_in(sweep)
+    if capacity is not None and capacity.headline:
+        return capacity.headline
     if not summary:
         return "no summary (interrupted before a level ended?)"
     best = summary.get("best_level_within_slo")

@@ -32,6 +32,7 @@ def trace_specs(o, trace: Trace | None = None):
         cycle, row = divmod(i, len(rows))
         r = rows[row]
         prompt: list[int] | str
+        count: int | None
         if o.prompt_format == "ids":
             prompt = _ids(o, r, i, cycle)
             count = len(prompt)

@@ -15,12 +15,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from analyzers.capacity.answer import CapacityAnswer, answer_in
+from analyzers.capacity.answer import answer_in
 from analyzers.stats.slo_reach import SloReach, slo_reach
 from analyzers.summary import RunSummary
 from reports.capacity_words import capacity_headline
 from reports.evidence_words import evidence_sentences
 from reports.terminal import load_label
+from rundir.capacity import CapacityAnswer
 
 TONES = ("good", "bad", "warn", "neutral")
 
@@ -42,7 +43,7 @@ def _ms(v) -> str:
 
 
 def build_answer(s: RunSummary, diagnosis: dict | None = None) -> list[AnswerItem]:
-    if s.slos.default and answer_in(s.info.sweep.extra) is None:
+    if s.slos.default and answer_in(s.info.sweep) is None:
         return [*_ceiling(s), *_reach(s), *_within_slo(s), _diagnosis(diagnosis), _validity(s, diagnosis)]
     return [*_within_slo(s), *_ceiling(s), _diagnosis(diagnosis), _validity(s, diagnosis)]
 
@@ -80,7 +81,7 @@ def _reach(s: RunSummary) -> list[AnswerItem]:
 
 
 def _within_slo(s: RunSummary) -> list[AnswerItem]:
-    capacity = answer_in(s.info.sweep.extra)
+    capacity = answer_in(s.info.sweep)
     if capacity is not None:        # a capacity search: its pooled, re-measured answer, not one level's
         return [_capacity_item(capacity)]
     by_id = {lv.level_id: lv for lv in s.levels}

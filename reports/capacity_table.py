@@ -4,8 +4,8 @@ percentiles and their bootstrap intervals beside it."""
 
 from __future__ import annotations
 
-from analyzers.capacity.answer import CapacityAnswer
 from reports.grid import Column, Grid
+from rundir.capacity import CapacityAnswer
 
 CAPACITY_HEADER = ["load", "levels", "verdict", "requests", "over the bound", "TTFT P99 ms [95% CI]",
                    "TPOT P95 ms [95% CI]", "goodput req/s", "output tok/s"]

@@ -62,7 +62,7 @@ def render_report(summary: RunSummary, table: RequestTable, probes: list[ProbeSe
     axis = time_axis(summary, table, probes, diagnosis)
     measured = [lv for lv in summary.levels if lv.n_ok]
     scaling_figs = [plots.scaling_figure(group, key) for key, group in series_of(measured).items()]
-    capacity = answer_in(summary.info.sweep.extra)
+    capacity = answer_in(summary.info.sweep)
     ctx = {
         **common_context(), "script": hover_script(), "title": f"llmbench report: {summary.info.run_id}", "info": summary.info,
         "slos": summary.slos.describe(), "answer": build_answer(summary, diagnosis),

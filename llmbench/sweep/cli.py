@@ -101,13 +101,12 @@ def sweep(
                                              "the embedded engine's is known)."),
 ) -> None:
     """Sweep load levels against a server and write a run directory with per-request records and a summary."""
-    from analyzers.capacity.answer import CAPACITY_KEY
     from llmbench.sweep.setup import SweepArgs, execute_sweep, prepare_run
 
     args = SweepArgs(**{k: v for k, v in locals().items() if k in SweepArgs.__dataclass_fields__})
     args.trace_loop = "--trace-loop" if trace_loop else None
     run, info, probe_names = prepare_run(args, console)
-    if resume is not None and CAPACITY_KEY in info.sweep.extra:   # its levels come from a search, not a grid
+    if resume is not None and info.sweep.is_capacity_search():   # its levels come from a search, not a grid
         raise typer.BadParameter(f"{resume} is a capacity search: continue it with `llmbench capacity --resume "
                                  f"{resume}`", param_hint="--resume")
     execute_sweep(run, info, args, probe_names, console)

@@ -19,7 +19,7 @@ from loadgen.level import run_level
 from loadgen.specs import LevelProgress, LevelResult, LevelSpec, TargetSpec
 from loadgen.workloads import level_workload_factory
 from reports.level_sizing import bound_words
-from rundir import LevelMeta, RequestRecord, RunDir
+from rundir import LevelMeta, RequestRecord, RunDir, SloSpec
 
 
 class LiveView:
@@ -98,13 +98,13 @@ class MeasuredLevel:
 
 
 def measure_level(level: LevelSpec, run: RunDir, target: TargetSpec, spec: SweepSpec, progress: Progress,
-             master_bind: str | None, slos_d: dict) -> MeasuredLevel:
+             master_bind: str | None, slos: SloSpec) -> MeasuredLevel:
     view = LiveView(progress, level)
     sink = LevelSink(run, view)
     result = run_level(level, target, level_workload_factory(**spec.workload), sink,
                        on_progress=view.refresh, master_bind=master_bind)
     window, cut_short = measured_window(level, result, sink.records)
-    lv = summarize_level(sink.records, level.level_id, window, slos_d, server_itl_s=server_itl(run, sink, window))
+    lv = summarize_level(sink.records, level.level_id, window, slos, server_itl_s=server_itl(run, sink, window))
     if result.end_reason == "over_capacity":
         mark_over_capacity(lv, result.over_capacity or "")
         cut_short = False           # stopped on purpose: it has a verdict (missed)

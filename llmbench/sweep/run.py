@@ -145,15 +145,15 @@ def _carry_on(m: MeasuredLevel, state: _SweepState, info: RunInfo, target_alive:
     return True
 
 
-def _finish(run: RunDir, info: RunInfo, plan: LevelPlan, state: _SweepState, slos_d: dict,
+def _finish(run: RunDir, info: RunInfo, plan: LevelPlan, state: _SweepState, slos: SloSpec,
             console: Console) -> list[LevelStats]:
     """Write the final run.json, summary and reports, and show them; returns the levels in plan order."""
     info.status = state.status
     info.finished = time.time()
     plan.note(info)
     run.write_info(info)
-    ordered = _write_summary(run, info, plan.issued(), state.stats, slos_d)
-    summary = _write_reports(run, console) or summary_of_levels(info, slos_d, ordered)
+    ordered = _write_summary(run, info, plan.issued(), state.stats, slos)
+    summary = _write_reports(run, console) or summary_of_levels(info, slos, ordered)
     print_grid(console, run_summary_table(summary, title=f"run {info.run_id} ({info.status})"))
     if isinstance(plan, FixedPlan):     # a search's caller states its own answer (llmbench capacity)
         print_answer(console, build_answer(summary, read_diagnosis(run)))      # the answer first, as the report
@@ -167,10 +167,10 @@ def run_sweep(spec: SweepSpec, run: RunDir, target: TargetSpec, console: Console
     `probes` (a probes.runner.ProbeSet) samples from before the first level to after the last.
     `plan` chooses the levels (default: the spec's grid, FixedPlan)."""
     info = run.read_info()
-    slos_d = (slos or info.slos).to_dict()
+    slos = slos or info.slos
     plan = plan or FixedPlan(spec.levels(), info.levels_done)
     # A level whose queue keeps growing past the TTFT bound can only fail: stop it early.
-    stop_ttft = slos_d["ttft_p99_s"] if spec.extra.get("stop_over_capacity", True) else None
+    stop_ttft = slos.ttft_p99_s if spec.stop_over_capacity else None
     state = _SweepState(stats=_start(run, info, probes))
     try:
         with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TimeElapsedColumn(),
@@ -179,7 +179,7 @@ def run_sweep(spec: SweepSpec, run: RunDir, target: TargetSpec, console: Console
                 if level.level_id in info.levels_done:
                     raise RuntimeError(f"the plan asked for {level.level_id} again")   # a plan bug, not a loop
                 level = dataclasses.replace(level, saturation_ttft_s=stop_ttft)
-                m = measure_level(level, run, target, spec, progress, master_bind, slos_d)
+                m = measure_level(level, run, target, spec, progress, master_bind, slos)
                 meta = info.level_meta[level.level_id] = m.meta()
                 if spec.workload.get("kind") == "trace":      # played once, in part or cycled: say which
                     meta.trace = trace_replay(spec.workload, level, sent=m.result.sent)
@@ -195,14 +195,14 @@ def run_sweep(spec: SweepSpec, run: RunDir, target: TargetSpec, console: Console
                 info.levels_done.append(level.level_id)
                 plan.note(info)
                 run.write_info(info)
-                _write_summary(run, info, plan.issued(), state.stats, slos_d)
+                _write_summary(run, info, plan.issued(), state.stats, slos)
     except KeyboardInterrupt:
         state.interrupted = True
         console.print("[yellow]interrupted: the run directory keeps everything measured so far[/]")
     finally:
         if probes is not None:
             info.probes.update(probes.outcome(probes.stop()))
-    ordered = _finish(run, info, plan, state, slos_d, console)
+    ordered = _finish(run, info, plan, state, slos, console)
     state.raise_if_stopped(f"`{plan.resume_command} {run.path}`")
     return ordered
 
@@ -232,7 +232,7 @@ def _write_reports(run: RunDir, console: Console) -> RunSummary | None:
 
 
 def _write_summary(run: RunDir, info: RunInfo, levels: list[LevelSpec], stats: dict[str, LevelStats],
-                   slos: dict) -> list[LevelStats]:
+                   slos: SloSpec) -> list[LevelStats]:
     ordered = [stats[lv.level_id] for lv in levels if lv.level_id in stats]
     run.write_summary(summary_of_levels(info, slos, ordered).to_dict())
     return ordered

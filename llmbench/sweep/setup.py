@@ -14,7 +14,6 @@ from typing import Optional
 import typer
 from rich.console import Console
 
-from analyzers.capacity.answer import CAPACITY_KEY
 from llmbench.cli_common import terminate_as_interrupt
 from llmbench.options.parse import parse_duration, parse_list
 from rundir import RunDir, RunInfo, SloSpec, TargetInfo
@@ -212,7 +211,7 @@ def _resumed_run(path: Path, console: Console) -> tuple[RunDir, RunInfo]:
         # Recorded before a trace played once by default (no trace_loop key): it cycled, and goes on so.
         info.sweep.workload.setdefault("trace_loop", "--trace-loop")
     # A capacity search decides its levels as it goes: there is no total to count against.
-    total = "" if CAPACITY_KEY in info.sweep.extra else f" of {len(info.sweep.levels())}"
+    total = "" if info.sweep.is_capacity_search() else f" of {len(info.sweep.levels())}"
     console.print(f"resuming {path}: {len(info.levels_done)}{total} levels done")
     return run, info
 

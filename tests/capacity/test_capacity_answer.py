@@ -65,14 +65,18 @@ def test_bounded_by_the_client():
 
 
 def test_the_recorded_answer_round_trips_and_leads_the_report():
-    """run.json keeps the answer as a dict; the report reads it back and leads with the same headline."""
-    from analyzers.capacity.answer import CAPACITY_KEY, answer_in
+    """run.json keeps the answer (rundir.capacity); the report reads it back and leads with the same headline."""
+    from analyzers.capacity.answer import answer_in
     from reports.answer import _capacity_item
     from reports.capacity_table import capacity_rows
+    from rundir import SweepInfo
+
+    def sweep(capacity: dict) -> SweepInfo:
+        return SweepInfo.from_dict({"capacity": capacity})
 
     rng = np.random.default_rng(0)
     a = _answer({c: {f"c{c}": rng.uniform(0.1, 0.3, 400) + (2.0 if c > 4 else 0)} for c in (1, 2, 4, 5, 8)})
-    back = answer_in({CAPACITY_KEY: {"search": {}, "answer": a.to_dict()}})
+    back = answer_in(sweep({"search": {}, "answer": a.to_dict()}))
     assert back == a and capacity_headline(back) == capacity_headline(a)
     item = _capacity_item(back)
     assert item.text.startswith("max concurrency within SLO: 4") and item.tone == "good"
@@ -80,8 +84,10 @@ def test_the_recorded_answer_round_trips_and_leads_the_report():
     rows = capacity_rows(back)
     assert [r[0] for r in rows] == ["1", "2", "4", "5", "8"] and [r[2] for r in rows] == ["in", "in", "in", "out", "out"]
     _reads_at_every_width(back)
-    assert answer_in({}) is None and answer_in({CAPACITY_KEY: {"search": {}}}) is None     # a search still running
-    assert answer_in({CAPACITY_KEY: {"answer": {"axis": "rate", "unknown_field": 1}}}) is None  # another version
+    assert answer_in(SweepInfo()) is None and answer_in(sweep({"search": {}})) is None     # a search still running
+    other = sweep({"answer": {"axis": "rate", "unknown_field": 1}})
+    assert answer_in(other) is None                                                        # another version's
+    assert other.to_dict()["capacity"]["answer"] == {"axis": "rate", "unknown_field": 1}   # kept, written back
 
 
 def test_the_answer_of_a_trace_search_is_also_a_speed():

@@ -45,7 +45,7 @@ def test_capacity_by_concurrency_is_the_slot_count(slot_server, tmp_path):
     ids = [p["level_id"] for p in result["probes"]]
     assert len(ids) == len(set(ids)) and ids == info.levels_done       # every probe is a level, unique ids
     assert any(i.endswith("-r2") for i in ids)                         # the boundary was measured again
-    assert info.sweep.extra["capacity"]["answer"]["capacity"] == SLOTS
+    assert info.sweep.capacity.answer.capacity == SLOTS
     assert (tmp_path / "run" / "capacity.json").is_file() and (tmp_path / "run" / "report.html").is_file()
     report = (tmp_path / "run" / "report.md").read_text()               # the report leads with the search's answer
     assert f"- **Capacity (search)**: max concurrency within SLO: {SLOTS}" in report
