@@ -5,7 +5,8 @@ next step) needs its longest word, one that does not (numbers, ids, "640 MiB", "
 needs its longest cell, and every header may wrap between its words. When the sum fits the
 terminal, the table is drawn with widths chosen here (rich's own shrinking would cut a word in a
 narrow column: "evidenc e", "1, 024"); when it does not, the next, narrower layout given is tried,
-and below the narrowest one each row is printed as a block of "key: value" lines, which fits any
+and below the narrowest one (or where a cell would wrap into more than MAX_CELL_LINES lines: a long
+finding in a narrow column) each row is printed as a block of "key: value" lines, which fits any
 width. Nothing is ever truncated with "…".
 
 Cells are plain text or rich `Text` (for colour): never markup, so run-supplied strings (a level
@@ -188,9 +189,28 @@ def layout(grids: Grid | Sequence[Grid], console: Console) -> RenderableType:
              for g in ([grid, dataclasses.replace(grid, dense=True)] if grid.box_optional and not grid.dense else [grid])]
     for grid in tries:
         widths = _widths(grid, console.width)
-        if widths is not None:
+        if widths is not None and _tallest_cell(grid, widths) <= MAX_CELL_LINES:
             return _table(grid, widths)
     return _blocks(options[0], console)
+
+
+MAX_CELL_LINES = 10     # a cell wrapped into more lines than this reads better as a block of "key: value"
+
+
+def _tallest_cell(grid: Grid, widths: list[int]) -> int:
+    """The most lines any cell wraps into at these widths (word wrap, estimated from word lengths)."""
+    tallest = 1
+    for row in grid.rows:
+        for cell, width in zip(row, widths):
+            for line in _text(cell).plain.splitlines() or [""]:
+                lines, used = 1, 0
+                for word in line.split():
+                    if used and used + 1 + len(word) > width:
+                        lines, used = lines + 1, len(word)
+                    else:
+                        used += (1 if used else 0) + len(word)
+                tallest = max(tallest, lines)
+    return tallest
 
 
 def print_grid(console: Console, grids: Grid | Sequence[Grid]) -> None:

@@ -261,3 +261,18 @@ def test_llmdiag_pcap_reads_at_every_width(monkeypatch, tmp_path):
     wrpcap(str(tmp_path / "c.pcap"), pkts)
     outputs = check_widths(monkeypatch, llmdiag_app, ["llmbench.diag.probe"], ["pcap", str(tmp_path / "c.pcap")])
     assert "192.168.100.12:51236" in outputs[80]
+
+
+def test_a_long_finding_in_a_narrow_column_is_a_block_not_a_tower_of_words():
+    from reports.grid import MAX_CELL_LINES, Column, Grid
+
+    finding = " ".join(["a noisy neighbour throughout c8 (100% of its 73 s): other processes held 1.6 of 2 cores"] * 3)
+    grid = Grid("findings", [Column("#", "right"), Column("category"), Column("finding"), Column("next step")],
+                [["1", "host", finding, "rerun with the neighbour gone"]])
+    wide, narrow = _console(200), _console(60)
+    wide.print(layout(grid, wide))
+    narrow.print(layout(grid, narrow))
+    assert "┃" in wide.export_text()                             # fits in a few lines: a table
+    text = narrow.export_text()
+    assert "┃" not in text and "finding: a noisy neighbour" in text, text   # would wrap past MAX_CELL_LINES
+    assert MAX_CELL_LINES < len(finding) // 14
