@@ -61,6 +61,7 @@ class LoadVerdict:
     reasons: list[str] = field(default_factory=list)   # why `out` when no percentile says so; how many failed
     over_bound: dict[str, int] = field(default_factory=dict)  # what the verdict rests on: {"TTFT P99": 0, ...}
                                                   # requests (of n) over each bound
+    design_effect: dict[str, float] = field(default_factory=dict)  # ... how clustered they were (1: as independent)
     too_few: bool = False                         # unclear only for want of requests (none over a bound)
     failed: int = 0                               # of n: errors and timeouts (over the bounds they never reached)
     failed_no_token: int = 0                      # ... of which without a first token
@@ -124,15 +125,17 @@ def judge_loads(table: RequestTable, loads: dict[float, list[str]], stats: dict[
         rows = ok & mine
         sent = win & mine
         sample = SloSample.of(status[sent], *(df[c].to_numpy()[sent] for c in ("ttft_s", "tpot_s", "e2e_s",
-                                                                                "target_output_len")))
+                                                                                "target_output_len", "t_sent")))
         rng = np.random.default_rng([seed, i])
         dists, checks, point = {}, [], True
         for name, column, _key, q, bound in _bounds(slos):
             dists[column] = Distribution.of(df[column].to_numpy()[rows], rng)      # shown: the successful ones
             values = sample.column(column)                                          # judged: failures counted
-            counted = values[~np.isnan(values)]
-            if counted.size or column == "ttft_s":         # TTFT is always judged: none at all is `out`
-                checks.append(check_bound(name, counted, q, bound))
+            known = ~np.isnan(values)
+            if known.any() or column == "ttft_s":          # TTFT is always judged: none at all is `out`
+                # with send times: widened by the clustering of the requests over the bound
+                sent_at = None if sample.sent_at is None else sample.sent_at[known]
+                checks.append(check_bound(name, values[known], q, bound, sent_at))
             p = sample.percentile(column, q * 100)
             point = point and (p is None or p <= bound)
         ttft, tpot = dists["ttft_s"], dists["tpot_s"]
@@ -149,6 +152,7 @@ def judge_loads(table: RequestTable, loads: dict[float, list[str]], stats: dict[
                                tpot.p["p95"], tpot.ci.get("p95"), float(np.mean(good)) if good else 0.0,
                                float(np.mean(tok)) if tok else 0.0, invalid + ([failures] if failures else []),
                                over_bound={c.name: c.over for c in checks},
+                               design_effect={c.name: round(c.design_effect, 2) for c in checks},
                                too_few=verdict == "unclear" and not invalid and levels_met
                                and all(c.verdict == "in" or c.too_few for c in checks),
                                failed=sample.failed, failed_no_token=sample.no_token))
