@@ -16,8 +16,8 @@ The binomial assumes independent requests; closed-loop ones are not (docs/metric
 "Independence"): one stall of the server makes every request waiting at that moment late together,
 so 8 users give 8 requests over the bound from one event. When the requests' send times are known,
 the test is widened by a **design effect** estimated from the level's own data (batch means): the
-requests in send order are cut into `BLOCKS` equal blocks, and D = variance / mean of the blocks'
-counts over the bound, at least 1 (about 1 for independent draws; about the burst's size when the
+requests in send order are cut into `BLOCKS` equal blocks (and again, shifted by half a block), and
+D = variance / mean of the blocks' counts over the bound (the larger of the two cuts), at least 1 (about 1 for independent draws; about the burst's size when the
 over requests come in bursts). The test then runs on n / D requests with over / D of them over,
 rounded against the verdict (fewer requests and more over for `in`; more requests and fewer over
 for `out`). A burst of 10 requests late together is one event among n / 10, not 10 among n.
@@ -89,12 +89,24 @@ def check_bound(name: str, values: np.ndarray, quantile: float, bound_s: float,
 
 def design_effect(past_in_order: np.ndarray) -> float:
     """Variance over mean of the counts over the bound in consecutive blocks of requests (send order),
-    at least 1: how much more the count varies than independent draws would make it (batch means)."""
+    at least 1: how much more the count varies than independent draws would make it (batch means).
+    The blocks are cut twice, the second time shifted by half a block, and the larger ratio is kept:
+    a burst that straddles a block boundary is seen whole in one of the two."""
     blocks = min(BLOCKS, past_in_order.size // 10)
     if blocks < 2 or not past_in_order.any():
         return 1.0
-    counts = np.array([b.sum() for b in np.array_split(past_in_order.astype(float), blocks)])
-    return max(1.0, float(counts.var(ddof=1) / counts.mean()))
+    past = past_in_order.astype(float)
+    half = past.size // blocks // 2
+    shifted = past[half:past.size - (past.size // blocks - half)]
+    return max(1.0, _variance_ratio(past, blocks), _variance_ratio(shifted, blocks - 1))
+
+
+def _variance_ratio(past: np.ndarray, blocks: int) -> float:
+    if blocks < 2:
+        return 1.0
+    counts = np.array([b.sum() for b in np.array_split(past, blocks)])
+    mean = counts.mean()
+    return float(counts.var(ddof=1) / mean) if mean > 0 else 1.0
 
 
 def _binom_cdf(k: int, n: int, p: float) -> float:

@@ -102,3 +102,17 @@ def test_too_few_requests_establish_no_load_and_the_answer_says_so():
     assert ("max concurrency within SLO: 2 (a point estimate, not established at 95%: a P99 within its bound "
             "needs 299 requests with none over it, the loads had 44") in capacity_headline(a)
     assert CapacityAnswer.from_dict(a.to_dict()) == a
+
+
+def test_a_load_whose_requests_over_the_bound_come_in_one_burst_is_not_out():
+    """Closed loop: one stall makes every waiting request late together. 12 of 400 over the TTFT bound
+    in one burst are one event among ~33, not 12 independent draws (analyzers.stats.exceedance)."""
+    base = np.random.default_rng(4).uniform(0.1, 0.3, 400)
+    burst, scattered = base.copy(), base.copy()
+    burst[200:212] = 2.0
+    scattered[::34] = 2.0
+    a = _answer({4: {"c4": burst}, 5: {"c5": scattered}})
+    by_load = {v.load: v for v in a.loads}
+    assert by_load[4].over_bound["TTFT P99"] == by_load[5].over_bound["TTFT P99"] == 12
+    assert by_load[4].design_effect["TTFT P99"] > 8 and by_load[4].verdict == "unclear"
+    assert by_load[5].design_effect["TTFT P99"] == 1.0 and by_load[5].verdict == "out"
