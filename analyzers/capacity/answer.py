@@ -5,8 +5,9 @@ judged on its requests pooled over its levels (every request sent in the window 
 ones, failures counted as analyzers.stats.slo.SloSample says: one that failed without a first token
 is over every TTFT bound, one cut off mid-stream over the TPOT and E2E bounds), bound by bound (TTFT P99,
 TPOT P95, and E2E P99 when that SLO is set), on how many requests were over the bound
-(analyzers.stats.exceedance: an exact binomial test at 95%; bootstrap intervals of a P99 are shown, but
-cannot carry a verdict at small samples):
+(analyzers.stats.exceedance: an exact binomial test at 95%, widened by the design effect when the
+requests over a bound came in bursts, as one stall makes them in closed loop; bootstrap intervals of a
+P99 are shown, but cannot carry a verdict at small samples):
 
 - `in`: every bound is established (e.g. none of 299 or more requests over the TTFT bound) and
   every level of the load met the SLO on its own;

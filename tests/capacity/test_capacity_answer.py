@@ -116,3 +116,6 @@ def test_a_load_whose_requests_over_the_bound_come_in_one_burst_is_not_out():
     assert by_load[4].over_bound["TTFT P99"] == by_load[5].over_bound["TTFT P99"] == 12
     assert by_load[4].design_effect["TTFT P99"] > 8 and by_load[4].verdict == "unclear"
     assert by_load[5].design_effect["TTFT P99"] == 1.0 and by_load[5].verdict == "out"
+    from reports.capacity_table import capacity_rows
+    rows = {r[0]: r for r in capacity_rows(a)}
+    assert "TTFT 12 (in bursts: each counts 1/" in rows["4"][4] and rows["5"][4].startswith("TTFT 12, ")
