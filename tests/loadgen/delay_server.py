@@ -136,8 +136,8 @@ class DelayServer:
                     yield "data: [DONE]\n\n"
                     return
                 text = f" t{k}" if not self.llama_cpp or k % 3 == 2 or k == n - 1 else ""
+                self.awaiting.pop(me, None)       # before the send: a stall from now on cannot make it slow
                 yield _sse(_chat_chunk({"content": text}) if chat else _text_chunk(text))
-                self.awaiting.pop(me, None)
                 t_last = time.monotonic()
                 t_first = t_first or t_last
             if t_first is not None:
