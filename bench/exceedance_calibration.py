@@ -20,6 +20,7 @@ independent requests at the realized share (exact, no simulation).
 
     python bench/exceedance_calibration.py [--duration 80s] [--concurrency 8] [--level-requests 400]
         [--fractions 0.005,0.01,0.015,0.03] [--kinds independent,stall] [--out F]
+    python bench/exceedance_calibration.py --table bench/exceedance_calibration.json   (print it again)
 """
 
 from __future__ import annotations
@@ -148,8 +149,8 @@ def run_cell(kind: str, fraction: float, args: argparse.Namespace, tmp: Path, se
 def _wrong(cell: dict, test: str) -> str:
     """The rate of the wrong call: `in` when the share is over 1%, `out` when under (both at 1%)."""
     r = cell[test]["rates"]
-    p = cell["fraction"]
-    parts = ([f"in {r['in']:.0%}"] if p >= 1 - QUANTILE else []) + ([f"out {r['out']:.0%}"] if p <= 1 - QUANTILE else [])
+    p, allowed = round(cell["fraction"], 9), round(1 - QUANTILE, 9)        # 1 - 0.99 is 0.010000000000000009
+    parts = ([f"in {r['in']:.0%}"] if p >= allowed else []) + ([f"out {r['out']:.0%}"] if p <= allowed else [])
     return ", ".join(parts)
 
 
@@ -178,7 +179,11 @@ def main() -> None:
     ap.add_argument("--fractions", default="0.005,0.01,0.015,0.03")
     ap.add_argument("--kinds", default="independent,stall")
     ap.add_argument("--out", default=str(ROOT / "bench/exceedance_calibration.json"))
+    ap.add_argument("--table", metavar="JSON", help="Print the table of a JSON this script wrote, and run nothing.")
     args = ap.parse_args()
+    if args.table:
+        print_table(json.loads(Path(args.table).read_text()))
+        return
     host = host_info([], [])
     cells = []
     t0 = time.monotonic()
