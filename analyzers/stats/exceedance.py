@@ -17,8 +17,8 @@ The binomial assumes independent requests; closed-loop ones are not (docs/metric
 so 8 users give 8 requests over the bound from one event. When the requests' send times are known,
 the test is widened by a **design effect** estimated from the level's own data (batch means): the
 requests in send order are cut into `BLOCKS` equal blocks (and again, shifted by half a block), and
-D = variance / mean of the blocks' counts over the bound (the larger of the two cuts), at least 1 (about 1 for independent draws; about the burst's size when the
-over requests come in bursts). The test then runs on n / D requests with over / D of them over,
+D = variance / mean of the blocks' counts over the bound (the larger of the two cuts), at least 1:
+about 1 for independent draws, about the burst's size when the over requests come in bursts. The test then runs on n / D requests with over / D of them over,
 rounded against the verdict (fewer requests and more over for `in`; more requests and fewer over
 for `out`). A burst of 10 requests late together is one event among n / 10, not 10 among n.
 
