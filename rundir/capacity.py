@@ -77,6 +77,8 @@ class LoadVerdict:
     reasons: list[str] = field(default_factory=list)   # why `out` when no percentile says so; how many failed
     over_bound: dict[str, int] = field(default_factory=dict)  # what the verdict rests on: {"TTFT P99": 0, ...}
                                                   # requests (of n) over each bound
+    # ... how clustered they were: the design effect by which the test was widened (1: as independent)
+    design_effect: dict[str, float] = field(default_factory=dict)
     too_few: bool = False                         # unclear only for want of requests (none over a bound)
     failed: int = 0                               # of n: errors and timeouts (over the bounds they never reached)
     failed_no_token: int = 0                      # ... of which without a first token

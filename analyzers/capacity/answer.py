@@ -5,8 +5,9 @@ judged on its requests pooled over its levels (every request sent in the window 
 ones, failures counted as analyzers.stats.slo.SloSample says: one that failed without a first token
 is over every TTFT bound, one cut off mid-stream over the TPOT and E2E bounds), bound by bound (TTFT P99,
 TPOT P95, and E2E P99 when that SLO is set), on how many requests were over the bound
-(analyzers.stats.exceedance: an exact binomial test at 95%; bootstrap intervals of a P99 are shown, but
-cannot carry a verdict at small samples):
+(analyzers.stats.exceedance: an exact binomial test at 95%, widened by the design effect when the
+requests over a bound came in bursts, as one stall makes them in closed loop; bootstrap intervals of a
+P99 are shown, but cannot carry a verdict at small samples):
 
 - `in`: every bound is established (e.g. none of 299 or more requests over the TTFT bound) and
   every level of the load met the SLO on its own;
@@ -68,15 +69,17 @@ def judge_loads(table: RequestTable, loads: dict[float, list[str]], stats: dict[
         rows = ok & mine
         sent = win & mine
         sample = SloSample.of(status[sent], *(df[c].to_numpy()[sent] for c in ("ttft_s", "tpot_s", "e2e_s",
-                                                                                "target_output_len")))
+                                                                                "target_output_len", "t_sent")))
         rng = np.random.default_rng([seed, i])
         dists, checks, point = {}, [], True
         for name, column, _key, q, bound in _bounds(slos):
             dists[column] = Distribution.of(df[column].to_numpy()[rows], rng)      # shown: the successful ones
             values = sample.column(column)                                          # judged: failures counted
-            counted = values[~np.isnan(values)]
-            if counted.size or column == "ttft_s":         # TTFT is always judged: none at all is `out`
-                checks.append(check_bound(name, counted, q, bound))
+            known = ~np.isnan(values)
+            if known.any() or column == "ttft_s":          # TTFT is always judged: none at all is `out`
+                # with send times: widened by the clustering of the requests over the bound
+                sent_at = None if sample.sent_at is None else sample.sent_at[known]
+                checks.append(check_bound(name, values[known], q, bound, sent_at))
             p = sample.percentile(column, q * 100)
             point = point and (p is None or p <= bound)
         ttft, tpot = dists["ttft_s"], dists["tpot_s"]
@@ -93,6 +96,7 @@ def judge_loads(table: RequestTable, loads: dict[float, list[str]], stats: dict[
                                tpot.p["p95"], tpot.ci.get("p95"), float(np.mean(good)) if good else 0.0,
                                float(np.mean(tok)) if tok else 0.0, invalid + ([failures] if failures else []),
                                over_bound={c.name: c.over for c in checks},
+                               design_effect={c.name: round(c.design_effect, 2) for c in checks},
                                too_few=verdict == "unclear" and not invalid and levels_met
                                and all(c.verdict == "in" or c.too_few for c in checks),
                                failed=sample.failed, failed_no_token=sample.no_token))

@@ -11,6 +11,21 @@ requests past the bound:
 - `unclear` otherwise, and always below `min_n_for_in` requests: 44 requests cannot establish a
   P99 within a bound, whatever their values (a bootstrap interval of their P99 would: it cannot
   reach past the sample's largest value, which is why the verdicts do not rest on it).
+
+The binomial assumes independent requests; closed-loop ones are not (docs/metrics.md,
+"Independence"): one stall of the server makes every request waiting at that moment late together,
+so 8 users give 8 requests over the bound from one event. When the requests' send times are known,
+the test is widened by a **design effect** estimated from the level's own data (batch means): the
+requests in send order are cut into `BLOCKS` equal blocks (and again, shifted by half a block), and
+D = variance / mean of the blocks' counts over the bound (the larger of the two cuts), at least 1:
+about 1 for independent draws, about the burst's size when the over requests come in bursts. The test then runs on n / D requests with over / D of them over,
+rounded against the verdict (fewer requests and more over for `in`; more requests and fewer over
+for `out`). A burst of 10 requests late together is one event among n / 10, not 10 among n.
+
+Requests late by coincidence (independent slow ones that overlap in time) do not widen it: the count
+per block varies as independent draws do. A level with nothing over the bound shows no clustering,
+so it is judged as independent draws: why a short closed-loop level's `in` stays optimistic when the
+server stalls rarely (bench/exceedance_calibration.py measures both cases).
 """
 
 from __future__ import annotations
@@ -21,6 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 
 ALPHA = 0.05                     # one-sided: the answer's 95%
+BLOCKS = 20                      # batch means: blocks of a level's requests in send order (at least 10 each)
 
 
 @dataclass(frozen=True)
@@ -31,10 +47,13 @@ class BoundCheck:
     n: int
     over: int                    # requests past the bound
     verdict: str                 # in | out | unclear
+    design_effect: float = 1.0   # how many requests one independent draw counts as (1: as independent)
 
     def __post_init__(self) -> None:
         if not 0 < self.quantile < 1 or not 0 <= self.over <= self.n:
             raise ValueError(f"bad check: quantile {self.quantile}, {self.over} over of {self.n}")
+        if self.design_effect < 1.0:
+            raise ValueError(f"a design effect is at least 1, got {self.design_effect}")
         if self.verdict not in ("in", "out", "unclear"):
             raise ValueError(f"verdict must be in, out or unclear, got {self.verdict!r}")
 
@@ -49,19 +68,45 @@ def min_n_for_in(quantile: float) -> int:
     return math.ceil(math.log(ALPHA) / math.log(quantile))
 
 
-def check_bound(name: str, values: np.ndarray, quantile: float, bound_s: float) -> BoundCheck:
+def check_bound(name: str, values: np.ndarray, quantile: float, bound_s: float,
+                sent_at: np.ndarray | None = None) -> BoundCheck:
+    """`sent_at`: each value's send time, for the design effect (see the top); None: independent draws."""
     n = int(values.size)
-    over = int((values > bound_s).sum())
+    past = values > bound_s
+    over = int(past.sum())
+    deff = design_effect(past[np.argsort(sent_at, kind="stable")]) if sent_at is not None else 1.0
     tail = 1.0 - quantile
     if n == 0:
         verdict = "unclear"
-    elif _binom_cdf(over, n, tail) <= ALPHA:
+    elif _binom_cdf(math.ceil(over / deff - 1e-9), math.floor(n / deff + 1e-9), tail) <= ALPHA:
         verdict = "in"
-    elif over > 0 and 1.0 - _binom_cdf(over - 1, n, tail) <= ALPHA:
+    elif over > 0 and 1.0 - _binom_cdf(math.floor(over / deff + 1e-9) - 1, math.ceil(n / deff - 1e-9), tail) <= ALPHA:
         verdict = "out"
     else:
         verdict = "unclear"
-    return BoundCheck(name, quantile, bound_s, n, over, verdict)
+    return BoundCheck(name, quantile, bound_s, n, over, verdict, deff)
+
+
+def design_effect(past_in_order: np.ndarray) -> float:
+    """Variance over mean of the counts over the bound in consecutive blocks of requests (send order),
+    at least 1: how much more the count varies than independent draws would make it (batch means).
+    The blocks are cut twice, the second time shifted by half a block, and the larger ratio is kept:
+    a burst that straddles a block boundary is seen whole in one of the two."""
+    blocks = min(BLOCKS, past_in_order.size // 10)
+    if blocks < 2 or not past_in_order.any():
+        return 1.0
+    past = past_in_order.astype(float)
+    half = past.size // blocks // 2
+    shifted = past[half:past.size - (past.size // blocks - half)]
+    return max(1.0, _variance_ratio(past, blocks), _variance_ratio(shifted, blocks - 1))
+
+
+def _variance_ratio(past: np.ndarray, blocks: int) -> float:
+    if blocks < 2:
+        return 1.0
+    counts = np.array([b.sum() for b in np.array_split(past, blocks)])
+    mean = counts.mean()
+    return float(counts.var(ddof=1) / mean) if mean > 0 else 1.0
 
 
 def _binom_cdf(k: int, n: int, p: float) -> float:

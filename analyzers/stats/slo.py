@@ -79,10 +79,11 @@ class SloSample:
     n_ok: int
     no_token: int
     mid_stream: int
+    sent_at: np.ndarray | None = None   # each request's send time (epoch s), when the caller knows it
 
     @classmethod
     def of(cls, status: np.ndarray, ttft_s: np.ndarray, tpot_s: np.ndarray, e2e_s: np.ndarray,
-           target_output_len: np.ndarray | None = None) -> "SloSample":
+           target_output_len: np.ndarray | None = None, t_sent: np.ndarray | None = None) -> "SloSample":
         """From the columns of the requests sent in the window (any status: the cancelled are left out)."""
         status = np.asarray(status)
         keep = np.isin(status, COUNTED)
@@ -97,7 +98,8 @@ class SloSample:
         tpot = np.where(mid & ~(asked == 1), math.inf, tpot)
         e2e = np.where(failed, math.inf, e2e_s)
         return cls(ttft, tpot, e2e, np.where(failed, e2e_s, np.nan), int((status == "ok").sum()),
-                   int(no_token.sum()), int(mid.sum()))
+                   int(no_token.sum()), int(mid.sum()),
+                   None if t_sent is None else np.asarray(t_sent, dtype=float)[keep])
 
     @property
     def n(self) -> int:

@@ -130,3 +130,20 @@ def _reads_at_every_width(answer) -> None:
         assert "…" not in text and max(len(line.rstrip()) for line in lines) <= width, text
         for cell in figures:         # "412 [400, 430]", "TTFT 0, TPOT 2": each on one line
             assert any(cell in line for line in lines), (cell, text)
+
+
+def test_a_load_whose_requests_over_the_bound_come_in_one_burst_is_not_out():
+    """Closed loop: one stall makes every waiting request late together. 12 of 400 over the TTFT bound
+    in one burst are one event among ~33, not 12 independent draws (analyzers.stats.exceedance)."""
+    base = np.random.default_rng(4).uniform(0.1, 0.3, 400)
+    burst, scattered = base.copy(), base.copy()
+    burst[200:212] = 2.0
+    scattered[::34] = 2.0
+    a = _answer({4: {"c4": burst}, 5: {"c5": scattered}})
+    by_load = {v.load: v for v in a.loads}
+    assert by_load[4].over_bound["TTFT P99"] == by_load[5].over_bound["TTFT P99"] == 12
+    assert by_load[4].design_effect["TTFT P99"] > 8 and by_load[4].verdict == "unclear"
+    assert by_load[5].design_effect["TTFT P99"] == 1.0 and by_load[5].verdict == "out"
+    from reports.capacity_table import capacity_rows
+    rows = {r[0]: r for r in capacity_rows(a)}
+    assert "TTFT 12 (in bursts: each counts 1/" in rows["4"][4] and rows["5"][4].startswith("TTFT 12, ")

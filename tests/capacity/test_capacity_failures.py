@@ -27,9 +27,15 @@ def _record(level: str, c: int, k: int, ttft: float | None, e2e: float, status: 
 
 
 def _level(level: str, c: int, n_ok: int, failed: list[tuple[float | None, float, str, str]], seed: int):
+    """n_ok answered requests and the failed ones spread evenly among them in send order (failures in one
+    burst are weaker evidence: analyzers.stats.exceedance's design effect)."""
     rng = np.random.default_rng(seed)
-    out = [_record(level, c, k, y, y + 0.2) for k, y in enumerate(rng.uniform(0.1, 0.3, n_ok))]
-    out += [_record(level, c, n_ok + k, ttft, e2e, status, kind) for k, (ttft, e2e, status, kind) in enumerate(failed)]
+    n = n_ok + len(failed)
+    at_failed = set(np.linspace(0, n - 1, len(failed)).round().astype(int).tolist()) if failed else set()
+    at_ok = [k for k in range(n) if k not in at_failed]
+    out = [_record(level, c, k, y, y + 0.2) for k, y in zip(at_ok, rng.uniform(0.1, 0.3, n_ok))]
+    out += [_record(level, c, k, ttft, e2e, status, kind)
+            for k, (ttft, e2e, status, kind) in zip(sorted(at_failed), failed)]
     return out
 
 

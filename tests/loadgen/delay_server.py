@@ -20,6 +20,16 @@ then `data: [DONE]`, no finish_reason.
 --die-after K: the process exits (no goodbye) right after its K-th request has finished.
 --freeze-at S --freeze-for D: from S seconds after the first request, for D seconds, no token is
 sent to anyone (a frozen engine); tokens due meanwhile go out when it thaws.
+--slow-fraction P --slow-ms S [--slow-kind independent|stall] [--seed N]: a known share P of requests
+is slow (bench/exceedance_calibration.py): its first token comes no sooner than S ms after it arrived.
+Two causes:
+  independent  each request, by its own coin (P), is slow: slow requests are independent draws;
+  stall        at each arrival, with probability P / w (w: requests waiting for their first token and
+               not slow yet, this one included), the server stalls for S ms: every one of the w
+               gets no first token until the stall ends. On average P slow requests per arrival, as
+               above, but they come together (what a binomial count does not expect of closed loop).
+               Requests that arrive during a stall are served as usual: the victims are exactly w.
+With S above the TTFT bound, the slow requests are the ones over it; /health counts them (`slow`).
 
 Run: python tests/loadgen/delay_server.py --port P --ttft-ms 50 --itl-ms 10 [--mode M] [--die-after K]
 """
@@ -31,8 +41,10 @@ import asyncio
 import json
 import logging
 import os
+import random
 import sys
 import time
+from dataclasses import dataclass
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -40,6 +52,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 MODES = ("ok", "500", "hang", "stall", "close", "error_chunk", "garbage")
+SLOW_KINDS = ("independent", "stall")
 
 
 class _DropConnection(Exception):
@@ -48,8 +61,14 @@ class _DropConnection(Exception):
 
 class DelayServer:
     def __init__(self, ttft_ms: float, itl_ms: float, mode: str = "ok", die_after: int | None = None,
-                 freeze_at: float | None = None, freeze_for: float = 0.0, llama_cpp: bool = False):
+                 freeze_at: float | None = None, freeze_for: float = 0.0, llama_cpp: bool = False,
+                 slow_fraction: float = 0.0, slow_ms: float = 1000.0, slow_kind: str = "independent", seed: int = 0):
         assert mode in MODES, mode
+        assert slow_kind in SLOW_KINDS and 0.0 <= slow_fraction <= 1.0, (slow_kind, slow_fraction)
+        self.slow_fraction, self.slow_s, self.slow_kind = slow_fraction, slow_ms / 1000.0, slow_kind
+        self.rng = random.Random(seed)
+        self.awaiting: dict[int, _Awaiting] = {}   # requests without their first token yet, by number
+        self.slow = self.stalls = 0                 # requests made slow; stalls started
         self.llama_cpp = llama_cpp
         self.newest = 0        # the newest request's number (llama_cpp: older running streams are cut)
         self.freeze_at, self.freeze_for = freeze_at, freeze_for
@@ -89,12 +108,16 @@ class DelayServer:
     async def _stream(self, t_arrival: float, n: int, mode: str, chat: bool, prompt_tokens: int, usage: bool):
         self.newest += 1
         me = self.newest
+        first = self.awaiting[me] = _Awaiting(t_arrival + self.ttft_s)
+        self._maybe_slow(me)
         try:
             if chat:   # a role-only first chunk, as OpenAI and vLLM send it: it carries no token
                 yield _sse(_chat_chunk({"role": "assistant", "content": ""}))
             t_first = t_last = None
             for k in range(n):
-                await _sleep_until(t_arrival + self.ttft_s + k * self.itl_s)
+                while time.monotonic() < first.due:      # a stall may push it while we sleep
+                    await _sleep_until(first.due)
+                await _sleep_until(first.due + k * self.itl_s)
                 await self._thawed()
                 if mode == "stall" and k == 1:
                     await asyncio.sleep(3600)
@@ -113,6 +136,7 @@ class DelayServer:
                     yield "data: [DONE]\n\n"
                     return
                 text = f" t{k}" if not self.llama_cpp or k % 3 == 2 or k == n - 1 else ""
+                self.awaiting.pop(me, None)       # before the send: a stall from now on cannot make it slow
                 yield _sse(_chat_chunk({"content": text}) if chat else _text_chunk(text))
                 t_last = time.monotonic()
                 t_first = t_first or t_last
@@ -127,7 +151,23 @@ class DelayServer:
                                       "total_tokens": prompt_tokens + n}})
             yield "data: [DONE]\n\n"
         finally:
+            self.awaiting.pop(me, None)
             self._finish()
+
+    def _maybe_slow(self, me: int) -> None:
+        """--slow-fraction: make this request slow (independent) or stall every waiting one (see the top)."""
+        if self.slow_fraction <= 0.0:
+            return
+        if self.slow_kind == "independent":
+            victims = [me] if self.rng.random() < self.slow_fraction else []
+        else:
+            fresh = [k for k, a in self.awaiting.items() if not a.slow]     # this one included
+            victims = fresh if self.rng.random() < self.slow_fraction / len(fresh) else []
+            self.stalls += bool(victims)
+        until = time.monotonic() + self.slow_s
+        for k in victims:
+            self.awaiting[k].due, self.awaiting[k].slow = max(self.awaiting[k].due, until), True
+        self.slow += len(victims)
 
     async def _thawed(self) -> None:
         if self.freeze_at is None or self.t_first_request is None:
@@ -143,7 +183,8 @@ class DelayServer:
             asyncio.get_running_loop().call_later(0.01, os._exit, 3)
 
     async def health(self, request: Request) -> Response:
-        return JSONResponse({"received": self.received, "finished": self.finished,
+        return JSONResponse({"received": self.received, "finished": self.finished, "slow": self.slow,
+                             "stalls": self.stalls,
                              "ttft_p50": _median(self.ttft_done), "tpot_p50": _median(self.tpot_done)})
 
     def app(self) -> Starlette:
@@ -152,6 +193,12 @@ class DelayServer:
             Route("/v1/chat/completions", self.completions, methods=["POST"]),
             Route("/health", self.health, methods=["GET"]),
         ])
+
+
+@dataclass
+class _Awaiting:
+    due: float                  # monotonic time the first token is due
+    slow: bool = False
 
 
 def _median(xs: list[float]) -> float | None:
@@ -205,8 +252,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--freeze-at", type=float, default=None)
     p.add_argument("--freeze-for", type=float, default=0.0)
     p.add_argument("--llama-cpp", action="store_true")
+    p.add_argument("--slow-fraction", type=float, default=0.0)
+    p.add_argument("--slow-ms", type=float, default=1000.0)
+    p.add_argument("--slow-kind", choices=SLOW_KINDS, default="independent")
+    p.add_argument("--seed", type=int, default=0)
     a = p.parse_args(argv)
-    server = DelayServer(a.ttft_ms, a.itl_ms, a.mode, a.die_after, a.freeze_at, a.freeze_for, a.llama_cpp)
+    server = DelayServer(a.ttft_ms, a.itl_ms, a.mode, a.die_after, a.freeze_at, a.freeze_for, a.llama_cpp,
+                         a.slow_fraction, a.slow_ms, a.slow_kind, a.seed)
     logging.getLogger("uvicorn.error").addFilter(_QuietDrops())
     uvicorn.run(server.app(), host="127.0.0.1", port=a.port, log_level="warning", access_log=False,
                 timeout_keep_alive=30, backlog=4096)
