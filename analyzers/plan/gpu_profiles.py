@@ -46,3 +46,10 @@ def published_profile(name: str) -> MachineProfile:
 
 def published_names() -> list[str]:
     return sorted(_PEAKS)
+
+
+def resolve_profile(name_or_path: str) -> MachineProfile:
+    """A published GPU's name (h100, h200, a100, mi300x) or a profile file (llmdiag calibrate --out FILE)."""
+    if name_or_path.lower() in _PEAKS:
+        return published_profile(name_or_path)
+    return MachineProfile.load(name_or_path)

@@ -51,16 +51,25 @@ class LinearCost:
 
     @classmethod
     def fit(cls, xs: list[float], ys: list[float]) -> "LinearCost":
-        """Least squares with both coefficients clipped at 0 (a negative intercept is noise)."""
-        if len(xs) < 2 or len(xs) != len(ys):
-            raise DiagnosisError("a linear fit needs at least two points")
-        n = len(xs)
-        mx, my = sum(xs) / n, sum(ys) / n
-        sxx = sum((x - mx) ** 2 for x in xs)
-        b = max(0.0, sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx) if sxx > 0 else 0.0
-        a = my - b * mx
-        if a < 0:        # refit through the origin
-            a, b = 0.0, max(0.0, sum(x * y for x, y in zip(xs, ys)) / max(sum(x * x for x in xs), 1e-30))
+        """Least squares in relative error (each point over its own time, so the small shapes a decode
+        step has count as much as the big ones), both coefficients >= 0."""
+        if len(xs) < 2 or len(xs) != len(ys) or min(ys) <= 0:
+            raise DiagnosisError("a linear fit needs at least two points with positive times")
+        rows = [(1 / y, x / y) for x, y in zip(xs, ys)]
+
+        def residual(a: float, b: float) -> float:
+            return sum((a * r0 + b * r1 - 1) ** 2 for r0, r1 in rows)
+        s00 = sum(r0 * r0 for r0, _ in rows)
+        s01 = sum(r0 * r1 for r0, r1 in rows)
+        s11 = sum(r1 * r1 for _, r1 in rows)
+        t0, t1 = sum(r0 for r0, _ in rows), sum(r1 for _, r1 in rows)
+        det = s00 * s11 - s01 * s01
+        candidates = [(t0 / s00, 0.0), (0.0, t1 / s11 if s11 > 0 else 0.0)]
+        if det > 1e-30 * s00 * s11:
+            a, b = (t0 * s11 - t1 * s01) / det, (t1 * s00 - t0 * s01) / det
+            if a >= 0 and b >= 0:
+                candidates.append((a, b))
+        a, b = min(candidates, key=lambda ab: residual(*ab))
         return cls(a, b, min(xs), max(xs))
 
 
@@ -156,6 +165,7 @@ class MachineProfile:
     attention_prefill: LinearCost | None = None   # by tokens x context x heads x head_dim
     elementwise: LinearCost | None = None         # per layer, by tokens x hidden
     request_overhead_s: float = 0.0               # once per request, on its TTFT
+    compute_scale: float = 1.0                    # multiplies every operator's time (fitted to a run)
     assumptions: list[str] = field(default_factory=list)
     created: str = ""
     measured_points: dict = field(default_factory=dict)     # what a calibration measured, for the record
@@ -166,8 +176,8 @@ class MachineProfile:
             raise DiagnosisError(f"profile source must be measured, published or fitted, got {self.source!r}")
         if self.dtype_bytes not in (1, 2, 4):
             raise DiagnosisError(f"profile dtype_bytes must be 1, 2 or 4, got {self.dtype_bytes}")
-        if self.request_overhead_s < 0:
-            raise DiagnosisError("request_overhead_s must be >= 0")
+        if self.request_overhead_s < 0 or not self.compute_scale > 0:
+            raise DiagnosisError("request_overhead_s must be >= 0 and compute_scale > 0")
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -186,7 +196,8 @@ class MachineProfile:
                        roofline=Roofline(**d["roofline"]), step_overhead=LinearCost(**d["step_overhead"]),
                        collective=CollectiveCost(**d["collective"]),
                        matmul=MatmulTable(**d["matmul"]) if d.get("matmul") else None,
-                       request_overhead_s=d.get("request_overhead_s", 0.0), assumptions=list(d.get("assumptions", [])),
+                       request_overhead_s=d.get("request_overhead_s", 0.0),
+                       compute_scale=d.get("compute_scale", 1.0), assumptions=list(d.get("assumptions", [])),
                        created=d.get("created", ""), measured_points=d.get("measured_points", {}), **opt)
         except (KeyError, TypeError) as exc:
             raise DiagnosisError(f"the machine profile lacks or mistypes a field: {exc}") from None

@@ -18,13 +18,14 @@ measurement come from the same specification.
 from __future__ import annotations
 
 import collections
+import heapq
 import itertools
 import random
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from analyzers.diagnosis_error import DiagnosisError
-from analyzers.plan.step_model import StepModel, StepShape
+from analyzers.plan.step_model import StepCost, StepModel, StepShape
 from refengine.config import CacheConfig, SchedulerConfig
 from refengine.core.outputs import ModelRunnerOutput, SchedulerOutput
 from refengine.core.scheduler import Scheduler
@@ -45,6 +46,14 @@ class LoadSpec:
     concurrency: int | None = None
     arrivals: Iterator[float] | None = None
     drain_limit_s: float = 600.0        # the window's requests may run this long past its end
+    seed: int = 0                       # the request overheads' jitter
+
+    @property
+    def stagger_s(self) -> float:
+        """Closed loop: the users' first requests spread over the first half of the warm-up. Users that
+        start together and ask for the same lengths would otherwise stay in lockstep forever on a clock
+        without noise; a real server's noise spreads them, which is what the warm-up waits for."""
+        return self.warmup_s / 2 if self.concurrency is not None else 0.0
 
     def __post_init__(self) -> None:
         if (self.concurrency is None) == (self.arrivals is None):
@@ -89,6 +98,9 @@ class SimResult:
     steps: int
     preemptions: int
     notes: set[str]
+    mean_batch: float = 0.0             # requests per step over the window's steps
+    mean_compute_s: float = 0.0         # a window step's model time (its operators)
+    mean_overhead_s: float = 0.0        # a window step's engine overhead
 
     @property
     def in_window(self) -> list[SimRecord]:
@@ -122,11 +134,17 @@ class _Run:
         self.depth = depth
         self.index = itertools.count()
         self.records: dict[str, SimRecord] = {}
+        self.rng = random.Random(f"plan/{load.seed}")
         self.requests: dict[str, Request] = {}      # sent, not yet at the server
-        self.arrivals: collections.deque[tuple[float, str]] = collections.deque()   # (time, id) not yet in
+        self.arrivals: list[tuple[float, int, str]] = []     # heap of (time at the server, index, id)
         self.next_open = next(load.arrivals, None) if load.arrivals is not None else None
         self.tokens_in_window = 0
         self.steps = 0
+        self.window_steps = 0
+        self.window_batch = 0
+        self.window_compute = 0.0
+        self.window_overhead = 0.0
+        self.costs: dict[int, StepCost] = {}        # step id -> its cost, until it lands
         self.notes: set[str] = set()
         self.pending: collections.deque[tuple[float, SchedulerOutput]] = collections.deque()  # (lands at, batch)
         self.stage_free = 0.0
@@ -137,10 +155,12 @@ class _Run:
         prompt, n_out = self.lengths(i)
         rid = str(i)
         self.records[rid] = SimRecord(t_sent=t, prompt_tokens=len(prompt), output_tokens=n_out)
-        # HTTP and tokenization before the engine sees it (fitted to a run; 0 otherwise).
+        # HTTP and tokenization before the engine sees it (fitted to a run; 0 otherwise), uniform in
+        # [0, 2 x mean]: clients do not reach the server in the same microsecond.
+        arrive = t + self.sim.request_overhead_s * 2 * self.rng.random()
         request = Request(rid, prompt, SamplingParams(max_tokens=n_out, ignore_eos=True), eos_token_id=None,
-                          arrival_time=t + self.sim.request_overhead_s)
-        self.arrivals.append((t + self.sim.request_overhead_s, rid))
+                          arrival_time=arrive)
+        heapq.heappush(self.arrivals, (arrive, i, rid))
         self.requests[rid] = request
 
     def sending(self) -> bool:
@@ -152,7 +172,7 @@ class _Run:
             self.send(self.next_open)
             self.next_open = next(self.load.arrivals, None) if self.load.arrivals is not None else None
         while self.arrivals and self.arrivals[0][0] <= self.now:
-            _, rid = self.arrivals.popleft()
+            _, _, rid = heapq.heappop(self.arrivals)
             self.scheduler.add_request(self.requests.pop(rid))
 
     def next_event(self) -> float | None:
@@ -163,8 +183,8 @@ class _Run:
     # ---- the engine loop --------------------------------------------------------------------
     def go(self, max_steps: int) -> SimResult:
         if self.load.concurrency is not None:
-            for _ in range(self.load.concurrency):
-                self.send(0.0)
+            for u in range(self.load.concurrency):
+                self.send(self.load.stagger_s * u / self.load.concurrency)
         end = self.load.window[1] + self.load.drain_limit_s
         while self.steps < max_steps and self.now < end:
             self.take_in()
@@ -184,7 +204,14 @@ class _Run:
         if self.steps >= max_steps:
             self.notes.add(f"stopped after {max_steps} simulated steps")
         return SimResult(list(self.records.values()), self.load.window, self.tokens_in_window, self.steps,
-                         self.scheduler.num_preemptions_total, self.notes)
+                         self.scheduler.num_preemptions_total, self.notes,
+                         *self._window_means())
+
+    def _window_means(self) -> tuple[float, float, float]:
+        n = self.window_steps
+        if not n:
+            return 0.0, 0.0, 0.0
+        return self.window_batch / n, self.window_compute / n, self.window_overhead / n
 
     def _window_done(self) -> bool:
         lo, hi = self.load.window
@@ -197,6 +224,7 @@ class _Run:
             sched = self.scheduler.schedule()
             if not sched.is_empty:
                 cost = self.sim.model.step_cost(_shape(sched))
+                self.costs[sched.step_id] = cost
                 self.notes |= cost.notes
                 if self.depth == 1:
                     self.now += cost.total_s
@@ -217,6 +245,12 @@ class _Run:
         self.steps += 1
         sampled = {r.req_id: SAMPLED_TOKEN for r in sched.requests if r.sample}
         lo, hi = self.load.window
+        cost = self.costs.pop(sched.step_id)
+        if lo <= self.now < hi:
+            self.window_steps += 1
+            self.window_batch += len(sched.requests)
+            self.window_overhead += cost.overhead_s
+            self.window_compute += cost.total_s - cost.overhead_s
         for request, tokens in self.scheduler.update_from_output(sched, ModelRunnerOutput(sampled)):
             rec = self.records[request.request_id]
             if lo <= self.now < hi:

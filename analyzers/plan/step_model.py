@@ -116,12 +116,13 @@ class StepModel:
         notes: set[str] = set()
         if not step.chunks:
             return StepCost(0.0, 0.0, 0.0, {}, notes)
-        s, p = self.shape, self.profile
-        layer = self.layer_parts(step, notes)
+        s, p, k = self.shape, self.profile, self.profile.compute_scale
+        layer = {name: v * k for name, v in self.layer_parts(step, notes).items()}
         stage = sum(layer.values()) * self.stage_layers
         lm_head = self.matmul_s(step.num_sampled, s.hidden_size, -(-s.vocab_size // self.tp), notes)
         lm_head += p.collective.seconds("all_gather", step.num_sampled * s.vocab_size * p.dtype_bytes, self.tp)
-        send = p.collective.seconds("sendrecv", step.num_tokens * s.hidden_size * p.dtype_bytes, self.pp)
+        lm_head *= k
+        send = k * p.collective.seconds("sendrecv", step.num_tokens * s.hidden_size * p.dtype_bytes, self.pp)
         overhead = p.step_overhead.seconds(len(step.chunks))
         parts = {k: v * self.stage_layers * self.pp for k, v in layer.items()}
         parts.update(lm_head=lm_head, pp_send=send * (self.pp - 1), overhead=overhead)

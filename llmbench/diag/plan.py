@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Optional
 
 import typer
@@ -14,7 +15,7 @@ console = make_console()
 
 
 def plan(
-    model: str = typer.Option(..., "--model", "-m", help="A preset (llama-3-8b, llama-3-70b, qwen2-7b, qwen2-72b, "
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="A preset (llama-3-8b, llama-3-70b, qwen2-7b, qwen2-72b, "
                               "mixtral-8x7b), a refengine model (tiny, tiny-test) or a path to a config.json."),
     nodes: int = typer.Option(1, "--nodes", help="Nodes in the cluster."),
     gpus_per_node: int = typer.Option(8, "--gpus-per-node", help="GPUs in each node."),
@@ -37,6 +38,18 @@ def plan(
                                       "requests that fit)."),
     no_quantize: bool = typer.Option(False, "--no-quantize", help="Do not consider fp8 weights."),
     top: int = typer.Option(12, "--top", help="Rows of the ranked table to print."),
+    predict_sweep: Optional[Path] = typer.Option(None, "--predict-sweep", help="A run directory: predict its levels "
+                                                 "from its own spec and engine flags, beside what it measured "
+                                                 "(docs/planning.md). Needs --profile."),
+    profile: Optional[str] = typer.Option(None, "--profile", help="The machine's costs: a file from `llmdiag "
+                                          "calibrate --out FILE`, or a published GPU (h100, h200, a100, mi300x)."),
+    fit: Optional[str] = typer.Option(None, "--fit", help="With --predict-sweep: level ids (comma-separated) or "
+                                      "'all' to fit the profile's overheads to; the other levels are predictions."),
+    what_if: Optional[str] = typer.Option(None, "--what-if", help="Engine arguments changed for the prediction, "
+                                          "e.g. max_num_seqs=64,enable_chunked_prefill=false."),
+    save_profile: Optional[Path] = typer.Option(None, "--save-profile", help="With --fit: write the fitted "
+                                                "profile here (use it as --profile next time)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the prediction as JSON (with --predict-sweep)."),
 ) -> None:
     """Rank parallel plans for a model on a cluster: the seed's procedure (one card, TP in a node, PP across
     nodes, EP for MoE), memory and KV capacity per plan, all-reduce bytes and time, pipeline bubble."""
@@ -45,7 +58,17 @@ def plan(
     from analyzers.model.presets import resolve_model
     from analyzers.plan.parallel import Cluster, decision_steps, rank_plans
 
+    if predict_sweep is not None:
+        from llmbench.diag.plan_predict import emit, predict_run
+        with user_errors():
+            if profile is None:
+                raise DiagnosisError("--predict-sweep needs --profile (a file from llmdiag calibrate, or h100, ...)")
+            result = predict_run(predict_sweep, profile, fit, what_if)
+        emit(result, as_json, console, save_profile)
+        return
     with user_errors():
+        if model is None:
+            raise DiagnosisError("give --model (or --predict-sweep RUN)")
         shape = resolve_model(model)
         cluster = Cluster(nodes=nodes, gpus_per_node=gpus_per_node, gpu_memory_gib=gpu_memory,
                           intra_node_gbps=intra_bw, inter_node_gbps=inter_bw)

@@ -1,0 +1,62 @@
+"""`llmdiag calibrate`: measure this machine's operator costs into a profile for `llmdiag plan`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from llmbench.cli_common import make_console, user_errors
+
+console = make_console()
+
+QUICK = dict(ms=(1, 16, 256), sizes=(64, 512), decode_batches=(1, 8), decode_contexts=(64, 256),
+             prefill_tokens=(32, 128), elementwise_tokens=(1, 64), overhead_batches=(1, 4), repeats=2)
+
+
+def calibrate(
+    out: Path = typer.Option(..., "--out", "-o", help="Where to write the profile (JSON; `llmdiag plan --profile`)."),
+    name: str = typer.Option("this machine", "--name", help="The profile's name, as predictions quote it."),
+    quick: bool = typer.Option(False, "--quick", help="A small grid (seconds, not a minute): enough to check the "
+                               "command; predictions beyond it are extrapolated and say so."),
+    max_tokens: int = typer.Option(2048, "--max-tokens", help="Largest step (tokens) the matmul grid measures; "
+                                   "set it to the engine's max_num_batched_tokens."),
+    no_comm: bool = typer.Option(False, "--no-comm", help="Skip the collective benchmark (then TP/PP "
+                                 "communication is priced as free, and the profile says so)."),
+    comm_nprocs: int = typer.Option(2, "--comm-nprocs", help="Local processes the collective benchmark runs "
+                                    "(gloo on CPU)."),
+) -> None:
+    """Measure this machine with refengine's own layers (matmuls on a grid of shapes, paged attention,
+    norms/RoPE/activation, the engine's per-step overhead) and the comm probe's all-reduce, and write a
+    versioned profile that `llmdiag plan --profile FILE` predicts TTFT, TPOT and throughput from."""
+    from analyzers.diagnosis_error import DiagnosisError
+    from analyzers.plan.calibrate import CalibrationGrid
+    from analyzers.plan.calibrate import calibrate as measure
+
+    with user_errors():
+        if max_tokens < 2 or comm_nprocs < 2:
+            raise DiagnosisError("--max-tokens and --comm-nprocs must be >= 2")
+        if quick:
+            grid = CalibrationGrid(**QUICK)
+        else:
+            ms = tuple(sorted({m for m in (1, 4, 16, 64, 256, 1024) if m < max_tokens} | {max_tokens}))
+            grid = CalibrationGrid(ms=ms)
+        if out.parent and not out.parent.exists():
+            raise DiagnosisError(f"{out.parent} does not exist")
+        rows = None if no_comm else _comm_rows(comm_nprocs, quick)
+        profile = measure(grid, rows, name=name, progress=lambda what: console.print(f"[dim]measuring {what}[/]"))
+        profile.save(out)
+    ov = profile.step_overhead
+    console.print(f"wrote {out}: step overhead {ov.fixed_s * 1e3:.2f} ms + {ov.per_unit_s * 1e6:.0f} us/request, "
+                  f"best matmul {profile.roofline.peak_flops / 1e9:.0f} GFLOP/s, all-reduce "
+                  f"{profile.collective.bus_bw_bytes_s / 1e9:.2f} GB/s bus bandwidth")
+
+
+def _comm_rows(nprocs: int, quick: bool) -> list[dict]:
+    from dataclasses import asdict
+
+    from probes.comm import CommSpec, run_local
+    console.print("[dim]measuring all-reduce (the comm probe)[/]")
+    sizes = (1 << 10, 1 << 20) if quick else (1 << 10, 1 << 16, 1 << 20, 1 << 23)
+    spec = CommSpec(backend="gloo", ops=("all_reduce",), sizes=sizes, iters=5 if quick else 20, warmup=2)
+    return [asdict(r) for r in run_local(spec, nprocs)]
