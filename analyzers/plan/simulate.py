@@ -114,21 +114,25 @@ class SimResult:
 
 class Simulator:
     def __init__(self, model: StepModel, scheduler_config: SchedulerConfig, cache_config: CacheConfig,
-                 request_overhead_s: float = 0.0):
+                 request_overhead_s: float = 0.0, batches_in_flight: int | None = None):
         self.model, self.scheduler_config, self.cache_config = model, scheduler_config, cache_config
         self.request_overhead_s = request_overhead_s
+        # The batch queue's depth: PP by default (refengine's), 1 to run a pipeline without overlap.
+        self.batches_in_flight = batches_in_flight or model.pp
 
-    def run(self, load: LoadSpec, lengths: LengthsFn, max_steps: int = 2_000_000) -> SimResult:
-        return _Run(self, load, lengths).go(max_steps)
+    def run(self, load: LoadSpec, lengths: LengthsFn, max_steps: int = 2_000_000,
+            trace: list[SchedulerOutput] | None = None) -> SimResult:
+        """`trace`, if given, receives every non-empty SchedulerOutput in order (for tests and debugging)."""
+        return _Run(self, load, lengths, trace).go(max_steps)
 
 
 class _Run:
     """One level's simulation: its clock, its scheduler, its clients."""
 
-    def __init__(self, sim: Simulator, load: LoadSpec, lengths: LengthsFn):
-        self.sim, self.load, self.lengths = sim, load, lengths
+    def __init__(self, sim: Simulator, load: LoadSpec, lengths: LengthsFn, trace: list[SchedulerOutput] | None):
+        self.sim, self.load, self.lengths, self.trace = sim, load, lengths, trace
         self.now = 0.0
-        depth = sim.model.pp
+        depth = sim.batches_in_flight
         self.scheduler = Scheduler(sim.scheduler_config, sim.cache_config, clock=lambda: self.now,
                                    max_batches_in_flight=depth)
         self.depth = depth
@@ -194,7 +198,7 @@ class _Run:
                     break
                 self.now = max(self.now, nxt)
                 continue
-            if not self.step() and not self.pending:
+            if not self.step():
                 nxt = self.next_event()       # nothing fits and nothing in flight: wait for the world
                 if nxt is None:
                     raise DiagnosisError("the simulated engine cannot schedule anything (KV cache too small?)")
@@ -218,11 +222,13 @@ class _Run:
         return all(r.t_done is not None for r in self.records.values() if lo <= r.t_sent < hi)
 
     def step(self) -> bool:
-        """One engine step (sync), or one batch-queue step under PP. False when nothing was scheduled."""
+        """One engine step (sync), or one batch-queue step under PP. False when nothing was scheduled or landed."""
         submitted = False
         if len(self.pending) < self.depth:
             sched = self.scheduler.schedule()
             if not sched.is_empty:
+                if self.trace is not None:
+                    self.trace.append(sched)
                 cost = self.sim.model.step_cost(_shape(sched))
                 self.costs[sched.step_id] = cost
                 self.notes |= cost.notes
@@ -239,6 +245,7 @@ class _Run:
             lands, sched = self.pending.popleft()
             self.now = max(self.now, lands)
             self.land(sched)
+            return True
         return submitted
 
     def land(self, sched: SchedulerOutput) -> None:

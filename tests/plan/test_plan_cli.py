@@ -1,0 +1,90 @@
+"""`llmdiag plan --predict-sweep` and `llmdiag calibrate` as a user runs them (CliRunner, the real app)."""
+
+import json
+
+import pytest
+from synth_run import make_run, rec
+from typer.testing import CliRunner
+
+from analyzers.plan.predict import METRICS
+from analyzers.plan.profile import MachineProfile
+from llmbench.diag_cli import app
+from rundir import RunDir
+
+runner = CliRunner()
+
+
+def invoke(*args):
+    return runner.invoke(app, [str(a) for a in args], env={"COLUMNS": "200"})
+
+
+@pytest.fixture
+def run_dir(tmp_path):
+    """Two closed-loop levels of tiny-test (10 prompt tokens, 11 output tokens), measured."""
+    records = []
+    for c, start, ttft in ((1, 0.0, 0.01), (4, 20.0, 0.03)):
+        for i in range(30):
+            records.append(rec(start + i * 0.3, ttft, ttft + 10 * 0.004 * c, 11, level=f"c{c}-in10-out11",
+                               concurrency=c, itl=[0.004 * c] * 10))
+    run = make_run(tmp_path / "run", records, {"c1-in10-out11": (0, 10), "c4-in10-out11": (20, 30)},
+                   model="tiny-test")
+    info = run.read_info()
+    info.target.engine_args = ["--max-num-seqs", "8", "--max-model-len", "256"]
+    run.write_info(info)
+    return run.path
+
+
+def test_predict_sweep_prints_each_level_predicted_and_measured(run_dir):
+    r = invoke("plan", "--predict-sweep", run_dir, "--profile", "h100", "--json")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert [lv["level_id"] for lv in out["levels"]] == ["c1-in10-out11", "c4-in10-out11"]
+    for lv in out["levels"]:
+        assert set(METRICS) <= set(lv["predicted"]) and set(METRICS) == set(lv["measured"])
+        assert all(lv["predicted"][k] > 0 for k in METRICS)
+        assert lv["role"] == "predicted"
+    c1 = out["levels"][0]["measured"]
+    assert c1["ttft_p50_s"] == pytest.approx(0.01) and c1["tpot_p50_s"] == pytest.approx(0.004)
+    assert out["engine"]["max_num_seqs"] == 8 and out["fit"] is None
+
+
+def test_fit_calibrates_to_the_named_levels_and_saves_the_profile(run_dir, tmp_path):
+    r = invoke("plan", "--predict-sweep", run_dir, "--profile", "h100", "--fit", "c1-in10-out11", "--json",
+               "--save-profile", tmp_path / "fitted.json")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert [lv["role"] for lv in out["levels"]] == ["fitted", "predicted"]
+    assert out["fit"]["levels"] == ["c1-in10-out11"] and set(out["median_abs_error"]) == {"fitted", "predicted"}
+    fitted = out["levels"][0]
+    # An H100 is far faster than this synthetic run says: the fit brings the fitted level's TPOT to it.
+    assert abs(fitted["error"]["tpot_p50_s"]) < 0.2
+    profile = MachineProfile.load(tmp_path / "fitted.json")
+    assert profile.source == "fitted" and "fitted to run" in profile.assumptions[-1]
+
+
+def test_what_if_changes_the_engine_and_a_bad_one_is_one_line(run_dir):
+    r = invoke("plan", "--predict-sweep", run_dir, "--profile", "h100", "--json", "--what-if",
+               "max_num_seqs=1,enable_chunked_prefill=false")
+    assert r.exit_code == 0, r.output
+    engine = json.loads(r.output)["engine"]
+    assert engine["max_num_seqs"] == 1 and engine["enable_chunked_prefill"] is False
+    for bad in ("max_num_seqs", "max_num_seqz=4", "max_num_seqs=many", "enable_chunked_prefill=maybe"):
+        r = invoke("plan", "--predict-sweep", run_dir, "--profile", "h100", "--what-if", bad)
+        assert r.exit_code == 2, r.output
+        assert r.output.strip().startswith("error:") and len(r.output.strip().splitlines()) == 1, r.output
+        assert "Traceback" not in r.output
+
+
+def test_predict_sweep_needs_a_profile_and_a_run(run_dir, tmp_path):
+    for args in (("--predict-sweep", run_dir), ("--predict-sweep", tmp_path / "nothing", "--profile", "h100"),
+                 ("--predict-sweep", run_dir, "--profile", tmp_path / "missing.json"),
+                 ("--predict-sweep", run_dir, "--profile", "h100", "--fit", "c99")):
+        r = invoke("plan", *args)
+        assert r.exit_code == 2 and "error:" in r.output and "Traceback" not in r.output, r.output
+
+
+def test_predict_sweep_prints_a_table_by_default(run_dir):
+    r = invoke("plan", "--predict-sweep", run_dir, "--profile", "a100")
+    assert r.exit_code == 0, r.output
+    assert "c4-in10-out11" in r.output and "median |error|" in r.output
+    assert RunDir(run_dir).exists()
