@@ -16,7 +16,6 @@ Each point is the fastest of `repeats` timed calls after a warm-up call (others 
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -74,7 +73,7 @@ def measure_matmul(grid: CalibrationGrid) -> MatmulTable:
             layer.weight.data.normal_(0, 0.02)
             for i, m in enumerate(grid.ms):
                 x = torch.randn(m, s)
-                times[i][j] = max(timed(lambda: layer(x), grid.repeats), 1e-7)
+                times[i][j] = max(timed(lambda layer=layer, x=x: layer(x), grid.repeats), 1e-7)
     return MatmulTable(list(grid.ms), list(grid.sizes), monotone(times))
 
 
@@ -139,7 +138,7 @@ def measure_elementwise(grid: CalibrationGrid, hidden: int = 1024) -> tuple[Line
         q, k = torch.randn(t, grid.heads * grid.head_dim), torch.randn(t, grid.kv_heads * grid.head_dim)
         g, pos = torch.randn(t, 2 * inter), torch.arange(t) % 4096
 
-        def layer() -> None:
+        def layer(h=h, r=r, q=q, k=k, g=g, pos=pos) -> None:
             a, b = norm(h, r)
             rope(pos, q, k)
             norm(a, b)

@@ -145,6 +145,7 @@ class _Run:
         self.tokens_in_window = 0
         self.steps = 0
         self.window_steps = 0
+        self.window_open = 0                        # window requests not finished yet
         self.window_batch = 0
         self.window_compute = 0.0
         self.window_overhead = 0.0
@@ -159,6 +160,8 @@ class _Run:
         prompt, n_out = self.lengths(i)
         rid = str(i)
         self.records[rid] = SimRecord(t_sent=t, prompt_tokens=len(prompt), output_tokens=n_out)
+        lo, hi = self.load.window
+        self.window_open += lo <= t < hi
         # HTTP and tokenization before the engine sees it (fitted to a run; 0 otherwise), uniform in
         # [0, 2 x mean]: clients do not reach the server in the same microsecond.
         arrive = t + self.sim.request_overhead_s * 2 * self.rng.random()
@@ -218,8 +221,7 @@ class _Run:
         return self.window_batch / n, self.window_compute / n, self.window_overhead / n
 
     def _window_done(self) -> bool:
-        lo, hi = self.load.window
-        return all(r.t_done is not None for r in self.records.values() if lo <= r.t_sent < hi)
+        return self.window_open == 0
 
     def step(self) -> bool:
         """One engine step (sync), or one batch-queue step under PP. False when nothing was scheduled or landed."""
@@ -266,6 +268,7 @@ class _Run:
                 rec.t_first_token = self.now
             if request.is_finished():
                 rec.t_done = self.now
+                self.window_open -= lo <= rec.t_sent < hi
                 rec.preemptions = request.num_preemptions
                 if self.load.concurrency is not None and self.sending():
                     self.send(self.now)      # the user's next request, at once (closed loop)
@@ -276,6 +279,11 @@ def _shape(sched: SchedulerOutput) -> StepShape:
 
 
 def random_prompt(n: int, seed: int, i: int, vocab: int = 32_000) -> list[int]:
-    """Token ids that share no prefix with another request's (random text prompts share none either)."""
-    rng = random.Random(f"{seed}/{i}")
-    return [rng.randrange(16, vocab) for _ in range(n)]
+    """Token ids that share no block with another request's (random text prompts share none either):
+    the first two ids spell out the request's index, so its first block, and so every chained block
+    hash, differs from every other request's (for fewer than (vocab - 16)^2 requests). Cheap: a level
+    simulates thousands of them."""
+    span = vocab - 16
+    head = [16 + i % span, 16 + (i // span) % span]
+    start = (seed * 1_000_003 + i * 7919) % span
+    return (head + [16 + (start + j * 104729) % span for j in range(max(0, n - 2))])[:n]

@@ -54,7 +54,8 @@ class StepCost:
 
 
 class StepModel:
-    def __init__(self, shape: ModelShape, profile: MachineProfile, tp: int = 1, pp: int = 1):
+    def __init__(self, shape: ModelShape, profile: MachineProfile, tp: int = 1, pp: int = 1,
+                 weight_bytes: float | None = None):
         if tp < 1 or pp < 1:
             raise DiagnosisError("TP and PP must be >= 1")
         if shape.num_heads % tp:
@@ -63,15 +64,19 @@ class StepModel:
             raise DiagnosisError(f"{shape.name}: {shape.num_layers} layers do not fill {pp} pipeline stages")
         self.shape, self.profile, self.tp, self.pp = shape, profile, tp, pp
         self.stage_layers = -(-shape.num_layers // pp)      # the widest stage sets the pace
+        # Bytes per weight element the roofline reads (FP8 weights: 1); a measured table is its own dtype's.
+        self.weight_bytes = profile.dtype_bytes if weight_bytes is None else weight_bytes
 
     # ---- operators -------------------------------------------------------------------------
     def matmul_s(self, m: int, k: int, n: int, notes: set[str]) -> float:
         if m <= 0:
             return 0.0
         if self.profile.matmul is not None:
+            if self.weight_bytes != self.profile.dtype_bytes:
+                notes.add("weights of another dtype than the measured matmuls: priced as measured")
             return self.profile.matmul.seconds(m, k, n, notes)
         b = self.profile.dtype_bytes
-        return self.profile.roofline.seconds(2.0 * m * k * n, (m * k + k * n + m * n) * b)
+        return self.profile.roofline.seconds(2.0 * m * k * n, (m * k + m * n) * b + k * n * self.weight_bytes)
 
     def attention_s(self, step: StepShape, notes: set[str]) -> float:
         s, p = self.shape, self.profile

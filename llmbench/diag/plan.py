@@ -45,8 +45,15 @@ def plan(
                                           "calibrate --out FILE`, or a published GPU (h100, h200, a100, mi300x)."),
     fit: Optional[str] = typer.Option(None, "--fit", help="With --predict-sweep: level ids (comma-separated) or "
                                       "'all' to fit the profile's overheads to; the other levels are predictions."),
-    what_if: Optional[str] = typer.Option(None, "--what-if", help="Engine arguments changed for the prediction, "
-                                          "e.g. max_num_seqs=64,enable_chunked_prefill=false."),
+    what_if: Optional[list[str]] = typer.Option(None, "--what-if", help="Engine arguments changed for the "
+                                                "prediction, e.g. max_num_seqs=64,enable_chunked_prefill=false; "
+                                                "repeat it to compare several variations (ranking only)."),
+    input_len: int = typer.Option(512, "--input-len", help="With --profile: prompt tokens of the target load."),
+    output_len: int = typer.Option(128, "--output-len", help="With --profile: output tokens of the target load."),
+    rate: Optional[float] = typer.Option(None, "--rate", help="With --profile: the target load as requests/s "
+                                         "(Poisson) instead of --concurrency users."),
+    slo_ttft: float = typer.Option(1.5, "--slo-ttft", help="With --profile: TTFT P99 bound in seconds."),
+    slo_tpot: float = typer.Option(0.05, "--slo-tpot", help="With --profile: TPOT P95 bound in seconds."),
     save_profile: Optional[Path] = typer.Option(None, "--save-profile", help="With --fit: write the fitted "
                                                 "profile here (use it as --profile next time)."),
     as_json: bool = typer.Option(False, "--json", help="Print the prediction as JSON (with --predict-sweep)."),
@@ -63,7 +70,9 @@ def plan(
         with user_errors():
             if profile is None:
                 raise DiagnosisError("--predict-sweep needs --profile (a file from llmdiag calibrate, or h100, ...)")
-            result = predict_run(predict_sweep, profile, fit, what_if)
+            if what_if and len(what_if) > 1:
+                raise DiagnosisError("--predict-sweep takes one --what-if (it predicts the run under it)")
+            result = predict_run(predict_sweep, profile, fit, what_if[0] if what_if else None)
         emit(result, as_json, console, save_profile)
         return
     with user_errors():
@@ -104,5 +113,14 @@ def plan(
     console.print(table)
     console.print("[dim]all-reduce: tokens x hidden x dtype, two per layer, ring time 2(n-1)/n x bytes / bandwidth; "
                   "bubble (PP-1)/(PP+MB-1); KV and memory from the `llmdiag oom` model (see docs/diagnosis.md). "
-                  "Ranked on memory and communication only: compute latency (TTFT/TPOT) is not modelled, so sweep "
-                  "the top plans (llmbench sweep) before choosing.[/]")
+                  "Ranked on memory and communication only" + (": the predicted ranking follows." if profile else
+                  ": give --profile (llmdiag calibrate, or h100, ...) to predict TTFT, TPOT and goodput; sweep "
+                  "the top plans (llmbench sweep) before choosing.") + "[/]")
+    if profile is not None:
+        from analyzers.plan.rank import TargetLoad
+        from llmbench.diag.plan_rank import predicted_ranking, print_ranking
+        with user_errors():
+            load = TargetLoad(input_len, output_len, concurrency=None if rate else concurrency, request_rate=rate)
+            ranked_p = predicted_ranking(shape, cluster, ranked[:top], profile, load, slo_ttft, slo_tpot,
+                                         max_num_batched_tokens, what_if or [])
+        print_ranking(ranked_p, load, slo_ttft, slo_tpot, profile, console)

@@ -88,3 +88,26 @@ def test_predict_sweep_prints_a_table_by_default(run_dir):
     assert r.exit_code == 0, r.output
     assert "c4-in10-out11" in r.output and "median |error|" in r.output
     assert RunDir(run_dir).exists()
+
+
+def _rank_rows(out: str) -> list[list[str]]:
+    start = out.index("predicted at")
+    return [[c.strip() for c in line.split("│") if c.strip()] for line in out[start:].splitlines()
+            if line.startswith("│")]
+
+
+def test_plan_with_a_profile_ranks_on_predicted_goodput_and_compares_what_ifs():
+    # A 70B model's steps are long, so a minute of simulated serving is few steps (a fast test).
+    r = invoke("plan", "--model", "llama-3-70b", "-c", "8", "--profile", "h100", "--no-quantize",
+               "--input-len", "256", "--output-len", "16", "--top", "2", "--what-if", "max_num_seqs=1")
+    assert r.exit_code == 0, r.output
+    rows = _rank_rows(r.output)
+    assert len(rows) == 4                                   # two plans, baseline and one variation each
+    goodput = [float(row[3]) for row in rows]
+    assert goodput == sorted(goodput, reverse=True)
+    one_seat = [row for row in rows if row[2] == "max_num_seqs=1"]
+    base = {row[1]: float(row[3]) for row in rows if row[2] == "-"}
+    # One running request at a time cannot beat continuous batching at 8 users (or their share per replica).
+    assert all(float(row[3]) <= base[row[1]] for row in one_seat)
+    bad = invoke("plan", "--model", "llama-3-8b", "--profile", "h100", "--what-if", "max_num_seqs=0")
+    assert bad.exit_code == 2 and "max_num_seqs" in bad.output and "Traceback" not in bad.output

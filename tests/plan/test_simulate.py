@@ -67,7 +67,7 @@ def test_continuous_batching_serves_more_than_one_at_a_time():
                          lambda i: (random_prompt(256, 0, i), 64))
     assert batched.output_tok_s > 4 * serial.output_tok_s
     assert batched.mean_batch > 8 and serial.mean_batch == pytest.approx(1.0)
-    ttft = lambda r: sorted(x.ttft_s for x in r.in_window)[len(r.in_window) // 2]  # noqa: E731
+    ttft = lambda r: sorted(x.ttft_s for x in r.in_window)[len(r.in_window) // 2]
     assert ttft(serial) > 5 * ttft(batched)     # with one seat, fifteen users queue
 
 
@@ -83,10 +83,10 @@ def test_open_loop_sends_at_the_given_times_and_finishes_the_window():
 def test_pipeline_parallel_runs_the_batch_queue_and_overlaps_stages():
     shape, profile = resolve_model("llama-3-8b"), published_profile("h100")
     sched, cache = SchedulerConfig(max_num_seqs=128, max_model_len=4096), CacheConfig(num_blocks=20_000)
-    load = lambda: LoadSpec(warmup_s=2.0, duration_s=8.0, concurrency=32)  # noqa: E731
+    load = lambda: LoadSpec(warmup_s=2.0, duration_s=8.0, concurrency=32)
     model = StepModel(shape, profile, pp=2)
     # Long prompts, short answers: compute-bound prefill steps, where keeping both stages busy pays.
-    lengths = lambda i: (random_prompt(2048, 0, i), 2)  # noqa: E731
+    lengths = lambda i: (random_prompt(2048, 0, i), 2)
     queued = Simulator(model, sched, cache).run(load(), lengths)
     serial = Simulator(model, sched, cache, batches_in_flight=1).run(load(), lengths)
     assert all(r.t_done is not None for r in queued.in_window)
