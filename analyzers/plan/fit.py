@@ -6,8 +6,9 @@ load generator shares the CPU), its operators run slower or faster than alone, a
 pays once for HTTP and tokenization before the scheduler sees it. So three efficiency factors are
 fitted, to the levels given:
 
-- TPOT is the time between a request's steps: each level's measured TPOT P50 is regressed on the
-  simulated step's operator time c and its batch B as  TPOT = s x c + a + b x B  (least squares):
+- TPOT is the time between a request's steps: each level's measured mean TPOT (its P50 where the
+  mean is not recorded; throughput follows the mean, and a noisy machine skews the two apart) is
+  regressed on the simulated step's operator time c and its batch B as  TPOT = s x c + a + b x B:
   s scales every operator (compute_scale), a + b x B is the step overhead. Three or more levels fit
   all three; two fit s and a (b kept); one fits s alone. Two passes, each on a fresh simulation.
 - the request overhead: the median of measured minus predicted TTFT P50, added to every TTFT.
@@ -72,6 +73,10 @@ def solve_factors(points: list[tuple[float, float, float]], a: float, b: float) 
     return max(float(s), 0.01), float(a), float(b)
 
 
+def _tpot_target(m: dict) -> float | None:
+    return m.get("tpot_mean_s") if m.get("tpot_mean_s") is not None else m.get("tpot_p50_s")
+
+
 def fit_profile(profile: MachineProfile, predict: Predictor, measured: dict[str, dict], run_id: str,
                 passes: int = 2) -> FitResult:
     """`predict(profile)` simulates the fitted levels; `measured[level_id]` holds their metrics."""
@@ -80,8 +85,8 @@ def fit_profile(profile: MachineProfile, predict: Predictor, measured: dict[str,
     fitted = profile
     for _ in range(passes):
         preds = [p for p in predict(fitted) if p.level_id in measured]
-        pts = [(p.mean_compute_s, p.mean_batch, measured[p.level_id]["tpot_p50_s"]) for p in preds
-               if p.mean_compute_s > 0 and measured[p.level_id].get("tpot_p50_s") is not None]
+        pts = [(p.mean_compute_s, p.mean_batch, _tpot_target(measured[p.level_id])) for p in preds
+               if p.mean_compute_s > 0 and _tpot_target(measured[p.level_id]) is not None]
         if not pts:
             raise DiagnosisError("nothing to fit: no fitted level has a measured TPOT")
         ov = fitted.step_overhead

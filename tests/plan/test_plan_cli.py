@@ -40,7 +40,7 @@ def test_predict_sweep_prints_each_level_predicted_and_measured(run_dir):
     out = json.loads(r.output)
     assert [lv["level_id"] for lv in out["levels"]] == ["c1-in10-out11", "c4-in10-out11"]
     for lv in out["levels"]:
-        assert set(METRICS) <= set(lv["predicted"]) and set(METRICS) == set(lv["measured"])
+        assert set(METRICS) <= set(lv["predicted"]) and set(METRICS) <= set(lv["measured"])
         assert all(lv["predicted"][k] > 0 for k in METRICS)
         assert lv["role"] == "predicted"
     c1 = out["levels"][0]["measured"]
