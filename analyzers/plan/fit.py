@@ -11,7 +11,9 @@ fitted, to the levels given:
   regressed on the simulated step's operator time c and its batch B as  TPOT = s x c + a + b x B:
   s scales every operator (compute_scale), a + b x B is the step overhead. Three or more levels fit
   all three; two fit s and a (b kept); one fits s alone. Two passes, each on a fresh simulation.
-- the request overhead: the median of measured minus predicted TTFT P50, added to every TTFT.
+- the request overhead (HTTP and tokenization before the scheduler sees a request, on an event loop
+  that is busy streaming the others): each level's measured minus predicted TTFT P50 is added to
+  the overhead it already had, and  r0 + r1 x B  fitted to those (least squares, both >= 0).
 
 The fitted levels' remaining errors are the fit's error; levels not fitted are predictions.
 """
@@ -19,7 +21,6 @@ The fitted levels' remaining errors are the fit's error; levels not fitted are p
 from __future__ import annotations
 
 import dataclasses
-import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -73,6 +74,23 @@ def solve_factors(points: list[tuple[float, float, float]], a: float, b: float) 
     return max(float(s), 0.01), float(a), float(b)
 
 
+def nonneg_line(points: list[tuple[float, float]]) -> tuple[float, float]:
+    """(x, y) -> (a, b) >= 0 of y = a + b x, least squares; one point, or one x, is a constant."""
+    xs, ys = [x for x, _ in points], [y for _, y in points]
+    n = len(points)
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    if sxx <= 1e-12:
+        return max(0.0, my), 0.0
+    b = sum((x - mx) * (y - my) for x, y in points) / sxx
+    a = my - b * mx
+    if b < 0:
+        return max(0.0, my), 0.0
+    if a < 0:
+        return 0.0, max(0.0, sum(x * y for x, y in points) / max(sum(x * x for x in xs), 1e-30))
+    return a, b
+
+
 def _tpot_target(m: dict) -> float | None:
     return m.get("tpot_mean_s") if m.get("tpot_mean_s") is not None else m.get("tpot_p50_s")
 
@@ -94,15 +112,17 @@ def fit_profile(profile: MachineProfile, predict: Predictor, measured: dict[str,
         fitted = dataclasses.replace(fitted, compute_scale=fitted.compute_scale * scale, step_overhead=LinearCost(
             a, b, ov.lo, max(ov.hi, max(x for _, x, _ in pts))))
     preds = [p for p in predict(fitted) if p.level_id in measured]
-    gaps = [measured[p.level_id]["ttft_p50_s"] - p.ttft_p50_s for p in preds
-            if p.ttft_p50_s is not None and measured[p.level_id].get("ttft_p50_s") is not None]
-    request_s = max(0.0, fitted.request_overhead_s + statistics.median(gaps)) if gaps else fitted.request_overhead_s
+    r0, r1 = fitted.request_overhead_s, fitted.request_overhead_per_running_s
+    pts2 = [(p.mean_batch, max(0.0, r0 + r1 * p.mean_batch + measured[p.level_id]["ttft_p50_s"] - p.ttft_p50_s))
+            for p in preds if p.ttft_p50_s is not None and measured[p.level_id].get("ttft_p50_s") is not None]
+    if pts2:
+        r0, r1 = nonneg_line(pts2)
     ov = fitted.step_overhead
     fitted = dataclasses.replace(
-        fitted, source="fitted", request_overhead_s=request_s,
+        fitted, source="fitted", request_overhead_s=r0, request_overhead_per_running_s=r1,
         assumptions=[*profile.assumptions,
                      f"fitted to run {run_id} ({', '.join(sorted(measured))}): operators x "
-                     f"{fitted.compute_scale:.2f}, step overhead "
-                     f"{ov.fixed_s * 1e3:.2f} ms + {ov.per_unit_s * 1e6:.0f} us/request, request overhead "
-                     f"{request_s * 1e3:.1f} ms"])
+                     f"{fitted.compute_scale:.2f}, step overhead {ov.fixed_s * 1e3:.2f} ms + "
+                     f"{ov.per_unit_s * 1e6:.0f} us/request, request overhead {r0 * 1e3:.1f} ms + "
+                     f"{r1 * 1e3:.2f} ms per running request"])
     return FitResult(fitted, sorted(measured), profile.step_overhead, profile.request_overhead_s)

@@ -14,8 +14,9 @@ Tables:
 - elementwise: seconds per layer of refengine's norms, RoPE, activation and residual adds
   = a + b x (tokens x hidden).
 - step_overhead: seconds per engine step outside the model (scheduler, input tensors, sampler,
-  output processing) = a + b x (requests in the step); `request_overhead_s` is added once to each
-  request's TTFT (HTTP, tokenization), 0 unless fitted to a run.
+  output processing) = a + b x (requests in the step); each request waits `request_overhead_s` +
+  `request_overhead_per_running_s` x (requests the server is running) before the scheduler sees it
+  (HTTP and tokenization on an event loop busy streaming the others), 0 unless fitted to a run.
 - collective: seconds = latency + bytes x bus factor / bus bandwidth (nccl-tests' busbw).
 """
 
@@ -164,7 +165,8 @@ class MachineProfile:
     attention_decode: LinearCost | None = None    # by KV elements read
     attention_prefill: LinearCost | None = None   # by tokens x context x heads x head_dim
     elementwise: LinearCost | None = None         # per layer, by tokens x hidden
-    request_overhead_s: float = 0.0               # once per request, on its TTFT
+    request_overhead_s: float = 0.0               # once per request, on its TTFT ...
+    request_overhead_per_running_s: float = 0.0   # ... plus this per request the server is running then
     compute_scale: float = 1.0                    # multiplies every operator's time (fitted to a run)
     assumptions: list[str] = field(default_factory=list)
     created: str = ""
@@ -176,8 +178,8 @@ class MachineProfile:
             raise DiagnosisError(f"profile source must be measured, published or fitted, got {self.source!r}")
         if self.dtype_bytes not in (1, 2, 4):
             raise DiagnosisError(f"profile dtype_bytes must be 1, 2 or 4, got {self.dtype_bytes}")
-        if self.request_overhead_s < 0 or not self.compute_scale > 0:
-            raise DiagnosisError("request_overhead_s must be >= 0 and compute_scale > 0")
+        if self.request_overhead_s < 0 or self.request_overhead_per_running_s < 0 or not self.compute_scale > 0:
+            raise DiagnosisError("request overheads must be >= 0 and compute_scale > 0")
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -197,6 +199,7 @@ class MachineProfile:
                        collective=CollectiveCost(**d["collective"]),
                        matmul=MatmulTable(**d["matmul"]) if d.get("matmul") else None,
                        request_overhead_s=d.get("request_overhead_s", 0.0),
+                       request_overhead_per_running_s=d.get("request_overhead_per_running_s", 0.0),
                        compute_scale=d.get("compute_scale", 1.0), assumptions=list(d.get("assumptions", [])),
                        created=d.get("created", ""), measured_points=d.get("measured_points", {}), **opt)
         except (KeyError, TypeError) as exc:

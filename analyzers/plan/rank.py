@@ -69,7 +69,8 @@ def rank_by_goodput(shape: ModelShape, cluster: Cluster, candidates: list[Candid
                             enable_prefix_caching=args.enable_prefix_caching)
         sim = Simulator(StepModel(shape, _replica_profile(profile, cluster, c), c.tp, c.pp,
                                   weight_bytes=c.estimate.plan.weight_bytes), sched, cache,
-                        profile.request_overhead_s)
+                        profile.request_overhead_s,
+                        request_overhead_per_running_s=profile.request_overhead_per_running_s)
         users = None if load.concurrency is None else max(1, math.ceil(load.concurrency / c.replicas))
         rate = None if load.request_rate is None else load.request_rate / c.replicas
         level = LevelLoad(c.label, load.warmup_s, load.duration_s, concurrency=users, request_rate=rate)

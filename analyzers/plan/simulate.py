@@ -114,9 +114,11 @@ class SimResult:
 
 class Simulator:
     def __init__(self, model: StepModel, scheduler_config: SchedulerConfig, cache_config: CacheConfig,
-                 request_overhead_s: float = 0.0, batches_in_flight: int | None = None):
+                 request_overhead_s: float = 0.0, batches_in_flight: int | None = None,
+                 request_overhead_per_running_s: float = 0.0):
         self.model, self.scheduler_config, self.cache_config = model, scheduler_config, cache_config
         self.request_overhead_s = request_overhead_s
+        self.request_overhead_per_running_s = request_overhead_per_running_s
         # The batch queue's depth: PP by default (refengine's), 1 to run a pipeline without overlap.
         self.batches_in_flight = batches_in_flight or model.pp
 
@@ -162,9 +164,11 @@ class _Run:
         self.records[rid] = SimRecord(t_sent=t, prompt_tokens=len(prompt), output_tokens=n_out)
         lo, hi = self.load.window
         self.window_open += lo <= t < hi
-        # HTTP and tokenization before the engine sees it (fitted to a run; 0 otherwise), uniform in
-        # [0, 2 x mean]: clients do not reach the server in the same microsecond.
-        arrive = t + self.sim.request_overhead_s * 2 * self.rng.random()
+        # HTTP and tokenization before the engine sees it, slower while the server streams to more
+        # requests (fitted to a run; 0 otherwise); uniform in [0, 2 x mean]: clients do not reach the
+        # server in the same microsecond.
+        mean = self.sim.request_overhead_s + self.sim.request_overhead_per_running_s * self.scheduler.num_running
+        arrive = t + mean * 2 * self.rng.random()
         request = Request(rid, prompt, SamplingParams(max_tokens=n_out, ignore_eos=True), eos_token_id=None,
                           arrival_time=arrive)
         heapq.heappush(self.arrivals, (arrive, i, rid))

@@ -45,7 +45,9 @@ class SweepPrediction:
             "profile": {"name": self.profile.name, "source": self.profile.source,
                         "assumptions": self.profile.assumptions,
                         "step_overhead_s": [ov.fixed_s, ov.per_unit_s],
-                        "request_overhead_s": self.profile.request_overhead_s},
+                        "request_overhead_s": [self.profile.request_overhead_s,
+                                               self.profile.request_overhead_per_running_s],
+                        "compute_scale": self.profile.compute_scale},
             "engine": {"tp": self.setup.tp, "pp": self.setup.pp, "max_num_seqs": self.setup.scheduler.max_num_seqs,
                        "max_num_batched_tokens": self.setup.scheduler.max_num_batched_tokens,
                        "enable_chunked_prefill": self.setup.scheduler.enable_chunked_prefill,
@@ -63,9 +65,16 @@ def _predict_all(shape: ModelShape, setup: EngineSetup, levels: list[LevelInput]
                  ) -> Callable[[MachineProfile], list[LevelPrediction]]:
     def run(profile: MachineProfile) -> list[LevelPrediction]:
         sim = Simulator(StepModel(shape, profile, setup.tp, setup.pp), setup.scheduler, setup.cache,
-                        profile.request_overhead_s)
+                        profile.request_overhead_s,
+                        request_overhead_per_running_s=profile.request_overhead_per_running_s)
         return [predict_level(sim, lv.load, lv.lengths, lv.arrivals()) for lv in levels]
     return run
+
+
+def _role(level_id: str, fit_levels: list[str] | None, measured: dict) -> str:
+    if fit_levels and level_id in fit_levels:
+        return "fitted"
+    return "predicted" if level_id in measured else "not run"
 
 
 def median_abs_errors(rows: list[dict], role: str) -> dict[str, float | None]:
@@ -96,7 +105,7 @@ def predict_sweep(run_id: str, shape: ModelShape, profile: MachineProfile, setup
     for pred in _predict_all(shape, setup, levels)(profile):
         meas = measured.get(pred.level_id)
         rows.append({"level_id": pred.level_id,
-                     "role": "fitted" if fit_levels and pred.level_id in fit_levels else "predicted",
+                     "role": _role(pred.level_id, fit_levels, measured),
                      "predicted": {**pred.metrics(), "req_s": pred.req_s, "mean_batch": pred.mean_batch,
                                    "preemptions": pred.preemptions, "n_requests": pred.n_requests,
                                    "notes": pred.notes},

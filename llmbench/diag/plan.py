@@ -54,6 +54,9 @@ def plan(
                                          "(Poisson) instead of --concurrency users."),
     slo_ttft: float = typer.Option(1.5, "--slo-ttft", help="With --profile: TTFT P99 bound in seconds."),
     slo_tpot: float = typer.Option(0.05, "--slo-tpot", help="With --profile: TPOT P95 bound in seconds."),
+    extra_concurrency: Optional[str] = typer.Option(None, "--extra-concurrency", help="With --predict-sweep: "
+                                                    "also predict levels the run did not measure, at these "
+                                                    "concurrencies (comma-separated), with its lengths."),
     save_profile: Optional[Path] = typer.Option(None, "--save-profile", help="With --fit: write the fitted "
                                                 "profile here (use it as --profile next time)."),
     as_json: bool = typer.Option(False, "--json", help="Print the prediction as JSON (with --predict-sweep)."),
@@ -67,12 +70,14 @@ def plan(
 
     if predict_sweep is not None:
         from llmbench.diag.plan_predict import emit, predict_run
+        from llmbench.options.parse import parse_list
+        extra = parse_list(extra_concurrency, int, "--extra-concurrency") or None
         with user_errors():
             if profile is None:
                 raise DiagnosisError("--predict-sweep needs --profile (a file from llmdiag calibrate, or h100, ...)")
             if what_if and len(what_if) > 1:
                 raise DiagnosisError("--predict-sweep takes one --what-if (it predicts the run under it)")
-            result = predict_run(predict_sweep, profile, fit, what_if[0] if what_if else None)
+            result = predict_run(predict_sweep, profile, fit, what_if[0] if what_if else None, extra)
         emit(result, as_json, console, save_profile)
         return
     with user_errors():

@@ -37,7 +37,10 @@ def _recorded_blocks(facts: dict) -> int | None:
         return None
 
 
-def predict_run(path: Path, profile_arg: str, fit: str | None, what_if: str | None) -> SweepPrediction:
+def predict_run(path: Path, profile_arg: str, fit: str | None, what_if: str | None,
+                extra_concurrency: list[int] | None = None) -> SweepPrediction:
+    """The run's levels (and, with `extra_concurrency`, levels it did not run at those concurrencies,
+    the same lengths and timeline), predicted; fitted first to the `fit` levels."""
     run, info = _read_run(path)
     if not info.target.model:
         raise DiagnosisError(f"run {info.run_id} does not say its model; --predict-sweep needs one")
@@ -48,6 +51,12 @@ def predict_run(path: Path, profile_arg: str, fit: str | None, what_if: str | No
         args = with_changes(args, parse_what_if(what_if))
     setup = resolve_engine(args, shape, profile.dtype_bytes, None if what_if else _recorded_blocks(info.target.engine_facts))
     levels = planned_levels(info.sweep)
+    if extra_concurrency:
+        if not info.sweep.concurrency:
+            raise DiagnosisError("--extra-concurrency needs a closed-loop run (this one ran request rates)")
+        known = {lv.load.level_id for lv in levels}
+        levels += [lv for lv in planned_levels(info.sweep, {"concurrency": sorted(set(extra_concurrency))})
+                   if lv.load.level_id not in known]
     measured = measured_levels(run)
     fit_levels = None
     if fit:
@@ -87,6 +96,8 @@ def print_prediction(result: SweepPrediction, console: Console) -> None:
     for role, errs in d["median_abs_error"].items():
         parts = ", ".join(f"{k} {v:.0%}" for k, v in errs.items() if v is not None)
         console.print(f"median |error| of the {role} levels: {parts or 'nothing measured'}")
+    if any(row["role"] == "not run" for row in d["levels"]):
+        console.print("levels marked 'not run' are predictions of loads the run did not measure")
     notes = sorted({n for row in d["levels"] for n in row["predicted"]["notes"]} | set(result.setup.notes))
     for note in notes:
         console.print(f"[dim]note: {note}[/]")

@@ -111,3 +111,15 @@ def test_plan_with_a_profile_ranks_on_predicted_goodput_and_compares_what_ifs():
     assert all(float(row[3]) <= base[row[1]] for row in one_seat)
     bad = invoke("plan", "--model", "llama-3-8b", "--profile", "h100", "--what-if", "max_num_seqs=0")
     assert bad.exit_code == 2 and "max_num_seqs" in bad.output and "Traceback" not in bad.output
+
+
+def test_predict_sweep_predicts_levels_the_run_did_not_measure(run_dir):
+    r = invoke("plan", "--predict-sweep", run_dir, "--profile", "h100", "--fit", "all", "--extra-concurrency",
+               "4,16", "--json")
+    assert r.exit_code == 0, r.output
+    levels = {lv["level_id"]: lv for lv in json.loads(r.output)["levels"]}
+    assert set(levels) == {"c1-in10-out11", "c4-in10-out11", "c16-in10-out11"}
+    assert levels["c16-in10-out11"]["role"] == "not run" and levels["c16-in10-out11"]["measured"] is None
+    assert levels["c16-in10-out11"]["predicted"]["output_tok_s"] > levels["c1-in10-out11"]["predicted"]["output_tok_s"]
+    bad = invoke("plan", "--predict-sweep", run_dir, "--profile", "h100", "--extra-concurrency", "4,,x")
+    assert bad.exit_code == 2 and "Traceback" not in bad.output
