@@ -29,6 +29,10 @@ def _read_run(path: Path):
         raise DiagnosisError(f"cannot read {run.run_json}: {exc}") from None
 
 
+KV_SIZING = {"kv_cache_memory_bytes", "num_gpu_blocks_override", "block_size", "kv_cache_dtype", "dtype",
+             "tensor_parallel_size", "pipeline_parallel_size", "pipeline_layer_partition", "quantization"}
+
+
 def _recorded_blocks(facts: dict) -> int | None:
     value = (facts.get("cache_config") or {}).get("num_gpu_blocks")
     try:
@@ -47,9 +51,11 @@ def predict_run(path: Path, profile_arg: str, fit: str | None, what_if: str | No
     shape = resolve_model(info.target.model)
     profile = resolve_profile(profile_arg)
     args = engine_args_from_flags(info.target.model, list(info.target.engine_args))
-    if what_if:
-        args = with_changes(args, parse_what_if(what_if))
-    setup = resolve_engine(args, shape, profile.dtype_bytes, None if what_if else _recorded_blocks(info.target.engine_facts))
+    changes = parse_what_if(what_if) if what_if else {}
+    args = with_changes(args, changes) if changes else args
+    # The server's own block count holds unless the variation changes what a block costs or the budget.
+    blocks = None if KV_SIZING & set(changes) else _recorded_blocks(info.target.engine_facts)
+    setup = resolve_engine(args, shape, profile.dtype_bytes, blocks)
     levels = planned_levels(info.sweep)
     if extra_concurrency:
         if not info.sweep.concurrency:
