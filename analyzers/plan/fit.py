@@ -42,7 +42,8 @@ class FitResult:
 PRIOR_WEIGHT = 0.1     # how strongly the profile's own factors hold where the run does not decide them
 
 
-def solve_factors(points: list[tuple[float, float, float]], a: float, b: float) -> tuple[float, float, float]:
+def solve_factors(points: list[tuple[float, float, float]], a: float, b: float,
+                  fit_scale: bool = True) -> tuple[float, float, float]:
     """(c, B, y) points -> (s, a, b) >= 0 of y = s x c + a + b x B, in relative error (each row over its y),
     with weak prior rows pulling towards s = 1 and the given a, b, so that two or three levels give a
     well-posed answer. Non-negative least squares by trying every set of factors held at zero."""
@@ -58,18 +59,20 @@ def solve_factors(points: list[tuple[float, float, float]], a: float, b: float) 
     rows += [[w, 0, 0], [0, w / y_mean, 0], [0, 0, w * batch_mean / y_mean]]
     rhs += [w, w * a / y_mean, w * b * batch_mean / y_mean]
     m, v = np.array(rows), np.array(rhs)
+    fixed = np.array([0.0 if fit_scale else 1.0, 0.0, 0.0])    # s = 1: operators as measured
+    free = [0, 1, 2] if fit_scale else [1, 2]
     best: tuple[float, np.ndarray] | None = None
-    for free in itertools.product((True, False), repeat=3):
-        cols = [i for i in range(3) if free[i]]
-        x = np.zeros(3)
+    for mask in itertools.product((True, False), repeat=len(free)):
+        cols = [i for i, on in zip(free, mask) if on]
+        x = fixed.copy()
         if cols:
-            x[cols] = np.linalg.lstsq(m[:, cols], v, rcond=None)[0]
+            x[cols] = np.linalg.lstsq(m[:, cols], v - m @ fixed, rcond=None)[0]
         if (x < 0).any():
             continue
         err = float(np.sum((m @ x - v) ** 2))
         if best is None or err < best[0]:
             best = (err, x)
-    assert best is not None          # all factors at zero is always feasible
+    assert best is not None          # every free factor at zero is always feasible
     s, a, b = best[1]
     return max(float(s), 0.01), float(a), float(b)
 
@@ -96,8 +99,9 @@ def _tpot_target(m: dict) -> float | None:
 
 
 def fit_profile(profile: MachineProfile, predict: Predictor, measured: dict[str, dict], run_id: str,
-                passes: int = 2) -> FitResult:
-    """`predict(profile)` simulates the fitted levels; `measured[level_id]` holds their metrics."""
+                passes: int = 2, fit_scale: bool = True) -> FitResult:
+    """`predict(profile)` simulates the fitted levels; `measured[level_id]` holds their metrics.
+    `fit_scale=False` keeps the operators as measured (a model too small to say what they cost)."""
     if not measured:
         raise DiagnosisError("nothing to fit: no measured level with TTFT and TPOT")
     fitted = profile
@@ -108,7 +112,7 @@ def fit_profile(profile: MachineProfile, predict: Predictor, measured: dict[str,
         if not pts:
             raise DiagnosisError("nothing to fit: no fitted level has a measured TPOT")
         ov = fitted.step_overhead
-        scale, a, b = solve_factors(pts, ov.fixed_s, ov.per_unit_s)
+        scale, a, b = solve_factors(pts, ov.fixed_s, ov.per_unit_s, fit_scale)
         fitted = dataclasses.replace(fitted, compute_scale=fitted.compute_scale * scale, step_overhead=LinearCost(
             a, b, ov.lo, max(ov.hi, max(x for _, x, _ in pts))))
     preds = [p for p in predict(fitted) if p.level_id in measured]

@@ -86,8 +86,8 @@ def median_abs_errors(rows: list[dict], role: str) -> dict[str, float | None]:
 
 
 def predict_sweep(run_id: str, shape: ModelShape, profile: MachineProfile, setup: EngineSetup,
-                  levels: list[LevelInput], measured: dict[str, dict], fit_levels: list[str] | None = None
-                  ) -> SweepPrediction:
+                  levels: list[LevelInput], measured: dict[str, dict], fit_levels: list[str] | None = None,
+                  fit_scale: bool = True) -> SweepPrediction:
     fit = None
     if fit_levels:
         unknown = sorted(set(fit_levels) - {lv.load.level_id for lv in levels})
@@ -99,7 +99,7 @@ def predict_sweep(run_id: str, shape: ModelShape, profile: MachineProfile, setup
             raise DiagnosisError(f"--fit: level {missing[0]!r} has no measurement in this run")
         fit_inputs = [lv for lv in levels if lv.load.level_id in fit_levels]
         fit = fit_profile(profile, _predict_all(shape, setup, fit_inputs),
-                          {lid: measured[lid] for lid in fit_levels}, run_id)
+                          {lid: measured[lid] for lid in fit_levels}, run_id, fit_scale=fit_scale)
         profile = fit.profile
     rows = []
     for pred in _predict_all(shape, setup, levels)(profile):

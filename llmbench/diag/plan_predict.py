@@ -42,7 +42,7 @@ def _recorded_blocks(facts: dict) -> int | None:
 
 
 def predict_run(path: Path, profile_arg: str, fit: str | None, what_if: str | None,
-                extra_concurrency: list[int] | None = None) -> SweepPrediction:
+                extra_concurrency: list[int] | None = None, fit_scale: bool = True) -> SweepPrediction:
     """The run's levels (and, with `extra_concurrency`, levels it did not run at those concurrencies,
     the same lengths and timeline), predicted; fitted first to the `fit` levels."""
     run, info = _read_run(path)
@@ -68,7 +68,7 @@ def predict_run(path: Path, profile_arg: str, fit: str | None, what_if: str | No
     if fit:
         fit_levels = [lv.load.level_id for lv in levels if lv.load.level_id in measured] if fit == "all" \
             else [x.strip() for x in fit.split(",") if x.strip()]
-    return predict_sweep(info.run_id, shape, profile, setup, levels, measured, fit_levels)
+    return predict_sweep(info.run_id, shape, profile, setup, levels, measured, fit_levels, fit_scale)
 
 
 def _ms(v: float | None) -> str:

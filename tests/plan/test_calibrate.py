@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 from typer.testing import CliRunner
 
 from analyzers.plan.calibrate import monotone
@@ -34,3 +35,17 @@ def test_monotone_lowers_a_disturbed_small_shape_to_the_larger_ones_time():
 def test_calibrate_refuses_a_folder_that_does_not_exist(tmp_path):
     r = CliRunner().invoke(app, ["calibrate", "--quick", "--no-comm", "--out", str(tmp_path / "no" / "p.json")])
     assert r.exit_code == 2 and "does not exist" in r.output
+
+
+@pytest.mark.slow
+def test_serve_fits_the_overheads_to_a_sweep_of_the_bundled_server(tmp_path):
+    """About a minute: a quick calibration, then a real two-level sweep of the embedded tiny-test."""
+    out = tmp_path / "served.json"
+    r = CliRunner().invoke(app, ["calibrate", "--quick", "--no-comm", "--serve", "--out", str(out)],
+                           env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    profile = MachineProfile.load(out)
+    assert profile.source == "fitted" and profile.compute_scale == 1.0
+    assert "fitted to run" in profile.assumptions[-1]
+    # Serving costs something per step: the fitted overhead exceeds nothing at eight requests.
+    assert profile.step_overhead.seconds(8) > 0
