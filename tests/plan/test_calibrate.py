@@ -46,6 +46,4 @@ def test_serve_fits_the_overheads_to_a_sweep_of_the_bundled_server(tmp_path):
     assert r.exit_code == 0, r.output
     profile = MachineProfile.load(out)
     assert profile.source == "fitted" and profile.compute_scale == 1.0
-    assert "fitted to run" in profile.assumptions[-1]
-    # Serving costs something per step: the fitted overhead exceeds nothing at eight requests.
-    assert profile.step_overhead.seconds(8) > 0
+    assert "fitted to run" in profile.assumptions[-1] and "fitted to the served sweep" in r.output
