@@ -160,6 +160,10 @@ class _Run:
     def send(self, t: float) -> None:
         i = next(self.index)
         prompt, n_out = self.lengths(i)
+        if not 0 < len(prompt) < self.scheduler.max_model_len:
+            raise DiagnosisError(f"request {i} has a prompt of {len(prompt)} tokens; the engine refuses any not "
+                                 f"shorter than max_model_len {self.scheduler.max_model_len} (raise it, or shorten "
+                                 "the workload's prompts)")
         rid = str(i)
         self.records[rid] = SimRecord(t_sent=t, prompt_tokens=len(prompt), output_tokens=n_out)
         lo, hi = self.load.window
@@ -272,6 +276,7 @@ class _Run:
                 rec.t_first_token = self.now
             if request.is_finished():
                 rec.t_done = self.now
+                rec.output_tokens = request.num_output_tokens      # max_model_len may stop it short
                 self.window_open -= lo <= rec.t_sent < hi
                 rec.preemptions = request.num_preemptions
                 if self.load.concurrency is not None and self.sending():

@@ -1,11 +1,13 @@
 """`llmdiag plan --predict-sweep` and `llmdiag calibrate` as a user runs them (CliRunner, the real app)."""
 
+import dataclasses
 import json
 
 import pytest
 from synth_run import make_run, rec
 from typer.testing import CliRunner
 
+from analyzers.plan.gpu_profiles import published_profile
 from analyzers.plan.predict import METRICS
 from analyzers.plan.profile import MachineProfile
 from llmbench.diag_cli import app
@@ -123,3 +125,48 @@ def test_predict_sweep_predicts_levels_the_run_did_not_measure(run_dir):
     assert levels["c16-in10-out11"]["predicted"]["output_tok_s"] > levels["c1-in10-out11"]["predicted"]["output_tok_s"]
     bad = invoke("plan", "--predict-sweep", run_dir, "--profile", "h100", "--extra-concurrency", "4,,x")
     assert bad.exit_code == 2 and "Traceback" not in bad.output
+
+
+def _one_level_run(path, sweep: dict, level: str, rate: float | None = None):
+    records = [rec(i * 0.2, 0.01, 0.05, 11, level=level, concurrency=None if rate else 1, n_in=64) for i in range(20)]
+    for r in records:
+        r.request_rate = rate
+    run = make_run(path, records, {level: (0, 4)}, model="tiny-test")
+    info = run.read_info()
+    info.sweep = type(info.sweep)(**{**vars(info.sweep), **sweep})
+    info.target.engine_args = ["--max-model-len", "512"]
+    run.write_info(info)
+    return run.path
+
+
+def test_open_loop_levels_are_predicted_at_the_runs_own_arrival_rate(tmp_path):
+    path = _one_level_run(tmp_path / "open", {"concurrency": [], "request_rate": [5.0], "input_lens": [64],
+                                              "output_lens": [11], "warmup_s": 2.0, "duration_s": 20.0},
+                          "r5-in64-out11", rate=5.0)
+    r = invoke("plan", "--predict-sweep", path, "--profile", "h100", "--json")
+    assert r.exit_code == 0, r.output
+    level = json.loads(r.output)["levels"][0]
+    assert level["level_id"] == "r5-in64-out11"
+    # Poisson arrivals at 5/s over a 20 s window: about 100 requests, each finishing well inside it.
+    assert 60 <= level["predicted"]["n_requests"] <= 140
+    assert level["predicted"]["req_s"] == pytest.approx(5.0, rel=0.3)
+
+
+def test_shared_prefixes_of_an_ids_workload_hit_the_simulated_prefix_cache(tmp_path):
+    workload = {"kind": "shared_prefix", "prompt_format": "ids", "vocab_size": 4096, "num_prefixes": 2,
+                "prefix_len": 448, "suffixes_per_prefix": 4}
+    sweep = {"concurrency": [1], "input_lens": [500], "output_lens": [11], "warmup_s": 1.0, "duration_s": 5.0,
+             "workload": workload}
+    path = _one_level_run(tmp_path / "prefix", sweep, "c1-in500-out11")
+    # A slow machine (10 GFLOP/s), so that tiny-test's prefill costs by its length, not by launches.
+    slow = published_profile("a100")
+    slow = dataclasses.replace(slow, roofline=dataclasses.replace(slow.roofline, peak_flops=1e10))
+    slow.save(tmp_path / "slow.json")
+    shared = json.loads(invoke("plan", "--predict-sweep", path, "--profile", tmp_path / "slow.json", "--json").output)
+    cold = json.loads(invoke("plan", "--predict-sweep", path, "--profile", tmp_path / "slow.json", "--json",
+                             "--what-if", "enable_prefix_caching=false").output)
+    # 448 of 500 prompt tokens come from the cache once each prefix is warm: a shorter prefill.
+    assert shared["levels"][0]["predicted"]["ttft_p50_s"] < 0.8 * cold["levels"][0]["predicted"]["ttft_p50_s"]
+    too_long = _one_level_run(tmp_path / "long", {**sweep, "input_lens": [512]}, "c1-in512-out11")
+    r = invoke("plan", "--predict-sweep", too_long, "--profile", "a100")
+    assert r.exit_code == 2 and "max_model_len 512" in r.output and "Traceback" not in r.output
