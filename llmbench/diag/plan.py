@@ -10,6 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from llmbench.cli_common import make_console, user_errors
+from rundir.run_info import DEFAULT_TPOT_P95_S, DEFAULT_TTFT_P99_S
 
 console = make_console()
 
@@ -44,7 +45,8 @@ def plan(
     profile: Optional[str] = typer.Option(None, "--profile", help="The machine's costs: a file from `llmdiag "
                                           "calibrate --out FILE`, or a published GPU (h100, h200, a100, mi300x)."),
     fit: Optional[str] = typer.Option(None, "--fit", help="With --predict-sweep: level ids (comma-separated) or "
-                                      "'all' to fit the profile's overheads to; the other levels are predictions."),
+                                      "'all' to fit the profile's efficiency factors to (operator scale, step and "
+                                      "request overheads); the other levels are held-out predictions."),
     what_if: Optional[list[str]] = typer.Option(None, "--what-if", help="Engine arguments changed for the "
                                                 "prediction, e.g. max_num_seqs=64,enable_chunked_prefill=false; "
                                                 "repeat it to compare several variations (ranking only)."),
@@ -52,8 +54,8 @@ def plan(
     output_len: int = typer.Option(128, "--output-len", help="With --profile: output tokens of the target load."),
     rate: Optional[float] = typer.Option(None, "--rate", help="With --profile: the target load as requests/s "
                                          "(Poisson) instead of --concurrency users."),
-    slo_ttft: float = typer.Option(1.5, "--slo-ttft", help="With --profile: TTFT P99 bound in seconds."),
-    slo_tpot: float = typer.Option(0.05, "--slo-tpot", help="With --profile: TPOT P95 bound in seconds."),
+    slo_ttft: float = typer.Option(DEFAULT_TTFT_P99_S, "--slo-ttft", help="With --profile: TTFT P99 bound in seconds."),
+    slo_tpot: float = typer.Option(DEFAULT_TPOT_P95_S, "--slo-tpot", help="With --profile: TPOT P95 bound in seconds."),
     extra_concurrency: Optional[str] = typer.Option(None, "--extra-concurrency", help="With --predict-sweep: "
                                                     "also predict levels the run did not measure, at these "
                                                     "concurrencies (comma-separated), with its lengths."),
