@@ -19,6 +19,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 from analyzers.diagnosis_error import DiagnosisError
 from analyzers.plan.profile import CollectiveCost, LinearCost, MachineProfile, MatmulTable, Roofline
@@ -70,10 +71,11 @@ def measure_matmul(grid: CalibrationGrid) -> MatmulTable:
     with torch.inference_mode():
         for j, s in enumerate(grid.sizes):
             layer = ColumnParallelLinear(s, s, params_dtype=torch.float32)
-            layer.weight.data.normal_(0, 0.02)
+            with torch.no_grad():
+                layer.weight.normal_(0, 0.02)  # type: ignore[operator]  # random: the time ignores the values
             for i, m in enumerate(grid.ms):
                 x = torch.randn(m, s)
-                times[i][j] = max(timed(lambda layer=layer, x=x: layer(x), grid.repeats), 1e-7)
+                times[i][j] = max(timed(partial(layer, x), grid.repeats), 1e-7)
     return MatmulTable(list(grid.ms), list(grid.sizes), monotone(times))
 
 

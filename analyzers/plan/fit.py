@@ -107,8 +107,8 @@ def fit_profile(profile: MachineProfile, predict: Predictor, measured: dict[str,
     fitted = profile
     for _ in range(passes):
         preds = [p for p in predict(fitted) if p.level_id in measured]
-        pts = [(p.mean_compute_s, p.mean_batch, _tpot_target(measured[p.level_id])) for p in preds
-               if p.mean_compute_s > 0 and _tpot_target(measured[p.level_id]) is not None]
+        pts = [(p.mean_compute_s, p.mean_batch, y) for p in preds
+               if p.mean_compute_s > 0 and (y := _tpot_target(measured[p.level_id])) is not None]
         if not pts:
             raise DiagnosisError("nothing to fit: no fitted level has a measured TPOT")
         ov = fitted.step_overhead

@@ -192,8 +192,8 @@ class MachineProfile:
         if not isinstance(d, dict) or d.get("schema_version") != PROFILE_SCHEMA:
             raise DiagnosisError(f"not a machine profile of schema {PROFILE_SCHEMA} (llmdiag calibrate writes one)")
         try:
-            opt = {k: LinearCost(**d[k]) if d.get(k) else None
-                   for k in ("attention_decode", "attention_prefill", "elementwise")}
+            def linear(key: str) -> LinearCost | None:
+                return LinearCost(**d[key]) if d.get(key) else None
             return cls(name=d["name"], source=d["source"], dtype_bytes=d["dtype_bytes"],
                        roofline=Roofline(**d["roofline"]), step_overhead=LinearCost(**d["step_overhead"]),
                        collective=CollectiveCost(**d["collective"]),
@@ -201,7 +201,9 @@ class MachineProfile:
                        request_overhead_s=d.get("request_overhead_s", 0.0),
                        request_overhead_per_running_s=d.get("request_overhead_per_running_s", 0.0),
                        compute_scale=d.get("compute_scale", 1.0), assumptions=list(d.get("assumptions", [])),
-                       created=d.get("created", ""), measured_points=d.get("measured_points", {}), **opt)
+                       created=d.get("created", ""), measured_points=d.get("measured_points", {}),
+                       attention_decode=linear("attention_decode"), attention_prefill=linear("attention_prefill"),
+                       elementwise=linear("elementwise"))
         except (KeyError, TypeError) as exc:
             raise DiagnosisError(f"the machine profile lacks or mistypes a field: {exc}") from None
 

@@ -10,8 +10,6 @@ from llmbench.cli_common import make_console, user_errors
 
 console = make_console()
 
-QUICK = dict(ms=(1, 16, 256), sizes=(64, 512), decode_batches=(1, 8), decode_contexts=(64, 256),
-             prefill_tokens=(32, 128), elementwise_tokens=(1, 64), overhead_batches=(1, 4), repeats=2)
 
 
 def calibrate(
@@ -40,7 +38,9 @@ def calibrate(
         if max_tokens < 2 or comm_nprocs < 2:
             raise DiagnosisError("--max-tokens and --comm-nprocs must be >= 2")
         if quick:
-            grid = CalibrationGrid(**QUICK)
+            grid = CalibrationGrid(ms=(1, 16, 256), sizes=(64, 512), decode_batches=(1, 8), decode_contexts=(64, 256),
+                                   prefill_tokens=(32, 128), elementwise_tokens=(1, 64), overhead_batches=(1, 4),
+                                   repeats=2)
         else:
             ms = tuple(sorted({m for m in (1, 4, 16, 64, 256, 1024) if m < max_tokens} | {max_tokens}))
             grid = CalibrationGrid(ms=ms)
