@@ -70,12 +70,16 @@ def summarize(level_id: str, result: SimResult) -> LevelPrediction:
     notes = sorted(result.notes)
     if len(window) < 100:
         notes.append(f"{len(window)} simulated requests in the window: its P99 rests on fewer than 100")
+    unfinished = sum(1 for r in window if r.t_done is None)
+    if unfinished:
+        notes.append(f"{unfinished} window requests unfinished when the simulation stopped: over capacity, and "
+                     "the percentiles leave them out (they are lower bounds)")
     return LevelPrediction(
         level_id=level_id, ttft_p50_s=_pct(ttft, 50), ttft_p99_s=_pct(ttft, 99), tpot_p50_s=_pct(tpot, 50),
         tpot_p95_s=_pct(tpot, 95), output_tok_s=result.output_tok_s, req_s=done / (hi - lo), n_requests=len(window),
         mean_batch=result.mean_batch, mean_compute_s=result.mean_compute_s,
         mean_overhead_s=result.mean_overhead_s, preemptions=result.preemptions,
-        unfinished=sum(1 for r in window if r.t_done is None), notes=notes)
+        unfinished=unfinished, notes=notes)
 
 
 def predict_level(sim: Simulator, level: LevelLoad, lengths: LengthsFn,

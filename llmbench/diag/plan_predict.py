@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -56,6 +57,9 @@ def predict_run(path: Path, profile_arg: str, fit: str | None, what_if: str | No
     # The server's own block count holds unless the variation changes what a block costs or the budget.
     blocks = None if KV_SIZING & set(changes) else _recorded_blocks(info.target.engine_facts)
     setup = resolve_engine(args, shape, profile.dtype_bytes, blocks)
+    if info.target.kind != "embedded":
+        setup = dataclasses.replace(setup, notes=(*setup.notes, "an external engine, simulated with refengine's "
+                                                  "scheduler and default engine arguments (its own are not recorded)"))
     levels = planned_levels(info.sweep)
     if extra_concurrency:
         if not info.sweep.concurrency:
