@@ -85,3 +85,17 @@ def test_profile_round_trips_through_json(tmp_path):
     (tmp_path / "bad.json").write_text('{"schema_version": 99}')
     with pytest.raises(DiagnosisError, match="schema"):
         MachineProfile.load(tmp_path / "bad.json")
+
+
+def test_a_measured_matmul_table_prices_the_layers_and_notes_its_edge():
+    # Every matmul costs 1 us inside the grid (M <= 64, size <= 4096): a decode step's four layer matmuls.
+    table = MatmulTable(ms=[1, 64], sizes=[16, 4096], times=[[1e-6, 1e-6], [1e-6, 1e-6]])
+    profile = _profile(matmul=table, compute_scale=2.0)
+    model = StepModel(resolve_model("tiny-test"), profile)
+    cost = model.step_cost(StepShape(((1, 50),), num_sampled=1))
+    assert cost.parts["matmul"] == pytest.approx(2 * 4 * 1e-6 * 2.0)        # 2 layers x 4 matmuls x scale
+    assert cost.parts["lm_head"] == pytest.approx(1e-6 * 2.0)
+    assert not cost.notes
+    wide = model.step_cost(StepShape(((128, 128),), num_sampled=1))        # 128 tokens: twice the grid's rows
+    assert wide.parts["matmul"] == pytest.approx(2 * 4 * 2e-6 * 2.0)
+    assert any("beyond the measured grid" in n for n in wide.notes)
