@@ -7,14 +7,14 @@ tokens/s; per mode the median absolute error, fitted and held-out levels apart.
 Goal (issue 28): median |error| <= 10% on output throughput and TPOT P50 of the held-out levels.
 
     python bench/plan_accuracy.py [--models tiny-test,tiny] [--concurrency 1,4,16] [--input-lens 128,512]
-                                  [--output-len 64] [--warmup 3] [--duration 10] [--profile FILE] [--serve] [--quick]
+                                  [--output-len 64] [--warmup 3] [--duration 10] [--profile FILE] [--no-serve] [--quick]
                                   [--out bench/plan_accuracy.json]
 
---serve calibrates with `llmdiag calibrate --serve` (its overheads fitted to a short sweep of the
-bundled tiny-test server, ~40 s more): the "calibrated" rows then say how well a machine profile
-predicts a model it was not fitted on.
+Calibration is `llmdiag calibrate --serve` (its overheads fitted to a short sweep of the bundled
+tiny-test server, ~40 s) unless --no-serve: the "calibrated" rows say how well a machine profile
+predicts levels and models it was not fitted on.
 
-Expected run time on a quiet 2-core machine: about 6 minutes with the defaults (calibration ~1 min;
+Expected run time on a quiet 2-core machine: about 7 minutes with the defaults (calibration ~2 min;
 each model ~2 min: 6 levels of 13 s plus the engine's start and the summaries; the predictions
 seconds). --quick (tiny-test, concurrency 1, 4 and 8 (4 held out), one input length, 2 s + 6 s
 levels) about 1.5 minutes. On a shared machine every figure is indicative only: calibration and the sweep both
@@ -107,8 +107,8 @@ def main() -> None:
     p.add_argument("--warmup", type=float, default=3.0)
     p.add_argument("--duration", type=float, default=10.0)
     p.add_argument("--profile", default=None, help="a profile file; default: calibrate this machine first")
-    p.add_argument("--serve", action="store_true", help="calibrate with --serve (fitted to a short sweep of "
-                   "the bundled tiny-test server): the 'calibrated' rows then include what serving adds")
+    p.add_argument("--no-serve", dest="serve", action="store_false", help="calibrate without --serve: the "
+                   "'calibrated' rows then miss what the HTTP server adds to every step")
     p.add_argument("--quick", action="store_true", help="tiny-test, concurrency 1, 4, 8, one input length")
     p.add_argument("--out", default=str(ROOT / "bench" / "plan_accuracy.json"))
     a = p.parse_args()
