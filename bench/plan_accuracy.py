@@ -6,7 +6,7 @@ concurrencies and two input lengths, and predict every level from the run's own 
 tokens/s; per mode the median absolute error, fitted and held-out levels apart.
 Goal (issue 28): median |error| <= 10% on output throughput and TPOT P50 of the held-out levels.
 
-    python bench/plan_accuracy.py [--models tiny-test,tiny] [--concurrency 1,4,16] [--input-lens 128,512]
+    python bench/plan_accuracy.py [--models tiny-test,tiny,random] [--concurrency 1,4,16] [--input-lens 128,512]
                                   [--output-len 64] [--warmup 3] [--duration 10] [--profile FILE] [--no-serve] [--quick]
                                   [--out bench/plan_accuracy.json]
 
@@ -14,11 +14,14 @@ Calibration is `llmdiag calibrate --serve` (its overheads fitted to a short swee
 tiny-test server, ~40 s) unless --no-serve: the "calibrated" rows say how well a machine profile
 predicts levels and models it was not fitted on.
 
-Expected run time on a quiet 2-core machine: about 7 minutes with the defaults (calibration ~2 min;
-each model ~2 min: 6 levels of 13 s plus the engine's start and the summaries; the predictions
-seconds). --quick (tiny-test, concurrency 1, 4 and 8 (4 held out), one input length, 2 s + 6 s
-levels) about 1.5 minutes. On a shared machine every figure is indicative only: calibration and the sweep both
-measure whatever else runs.
+"random" is a random Llama checkpoint of shapes neither built-in model has (hidden 512, 4 layers, 8
+heads without GQA, untied), written with refengine's own checkpoint writer.
+
+Expected run time on a quiet 2-core machine: about 9 minutes with the defaults (calibration ~2 min;
+each of the three models ~2 min: 6 levels of 13 s plus the engine's start and the summaries; the
+predictions seconds). --quick (tiny-test, concurrency 1, 4 and 8 (4 held out), one input length, 2 s
++ 6 s levels) about 1.5 minutes. On a shared machine every figure is indicative only: calibration
+and the sweep both measure whatever else runs.
 """
 
 from __future__ import annotations
@@ -40,6 +43,21 @@ from bench.common import machine, print_table, verdict, write_json  # noqa: E402
 
 METRICS = ("ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p95_s", "output_tok_s")
 GOAL = 0.10
+# "random" in --models: a random Llama checkpoint of shapes neither built-in model has (no GQA, 4
+# layers of hidden 512, untied), written by refengine's own checkpoint writer.
+RANDOM_SHAPE = dict(hidden_size=512, num_layers=4, num_heads=8, num_kv_heads=8, head_dim=64, intermediate_size=1536,
+                    tie_word_embeddings=False, seed=5)
+
+
+def _model_path(model: str, work: Path) -> str:
+    if model != "random":
+        return model
+    from refengine.model.tiny import Preset, write_checkpoint
+    out = work / "random-llama-512x4"
+    if not out.exists():
+        out.mkdir(parents=True)
+        write_checkpoint(Preset(**RANDOM_SHAPE), out)
+    return str(out)
 
 
 def _run(cmd: list[str]) -> str:
@@ -67,7 +85,7 @@ def _medians(rows: list[dict], role: str) -> dict:
 def _model_case(model: str, a, profile: Path, work: Path) -> dict:
     run = work / f"run-{model}"
     t0 = time.monotonic()
-    _run(["llmbench.cli", "sweep", "--model", model, "--concurrency", ",".join(map(str, a.concurrency)),
+    _run(["llmbench.cli", "sweep", "--model", _model_path(model, work), "--concurrency", ",".join(map(str, a.concurrency)),
           "--input-len", ",".join(map(str, a.input_lens)), "--output-len", str(a.output_len),
           "--warmup", str(a.warmup), "--duration", str(a.duration), "--out", str(run)])
     sweep_s = time.monotonic() - t0
@@ -100,7 +118,8 @@ def _print(cases: list[dict]) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--models", default="tiny-test,tiny")
+    p.add_argument("--models", default="tiny-test,tiny,random", help="built-in models, and 'random': a random "
+                   "Llama checkpoint of other shapes")
     p.add_argument("--concurrency", default="1,4,16")
     p.add_argument("--input-lens", default="128,512")
     p.add_argument("--output-len", type=int, default=64)
