@@ -1,7 +1,8 @@
 """`llmdiag calibrate`: this machine's operator costs, measured with refengine's own layers.
 
 - matmul: refengine's ColumnParallelLinear (its CPU path: oneDNN with a pre-packed weight) of an
-  [M, s] input by an [s, s] weight, at a grid of M (tokens) and s.
+  [M, s] input by an [s, s] weight, at a grid of M (tokens) and s, rotating through distinct
+  weights so that each call reads its weight from memory, as in a model's step.
 - attention: refengine's Attention layer (store into the paged cache, then its decode or prefill
   path) at a grid of batch x context (decode) and prompt lengths (prefill), fitted linearly to the
   KV elements read and to tokens x context x heads x head_dim.
@@ -19,7 +20,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
 
 from analyzers.diagnosis_error import DiagnosisError
 from analyzers.plan.profile import CollectiveCost, LinearCost, MachineProfile, MatmulTable, Roofline
@@ -63,19 +63,33 @@ def timed(fn: Callable[[], object], repeats: int, min_total_s: float = 0.05, max
     return min(out)
 
 
+WEIGHTS_WORKING_SET = 256 << 20     # bytes of distinct weights a size's matmuls rotate through
+MAX_WEIGHTS = 64
+
+
 def measure_matmul(grid: CalibrationGrid) -> MatmulTable:
+    """Each size rotates through distinct weights (up to 256 MiB of them), as a model's step touches
+    each linear's weight once: one weight timed over and over would sit in cache and measure a
+    decode step's weight reads at cache speed, not memory's."""
+    import itertools
+
     import torch
 
     from refengine.model.layers.linear import ColumnParallelLinear
     times = [[0.0] * len(grid.sizes) for _ in grid.ms]
     with torch.inference_mode():
         for j, s in enumerate(grid.sizes):
-            layer = ColumnParallelLinear(s, s, params_dtype=torch.float32)
-            with torch.no_grad():
-                layer.weight.normal_(0, 0.02)  # type: ignore[operator]  # random: the time ignores the values
+            layers = [ColumnParallelLinear(s, s, params_dtype=torch.float32)
+                      for _ in range(max(1, min(MAX_WEIGHTS, WEIGHTS_WORKING_SET // (s * s * 4))))]
+            for layer in layers:           # real values: uninitialized memory may hold slow denormals
+                layer.weight.normal_(0, 0.02)  # type: ignore[operator]
             for i, m in enumerate(grid.ms):
                 x = torch.randn(m, s)
-                times[i][j] = max(timed(partial(layer, x), grid.repeats), 1e-7)
+                for layer in layers:       # the first call packs the weight (refengine's CPU linear)
+                    layer(x)
+                rotation = itertools.cycle(layers)
+                times[i][j] = max(timed(lambda x=x, rotation=rotation: next(rotation)(x), grid.repeats), 1e-7)
+            del layers
     return MatmulTable(list(grid.ms), list(grid.sizes), monotone(times))
 
 
