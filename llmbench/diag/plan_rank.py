@@ -25,6 +25,12 @@ def predicted_ranking(shape: ModelShape, cluster: Cluster, candidates: list[Cand
     except RefEngineError as exc:
         raise DiagnosisError(str(exc)) from None
     variations = [("", base)] + [(w, with_changes(base, parse_what_if(w))) for w in what_ifs]
+    max_len = candidates[0].estimate.plan.max_model_len if candidates else shape.max_position_embeddings
+    for label, args in variations:          # every variation checked before any simulation runs
+        try:
+            args.scheduler_config(max_len)
+        except RefEngineError as exc:
+            raise DiagnosisError(f"--what-if {label}: {exc}" if label else str(exc)) from None
     out: list[RankedPlan] = []
     for label, args in variations:
         out += rank_by_goodput(shape, cluster, candidates, profile, args, load, slo_ttft_s, slo_tpot_s, label)
