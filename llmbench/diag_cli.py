@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from llmbench.cli_common import make_console
+from llmbench.diag.calibrate import calibrate  # machine profile for plan's predictions
 from llmbench.diag.oom import oom  # memory model, OOM logs, KV ramp
 from llmbench.diag.p99 import p99  # tail triage: network, scheduling, host
 from llmbench.diag.plan import plan  # parallel plan ranking
@@ -34,6 +35,7 @@ app.command(help=pcap.__doc__)(pcap)
 
 app.command(help=" ".join(oom.__doc__.split()))(oom)      # one paragraph: rich keeps docstring line breaks
 app.command(help=" ".join(plan.__doc__.split()))(plan)
+app.command(help=" ".join(calibrate.__doc__.split()))(calibrate)
 
 app.command(help=" ".join(p99.__doc__.split()))(p99)
 

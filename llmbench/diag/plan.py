@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Optional
 
 import typer
@@ -9,12 +10,13 @@ from rich.text import Text
 
 from llmbench.cli_common import make_console, user_errors
 from reports.grid import Column, Grid, print_grid
+from rundir.run_info import DEFAULT_TPOT_P95_S, DEFAULT_TTFT_P99_S
 
 console = make_console()
 
 
 def plan(
-    model: str = typer.Option(..., "--model", "-m", help="A preset (llama-3-8b, llama-3-70b, qwen2-7b, qwen2-72b, "
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="A preset (llama-3-8b, llama-3-70b, qwen2-7b, qwen2-72b, "
                               "mixtral-8x7b), a refengine model (tiny, tiny-test) or a path to a config.json."),
     nodes: int = typer.Option(1, "--nodes", help="Nodes in the cluster."),
     gpus_per_node: int = typer.Option(8, "--gpus-per-node", help="GPUs in each node."),
@@ -37,6 +39,29 @@ def plan(
                                       "requests that fit)."),
     no_quantize: bool = typer.Option(False, "--no-quantize", help="Do not consider fp8 weights."),
     top: int = typer.Option(12, "--top", help="Rows of the ranked table to print."),
+    predict_sweep: Optional[Path] = typer.Option(None, "--predict-sweep", help="A run directory: predict its levels "
+                                                 "from its own spec and engine flags, beside what it measured "
+                                                 "(docs/planning.md). Needs --profile."),
+    profile: Optional[str] = typer.Option(None, "--profile", help="The machine's costs: a file from `llmdiag "
+                                          "calibrate --out FILE`, or a published GPU (h100, h200, a100, mi300x)."),
+    fit: Optional[str] = typer.Option(None, "--fit", help="With --predict-sweep: level ids (comma-separated) or "
+                                      "'all' to fit the profile's efficiency factors to (operator scale, step and "
+                                      "request overheads); the other levels are held-out predictions."),
+    what_if: Optional[list[str]] = typer.Option(None, "--what-if", help="Engine arguments changed for the "
+                                                "prediction, e.g. max_num_seqs=64,enable_chunked_prefill=false; "
+                                                "repeat it to compare several variations (ranking only)."),
+    input_len: int = typer.Option(512, "--input-len", help="With --profile: prompt tokens of the target load."),
+    output_len: int = typer.Option(128, "--output-len", help="With --profile: output tokens of the target load."),
+    rate: Optional[float] = typer.Option(None, "--rate", help="With --profile: the target load as requests/s "
+                                         "(Poisson) instead of --concurrency users."),
+    slo_ttft: float = typer.Option(DEFAULT_TTFT_P99_S, "--slo-ttft", help="With --profile: TTFT P99 bound in seconds."),
+    slo_tpot: float = typer.Option(DEFAULT_TPOT_P95_S, "--slo-tpot", help="With --profile: TPOT P95 bound in seconds."),
+    extra_concurrency: Optional[str] = typer.Option(None, "--extra-concurrency", help="With --predict-sweep: "
+                                                    "also predict levels the run did not measure, at these "
+                                                    "concurrencies (comma-separated), with its lengths."),
+    save_profile: Optional[Path] = typer.Option(None, "--save-profile", help="With --fit: write the fitted "
+                                                "profile here (use it as --profile next time)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the prediction as JSON (with --predict-sweep)."),
 ) -> None:
     """Rank parallel plans for a model on a cluster: the seed's procedure (one card, TP in a node, PP across
     nodes, EP for MoE), memory and KV capacity per plan, all-reduce bytes and time, pipeline bubble."""
@@ -45,7 +70,21 @@ def plan(
     from analyzers.model.presets import resolve_model
     from analyzers.plan.parallel import Cluster, decision_steps, rank_plans
 
+    if predict_sweep is not None:
+        from llmbench.diag.plan_predict import emit, predict_run
+        from llmbench.options.parse import parse_list
+        extra = parse_list(extra_concurrency, int, "--extra-concurrency") or None
+        with user_errors():
+            if profile is None:
+                raise DiagnosisError("--predict-sweep needs --profile (a file from llmdiag calibrate, or h100, ...)")
+            if what_if and len(what_if) > 1:
+                raise DiagnosisError("--predict-sweep takes one --what-if (it predicts the run under it)")
+            result = predict_run(predict_sweep, profile, fit, what_if[0] if what_if else None, extra)
+        emit(result, as_json, console, save_profile)
+        return
     with user_errors():
+        if model is None:
+            raise DiagnosisError("give --model (or --predict-sweep RUN)")
         shape = resolve_model(model)
         cluster = Cluster(nodes=nodes, gpus_per_node=gpus_per_node, gpu_memory_gib=gpu_memory,
                           intra_node_gbps=intra_bw, inter_node_gbps=inter_bw)
@@ -81,5 +120,14 @@ def plan(
     print_grid(console, table)
     console.print("[dim]all-reduce: tokens x hidden x dtype, two per layer, ring time 2(n-1)/n x bytes / bandwidth; "
                   "bubble (PP-1)/(PP+MB-1); KV and memory from the `llmdiag oom` model (see docs/diagnosis.md). "
-                  "Ranked on memory and communication only: compute latency (TTFT/TPOT) is not modelled, so sweep "
-                  "the top plans (llmbench sweep) before choosing.[/]")
+                  "Ranked on memory and communication only" + (": the predicted ranking follows." if profile else
+                  ": give --profile (llmdiag calibrate, or h100, ...) to predict TTFT, TPOT and goodput; sweep "
+                  "the top plans (llmbench sweep) before choosing.") + "[/]")
+    if profile is not None:
+        from analyzers.plan.rank import TargetLoad
+        from llmbench.diag.plan_rank import predicted_ranking, print_ranking
+        with user_errors():
+            load = TargetLoad(input_len, output_len, concurrency=None if rate else concurrency, request_rate=rate)
+            ranked_p = predicted_ranking(shape, cluster, ranked[:top], profile, load, slo_ttft, slo_tpot,
+                                         max_num_batched_tokens, what_if or [])
+        print_ranking(ranked_p, load, slo_ttft, slo_tpot, profile, console)

@@ -1,0 +1,251 @@
+"""`llmdiag calibrate`: this machine's operator costs, measured with refengine's own layers.
+
+- matmul: refengine's ColumnParallelLinear (its CPU path: oneDNN with a pre-packed weight) of an
+  [M, s] input by an [s, s] weight, at a grid of M (tokens) and s, rotating through distinct
+  weights so that each call reads its weight from memory, as in a model's step.
+- attention: refengine's Attention layer (store into the paged cache, then its decode or prefill
+  path) at a grid of batch x context (decode) and prompt lengths (prefill), fitted linearly to the
+  KV elements read and to tokens x context x heads x head_dim.
+- elementwise: one layer's worth of refengine's RMSNorm (two, with the residual add), RoPE and
+  SiluAndMul at a grid of tokens, fitted to tokens x hidden.
+- step overhead: the real LLMEngine decoding `tiny-test` (whose model is negligible) at a few batch
+  sizes; what the measured step takes beyond the model's own predicted time is the engine's
+  per-step cost (scheduler, input tensors, sampler, output processing), fitted to requests.
+The collectives come from the comm probe (the face runs it and passes the rows in).
+Each point is the fastest of `repeats` timed calls after a warm-up call (others disturb the rest).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from analyzers.diagnosis_error import DiagnosisError
+from analyzers.plan.profile import CollectiveCost, LinearCost, MachineProfile, MatmulTable, Roofline
+
+OVERHEAD_MODEL = "tiny-test"
+
+
+@dataclass(frozen=True)
+class CalibrationGrid:
+    ms: tuple[int, ...] = (1, 4, 16, 64, 256, 1024, 2048)
+    sizes: tuple[int, ...] = (64, 256, 1024, 4096)
+    decode_batches: tuple[int, ...] = (1, 8, 32)
+    decode_contexts: tuple[int, ...] = (64, 512, 2048)
+    prefill_tokens: tuple[int, ...] = (32, 256, 1024)
+    elementwise_tokens: tuple[int, ...] = (1, 32, 256, 1024)
+    overhead_batches: tuple[int, ...] = (1, 8, 32)
+    repeats: int = 5
+    heads: int = 16
+    kv_heads: int = 4
+    head_dim: int = 64
+
+    def __post_init__(self) -> None:
+        for name in ("ms", "sizes", "decode_batches", "decode_contexts", "prefill_tokens", "elementwise_tokens",
+                     "overhead_batches"):
+            values = getattr(self, name)
+            if len(values) < 2 or list(values) != sorted(set(values)) or values[0] < 1:
+                raise DiagnosisError(f"calibration grid {name} needs at least two increasing values >= 1")
+        if self.repeats < 1:
+            raise DiagnosisError("repeats must be >= 1")
+
+
+def timed(fn: Callable[[], object], repeats: int, min_total_s: float = 0.05, max_calls: int = 50) -> float:
+    """The fastest call (others on a shared machine only ever add time), of at least `repeats` calls and
+    enough of them to fill `min_total_s`, at most `max_calls`."""
+    fn()
+    out: list[float] = []
+    while len(out) < repeats or (sum(out) < min_total_s and len(out) < max_calls):
+        t0 = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t0)
+    return min(out)
+
+
+WEIGHTS_WORKING_SET = 256 << 20     # bytes of distinct weights a size's matmuls rotate through
+MAX_WEIGHTS = 64
+
+
+def measure_matmul(grid: CalibrationGrid) -> MatmulTable:
+    """Each size rotates through distinct weights (up to 256 MiB of them), as a model's step touches
+    each linear's weight once: one weight timed over and over would sit in cache and measure a
+    decode step's weight reads at cache speed, not memory's."""
+    import itertools
+
+    import torch
+
+    from refengine.model.layers.linear import ColumnParallelLinear
+    times = [[0.0] * len(grid.sizes) for _ in grid.ms]
+    with torch.inference_mode():
+        for j, s in enumerate(grid.sizes):
+            layers = [ColumnParallelLinear(s, s, params_dtype=torch.float32)
+                      for _ in range(max(1, min(MAX_WEIGHTS, WEIGHTS_WORKING_SET // (s * s * 4))))]
+            for layer in layers:           # real values: uninitialized memory may hold slow denormals
+                layer.weight.normal_(0, 0.02)  # type: ignore[operator]
+            for i, m in enumerate(grid.ms):
+                x = torch.randn(m, s)
+                for layer in layers:       # the first call packs the weight (refengine's CPU linear)
+                    layer(x)
+                rotation = itertools.cycle(layers)
+                times[i][j] = max(timed(lambda x=x, rotation=rotation: next(rotation)(x), grid.repeats), 1e-7)
+            del layers
+    return MatmulTable(list(grid.ms), list(grid.sizes), monotone(times))
+
+
+def monotone(times: list[list[float]]) -> list[list[float]]:
+    """A larger matmul never costs less: a smaller shape that measured slower than a larger one was
+    disturbed, so it is lowered to the larger one's time (scanning from the largest shape down)."""
+    out = [row[:] for row in times]
+    for i in reversed(range(len(out))):
+        for j in reversed(range(len(out[0]))):
+            up = out[i + 1][j] if i + 1 < len(out) else float("inf")
+            right = out[i][j + 1] if j + 1 < len(out[0]) else float("inf")
+            out[i][j] = min(out[i][j], up, right)
+    return out
+
+
+def _attention(grid: CalibrationGrid, seqs: list[tuple[int, int]]) -> float:
+    """One call of refengine's Attention layer on sequences of (start_pos, new tokens)."""
+    import torch
+
+    from refengine.attention.metadata import build_attention_metadata
+    from refengine.model.layers.attention import Attention
+    bs = 16
+    blocks, tables = 0, []
+    for start, n in seqs:
+        need = -(-(start + n) // bs)
+        tables.append(list(range(blocks, blocks + need)))
+        blocks += need
+    cache = torch.zeros(2, blocks, bs, grid.kv_heads, grid.head_dim)
+    meta = build_attention_metadata([(s, n, t) for (s, n), t in zip(seqs, tables)], bs)
+    layer = Attention(grid.heads, grid.head_dim, grid.head_dim ** -0.5, grid.kv_heads)
+    t = sum(n for _, n in seqs)
+    q = torch.randn(t, grid.heads * grid.head_dim)
+    k, v = torch.randn(t, grid.kv_heads * grid.head_dim), torch.randn(t, grid.kv_heads * grid.head_dim)
+    with torch.inference_mode():
+        return timed(lambda: layer(q, k, v, cache, meta), grid.repeats)
+
+
+def measure_attention(grid: CalibrationGrid) -> tuple[LinearCost, LinearCost, dict]:
+    dx, dy, px, py = [], [], [], []
+    for b in grid.decode_batches:
+        for ctx in grid.decode_contexts:
+            dx.append(2.0 * b * ctx * grid.kv_heads * grid.head_dim)
+            dy.append(_attention(grid, [(ctx - 1, 1)] * b))
+    for n in grid.prefill_tokens:
+        px.append(float(n) * n * grid.heads * grid.head_dim)
+        py.append(_attention(grid, [(0, n)]))
+    return LinearCost.fit(dx, dy), LinearCost.fit(px, py), {"decode": list(zip(dx, dy)), "prefill": list(zip(px, py))}
+
+
+def measure_elementwise(grid: CalibrationGrid, hidden: int = 1024) -> tuple[LinearCost, list]:
+    import torch
+
+    from refengine.model.layers.activation import SiluAndMul
+    from refengine.model.layers.norm import RMSNorm
+    from refengine.model.layers.rotary import RotaryEmbedding
+    norm, act = RMSNorm(hidden), SiluAndMul()
+    rope = RotaryEmbedding(grid.head_dim, 4096, 10000.0)
+    inter = int(hidden * 2.75)
+    xs, ys = [], []
+    for t in grid.elementwise_tokens:
+        h, r = torch.randn(t, hidden), torch.randn(t, hidden)
+        q, k = torch.randn(t, grid.heads * grid.head_dim), torch.randn(t, grid.kv_heads * grid.head_dim)
+        g, pos = torch.randn(t, 2 * inter), torch.arange(t) % 4096
+
+        def layer(h=h, r=r, q=q, k=k, g=g, pos=pos) -> None:
+            a, b = norm(h, r)
+            rope(pos, q, k)
+            norm(a, b)
+            act(g)
+        with torch.inference_mode():
+            xs.append(float(t) * hidden)
+            ys.append(timed(layer, grid.repeats))
+    return LinearCost.fit(xs, ys), list(zip(xs, ys))
+
+
+def measure_step_overhead(grid: CalibrationGrid, model_time: Callable[[int, int], float]) -> tuple[LinearCost, list]:
+    """Decode steps of the real engine on tiny-test; `model_time(batch, context)` is the step model's
+    forward time for that step (from the tables just measured), subtracted to leave the engine's own cost."""
+    from refengine.config import EngineArgs
+    from refengine.engine import LLMEngine
+    from refengine.sampling_params import SamplingParams
+    engine = LLMEngine(EngineArgs(model=OVERHEAD_MODEL, max_model_len=1024, enable_prefix_caching=False))
+    prompt_len, steps = 32, 24
+    xs, ys = [], []
+    for b in grid.overhead_batches:
+        for i in range(b):
+            engine.add_request([17 + (i * 7 + j) % 1000 for j in range(prompt_len)],
+                               SamplingParams(max_tokens=steps + 1, ignore_eos=True))
+        engine.step()                                      # the prefill
+        times = []
+        for _ in range(steps):
+            t0 = time.perf_counter()
+            engine.step()
+            times.append(time.perf_counter() - t0)
+        while engine.has_unfinished_requests():
+            engine.step()
+        step_s = min(times[2:])         # the least disturbed step, as every other point
+        xs.append(float(b))
+        ys.append(max(1e-6, step_s - model_time(b, prompt_len + steps // 2)))   # a floor: fits are relative
+    return LinearCost.fit(xs, ys), list(zip(xs, ys))
+
+
+def roofline_of(table: MatmulTable, dtype_bytes: int = 4) -> Roofline:
+    """The measured table's best FLOP rate and its small-M time as the roofline's peak and launch cost."""
+    best = max(2.0 * m * s * s / table.times[i][j] for i, m in enumerate(table.ms) for j, s in enumerate(table.sizes))
+    j = len(table.sizes) - 1
+    s = table.sizes[j]
+    bw = s * s * dtype_bytes / table.times[0][j]          # one row through the biggest weight: memory bound
+    return Roofline(peak_flops=best, mem_bw_bytes_s=bw, compute_efficiency=1.0, memory_efficiency=1.0,
+                    launch_s=min(min(row) for row in table.times))
+
+
+def collective_of(rows: list[dict]) -> CollectiveCost | None:
+    """All-reduce rows of the comm probe (size_bytes, time_us, busbw_gbs) -> latency and bus bandwidth."""
+    ar = sorted((r for r in rows if r["op"] == "all_reduce"), key=lambda r: r["size_bytes"])
+    if len(ar) < 2:
+        return None
+    small, big = ar[0], ar[-1]
+    return CollectiveCost(latency_s=small["time_us"] * 1e-6, bus_bw_bytes_s=max(big["busbw_gbs"], 1e-3) * 1e9)
+
+
+def calibrate(grid: CalibrationGrid, comm_rows: list[dict] | None = None, name: str = "this machine",
+              progress: Callable[[str], None] = lambda _: None) -> MachineProfile:
+    """Every measurement above, into a measured profile."""
+    import datetime
+    import platform
+
+    import torch
+
+    from analyzers.model.presets import resolve_model
+    from analyzers.plan.step_model import StepModel, StepShape
+    progress("matmul grid")
+    table = measure_matmul(grid)
+    progress("attention")
+    decode, prefill, att_points = measure_attention(grid)
+    progress("elementwise")
+    elementwise, el_points = measure_elementwise(grid)
+    collective = collective_of(comm_rows or []) or CollectiveCost(latency_s=0.0, bus_bw_bytes_s=1e12)
+    provisional = MachineProfile(name=name, source="measured", dtype_bytes=4, roofline=roofline_of(table),
+                                 step_overhead=LinearCost(0.0, 0.0), collective=collective, matmul=table,
+                                 attention_decode=decode, attention_prefill=prefill, elementwise=elementwise)
+    model = StepModel(resolve_model(OVERHEAD_MODEL), provisional)
+    progress("engine step overhead")
+    overhead, ov_points = measure_step_overhead(
+        grid, lambda b, ctx: model.step_cost(StepShape(((1, ctx),) * b, b)).total_s)
+    assumptions = [f"measured on {platform.node()} ({platform.machine()}, torch {torch.__version__}, "
+                   f"{torch.get_num_threads()} threads), float32",
+                   f"attention measured at {grid.heads} heads, {grid.kv_heads} KV heads, head dim {grid.head_dim}; "
+                   "other shapes scale by the elements read and the work",
+                   "elementwise measured at hidden 1024 (intermediate 2.75 x hidden); other sizes scale by tokens x hidden",
+                   f"step overhead: the engine's decode steps on {OVERHEAD_MODEL} beyond its predicted model time",
+                   "collectives: " + ("the comm probe's all-reduce (gloo)" if comm_rows else
+                                      "not measured (--no-comm): free, which is wrong under TP/PP > 1")]
+    return MachineProfile(
+        name=name, source="measured", dtype_bytes=4, roofline=provisional.roofline, step_overhead=overhead,
+        collective=collective, matmul=table, attention_decode=decode, attention_prefill=prefill,
+        elementwise=elementwise, assumptions=assumptions,
+        created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        measured_points={"attention": att_points, "elementwise": el_points, "step_overhead": ov_points})

@@ -1,0 +1,101 @@
+"""A level's predicted TTFT / TPOT percentiles and throughput, from one simulation of it.
+
+The statistics are the sweep's own definitions (docs/metrics.md): over the requests sent inside
+the measured window, TTFT = first token - sent, TPOT = (E2E - TTFT) / (tokens - 1), percentiles
+numpy-linear; output tokens/s counts the tokens that arrived inside the window.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from analyzers.diagnosis_error import DiagnosisError
+from analyzers.plan.simulate import LengthsFn, LoadSpec, SimResult, Simulator
+
+METRICS = ("ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p95_s", "output_tok_s")
+
+
+@dataclass(frozen=True)
+class LevelLoad:
+    """One level of a sweep, as the simulator needs it (the face builds it from the sweep's spec)."""
+
+    level_id: str
+    warmup_s: float
+    duration_s: float
+    concurrency: int | None = None
+    request_rate: float | None = None
+
+    def __post_init__(self) -> None:
+        if (self.concurrency is None) == (self.request_rate is None):
+            raise DiagnosisError(f"level {self.level_id}: a concurrency or a request rate, not both")
+
+
+@dataclass
+class LevelPrediction:
+    level_id: str
+    ttft_p50_s: float | None
+    ttft_p99_s: float | None
+    tpot_p50_s: float | None
+    tpot_p95_s: float | None
+    output_tok_s: float
+    req_s: float
+    n_requests: int
+    mean_batch: float                  # requests per step, averaged over the window's steps
+    mean_compute_s: float              # a window step's operators
+    mean_overhead_s: float             # a window step's engine overhead
+    preemptions: int
+    unfinished: int                    # window requests still running when the simulation stopped
+    notes: list[str] = field(default_factory=list)
+
+    def metrics(self) -> dict[str, float | None]:
+        return {k: getattr(self, k) for k in METRICS}
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _pct(values: list[float], q: float) -> float | None:
+    return float(np.percentile(values, q)) if values else None
+
+
+def summarize(level_id: str, result: SimResult) -> LevelPrediction:
+    window = result.in_window
+    ttft = [r.ttft_s for r in window if r.ttft_s is not None]
+    tpot = [r.tpot_s for r in window if r.tpot_s is not None]
+    lo, hi = result.window
+    done = sum(1 for r in result.records if r.t_done is not None and lo <= r.t_done < hi)
+    notes = sorted(result.notes)
+    if len(window) < 100:
+        notes.append(f"{len(window)} simulated requests in the window: its P99 rests on fewer than 100")
+    unfinished = sum(1 for r in window if r.t_done is None)
+    if unfinished:
+        notes.append(f"{unfinished} window requests unfinished when the simulation stopped: over capacity, and "
+                     "the percentiles leave them out (they are lower bounds)")
+    return LevelPrediction(
+        level_id=level_id, ttft_p50_s=_pct(ttft, 50), ttft_p99_s=_pct(ttft, 99), tpot_p50_s=_pct(tpot, 50),
+        tpot_p95_s=_pct(tpot, 95), output_tok_s=result.output_tok_s, req_s=done / (hi - lo), n_requests=len(window),
+        mean_batch=result.mean_batch, mean_compute_s=result.mean_compute_s,
+        mean_overhead_s=result.mean_overhead_s, preemptions=result.preemptions,
+        unfinished=unfinished, notes=notes)
+
+
+def predict_level(sim: Simulator, level: LevelLoad, lengths: LengthsFn,
+                  arrivals: Iterator[float] | None = None) -> LevelPrediction:
+    """Simulate the level; an open-loop level needs its arrival times (seconds from its start)."""
+    if level.request_rate is not None and arrivals is None:
+        raise DiagnosisError(f"level {level.level_id}: an open-loop level needs its arrival times")
+    load = LoadSpec(warmup_s=level.warmup_s, duration_s=level.duration_s, concurrency=level.concurrency,
+                    arrivals=arrivals if level.concurrency is None else None)
+    return summarize(level.level_id, sim.run(load, lengths))
+
+
+def relative_errors(predicted: dict[str, float | None], measured: dict[str, float | None]) -> dict[str, float | None]:
+    """(predicted - measured) / measured per metric; None where either side is missing or zero."""
+    out: dict[str, float | None] = {}
+    for k in METRICS:
+        p, m = predicted.get(k), measured.get(k)
+        out[k] = None if p is None or m is None or m == 0 else (p - m) / m
+    return out

@@ -1,0 +1,216 @@
+"""MachineProfile: what one machine's operators cost, as the step model reads it (a versioned JSON file).
+
+A profile is either measured (`llmdiag calibrate --out FILE`: tables of this machine's own timings)
+or published (analyzers/plan/gpu_profiles.py: peak FLOP/s and bandwidth times stated efficiency
+factors). Both share one roofline, so a shape outside a measured table still gets a time; every such
+use is recorded as an extrapolation note, never silently (docs/planning.md).
+
+Tables:
+- matmul: seconds of `F.linear` of an [M, s] input by an [s, s] weight at a grid of (M, s);
+  a query (M, K, N) is read at s = sqrt(K x N) (the same weight bytes and FLOP per row), log-log
+  bilinear inside the grid.
+- attention_decode: seconds = a + b x (KV elements read), from refengine's decode path.
+- attention_prefill: seconds = a + b x (query tokens x context x heads x head_dim).
+- elementwise: seconds per layer of refengine's norms, RoPE, activation and residual adds
+  = a + b x (tokens x hidden).
+- step_overhead: seconds per engine step outside the model (scheduler, input tensors, sampler,
+  output processing) = a + b x (requests in the step); each request waits `request_overhead_s` +
+  `request_overhead_per_running_s` x (requests the server is running) before the scheduler sees it
+  (HTTP and tokenization on an event loop busy streaming the others), 0 unless fitted to a run.
+- collective: seconds = latency + bytes x bus factor / bus bandwidth (nccl-tests' busbw).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from analyzers.diagnosis_error import DiagnosisError
+
+PROFILE_SCHEMA = 1
+
+
+@dataclass(frozen=True)
+class LinearCost:
+    """seconds = fixed_s + per_unit_s x units, valid for units in [lo, hi] (the measured range)."""
+
+    fixed_s: float
+    per_unit_s: float
+    lo: float = 0.0
+    hi: float = math.inf
+
+    def __post_init__(self) -> None:
+        if self.fixed_s < 0 or self.per_unit_s < 0 or self.lo > self.hi:
+            raise DiagnosisError(f"a linear cost needs fixed >= 0, per unit >= 0 and lo <= hi, got {self}")
+
+    def seconds(self, units: float, notes: set[str] | None = None, what: str = "") -> float:
+        if notes is not None and units > self.hi * 1.001 and units > 0:
+            notes.add(f"{what}: {units:,.0f} is beyond the measured {self.hi:,.0f} (extrapolated linearly)")
+        return self.fixed_s + self.per_unit_s * units
+
+    @classmethod
+    def fit(cls, xs: list[float], ys: list[float]) -> "LinearCost":
+        """Least squares in relative error (each point over its own time, so the small shapes a decode
+        step has count as much as the big ones), both coefficients >= 0."""
+        if len(xs) < 2 or len(xs) != len(ys) or min(ys) <= 0:
+            raise DiagnosisError("a linear fit needs at least two points with positive times")
+        rows = [(1 / y, x / y) for x, y in zip(xs, ys)]
+
+        def residual(a: float, b: float) -> float:
+            return sum((a * r0 + b * r1 - 1) ** 2 for r0, r1 in rows)
+        s00 = sum(r0 * r0 for r0, _ in rows)
+        s01 = sum(r0 * r1 for r0, r1 in rows)
+        s11 = sum(r1 * r1 for _, r1 in rows)
+        t0, t1 = sum(r0 for r0, _ in rows), sum(r1 for _, r1 in rows)
+        det = s00 * s11 - s01 * s01
+        candidates = [(t0 / s00, 0.0), (0.0, t1 / s11 if s11 > 0 else 0.0)]
+        if det > 1e-30 * s00 * s11:
+            a, b = (t0 * s11 - t1 * s01) / det, (t1 * s00 - t0 * s01) / det
+            if a >= 0 and b >= 0:
+                candidates.append((a, b))
+        a, b = min(candidates, key=lambda ab: residual(*ab))
+        return cls(a, b, min(xs), max(xs))
+
+
+@dataclass(frozen=True)
+class Roofline:
+    """The analytic fallback: time = max(FLOP / (peak x eff), bytes / (bandwidth x eff)) + launch."""
+
+    peak_flops: float                 # FLOP/s of the dtype the model computes in
+    mem_bw_bytes_s: float
+    compute_efficiency: float = 0.6
+    memory_efficiency: float = 0.8
+    launch_s: float = 5e-6            # per kernel (GPU launch, or a CPU op's dispatch)
+
+    def __post_init__(self) -> None:
+        if self.peak_flops <= 0 or self.mem_bw_bytes_s <= 0 or not (0 < self.compute_efficiency <= 1) \
+                or not (0 < self.memory_efficiency <= 1) or self.launch_s < 0:
+            raise DiagnosisError(f"a roofline needs positive peaks and efficiencies in (0, 1], got {self}")
+
+    def seconds(self, flops: float, nbytes: float) -> float:
+        return max(flops / (self.peak_flops * self.compute_efficiency),
+                   nbytes / (self.mem_bw_bytes_s * self.memory_efficiency)) + self.launch_s
+
+
+@dataclass(frozen=True)
+class MatmulTable:
+    """Measured F.linear seconds on the grid ms x sizes (times[i][j] for ms[i], sizes[j])."""
+
+    ms: list[int]
+    sizes: list[int]
+    times: list[list[float]]
+
+    def __post_init__(self) -> None:
+        if len(self.ms) < 2 or len(self.sizes) < 2 or len(self.times) != len(self.ms) \
+                or any(len(row) != len(self.sizes) for row in self.times):
+            raise DiagnosisError("a matmul table needs a grid of at least 2 x 2 with a time for every point")
+        if sorted(self.ms) != self.ms or sorted(self.sizes) != self.sizes or min(min(r) for r in self.times) <= 0:
+            raise DiagnosisError("a matmul table's axes must be increasing and its times positive")
+
+    def seconds(self, m: int, k: int, n: int, notes: set[str] | None = None) -> float:
+        s = math.sqrt(k * n)
+        mm = min(max(m, self.ms[0]), self.ms[-1])
+        ss = min(max(s, self.sizes[0]), self.sizes[-1])
+        t = math.exp(_bilinear(self.ms, self.sizes, self.times, mm, ss))
+        # Outside the grid: scale the edge by the FLOP ratio (exact for large M, an upper bound for small).
+        scale = (m / mm) * (s * s) / (ss * ss)
+        if notes is not None and (m > self.ms[-1] or s > self.sizes[-1] * 1.001):
+            notes.add(f"matmul {m}x{k}x{n}: beyond the measured grid (M <= {self.ms[-1]}, size <= "
+                      f"{self.sizes[-1]}); scaled by FLOP from its edge")
+        return t * scale if scale > 1 else t
+
+
+def _bilinear(xs: list[int], ys: list[int], zs: list[list[float]], x: float, y: float) -> float:
+    """log(z) interpolated in (log x, log y)."""
+    def bracket(axis: list[int], v: float) -> tuple[int, float]:
+        i = max(0, min(len(axis) - 2, next((j for j in range(len(axis) - 1) if v <= axis[j + 1]), len(axis) - 2)))
+        lo, hi = math.log(axis[i]), math.log(axis[i + 1])
+        return i, (math.log(v) - lo) / (hi - lo) if hi > lo else 0.0
+    i, fx = bracket(xs, x)
+    j, fy = bracket(ys, y)
+    z = [[math.log(zs[a][b]) for b in (j, j + 1)] for a in (i, i + 1)]
+    return (z[0][0] * (1 - fx) * (1 - fy) + z[1][0] * fx * (1 - fy) + z[0][1] * (1 - fx) * fy
+            + z[1][1] * fx * fy)
+
+
+@dataclass(frozen=True)
+class CollectiveCost:
+    """One collective over n ranks: latency + bytes x bus factor / bus bandwidth."""
+
+    latency_s: float
+    bus_bw_bytes_s: float
+
+    def __post_init__(self) -> None:
+        if self.latency_s < 0 or self.bus_bw_bytes_s <= 0:
+            raise DiagnosisError(f"a collective cost needs latency >= 0 and bandwidth > 0, got {self}")
+
+    def seconds(self, op: str, nbytes: float, n: int) -> float:
+        if n <= 1:
+            return 0.0
+        factor = 2 * (n - 1) / n if op == "all_reduce" else (n - 1) / n if op != "sendrecv" else 1.0
+        return self.latency_s + nbytes * factor / self.bus_bw_bytes_s
+
+
+@dataclass(frozen=True)
+class MachineProfile:
+    name: str
+    source: str                                   # measured | published | fitted
+    dtype_bytes: int                              # the element size the model computes in
+    roofline: Roofline
+    step_overhead: LinearCost                     # per step, by requests in the step
+    collective: CollectiveCost
+    matmul: MatmulTable | None = None
+    attention_decode: LinearCost | None = None    # by KV elements read
+    attention_prefill: LinearCost | None = None   # by tokens x context x heads x head_dim
+    elementwise: LinearCost | None = None         # per layer, by tokens x hidden
+    request_overhead_s: float = 0.0               # once per request, on its TTFT ...
+    request_overhead_per_running_s: float = 0.0   # ... plus this per request the server is running then
+    compute_scale: float = 1.0                    # multiplies every operator's time (fitted to a run)
+    assumptions: list[str] = field(default_factory=list)
+    created: str = ""
+    measured_points: dict = field(default_factory=dict)     # what a calibration measured, for the record
+    schema_version: int = PROFILE_SCHEMA
+
+    def __post_init__(self) -> None:
+        if self.source not in ("measured", "published", "fitted"):
+            raise DiagnosisError(f"profile source must be measured, published or fitted, got {self.source!r}")
+        if self.dtype_bytes not in (1, 2, 4):
+            raise DiagnosisError(f"profile dtype_bytes must be 1, 2 or 4, got {self.dtype_bytes}")
+        if self.request_overhead_s < 0 or self.request_overhead_per_running_s < 0 or not self.compute_scale > 0:
+            raise DiagnosisError("request overheads must be >= 0 and compute_scale > 0")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=1) + "\n")
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "MachineProfile":
+        if not isinstance(d, dict) or d.get("schema_version") != PROFILE_SCHEMA:
+            raise DiagnosisError(f"not a machine profile of schema {PROFILE_SCHEMA} (llmdiag calibrate writes one)")
+        try:
+            def linear(key: str) -> LinearCost | None:
+                return LinearCost(**d[key]) if d.get(key) else None
+            return cls(name=d["name"], source=d["source"], dtype_bytes=d["dtype_bytes"],
+                       roofline=Roofline(**d["roofline"]), step_overhead=LinearCost(**d["step_overhead"]),
+                       collective=CollectiveCost(**d["collective"]),
+                       matmul=MatmulTable(**d["matmul"]) if d.get("matmul") else None,
+                       request_overhead_s=d.get("request_overhead_s", 0.0),
+                       request_overhead_per_running_s=d.get("request_overhead_per_running_s", 0.0),
+                       compute_scale=d.get("compute_scale", 1.0), assumptions=list(d.get("assumptions", [])),
+                       created=d.get("created", ""), measured_points=d.get("measured_points", {}),
+                       attention_decode=linear("attention_decode"), attention_prefill=linear("attention_prefill"),
+                       elementwise=linear("elementwise"))
+        except (KeyError, TypeError) as exc:
+            raise DiagnosisError(f"the machine profile lacks or mistypes a field: {exc}") from None
+
+    @classmethod
+    def load(cls, path: str | Path) -> "MachineProfile":
+        try:
+            data = json.loads(Path(path).read_text())
+        except (OSError, ValueError) as exc:
+            raise DiagnosisError(f"cannot read the profile {path}: {exc}") from None
+        return cls.from_dict(data)

@@ -1,0 +1,93 @@
+"""Parallel plans ranked on predicted goodput at a target load (docs/planning.md).
+
+Each feasible candidate (analyzers/plan/parallel.py: memory and communication) is simulated as one
+replica: the target load split evenly over the replicas (a closed loop of ceil(concurrency /
+replicas) users, or an open loop at rate / replicas), its KV blocks from the memory model, its TP
+collectives at the bandwidth its TP group sees, refengine's scheduler with the given engine
+arguments. Goodput is the requests per second, over all replicas, whose TTFT and TPOT both met the
+SLO; plans rank by it (ties: the memory ranking's order).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+import random
+from dataclasses import dataclass
+
+from analyzers.diagnosis_error import DiagnosisError
+from analyzers.model.presets import ModelShape
+from analyzers.plan.parallel import Candidate, Cluster
+from analyzers.plan.predict import LevelLoad, LevelPrediction, summarize
+from analyzers.plan.profile import CollectiveCost, MachineProfile
+from analyzers.plan.simulate import LoadSpec, Simulator, random_prompt
+from analyzers.plan.step_model import StepModel
+from refengine.config import CacheConfig, EngineArgs
+
+
+@dataclass(frozen=True)
+class TargetLoad:
+    input_len: int
+    output_len: int
+    concurrency: int | None = None
+    request_rate: float | None = None
+    warmup_s: float = 20.0
+    duration_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        if (self.concurrency is None) == (self.request_rate is None):
+            raise DiagnosisError("the target load is a concurrency or a request rate")
+        if self.input_len < 1 or self.output_len < 1:
+            raise DiagnosisError("input and output lengths must be >= 1")
+
+
+@dataclass
+class RankedPlan:
+    candidate: Candidate
+    variation: str                  # the engine arguments changed (--what-if), "" for the baseline
+    prediction: LevelPrediction
+    goodput_req_s: float            # all replicas
+    output_tok_s: float             # all replicas
+    slo_met: bool                   # TTFT P99 and TPOT P95 within the SLO
+
+
+def _replica_profile(profile: MachineProfile, cluster: Cluster, c: Candidate) -> MachineProfile:
+    if not c.tp_crosses_nodes:
+        return profile
+    return dataclasses.replace(profile, collective=CollectiveCost(profile.collective.latency_s,
+                                                                  cluster.inter_node_gbps * 1e9))
+
+
+def rank_by_goodput(shape: ModelShape, cluster: Cluster, candidates: list[Candidate], profile: MachineProfile,
+                    args: EngineArgs, load: TargetLoad, slo_ttft_s: float, slo_tpot_s: float,
+                    variation: str = "") -> list[RankedPlan]:
+    out = []
+    for c in candidates:
+        sched = args.scheduler_config(c.estimate.plan.max_model_len)
+        cache = CacheConfig(block_size=c.estimate.plan.block_size, num_blocks=max(1, c.estimate.num_blocks),
+                            enable_prefix_caching=args.enable_prefix_caching)
+        sim = Simulator(StepModel(shape, _replica_profile(profile, cluster, c), c.tp, c.pp,
+                                  weight_bytes=c.estimate.plan.weight_bytes), sched, cache,
+                        profile.request_overhead_s,
+                        request_overhead_per_running_s=profile.request_overhead_per_running_s)
+        users = None if load.concurrency is None else max(1, math.ceil(load.concurrency / c.replicas))
+        rate = None if load.request_rate is None else load.request_rate / c.replicas
+        level = LevelLoad(c.label, load.warmup_s, load.duration_s, concurrency=users, request_rate=rate)
+        arrivals = None if rate is None else _poisson(rate)
+        result = sim.run(LoadSpec(load.warmup_s, load.duration_s, concurrency=users, arrivals=arrivals),
+                         lambda i: (random_prompt(load.input_len, 0, i), load.output_len))
+        pred = summarize(level.level_id, result)
+        good = sum(1 for r in result.in_window if r.ttft_s is not None and r.ttft_s <= slo_ttft_s
+                   and (r.tpot_s is None or r.tpot_s <= slo_tpot_s))
+        met = (pred.ttft_p99_s is not None and pred.ttft_p99_s <= slo_ttft_s
+               and (pred.tpot_p95_s is None or pred.tpot_p95_s <= slo_tpot_s))
+        out.append(RankedPlan(c, variation, pred, good / load.duration_s * c.replicas, pred.output_tok_s * c.replicas, met))
+    order = {id(c): i for i, c in enumerate(candidates)}
+    return sorted(out, key=lambda p: (-p.goodput_req_s, order[id(p.candidate)]))
+
+
+def _poisson(rate: float):
+    rng = random.Random(f"plan-rank/{rate}")
+    return itertools.accumulate(rng.expovariate(rate) for _ in itertools.count())
+

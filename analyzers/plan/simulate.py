@@ -1,0 +1,298 @@
+"""A level served on a virtual clock by refengine's own Scheduler, step times from the step model.
+
+The loop is the engine's (refengine/server/engine_loop.py, refengine/engine.py): take in what has
+arrived, `Scheduler.schedule()`, run the step (here: advance the clock by the step model's time),
+`Scheduler.update_from_output()` with one sampled token per sampling request. Everything the
+scheduler decides (admission order, chunked prefill, preemption by recompute, prefix-cache hits,
+max_num_seqs, max_num_batched_tokens, the watermark) is the real code deciding it, on the real KV
+cache manager; only the model is replaced by a clock. Under pipeline parallelism the batch queue is
+reproduced (refengine/distributed/batch_queue.py): up to PP batches in flight, a new one issued when
+stage 0 is free, each landing a full pass through the stages after it was issued.
+
+Load, as the sweep sends it: closed loop (N users, each sends its next request when its last one
+ends) or open loop (requests at given arrival times). Requests are a function of their index
+(prompt tokens, output tokens); the face builds it from loadgen's workloads, so a prediction and a
+measurement come from the same specification.
+"""
+
+from __future__ import annotations
+
+import collections
+import heapq
+import itertools
+import random
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from analyzers.diagnosis_error import DiagnosisError
+from analyzers.plan.step_model import StepCost, StepModel, StepShape
+from refengine.config import CacheConfig, SchedulerConfig
+from refengine.core.outputs import ModelRunnerOutput, SchedulerOutput
+from refengine.core.scheduler import Scheduler
+from refengine.request import Request
+from refengine.sampling_params import SamplingParams
+
+SAMPLED_TOKEN = 7       # any id: requests ignore EOS and stop at max_tokens, as the sweep asks
+
+LengthsFn = Callable[[int], tuple[list[int], int]]    # request index -> (prompt token ids, output tokens)
+
+
+@dataclass(frozen=True)
+class LoadSpec:
+    """Closed loop (concurrency) or open loop (arrivals, seconds from the level's start)."""
+
+    warmup_s: float
+    duration_s: float
+    concurrency: int | None = None
+    arrivals: Iterator[float] | None = None
+    drain_limit_s: float = 600.0        # the window's requests may run this long past its end
+    seed: int = 0                       # the request overheads' jitter
+
+    @property
+    def stagger_s(self) -> float:
+        """Closed loop: the users' first requests spread over the first half of the warm-up. Users that
+        start together and ask for the same lengths would otherwise stay in lockstep forever on a clock
+        without noise; a real server's noise spreads them, which is what the warm-up waits for."""
+        return self.warmup_s / 2 if self.concurrency is not None else 0.0
+
+    def __post_init__(self) -> None:
+        if (self.concurrency is None) == (self.arrivals is None):
+            raise DiagnosisError("a load is either a concurrency or a list of arrival times")
+        if self.concurrency is not None and self.concurrency < 1:
+            raise DiagnosisError("concurrency must be >= 1")
+        if self.warmup_s < 0 or self.duration_s <= 0:
+            raise DiagnosisError("warm-up must be >= 0 and the window > 0")
+
+    @property
+    def window(self) -> tuple[float, float]:
+        return self.warmup_s, self.warmup_s + self.duration_s
+
+
+@dataclass
+class SimRecord:
+    """One request as the client would have seen it (virtual seconds)."""
+
+    t_sent: float
+    prompt_tokens: int
+    output_tokens: int
+    t_first_token: float | None = None
+    t_done: float | None = None
+    preemptions: int = 0
+
+    @property
+    def ttft_s(self) -> float | None:
+        return None if self.t_first_token is None else self.t_first_token - self.t_sent
+
+    @property
+    def tpot_s(self) -> float | None:
+        if self.t_done is None or self.t_first_token is None or self.output_tokens < 2:
+            return None
+        return (self.t_done - self.t_first_token) / (self.output_tokens - 1)
+
+
+@dataclass
+class SimResult:
+    records: list[SimRecord]
+    window: tuple[float, float]
+    tokens_in_window: int               # output tokens whose step ended inside the window
+    steps: int
+    preemptions: int
+    notes: set[str]
+    mean_batch: float = 0.0             # requests per step over the window's steps
+    mean_compute_s: float = 0.0         # a window step's model time (its operators)
+    mean_overhead_s: float = 0.0        # a window step's engine overhead
+
+    @property
+    def in_window(self) -> list[SimRecord]:
+        lo, hi = self.window
+        return [r for r in self.records if lo <= r.t_sent < hi]
+
+    @property
+    def output_tok_s(self) -> float:
+        return self.tokens_in_window / (self.window[1] - self.window[0])
+
+
+class Simulator:
+    def __init__(self, model: StepModel, scheduler_config: SchedulerConfig, cache_config: CacheConfig,
+                 request_overhead_s: float = 0.0, batches_in_flight: int | None = None,
+                 request_overhead_per_running_s: float = 0.0):
+        self.model, self.scheduler_config, self.cache_config = model, scheduler_config, cache_config
+        self.request_overhead_s = request_overhead_s
+        self.request_overhead_per_running_s = request_overhead_per_running_s
+        # The batch queue's depth: PP by default (refengine's), 1 to run a pipeline without overlap.
+        self.batches_in_flight = batches_in_flight or model.pp
+
+    def run(self, load: LoadSpec, lengths: LengthsFn, max_steps: int = 2_000_000,
+            trace: list[SchedulerOutput] | None = None) -> SimResult:
+        """`trace`, if given, receives every non-empty SchedulerOutput in order (for tests and debugging)."""
+        return _Run(self, load, lengths, trace).go(max_steps)
+
+
+class _Run:
+    """One level's simulation: its clock, its scheduler, its clients."""
+
+    def __init__(self, sim: Simulator, load: LoadSpec, lengths: LengthsFn, trace: list[SchedulerOutput] | None):
+        self.sim, self.load, self.lengths, self.trace = sim, load, lengths, trace
+        self.now = 0.0
+        depth = sim.batches_in_flight
+        self.scheduler = Scheduler(sim.scheduler_config, sim.cache_config, clock=lambda: self.now,
+                                   max_batches_in_flight=depth)
+        self.depth = depth
+        self.index = itertools.count()
+        self.records: dict[str, SimRecord] = {}
+        self.rng = random.Random(f"plan/{load.seed}")
+        self.requests: dict[str, Request] = {}      # sent, not yet at the server
+        self.arrivals: list[tuple[float, int, str]] = []     # heap of (time at the server, index, id)
+        self.next_open = next(load.arrivals, None) if load.arrivals is not None else None
+        self.tokens_in_window = 0
+        self.steps = 0
+        self.window_steps = 0
+        self.window_open = 0                        # window requests not finished yet
+        self.window_batch = 0
+        self.window_compute = 0.0
+        self.window_overhead = 0.0
+        self.costs: dict[int, StepCost] = {}        # step id -> its cost, until it lands
+        self.notes: set[str] = set()
+        self.pending: collections.deque[tuple[float, SchedulerOutput]] = collections.deque()  # (lands at, batch)
+        self.stage_free = 0.0
+
+    # ---- clients ----------------------------------------------------------------------------
+    def send(self, t: float) -> None:
+        i = next(self.index)
+        prompt, n_out = self.lengths(i)
+        if not 0 < len(prompt) < self.scheduler.max_model_len:
+            raise DiagnosisError(f"request {i} has a prompt of {len(prompt)} tokens; the engine refuses any not "
+                                 f"shorter than max_model_len {self.scheduler.max_model_len} (raise it, or shorten "
+                                 "the workload's prompts)")
+        rid = str(i)
+        self.records[rid] = SimRecord(t_sent=t, prompt_tokens=len(prompt), output_tokens=n_out)
+        lo, hi = self.load.window
+        self.window_open += lo <= t < hi
+        # HTTP and tokenization before the engine sees it, slower while the server streams to more
+        # requests (fitted to a run; 0 otherwise); uniform in [0, 2 x mean]: clients do not reach the
+        # server in the same microsecond.
+        mean = self.sim.request_overhead_s + self.sim.request_overhead_per_running_s * self.scheduler.num_running
+        arrive = t + mean * 2 * self.rng.random()
+        request = Request(rid, prompt, SamplingParams(max_tokens=n_out, ignore_eos=True), eos_token_id=None,
+                          arrival_time=arrive)
+        heapq.heappush(self.arrivals, (arrive, i, rid))
+        self.requests[rid] = request
+
+    def sending(self) -> bool:
+        return self.now < self.load.window[1]
+
+    def take_in(self) -> None:
+        """Open loop: the arrivals due by now; then everything that has reached the server."""
+        while self.next_open is not None and self.next_open <= self.now and self.sending():
+            self.send(self.next_open)
+            self.next_open = next(self.load.arrivals, None) if self.load.arrivals is not None else None
+        while self.arrivals and self.arrivals[0][0] <= self.now:
+            _, _, rid = heapq.heappop(self.arrivals)
+            self.scheduler.add_request(self.requests.pop(rid))
+
+    def next_event(self) -> float | None:
+        times = [t for t in (self.arrivals[0][0] if self.arrivals else None,
+                             self.next_open if self.sending() else None) if t is not None]
+        return min(times) if times else None
+
+    # ---- the engine loop --------------------------------------------------------------------
+    def go(self, max_steps: int) -> SimResult:
+        if self.load.concurrency is not None:
+            for u in range(self.load.concurrency):
+                self.send(self.load.stagger_s * u / self.load.concurrency)
+        end = self.load.window[1] + self.load.drain_limit_s
+        while self.steps < max_steps and self.now < end:
+            self.take_in()
+            if not self.scheduler.has_unfinished_requests():
+                nxt = self.next_event()
+                if nxt is None:
+                    break
+                self.now = max(self.now, nxt)
+                continue
+            if not self.step():
+                nxt = self.next_event()       # nothing fits and nothing in flight: wait for the world
+                if nxt is None:
+                    raise DiagnosisError("the simulated engine cannot schedule anything (KV cache too small?)")
+                self.now = max(self.now, nxt)
+            if not self.sending() and self._window_done():
+                break
+        if self.steps >= max_steps:
+            self.notes.add(f"stopped after {max_steps} simulated steps")
+        return SimResult(list(self.records.values()), self.load.window, self.tokens_in_window, self.steps,
+                         self.scheduler.num_preemptions_total, self.notes,
+                         *self._window_means())
+
+    def _window_means(self) -> tuple[float, float, float]:
+        n = self.window_steps
+        if not n:
+            return 0.0, 0.0, 0.0
+        return self.window_batch / n, self.window_compute / n, self.window_overhead / n
+
+    def _window_done(self) -> bool:
+        return self.window_open == 0
+
+    def step(self) -> bool:
+        """One engine step (sync), or one batch-queue step under PP. False when nothing was scheduled or landed."""
+        submitted = False
+        if len(self.pending) < self.depth:
+            sched = self.scheduler.schedule()
+            if not sched.is_empty:
+                if self.trace is not None:
+                    self.trace.append(sched)
+                cost = self.sim.model.step_cost(_shape(sched))
+                self.costs[sched.step_id] = cost
+                self.notes |= cost.notes
+                if self.depth == 1:
+                    self.now += cost.total_s
+                    self.land(sched)
+                    return True
+                issue = max(self.now, self.stage_free) + cost.overhead_s
+                self.stage_free = issue + cost.stage_s
+                self.pending.append((issue + cost.total_s - cost.overhead_s, sched))
+                self.now = issue
+                submitted = True
+        if self.pending and (not submitted or len(self.pending) == self.depth):
+            lands, sched = self.pending.popleft()
+            self.now = max(self.now, lands)
+            self.land(sched)
+            return True
+        return submitted
+
+    def land(self, sched: SchedulerOutput) -> None:
+        self.steps += 1
+        sampled = {r.req_id: SAMPLED_TOKEN for r in sched.requests if r.sample}
+        lo, hi = self.load.window
+        cost = self.costs.pop(sched.step_id)
+        if lo <= self.now < hi:
+            self.window_steps += 1
+            self.window_batch += len(sched.requests)
+            self.window_overhead += cost.overhead_s
+            self.window_compute += cost.total_s - cost.overhead_s
+        for request, tokens in self.scheduler.update_from_output(sched, ModelRunnerOutput(sampled)):
+            rec = self.records[request.request_id]
+            if lo <= self.now < hi:
+                self.tokens_in_window += len(tokens)
+            if rec.t_first_token is None:
+                rec.t_first_token = self.now
+            if request.is_finished():
+                rec.t_done = self.now
+                rec.output_tokens = request.num_output_tokens      # max_model_len may stop it short
+                self.window_open -= lo <= rec.t_sent < hi
+                rec.preemptions = request.num_preemptions
+                if self.load.concurrency is not None and self.sending():
+                    self.send(self.now)      # the user's next request, at once (closed loop)
+
+
+def _shape(sched: SchedulerOutput) -> StepShape:
+    return StepShape(tuple((r.num_tokens, r.end_pos) for r in sched.requests), sum(1 for r in sched.requests if r.sample))
+
+
+def random_prompt(n: int, seed: int, i: int, vocab: int = 32_000) -> list[int]:
+    """Token ids that share no block with another request's (random text prompts share none either):
+    the first two ids spell out the request's index, so its first block, and so every chained block
+    hash, differs from every other request's (for fewer than (vocab - 16)^2 requests). Cheap: a level
+    simulates thousands of them."""
+    span = vocab - 16
+    head = [16 + i % span, 16 + (i // span) % span]
+    start = (seed * 1_000_003 + i * 7919) % span
+    return (head + [16 + (start + j * 104729) % span for j in range(max(0, n - 2))])[:n]

@@ -1,0 +1,164 @@
+"""How well does `llmdiag plan` predict refengine? Calibrate this machine, then for each model run a
+real sweep (the embedded engine, `llmbench sweep` with short fixed --warmup/--duration) over
+concurrencies and two input lengths, and predict every level from the run's own spec with
+`llmdiag plan --predict-sweep`: once with the calibrated profile alone, once fitted to a few levels
+(`--fit`), the others held out. Per level: the error of TTFT P50/P99, TPOT P50/P95 and output
+tokens/s; per mode the median absolute error, fitted and held-out levels apart.
+Goal (issue 28): median |error| <= 10% on output throughput and TPOT P50 of the held-out levels.
+
+    python bench/plan_accuracy.py [--models tiny-test,tiny,random] [--concurrency 1,4,16] [--input-lens 128,512]
+                                  [--output-len 64] [--warmup 3] [--duration 10] [--profile FILE] [--no-serve] [--quick]
+                                  [--out bench/plan_accuracy.json]
+
+Calibration is `llmdiag calibrate --serve` (its overheads fitted to a short sweep of the bundled
+tiny-test server, ~40 s) unless --no-serve: the "calibrated" rows say how well a machine profile
+predicts levels and models it was not fitted on.
+
+"random" is a random Llama checkpoint of shapes neither built-in model has (hidden 512, 4 layers, 8
+heads without GQA, untied), written with refengine's own checkpoint writer.
+
+Expected run time on a quiet 2-core machine: about 9 minutes with the defaults (calibration ~2 min;
+each of the three models ~2 min: 6 levels of 13 s plus the engine's start and the summaries; the
+predictions seconds). --quick (tiny-test, concurrency 1, 4 and 8 (4 held out), one input length, 2 s
++ 6 s levels) about 1.5 minutes. On a shared machine every figure is indicative only: calibration
+and the sweep both measure whatever else runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.common import machine, print_table, verdict, write_json  # noqa: E402
+
+METRICS = ("ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p95_s", "output_tok_s")
+GOAL = 0.10
+# "random" in --models: a random Llama checkpoint of shapes neither built-in model has (no GQA, 4
+# layers of hidden 512, untied), written by refengine's own checkpoint writer.
+RANDOM_SHAPE = dict(hidden_size=512, num_layers=4, num_heads=8, num_kv_heads=8, head_dim=64, intermediate_size=1536,
+                    tie_word_embeddings=False, seed=5)
+
+
+def _model_path(model: str, work: Path) -> str:
+    if model != "random":
+        return model
+    from refengine.model.tiny import Preset, write_checkpoint
+    out = work / "random-llama-512x4"
+    if not out.exists():
+        out.mkdir(parents=True)
+        write_checkpoint(Preset(**RANDOM_SHAPE), out)
+    return str(out)
+
+
+def _run(cmd: list[str]) -> str:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
+    proc = subprocess.run([sys.executable, "-m", *cmd], cwd=ROOT, env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return proc.stdout
+
+
+def _fit_levels(levels: list[str], concurrency: list[int], input_len: int, output_len: int) -> list[str]:
+    """The lowest and highest concurrency at the first input length: the others are held out."""
+    picks = [f"c{c}-in{input_len}-out{output_len}" for c in (min(concurrency), max(concurrency))]
+    return [lid for lid in dict.fromkeys(picks) if lid in levels]
+
+
+def _medians(rows: list[dict], role: str) -> dict:
+    out = {}
+    for k in METRICS:
+        errs = [abs(r["error"][k]) for r in rows if r["role"] == role and r["error"] and r["error"][k] is not None]
+        out[k] = statistics.median(errs) if errs else None
+    return out
+
+
+def _model_case(model: str, a, profile: Path, work: Path) -> dict:
+    run = work / f"run-{model}"
+    t0 = time.monotonic()
+    _run(["llmbench.cli", "sweep", "--model", _model_path(model, work), "--concurrency", ",".join(map(str, a.concurrency)),
+          "--input-len", ",".join(map(str, a.input_lens)), "--output-len", str(a.output_len),
+          "--warmup", str(a.warmup), "--duration", str(a.duration), "--out", str(run)])
+    sweep_s = time.monotonic() - t0
+    plain = json.loads(_run(["llmbench.diag_cli", "plan", "--predict-sweep", str(run), "--profile", str(profile),
+                             "--json"]))
+    levels = [lv["level_id"] for lv in plain["levels"]]
+    fit_levels = _fit_levels(levels, a.concurrency, a.input_lens[0], a.output_len)
+    fitted = json.loads(_run(["llmbench.diag_cli", "plan", "--predict-sweep", str(run), "--profile", str(profile),
+                              "--fit", ",".join(fit_levels), "--json"]))
+    return {"model": model, "sweep_s": round(sweep_s, 1), "fit_levels": fit_levels,
+            "calibrated": {"levels": plain["levels"], "median_abs_error": _medians(plain["levels"], "predicted")},
+            "fitted": {"levels": fitted["levels"], "profile": fitted["profile"],
+                       "median_abs_error": {"fitted": _medians(fitted["levels"], "fitted"),
+                                            "held_out": _medians(fitted["levels"], "predicted")}}}
+
+
+def _pct(v: float | None) -> str:
+    return "-" if v is None else f"{v:+.0%}"
+
+
+def _print(cases: list[dict]) -> None:
+    rows = []
+    for case in cases:
+        for mode in ("calibrated", "fitted"):
+            for lv in case[mode]["levels"]:
+                e = lv["error"] or {}
+                rows.append([case["model"], mode, lv["level_id"], lv["role"], *(_pct(e.get(k)) for k in METRICS)])
+    print_table("plan accuracy: (predicted - measured) / measured", ["model", "profile", "level", "role", *METRICS], rows)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--models", default="tiny-test,tiny,random", help="built-in models, and 'random': a random "
+                   "Llama checkpoint of other shapes")
+    p.add_argument("--concurrency", default="1,4,16")
+    p.add_argument("--input-lens", default="128,512")
+    p.add_argument("--output-len", type=int, default=64)
+    p.add_argument("--warmup", type=float, default=3.0)
+    p.add_argument("--duration", type=float, default=10.0)
+    p.add_argument("--profile", default=None, help="a profile file; default: calibrate this machine first")
+    p.add_argument("--no-serve", dest="serve", action="store_false", help="calibrate without --serve: the "
+                   "'calibrated' rows then miss what the HTTP server adds to every step")
+    p.add_argument("--quick", action="store_true", help="tiny-test, concurrency 1, 4, 8, one input length")
+    p.add_argument("--out", default=str(ROOT / "bench" / "plan_accuracy.json"))
+    a = p.parse_args()
+    if a.quick:
+        a.models, a.concurrency, a.input_lens, a.warmup, a.duration = "tiny-test", "1,4,8", "128", 2.0, 6.0
+    a.concurrency = [int(x) for x in str(a.concurrency).split(",")]
+    a.input_lens = [int(x) for x in str(a.input_lens).split(",")]
+    t0 = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="plan-accuracy-") as tmp:
+        work = Path(tmp)
+        profile = Path(a.profile) if a.profile else work / "profile.json"
+        if not a.profile:
+            _run(["llmbench.diag_cli", "calibrate", "--out", str(profile)] + (["--quick"] if a.quick else [])
+                 + (["--serve"] if a.serve else []))
+        profile_doc = json.loads(profile.read_text())
+        cases = [_model_case(m, a, profile, work) for m in a.models.split(",")]
+    _print(cases)
+    held = [c["fitted"]["median_abs_error"]["held_out"] for c in cases]
+    summary = {}
+    for k in ("output_tok_s", "tpot_p50_s"):
+        values = [h[k] for h in held if h.get(k) is not None]
+        worst = max(values) if values else None
+        summary[k] = {"held_out_median_abs_error_worst_model": worst,
+                      "goal": GOAL, "verdict": verdict(worst, GOAL, higher_is_better=False) if worst is not None else "n/a"}
+        print(f"{k}: held-out median |error| (worst model) "
+              f"{'-' if worst is None else f'{worst:.1%}'} vs goal {GOAL:.0%}: {summary[k]['verdict']}")
+    write_json(a.out, {"bench": "plan_accuracy", "args": {k: v for k, v in vars(a).items()}, "machine": machine(),
+                       "wall_s": round(time.monotonic() - t0, 1),
+                       "profile": {k: profile_doc.get(k) for k in ("name", "source", "step_overhead", "assumptions")},
+                       "cases": cases, "summary": summary})
+
+
+if __name__ == "__main__":
+    main()

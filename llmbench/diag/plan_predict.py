@@ -1,0 +1,122 @@
+"""`llmdiag plan --predict-sweep RUN`: the run's levels predicted from its own spec, beside its measurements."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from analyzers.diagnosis_error import DiagnosisError
+from analyzers.model.presets import resolve_model
+from analyzers.plan.engine_config import engine_args_from_flags, parse_what_if, resolve_engine, with_changes
+from analyzers.plan.gpu_profiles import resolve_profile
+from analyzers.plan.measured import measured_levels
+from analyzers.plan.predict import METRICS
+from analyzers.plan.sweep_prediction import SweepPrediction, predict_sweep
+from llmbench.diag.plan_levels import planned_levels
+from rundir import RunDir
+
+
+def _read_run(path: Path):
+    run = RunDir(path)
+    if not run.run_json.exists():
+        raise DiagnosisError(f"{path} is not a run directory (no run.json)")
+    try:
+        return run, run.read_info()
+    except (OSError, ValueError, TypeError) as exc:
+        raise DiagnosisError(f"cannot read {run.run_json}: {exc}") from None
+
+
+KV_SIZING = {"kv_cache_memory_bytes", "num_gpu_blocks_override", "block_size", "kv_cache_dtype", "dtype",
+             "tensor_parallel_size", "pipeline_parallel_size", "pipeline_layer_partition", "quantization"}
+
+
+def _recorded_blocks(facts: dict) -> int | None:
+    value = (facts.get("cache_config") or {}).get("num_gpu_blocks")
+    try:
+        return int(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def predict_run(path: Path, profile_arg: str, fit: str | None, what_if: str | None,
+                extra_concurrency: list[int] | None = None, fit_scale: bool = True) -> SweepPrediction:
+    """The run's levels (and, with `extra_concurrency`, levels it did not run at those concurrencies,
+    the same lengths and timeline), predicted; fitted first to the `fit` levels."""
+    run, info = _read_run(path)
+    if not info.target.model:
+        raise DiagnosisError(f"run {info.run_id} does not say its model; --predict-sweep needs one")
+    shape = resolve_model(info.target.model)
+    profile = resolve_profile(profile_arg)
+    args = engine_args_from_flags(info.target.model, list(info.target.engine_args))
+    changes = parse_what_if(what_if) if what_if else {}
+    args = with_changes(args, changes) if changes else args
+    # The server's own block count holds unless the variation changes what a block costs or the budget.
+    blocks = None if KV_SIZING & set(changes) else _recorded_blocks(info.target.engine_facts)
+    setup = resolve_engine(args, shape, profile.dtype_bytes, blocks)
+    if info.target.kind != "embedded":
+        setup = dataclasses.replace(setup, notes=(*setup.notes, "an external engine, simulated with refengine's "
+                                                  "scheduler and default engine arguments (its own are not recorded)"))
+    levels = planned_levels(info.sweep)
+    if extra_concurrency:
+        if not info.sweep.concurrency:
+            raise DiagnosisError("--extra-concurrency needs a closed-loop run (this one ran request rates)")
+        known = {lv.load.level_id for lv in levels}
+        levels += [lv for lv in planned_levels(info.sweep, {"concurrency": sorted(set(extra_concurrency))})
+                   if lv.load.level_id not in known]
+    measured = measured_levels(run)
+    fit_levels = None
+    if fit:
+        fit_levels = [lv.load.level_id for lv in levels if lv.load.level_id in measured] if fit == "all" \
+            else [x.strip() for x in fit.split(",") if x.strip()]
+    return predict_sweep(info.run_id, shape, profile, setup, levels, measured, fit_levels, fit_scale)
+
+
+def _ms(v: float | None) -> str:
+    return "-" if v is None else f"{v * 1e3:.1f}"
+
+
+def _cell(pred: dict, meas: dict | None, err: dict | None, key: str) -> str:
+    fmt = (lambda v: "-" if v is None else f"{v:.0f}") if key == "output_tok_s" else _ms
+    out = fmt(pred.get(key))
+    if meas is not None:
+        out += f" / {fmt(meas.get(key))}"
+        if err and err.get(key) is not None:
+            out += f" ({err[key]:+.0%})"
+    return out
+
+
+def print_prediction(result: SweepPrediction, console: Console) -> None:
+    d = result.to_dict()
+    console.print(f"[bold]{result.run_id}[/]: {result.model}, profile {result.profile.name} ({result.profile.source}); "
+                  f"TP{result.setup.tp} PP{result.setup.pp}, max_num_seqs {result.setup.scheduler.max_num_seqs}, "
+                  f"{result.setup.cache.num_blocks} KV blocks")
+    table = Table(title="predicted / measured (error); ms, output tok/s", title_justify="left")
+    table.add_column("level", no_wrap=True)
+    table.add_column("role")
+    for k in METRICS:
+        table.add_column(k.replace("_s", "").replace("_", " "), justify="right")
+    for row in d["levels"]:
+        table.add_row(row["level_id"], row["role"],
+                      *(_cell(row["predicted"], row["measured"], row["error"], k) for k in METRICS))
+    console.print(table)
+    for role, errs in d["median_abs_error"].items():
+        parts = ", ".join(f"{k} {v:.0%}" for k, v in errs.items() if v is not None)
+        console.print(f"median |error| of the {role} levels: {parts or 'nothing measured'}")
+    if any(row["role"] == "not run" for row in d["levels"]):
+        console.print("levels marked 'not run' are predictions of loads the run did not measure")
+    notes = sorted({n for row in d["levels"] for n in row["predicted"]["notes"]} | set(result.setup.notes))
+    for note in notes:
+        console.print(f"[dim]note: {note}[/]")
+
+
+def emit(result: SweepPrediction, as_json: bool, console: Console, save_profile: Path | None) -> None:
+    if save_profile is not None:
+        result.profile.save(save_profile)
+    if as_json:
+        print(json.dumps(result.to_dict(), indent=1))
+    else:
+        print_prediction(result, console)

@@ -1,0 +1,49 @@
+"""`llmdiag calibrate` measures this machine into a profile `llmdiag plan` reads back."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from analyzers.plan.calibrate import monotone
+from analyzers.plan.profile import PROFILE_SCHEMA, MachineProfile
+from llmbench.diag_cli import app
+
+
+def test_quick_calibration_writes_a_valid_profile(tmp_path):
+    out = tmp_path / "machine.json"
+    r = CliRunner().invoke(app, ["calibrate", "--quick", "--no-comm", "--out", str(out), "--name", "laptop"],
+                           env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    data = json.loads(out.read_text())
+    assert data["schema_version"] == PROFILE_SCHEMA and data["source"] == "measured" and data["name"] == "laptop"
+    profile = MachineProfile.load(out)
+    table = profile.matmul
+    assert table is not None and table.ms == [1, 16, 256] and table.sizes == [64, 512]
+    assert all(t > 0 for row in table.times for t in row)
+    # A bigger matmul never costs less (noise on a shared machine is clipped, not believed).
+    assert all(table.times[i][j] <= table.times[i + 1][j] for i in range(2) for j in range(2))
+    assert profile.attention_decode and profile.attention_prefill and profile.elementwise
+    assert set(profile.measured_points) == {"attention", "elementwise", "step_overhead"}
+    assert any("not measured (--no-comm)" in a for a in profile.assumptions)
+
+
+def test_monotone_lowers_a_disturbed_small_shape_to_the_larger_ones_time():
+    assert monotone([[5.0, 2.0], [1.0, 3.0]]) == [[1.0, 2.0], [1.0, 3.0]]
+
+
+def test_calibrate_refuses_a_folder_that_does_not_exist(tmp_path):
+    r = CliRunner().invoke(app, ["calibrate", "--quick", "--no-comm", "--out", str(tmp_path / "no" / "p.json")])
+    assert r.exit_code == 2 and "does not exist" in r.output
+
+
+@pytest.mark.slow
+def test_serve_fits_the_overheads_to_a_sweep_of_the_bundled_server(tmp_path):
+    """About a minute: a quick calibration, then a real two-level sweep of the embedded tiny-test."""
+    out = tmp_path / "served.json"
+    r = CliRunner().invoke(app, ["calibrate", "--quick", "--no-comm", "--serve", "--out", str(out)],
+                           env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    profile = MachineProfile.load(out)
+    assert profile.source == "fitted" and profile.compute_scale == 1.0
+    assert "fitted to run" in profile.assumptions[-1] and "fitted to the served sweep" in r.output

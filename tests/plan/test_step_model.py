@@ -1,0 +1,101 @@
+"""The step model against hand computations, and the profile's interpolation and fits."""
+
+import math
+
+import pytest
+
+from analyzers.diagnosis_error import DiagnosisError
+from analyzers.model.presets import resolve_model
+from analyzers.plan.profile import CollectiveCost, LinearCost, MachineProfile, MatmulTable, Roofline
+from analyzers.plan.step_model import StepModel, StepShape
+
+
+def _profile(**kw) -> MachineProfile:
+    # 1 TFLOP/s, bandwidth so large memory never binds, no launch cost: a matmul is 2MKN / 1e12 s.
+    base = dict(name="hand", source="published", dtype_bytes=2,
+                roofline=Roofline(peak_flops=1e12, mem_bw_bytes_s=1e30, compute_efficiency=1.0,
+                                  memory_efficiency=1.0, launch_s=0.0),
+                step_overhead=LinearCost(1e-3, 1e-5), collective=CollectiveCost(1e-5, 1e9),
+                attention_decode=LinearCost(0.0, 1e-12), attention_prefill=LinearCost(0.0, 1e-12),
+                elementwise=LinearCost(0.0, 1e-10))
+    base.update(kw)
+    return MachineProfile(**base)
+
+
+def test_decode_step_matches_a_hand_computation():
+    shape = resolve_model("tiny-test")      # hidden 64, 2 layers, 4 heads, 2 kv heads, head_dim 16, inter 176, vocab 4096
+    step = StepShape(((1, 100), (1, 300)), num_sampled=2)
+    cost = StepModel(shape, _profile()).step_cost(step)
+    t = 2
+    mm = 2 * t * (64 * (64 + 2 * 32) + 64 * 64 + 64 * 352 + 176 * 64) / 1e12
+    attention = 1e-12 * 2 * (100 + 300) * 2 * 16
+    elementwise = 1e-10 * t * 64
+    lm_head = 2 * 2 * 64 * 4096 / 1e12
+    overhead = 1e-3 + 2 * 1e-5
+    expected = 2 * (mm + attention + elementwise) + lm_head + overhead
+    assert cost.total_s == pytest.approx(expected, rel=1e-9)
+    assert cost.parts["overhead"] == pytest.approx(overhead)
+    assert cost.parts["tp_comm"] == 0.0 and not cost.notes
+
+
+def test_tensor_parallel_halves_matmuls_and_adds_two_all_reduces_per_layer():
+    shape = resolve_model("tiny-test")
+    step = StepShape(((8, 8),), num_sampled=1)
+    one, two = StepModel(shape, _profile()), StepModel(shape, _profile(), tp=2)
+    c1, c2 = one.step_cost(step), two.step_cost(step)
+    assert c2.parts["matmul"] == pytest.approx(c1.parts["matmul"] / 2, rel=1e-9)
+    # ring all-reduce of 8 tokens x 64 x 2 bytes over 2 ranks: latency + bytes x 2(n-1)/n / bus bandwidth
+    ar = 1e-5 + 8 * 64 * 2 * 1.0 / 1e9
+    assert c2.parts["tp_comm"] == pytest.approx(2 * 2 * ar)      # two per layer, two layers
+
+
+def test_pipeline_stage_is_its_share_of_the_layers():
+    shape = resolve_model("tiny-test")
+    step = StepShape(((1, 10),), num_sampled=1)
+    c1 = StepModel(shape, _profile()).step_cost(step)
+    c2 = StepModel(shape, _profile(), pp=2).step_cost(step)
+    layer = (c1.total_s - c1.parts["lm_head"] - c1.overhead_s) / 2
+    assert c2.stage_s == pytest.approx(layer + c2.parts["lm_head"] + c2.parts["pp_send"], rel=1e-9)
+    with pytest.raises(DiagnosisError):
+        StepModel(shape, _profile(), pp=3)
+
+
+def test_matmul_table_interpolates_in_log_space_and_says_when_it_extrapolates():
+    table = MatmulTable(ms=[1, 100], sizes=[10, 1000], times=[[1e-6, 1e-4], [1e-5, 1e-3]])
+    notes: set[str] = set()
+    assert table.seconds(1, 10, 10, notes) == pytest.approx(1e-6)
+    assert table.seconds(10, 100, 100, notes) == pytest.approx(math.sqrt(1e-6 * 1e-3))   # the grid's middle
+    assert not notes
+    assert table.seconds(200, 1000, 1000, notes) == pytest.approx(2e-3)                # twice the rows of the edge
+    assert any("beyond the measured grid" in n for n in notes)
+
+
+def test_linear_fit_recovers_a_line_and_flags_extrapolation():
+    fit = LinearCost.fit([1, 10, 100], [1.1e-3, 2e-3, 11e-3])
+    assert fit.fixed_s == pytest.approx(1e-3) and fit.per_unit_s == pytest.approx(1e-4)
+    notes: set[str] = set()
+    fit.seconds(1000, notes, "x")
+    assert notes
+
+
+def test_profile_round_trips_through_json(tmp_path):
+    p = _profile(matmul=MatmulTable(ms=[1, 2], sizes=[4, 8], times=[[1e-6, 2e-6], [2e-6, 3e-6]]))
+    p.save(tmp_path / "p.json")
+    assert MachineProfile.load(tmp_path / "p.json") == p
+    (tmp_path / "bad.json").write_text('{"schema_version": 99}')
+    with pytest.raises(DiagnosisError, match="schema"):
+        MachineProfile.load(tmp_path / "bad.json")
+
+
+def test_a_measured_matmul_table_prices_the_layers_and_notes_its_edge():
+    # Every matmul costs 1 us inside the grid (M <= 64, size <= 4096): a decode step's four layer matmuls.
+    table = MatmulTable(ms=[1, 64], sizes=[16, 4096], times=[[1e-6, 1e-6], [1e-6, 1e-6]])
+    profile = _profile(matmul=table, compute_scale=2.0)
+    model = StepModel(resolve_model("tiny-test"), profile)
+    cost = model.step_cost(StepShape(((1, 50),), num_sampled=1))
+    assert cost.parts["matmul"] == pytest.approx(2 * 4 * 1e-6 * 2.0)        # 2 layers x 4 matmuls x scale
+    assert cost.parts["lm_head"] == pytest.approx(1e-6 * 2.0)
+    assert not cost.notes
+    wide = model.step_cost(StepShape(((128, 128),), num_sampled=1))        # 128 tokens: twice the grid's rows
+    assert wide.parts["matmul"] == pytest.approx(2 * 4 * 2e-6 * 2.0)
+    assert any("beyond the measured grid" in n for n in wide.notes)
