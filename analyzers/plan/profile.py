@@ -47,7 +47,8 @@ class LinearCost:
 
     def seconds(self, units: float, notes: set[str] | None = None, what: str = "") -> float:
         if notes is not None and units > self.hi * 1.001 and units > 0:
-            notes.add(f"{what}: {units:,.0f} is beyond the measured {self.hi:,.0f} (extrapolated linearly)")
+            # One note a kind, not one a shape: a sweep's prediction evaluates thousands of steps.
+            notes.add(f"{what} beyond the measured {self.hi:,.0f} (extrapolated linearly)")
         return self.fixed_s + self.per_unit_s * units
 
     @classmethod
@@ -117,8 +118,8 @@ class MatmulTable:
         # Outside the grid: scale the edge by the FLOP ratio (exact for large M, an upper bound for small).
         scale = (m / mm) * (s * s) / (ss * ss)
         if notes is not None and (m > self.ms[-1] or s > self.sizes[-1] * 1.001):
-            notes.add(f"matmul {m}x{k}x{n}: beyond the measured grid (M <= {self.ms[-1]}, size <= "
-                      f"{self.sizes[-1]}); scaled by FLOP from its edge")
+            notes.add(f"matmuls beyond the measured grid (M <= {self.ms[-1]}, size <= {self.sizes[-1]}): "
+                      "scaled by FLOP from its edge")
         return t * scale if scale > 1 else t
 
 

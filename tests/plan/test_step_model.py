@@ -68,6 +68,9 @@ def test_matmul_table_interpolates_in_log_space_and_says_when_it_extrapolates():
     assert not notes
     assert table.seconds(200, 1000, 1000, notes) == pytest.approx(2e-3)                # twice the rows of the edge
     assert any("beyond the measured grid" in n for n in notes)
+    for m in range(101, 1000, 7):                      # a sweep's thousands of steps: one note, not one a shape
+        table.seconds(m, 1000, 2000, notes)
+    assert len(notes) == 1, notes
 
 
 def test_linear_fit_recovers_a_line_and_flags_extrapolation():
