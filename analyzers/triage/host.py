@@ -25,6 +25,7 @@ SERVER_WAITED = 0.5          # a neighbour held throughout harmed the server whe
                              # for a CPU this share of their runnable time (or, without schedstat,
                              # some task waited this share of the time: PSI)
 TOP_NAMED = 5
+UNNAMED_FELT_WAIT = 0.3      # CPU nobody in /proc claims counts as others' where the server waited this much
 __all__ = ["check_cpu", "check_gpu_throttle", "read_top_others"]
 # NVML clock event reasons that slow a busy GPU down (idle and application clocks are benign).
 SLOWDOWN_BITS = {0x4: "sw_power_cap", 0x8: "hw_slowdown", 0x20: "sw_thermal_slowdown",
@@ -49,12 +50,7 @@ def check_cpu(host: SampleSplit | None, tails: TailWindows, top_others: dict[flo
         if host.has(name):
             evidence[f"{name}_spikes"], evidence[f"{name}_calm"] = host.mean(name)
     server = np.nan_to_num(host.values("server_cpu_cores")) if host.has("server_cpu_cores") else None
-    if host.has("others_cpu_cores"):
-        others = host.values("others_cpu_cores")
-    elif server is not None:          # older runs: all busy CPU minus the server's
-        others = np.clip(host.values("cpu_pct") / 100.0 * ncores - server, 0.0, None)
-    else:
-        others = None
+    others = _others(host, server, ncores)
     context = None
     srv_spike = evidence.get("server_cpu_cores_spikes")
     if srv_spike is not None and srv_spike >= COMPUTE_BOUND * ncores:
@@ -75,6 +71,28 @@ def check_cpu(host: SampleSplit | None, tails: TailWindows, top_others: dict[flo
         return failed(finding, CPU_TITLE, finding.title)
     return passed(CPU_ID, "host", CPU_TITLE, f"CPU {busy_spike or 0:.0f}% busy in the spikes vs {busy_calm or 0:.0f}% "
                   "in the calm" + (f"; {context}" if context else ""), context=context, **evidence)
+
+
+def _others(host: SampleSplit, server: np.ndarray | None, ncores: int) -> np.ndarray | None:
+    """Other processes' CPU per interval, in cores. The probe names the processes it finds in /proc;
+    one that exited before the sample (a burner stopped mid-interval, a short job) took its ticks
+    with it, yet /proc/stat counted them: what was busy beyond the server and the load generator is
+    the others' too, named or not — counted where the target felt it (its threads waited for a
+    CPU), since unnamed CPU can also be the load generator's own processes ending with a level."""
+    if server is None:
+        return host.values("others_cpu_cores") if host.has("others_cpu_cores") else None
+    client = np.nan_to_num(host.values("client_cpu_cores")) if host.has("client_cpu_cores") else 0.0
+    implied = np.clip(np.nan_to_num(host.values("cpu_pct")) / 100.0 * ncores - server - client, 0.0, None)
+    if not host.has("others_cpu_cores"):        # older runs: all busy CPU minus the server's
+        return implied
+    visible = host.values("others_cpu_cores")
+    if host.has("server_cpu_wait_share"):
+        felt = np.nan_to_num(host.values("server_cpu_wait_share")) >= UNNAMED_FELT_WAIT
+    elif host.has("cpu_pressure_some_share"):
+        felt = np.nan_to_num(host.values("cpu_pressure_some_share")) >= SERVER_WAITED
+    else:
+        return visible
+    return np.where(felt, np.fmax(visible, implied), visible)
 
 
 def _find_neighbour(host: SampleSplit, others: np.ndarray, tails: TailWindows, table: RequestTable | None,

@@ -3,6 +3,8 @@ what each request lived through separates the tail from the body (analyzers/tria
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 from planted import base_records, clean_probes, delay, write_run
 
@@ -85,3 +87,23 @@ def test_head_of_line_blocking_everywhere_is_named_not_saturation(tmp_path):
     f = diag.findings[0]
     assert "long prefill" in f.title and f.evidence["tail_exposed"] >= 0.8
     assert not any(x.check_id == "p99.sched.saturation" for x in diag.findings)
+
+
+def test_a_neighbour_that_exited_before_each_sample_is_still_seen_where_the_server_waited(tmp_path):
+    """Burners stopped mid-interval take their ticks out of /proc before the probe reads it: the
+    named others show nothing, yet /proc/stat counted the cores busy and the server's threads waited.
+    Unnamed busy CPU where the target waited is a neighbour's; where it did not, it is nobody's
+    problem (a load generator's processes ending with a level)."""
+    run = _neighbour_run(tmp_path, start_s=9.0, seconds=7.0)
+    rows = [json.loads(line) for line in run.probe_file("host").read_text().splitlines()]
+    for row in rows:
+        busy = row["others_cpu_cores"] > 0.5
+        row.update(others_cpu_cores=0.02, top_others=[], client_cpu_cores=0.1,
+                   server_cpu_wait_share=0.6 if busy else 0.1)
+    run.probe_file("host").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    diag = diagnose_p99(run)
+    assert diag.findings and diag.findings[0].check_id == "p99.host.cpu", diag.headline
+    for row in rows:
+        row["server_cpu_wait_share"] = 0.1                          # the server never waited
+    run.probe_file("host").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert not any(f.check_id == "p99.host.cpu" for f in diagnose_p99(run).findings)
