@@ -164,7 +164,9 @@ def serve_fleet(ns: argparse.Namespace, argv: list[str]) -> int:
     try:
         if ns.data_parallel_size < 1:
             raise RefEngineError(f"--data-parallel-size must be >= 1, got {ns.data_parallel_size}")
-        engine_args_from(ns)  # a mistake in the engine flags is said once, here, not by N replicas
+        from refengine.model.tiny import resolve_model
+        args = engine_args_from(ns)  # a mistake in the engine flags or the model is said once here, not N times
+        resolve_model(args.model)    # (and a built-in preset is generated once, before the replicas load it)
         fleet = ReplicaSet(ns.data_parallel_size, argv)
         fleet.start(ns.replica_startup_timeout_s)
     except ReplicaStartError as exc:

@@ -95,7 +95,7 @@ class ReplicaSet:
             env["OMP_NUM_THREADS"] = threads
         for r in self.replicas:
             preexec = _die_with_parent if sys.platform.startswith("linux") else None
-            r.proc = subprocess.Popen(self.command(r), env=env, preexec_fn=preexec)  # noqa: PLW1509
+            r.proc = subprocess.Popen(self.command(r), env=env, preexec_fn=preexec)
         try:
             self._wait_healthy(timeout_s)
         except BaseException:
