@@ -132,6 +132,7 @@ def _read_response(s: LevelSession, resp, rec: RequestRecord, stream: StreamResu
         return
     s.note_response()
     rec.http_status = resp.status_code
+    rec.replica = _replica(resp, s.target.replica_header)
     if rec.http_status != 200:
         detail = _read_error_body(raw)
         _fail(rec, "http_status", f"HTTP {rec.http_status}: {detail}" if detail else f"HTTP {rec.http_status}")
@@ -158,6 +159,17 @@ def _read_response(s: LevelSession, resp, rec: RequestRecord, stream: StreamResu
                 pass
     except Exception:  # noqa: BLE001 - the record is complete; draining is best effort
         pass
+
+
+def _replica(resp, header: str | None) -> str | None:
+    """The replica a router says served this response (geventhttpclient's headers ignore case)."""
+    headers = getattr(resp, "headers", None)
+    if not header or headers is None:
+        return None
+    value = headers.get(header)
+    if isinstance(value, list):        # a repeated header: the first one
+        value = value[0] if value else None
+    return (str(value).strip() or None) if value is not None else None
 
 
 def _take_stream(rec: RequestRecord, result: StreamResult) -> None:

@@ -23,6 +23,7 @@ class TargetSpec:
     endpoint: str = "completions"      # completions | chat (chat needs text prompts)
     send_ignore_eos: bool = True       # vLLM/SGLang/refengine extension; turn off for servers that reject it
     omit_fields: list[str] = field(default_factory=list)   # request fields the preflight found refused
+    replica_header: str | None = None  # response header naming the replica that served (RequestRecord.replica)
 
     def __post_init__(self) -> None:
         if self.endpoint not in ENDPOINTS:

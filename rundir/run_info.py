@@ -77,15 +77,21 @@ class TargetInfo:
     ignore_eos: bool = True                # whether the sweep asks the server to ignore EOS
     engine_args: list[str] = field(default_factory=list)    # embedded: extra `llmbench serve` flags
     server_threads: int | None = None
+    # The response header naming the replica that served each request (RequestRecord.replica); None: not read.
+    replica_header: str | None = None
     pid: int | None = None                 # the server's process, when known (host and stacks probes)
     engine_facts: dict[str, Any] = field(default_factory=dict)   # the target's own account (/metrics)
     omit_fields: list[str] = field(default_factory=list)   # request fields the target refused (left out)
     adaptations: list[dict[str, Any]] = field(default_factory=list)  # what the preflight changed, and why
+    # Engine replicas behind the URL (a load balancer over N engines): per-replica throughput divides by it.
+    replicas: int = 1
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.kind not in TARGET_KINDS:
             raise ValueError(f"target kind must be one of {TARGET_KINDS}, got {self.kind!r}")
+        if not isinstance(self.replicas, int) or self.replicas < 1:
+            raise ValueError(f"target replicas must be an integer >= 1, got {self.replicas!r}")
 
 
 @dataclass

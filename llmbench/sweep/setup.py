@@ -17,6 +17,7 @@ from rich.console import Console
 from analyzers.capacity.answer import CAPACITY_KEY
 from llmbench.cli_common import terminate_as_interrupt
 from llmbench.options.parse import parse_duration, parse_list
+from llmbench.options.target import FRONT_REPLICA_HEADER
 from rundir import RunDir, RunInfo, SloSpec, TargetInfo
 from rundir.run_info import (
     DEFAULT_DURATION_S,
@@ -69,6 +70,8 @@ class SweepArgs:
     probe_interval: float
     server_pid: Optional[int]
     trace_speed: float = 1.0            # --workload trace: time scale (2 = twice as fast)
+    data_parallel_size: int = 1         # embedded: replicas behind the bundled engine's front
+    replica_header: str = FRONT_REPLICA_HEADER   # response header naming the serving replica ('' : none)
     trace_limit: Optional[int] = None   # --workload trace: the first N requests of the trace
     block_size: int = 512               # --workload trace: tokens per hash id (Mooncake: 512)
     turns: int = 4                      # --workload sessions: turns per conversation
@@ -190,9 +193,13 @@ def _new_run(a: SweepArgs, console: Console) -> tuple[RunDir, RunInfo]:
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
     kind = "external" if a.target else "embedded"
+    if a.target is not None and a.data_parallel_size != 1:
+        raise typer.BadParameter("starts a fleet of the bundled engine; an external fleet is one --target URL "
+                                 "(its router's)", param_hint="--data-parallel-size")
     target = TargetInfo(url=a.target, model=a.model or ("tiny" if not a.target else None), kind=kind,
                         endpoint=a.endpoint, ignore_eos=a.ignore_eos, engine_args=list(a.engine_arg),
-                        server_threads=a.server_threads)
+                        server_threads=a.server_threads, replica_header=a.replica_header or None,
+                        replicas=a.data_parallel_size if kind == "embedded" else 1)
     if a.target is not None and not a.target.startswith(("http://", "https://")):
         raise typer.BadParameter(f"must be a URL like http://127.0.0.1:8000, got {a.target!r}", param_hint="--target")
     if a.endpoint not in ("completions", "chat"):
@@ -266,7 +273,8 @@ def _serve_and_sweep(run: RunDir, info: RunInfo, a: SweepArgs, probe_names: list
     server = None
     try:
         if target.kind == "embedded":
-            server = EmbeddedServer(target.model, target.engine_args, threads=target.server_threads)
+            server = EmbeddedServer(target.model, target.engine_args, threads=target.server_threads,
+                                    data_parallel_size=target.replicas)
             with console.status(f"starting the bundled engine ({target.model}) on {server.url} ..."):
                 server.start()
             url = server.url

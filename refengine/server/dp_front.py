@@ -27,12 +27,11 @@ from starlette.routing import Route
 
 from refengine.server import dp_metrics
 from refengine.server.dp_metrics import ReplicaPage
-from refengine.server.dp_policy import LoadBalancer
+from refengine.server.dp_policy import REPLICA_HEADER, LoadBalancer
 from refengine.server.dp_replicas import Replica
 from refengine.server.metrics import CONTENT_TYPE
 
 log = logging.getLogger(__name__)
-REPLICA_HEADER = "x-llmbench-replica"
 HEALTH_INTERVAL_S = 1.0
 # Hop-by-hop and framing headers: the front's own server sets these for its side of the connection.
 _DROP_HEADERS = {"connection", "keep-alive", "transfer-encoding", "date", "server", "content-length", "host"}

@@ -2,7 +2,8 @@
 
 Pure bookkeeping over replica indices, no I/O, so the policies are tested without a server.
 The front asks `pick()` with the replicas it may use now (alive and healthy), then calls
-`started(i)` and, when the response has ended (streamed or not), `finished(i)`.
+`started(i)` and, when the response has ended (streamed or not), `finished(i)`; the front then
+names the replica in REPLICA_HEADER.
 
 - `round-robin`: the next eligible replica after the one picked last.
 - `least-outstanding`: the eligible replica with the fewest requests in flight through the
@@ -14,6 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 LB_POLICIES = ("round-robin", "least-outstanding")
+# The response header in which the front names the replica that served (its index, as the
+# replica's `engine` metric label): clients attribute each request with it (llmbench --replica-header).
+REPLICA_HEADER = "x-llmbench-replica"
 
 
 @dataclass

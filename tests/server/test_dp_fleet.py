@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from refengine_proc import start_refengine
 
 from probes.prom import parse_metrics
-from refengine.server.dp_front import REPLICA_HEADER
+from refengine.server.dp_policy import REPLICA_HEADER
 
 LONG = 1500     # tokens of a request that is still generating seconds after its first chunk
 

@@ -1,0 +1,38 @@
+"""`llmbench sweep --data-parallel-size 2`: the embedded engine as a fleet of two replicas behind
+its front; run.json says so and every answered request names its replica."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from rundir import RunDir
+
+
+@pytest.mark.slow   # two replicas to start, then a level: ~40 s on two cores
+def test_a_sweep_through_the_fleet_records_the_replica_of_every_request(tmp_path):
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "llmbench.cli", "sweep", "--model", "tiny-test", "--input-len", "16",
+           "--output-len", "8", "--warmup", "1s", "--duration", "3s", "--concurrency", "2", "--probes", "none",
+           "--data-parallel-size", "2", "--out", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=280, env={**os.environ, "COLUMNS": "200"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run = RunDir(out)
+    info = run.read_info()
+    assert info.target.replicas == 2 and info.target.replica_header == "x-llmbench-replica"
+    assert "engine" not in info.target.engine_facts["cache_config"]     # one replica's facts, no label
+    answered = [r for r in run.iter_records() if r.http_status is not None]   # a request cut before it was answered has none
+    assert answered and all(r.status in ("ok", "cancelled") for r in answered)
+    assert {r.replica for r in answered} == {"0", "1"}
+    assert "replica" in json.loads(run.requests_jsonl.read_text().splitlines()[0])
+
+
+def test_data_parallel_size_with_an_external_target_is_a_user_error(tmp_path):
+    cmd = [sys.executable, "-m", "llmbench.cli", "sweep", "--target", "http://127.0.0.1:9", "--data-parallel-size",
+           "2", "--out", str(tmp_path / "run")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "200"})
+    assert proc.returncode == 2 and "--data-parallel-size" in proc.stderr and "Traceback" not in proc.stderr
