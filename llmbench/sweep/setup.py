@@ -17,7 +17,7 @@ from rich.console import Console
 from analyzers.capacity.answer import CAPACITY_KEY
 from llmbench.cli_common import terminate_as_interrupt
 from llmbench.options.parse import parse_duration, parse_list
-from llmbench.options.target import FRONT_REPLICA_HEADER
+from refengine.server.dp_policy import REPLICA_HEADER as FRONT_REPLICA_HEADER
 from rundir import RunDir, RunInfo, SloSpec, TargetInfo
 from rundir.run_info import (
     DEFAULT_DURATION_S,
