@@ -29,6 +29,11 @@ def test_a_sweep_through_the_fleet_records_the_replica_of_every_request(tmp_path
     assert answered and all(r.status in ("ok", "cancelled") for r in answered)
     assert {r.replica for r in answered} == {"0", "1"}
     assert "replica" in json.loads(run.requests_jsonl.read_text().splitlines()[0])
+    shares = run.read_summary()["replicas"]       # per level and replica, in the report too
+    assert [s["replica"] for s in shares] == ["0", "1"]
+    assert sum(s["request_share"] for s in shares) == pytest.approx(1.0)
+    assert all(s["requests"] > 0 and s["ttft_p99_s"] > 0 for s in shares)
+    assert 'id="replica-table"' in (out / "report.html").read_text()
 
 
 def test_data_parallel_size_with_an_external_target_is_a_user_error(tmp_path):
