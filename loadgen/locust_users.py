@@ -52,6 +52,7 @@ def stream_request(user: FastHttpUser, s: LevelSession, spec: RequestSpec, body:
                         status="ok", in_window=s.in_window(t_decided),
                         client_prompt_tokens=spec.client_prompt_tokens if spec.client_prompt_tokens is not None
                         else len(spec.prompt) if isinstance(spec.prompt, list) else (spec.target_input_len or None))
+    where, rec.replica = s.target.destination(s.next_request_number())
     resp, stream = None, StreamResult()
     sent = _SentMark(s, rec, stream)
     me = gevent.getcurrent()
@@ -59,7 +60,7 @@ def stream_request(user: FastHttpUser, s: LevelSession, spec: RequestSpec, body:
     deadline = RequestDeadline(f"no complete answer in {level.request_timeout_s:g} s")
     try:
         with gevent.Timeout(level.request_timeout_s, deadline):
-            resp = user.client.request("POST", s.target.path, data=body, headers=s.headers, stream=True,
+            resp = user.client.request("POST", where, data=body, headers=s.headers, stream=True,
                                        catch_response=True, name=s.target.path)
             _read_response(s, resp, rec, stream, spec)
     except GreenletExit:
@@ -132,7 +133,7 @@ def _read_response(s: LevelSession, resp, rec: RequestRecord, stream: StreamResu
         return
     s.note_response()
     rec.http_status = resp.status_code
-    rec.replica = _replica(resp, s.target.replica_header)
+    rec.replica = rec.replica or _replica(resp, s.target.replica_header)   # the client's own pick comes first
     if rec.http_status != 200:
         detail = _read_error_body(raw)
         _fail(rec, "http_status", f"HTTP {rec.http_status}: {detail}" if detail else f"HTTP {rec.http_status}")

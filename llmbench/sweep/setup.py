@@ -7,7 +7,7 @@ costs a one-line error and leaves nothing behind stuck at `running`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional
 
@@ -17,6 +17,7 @@ from rich.console import Console
 from analyzers.capacity.answer import CAPACITY_KEY
 from llmbench.cli_common import terminate_as_interrupt
 from llmbench.options.parse import parse_duration, parse_list
+from llmbench.options.target import target_urls
 from refengine.server.dp_policy import REPLICA_HEADER as FRONT_REPLICA_HEADER
 from rundir import RunDir, RunInfo, SloSpec, TargetInfo
 from rundir.run_info import (
@@ -176,6 +177,8 @@ def _new_run(a: SweepArgs, console: Console) -> tuple[RunDir, RunInfo]:
     from llmbench.sweep.run import default_run_dir, new_run_info
     from llmbench.sweep.spec import SweepSpec
 
+    urls = target_urls(a.target)         # several: replicas the client balances over; the first is asked first
+    a = replace(a, target=urls[0] if urls else None)
     slos = _slos(a)
     try:
         spec = SweepSpec(
@@ -199,9 +202,8 @@ def _new_run(a: SweepArgs, console: Console) -> tuple[RunDir, RunInfo]:
     target = TargetInfo(url=a.target, model=a.model or ("tiny" if not a.target else None), kind=kind,
                         endpoint=a.endpoint, ignore_eos=a.ignore_eos, engine_args=list(a.engine_arg),
                         server_threads=a.server_threads, replica_header=a.replica_header or None,
-                        replicas=a.data_parallel_size if kind == "embedded" else 1)
-    if a.target is not None and not a.target.startswith(("http://", "https://")):
-        raise typer.BadParameter(f"must be a URL like http://127.0.0.1:8000, got {a.target!r}", param_hint="--target")
+                        urls=urls if len(urls) > 1 else [],
+                        replicas=a.data_parallel_size if kind == "embedded" else max(1, len(urls)))
     if a.endpoint not in ("completions", "chat"):
         raise typer.BadParameter(f"must be completions or chat, got {a.endpoint!r}", param_hint="--endpoint")
     run = RunDir(a.out or default_run_dir(a.label or (target.model or _host_label(a.target))))

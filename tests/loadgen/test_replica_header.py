@@ -23,3 +23,15 @@ def test_a_header_the_response_lacks_or_none_asked_for_leaves_replica_null(delay
     for header in ("x-llmbench-replica", None):
         lr = run(SPEC, server.target(replica_header=header))
         assert lr.records and all(r.replica is None for r in lr.records)
+
+
+def test_replicas_driven_directly_take_turns_and_are_named_by_url(delay_server):
+    a, b = delay_server(ttft_ms=5, itl_ms=2), delay_server(ttft_ms=5, itl_ms=2)
+    target = a.target(replica_urls=[a.url, b.url + "/v1"], replica_header="Server")
+    lr = run(SPEC, target)
+    sent = [r for r in lr.records if r.status != "cancelled"]
+    assert sent and all(r.status == "ok" for r in sent)
+    named = [r.replica for r in sent]
+    assert set(named) == {a.url, b.url}                     # the client's pick, not the header
+    assert abs(named.count(a.url) - named.count(b.url)) <= 2    # in turn (two users interleave)
+    assert a.counts()["received"] > 0 and b.counts()["received"] > 0

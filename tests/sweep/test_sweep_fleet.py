@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+from refengine_proc import refengine_server
 
 from rundir import RunDir
 
@@ -41,3 +42,31 @@ def test_data_parallel_size_with_an_external_target_is_a_user_error(tmp_path):
            "2", "--out", str(tmp_path / "run")]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "200"})
     assert proc.returncode == 2 and "--data-parallel-size" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.slow   # two servers, then a level: ~30 s on two cores
+def test_a_sweep_over_two_urls_sends_to_each_in_turn(tmp_path):
+    out = tmp_path / "run"
+    with refengine_server(model="tiny-test") as (_, a), refengine_server(model="tiny-test") as (_, b):
+        cmd = [sys.executable, "-m", "llmbench.cli", "sweep", "--target", f"{a},{b}/v1", "--input-len", "16",
+               "--output-len", "8", "--warmup", "1s", "--duration", "3s", "--concurrency", "2", "--probes", "none",
+               "--out", str(out)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=280, env={**os.environ, "COLUMNS": "200"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run = RunDir(out)
+    info = run.read_info()
+    assert info.target.url == a and info.target.urls == [a, f"{b}/v1"] and info.target.replicas == 2
+    sent = [r for r in run.iter_records() if r.status == "ok"]
+    assert {r.replica for r in sent} == {a, b}
+    shares = {s["replica"]: s["request_share"] for s in run.read_summary()["replicas"]}
+    assert set(shares) == {a, b} and all(0.3 < v < 0.7 for v in shares.values())
+
+
+@pytest.mark.parametrize("targets,words", [("http://127.0.0.1:9,127.0.0.1:10", "must be a URL"),
+                                           ("http://127.0.0.1:9,http://127.0.0.1:9/", "listed twice")])
+def test_a_bad_url_list_is_a_user_error(tmp_path, targets, words):
+    proc = subprocess.run([sys.executable, "-m", "llmbench.cli", "sweep", "--target", targets, "--out",
+                           str(tmp_path / "run")], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "COLUMNS": "200"})
+    assert proc.returncode == 2 and words in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "run").exists()
