@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
+import os
 import signal
 import sys
 
@@ -159,7 +160,7 @@ def main(argv: list[str] | None = None, prog: str = "refengine-serve") -> int:
 def serve_fleet(ns: argparse.Namespace, argv: list[str]) -> int:
     """--data-parallel-size N: N replica processes (the same argv each), the front on --port."""
     from refengine.server.dp_front import DataParallelFront
-    from refengine.server.dp_replicas import ReplicaSet, ReplicaStartError
+    from refengine.server.dp_replicas import ReplicaSet, ReplicaStartError, gpu_slices, visible_gpus
 
     try:
         if ns.data_parallel_size < 1:
@@ -167,7 +168,13 @@ def serve_fleet(ns: argparse.Namespace, argv: list[str]) -> int:
         from refengine.model.tiny import resolve_model
         args = engine_args_from(ns)  # a mistake in the engine flags or the model is said once here, not N times
         resolve_model(args.model)    # (and a built-in preset is generated once, before the replicas load it)
-        fleet = ReplicaSet(ns.data_parallel_size, argv)
+        per_replica = args.tensor_parallel_size * args.pipeline_parallel_size
+        visible = visible_gpus(dict(os.environ), args.device)
+        gpus = gpu_slices(ns.data_parallel_size, per_replica, visible)
+        if visible and gpus[0] is None:
+            print(f"warning: {len(visible)} GPUs for {ns.data_parallel_size} replicas of {per_replica}: the "
+                  "replicas share them", file=sys.stderr)
+        fleet = ReplicaSet(ns.data_parallel_size, argv, gpus)
         fleet.start(ns.replica_startup_timeout_s)
     except ReplicaStartError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -5,7 +5,8 @@ Each replica is `python -m refengine.server` with the user's own arguments and t
 appended (argparse keeps the last occurrence of a flag): its port, 127.0.0.1, and
 --data-parallel-size 1. So every engine and server flag means in a replica what it means for a
 single server, and nothing is parsed twice. A replica gets its share of the CPU cores as torch
-threads unless OMP_NUM_THREADS says otherwise: N replicas that each take every core only fight.
+threads unless OMP_NUM_THREADS says otherwise (N replicas that each take every core only fight),
+and its own GPUs (TP x PP of them) through CUDA_VISIBLE_DEVICES when there are enough.
 On Linux a replica dies with its front (PR_SET_PDEATHSIG), so a killed front leaves no orphans.
 """
 
@@ -66,6 +67,29 @@ class Replica:
             return False
 
 
+def visible_gpus(env: dict[str, str], device: str) -> list[str]:
+    """The GPUs the fleet may share out: CUDA_VISIBLE_DEVICES's list, else every GPU torch sees
+    (torch is imported only when the engine may use CUDA); none on CPU."""
+    if device == "cpu":
+        return []
+    if "CUDA_VISIBLE_DEVICES" in env:
+        return [d.strip() for d in env["CUDA_VISIBLE_DEVICES"].split(",") if d.strip()]
+    import torch
+
+    return [str(i) for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
+
+
+def gpu_slices(size: int, per_replica: int, visible: list[str]) -> list[str | None]:
+    """Each replica's CUDA_VISIBLE_DEVICES: its own consecutive `per_replica` GPUs (TP x PP of one
+    replica), as vLLM gives each data-parallel rank its own; None for all (they see what the front
+    sees) when there are no GPUs or too few for every replica to have its own."""
+    if per_replica < 1:
+        raise ValueError(f"a replica uses at least one device, got {per_replica}")
+    if len(visible) < size * per_replica:
+        return [None] * size
+    return [",".join(visible[i * per_replica:(i + 1) * per_replica]) for i in range(size)]
+
+
 def replica_threads(size: int, env: dict[str, str]) -> str | None:
     """torch threads per replica: the user's OMP_NUM_THREADS, else the cores shared out."""
     if "OMP_NUM_THREADS" in env:
@@ -76,11 +100,14 @@ def replica_threads(size: int, env: dict[str, str]) -> str | None:
 class ReplicaSet:
     """N replica processes: start them together, wait until all are healthy, stop them."""
 
-    def __init__(self, size: int, server_argv: list[str]):
+    def __init__(self, size: int, server_argv: list[str], gpus: list[str | None] | None = None):
         if size < 1:
             raise RefEngineError(f"--data-parallel-size must be >= 1, got {size}")
         self.server_argv = list(server_argv)
         self.replicas = [Replica(i, free_loopback_port()) for i in range(size)]
+        self.gpus = gpus or [None] * size       # each replica's CUDA_VISIBLE_DEVICES (None: inherited)
+        if len(self.gpus) != size:
+            raise ValueError(f"{len(self.gpus)} GPU slices for {size} replicas")
 
     def command(self, replica: Replica) -> list[str]:
         return [sys.executable, "-m", "refengine.server", *self.server_argv,
@@ -93,9 +120,10 @@ class ReplicaSet:
         threads = replica_threads(len(self.replicas), env)
         if threads is not None:
             env["OMP_NUM_THREADS"] = threads
-        for r in self.replicas:
+        for r, gpus in zip(self.replicas, self.gpus):
             preexec = _die_with_parent if sys.platform.startswith("linux") else None
-            r.proc = subprocess.Popen(self.command(r), env=env, preexec_fn=preexec)
+            mine = env if gpus is None else {**env, "CUDA_VISIBLE_DEVICES": gpus}
+            r.proc = subprocess.Popen(self.command(r), env=mine, preexec_fn=preexec)
         try:
             self._wait_healthy(timeout_s)
         except BaseException:

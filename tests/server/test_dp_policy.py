@@ -1,10 +1,11 @@
-"""The data-parallel front's load-balancing policies, as pure bookkeeping (no servers)."""
+"""The data-parallel front's load-balancing policies and GPU placement, as pure bookkeeping (no servers)."""
 
 from __future__ import annotations
 
 import pytest
 
 from refengine.server.dp_policy import LoadBalancer, ReplicaLoad
+from refengine.server.dp_replicas import gpu_slices, visible_gpus
 
 
 def test_round_robin_cycles_over_eligible_replicas():
@@ -50,3 +51,15 @@ def test_invariants():
         LoadBalancer(2).finished(0)         # finishing what never started would go negative
     with pytest.raises(ValueError):
         ReplicaLoad(in_flight=-1)
+
+
+def test_each_replica_gets_its_own_gpus_when_there_are_enough():
+    assert gpu_slices(2, 2, ["0", "1", "2", "3"]) == ["0,1", "2,3"]
+    assert gpu_slices(2, 1, ["4", "7", "9"]) == ["4", "7"]
+    assert gpu_slices(2, 2, ["0", "1", "2"]) == [None, None]      # too few: they share what the front sees
+    assert gpu_slices(3, 1, []) == [None, None, None]              # CPU
+
+
+def test_visible_gpus_follow_cuda_visible_devices_and_none_on_cpu():
+    assert visible_gpus({"CUDA_VISIBLE_DEVICES": "2, 3"}, "auto") == ["2", "3"]
+    assert visible_gpus({"CUDA_VISIBLE_DEVICES": "2,3"}, "cpu") == []
