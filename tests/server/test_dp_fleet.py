@@ -60,12 +60,14 @@ def series(url: str, name: str) -> dict[str, float]:
 
 @contextlib.contextmanager
 def long_stream(url: str):
-    """A streaming request that has sent its first chunk and goes on generating: (replica, first line)."""
+    """A streaming request that has sent its first chunk and goes on generating: (replica, first line);
+    the rest of its lines are in `long_stream.rest` (an iterator) while the block runs."""
     body = {"prompt": "hello", "max_tokens": LONG, "ignore_eos": True, "stream": True}
     with httpx.Client(timeout=60) as client, client.stream("POST", url + "/v1/completions", json=body) as resp:
         assert resp.status_code == 200
         lines = resp.iter_lines()
         first = next(line for line in lines if line.startswith("data: "))
+        long_stream.rest = lines
         yield resp.headers[REPLICA_HEADER], first
 
 
@@ -132,17 +134,26 @@ def test_round_robin_alternates_even_while_one_replica_is_busy():
 @pytest.mark.slow
 def test_a_dead_replica_fails_health_and_the_other_keeps_serving():
     with fleet() as (proc, url):
-        replicas = psutil.Process(proc.pid).children()
+        # The front starts replica 0, then 1: their pids are in that order.
+        replicas = sorted(psutil.Process(proc.pid).children(), key=lambda p: p.pid)
         assert len(replicas) == 2
-        victim = replicas[0]
-        victim.kill()
-        victim.wait(10)
+        with long_stream(url) as (busy, _first):
+            victim = replicas[int(busy)]
+            victim.kill()
+            victim.wait(10)
+            rest = [line for line in long_stream.rest if line.startswith("data: ")]
+        # The stream it was serving ends with an error event that says so, not silently.
+        assert any(f"replica {busy} ended the stream early" in line for line in rest), rest[-3:]
         health = httpx.get(url + "/health")
         assert health.status_code == 503
-        assert [r["healthy"] for r in health.json()["replicas"]].count(False) == 1
+        assert [r["healthy"] for r in health.json()["replicas"]] == [busy != "0", busy != "1"]
         served = {complete(url).headers[REPLICA_HEADER] for _ in range(4)}
-        assert len(served) == 1         # every request went to the survivor
-        assert 0.0 in series(url, "refengine:dp_replica_up").values()
+        assert served == {str(1 - int(busy))}       # every request went to the survivor
+        assert series(url, "refengine:dp_replica_up") == {busy: 0.0, str(1 - int(busy)): 1.0}
+        replicas[1 - int(busy)].kill()
+        replicas[1 - int(busy)].wait(10)
+        gone = httpx.post(url + "/v1/completions", json={"prompt": "hello", "max_tokens": 2})
+        assert gone.status_code == 503 and "no replica" in gone.json()["error"]["message"]
 
 
 def test_a_fleet_of_a_missing_model_is_one_line_and_exit_2():
