@@ -18,11 +18,14 @@ from probes.prom import parse_metrics
 from refengine.server.dp_policy import REPLICA_HEADER
 
 LONG = 1500     # tokens of a request that is still generating seconds after its first chunk
+KEY = "sekret"  # the fleets require it: the front passes the client's Authorization on to the replica
+AUTH = {"Authorization": f"Bearer {KEY}"}
 
 
 @contextlib.contextmanager
 def fleet(*args: str):
-    proc, url = start_refengine("--data-parallel-size", "2", "--max-model-len", "2048", *args, quiet=True)
+    proc, url = start_refengine("--data-parallel-size", "2", "--max-model-len", "2048", "--api-key", KEY, *args,
+                                quiet=True)
     try:
         yield proc, url
     finally:
@@ -42,7 +45,8 @@ def lo_fleet():
 
 
 def complete(url: str, max_tokens: int = 4) -> httpx.Response:
-    r = httpx.post(url + "/v1/completions", json={"prompt": "hello", "max_tokens": max_tokens}, timeout=60)
+    r = httpx.post(url + "/v1/completions", json={"prompt": "hello", "max_tokens": max_tokens}, headers=AUTH,
+                   timeout=60)
     assert r.status_code == 200, r.text
     return r
 
@@ -63,7 +67,8 @@ def long_stream(url: str):
     """A streaming request that has sent its first chunk and goes on generating: (replica, first line);
     the rest of its lines are in `long_stream.rest` (an iterator) while the block runs."""
     body = {"prompt": "hello", "max_tokens": LONG, "ignore_eos": True, "stream": True}
-    with httpx.Client(timeout=60) as client, client.stream("POST", url + "/v1/completions", json=body) as resp:
+    with httpx.Client(timeout=60) as client, client.stream("POST", url + "/v1/completions", json=body,
+                                                                         headers=AUTH) as resp:
         assert resp.status_code == 200
         lines = resp.iter_lines()
         first = next(line for line in lines if line.startswith("data: "))
@@ -114,7 +119,10 @@ def test_metrics_carry_both_replicas_with_the_engine_label(lo_fleet):
 
 def test_models_and_health_answer_for_the_fleet(lo_fleet):
     assert httpx.get(lo_fleet + "/health").status_code == 200
-    assert httpx.get(lo_fleet + "/v1/models").json()["data"][0]["id"] == "tiny-test"
+    assert httpx.get(lo_fleet + "/v1/models", headers=AUTH).json()["data"][0]["id"] == "tiny-test"
+    assert httpx.get(lo_fleet + "/v1/models").status_code == 401           # the replica's own check
+    refused = httpx.post(lo_fleet + "/v1/completions", json={"prompt": "hello"})
+    assert refused.status_code == 401 and REPLICA_HEADER in refused.headers
 
 
 def test_least_outstanding_sends_new_requests_to_the_idle_replica(lo_fleet):
@@ -152,7 +160,7 @@ def test_a_dead_replica_fails_health_and_the_other_keeps_serving():
         assert series(url, "refengine:dp_replica_up") == {busy: 0.0, str(1 - int(busy)): 1.0}
         replicas[1 - int(busy)].kill()
         replicas[1 - int(busy)].wait(10)
-        gone = httpx.post(url + "/v1/completions", json={"prompt": "hello", "max_tokens": 2})
+        gone = httpx.post(url + "/v1/completions", json={"prompt": "hello", "max_tokens": 2}, headers=AUTH)
         assert gone.status_code == 503 and "no replica" in gone.json()["error"]["message"]
 
 
