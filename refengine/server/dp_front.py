@@ -20,7 +20,6 @@ import logging
 
 import httpx
 from starlette.applications import Starlette
-from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -45,6 +44,36 @@ def _error(status: int, message: str, type_: str = "server_error") -> JSONRespon
 def _sse_error(message: str) -> bytes:
     body = {"error": {"message": message, "type": "server_error", "param": None, "code": 503}}
     return f"data: {json.dumps(body, separators=(',', ':'))}\n\n".encode()
+
+
+class _Lease:
+    """One routed request's hold on its replica: its in-flight count and its upstream response,
+    released once however the response ends (done, replica gone, client gone before or during it)."""
+
+    def __init__(self, balancer: LoadBalancer, index: int, upstream: httpx.Response):
+        self.balancer, self.index, self.upstream = balancer, index, upstream
+        self.released = False
+
+    async def release(self) -> None:
+        if not self.released:
+            self.released = True
+            self.balancer.finished(self.index)
+            await self.upstream.aclose()
+
+
+class _RelayedResponse(StreamingResponse):
+    """A StreamingResponse that releases its lease even when its body never started (a client gone
+    before the response began never runs the body generator, whose own finally would release it)."""
+
+    def __init__(self, lease: _Lease, content, status_code: int, headers: dict[str, str]):
+        super().__init__(content, status_code=status_code, headers=headers)
+        self.lease = lease
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self.lease.release()
 
 
 class DataParallelFront:
@@ -97,11 +126,14 @@ class DataParallelFront:
             self.healthy[index] = False
             return _error(503, f"replica {index} ({replica.url}) did not answer: {exc!r}; it is routed around "
                                "until its /health answers again")
+        except BaseException:              # the client left while its body was being passed on
+            self.balancer.finished(index)
+            raise
         headers = {k: v for k, v in upstream.headers.items() if k.lower() not in _DROP_HEADERS}
         headers[REPLICA_HEADER] = str(index)
         sse = upstream.headers.get("content-type", "").startswith("text/event-stream")
-        return StreamingResponse(self._relay(upstream, index, sse), status_code=upstream.status_code,
-                                 headers=headers, background=BackgroundTask(upstream.aclose))
+        lease = _Lease(self.balancer, index, upstream)
+        return _RelayedResponse(lease, self._relay(lease, sse), status_code=upstream.status_code, headers=headers)
 
     async def _send(self, request: Request, replica: Replica) -> httpx.Response:
         assert self.client is not None
@@ -110,19 +142,18 @@ class DataParallelFront:
                                                      headers=headers, content=request.stream())
         return await self.client.send(upstream_request, stream=True)
 
-    async def _relay(self, upstream: httpx.Response, index: int, sse: bool):
-        """The replica's bytes as they arrive; the in-flight count drops when the response ends,
-        however it ends (done, replica gone, client gone)."""
+    async def _relay(self, lease: "_Lease", sse: bool):
+        """The replica's bytes as they arrive; the lease ends with the last of them (so least-outstanding
+        sees the replica free as soon as it is)."""
         try:
-            async for chunk in upstream.aiter_raw():
+            async for chunk in lease.upstream.aiter_raw():
                 yield chunk
         except httpx.HTTPError as exc:
-            log.warning("replica %d broke a response mid-way: %r", index, exc)
+            log.warning("replica %d broke a response mid-way: %r", lease.index, exc)
             if sse:
-                yield _sse_error(f"replica {index} ended the stream early ({exc!r}): it is down or restarting")
+                yield _sse_error(f"replica {lease.index} ended the stream early ({exc!r}): it is down or restarting")
         finally:
-            self.balancer.finished(index)
-            await upstream.aclose()
+            await lease.release()
 
     async def models(self, request: Request) -> Response:
         eligible = sorted(self.eligible())
