@@ -160,6 +160,9 @@ def _notes(lv: LevelStats, add, texts: dict[str, tuple[str, str]]) -> None:
     for note in lv.notes:
         if note.startswith(_FROM_FIELDS) or _arrivals(note, lv.level_id, add):
             continue
+        if _TRACE_REPLAY.match(note):        # what a trace level replayed (reports/trace_words.py): a fact
+            add("trace_replay", "info", "What the level replayed of its trace", lv.level_id, note)
+            continue
         meta = next((m for m in _META_KINDS if note.startswith(m[0])), None)
         if meta:
             add(meta[1], meta[2], meta[3], lv.level_id, _parenthesis(note))
@@ -193,6 +196,8 @@ def _slo(lv: LevelStats, add) -> None:
 _COUNTED = re.compile(r"^(\w+ P[\d.]+) (.+ counting the .+) \(bound ([^)]+)\)$")
 
 
+# A trace level's note on what it replayed: once, its first part, or cycled (rundir.trace_replay).
+_TRACE_REPLAY = re.compile(r"^(the first .+ of )?the trace \(\d+ requests, ")
 _ARRIVALS = re.compile(r"arrivals: offered ([\d.]+) req/s .*achieved ([\d.]+) req/s[^,]*(?:, send lag P99 ([\d.]+) ms)?")
 ARRIVALS_SHORT = 0.9         # achieved under this share of offered: the client did not send the load
 

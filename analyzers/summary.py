@@ -22,7 +22,7 @@ from analyzers.stats.request_classes import all_class_rows
 from analyzers.stats.scaling import ScalingPoint, Series, analyze_scaling, best_level_within_slo
 from analyzers.stats.slo import Slos
 from analyzers.validity import mark_cut_short, mark_over_capacity
-from rundir import LevelMeta, RunDir, RunInfo
+from rundir import LevelMeta, RunDir, RunInfo, SloSpec
 from rundir.table import RequestTable
 from rundir.table_cache import load_cached
 
@@ -144,7 +144,7 @@ def _fallback_window(table: RequestTable, rows: np.ndarray, info: RunInfo, finis
     return Window(end - float(sent.min()), float(sent.min()), end), True
 
 
-def summary_of_levels(info: RunInfo, slos: "Slos | dict", levels: list[LevelStats],
+def summary_of_levels(info: RunInfo, slos: "SloSpec | dict", levels: list[LevelStats],
                       windows: dict[str, Window] | None = None) -> RunSummary:
     """Cross-level analysis (scaling, SLO answers, findings) of levels already summarized."""
     scaling, series = analyze_scaling(levels)

@@ -5,10 +5,11 @@ replayed faster or slower). Each case runs the real CLI and records the answer b
 value: the point found, its error, whether the answer is established at 95% or a point estimate,
 how many levels it measured and how long it took.
 
-    python bench/capacity_accuracy.py [--duration 3s] [--repeats 2] [--cases concurrency,rate,trace] [--out F]
+    python bench/capacity_accuracy.py [--plan "3s=concurrency,rate,trace 30s=concurrency,rate"] [--repeats 2] [--out F]
 
-A longer --duration (30s) gives loads enough requests (299 with none over a P99 bound) to be
-established; the default keeps the whole bench to a few minutes.
+Each entry of --plan is a measured window per level and the cases run with it, all in one
+invocation: short windows give point estimates in a few minutes; 30 s windows give loads enough
+requests (299 with none over a P99 bound) to be established.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ class Outcome:
     levels: int
     seconds: float
     headline: str
+    window: str = ""               # the measured window per level it ran with
 
 
 def _trace(path: Path, rate: float, n: int = 80) -> Path:
@@ -105,25 +107,34 @@ def run_case(case: Case, url: str, out: Path, duration: str, repeats: int) -> Ou
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--duration", default="3s", help="Measured window per level.")
+    ap.add_argument("--plan", default="3s=concurrency,rate,trace 30s=concurrency,rate",
+                    help="Space-separated WINDOW=CASES entries: the measured window per level and the cases "
+                         "(concurrency, rate, trace) run with it.")
     ap.add_argument("--repeats", type=int, default=2, help="Measurements of each boundary load.")
-    ap.add_argument("--cases", default="", help="Comma list of case names' first words (concurrency, rate, "
-                    "trace); default all.")
     ap.add_argument("--out", default=str(ROOT / "bench/capacity_accuracy.json"))
     args = ap.parse_args()
-    wanted = {c.strip() for c in args.cases.split(",") if c.strip()}
+    plan = [(window, {c.strip() for c in cases.split(",") if c.strip()})
+            for window, _, cases in (entry.partition("=") for entry in args.plan.split())]
+    started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     server, url = _start_server()
     outcomes = []
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            for n, case in enumerate(c for c in _cases(Path(tmp)) if not wanted or c.name.split()[0] in wanted):
-                o = run_case(case, url, Path(tmp) / f"run{n}", args.duration, args.repeats)
-                outcomes.append(o)
-                print(f"{o.case}: known {o.known:g}, found {o.found} ({o.error:+.1%}), "
-                      f"{'established' if o.established else 'point estimate'}, {o.levels} levels, {o.seconds} s")
+            for window, wanted in plan:
+                for case in (c for c in _cases(Path(tmp)) if c.name.split()[0] in wanted):
+                    o = run_case(case, url, Path(tmp) / f"run{len(outcomes)}", window, args.repeats)
+                    o.window = window
+                    outcomes.append(o)
+                    print(f"{window} {o.case}: known {o.known:g}, found {o.found} ({o.error:+.1%}), "
+                          f"{'established' if o.established else 'point estimate'}, {o.levels} levels, {o.seconds} s",
+                          flush=True)
     finally:
         server.kill()
-    Path(args.out).write_text(json.dumps({"duration": args.duration, "repeats": args.repeats,
+    from bench.common import machine
+
+    Path(args.out).write_text(json.dumps({"command": " ".join(sys.argv), "started": started,
+                                          "finished": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+                                          "machine": machine(), "plan": args.plan, "repeats": args.repeats,
                                           "outcomes": [asdict(o) for o in outcomes]}, indent=1) + "\n")
     print(f"wrote {args.out}")
 

@@ -51,6 +51,7 @@ class CaseResult:
     skipped: str | None = None
     seconds: float = 0.0
     run_dir: str = ""
+    effect: float | None = None         # realized: TTFT median inside the fault's windows / outside
 
 
 def sweep(out: Path, args: list[str], timeout_s: float = 420) -> subprocess.Popen:

@@ -28,7 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.diagnosis_accuracy import CaseResult, diagnose, run_embedded, run_lossy
-from bench.diagnosis_faults import Burners, LossyNamespace, netns_unavailable
+from bench.diagnosis_faults import Burners, LossyNamespace, netns_unavailable, realized_effect
 
 # What each planted cause may be called first (the standing and the spike views of one cause).
 EXPECTED = {
@@ -199,6 +199,7 @@ def main() -> int:
             try:
                 run_dir = run_draw(tmp, d, res)
                 res.run_dir = str(run_dir)
+                res.effect = realized_effect(run_dir)
                 diagnose(run_dir, res)
                 judge(d, res)
             except Exception as exc:  # noqa: BLE001 - one broken draw must not hide the others
@@ -206,7 +207,8 @@ def main() -> int:
         res.seconds = round(time.time() - t0, 1)
         results.append({"draw": asdict(d), "result": asdict(res)})
         first = res.findings[0]["check_id"] if res.findings else "nothing"
-        print(f"draw {d.index:2d} {d.cause:14s} {'skipped: ' + res.skipped if res.skipped else ('OK  ' if res.first_ok else 'MISS') + ' first=' + first} ({res.seconds:.0f} s)", flush=True)
+        effect = f", TTFT x{res.effect:g} in the fault" if res.effect is not None else ""
+        print(f"draw {d.index:2d} {d.cause:14s} {'skipped: ' + res.skipped if res.skipped else ('OK  ' if res.first_ok else 'MISS') + ' first=' + first} ({res.seconds:.0f} s{effect})", flush=True)
     done = [r for r in results if not r["result"]["skipped"]]
     right = sum(r["result"]["first_ok"] for r in done)
     rows = [(r["draw"]["cause"], family_of(r["result"]["findings"][0]["check_id"] if r["result"]["findings"] else None))
@@ -221,7 +223,22 @@ def main() -> int:
     Path(a.out).write_text(json.dumps(summary, indent=1))
     print(f"\n{right} of {len(done)} draws right ({len(results) - len(done)} skipped) in {summary['seconds']} s\n")
     print(summary["confusion"])
+    print("\n" + draw_table(results))
     return 0
+
+
+def draw_table(results: list[dict]) -> str:
+    """Every draw as a Markdown row: what was planted, what the plant did to TTFT, what came first."""
+    out = ["| draw | cause | parameters | TTFT in the fault / outside | first finding | right |",
+           "| --- | --- | --- | --- | --- | --- |"]
+    for r in results:
+        d, res = r["draw"], r["result"]
+        params = ", ".join(f"{k}={v}" for k, v in d["params"].items())
+        first = res["findings"][0]["check_id"] if res["findings"] else "nothing"
+        right = "skipped" if res["skipped"] else ("yes" if res["first_ok"] else "**no**")
+        effect = "—" if res.get("effect") is None else f"{res['effect']:g}x"
+        out.append(f"| {d['index']} | {d['cause']} | {params} | {effect} | {first} | {right} |")
+    return "\n".join(out)
 
 
 if __name__ == "__main__":

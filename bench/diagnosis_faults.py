@@ -11,8 +11,10 @@ the target's own connections (`ss`) and the root namespace's host-wide counters 
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import threading
@@ -78,12 +80,13 @@ class LossyNamespace:
 class Burners:
     """N busy-loop processes (other processes on the host: not the server's, not the client's)."""
 
-    def __init__(self, n: int, nice: int = 0):
-        self.n, self.nice = n, nice
+    def __init__(self, n: int, nice: int = 0, cores: set[int] | None = None):
+        self.n, self.nice, self.cores = n, nice, cores     # cores: pin them there (the server's, say)
         self.procs: list[subprocess.Popen] = []
 
     def start(self) -> None:
-        code = f"import os\nos.nice({self.nice})\nwhile True: pass"
+        pin = f"os.sched_setaffinity(0, {sorted(self.cores)!r})\n" if self.cores else ""
+        code = f"import os\n{pin}os.nice({self.nice})\nwhile True: pass"
         self.procs = [subprocess.Popen([sys.executable, "-c", code]) for _ in range(self.n)]
 
     def stop(self) -> None:
@@ -126,6 +129,32 @@ class Toggler(threading.Thread):
         except Exception as exc:  # noqa: BLE001 - reported by the case, which also turns the fault off
             self.error = exc
             self.off()
+        # Beside the run (not part of its contract): when the fault really held, for realized_effect.
+        (self.run_dir / FAULT_WINDOWS_FILE).write_text(json.dumps(self.applied))
+
+
+FAULT_WINDOWS_FILE = "planted_fault_windows.json"
+
+
+def realized_effect(run_dir: Path) -> float | None:
+    """What the plant did to latency: the median TTFT of the measured requests that lived through
+    the fault (half or more of their TTFT window inside it) over the median of those that did not.
+    None for a fault held the whole time (nothing to compare) or without a record of when it held."""
+    try:
+        applied = json.loads((run_dir / FAULT_WINDOWS_FILE).read_text())
+        rows = [json.loads(line) for line in (run_dir / "requests.jsonl").read_text().splitlines() if line.strip()]
+    except (OSError, ValueError):
+        return None
+    inside, outside = [], []
+    for r in rows:
+        if r.get("status") != "ok" or not r.get("in_window") or r.get("ttft_s") is None:
+            continue
+        a, b = r["t_sent"], r["t_sent"] + r["ttft_s"]
+        covered = sum(max(0.0, min(b, e) - max(a, s)) for s, e in applied)
+        (inside if covered >= 0.5 * max(b - a, 1e-9) else outside).append(r["ttft_s"])
+    if len(inside) < 3 or len(outside) < 3:
+        return None
+    return round(statistics.median(inside) / statistics.median(outside), 2)
 
 
 class BackgroundFlow(threading.Thread):

@@ -1,7 +1,7 @@
 """Server robustness (issue 14), side by side for this tree and, with --baseline, another one.
 
   1. inputs: issue 14's listed inputs, then N Hypothesis-generated hostile bodies (the same ones,
-     derandomized, for every tree; tests/server/hostile_bodies.py), each followed by GET /health:
+     derandomized, for every tree; tests/refengine/server/hostile_bodies.py), each followed by GET /health:
      5xx answers, hangs, errors inside streams, and engine deaths (the server is restarted after
      each, up to --max-restarts).
   2. overload: --max-waiting-requests 4 against 40 closed-loop clients (10x): the most requests
@@ -28,7 +28,7 @@ import httpx
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
-sys.path[:0] = [HERE, os.path.join(REPO, "tests"), os.path.join(REPO, "tests", "server")]
+sys.path[:0] = [HERE, os.path.join(REPO, "tests"), os.path.join(REPO, "tests", "refengine", "server")]
 from common import CpuMeter, note  # noqa: E402
 from refengine_proc import free_port, wait_healthy  # noqa: E402
 

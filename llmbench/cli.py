@@ -11,6 +11,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 # The commands live in their packages; their heavy imports are inside them (lazy), so --help is quick.
 from llmbench.capacity.cli import capacity
 from llmbench.cli_common import make_console, user_errors
+from llmbench.export import export
 from llmbench.quality.cli import quality
 from llmbench.report import compare, report
 from llmbench.runs import runs
@@ -82,6 +83,7 @@ app.command(help=capacity.__doc__)(capacity)
 app.command(help=report.__doc__)(report)
 app.command(help=compare.__doc__)(compare)
 app.command(help=runs.__doc__)(runs)
+app.command(help=export.__doc__)(export)
 
 app.command(help=quality.__doc__)(quality)
 

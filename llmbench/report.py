@@ -54,33 +54,92 @@ def _rundir(path: Path):
 
 
 def report(
-    run_dir: Path = typer.Argument(..., help="A run directory written by `llmbench sweep` (complete or interrupted)."),
-    open_: bool = typer.Option(False, "--open", help="Open report.html in the default browser when done."),
+    run_dirs: list[Path] = typer.Argument(..., metavar="RUN_DIR...", help="A run directory written by `llmbench "
+                                          "sweep` (complete or interrupted); with --runs, several (or folders of "
+                                          "them, as `llmbench runs` lists)."),
+    runs: bool = typer.Option(False, "--runs", help="Plot the runs together in one runs.html: each run's "
+                              "throughput-latency curve and the per-user vs per-replica throughput frontier."),
+    out: Optional[Path] = typer.Option(None, help="--runs: the folder for runs.html (default: the current directory)."),
+    open_: bool = typer.Option(False, "--open", help="Open the HTML in the default browser when done."),
     slo_ttft: Optional[float] = typer.Option(None, help="SLO: TTFT P99 in seconds (default: the run's, 1.5)."),
     slo_tpot: Optional[float] = typer.Option(None, help="SLO: TPOT P95 in seconds (default: the run's, 0.050)."),
     slo_e2e: Optional[float] = typer.Option(None, help="SLO: E2E P99 in seconds (default: the run's, none)."),
 ) -> None:
     """Write report.html (self-contained), report.md, summary.csv and summary.json into a run directory
-    and print the summary table."""
+    and print the summary table; with --runs, one runs.html that plots several runs together."""
     from reports.answer import build_answer
-    from reports.terminal import answer_lines, run_summary_table
+    from reports.grid import print_grid
+    from reports.terminal import print_answer, run_summary_table
     from reports.write import read_diagnosis, write_reports
 
+    if runs:
+        if any(v is not None for v in (slo_ttft, slo_tpot, slo_e2e)):
+            raise typer.BadParameter("each run is judged by its own SLO in runs.html; re-judge one with "
+                                     "`llmbench report RUN --slo-ttft ...` first", param_hint="--runs")
+        _report_runs(run_dirs, out or Path("."), open_)
+        return
+    if len(run_dirs) != 1 or out is not None:
+        raise typer.BadParameter("one run directory makes a report; plot several together with --runs "
+                                 "(--out is its folder), or compare two with `llmbench compare`")
+    run_dir = run_dirs[0]
     with user_errors(), run_errors():
         run = _rundir(run_dir)
         t0 = time.perf_counter()
         summary, paths = write_reports(run, _slos(run.read_info().slos.to_dict(), slo_ttft, slo_tpot, slo_e2e))
     for warning in (f for f in summary.findings if f.startswith(str(run.requests_jsonl))):
         err_console.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False)
-    console.print(run_summary_table(summary, title=f"run {summary.info.run_id} ({summary.info.status})",
-                                    width=console.width))
-    for line in answer_lines(build_answer(summary, read_diagnosis(run))):
-        console.print(line, highlight=False)
+    print_grid(console, run_summary_table(summary, title=f"run {summary.info.run_id} ({summary.info.status})"))
+    print_answer(console, build_answer(summary, read_diagnosis(run)))
     console.print(f"wrote {paths['html']}, report.md, summary.csv, summary.json in {time.perf_counter() - t0:.1f} s")
     if open_:
         import webbrowser
 
         webbrowser.open(paths["html"].resolve().as_uri())
+
+
+def run_dirs_of(paths: list[Path]) -> list:
+    """Run directories, each path one or a folder of them (its run directories, by name)."""
+    from rundir import RunDir
+
+    out = []
+    for p in paths:
+        if RunDir(p).exists():
+            out.append(RunDir(p))
+            continue
+        inside = sorted(q for q in p.iterdir() if RunDir(q).exists()) if p.is_dir() else []
+        if not inside:
+            raise FileNotFoundError(f"{p} is not a run directory (no run.json) nor a folder of them")
+        out += [RunDir(q) for q in inside]
+    return out
+
+
+def _report_runs(paths: list[Path], out: Path, open_: bool) -> None:
+    from reports.write import write_runs_report
+
+    with user_errors(), run_errors():
+        t0 = time.perf_counter()
+        dirs = run_dirs_of(paths)
+        curves, html = write_runs_report(dirs, out)
+    for c in curves:
+        peak = max(c.plotted, key=lambda p: p.output_tok_s, default=None)
+        if peak is None:
+            console.print(f"{c.label}: no level is a measurement (see its report); not plotted", highlight=False,
+                          markup=False)
+            continue
+        per_user = "—" if peak.per_user_tok_s is None else f"{peak.per_user_tok_s:,.1f}"
+        console.print(f"{c.label}: {len(c.points)} level{'s' * (len(c.points) != 1)}, peak "
+                      f"{peak.per_replica_tok_s:,.1f} output tok/s per replica at {per_user} tok/s per user "
+                      f"({peak.level_id})", highlight=False, markup=False)
+    plotted = {c.path for c in curves}
+    for d in dirs:
+        if str(d.path) not in plotted:
+            err_console.print(f"[yellow]warning:[/] {escape(str(d.path))}: no level with a successful request in its "
+                              "window; not plotted", highlight=False)
+    console.print(f"wrote {html} ({len(dirs)} runs) in {time.perf_counter() - t0:.1f} s", highlight=False)
+    if open_:
+        import webbrowser
+
+        webbrowser.open(html.resolve().as_uri())
 
 
 def compare(
@@ -156,16 +215,16 @@ def _finite(obj):
 
 def _print_comparisons(console, comparisons, min_effect: float) -> None:
     from reports.compare_answer import compare_answer
-    from reports.terminal import answer_lines, compare_table
+    from reports.grid import print_grid
+    from reports.terminal import compare_table, print_answer
 
     for c in comparisons:
-        console.print(compare_table(c))
+        print_grid(console, compare_table(c))
         n = c.counts()
         console.print(f"B vs A: [green]{n['better']} better[/], [red]{n['worse']} worse[/], "
                       f"{n['within noise']} within noise (95% bootstrap intervals; changes under "
                       f"{min_effect:.0%} count as noise)")
-        for line in answer_lines(compare_answer(c)):
-            console.print(line, highlight=False)
+        print_answer(console, compare_answer(c))
         if c.only_a or c.only_b:
             console.print(f"skipped levels: only in A: {', '.join(c.only_a) or '—'}; "
                           f"only in B: {', '.join(c.only_b) or '—'}", markup=False)

@@ -10,14 +10,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import typer
-from rich.table import Table
 
+from analyzers.capacity.answer import answer_in
 from llmbench.cli_common import make_console
-from rundir import RunDir
+from reports.grid import Column, Grid, print_grid
+from rundir import RunDir, SweepInfo
 from rundir.errors import RunDirError
 
 console = make_console()
-WIDE = 120          # columns below which the list is printed as blocks
 
 
 @dataclass
@@ -47,14 +47,14 @@ def run_lines(folder: Path) -> list[RunLine]:
         target = "embedded" if info.target.kind == "embedded" else str(info.target.url)
         out.append((info.started, RunLine(str(sub), info.run_id, time.strftime("%Y-%m-%d %H:%M", time.gmtime(info.started)),
                                           info.status, str(info.target.model or "?"), target, len(info.levels_done),
-                                          _answer(info.sweep.extra, summary))))
+                                          _answer(info.sweep, summary))))
     return [line for _, line in sorted(out, key=lambda x: -x[0])]
 
 
-def _answer(extra: dict, summary: dict) -> str:
-    capacity = (extra.get("capacity") or {}).get("answer") or {}
-    if capacity.get("headline"):
-        return str(capacity["headline"])
+def _answer(sweep: SweepInfo, summary: dict) -> str:
+    capacity = answer_in(sweep)
+    if capacity is not None and capacity.headline:
+        return capacity.headline
     if not summary:
         return "no summary (interrupted before a level ended?)"
     best = summary.get("best_level_within_slo")
@@ -73,17 +73,10 @@ def runs(
     if not lines:
         console.print(f"no run directories under {folder}", highlight=False)
         return
-    if console.width < WIDE:
-        # Too narrow for a table that never breaks an id or a date: one block per run.
-        for x in lines:
-            console.print(f"[bold]{x.run_id}[/] ({x.status}, {x.started} UTC)", highlight=False)
-            console.print(f"  {x.model} on {x.target}, {x.levels} level{'s' * (x.levels != 1)}; {x.answer}",
-                          highlight=False, markup=False)
-        return
-    t = Table(title=f"runs under {folder}")
-    for col in ("started (UTC)", "run", "status", "model", "target", "levels"):
-        t.add_column(col, no_wrap=True)
-    t.add_column("answer")
+    # A table where one fits with every id, date and URL whole; else a block per run (reports/grid.py).
+    t = Grid(f"runs under {folder}", [Column("run", wrap=False), Column("started (UTC)", wrap=False),
+                                      Column("status", wrap=False), Column("model", wrap=False),
+                                      Column("target", wrap=False), Column("levels", "right"), Column("answer")])
     for x in lines:
-        t.add_row(x.started, x.run_id, x.status, x.model, x.target, str(x.levels), x.answer)
-    console.print(t)
+        t.add_row(x.run_id, x.started, x.status, x.model, x.target, str(x.levels), x.answer)
+    print_grid(console, t)

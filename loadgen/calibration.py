@@ -13,7 +13,7 @@ passes over a word pool (loadgen.prompt_text), so a count is linear in the numbe
       of one and two passes fit tokens per word and the constant instead.
 
 Then one prompt of the first level's length is counted, and the relative error kept in the
-sizer's `extra` (and so in run.json) as the evidence that input lengths are what was asked.
+sizer's calibration (rundir.text_calibration, and so in run.json) as the evidence that input lengths are what was asked.
 
 A count the server accepts and does not answer in time (TargetTimeout: a server that stalls on the
 odd request) is asked once more, and nothing is recorded against the server when the second answer
@@ -32,6 +32,7 @@ from loadgen.preflight import Adaptation
 from loadgen.prompt_text import TextSizer, relative_error, text_of_words
 from loadgen.target_probe import Reply, TargetClient, TargetTimeout
 from loadgen.workloads import RequestSpec
+from rundir.text_calibration import LengthCheck, TextCalibration, UniformPool
 
 FIT_POOL_WORDS = 64          # a short pool keeps the two fitting prompts small (servers with a short max_model_len)
 PROBE_WORDS = 96             # words counted one by one for a uniform pool (one-token requests: cheap)
@@ -88,7 +89,7 @@ def _fit(counter: TokenCounter, sizer: TextSizer) -> TextSizer | None:
         return None
     per_word = (t2 - t1) / w
     return replace(pool, tokens_per_word=per_word, overhead_tokens=float(t1 - per_word * w), exact=False,
-                   source=counter.method or "server", extra={"fit_counts": {w: t1, 2 * w: t2}})
+                   source=counter.method or "server", calibration=TextCalibration(fit_counts={w: t1, 2 * w: t2}))
 
 
 def _uniform(counter: TokenCounter, sizer: TextSizer) -> TextSizer | None:
@@ -111,7 +112,8 @@ def _uniform(counter: TokenCounter, sizer: TextSizer) -> TextSizer | None:
         return None
     return replace(pool, tokens_per_word=float(per_word), overhead_tokens=float(t_one - per_word), exact=True,
                    source=counter.method or "server",
-                   extra={"uniform_pool": {"probed": min(PROBE_WORDS, len(sizer.words)), "kept": len(words)}})
+                   calibration=TextCalibration(uniform_pool=UniformPool(probed=min(PROBE_WORDS, len(sizer.words)),
+                                                                        kept=len(words))))
 
 
 def calibrate(client: TargetClient, sizer: TextSizer, check_len: int) -> tuple[TextSizer, list[Adaptation]]:
@@ -143,8 +145,8 @@ def calibrate(client: TargetClient, sizer: TextSizer, check_len: int) -> tuple[T
     measured = counter.count(text_of_words(sizer, n_words, np.random.default_rng(1)))
     if measured is not None:
         err = relative_error(check_len, measured)
-        sizer = replace(sizer, extra={**sizer.extra, "check": {"requested": check_len, "counted": measured,
-                                                              "relative_error": round(err, 4)}})
+        check = LengthCheck(requested=check_len, counted=measured, relative_error=round(err, 4))
+        sizer = replace(sizer, calibration=replace(sizer.calibration, check=check))
         if err > TOLERANCE:
             notes.append(Adaptation("input length", "off target", f"{check_len} requested, {measured} counted",
                                     f"prompt lengths are {err:.0%} off by the server's count"))

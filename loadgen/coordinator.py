@@ -135,8 +135,9 @@ class Coordinator:
         try:
             # Workers stop themselves by hard_deadline + 2 s at the latest; past that, give up on them.
             # A sized level's deadline moves (earlier) while it runs: wait for the current one.
-            while not self.all_done.wait(timeout=max(0.0, min(1.0, self.plan.hard_deadline + 6.0 - time.time()))):
-                if time.time() >= self.plan.hard_deadline + 6.0:
+            while not self.all_done.wait(timeout=max(0.0, min(1.0, self.current_plan.hard_deadline + 6.0
+                                                                     - time.time()))):
+                if time.time() >= self.current_plan.hard_deadline + 6.0:
                     self.stop("deadline")
                     self.all_done.wait(timeout=5.0)
                     break
@@ -151,6 +152,12 @@ class Coordinator:
         self.out.write({"type": "done", "end_reason": reason, "server_died": self.server_died,
                         "workers_done": len(self.done)})
         return reason
+
+    @property
+    def current_plan(self) -> Plan:
+        """The level's plan as it stands (published before the level's deadline is first read)."""
+        assert self.plan is not None, "the coordinator publishes the plan before it waits on it"
+        return self.plan
 
     def _publish(self, plan: Plan, msg_type: str) -> None:
         self.plan = plan
@@ -168,7 +175,7 @@ class Coordinator:
 
 def user_count_for(level: LevelSpec, n_workers: int) -> int:
     """Closed loop: `concurrency` users over all workers; open loop: one pacer per worker."""
-    return level.concurrency if not level.open_loop else n_workers
+    return level.concurrency if level.concurrency is not None else n_workers   # closed loop: concurrency set
 
 
 def fd_for_output() -> int:

@@ -134,7 +134,7 @@ class LevelObservation:
         held = [s for s in self.samples if s.waiting > 0 and s.running > 0 and s.kv_usage is not None]
         if not held:
             return None
-        usage = statistics.median(s.kv_usage for s in held)
+        usage = statistics.median([s.kv_usage for s in held if s.kv_usage is not None])
         running = statistics.median(s.running for s in held)
         return 1.0 - usage >= usage / running
 
@@ -260,6 +260,11 @@ class _Users:
     sent: Iterator[int] = field(default_factory=itertools.count)
     tasks: list[asyncio.Task] = field(default_factory=list)
 
+    def _measuring(self) -> LevelObservation:
+        """The level being measured when an answer arrives (users start once the first one is set)."""
+        assert self.level is not None, "the ramp sets a level before it starts users"
+        return self.level
+
     def grow_to(self, concurrency: int) -> None:
         # Users are only added, never restarted: a level starts with the previous one's requests in flight.
         self.tasks += [asyncio.create_task(self._user()) for _ in range(concurrency - len(self.tasks))]
@@ -272,14 +277,14 @@ class _Users:
             try:
                 resp = await self.client.post(self.spec.target + "/v1/completions", json=body)
                 if resp.status_code == 200:
-                    self.level.ok += 1
+                    self._measuring().ok += 1
                     self.completion_tokens.add(int((resp.json().get("usage") or {}).get("completion_tokens", -1)))
                 else:
-                    self.level.errors += 1
-                    self.level.error_text = f"HTTP {resp.status_code}: {resp.text[:120]}"
+                    self._measuring().errors += 1
+                    self._measuring().error_text = f"HTTP {resp.status_code}: {resp.text[:120]}"
             except httpx.HTTPError as exc:
-                self.level.errors += 1
-                self.level.error_text = f"{type(exc).__name__}: {exc}"[:160]
+                self._measuring().errors += 1
+                self._measuring().error_text = f"{type(exc).__name__}: {exc}"[:160]
 
     async def stop(self) -> None:
         for task in self.tasks:

@@ -24,7 +24,7 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Callable
+from typing import Any, BinaryIO, Callable
 
 from loadgen.errors import LoadGeneratorError
 from loadgen.fail_fast import FailFast
@@ -63,7 +63,7 @@ def run_level(spec: LevelSpec, target: TargetSpec,
         raise ValueError("the chat endpoint needs text prompts: use the sharegpt workload or endpoint='completions'")
     config = {"level": spec.to_dict(), "target": target.to_dict(), "workload": workload.options.to_dict()}
     with tempfile.TemporaryDirectory(prefix="llmbench-loadgen-") as logdir:
-        procs: list[subprocess.Popen] = []       # filled as they start: a Ctrl-C while starting stops those
+        procs: list[LocustProcess] = []       # filled as they start: a Ctrl-C while starting stops those
         loop = None
         try:
             _start_processes(spec, config, logdir, master_bind, procs)
@@ -78,15 +78,24 @@ def run_level(spec: LevelSpec, target: TargetSpec,
 
 # ----- processes ----------------------------------------------------------------------------
 
+class LocustProcess(subprocess.Popen):
+    """A locust process, with its command, its log file (the first's stderr; a worker's whole output)
+    and, once stopped, the log's end."""
+
+    cmd: list[str]
+    log: BinaryIO
+    log_tail: str = ""
+
+
 def _start_processes(spec: LevelSpec, config: dict, logdir: str, master_bind: str | None,
-                     procs: list[subprocess.Popen]) -> None:
+                     procs: list[LocustProcess]) -> None:
     """Start the level's locust processes, appending each to `procs` as soon as it exists."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
     base = [sys.executable, "-m", "loadgen.locust_proc"]
     # A session of their own: the terminal's Ctrl-C reaches only us, and we stop them in order.
     # Same working directory as the caller, so relative dataset and tokenizer paths mean the same.
-    common = dict(env=env, start_new_session=True)
+    common: dict[str, Any] = dict(env=env, start_new_session=True)
     if spec.workers == 1 and master_bind is None:
         cmds = [base + ["--local"]]
     else:
@@ -97,17 +106,17 @@ def _start_processes(spec: LevelSpec, config: dict, logdir: str, master_bind: st
     for n, cmd in enumerate(cmds):
         log = open(os.path.join(logdir, f"proc{n}.log"), "w+b")
         if n == 0:
-            p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, **common)
+            p = LocustProcess(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, **common)
         else:
-            p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, **common)
-        p.log = log
+            p = LocustProcess(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, **common)
+        p.log, p.cmd = log, cmd
         procs.append(p)
-        if n == 0:
+        if n == 0 and p.stdin is not None:         # a pipe: always, for the first
             p.stdin.write(json.dumps(config).encode())
             p.stdin.close()
 
 
-def _stop_all(procs: list[subprocess.Popen], timeout: float = 5.0, polite_s: float = 0.0) -> None:
+def _stop_all(procs: list[LocustProcess], timeout: float = 5.0, polite_s: float = 0.0) -> None:
     """Wait polite_s for the processes to exit, then terminate, then kill; keep the end of each log.
     Idempotent."""
     procs = [p for p in procs if not p.log.closed]
@@ -151,7 +160,7 @@ def arrivals_note(offered: int, achieved: int, window_s: float, lag_p99_s: float
 # ----- the parent's loop --------------------------------------------------------------------
 
 class _LevelLoop:
-    def __init__(self, spec: LevelSpec, procs: list[subprocess.Popen], on_records, on_progress, make_records):
+    def __init__(self, spec: LevelSpec, procs: list[LocustProcess], on_records, on_progress, make_records):
         self.spec, self.procs, self.on_records, self.on_progress = spec, procs, on_records, on_progress
         self.make_records = make_records
         self.tally = LevelTally(spec)
@@ -324,4 +333,4 @@ class _LevelLoop:
         return r
 
     def _log_tail(self) -> str:
-        return "\n".join(f"--- {' '.join(p.args[2:])}\n{getattr(p, 'log_tail', '')}" for p in self.procs)
+        return "\n".join(f"--- {' '.join(p.cmd[2:])}\n{p.log_tail}" for p in self.procs)

@@ -29,6 +29,7 @@ import traceback
 
 import gevent
 import locust  # noqa: F401  (monkey-patches this process with gevent, first thing)
+from locust import User
 from locust.env import Environment
 
 from loadgen.coordinator import Coordinator, JsonLinesOut, fd_for_output, user_count_for
@@ -39,12 +40,18 @@ from loadgen.specs import LevelSpec
 DEFAULT_MASTER_PORT = 5557
 LEAD_LOCAL_S = 0.2            # from spawned users to the first request: time for the plan to arrive
 LEAD_DISTRIBUTED_S = 0.5
-USER_CLASSES = [ClosedLoopUser, OpenLoopPacer]
+USER_CLASSES: list[type[User]] = [ClosedLoopUser, OpenLoopPacer]
+
+
+class LevelEnvironment(Environment):
+    """locust's Environment with the level's session, which the users read (locust_users.py)."""
+
+    llmbench_session: LevelSession
 
 
 def run_local(config: dict, out: JsonLinesOut) -> str:
     level = LevelSpec(**config["level"])
-    env = Environment(user_classes=USER_CLASSES, host=config["target"]["url"])
+    env = LevelEnvironment(user_classes=USER_CLASSES, host=config["target"]["url"])
     runner = env.create_local_runner()
     coordinator = Coordinator(runner, level, n_workers=1, out=out)
     _stop_on_sigterm(coordinator)
@@ -60,7 +67,7 @@ def run_local(config: dict, out: JsonLinesOut) -> str:
 def run_master(config: dict, out: JsonLinesOut, bind_host: str = "*", bind_port: int = DEFAULT_MASTER_PORT,
                expect_workers: int = 1, connect_timeout_s: float = 60.0) -> str:
     level = LevelSpec(**config["level"])
-    env = Environment(user_classes=USER_CLASSES, host=config["target"]["url"])
+    env = LevelEnvironment(user_classes=USER_CLASSES, host=config["target"]["url"])
     runner = env.create_master_runner(master_bind_host=bind_host, master_bind_port=bind_port)
     coordinator = Coordinator(runner, level, n_workers=expect_workers, out=out)
     _stop_on_sigterm(coordinator)
@@ -91,7 +98,7 @@ def run_master(config: dict, out: JsonLinesOut, bind_host: str = "*", bind_port:
 def run_worker(master_host: str, master_port: int = DEFAULT_MASTER_PORT, once: bool = False) -> None:
     """Serve levels for masters at master_host:master_port; with once, just the next one."""
     while True:
-        env = Environment(user_classes=USER_CLASSES)
+        env = LevelEnvironment(user_classes=USER_CLASSES)
         try:
             runner = env.create_worker_runner(master_host, master_port)
         except ConnectionError:

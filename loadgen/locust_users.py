@@ -20,6 +20,7 @@ locust processes (loadgen.locust_proc) import it, never the CLI.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import gevent
 import gevent.socket
@@ -37,6 +38,7 @@ from rundir import RequestRecord
 
 CONNECT_ERROR_BACKOFF_S = 0.05   # a closed-loop user does not spin on a refusing server
 DRAIN_AFTER_DONE_S = 1.0         # reading past [DONE] to the end of the body, to reuse the connection
+SEND_CLOCK_MARK = "llmbench_send_clock"   # the attribute that marks gevent's sendall as wrapped (once)
 
 
 def stream_request(user: FastHttpUser, s: LevelSession, spec: RequestSpec, body: bytes,
@@ -60,8 +62,9 @@ def stream_request(user: FastHttpUser, s: LevelSession, spec: RequestSpec, body:
     deadline = RequestDeadline(f"no complete answer in {level.request_timeout_s:g} s")
     try:
         with gevent.Timeout(level.request_timeout_s, deadline):
-            resp = user.client.request("POST", where, data=body, headers=s.headers, stream=True,
-                                       catch_response=True, name=s.target.path)
+            # locust annotates `data` as str | dict; it sends bytes as they are (the body, encoded once).
+            resp = user.client.request("POST", where, data=body, headers=s.headers,  # type: ignore[arg-type]
+                                       stream=True, catch_response=True, name=s.target.path)
             _read_response(s, resp, rec, stream, spec)
     except GreenletExit:
         _take_stream(rec, stream.digest())   # what arrived before the cut
@@ -73,7 +76,7 @@ def stream_request(user: FastHttpUser, s: LevelSession, spec: RequestSpec, body:
     finally:
         me.llmbench_on_send = None
         sent(t_decided)                # no byte was written (connect failed, cut off): sent when decided
-        raw = getattr(resp, "_response", None)
+        raw: Any = getattr(resp, "_response", None)      # geventhttpclient's response (untyped): read line by line
         if raw is not None:
             raw.release()              # back to the pool when the body was read to its end, else closed
         rec.derive()
@@ -105,7 +108,7 @@ def _install_send_clock() -> None:
     greenlet of a request in flight learns when its first byte goes out. Costs one getattr per
     write for every other socket of this process (locust's own messaging uses zmq, not these)."""
     cls = gevent.socket.socket
-    if getattr(cls.sendall, "llmbench_send_clock", False):
+    if getattr(cls.sendall, SEND_CLOCK_MARK, False):
         return
     inner = cls.sendall
 
@@ -115,7 +118,7 @@ def _install_send_clock() -> None:
             mark(time.time())
         return inner(self, data, flags)
 
-    sendall.llmbench_send_clock = True
+    setattr(sendall, SEND_CLOCK_MARK, True)    # marks the wrapper: installed once per process
     cls.sendall = sendall
 
 
@@ -124,7 +127,7 @@ _install_send_clock()
 
 def _read_response(s: LevelSession, resp, rec: RequestRecord, stream: StreamResult, spec: RequestSpec) -> None:
     error = getattr(resp, "error", None)
-    raw = getattr(resp, "_response", None)
+    raw: Any = getattr(resp, "_response", None)      # geventhttpclient's response (untyped): read line by line
     if error is not None:              # no HTTP response (every status is a response, see _LevelUser)
         kind, text = classify_request_error(error)
         if is_refused(error):
@@ -212,18 +215,20 @@ class _LevelUser(FastHttpUser):
         # The per-request deadline (one gevent.Timeout around connect + whole stream) is what bounds
         # a request. No socket timeouts: they would only duplicate it, and each blocking recv
         # with a timeout arms a timer of its own (measurable CPU at thousands of chunks/s).
-        self.connection_timeout = None
-        self.network_timeout = None
+        # locust annotates both as float; geventhttpclient takes None as "no timeout".
+        self.connection_timeout = None  # type: ignore[assignment]
+        self.network_timeout = None  # type: ignore[assignment]
         super().__init__(environment)
         # Every status is handed to us: a 500's body is read for the error text instead of being
         # dropped by geventhttpclient's status check.
-        self.client.client.valid_response_codes = frozenset(range(100, 600))
+        # geventhttpclient declares valid_response_codes a class variable; this client's own set overrides it.
+        self.client.client.valid_response_codes = frozenset(range(100, 600))  # type: ignore[misc]
         self.session = s
 
     def _wait_for_start(self) -> None:
         s = self.session
         s.plan_ready.wait()
-        delay = s.plan.t_start - time.time()
+        delay = s.current_plan.t_start - time.time()
         if delay > 0:
             gevent.sleep(delay)
 
@@ -238,8 +243,8 @@ class ClosedLoopUser(_LevelUser):
         s = self.session
         self._wait_for_start()
         warm = False
-        while s.may_send(time.time()):
-            spec, body = s.next_request()
+        while s.may_send(time.time()) and (request := s.next_request()) is not None:
+            spec, body = request
             rec = s.inflight.spawn(stream_request, self, s, spec, body, time.time()).get()
             if not warm and isinstance(rec, RequestRecord):
                 warm = True
@@ -262,13 +267,17 @@ class OpenLoopPacer(_LevelUser):
         s = self.session
         s.pacers += 1
         self._wait_for_start()
+        assert s.level.request_rate is not None, "a pacer runs open-loop levels"
         rate = s.level.request_rate / s.n_workers
         plan = ArrivalPlan(rate, s.level.burstiness, seed=s.level.seed, stream=s.worker_index)
-        gaps = plan.times(s.plan.t_start)
+        gaps = plan.times(s.current_plan.t_start)
         while True:
-            spec, body = s.next_request()          # prepared before its time comes
+            request = s.next_request()             # prepared before its time comes
+            if request is None:                    # a trace played once: its last request is out
+                break
+            spec, body = request
             # A trace's request carries its own send time; otherwise the next drawn arrival.
-            t_planned = s.plan.t_start + spec.arrival_s if spec.arrival_s is not None else next(gaps)
+            t_planned = s.current_plan.t_start + spec.arrival_s if spec.arrival_s is not None else next(gaps)
             delay = t_planned - time.time()
             if delay > 0:
                 s.stop_requested.wait(timeout=delay)

@@ -42,14 +42,14 @@ class Plan:
     @classmethod
     def starting_at(cls, t_start: float, level: LevelSpec) -> "Plan":
         steady, sized = level.steady_warmup, level.sample_target is not None
-        window_start = t_start + (level.max_duration_s if steady else level.warmup_s)
-        window_end = window_start + (level.max_duration_s if sized else level.duration_s)
+        window_start = t_start + (level.bound_s if steady else level.warmup_s)
+        window_end = window_start + (level.bound_s if sized else level.duration_s)
         return cls(t_start, window_start, window_end, _deadline(window_end, level),
                    "max" if steady else "fixed", "max" if sized else "fixed")
 
     def window_starting(self, t: float, level: LevelSpec) -> "Plan":
         """The warm-up is over (steady state) at t: the window starts then, its bound with it."""
-        end = t + (level.max_duration_s if self.window_end_by == "max" else level.duration_s)
+        end = t + (level.bound_s if self.window_end_by == "max" else level.duration_s)
         return dataclasses.replace(self, window_start=t, window_end=end, hard_deadline=_deadline(end, level),
                                    warmup_end="steady")
 

@@ -139,8 +139,13 @@ def _check_answer(reply: Reply, spec: RequestSpec, target: TargetSpec, adaptatio
     s = reply.stream
     assert s is not None
     if s.token_chunks == 0:
-        raise TargetError(f"{target.url} answered the preflight stream with no generated text; "
-                          "the server may not stream tokens")
+        # The server's own reason, where it gave one: 'length' before any token is a prompt that fills
+        # its context (llama.cpp's server does that), 'stop' a model that ended at once.
+        why = {"length": f"finish_reason 'length' before any token: a prompt of about {spec.target_input_len} tokens may "
+                         "fill the server's context (lower --input-len, or raise the server's context size)",
+               "stop": "finish_reason 'stop' before any token: the model ended at once (the server may not honour "
+                       "ignore_eos)"}.get(s.finish_reason or "", "the server may not stream tokens")
+        raise TargetError(f"{target.url} answered the preflight stream with no generated text; {why}")
     if s.completion_tokens is None and "stream_options" not in target.omit_fields:
         adaptations.append(Adaptation("usage", "missing", "the stream carried no usage object",
                                       _CONSEQUENCE["stream_options"]))

@@ -19,10 +19,14 @@ long prefix (a prefix cache cannot make them cheap unless the workload asks for 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
+
+from rundir.text_calibration import TextCalibration
+
+CALIBRATION_KEY = "extra"        # where run.json keeps a sizer's calibration (docs/run-format.md)
 
 # Short, frequent English words: one token in most tokenizers with a vocabulary of 30k or more.
 ENGLISH_WORDS = tuple(dict.fromkeys("""
@@ -52,7 +56,9 @@ class TextSizer:
     overhead_tokens: float = 0.0         # what the server adds to every prompt (BOS, chat template)
     source: str = "built-in estimate"    # tokenizer | server usage | server /tokenize | built-in estimate
     exact: bool = False                  # counts known exactly (a vocabulary pool), not fitted
-    extra: dict[str, Any] = field(default_factory=dict)    # calibration evidence, for run.json
+    # The server's counts behind it (loadgen.calibration), for run.json; written under the key
+    # `extra`, as it always has been (docs/run-format.md).
+    calibration: TextCalibration = field(default_factory=TextCalibration)
 
     def __post_init__(self) -> None:
         if len(self.words) < 2 or any(not w or " " in w for w in self.words):
@@ -68,11 +74,16 @@ class TextSizer:
         return self.overhead_tokens + n_words * self.tokens_per_word
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "calibration"}
+        return {**d, "words": list(self.words), CALIBRATION_KEY: self.calibration.to_dict()}
 
     @classmethod
-    def of(cls, d: "dict | TextSizer") -> "TextSizer":
-        return d if isinstance(d, TextSizer) else cls(**d)
+    def of(cls, d: "dict[str, Any] | TextSizer") -> "TextSizer":
+        if isinstance(d, TextSizer):
+            return d
+        d = dict(d)
+        calibration = TextCalibration.from_dict(d.pop(CALIBRATION_KEY, None))
+        return cls(**d, calibration=calibration)
 
 
 def text_of_words(sizer: TextSizer, n_words: int, rng: np.random.Generator) -> str:

@@ -22,14 +22,22 @@ class RequestSpec:
 
 
 class Workload:
-    """An endless deterministic stream of RequestSpecs; repeats with `period` when that is set."""
+    """A deterministic stream of RequestSpecs: endless, repeating with `period` when that is set,
+    or ending after `length` requests (a trace played once: loadgen.trace_workload)."""
 
     def __init__(self, options: Any, make: Callable[[int], RequestSpec], period: int | None,
-                 rebuildable: bool = True):
+                 rebuildable: bool = True, length: int | None = None):
+        if length is not None and length < 1:
+            raise ValueError(f"a finite workload has at least one request, got length={length}")
         self.options = options
         self.period = period
         self.rebuildable = rebuildable     # make_workload(self.options) gives the same requests
+        self.length = length
         self._make = make
+
+    def has(self, i: int) -> bool:
+        """Whether request i exists (always, unless the stream ends after `length`)."""
+        return self.length is None or i < self.length
 
     def spec(self, i: int) -> RequestSpec:
         return self._make(i % self.period if self.period else i)
@@ -39,6 +47,6 @@ class Workload:
 
     def __iter__(self) -> Iterator[RequestSpec]:
         i = 0
-        while True:
+        while self.has(i):
             yield self.spec(i)
             i += 1

@@ -84,8 +84,12 @@ class LevelSession:
         self._dead_reported = False
 
     # ----- used by the users ---------------------------------------------------------------
-    def next_request(self) -> tuple[RequestSpec, bytes]:
+    def next_request(self) -> tuple[RequestSpec, bytes] | None:
+        """This process's next request and its body; None once a finite workload (a trace played
+        once) has no more: the users then stop sending."""
         i = self.worker_index + self.n_workers * self._k
+        if not self.workload.has(i):
+            return None
         self._k += 1
         spec = self.workload.spec(i)
         return spec, request_body(spec, self.target)
@@ -102,8 +106,14 @@ class LevelSession:
             return False
         return not (self.level.drain == "stop_sending" and t >= self.plan.window_end)
 
+    @property
+    def current_plan(self) -> Plan:
+        """The level's plan as it stands: set (plan_ready) before any user starts or the supervisor wakes."""
+        assert self.plan is not None, "a level's plan arrives before its users start"
+        return self.plan
+
     def in_window(self, t_sent: float) -> bool:
-        return self.plan.in_window(t_sent)
+        return self.current_plan.in_window(t_sent)
 
     def user_warm(self) -> None:
         """A closed-loop user finished its first request (steady state, loadgen.sizing)."""
@@ -200,7 +210,7 @@ class LevelSession:
         self._sleep_until(lambda p: p.window_start)
         cpu0, t0 = _cpu_s(proc), time.time()
         self._sleep_until(lambda p: p.window_end)
-        plan = self.plan           # the window is over: its plan moves no more
+        plan = self.current_plan   # the window is over: its plan moves no more
         t1 = time.time()
         if t1 - t0 > 0.05:
             self.cpu_percent = 100.0 * (_cpu_s(proc) - cpu0) / (t1 - t0)

@@ -134,6 +134,13 @@ class LevelSpec:
                              f"({self.warmup_s:g} s) and window ({self.duration_s:g} s) it bounds")
 
     @property
+    def bound_s(self) -> float:
+        """A sized level's max_duration_s (checked set): the bound of its steady warm-up and sized window."""
+        if self.max_duration_s is None:
+            raise ValueError("a fixed level has no max_duration_s bound")
+        return self.max_duration_s
+
+    @property
     def open_loop(self) -> bool:
         return self.request_rate is not None
 

@@ -189,6 +189,7 @@ def _take_payload(r: StreamResult, now: float, payload: bytes) -> tuple[str, str
         if r.t_first_token is None:
             r.t_first_token, r.first_token_source = now, "chunk"
         else:
+            assert r.t_last_token is not None, "set with the first token"
             r.itl_s.append(now - r.t_last_token)
         r.t_last_token = now
         r.token_chunks += 1

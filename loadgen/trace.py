@@ -1,6 +1,6 @@
 """Trace replay: production request traces as an open-loop workload sent at the trace's own times.
 
-Formats (docs/workloads-trace.md):
+Formats (docs/workloads.md):
 - Mooncake JSONL (kvcache-ai/Mooncake's traces): one object per line, `timestamp` (ms from the
   trace's start), `input_length`, `output_length`, `hash_ids` (one id per block of `block_size`
   prompt tokens, 512 in Mooncake's traces; equal ids are equal blocks, so requests that share
@@ -14,9 +14,11 @@ words (drawn from a generator seeded by the workload seed and `h`), so two reque
 hash ids share an identical text prefix and a prefix cache sees what the trace's cache saw. The
 server's own constant (BOS, template) is taken off the last block, so prefixes stay intact.
 
-The workload cycles: request i is row i mod n of the trace in pass i // n, sent at
-(pass x span + t_row) / speed after the level started, where span is the trace's length plus one
-mean gap; a later pass salts its blocks, so it does not hit the cache the first pass filled.
+The workload plays the trace once (its stream ends with the last row) unless it is told to
+cycle (loadgen.trace_workload; docs/workloads.md, "Replay"). Cycling, request i is row
+i mod n of the trace in pass i // n, sent at (pass x span + t_row) / speed after the level
+started, where span is the trace's length plus one mean gap; a later pass salts its blocks, so it
+does not hit the cache the first pass filled.
 """
 
 from __future__ import annotations

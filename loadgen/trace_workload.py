@@ -13,6 +13,7 @@ from loadgen.errors import WorkloadError
 from loadgen.prompt_text import TextSizer, estimated_sizer, text_of_words
 from loadgen.request_spec import RequestSpec, Workload
 from loadgen.trace import Trace, TraceRow, block_rng, load_trace
+from rundir.trace_replay import TRACE_LOOP_REASONS, TraceReplay
 
 
 def trace_specs(o, trace: Trace | None = None):
@@ -21,6 +22,8 @@ def trace_specs(o, trace: Trace | None = None):
         raise WorkloadError("the trace workload needs dataset_path (a Mooncake .jsonl or Azure .csv trace)")
     if not o.trace_speed > 0 or o.block_size < 1:
         raise WorkloadError("trace_speed must be > 0 and block_size >= 1")
+    if o.trace_loop is not None and o.trace_loop not in TRACE_LOOP_REASONS:
+        raise WorkloadError(f"trace_loop must be one of {TRACE_LOOP_REASONS} or None, got {o.trace_loop!r}")
     trace = trace or load_trace(o.dataset_path, o.trace_limit)
     sizer = TextSizer.of(o.text_sizer) if o.text_sizer else estimated_sizer()
     rows, span = trace.rows, trace.span_s
@@ -29,6 +32,7 @@ def trace_specs(o, trace: Trace | None = None):
         cycle, row = divmod(i, len(rows))
         r = rows[row]
         prompt: list[int] | str
+        count: int | None
         if o.prompt_format == "ids":
             prompt = _ids(o, r, i, cycle)
             count = len(prompt)
@@ -37,7 +41,17 @@ def trace_specs(o, trace: Trace | None = None):
         return RequestSpec(prompt, r.input_len, r.output_len, r.output_len, dict(o.extra_body),
                            client_prompt_tokens=count, arrival_s=(cycle * span + r.t_s) / o.trace_speed)
 
-    return Workload(o, make, None)
+    # Played once unless told to cycle (docs/workloads.md, "Replay"): the stream ends with the trace.
+    return Workload(o, make, None, length=None if o.trace_loop else len(rows))
+
+
+def trace_replay(options: dict, level, sent: int | None = None) -> TraceReplay:
+    """What a level (a loadgen.specs.LevelSpec) replays of the trace its workload options name:
+    once, its first part, or cycled, and why (the record run.json keeps per level)."""
+    trace = load_trace(options["dataset_path"], options.get("trace_limit"))
+    speed = level.trace_speed if level.trace_speed is not None else options.get("trace_speed", 1.0)
+    return TraceReplay(requests=len(trace.rows), span_s=trace.span_s, speed=speed,
+                       level_s=level.warmup_s + level.duration_s, cycled_by=options.get("trace_loop"), sent=sent)
 
 
 def _blocks(o, r: TraceRow) -> list[tuple[int | None, int]]:

@@ -65,6 +65,8 @@ class WorkloadOptions:
     trace_speed: float = 1.0           # trace: time scale (2 = the trace's requests twice as fast)
     trace_limit: int | None = None     # trace: the first N requests
     block_size: int = 512              # trace: prompt tokens per hash id (Mooncake: 512)
+    # trace: why it cycles to fill the level (rundir.trace_replay.TRACE_LOOP_REASONS); None plays it once
+    trace_loop: str | None = None
     turns: int = 4                     # sessions: turns per conversation
     num_sessions: int = 16             # sessions: conversations open at once (interleaved)
     extra_body: dict[str, Any] = field(default_factory=dict)
@@ -170,8 +172,10 @@ def _shared_prefix(o: WorkloadOptions, prompts: _Prompts) -> Workload:
     text = o.prompt_format == "text"
     # Text: the prefix carries the server's constant (BOS, template), the suffix is words only.
     n_prefix_words, n_suffix_words = prompts.words_for(o.prefix_len), prompts.words_for(suffix_len, False)
-    prefixes = [text_of_words(prompts.sizer, n_prefix_words, _rng(o, p, stream=1)) if text
-                else _tokens(_rng(o, p, stream=1), o, o.prefix_len) for p in range(o.num_prefixes)]
+    # One of the two, by prompt format (each prefix from its own generator: the same in either list).
+    text_prefixes = [text_of_words(prompts.sizer, n_prefix_words, _rng(o, p, stream=1))
+                     for p in range(o.num_prefixes)] if text else []
+    id_prefixes = [] if text else [_tokens(_rng(o, p, stream=1), o, o.prefix_len) for p in range(o.num_prefixes)]
     count = prompts.count(n_prefix_words + n_suffix_words) if text else None
     n_groups = o.num_prefixes * o.suffixes_per_prefix
 
@@ -182,9 +186,9 @@ def _shared_prefix(o: WorkloadOptions, prompts: _Prompts) -> Workload:
         rng = _rng(o, p * o.suffixes_per_prefix + j, stream=2)
         n_out = _spread(_rng(o, i, stream=3), o.output_len, o.output_len_spread)
         if text:
-            return RequestSpec(prefixes[p] + text_of_words(prompts.sizer, n_suffix_words, rng), o.prefix_len + suffix_len,
+            return RequestSpec(text_prefixes[p] + text_of_words(prompts.sizer, n_suffix_words, rng), o.prefix_len + suffix_len,
                                n_out, n_out, dict(o.extra_body), client_prompt_tokens=count)
-        prompt = prefixes[p] + _tokens(rng, o, suffix_len)
+        prompt = id_prefixes[p] + _tokens(rng, o, suffix_len)
         return RequestSpec(prompt, len(prompt), n_out, n_out, dict(o.extra_body), client_prompt_tokens=len(prompt))
 
     return Workload(o, make, o.num_prompts or n_groups)

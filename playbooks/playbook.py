@@ -197,28 +197,3 @@ def _first_sentence(body: str) -> str:
     text = " ".join(body.split())
     end = text.find(". ")
     return text[: end + 1] if end > 0 else text
-
-
-_STYLE = {Status.PASSED: "green", Status.FAILED: "bold red", Status.UNCHECKED: "yellow", Status.MANUAL: "cyan"}
-
-
-def render(run: PlaybookRun, console) -> None:
-    """Print the run as a rich table, in playbook order, grouped by section."""
-    from rich.table import Table
-    from rich.text import Text
-
-    table = Table(title=f"playbook {run.playbook.name}: {run.playbook.title}", title_justify="left",
-                  show_lines=False, expand=False)
-    for col, kw in (("section", {}), ("step", {"no_wrap": True}), ("check", {}), ("status", {"no_wrap": True}),
-                    ("evidence", {"overflow": "fold"})):
-        table.add_column(col, **kw)
-    last = None
-    for r in run.results():
-        section = r.step.section if r.step.section != last else ""
-        last = r.step.section
-        table.add_row(Text(section), Text(r.step.id), Text(r.step.title), Text(r.status.value, style=_STYLE[r.status]),
-                      Text(r.evidence))
-    console.print(table)
-    c = run.counts()
-    console.print(f"[dim]{c['passed']} passed, {c['failed']} failed, {c['could not be checked']} could not be "
-                  f"checked, {c['manual']} manual (see playbooks/{run.playbook.name}.md)[/]")

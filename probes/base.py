@@ -91,7 +91,7 @@ class JsonlAppender:
 
 def read_rows(path: Path) -> list[dict]:
     """Rows of a probe file, skipping a torn last line (the run may still be going)."""
-    rows = []
+    rows: list[dict] = []
     if not path.exists():
         return rows
     with open(path, encoding="utf-8") as f:

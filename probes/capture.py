@@ -58,7 +58,7 @@ class CaptureProbe(Probe):
         except (OSError, PermissionError) as exc:
             raise ProbeUnavailable(f"cannot open a capture socket on {self.iface or 'the default interface'}: {exc}") \
                 from None
-        self.writer = PcapWriter(str(self.path), append=False, sync=True)
+        writer = self.writer = PcapWriter(str(self.path), append=False, sync=True)
         port = self.port
 
         def keep(pkt) -> bool:
@@ -66,7 +66,7 @@ class CaptureProbe(Probe):
             return tcp is not None and port in (tcp.sport, tcp.dport)
 
         def write(pkt) -> None:
-            self.writer.write(pkt)
+            writer.write(pkt)
             self.count += 1
 
         kwargs = {"iface": self.iface} if self.iface else {}
@@ -102,6 +102,8 @@ class CaptureProbe(Probe):
         return None
 
     def _stop_sniffer(self) -> None:
+        if self.sniffer is None:
+            return
         try:
             self.sniffer.stop()
         except Exception:  # noqa: BLE001 - it may have stopped on its count limit meanwhile
@@ -112,7 +114,8 @@ class CaptureProbe(Probe):
             return None
         if self.sniffer.running:
             self._stop_sniffer()
-        self.writer.close()
+        if self.writer is not None:         # opened with the sniffer
+            self.writer.close()
         from probes.pcap_analysis import analyze_pcap
 
         report = analyze_pcap(str(self.path))

@@ -118,7 +118,7 @@ class GpuProbe(Probe):
             tx, rx = (_field_value(v) for v in vals[:2])
         prev = self._nvlink_prev.get(index)
         self._nvlink_prev[index] = (now, tx, rx)
-        out = {"nvlink_tx_bytes_s": None, "nvlink_rx_bytes_s": None}
+        out: dict[str, float | None] = {"nvlink_tx_bytes_s": None, "nvlink_rx_bytes_s": None}
         if prev and now > prev[0]:
             dt = now - prev[0]
             if tx is not None and prev[1] is not None:

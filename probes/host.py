@@ -12,7 +12,10 @@ process, the sweep, and its locust children), others_cpu_cores (every other proc
 top_others ([{pid, comm, cpu_cores}], the busiest others). Contention: cpu_pressure_some_avg10
 (PSI, % of the last 10 s some runnable task waited for a CPU), cpu_pressure_some_share (the same
 over this interval, from the `total` deltas) and cpu_steal_pct (time a hypervisor took), where the
-kernel has them.
+kernel has them. The server's own view of contention: server_cpu_wait_share (of the time its
+threads were runnable, the share they waited for a CPU: /proc/<pid>/task/*/schedstat) and
+server_cpu_wait_cores (threads waiting, on average), so a neighbour is told by what the target
+itself lived through, not only by host-wide counters.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ class HostProbe(Probe):
         self._prev_t: float | None = None
         self._prev_psi: float | None = None
         self._prev_steal: tuple[int, int] | None = None
+        self._prev_sched: tuple[float, int, int] | None = None   # (monotonic, run ns, wait ns) of the server
 
     def check(self) -> None:
         if not sys.platform.startswith("linux"):
@@ -126,6 +130,29 @@ class HostProbe(Probe):
         if steal is not None:
             self._prev_steal = steal
 
+    def _server_wait(self, row: dict, base: Path, now: float) -> None:
+        """The server's threads: time on a CPU and time runnable but waiting, since the last sample
+        (a thread that exited in between takes its counts with it: a small undercount)."""
+        run_ns = wait_ns = 0
+        try:
+            tasks = os.listdir(base / "task")
+        except OSError:
+            return
+        for tid in tasks:
+            try:
+                got = procfs.parse_schedstat(read_text(base / "task" / tid / "schedstat"))
+            except OSError:
+                continue                   # exited while we listed, or no schedstats in this kernel
+            if got is not None:
+                run_ns, wait_ns = run_ns + got[0], wait_ns + got[1]
+        prev, self._prev_sched = self._prev_sched, (now, run_ns, wait_ns)
+        if prev is None or now <= prev[0]:
+            return
+        d_run, d_wait = max(run_ns - prev[1], 0), max(wait_ns - prev[2], 0)
+        row["server_cpu_wait_cores"] = round(d_wait / 1e9 / (now - prev[0]), 4)
+        if d_run + d_wait > 0:
+            row["server_cpu_wait_share"] = round(d_wait / (d_run + d_wait), 4)
+
     def _memory(self, row: dict) -> None:
         try:
             mem = procfs.parse_meminfo(read_text(self.proc / "meminfo"))
@@ -155,6 +182,7 @@ class HostProbe(Probe):
         if self._prev_proc is not None and now > self._prev_proc[0]:
             row["server_cpu_cores"] = round((ticks - self._prev_proc[1]) / self._tick / (now - self._prev_proc[0]), 4)
         self._prev_proc = (now, ticks)
+        self._server_wait(row, base, now)
         row["server_rss_bytes"] = st["rss_pages"] * self._page
         row["server_threads"] = st["num_threads"]
         row["server_last_cpu"] = st["last_cpu"]

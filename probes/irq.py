@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from probes.base import Probe, ProbeUnavailable, read_text
-from probes.interrupts import delta_lines, parse_interrupts, summarize
+from probes.interrupts import IrqLine, delta_lines, parse_interrupts, summarize
 
 AFFINITY_EVERY = 30
 
@@ -25,7 +25,7 @@ class IrqProbe(Probe):
     def __init__(self, ctx, proc: str = "/proc"):
         super().__init__(ctx)
         self.proc = Path(proc)
-        self._prev = None
+        self._prev: list[IrqLine] | None = None
         self._prev_t = 0.0
         self._n = 0
 

@@ -42,6 +42,6 @@ def _local_addresses(host: str) -> set[str]:
         infos = socket.getaddrinfo(host, None)
     except OSError:
         return set()
-    resolved = {i[4][0] for i in infos}
+    resolved = {str(i[4][0]) for i in infos}       # the address of each (IPv4 and IPv6 alike: a str)
     mine = {a.address for addrs in psutil.net_if_addrs().values() for a in addrs}
     return {a for a in resolved if ipaddress.ip_address(a.split("%")[0]).is_loopback or a in mine}

@@ -10,8 +10,10 @@ as "NotSupported"; XID events seen during the recording are stored per sample.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import time
+from typing import Any
 
 from probes.gpu import NVLINK_RX, NVLINK_TX, XID_EVENT
 
@@ -27,9 +29,10 @@ CALLS = [  # (function, extra args, how to store the answer)
 ]
 
 
-def record(samples: int, interval_s: float, nv=None) -> dict:
+def record(samples: int, interval_s: float, nv: Any = None) -> dict:
+    """`nv`: the NVML module (pynvml, or a fake); imported here when not given."""
     if nv is None:
-        import pynvml as nv
+        nv = importlib.import_module("pynvml")
 
     nv.nvmlInit()
     handles = [nv.nvmlDeviceGetHandleByIndex(i) for i in range(nv.nvmlDeviceGetCount())]

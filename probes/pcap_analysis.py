@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from probes.base import ProbeInputError
 
@@ -113,7 +114,8 @@ def analyze_pcap(path: str) -> PcapReport:
             report.truncated = stop.value
             break
         report.packets_read += 1
-        cls = conf.l2types.get(linktype)
+        # scapy annotates Num2Layer.get as returning a number; for a link type it returns the layer class.
+        cls: Any = conf.l2types.get(linktype)
         try:
             pkt = cls(data) if cls else IP(data)
         except Exception:  # noqa: BLE001 - a malformed frame is skipped, not fatal

@@ -100,6 +100,16 @@ def parse_pressure(text: str) -> dict[str, float]:
     return out
 
 
+def parse_schedstat(text: str) -> tuple[int, int] | None:
+    """/proc/<pid>/task/<tid>/schedstat -> (ns on a CPU, ns runnable but waiting on a run queue).
+    The wait is the thread's own account of contention: time it could have run and did not."""
+    parts = text.split()
+    try:
+        return int(parts[0]), int(parts[1])
+    except (IndexError, ValueError):
+        return None
+
+
 def parse_proc_stat_steal(text: str) -> tuple[int, int] | None:
     """The aggregate cpu line of /proc/stat -> (steal jiffies, total jiffies); None without a steal column."""
     for line in text.splitlines():

@@ -140,4 +140,5 @@ def _quantile_fields(key: str, est: QuantileEstimate | None) -> dict:
         return {f"{key}_s": None, f"{key}_lt_s": est.below}
     if est.above is not None:
         return {f"{key}_s": None, f"{key}_gt_s": est.above}
+    assert est.value is not None, "a quantile without a bound below or above has its value"
     return {f"{key}_s": round(est.value, 6), f"{key}_bucket_s": [est.lo, est.hi]}

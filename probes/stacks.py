@@ -70,6 +70,7 @@ class StacksProbe(Probe):
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     def _dump(self) -> subprocess.CompletedProcess:
+        assert self.py_spy is not None, "check() found py-spy before anything runs it"
         return subprocess.run([self.py_spy, "dump", "--pid", str(self.pid), "--json"],
                               capture_output=True, text=True, timeout=30)
 

@@ -57,7 +57,7 @@ class TcpProbe(Probe):
         except OSError as exc:
             raise ProbeUnavailable(f"cannot read {self.proc}/net/snmp: {exc.strerror or exc}") from None
         if self.port is not None and self.ss:
-            self._connections({})        # baseline: connections already open count from here, new ones whole
+            self._connections({}, self.ss)        # baseline: connections already open count from here, new ones whole
 
     def _counters(self) -> dict[str, int]:
         values = parse_counter_pairs(read_text(self.proc / "net/snmp"))
@@ -82,12 +82,12 @@ class TcpProbe(Probe):
         row["retrans_rate"] = round(retr / out, 6) if out and retr is not None else None
         row["retrans_per_data"] = round(retr / data, 6) if data and retr is not None else None
         if self.port is not None and self.ss:
-            self._connections(row)
+            self._connections(row, self.ss)
         return row
 
-    def _connections(self, row: dict) -> None:
+    def _connections(self, row: dict, ss: str) -> None:
         try:
-            res = subprocess.run([self.ss, "-tinH", "state", "established", f"( dport = :{self.port} )"],
+            res = subprocess.run([ss, "-tinH", "state", "established", f"( dport = :{self.port} )"],
                                  capture_output=True, text=True, timeout=5)
         except (OSError, subprocess.TimeoutExpired) as exc:
             if not self._ss_warned:

@@ -13,8 +13,8 @@ from pathlib import Path
 import torch
 
 from refengine.errors import RefEngineError
+from refengine.numerics.kv_cache import resolve_kv_cache_dtype
 from refengine.quant.config import QuantConfig
-from refengine.quant.kv_cache import resolve_kv_cache_dtype
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 

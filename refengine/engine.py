@@ -25,15 +25,16 @@ from refengine.core.scheduler import Scheduler
 from refengine.device import resolve_device_setup
 from refengine.distributed.batch_queue import BatchQueue
 from refengine.distributed.executor import DistributedExecutor, UniprocExecutor
-from refengine.distributed.parallel_config import ParallelConfig, validate_layout
 from refengine.distributed.worker import WorkerSpec, kv_blocks_for
 from refengine.errors import RefEngineError, RequestFailedError, StepFailedError
 from refengine.model.hf_config import load_model_config
 from refengine.model.layers.attention import allocate_kv_caches
+from refengine.model.layers.moe import MoEParallel
 from refengine.model.loader import load_model
 from refengine.model.tiny import resolve_model
 from refengine.output_processor import OutputProcessor
 from refengine.outputs import RequestOutput
+from refengine.parallel.layout import ParallelConfig, validate_layout
 from refengine.quant.engine_setup import finish_quantized_model
 from refengine.request import Request, RequestStatus
 from refengine.runner.host_tuning import keep_freed_memory_on_heap
@@ -115,7 +116,6 @@ class LLMEngine:
         return kv_blocks_for(self.args, self.model_config, self.parallel_config, kv_dtype or self.kv_cache_dtype)
 
     def _moe_parallel(self):
-        from refengine.model.layers.moe import MoEParallel
         pc = self.parallel_config
         return MoEParallel(capacity_factor=pc.moe_capacity_factor, dispatch=pc.moe_dispatch)
 

@@ -47,7 +47,7 @@ class OutputProcessor:
                 delta += state.detokenizer.flush()   # emit a held-back partial character at the end
             before = len(state.text)
             candidate = state.text + delta
-            stops = request.sampling_params.stop
+            stops = request.sampling_params.stop_strings
             cut = find_stop(candidate, stops, before) if stops and delta else None
             if cut is not None:
                 state.stop_reason = next(s for s in stops if candidate.startswith(s, cut))

@@ -82,6 +82,18 @@ class SamplingParams:
         if 0 < self.temperature < MIN_TEMPERATURE:
             self.temperature = MIN_TEMPERATURE
 
+    @property
+    def stop_strings(self) -> list[str]:
+        """`stop` as __post_init__ normalized it: always a list (a str or None given becomes one)."""
+        assert isinstance(self.stop, list), "SamplingParams.__post_init__ normalizes stop to a list"
+        return self.stop
+
+    @property
+    def stop_ids(self) -> list[int]:
+        """`stop_token_ids` as __post_init__ normalized it: always a list."""
+        assert isinstance(self.stop_token_ids, list), "SamplingParams.__post_init__ normalizes stop_token_ids"
+        return self.stop_token_ids
+
     def _validate(self) -> None:
         # In this order: the first bad field is the one the 400 names.
         self._validate_sampling()
@@ -114,14 +126,14 @@ class SamplingParams:
                                      f"({self.max_tokens})")
 
     def _validate_stops(self) -> None:
-        if len(self.stop) > MAX_STOP_STRINGS:
-            raise SamplingParamError("stop", f"at most {MAX_STOP_STRINGS} stop strings, got {len(self.stop)}")
-        if any(not isinstance(s, str) or not s for s in self.stop):
+        if len(self.stop_strings) > MAX_STOP_STRINGS:
+            raise SamplingParamError("stop", f"at most {MAX_STOP_STRINGS} stop strings, got {len(self.stop_strings)}")
+        if any(not isinstance(s, str) or not s for s in self.stop_strings):
             raise SamplingParamError("stop", "stop strings must be non-empty strings")
-        if len(self.stop_token_ids) > MAX_STOP_TOKEN_IDS:
+        if len(self.stop_ids) > MAX_STOP_TOKEN_IDS:
             raise SamplingParamError("stop_token_ids", f"at most {MAX_STOP_TOKEN_IDS} stop_token_ids, "
-                                     f"got {len(self.stop_token_ids)}")
-        for t in self.stop_token_ids:
+                                     f"got {len(self.stop_ids)}")
+        for t in self.stop_ids:
             _integer("stop_token_ids", t)
 
     @property

@@ -15,11 +15,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from analyzers.capacity.answer import CapacityAnswer, answer_in
+from analyzers.capacity.answer import answer_in
 from analyzers.stats.slo_reach import SloReach, slo_reach
 from analyzers.summary import RunSummary
 from reports.capacity_words import capacity_headline
+from reports.evidence_words import evidence_sentences
 from reports.terminal import load_label
+from rundir.capacity import CapacityAnswer
 
 TONES = ("good", "bad", "warn", "neutral")
 
@@ -41,7 +43,7 @@ def _ms(v) -> str:
 
 
 def build_answer(s: RunSummary, diagnosis: dict | None = None) -> list[AnswerItem]:
-    if s.slos.default and answer_in(s.info.sweep.extra) is None:
+    if s.slos.default and answer_in(s.info.sweep) is None:
         return [*_ceiling(s), *_reach(s), *_within_slo(s), _diagnosis(diagnosis), _validity(s, diagnosis)]
     return [*_within_slo(s), *_ceiling(s), _diagnosis(diagnosis), _validity(s, diagnosis)]
 
@@ -79,7 +81,7 @@ def _reach(s: RunSummary) -> list[AnswerItem]:
 
 
 def _within_slo(s: RunSummary) -> list[AnswerItem]:
-    capacity = answer_in(s.info.sweep.extra)
+    capacity = answer_in(s.info.sweep)
     if capacity is not None:        # a capacity search: its pooled, re-measured answer, not one level's
         return [_capacity_item(capacity)]
     by_id = {lv.level_id: lv for lv in s.levels}
@@ -182,74 +184,14 @@ def _diagnosis(d: dict | None) -> AnswerItem:
     if not findings:
         return AnswerItem(label, f"{d.get('headline', 'no cause found')} ({where}).", "neutral")
     top = findings[0]
-    evidence = [f"{evidence_name(k)} {fmt_evidence(k, v)}" for k, v in (top.get("evidence") or {}).items()
-                if v not in (None, "", [], {})]
-    explains = top.get("explains") or []
-    n = top.get("spike_windows") or spikes
+    # A few sentences; every number is in the report's Diagnosis table (and diagnosis_p99.json).
     # Without spikes the windows a finding explains are its levels' spans (standing tails).
-    evidence.insert(0, f"coincides with {len(explains)} of {n} spike windows" if spikes
-                    else f"explains the standing tail of {len(explains)} of {n} level(s)")
-    if top.get("next_step"):
-        evidence.append(f"next: {top['next_step']}")
+    evidence = evidence_sentences({**top, "kind": top.get("kind") or ("spike" if spikes else "standing")},
+                                  d.get("metric", "ttft"))
     others = len(findings) - 1
     more = f"; {others} more finding(s) below" if others else ""
     return AnswerItem(label, f"{top.get('category', '')}: {d.get('headline', top.get('title', ''))} ({where}{more}).",
                       "bad" if top.get("severity") == "high" else "warn", evidence)
-
-
-_SHARE_SUFFIXES = ("_share", "_ratio", "_rate", "_frac")            # fractions, shown as %
-_UNIT_SUFFIXES = ("_s", "_ms", "_pct", "_bytes") + _SHARE_SUFFIXES    # a key that says its own unit
-
-
-# A bound, not a value: a server histogram quantile that fell in its first bucket is only known to
-# be below that bucket's edge, one in the +Inf bucket above the last edge (docs/probes.md).
-_BOUND_SUFFIXES = {"_lt_s": "< ", "_gt_s": "> "}
-
-
-def evidence_name(key: str) -> str:
-    """`send_lag_p99_s` -> "send lag p99" (the unit goes with the value)."""
-    for suffix in (*_BOUND_SUFFIXES, "_s", "_bytes", "_pct", "_ms"):
-        if key.endswith(suffix):
-            key = key[: -len(suffix)]
-            break
-    return key.replace("_", " ")
-
-
-def fmt_evidence(key: str, v) -> str:
-    """An evidence number with the unit its name says (…_s → ms, …_bytes → MiB, shares → %)."""
-    if isinstance(v, dict):                    # a breakdown: each part with its own unit
-        return ", ".join(f"{evidence_name(str(k))} {fmt_evidence(str(k) if str(k).endswith(_UNIT_SUFFIXES) else key, x)}"
-                         for k, x in v.items() if x not in (None, "", [], {}))
-    if isinstance(v, list):
-        return ", ".join(_item(x) for x in v[:6]) + (f" (+{len(v) - 6} more)" if len(v) > 6 else "")
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return str(v)
-    bound = next((sign for suffix, sign in _BOUND_SUFFIXES.items() if key.endswith(suffix)), None)
-    if bound is not None:                      # a bucket edge: round, so "< 300 ms", not "< 300.0 ms"
-        return bound + (f"{round(v * 1000, 3):g} ms" if abs(v) < 10 else f"{v:g} s")
-    if key.endswith("_s"):
-        if 0 < abs(v) < 1e-4:                  # e.g. a server's 0.01 ms queue time, not "0.0 ms"
-            return f"{v * 1000:.2g} ms"
-        return f"{v * 1000:.1f} ms" if abs(v) < 10 else f"{v:.1f} s"
-    if key.endswith("_ms"):
-        return f"{v:.1f} ms"
-    if key.endswith("_pct"):
-        return f"{v:.0f}%"
-    if key.endswith("_bytes"):
-        return f"{v / 2**20:.1f} MiB"
-    if key.endswith(_SHARE_SUFFIXES) and abs(v) <= 1:
-        return f"{v:.1%}"
-    return f"{v:.3g}" if isinstance(v, float) else str(v)
-
-
-def _item(x) -> str:
-    """A list item: a process as "comm (pid N) 0.08 cores", any other record as its fields, else the value."""
-    if isinstance(x, dict) and {"comm", "pid"} <= x.keys():
-        cores = x.get("cpu_cores")
-        return f"{x['comm']} (pid {x['pid']})" + (f" {cores:.2f} cores" if isinstance(cores, (int, float)) else "")
-    if isinstance(x, dict):
-        return " ".join(f"{evidence_name(str(k))} {fmt_evidence(str(k), y)}" for k, y in x.items())
-    return fmt_evidence("", x)
 
 
 def _validity(s: RunSummary, diagnosis: dict | None = None) -> AnswerItem:

@@ -4,7 +4,8 @@ percentiles and their bootstrap intervals beside it."""
 
 from __future__ import annotations
 
-from analyzers.capacity.answer import CapacityAnswer
+from reports.grid import Column, Grid
+from rundir.capacity import CapacityAnswer
 
 CAPACITY_HEADER = ["load", "levels", "verdict", "requests", "over the bound", "TTFT P99 ms [95% CI]",
                    "TPOT P95 ms [95% CI]", "goodput req/s", "output tok/s"]
@@ -36,3 +37,11 @@ CAPACITY_NOTE = ("in: every bound is established by the requests over it (an exa
                  "or the client fell behind; unclear: otherwise (too few requests: none over, but not enough to "
                  "establish it). The answer is the highest load whose pooled point estimates meet the SLO below the "
                  "lowest `out` load.")
+
+
+def capacity_grid(answer: CapacityAnswer) -> Grid:
+    """The rows as `llmbench capacity` prints them (reports/grid.py): the levels and the verdict's
+    reasons wrap between words; each figure stays on one line."""
+    wraps = {"levels", "verdict"}
+    return Grid("capacity search (requests pooled over each load's levels)",
+                [Column(c, wrap=c in wraps) for c in CAPACITY_HEADER], [list(r) for r in capacity_rows(answer)])

@@ -4,9 +4,9 @@ analyzers.capacity.answer computes the answer (numbers, verdicts); this says it.
 
 from __future__ import annotations
 
-from analyzers.capacity.answer import CapacityAnswer
 from analyzers.stats.exceedance import min_n_for_in
 from analyzers.stats.slo import failure_summary
+from rundir.capacity import CapacityAnswer
 
 
 def capacity_headline(a: CapacityAnswer) -> str:

@@ -12,10 +12,11 @@ from analyzers.probe_series import ProbeSeries
 from analyzers.stats.scaling import series_of
 from analyzers.summary import RunSummary
 from reports import plots, tables
-from reports.answer import build_answer, evidence_name, fmt_evidence
+from reports.answer import build_answer
 from reports.capacity_table import CAPACITY_HEADER, CAPACITY_NOTE, capacity_rows
 from reports.compare_answer import compare_answer, verdict_matrix
 from reports.definitions import DEFINITIONS, OTHER_TOOLS, OTHER_TOOLS_HEADER
+from reports.evidence_units import evidence_name, fmt_evidence
 from reports.html_templates import environment, hover_script, stylesheet
 from reports.probe_sections import render_probe
 from reports.terminal import fmt_ci, fmt_delta, fmt_value, verdict_words
@@ -50,7 +51,8 @@ def _probe_rank(p: ProbeSeries) -> tuple[int, str]:
     return (PROBE_ORDER.index(p.name) if p.name in PROBE_ORDER else len(PROBE_ORDER), p.name)
 
 
-def _common() -> dict:
+def common_context() -> dict:
+    """What every page of ours shares: the stylesheet, the version, the definitions, when it was made."""
     return {"css": stylesheet(), "script": "", "version": __version__, "definitions": DEFINITIONS, "tools_header": OTHER_TOOLS_HEADER,
             "tools": OTHER_TOOLS, "generated": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
 
@@ -60,9 +62,9 @@ def render_report(summary: RunSummary, table: RequestTable, probes: list[ProbeSe
     axis = time_axis(summary, table, probes, diagnosis)
     measured = [lv for lv in summary.levels if lv.n_ok]
     scaling_figs = [plots.scaling_figure(group, key) for key, group in series_of(measured).items()]
-    capacity = answer_in(summary.info.sweep.extra)
+    capacity = answer_in(summary.info.sweep)
     ctx = {
-        **_common(), "script": hover_script(), "title": f"llmbench report: {summary.info.run_id}", "info": summary.info,
+        **common_context(), "script": hover_script(), "title": f"llmbench report: {summary.info.run_id}", "info": summary.info,
         "slos": summary.slos.describe(), "answer": build_answer(summary, diagnosis),
         "capacity_header": CAPACITY_HEADER, "capacity_note": CAPACITY_NOTE,
         "capacity_rows": capacity_rows(capacity) if capacity is not None else [],
@@ -86,7 +88,7 @@ def render_report(summary: RunSummary, table: RequestTable, probes: list[ProbeSe
 
 
 def render_compare(comparisons: list[Comparison], summaries: list[RunSummary], min_effect: float = MIN_EFFECT) -> str:
-    ctx = {**_common(), "title": "llmbench comparison: " + " vs ".join(s.info.run_id for s in summaries),
+    ctx = {**common_context(), "title": "llmbench comparison: " + " vs ".join(s.info.run_id for s in summaries),
            "comparisons": comparisons, "min_effect": min_effect,
            "answers": [compare_answer(c) for c in comparisons], "matrices": [verdict_matrix(c) for c in comparisons],
            "configs": [(f"{'AB'[min(i, 1)] if len(summaries) == 2 else i}: {s.info.run_id}", tables.config_rows(s.info))

@@ -1,6 +1,6 @@
 """Jinja2 templates of the HTML reports, shipped as package data in reports/templates/: the page
 frame (base.html), the shared macros (macros.html), the report's and the comparison's bodies
-(report.html, compare.html), the stylesheet (report.css) and the one script (hover.js).
+(report.html, compare.html, runs.html), the stylesheet (report.css) and the one script (hover.js).
 
 Self-contained by construction: the CSS is inlined, figures are inline SVG, the one script is the
 report's own hover script, inlined too, and nothing has a `src` or `href` that leaves the file.
@@ -16,7 +16,8 @@ from importlib.resources import files
 
 from jinja2 import DictLoader, Environment, select_autoescape
 
-_TEMPLATES = {"base": "base.html", "macros": "macros.html", "report": "report.html", "compare": "compare.html"}
+_TEMPLATES = {"base": "base.html", "macros": "macros.html", "report": "report.html", "compare": "compare.html",
+              "runs": "runs.html"}
 
 
 def _read(name: str) -> str:

@@ -55,7 +55,7 @@ def render_report_md(s: RunSummary, diagnosis: dict | None = None) -> str:
     if benign:
         out += ["", f"<details><summary>{len(benign)} expected difference(s), explained</summary>", ""]
         out += [f"**{md(f.text)}** {md(f.detail)}\n" for f in benign] + ["</details>"]
-    capacity = answer_in(s.info.sweep.extra)
+    capacity = answer_in(s.info.sweep)
     if capacity is not None:
         out += ["", "## Capacity search", ""] + md_table(CAPACITY_HEADER, capacity_rows(capacity)) + [md(CAPACITY_NOTE)]
     out += ["", "## Summary", ""] + md_table(tables.SUMMARY_HEADER, tables.summary_rows(s))

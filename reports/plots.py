@@ -28,7 +28,7 @@ from rundir.table import RequestTable
 MAX_POINTS = 4000
 MAX_CDF_POINTS = 400
 _salt = itertools.count()
-_STYLE = {"svg.fonttype": "none", "font.size": 9, "axes.grid": True, "grid.alpha": 0.3,
+STYLE = {"svg.fonttype": "none", "font.size": 9, "axes.grid": True, "grid.alpha": 0.3,
           "axes.spines.top": False, "axes.spines.right": False, "figure.dpi": 96}
 
 
@@ -44,13 +44,13 @@ def to_svg(fig, tight: bool = True) -> str:
 
 
 def figure(ncols: int = 1, nrows: int = 1, width: float = 9.5, height: float = 3.0, **kw):
-    with plt.rc_context(_STYLE):
+    with plt.rc_context(STYLE):
         return plt.subplots(nrows, ncols, figsize=(width, height * nrows), squeeze=False, **kw)
 
 
 def scaling_figure(levels: list[LevelStats], series_key: str) -> str:
     """Throughput and latency percentiles against load, for one series (same lengths)."""
-    with plt.rc_context(_STYLE):
+    with plt.rc_context(STYLE):
         fig, ax = figure(3)
         x = [lv.load for lv in levels]
         xlabel = "concurrency" if levels[0].concurrency is not None else "request rate (req/s)"
@@ -74,7 +74,7 @@ def scaling_figure(levels: list[LevelStats], series_key: str) -> str:
 
 def latency_throughput_figure(levels: list[LevelStats]) -> str:
     """The latency–throughput curve: what each extra token/s costs in tail latency."""
-    with plt.rc_context(_STYLE):
+    with plt.rc_context(STYLE):
         fig, ax = figure(2)
         for a, metric, q, title in ((ax[0, 0], "ttft", "p99", "TTFT P99 (ms)"), (ax[0, 1], "tpot", "p95", "TPOT P95 (ms)")):
             pts = [(lv.output_tok_s, _ms(getattr(lv, metric).p[q]), load_label(lv)) for lv in levels]
@@ -92,7 +92,7 @@ def cdf_figure(table: RequestTable, summary: RunSummary) -> str:
     df = table.df
     good = df["in_window"].to_numpy() & (df["status"].to_numpy() == "ok")
     rows = table.level_rows()
-    with plt.rc_context(_STYLE):
+    with plt.rc_context(STYLE):
         fig, ax = figure(2)
         for lv in summary.levels:
             mask = np.zeros(len(df), dtype=bool)
@@ -153,7 +153,7 @@ def timeline_figure(table: RequestTable, summary: RunSummary, axis: TimeAxis) ->
         idx = np.sort(rng.choice(idx, MAX_POINTS, replace=False))
     sent = df["t_sent"].to_numpy()[idx] - t0
     status = df["status"].to_numpy()[idx]
-    with plt.rc_context(_STYLE):
+    with plt.rc_context(STYLE):
         fig, ax = figure(1, 2, height=2.4, sharex=True)
         ok = status == "ok"
         for a, col, title in ((ax[0, 0], "ttft_s", "TTFT (s) by send time"), (ax[1, 0], "e2e_s", "E2E (s) by send time")):
@@ -186,7 +186,7 @@ def series_figure(t: np.ndarray, panels: dict[str, dict[str, np.ndarray]], title
     "tight" layout pass and tick labels are most of the cost of a dozen panels."""
     from matplotlib.ticker import MaxNLocator
 
-    with plt.rc_context(_STYLE):
+    with plt.rc_context(STYLE):
         height = 1.15 * len(panels) + 0.7
         fig, ax = figure(1, len(panels), height=height / len(panels), sharex=True)
         for a, (name, lines) in zip(ax[:, 0], panels.items()):

@@ -1,19 +1,19 @@
 """Terminal tables (rich): the sweep's summary in the shape of the seed's case study
 (concurrency | input len | throughput | TTFT P50/P99 | TPOT P50/P95 | E2E P99 | req/s | errors |
-SLO | note), and the A/B comparison. Run-supplied text goes through `escape` so a level id or
-error string cannot inject rich markup."""
+SLO | note), and the A/B comparison, as grids (reports/grid.py: a table that fits, or a block per
+row). Run-supplied text is never markup: grid cells and answer lines are plain text."""
 
 from __future__ import annotations
 
 import math
 
-from rich import box
-from rich.markup import escape
-from rich.table import Table
+from rich.console import Console
+from rich.text import Text
 
 from analyzers.compare import Comparison
 from analyzers.stats.latency import LevelStats
 from analyzers.summary import RunSummary
+from reports.grid import Column, Grid, print_hanging
 
 
 def _ms(v: float | None) -> str:
@@ -44,86 +44,100 @@ def lengths(lv: LevelStats) -> tuple[str, str]:
     return one(lv.prompt_tokens_mean, lv.input_len), one(lv.output_tokens_mean, lv.output_len)
 
 
-COMPACT_BELOW = 110     # terminal columns under which the table drops what the report already shows
-# Notes abbreviated on a narrow terminal (with a legend), so that no cell is cut mid-word.
+# Notes abbreviated in the narrow layout (with a legend), so that a note stays one whole word or two.
 SHORT_NOTES = {"over SLO (no successful requests)": "over, 0 ok", "nothing measured": "none",
                "at target · near ceiling": "target, ceil", "over SLO · near ceiling": "over, ceil",
                "near ceiling": "ceiling", "at target": "target", "over SLO": "over", "normal": "normal"}
+CAPTION = ("* P99 from fewer than 100 samples. Percentiles over requests sent in each level's measured window; "
+           "tok/s and req/s over what arrived in it")
 
 
-def summary_table(levels: list[LevelStats], notes: dict[str, str], title: str = "sweep summary",
-                  width: int | None = None) -> Table:
-    """The seed's table. On a terminal narrower than COMPACT_BELOW columns, goodput and the request
-    counts are left to the report and headers go on two lines, so the numbers are never cut."""
-    compact = width is not None and width < COMPACT_BELOW
+def summary_table(levels: list[LevelStats], notes: dict[str, str], title: str = "sweep summary") -> list[Grid]:
+    """The seed's table, in two layouts for reports.grid: the full one, and a narrow one that leaves
+    goodput and the request counts to the report and abbreviates the notes; below the narrow one's
+    width each level is a block of the full one's fields."""
+    return [_summary_layout(levels, notes, title, compact=False), _summary_layout(levels, notes, title, compact=True)]
+
+
+def _summary_layout(levels: list[LevelStats], notes: dict[str, str], title: str, compact: bool) -> Grid:
     load_header = "concurrency" if all(lv.concurrency is not None for lv in levels) else "load"
     shown = {lv.level_id: (SHORT_NOTES.get(notes.get(lv.level_id, ""), notes.get(lv.level_id, "")) if compact
                            else notes.get(lv.level_id, "")) for lv in levels}
-    t = Table(title=escape(title), title_justify="left", caption_justify="left",
-              box=box.SIMPLE_HEAD if compact else box.HEAVY_HEAD,
-              pad_edge=not compact, padding=(0, 0) if compact else (0, 1))   # SIMPLE_HEAD spaces the columns
-    columns = [(load_header if not compact else load_header[:4], "right"), ("in/out\nlen", "right"),
-               ("output\ntok/s", "right"), ("TTFT ms\nP50/P99", "right"), ("TPOT ms\nP50/P95", "right"),
-               ("E2E\nP99 s", "right"), ("req/s", "right")]
+    names = [load_header if not compact else load_header[:4], "in/out\nlen", "output\ntok/s", "TTFT ms\nP50/P99",
+             "TPOT ms\nP50/P95", "E2E\nP99 s", "req/s"]
     if not compact:
-        columns += [("goodput", "right"), ("n (ok)", "right")]
-    columns += [("errors" if not compact else "err\n%", "right"), ("SLO", "center"), ("note", "left")]
-    for name, justify in columns:
-        width_of_note = max([len(n) for n in shown.values()] + [4]) if compact else None
-        t.add_column(name, justify=justify, no_wrap=True if compact else name != "note", overflow="fold",
-                     min_width=width_of_note if name == "note" else None)
+        names += ["goodput", "n (ok)"]
+    names += ["errors" if not compact else "err\n%", "SLO"]
+    columns = [Column(n, "right") for n in names[:-1]] + [Column("SLO", "center"), Column("note")]
+    grid = Grid(title, columns, dense=compact, box_optional=True)
     for lv in levels:
         errors = lv.n_error + lv.n_timeout
-        slo = {True: "[green]met[/]", False: "[red]miss[/]" if compact else "[red]missed[/]", None: "—"}[lv.slo_met]
+        slo = {True: Text("met", style="green"), False: Text("miss" if compact else "missed", style="red"),
+               None: Text("—")}[lv.slo_met]
         ttft = f"{_ms(lv.ttft.p['p50'])}/{_ms(lv.ttft.p['p99'])}" + ("*" if lv.ttft.n and not lv.ttft.p99_reliable else "")
         e2e = "—" if lv.e2e.p["p99"] is None else f"{lv.e2e.p['p99']:.2f}"
-        row = [load_label(lv), "/".join(lengths(lv)), tok_s_text(lv), ttft,
-               f"{_ms(lv.tpot.p['p50'])}/{_ms(lv.tpot.p['p95'])}", e2e, f"{lv.req_s:.2f}"]
+        row: list[str | Text] = [load_label(lv), "/".join(lengths(lv)), tok_s_text(lv), ttft,
+                                 f"{_ms(lv.tpot.p['p50'])}/{_ms(lv.tpot.p['p95'])}", e2e, f"{lv.req_s:.2f}"]
         if not compact:
             row += [f"{lv.goodput_req_s:.2f}", f"{lv.n_in_window} ({lv.n_ok})"]
         err = (f"{lv.error_rate:.0%}" if compact else f"{errors} ({lv.error_rate:.0%})") if errors else "0"
-        row += [f"[red]{err}[/]" if errors else err, slo, escape(shown[lv.level_id])]
-        t.add_row(*row)
+        row += [Text(err, style="red" if errors else ""), slo, shown[lv.level_id]]
+        grid.add_row(*row)
+    grid.caption = CAPTION + ("; goodput and counts: see the report." if compact else
+                              "; goodput = requests/s that met every SLO.") + _legend(levels, shown, compact)
+    return grid
+
+
+def _legend(levels: list[LevelStats], shown: dict[str, str], compact: bool) -> str:
     long_of = {short: long for long, short in SHORT_NOTES.items() if short != long}
     legend = "; ".join(f"{n} = {long_of[n]}" for n in dict.fromkeys(shown.values()) if n in long_of)
     if compact and any(lv.slo_met is False for lv in levels):
         legend = "; ".join(x for x in ("miss = missed the SLO", legend) if x)
     if any(lv.lengths_vary for lv in levels):
         legend = "; ".join(x for x in ("~ = mean measured tokens (the workload varies them)", legend) if x)
-    t.caption = ("* P99 from fewer than 100 samples. Percentiles over requests sent in each level's measured "
-                 "window; tok/s and req/s over what arrived in it" +
-                 ("; goodput and counts: see the report." if compact else "; goodput = requests/s that met every SLO.")
-                 + (f" {legend}." if legend else ""))
-    return t
+    return f" {legend}." if legend else ""
 
 
-def run_summary_table(summary: RunSummary, title: str | None = None, width: int | None = None) -> Table:
+def run_summary_table(summary: RunSummary, title: str | None = None) -> list[Grid]:
     notes = {lv.level_id: summary.note(lv.level_id) for lv in summary.levels}
-    return summary_table(summary.levels, notes, title=title or f"run {summary.info.run_id}", width=width)
+    return summary_table(summary.levels, notes, title=title or f"run {summary.info.run_id}")
 
 
-def answer_lines(items) -> list[str]:
-    """The answer block (reports.answer) as rich markup lines, run text escaped."""
+def answer_lines(items) -> list[Text]:
+    """The answer block (reports.answer) as lines of text (run text is never markup)."""
     colour = {"good": "green", "bad": "red", "warn": "yellow", "neutral": "bold"}
     out = []
     for a in items:
-        out.append(f"[{colour.get(a.tone, 'bold')}]{escape(a.label)}:[/] {escape(a.text)}")
-        out += [f"    · {escape(e)}" for e in a.evidence]
+        out.append(Text.assemble((f"{a.label}:", colour.get(a.tone, "bold")), f" {a.text}"))
+        out += [Text(f"    · {e}") for e in a.evidence]
     return out
 
 
-def compare_table(c: Comparison) -> Table:
-    t = Table(title=escape(f"A = {c.run_a}   B = {c.run_b}"), title_justify="left")
-    for name, justify in [("level", "left"), ("metric", "left"), ("A", "right"), ("B", "right"),
-                          ("B − A", "right"), ("95% CI of B − A", "right"), ("verdict", "left")]:
-        t.add_column(name, justify=justify)
+def print_answer(console: Console, items) -> None:
+    """The answer block, each line wrapped between words under its own start."""
+    for line in answer_lines(items):
+        indent = len(line.plain) - len(line.plain.lstrip())
+        print_hanging(console, line[indent:], indent=indent, hang=2)
+
+
+def compare_table(c: Comparison) -> list[Grid]:
+    """Two layouts for reports.grid: with the intervals, and a narrower one that leaves them to
+    compare.html (the verdict already says whether the change is beyond noise)."""
+    return [_compare_layout(c, with_ci=True), _compare_layout(c, with_ci=False)]
+
+
+def _compare_layout(c: Comparison, with_ci: bool) -> Grid:
+    columns = [Column("level", group=True), Column("metric"), Column("A", "right"), Column("B", "right"),
+               Column("B − A", "right")] + ([Column("95% CI of B − A", "right")] if with_ci else []) + [Column("verdict")]
+    grid = Grid(f"A = {c.run_a}   B = {c.run_b}", columns, dense=not with_ci, box_optional=True,
+                caption="" if with_ci else "95% intervals of B − A: compare.html.")
     colour = {"better": "green", "worse": "red", "within noise": "dim", "n/a": "dim"}
     for lc in c.levels:
-        for i, d in enumerate(lc.deltas):
-            t.add_row(escape(lc.level_id) if i == 0 else "", d.metric, fmt_value(d.metric, d.a),
-                      fmt_value(d.metric, d.b), fmt_delta(d), fmt_ci(d.metric, d.ci),
-                      f"[{colour[d.verdict]}]{escape(verdict_words(d))}[/]", end_section=i == len(lc.deltas) - 1)
-    return t
+        for d in lc.deltas:
+            ci = [fmt_ci(d.metric, d.ci)] if with_ci else []
+            grid.add_row(lc.level_id, d.metric, fmt_value(d.metric, d.a), fmt_value(d.metric, d.b), fmt_delta(d),
+                         *ci, Text(verdict_words(d), style=colour[d.verdict]))
+    return grid
 
 
 def verdict_words(d) -> str:

@@ -55,3 +55,21 @@ def write_compare(runs: list[RunDir], out_dir: Path, slos: "Slos | dict | None" 
     _write(paths["md"], render_compare_md(comparisons, min_effect))
     _write(paths["html"], render_compare(comparisons, [s for s, _ in analyzed], min_effect))
     return comparisons, paths
+
+
+def write_runs_report(runs: list[RunDir], out_dir: Path) -> tuple[list, Path]:
+    """runs.html in out_dir: every run's curves (analyzers.run_curves), each judged by its own SLO.
+    Returns the curves and the file's path."""
+    from analyzers.run_curves import curves_of
+    from reports.runs_report import render_runs
+
+    curves, skipped = [], []
+    for run in runs:
+        own = curves_of(analyze_run(run)[0], str(run.path))
+        curves += own
+        if not own:
+            skipped.append(run.path.name)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / files.RUNS_HTML
+    _write(path, render_runs(curves, len(runs), skipped))
+    return curves, path

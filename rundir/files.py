@@ -18,6 +18,7 @@ CACHE_DIR = ".cache"                           # derived data, always safe to de
 TABLE_CACHE_NPZ = "requests.npz"               # inside CACHE_DIR: the columnar copy of requests.jsonl
 COMPARE_HTML = "compare.html"                  # `llmbench compare` output folder
 COMPARE_MD = "compare.md"
+RUNS_HTML = "runs.html"                        # `llmbench report --runs` output folder: several runs' curves
 STACKS_SPEEDSCOPE = "stacks.speedscope.json"   # inside PROBES_DIR: `py-spy record` output
 CAPTURE_PCAP = "capture.pcap"                  # inside PROBES_DIR: the packet capture
 CAPACITY_JSON = "capacity.json"                # `llmbench capacity`: the search, its probes and the answer

@@ -1,8 +1,9 @@
 """RunInfo: what ran, against what, with which spec and SLOs, and how it ended (run.json).
 
-The target, sweep and SLO parts are typed. Keys this version does not know (a newer tool's, or a
-field since removed) are kept in each part's `extra` and written back, so reading and rewriting
-a run.json never loses what was there.
+The target, sweep and SLO parts are typed, and so are the records inside them (the capacity
+record, rundir/capacity.py). Keys this version does not know (a newer tool's, or a field since
+removed) are kept in each part's `extra` and written back, so reading and rewriting a run.json
+never loses what was there (rundir/record_json.py).
 """
 
 from __future__ import annotations
@@ -10,8 +11,11 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, ClassVar
 
+from rundir.capacity import CapacityRecord
+from rundir.record_json import record_from_dict, record_to_dict, split_known
+from rundir.trace_replay import TraceReplay
 from rundir.version import __version__
 
 SCHEMA_VERSION = 1
@@ -25,24 +29,6 @@ DEFAULT_WARMUP_S = 5.0
 DEFAULT_DURATION_S = 20.0
 DEFAULT_MAX_DURATION_S = 60.0         # bound of a sized warm-up and of a sized window, each (docs/metrics.md)
 DEFAULT_REQUEST_TIMEOUT_S = 180.0
-
-T = TypeVar("T")
-
-
-def _split_known(cls: type, d: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
-    return {k: v for k, v in d.items() if k in names}, {k: v for k, v in d.items() if k not in names}
-
-
-def _from_dict(cls: type[T], d: dict[str, Any] | None) -> T:
-    known, extra = _split_known(cls, dict(d or {}))
-    return cls(**known, extra={**known.pop("extra", {}), **extra})  # type: ignore[call-arg]
-
-
-def _to_dict(obj: Any) -> dict[str, Any]:
-    d = dataclasses.asdict(obj)
-    extra = d.pop("extra", {})
-    return {**extra, **d}
 
 
 @dataclass(frozen=True)
@@ -88,6 +74,7 @@ class TargetInfo:
     adaptations: list[dict[str, Any]] = field(default_factory=list)  # what the preflight changed, and why
     # Engine replicas behind the URL (a load balancer over N engines): per-replica throughput divides by it.
     replicas: int = 1
+    preflight_done: bool = False           # this run's requests are settled: a resumed sweep sends the same
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -123,7 +110,40 @@ class SweepInfo:
     steady_warmup: bool = False            # closed loop: warm up until every user has finished a request
     sample_target: int | None = None       # a window ends once it holds this many requests
     max_duration_s: float | None = None    # bound of a sized warm-up and of a sized window, each
+    # `llmbench capacity`: its search, probes and answer (None: not a capacity run), and whether
+    # open-loop levels may be stopped early when their queue keeps growing.
+    capacity: CapacityRecord | None = None
+    stop_over_capacity: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
+
+    # Absent rather than null in a run that is not a capacity search, as before the field existed.
+    OMIT_WHEN_NONE: ClassVar[tuple[str, ...]] = ("capacity",)
+
+    def __post_init__(self) -> None:
+        if self.capacity is not None and not isinstance(self.capacity, CapacityRecord):
+            raise TypeError("SweepInfo.capacity is a CapacityRecord (use SweepInfo.from_dict for JSON)")
+
+    def is_capacity_search(self) -> bool:
+        """A `llmbench capacity` run, whose levels a search decides: its record read, or kept unread."""
+        return self.capacity is not None or "capacity" in self.extra
+
+    def to_dict(self) -> dict[str, Any]:
+        return record_to_dict(self, self.OMIT_WHEN_NONE)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> "SweepInfo":
+        """From run.json's `sweep`. A capacity record this version cannot read stays, unread, in
+        `extra` (and is written back as it was): the run still reads, as a run with no search."""
+        d = dict(d or {})
+        raw = d.pop("capacity", None)
+        try:
+            capacity = None if raw is None else CapacityRecord.from_dict(raw)
+        except (TypeError, ValueError):
+            capacity = None
+        sweep = record_from_dict(cls, d, capacity=capacity)
+        if capacity is None and raw is not None:
+            sweep.extra["capacity"] = raw
+        return sweep
 
 
 @dataclass
@@ -142,9 +162,11 @@ class LevelMeta:
     warmup_end: str | None = None          # fixed (--warmup) | steady | max (at --max-duration)
     window_end_by: str | None = None       # fixed (--duration) | samples (sample_target reached) | max
     sample_target: int | None = None       # the requests its window was sized for (None: fixed)
+    trace: TraceReplay | None = None       # --workload trace: played once, in part, or cycled (and why)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        self.trace = TraceReplay.of(self.trace)      # run.json holds it as an object
         if self.window_s is not None and not self.window_s >= 0:
             raise ValueError(f"a level's window must not be negative, got {self.window_s!r}")
         if not isinstance(self.notes, list):
@@ -178,10 +200,7 @@ class RunInfo:
             raise TypeError("RunInfo.level_meta holds LevelMeta (use RunInfo.from_dict for JSON)")
 
     def to_dict(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
-        d["target"], d["sweep"] = _to_dict(self.target), _to_dict(self.sweep)
-        d["level_meta"] = {level_id: _to_dict(m) for level_id, m in self.level_meta.items()}
-        return d
+        return record_to_dict(self)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "RunInfo":
@@ -190,11 +209,11 @@ class RunInfo:
             raise ValueError("run.json must hold a JSON object")
         d = dict(d)
         slos = {k: v for k, v in (d.get("slos") or {}).items() if v is not None}
-        d["target"] = _from_dict(TargetInfo, d.get("target"))
-        d["sweep"] = _from_dict(SweepInfo, d.get("sweep"))
-        d["slos"] = SloSpec(**_split_known(SloSpec, slos)[0])
-        d["level_meta"] = {str(k): _from_dict(LevelMeta, v) for k, v in (d.get("level_meta") or {}).items()}
-        known, _ = _split_known(cls, d)
+        d["target"] = record_from_dict(TargetInfo, d.get("target"))
+        d["sweep"] = SweepInfo.from_dict(d.get("sweep"))
+        d["slos"] = SloSpec(**split_known(SloSpec, slos)[0])
+        d["level_meta"] = {str(k): record_from_dict(LevelMeta, v) for k, v in (d.get("level_meta") or {}).items()}
+        known, _ = split_known(cls, d)
         missing = {"run_id", "command", "host"} - known.keys()
         if missing:
             raise ValueError(f"run.json lacks {', '.join(sorted(missing))}")

@@ -30,80 +30,24 @@ the client fell behind), errors, or the search's limit.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
-
 import numpy as np
 
 from analyzers.stats.distribution import Distribution
 from analyzers.stats.exceedance import check_bound
 from analyzers.stats.latency import LevelStats
 from analyzers.stats.slo import MAX_VALID_ERROR_RATE, Slos, SloSample
+from rundir import SweepInfo
+from rundir.capacity import CapacityAnswer, LoadVerdict
 from rundir.table import RequestTable
 
-CAPACITY_KEY = "capacity"           # in run.json sweep.extra: the search's state and answer (llmbench capacity)
 CLIENT_WORDS = "the client fell behind"
 OVER_CAPACITY_WORDS = "over capacity"
 
 
-@dataclass
-class LoadVerdict:
-    load: float
-    level_ids: list[str]
-    verdict: str                                  # in | out | unclear
-    point_met: bool                               # the pooled point estimates (failures counted) meet every bound
-    n: int                                        # pooled requests counted: sent in the window, cancelled aside
-    ttft_p99_s: float | None                      # the successful requests' P99 (the failures are counted beside)
-    ttft_p99_ci: list[float] | None
-    tpot_p95_s: float | None
-    tpot_p95_ci: list[float] | None
-    goodput_req_s: float                          # mean over the load's levels
-    output_tok_s: float
-    reasons: list[str] = field(default_factory=list)   # why `out` when no percentile says so; how many failed
-    over_bound: dict[str, int] = field(default_factory=dict)  # what the verdict rests on: {"TTFT P99": 0, ...}
-                                                  # requests (of n) over each bound
-    too_few: bool = False                         # unclear only for want of requests (none over a bound)
-    failed: int = 0                               # of n: errors and timeouts (over the bounds they never reached)
-    failed_no_token: int = 0                      # ... of which without a first token
-
-
-_VERDICT_FIELDS = {f.name for f in fields(LoadVerdict)}
-
-
-@dataclass
-class CapacityAnswer:
-    axis: str                                     # concurrency | rate
-    capacity: float | None                        # None: not even the lowest load met the SLO
-    low: float | None
-    high: float | None
-    lowest_out: float | None
-    bounded_by: str                               # slo | client | errors | limit | none
-    goodput_req_s: float | None
-    output_tok_s: float | None
-    loads: list[LoadVerdict]
-    confidence: float = 0.95
-    trace_rate: float | None = None               # a trace's own mean req/s: the answer is also a speed
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "CapacityAnswer":
-        """The inverse of to_dict (a record's `headline`, the face's words, is not read back)."""
-        names = {f.name for f in fields(cls)}
-        loads = [LoadVerdict(**{k: v for k, v in x.items() if k in _VERDICT_FIELDS}) for x in d.get("loads") or []]
-        return cls(**{k: v for k, v in d.items() if k in names and k != "loads"}, loads=loads)
-
-
-def answer_in(extra: dict) -> CapacityAnswer | None:
-    """The capacity answer a run.json's sweep.extra holds, if this run is a finished `llmbench capacity`."""
-    record = extra.get(CAPACITY_KEY)
-    if not isinstance(record, dict) or not isinstance(record.get("answer"), dict):
-        return None
-    try:
-        return CapacityAnswer.from_dict(record["answer"])
-    except TypeError:               # a record of another version: no answer rather than a wrong one
-        return None
-
+def answer_in(sweep: SweepInfo) -> CapacityAnswer | None:
+    """The capacity answer a run's sweep holds, if this run is a finished `llmbench capacity` (an
+    answer of another version that does not read is none, rundir/capacity.py)."""
+    return sweep.capacity.answer if sweep.capacity is not None else None
 
 
 def judge_loads(table: RequestTable, loads: dict[float, list[str]], stats: dict[str, LevelStats],

@@ -23,7 +23,7 @@ from analyzers.stats.throughput import level_rates
 from analyzers.stats.token_accounting import account_tokens
 from analyzers.stats.window import Window
 from analyzers.validity import INVALID_PREFIX, level_validity, mark_not_measured, stall_words
-from rundir import RequestRecord
+from rundir import RequestRecord, SloSpec
 from rundir.table import RequestTable
 
 
@@ -119,7 +119,7 @@ class LevelStats:
 
 
 def summarize_level(records: "Iterable[RequestRecord] | RequestTable", level_id: str, window_s: float | Window,
-                    slos: "dict | Slos | None" = None, seed: int = 0, server_itl_s: float | None = None) -> LevelStats:
+                    slos: "SloSpec | dict | None" = None, seed: int = 0, server_itl_s: float | None = None) -> LevelStats:
     """Statistics of one level from its records (or a RequestTable); `window_s` is the measured
     window's length (or a Window); `server_itl_s` the server's own ITL mean over it (server probe)."""
     table = records if isinstance(records, RequestTable) else RequestTable.from_records(records)

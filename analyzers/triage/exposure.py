@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from analyzers.triage.tail_windows import TAIL_QUANTILE, Window, merge
+from analyzers.triage.tail_windows import METRIC_SPANS, TAIL_QUANTILE, Window, merge
+from rundir.table import RequestTable
 
 EXPOSED_SHARE = 0.5        # a condition in time exposes a request that it covered this much of
 MIN_TAIL = 3               # fewer tail requests than this prove nothing
@@ -165,3 +166,34 @@ def exposed_windows(starts: np.ndarray, ends: np.ndarray, rows: np.ndarray) -> l
     """The merged latency windows of `rows`: what the report's timeline shades for a finding."""
     return merge([Window(float(starts[i]), float(max(ends[i], starts[i]))) for i in rows
                   if np.isfinite(starts[i]) and np.isfinite(ends[i])])
+
+
+@dataclass
+class InTime:
+    """A condition in time set against the requests of a run: its differential, and what a finding
+    needs to name the requests and seconds it rests on."""
+
+    diff: Differential
+    seconds: float                        # how long the condition held, merged
+    windows: list[Window]                 # the exposed tail requests' own latency windows (the timeline's shading)
+
+
+def differential_in_time(table: RequestTable, metric: str, cond: list[Window]) -> InTime | None:
+    """The differential of a condition that held in `cond` (probe intervals, say): a request is
+    exposed when the condition covered at least EXPOSED_SHARE of its own latency window. None when
+    the condition never held."""
+    if not cond:
+        return None
+    start_col, end_col, value_col = METRIC_SPANS[metric]
+    df = table.df
+    starts, ends = df[start_col].to_numpy(float), df[end_col].to_numpy(float)
+    measured = (df["status"] == "ok").to_numpy() & df["in_window"].to_numpy() & df[value_col].notna().to_numpy()
+    exposed = time_exposure(np.nan_to_num(starts), np.nan_to_num(ends), cond) >= EXPOSED_SHARE
+    diff = differential(df[value_col].to_numpy(float), table.level_rows(), measured, exposed & measured)
+    seconds = float(sum(w.seconds for w in merge(cond, gap_s=0.0)))
+    return InTime(diff, seconds, exposed_windows(starts, ends, diff.exposed_tail_rows))
+
+
+def held_windows(start: np.ndarray, end: np.ndarray, held: np.ndarray) -> list[Window]:
+    """The probe intervals [start, end] where `held` is True."""
+    return [Window(float(a), float(b)) for a, b, h in zip(start, end, held) if h]

@@ -9,9 +9,10 @@ import numpy as np
 
 from analyzers.triage.contracts import CheckResult, Finding, failed, passed, unchecked
 from analyzers.triage.evidence import SampleSplit, finite_mean, lift
-from analyzers.triage.exposure import EXPOSED_SHARE, differential, exposed_windows, time_exposure
+from analyzers.triage.exposure import differential_in_time, held_windows
 from analyzers.triage.processes import per_process, read_top_others, spiking
-from analyzers.triage.tail_windows import METRIC_SPANS, TailWindows, Window, merge
+from analyzers.triage.tail_windows import TailWindows
+from analyzers.triage.throughout import NO_CONTRAST, held_throughout, level_windows
 from rundir.table import RequestTable
 
 HOST_BUSY_PCT = 90.0         # all cores this busy in the spikes: the host is saturated
@@ -20,6 +21,9 @@ NEIGHBOUR_LIFT = 1.5         # ... and this many times their calm use ...
 NEIGHBOUR_EXTRA = 0.5        # ... and at least this many cores more than in the calm
 PROCESS_EXTRA = 0.5          # named processes taking this many cores more in the spikes than in the calm
 COMPUTE_BOUND = 0.75         # the server itself on this share of the cores: saturation
+SERVER_WAITED = 0.5          # a neighbour held throughout harmed the server when its threads waited
+                             # for a CPU this share of their runnable time (or, without schedstat,
+                             # some task waited this share of the time: PSI)
 TOP_NAMED = 5
 __all__ = ["check_cpu", "check_gpu_throttle", "read_top_others"]
 # NVML clock event reasons that slow a busy GPU down (idle and application clocks are benign).
@@ -56,17 +60,10 @@ def check_cpu(host: SampleSplit | None, tails: TailWindows, top_others: dict[flo
     if srv_spike is not None and srv_spike >= COMPUTE_BOUND * ncores:
         context = (f"the server itself took {srv_spike:.1f} of {ncores} cores in the spikes: a compute-bound "
                    "engine (saturation), not a neighbour")
-    if others is not None and table is not None:
-        # First what each request lived through (analyzers/triage/exposure.py): a neighbour active for
-        # 7 s of a level is found even where the spike windows cover only part of it; the spike
-        # windows' comparison below is the fallback for runs without request-level contrast.
-        by_exposure = _neighbour_by_exposure(host, others, tails, table, top_others or {}, evidence)
-        if by_exposure is not None:
-            return by_exposure
-    if others is not None and tails.spikes:
-        by_spikes = _neighbour_by_spikes(host, others, tails, top_others or {}, evidence, busy_spike)
-        if by_spikes is not None:
-            return by_spikes
+    neighbour = _find_neighbour(host, others, tails, table, top_others or {}, evidence, busy_spike) \
+        if others is not None else None
+    if neighbour is not None:
+        return neighbour
     if others is None and busy_spike is not None and busy_spike >= HOST_BUSY_PCT and \
             (busy_calm is None or busy_calm < HOST_BUSY_PCT) and tails.spikes:
         # No per-process data: the host was busy only in the spikes, whoever it was.
@@ -78,6 +75,23 @@ def check_cpu(host: SampleSplit | None, tails: TailWindows, top_others: dict[flo
         return failed(finding, CPU_TITLE, finding.title)
     return passed(CPU_ID, "host", CPU_TITLE, f"CPU {busy_spike or 0:.0f}% busy in the spikes vs {busy_calm or 0:.0f}% "
                   "in the calm" + (f"; {context}" if context else ""), context=context, **evidence)
+
+
+def _find_neighbour(host: SampleSplit, others: np.ndarray, tails: TailWindows, table: RequestTable | None,
+                    top_others: dict[float, list[dict]], evidence: dict, busy_spike: float | None) -> CheckResult | None:
+    """First what each request lived through (analyzers/triage/exposure.py): a neighbour active for
+    7 s of a level is found even where the spike windows cover only part of it; then the spike
+    windows' comparison, for runs without request-level contrast; last a neighbour present for a
+    whole level, which no contrast inside the level can show (analyzers/triage/throughout.py)."""
+    if table is not None:
+        found = _neighbour_by_exposure(host, others, tails, table, top_others, evidence)
+        if found is not None:
+            return found
+    if tails.spikes:
+        found = _neighbour_by_spikes(host, others, tails, top_others, evidence, busy_spike)
+        if found is not None:
+            return found
+    return _neighbour_throughout(host, others, tails, table, top_others, evidence) if table is not None else None
 
 
 def _neighbour_by_spikes(host: SampleSplit, others: np.ndarray, tails: TailWindows,
@@ -123,18 +137,10 @@ def _neighbour_by_exposure(host: SampleSplit, others: np.ndarray, tails: TailWin
     o = np.nan_to_num(others)
     level = max(NEIGHBOUR_CORES, float(np.median(o)) + NEIGHBOUR_EXTRA)
     held = o >= level
-    if not held.any():
+    found = differential_in_time(table, tails.metric, held_windows(host.start, host.end, held))
+    if found is None or not found.diff.separates:
         return None
-    cond = [Window(float(a), float(b)) for a, b, h in zip(host.start, host.end, held) if h]
-    start_col, end_col, value_col = METRIC_SPANS[tails.metric]
-    df = table.df
-    starts, ends = df[start_col].to_numpy(float), df[end_col].to_numpy(float)
-    measured = (df["status"] == "ok").to_numpy() & df["in_window"].to_numpy() & df[value_col].notna().to_numpy()
-    exposed = time_exposure(np.nan_to_num(starts), np.nan_to_num(ends), cond) >= EXPOSED_SHARE
-    diff = differential(df[value_col].to_numpy(float), table.level_rows(), measured, exposed & measured)
-    if not diff.separates:
-        return None
-    seconds = float(sum(w.seconds for w in merge(cond, gap_s=0.0)))
+    diff, seconds = found.diff, found.seconds
     named = spiking(per_process(top_others, replace(host, spike=held)))
     who = ", ".join(f"{p['comm']} (pid {p['pid']}, {p['cpu_cores_spikes']:.2f} cores)" for p in named[:3])
     if len(named) > 3:
@@ -147,10 +153,54 @@ def _neighbour_by_exposure(host: SampleSplit, others: np.ndarray, tails: TailWin
                       f"a noisy neighbour: other processes took {finite_mean(o[held]) or 0:.1f} cores for "
                       f"{seconds:.0f} s" + (f" ({who})" if who else "") + "; " + diff.words(tails.metric, "the "
                       + held_words),
-                      ev, exposed_windows(starts, ends, diff.exposed_tail_rows), len(tails.spikes),
+                      ev, found.windows, len(tails.spikes),
                       "move the neighbour, or pin the server to cores of its own (taskset/cpuset)",
                       kind="differential", tail_share=diff.attributable)
     return failed(finding, CPU_TITLE, finding.title)
+
+
+def _neighbour_throughout(host: SampleSplit, others: np.ndarray, tails: TailWindows, table: RequestTable,
+                          top_others: dict[float, list[dict]], evidence: dict) -> CheckResult | None:
+    """A neighbour present for the whole of a level (analyzers/triage/throughout.py): other
+    processes held cores in nearly every interval of it, and the server's own threads waited for a
+    CPU (schedstat; PSI where the server's threads were not read)."""
+    o = np.nan_to_num(others)
+    if host.has("server_cpu_wait_share"):
+        waited, waited_field = np.nan_to_num(host.values("server_cpu_wait_share")), "server_cpu_wait_share"
+    elif host.has("cpu_pressure_some_share"):
+        waited, waited_field = np.nan_to_num(host.values("cpu_pressure_some_share")), "cpu_pressure_some_share"
+    else:
+        waited, waited_field = np.ones(o.shape), None
+    held = held_throughout(host, (o >= NEIGHBOUR_CORES) & (waited >= SERVER_WAITED), level_windows(table, tails.metric))
+    if not held:
+        return None
+    rows = np.unique(np.concatenate([h.rows for h in held]))
+    cores, wait = finite_mean(o[rows]) or 0.0, finite_mean(waited[rows])
+    named = per_process(top_others, replace(host, spike=np.isin(np.arange(o.size), rows)))[:TOP_NAMED]
+    who = ", ".join(f"{p['comm']} (pid {p['pid']}, {p['cpu_cores_spikes']:.2f} cores)" for p in named[:3])
+    levels = ", ".join(h.words() for h in held)
+    # Over the levels it held: no spike-against-calm figures, which say nothing of a condition that
+    # was everywhere.
+    ev = dict(cores=evidence.get("cores"), throughout_levels=[h.level_id for h in held],
+              neighbour_cores_throughout=round(cores, 2), top_others_throughout=named, waited_field=waited_field,
+              waited_share_throughout=None if wait is None or waited_field is None else round(wait, 3),
+              server_cpu_cores_throughout=_mean_over(host, "server_cpu_cores", rows),
+              client_cpu_cores_throughout=_mean_over(host, "client_cpu_cores", rows))
+    whose_wait = ("the server's threads waited for a CPU" if waited_field == "server_cpu_wait_share" else
+                  "some task waited for a CPU")
+    title = (f"a noisy neighbour throughout {levels}: other processes held {cores:.1f} of "
+             f"{len(host.fields('cpu_per_core_pct.')) or 1} cores" + (f" ({who})" if who else "")
+             + (f", and {whose_wait} {wait:.0%} of the time" if waited_field and wait is not None else "")
+             + f"; {NO_CONTRAST}")
+    finding = Finding(CPU_ID, "host", "high", title, ev, [h.window for h in held], len(tails.spikes),
+                      "rerun with the neighbour gone, or pin the server to cores of its own (taskset/cpuset), "
+                      "and compare the runs (llmbench compare)", kind="throughout")
+    return failed(finding, CPU_TITLE, finding.title)
+
+
+def _mean_over(host: SampleSplit, name: str, rows: np.ndarray) -> float | None:
+    mean = finite_mean(host.values(name)[rows]) if host.has(name) else None
+    return None if mean is None else round(mean, 3)
 
 
 def check_gpu_throttle(gpu: SampleSplit | None, tails: TailWindows) -> CheckResult:

@@ -11,7 +11,10 @@ import numpy as np
 
 from analyzers.triage.contracts import CheckResult, Finding, failed, passed, unchecked
 from analyzers.triage.evidence import SampleSplit, lift
-from analyzers.triage.tail_windows import TailWindows
+from analyzers.triage.exposure import differential_in_time, held_windows
+from analyzers.triage.tail_windows import TailWindows, Window
+from analyzers.triage.throughout import NO_CONTRAST, held_throughout
+from rundir.table import RequestTable
 
 MIN_RETRANS = 3             # retransmitted segments in the spikes before they count as evidence
 RETRANS_LIFT = 3.0          # ... at this many times the calm's rate per second
@@ -61,10 +64,14 @@ def _host_wide(tcp: SampleSplit) -> str | None:
             "spikes), not the target's (host-wide /proc/net/snmp counters)")
 
 
-def check_retransmits(tcp: SampleSplit | None, tails: TailWindows, locality: str | None = None) -> CheckResult:
+def check_retransmits(tcp: SampleSplit | None, tails: TailWindows, locality: str | None = None,
+                      level_windows: dict[str, Window] | None = None, table: RequestTable | None = None
+                      ) -> CheckResult:
     """The target's own connections (`ss` per connection, probe tcp's conns_retrans) decide; the
     host-wide counters count every flow on the host and are context only. Without per-connection
-    data the host-wide counters are used, said so, and never ranked high."""
+    data the host-wide counters are used, said so, and never ranked high. Retransmits on the
+    target's own connections through a whole level are a cause without spikes to line up with
+    (analyzers/triage/throughout.py): a healthy path has none."""
     if tcp is None or not tcp.has("Tcp.RetransSegs"):
         return unchecked(RETRANS_ID, "network", RETRANS_TITLE, "no tcp probe in this run (llmbench sweep --probes tcp)")
     context = _host_wide(tcp)
@@ -74,8 +81,14 @@ def check_retransmits(tcp: SampleSplit | None, tails: TailWindows, locality: str
     own = tcp.has("conns_retrans")
     field = "conns_retrans" if own else "Tcp.RetransSegs"
     whose = "the target's connections" if own else "host-wide counters (the target's own connections were not recorded)"
+    if own and table is not None:
+        by_exposure = _retransmits_by_exposure(tcp, tails, table)
+        if by_exposure is not None:
+            return by_exposure
+    throughout = _retransmits_throughout(tcp, tails, level_windows or {}) if own else None
     if not tails.spikes:
-        return passed(RETRANS_ID, "network", RETRANS_TITLE, "no spike windows to compare", context=context)
+        return throughout or passed(RETRANS_ID, "network", RETRANS_TITLE, "no spike windows to compare",
+                                    context=context)
     n_spike, n_calm, r_spike, r_calm = tcp.rate(field)
     rto_spike = tcp.rate("conns_rto")[0] if own else tcp.rate("TcpExt.TCPTimeouts")[0]
     ratio = lift(r_spike, r_calm)
@@ -85,7 +98,7 @@ def check_retransmits(tcp: SampleSplit | None, tails: TailWindows, locality: str
     if own:
         evidence["host_wide_retrans"] = tcp.rate("Tcp.RetransSegs")[0] + tcp.rate("Tcp.RetransSegs")[1]
     if n_spike < MIN_RETRANS or ratio < RETRANS_LIFT:
-        return passed(RETRANS_ID, "network", RETRANS_TITLE,
+        return throughout or passed(RETRANS_ID, "network", RETRANS_TITLE,
                       f"{n_spike:.0f} retransmits on {whose} in the spikes ({r_spike:.2f}/s) vs {r_calm:.2f}/s in "
                       "the calm", context=context if own else None, **evidence)
     explains = tcp.windows_where(tails, np.nan_to_num(tcp.values(field)) > 0)
@@ -98,6 +111,53 @@ def check_retransmits(tcp: SampleSplit | None, tails: TailWindows, locality: str
                       evidence, explains, len(tails.spikes),
                       "find the lossy hop: `llmbench sweep --probes tcp,capture` then `llmdiag pcap` per flow; "
                       "check NIC/switch counters and ring buffer drops (ethtool -S)")
+    return failed(finding, RETRANS_TITLE, finding.title)
+
+
+def _retransmits_by_exposure(tcp: SampleSplit, tails: TailWindows, table: RequestTable) -> CheckResult | None:
+    """Retransmits on the target's own connections as a condition in time (analyzers/triage/exposure.py):
+    the requests that lived through them against those that did not."""
+    retrans = np.nan_to_num(tcp.values("conns_retrans"))
+    found = differential_in_time(table, tails.metric, held_windows(tcp.start, tcp.end, retrans > 0))
+    if found is None or not found.diff.separates:
+        return None
+    diff, held = found.diff, retrans > 0
+    n, rto = float(retrans[held].sum()), float(np.nan_to_num(tcp.values("conns_rto"))[held].sum())
+    evidence = dict(source="conns_retrans", **diff.evidence(), retrans_when_held=n, rto_intervals_when_held=rto,
+                    retrans_seconds=round(found.seconds, 1))
+    finding = Finding(RETRANS_ID, "network", "high" if rto or diff.attributable >= 0.6 else "medium",
+                      f"TCP retransmits on the target's connections: {n:.0f} segments in {found.seconds:.0f} s"
+                      + (f", connections in RTO backoff in {rto:.0f} intervals" if rto else "") + "; "
+                      + diff.words(tails.metric, f"the {found.seconds:.0f} s of retransmits"),
+                      evidence, found.windows, len(tails.spikes),
+                      "find the lossy hop: `llmbench sweep --probes tcp,capture` then `llmdiag pcap` per flow; "
+                      "check NIC/switch counters and ring buffer drops (ethtool -S)",
+                      kind="differential", tail_share=diff.attributable)
+    return failed(finding, RETRANS_TITLE, finding.title)
+
+
+def _retransmits_throughout(tcp: SampleSplit, tails: TailWindows, windows: dict[str, Window]) -> CheckResult | None:
+    """The target's own connections retransmitted in nearly every probe interval of a level."""
+    retrans = np.nan_to_num(tcp.values("conns_retrans"))
+    held = held_throughout(tcp, retrans > 0, windows)
+    if not held:
+        return None
+    rows = np.unique(np.concatenate([h.rows for h in held]))
+    n = float(retrans[rows].sum())
+    if n < MIN_RETRANS:
+        return None
+    seconds = float((tcp.end[rows] - tcp.start[rows]).sum())
+    rto = float(np.nan_to_num(tcp.values("conns_rto"))[rows].sum())
+    evidence = dict(source="conns_retrans", throughout_levels=[h.level_id for h in held], retrans_throughout=n,
+                    retrans_per_s_throughout=round(n / seconds, 2) if seconds else None,
+                    rto_intervals_throughout=rto)
+    finding = Finding(RETRANS_ID, "network", "high" if rto else "medium",
+                      f"TCP retransmits on the target's connections throughout {', '.join(h.words() for h in held)}: "
+                      f"{n:.0f} segments ({n / seconds if seconds else 0:.1f}/s)"
+                      + (f", connections in RTO backoff in {rto:.0f} intervals" if rto else "") + f"; {NO_CONTRAST}",
+                      evidence, [h.window for h in held], len(tails.spikes),
+                      "find the lossy hop: `llmbench sweep --probes tcp,capture` then `llmdiag pcap` per flow; "
+                      "check NIC/switch counters and ring buffer drops (ethtool -S)", kind="throughout")
     return failed(finding, RETRANS_TITLE, finding.title)
 
 

@@ -9,7 +9,9 @@ from analyzers.probe_series import ProbeSeries
 from analyzers.server_quantiles import weighted_mean, worst_quantile
 from analyzers.triage.contracts import CheckResult, Finding, failed, passed, unchecked
 from analyzers.triage.evidence import SampleSplit, lift
+from analyzers.triage.exposure import differential_in_time, held_windows
 from analyzers.triage.tail_windows import TailWindows
+from rundir.table import RequestTable
 
 MIN_PREEMPTIONS = 1
 PREEMPT_LIFT = 3.0
@@ -19,6 +21,8 @@ MIN_WAITING = 1.0           # ... and at least one request waiting on average
 BATCH_LIFT = 1.5            # running requests in TPOT spikes vs calm
 
 PREEMPT_ID, PREEMPT_TITLE = "p99.sched.preemption", "no preemption storm"
+PREEMPT_NEXT = ("KV ran out and running requests were evicted and recomputed: lower --max-num-seqs, "
+                "shorten --max-model-len, or give the KV cache more memory (see `llmdiag oom`)")
 QUEUE_ID, QUEUE_TITLE = "p99.sched.queueing", "requests do not queue"
 BATCH_ID, BATCH_TITLE = "p99.sched.batch-size", "the running batch is not too large for TPOT"
 NO_SERVER = "no server probe in this run (llmbench sweep --probes server)"
@@ -47,9 +51,16 @@ def _why_unchecked(absent: str | None, what: str) -> str:
     return absent or f"{NO_SERVER} or no {what}"
 
 
-def check_preemptions(server: SampleSplit | None, tails: TailWindows, absent: str | None = None) -> CheckResult:
+def check_preemptions(server: SampleSplit | None, tails: TailWindows, absent: str | None = None,
+                      table: RequestTable | None = None) -> CheckResult:
+    """Preemptions as a condition in time first (the requests that lived through them against
+    those that did not), then bursts in the spike windows against the calm."""
     if server is None or not server.has("preemptions"):
         return unchecked(PREEMPT_ID, "scheduling", PREEMPT_TITLE, _why_unchecked(absent, "preemption counter"))
+    if table is not None:
+        by_exposure = _preemptions_by_exposure(server, tails, table)
+        if by_exposure is not None:
+            return by_exposure
     n_spike, n_calm, r_spike, r_calm = server.rate("preemptions")
     kv_spike, kv_calm = server.mean("kv_usage")
     kv = server.values("kv_usage")
@@ -66,9 +77,27 @@ def check_preemptions(server: SampleSplit | None, tails: TailWindows, absent: st
     finding = Finding(PREEMPT_ID, "scheduling", "high" if at_ceiling or ratio >= 10 else "medium",
                       f"{n_spike:.0f} preemptions in the spike windows ({r_spike:.2f}/s vs {r_calm:.2f}/s calm)"
                       + (f" with the KV cache at {kv_max:.0%}" if kv_max is not None else ""),
-                      evidence, explains, len(tails.spikes),
-                      "KV ran out and running requests were evicted and recomputed: lower --max-num-seqs, "
-                      "shorten --max-model-len, or give the KV cache more memory (see `llmdiag oom`)")
+                      evidence, explains, len(tails.spikes), PREEMPT_NEXT)
+    return failed(finding, PREEMPT_TITLE, finding.title)
+
+
+def _preemptions_by_exposure(server: SampleSplit, tails: TailWindows, table: RequestTable) -> CheckResult | None:
+    preempted = np.nan_to_num(server.values("preemptions"))
+    found = differential_in_time(table, tails.metric, held_windows(server.start, server.end, preempted > 0))
+    if found is None or not found.diff.separates:
+        return None
+    diff = found.diff
+    kv = server.values("kv_usage")[preempted > 0]
+    kv_max = float(np.nanmax(kv)) if np.isfinite(kv).any() else None
+    evidence = dict(**diff.evidence(), preemptions_when_held=float(preempted.sum()),
+                    preemption_seconds=round(found.seconds, 1), kv_usage_max_when_held=kv_max)
+    finding = Finding(PREEMPT_ID, "scheduling", "high" if (kv_max or 0) >= KV_CEILING or diff.attributable >= 0.6
+                      else "medium",
+                      f"{preempted.sum():.0f} preemptions in {found.seconds:.0f} s"
+                      + (f" with the KV cache at {kv_max:.0%}" if kv_max is not None else "") + "; "
+                      + diff.words(tails.metric, f"the {found.seconds:.0f} s of preemptions"),
+                      evidence, found.windows, len(tails.spikes), PREEMPT_NEXT, kind="differential",
+                      tail_share=diff.attributable)
     return failed(finding, PREEMPT_TITLE, finding.title)
 
 

@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from refengine.attention.metadata import build_attention_metadata
 from refengine.attention.reference import paged_attention
 from refengine.model.layers.attention import allocate_kv_caches
-from refengine.quant.fp8 import FP8_DTYPE, dequantize, quantize_blocks, quantize_per_channel
+from refengine.numerics.fp8 import FP8_DTYPE, dequantize, quantize_blocks, quantize_per_channel
 
 
 def bench_ms(fn) -> float:
@@ -106,7 +106,7 @@ def part_correctness() -> list[dict]:
 
 
 def part_gemm(quick: bool) -> list[dict]:
-    from refengine.quant.fp8 import quantize_per_token
+    from refengine.numerics.fp8 import quantize_per_token
     from refengine.quant.fp8_matmul import w8a8_linear, w8a8_supported
     if not w8a8_supported(torch.device("cuda")):
         return [{"note": "no FP8 tensor cores (compute capability < 8.9): W8A8 not measured"}]

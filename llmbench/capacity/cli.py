@@ -3,7 +3,9 @@
 Every `llmbench sweep` option means the same here (target, workload, workers, probes, the
 preflight's adaptations, fail fast); the search's own are --by, --start, --max-load,
 --resolution and --repeats. A trace (--workload trace) is searched by rate: each load replays it
-at the speed that gives that mean rate. Shorter levels by default than a sweep's: a search measures many.
+at the speed that gives that mean rate, for --warmup + --duration at every load (a shorter trace is
+cycled to fill the level, and each level says so: docs/workloads.md, "Replay"). Shorter levels by
+default than a sweep's: a search measures many.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """From `llmbench capacity`'s options to an answer: a sweep run directory whose levels a
 CapacityPlan chooses, then the answer (analyzers.capacity.answer) recorded in run.json
-(sweep.extra["capacity"]) and capacity.json, and printed (or written to stdout as JSON).
+(sweep.capacity, rundir.capacity.CapacityRecord) and capacity.json, and printed (or written to stdout as JSON).
 """
 
 from __future__ import annotations
@@ -12,16 +12,18 @@ from dataclasses import dataclass
 import typer
 from rich.console import Console
 
-from analyzers.capacity.answer import CAPACITY_KEY, CapacityAnswer, capacity_answer, judge_loads
+from analyzers.capacity.answer import capacity_answer, judge_loads
 from analyzers.stats.latency import LevelStats
 from analyzers.stats.slo import Slos
-from llmbench.capacity.search import CapacityPlan, Probe, SearchSpec
-from llmbench.sweep.setup import SweepArgs, execute_sweep, prepare_run, sweep_trace
-from reports.capacity_table import CAPACITY_HEADER, capacity_rows
+from llmbench.capacity.search import CapacityPlan, SearchSpec
+from llmbench.sweep.setup import SweepArgs, execute_sweep, prepare_run
+from llmbench.sweep.trace_level import sweep_trace
 from reports.capacity_words import capacity_headline
 from reports.write import write_reports
 from rundir import RunDir, RunInfo
+from rundir.capacity import CapacityAnswer, CapacityProbe, CapacityRecord
 from rundir.files import CAPACITY_JSON
+from rundir.record_json import record_to_dict
 from rundir.table import RequestTable
 
 
@@ -67,7 +69,7 @@ def _stats(run: RunDir) -> dict[str, LevelStats]:
     return {d["level_id"]: LevelStats.from_dict(d) for d in (run.read_summary() or {}).get("levels", [])}
 
 
-def _loads(probes: list[Probe]) -> dict[float, list[str]]:
+def _loads(probes: list[CapacityProbe]) -> dict[float, list[str]]:
     out: dict[float, list[str]] = {}
     for p in probes:
         out.setdefault(p.load, []).append(p.level_id)
@@ -96,9 +98,11 @@ def run_capacity(a: SweepArgs, c: CapacityArgs, console: Console) -> None:
         a.concurrency, a.request_rate = (f"{first:g}", None) if search.axis == "concurrency" else (None, f"{first:g}")
         speed = search.trace_speed(first)
         if speed is not None:                    # a trace level is named by its rate, sent at its speed
-            a.request_rate, a.trace_speed = None, speed
+            # Every load's level lasts --warmup + --duration, whatever its speed: the trace cycles
+            # to fill it (or plays its first part), and each level's record says which.
+            a.request_rate, a.trace_speed, a.trace_loop = None, speed, "capacity"
         run, info, probe_names = prepare_run(a, console)
-        info.sweep.extra["stop_over_capacity"] = c.stop_over_capacity
+        info.sweep.stop_over_capacity = c.stop_over_capacity
     plans: list[CapacityPlan] = []
 
     def factory(run: RunDir, info: RunInfo) -> CapacityPlan:
@@ -118,15 +122,15 @@ def run_capacity(a: SweepArgs, c: CapacityArgs, console: Console) -> None:
     answer = answer_of(run, info, plan)
     if exit_code and answer.bounded_by in ("none", "slo") and answer.lowest_out is None:
         answer.bounded_by = "errors"    # the search was stopped by failures, not by a verdict
-    record = {"search": info.sweep.extra.get(CAPACITY_KEY, {}).get("search"),
-              "probes": [p.__dict__ for p in plan.probes],
-              "answer": answer.to_dict() | {"headline": capacity_headline(answer)}}
-    info.sweep.extra[CAPACITY_KEY] = record
+    answer.headline = capacity_headline(answer)
+    record = CapacityRecord(search=info.sweep.capacity.search if info.sweep.capacity else None,
+                            probes=list(plan.probes), answer=answer)
+    info.sweep.capacity = record
     run.write_info(info)
-    run.write_json(run.path / CAPACITY_JSON, record)
+    run.write_json(run.path / CAPACITY_JSON, record.to_dict())
     write_reports(run)              # the sweep wrote them before the answer existed; they lead with it
     if c.json_out:
-        sys.stdout.write(json.dumps({"run_dir": str(run.path), **record}) + "\n")
+        sys.stdout.write(json.dumps({"run_dir": str(run.path), **record.to_dict()}) + "\n")
     else:
         _print_answer(console, answer, run)
     if exit_code:
@@ -135,12 +139,14 @@ def run_capacity(a: SweepArgs, c: CapacityArgs, console: Console) -> None:
 
 def recorded_search(info: RunInfo, path) -> SearchSpec:
     """The search a capacity run directory recorded (its options, not this command line's)."""
-    record = info.sweep.extra.get(CAPACITY_KEY)
-    if not isinstance(record, dict) or not isinstance(record.get("search"), dict):
+    record = info.sweep.capacity
+    # A search this version could not read is kept, unread, in the record's extra (rundir/capacity.py).
+    unread = record.extra.get("search") if record is not None else None
+    if record is None or (record.search is None and not isinstance(unread, dict)):
         raise typer.BadParameter(f"{path} is not a `llmbench capacity` run (run.json has no search); a sweep "
                                  "resumes with `llmbench sweep --resume`", param_hint="--resume")
     try:
-        return SearchSpec(**record["search"])
+        return SearchSpec(**(record_to_dict(record.search) if record.search is not None else unread))
     except (TypeError, ValueError) as exc:
         raise typer.BadParameter(f"{path}: the search recorded in run.json is unreadable ({exc})",
                                  param_hint="--resume") from None
@@ -153,13 +159,9 @@ def _unclear(run: RunDir, info: RunInfo, plan: CapacityPlan) -> set[float]:
 
 
 def _print_answer(console: Console, answer: CapacityAnswer, run: RunDir) -> None:
-    from rich.table import Table
+    from reports.capacity_table import capacity_grid
+    from reports.grid import print_grid
 
-    t = Table(title="capacity search (requests pooled over each load's levels)")
-    for col in CAPACITY_HEADER:
-        t.add_column(col)
-    for row in capacity_rows(answer):
-        t.add_row(*row)
-    console.print(t)
+    print_grid(console, capacity_grid(answer))
     console.print(f"[bold]{capacity_headline(answer)}[/]", highlight=False)
     console.print(f"search and answer: {run.path / CAPACITY_JSON}; report: {run.report_html}")

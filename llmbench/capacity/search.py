@@ -23,29 +23,20 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from analyzers.capacity.answer import CAPACITY_KEY
 from analyzers.stats.latency import LevelStats
 from loadgen.specs import LevelSpec
 from rundir import RunInfo
-
-AXES = ("concurrency", "rate")
+from rundir.capacity import CAPACITY_AXES, CapacityProbe, CapacityRecord, CapacitySearch
 
 
 @dataclass
-class SearchSpec:
-    axis: str = "concurrency"         # concurrency | rate
-    start: float = 1.0
-    limit: float = 1024.0             # the highest load the bracket tries
-    resolution: float = 1.0           # concurrency: absolute step; rate: relative (0.1 = 10 %)
-    repeats: int = 3                  # measurements of each boundary load, first included
-    max_extra: int = 4                # more loads the confirmation may add around the boundary
-    # A trace's mean request rate at speed 1 (--workload trace, rate axis only): a load of L req/s
-    # replays the trace at speed L / trace_rate, so its arrivals keep the trace's own shape.
-    trace_rate: float | None = None
+class SearchSpec(CapacitySearch):
+    """The contract's search options (rundir.capacity.CapacitySearch, where the fields and their
+    defaults live), validated in the options' words, with the search's arithmetic."""
 
     def __post_init__(self) -> None:
-        if self.axis not in AXES:
-            raise ValueError(f"--by must be one of {', '.join(AXES)}, got {self.axis!r}")
+        if self.axis not in CAPACITY_AXES:
+            raise ValueError(f"--by must be one of {', '.join(CAPACITY_AXES)}, got {self.axis!r}")
         if not self.start > 0 or self.limit < self.start:
             raise ValueError("the search needs 0 < start <= limit")
         if not self.resolution > 0 or (self.axis == "concurrency" and self.resolution < 1):
@@ -84,16 +75,6 @@ class SearchSpec:
         return self.key(load + self.resolution if self.axis == "concurrency" else load * (1 + self.resolution))
 
 
-@dataclass
-class Probe:
-    """One measured level of the search."""
-
-    level_id: str
-    load: float
-    phase: str                        # bracket | bisect | confirm
-    met: bool | None = None           # the level's own verdict
-
-
 class CapacityPlan:
     """A LevelPlan (llmbench.sweep.run) that searches instead of walking a grid."""
 
@@ -102,7 +83,7 @@ class CapacityPlan:
         # judge(probes) -> the loads whose pooled verdict is unclear
         # (analyzers.capacity.answer through llmbench.capacity.cli); None: each level's own verdict.
         self.judge = judge
-        self.probes: list[Probe] = []
+        self.probes: list[CapacityProbe] = []
         self._levels: list[LevelSpec] = []
 
     # ----- LevelPlan ---------------------------------------------------------------------------
@@ -128,9 +109,10 @@ class CapacityPlan:
         return list(self._levels)
 
     def note(self, info: RunInfo) -> None:
-        info.sweep.extra[CAPACITY_KEY] = {**info.sweep.extra.get(CAPACITY_KEY, {}),
-                                          "search": dataclasses.asdict(self.search),
-                                          "probes": [dataclasses.asdict(p) for p in self.probes]}
+        # Copies: the record is what was decided so far, not the probes' later verdicts.
+        record = info.sweep.capacity or CapacityRecord()
+        info.sweep.capacity = dataclasses.replace(record, search=dataclasses.replace(self.search),
+                                                  probes=[dataclasses.replace(p) for p in self.probes])
 
     # ----- the search --------------------------------------------------------------------------
     def verdicts(self) -> dict[float, list[bool]]:
@@ -196,6 +178,6 @@ class CapacityPlan:
                                    request_rate=load if self.search.axis == "rate" else None,
                                    trace_speed=self.search.trace_speed(load),
                                    seed=t.seed + n)       # a repeat is a fresh sample, not the same requests
-        self.probes.append(Probe(level_id, load, phase))
+        self.probes.append(CapacityProbe(level_id, load, phase))
         self._levels.append(spec)
         return spec

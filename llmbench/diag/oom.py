@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.table import Table
 from rich.text import Text
 
 from llmbench.cli_common import make_console, user_errors
+from reports.grid import Column, Grid, print_grid, print_hanging
 
 console = make_console()
 
@@ -66,7 +66,8 @@ def oom(
     seed's order (--model); explain an OOM message (--log); find a live server's real KV capacity (--ramp); say
     when a recorded run hit memory pressure (--run)."""
     from analyzers.diagnosis_error import DiagnosisError
-    from playbooks.playbook import PlaybookRun, load_playbook, render
+    from playbooks.playbook import PlaybookRun, load_playbook
+    from reports.playbook_table import print_playbook
 
     with user_errors():
         if not (model or log or ramp or run_dir):
@@ -98,7 +99,7 @@ def oom(
         if run_dir:
             _run_mode(run_dir, run)
         console.print()
-        render(run, console)
+        print_playbook(run, console)
 
 
 def _model_mode(model: str, plan_kwargs: dict):
@@ -114,18 +115,16 @@ def _model_mode(model: str, plan_kwargs: dict):
                        f"{plan.pp}, weights {plan.weight_dtype}, KV {plan.kv_bytes:g} B/elem, max_model_len "
                        f"{plan.max_model_len:,}, {plan.concurrency} concurrent, {plan.gpu_memory_gib:.4g} GiB x "
                        f"{plan.gpu_memory_utilization:.2f}", style="bold"))
-    table = Table(title="memory per GPU (the fullest GPU of a replica)", title_justify="left")
-    table.add_column("part")
-    table.add_column("GiB", justify="right")
-    table.add_column("share", justify="right")
+    table = Grid("memory per GPU (the fullest GPU of a replica)",
+                 [Column("part"), Column("GiB", "right"), Column("share", "right")])
     rows = [("weights", est.weights), ("activations (peak prefill)", est.activations),
             ("communication buffers", est.comm_buffers), ("CUDA context", est.cuda_context),
             ("CUDA graphs", est.cuda_graphs), ("fragmentation headroom", est.fragmentation),
             ("KV cache (what is left)", est.kv_budget), ("outside gpu_memory_utilization", est.total - est.usable)]
     for name, value in rows:
         table.add_row(name, _gib(value), f"{value / est.total:.0%}")
-    table.add_row("[bold]total[/]", f"[bold]{_gib(est.total)}[/]", "100%")
-    console.print(table)
+    table.add_row(Text("total", style="bold"), Text(_gib(est.total), style="bold"), "100%")
+    print_grid(console, table)
     tokens = plan.max_model_len if plan.kv_layout == "contiguous" else plan.tokens_per_request
     per_req = est.blocks_per_request(tokens) * est.block_bytes
     _kv_table(shape, plan, est)
@@ -140,12 +139,11 @@ def _model_mode(model: str, plan_kwargs: dict):
                        style="bold green" if v.fits else "bold red"))
     for reason in v.reasons:
         console.print(Text(f"  - {reason}"))
-    fixes = Table(title="fixes, in the seed's order", title_justify="left")
-    for col in ("#", "fix", "set", "before", "after", "note"):
-        fixes.add_column(col, overflow="fold")
+    fixes = Grid("fixes, in the seed's order", [Column("#", "right")] + [Column(c) for c in
+                                                                         ("fix", "set", "before", "after", "note")])
     for f in suggest_fixes(est):
-        fixes.add_row(str(f.step), f.name, Text(f.change), Text(f.before), Text(f.after), Text(f.note))
-    console.print(fixes)
+        fixes.add_row(str(f.step), f.name, f.change, f.before, f.after, f.note)
+    print_grid(console, fixes)
     console.print("[dim]assumptions: " + "; ".join(ASSUMPTIONS) + "[/]")
     return est
 
@@ -154,14 +152,12 @@ def _kv_table(shape, plan, est) -> None:
     """The seed's whole-model KV figures beside what one GPU of the plan holds."""
     from analyzers.oom.units import human_bytes, kv_figures
 
-    table = Table(title=f"KV cache: 2 x {shape.num_layers} layers x {shape.num_kv_heads} KV heads x {shape.head_dim} "
-                  f"x {plan.kv_bytes:g} B per token", title_justify="left")
-    table.add_column("KV")
-    table.add_column("whole model", justify="right")
-    table.add_column(f"per GPU (TP {plan.tp} x PP {plan.pp})", justify="right")
+    table = Grid(f"KV cache: 2 x {shape.num_layers} layers x {shape.num_kv_heads} KV heads x {shape.head_dim} "
+                 f"x {plan.kv_bytes:g} B per token",
+                 [Column("KV"), Column("whole model", "right"), Column(f"per GPU (TP {plan.tp} x PP {plan.pp})", "right")])
     for f in kv_figures(shape, plan, est):
         table.add_row(f.what, human_bytes(f.whole_model_bytes), human_bytes(f.per_gpu_bytes))
-    console.print(table)
+    print_grid(console, table)
 
 
 def _log_mode(path: Path):
@@ -171,13 +167,13 @@ def _log_mode(path: Path):
     if not path.is_file():
         raise DiagnosisError(f"--log {str(path)!r} is not a file")
     findings = parse_oom_log(path.read_text(errors="replace"))
-    for f in findings:
-        console.print(Text(f"{path.name}: {f.wording}", style="bold"))
-        console.print(Text(f"  {f.excerpt}", style="dim"))
+    for f in findings:       # each line wrapped between words under its own start (reports/grid.py)
+        print_hanging(console, Text(f"{path.name}: {f.wording}", style="bold"))
+        print_hanging(console, Text(f.excerpt, style="dim"), indent=2)
         for line in f.explanation:
-            console.print(Text(f"  - {line}"))
+            print_hanging(console, Text(f"- {line}"), indent=2)
         for line in f.fixes:
-            console.print(Text(f"  fix: {line}", style="green"))
+            print_hanging(console, Text(f"fix: {line}", style="green"), indent=2)
     return findings
 
 
@@ -191,21 +187,15 @@ def _run_mode(run_dir: Path, playbook) -> None:
              ("preemptions", "n/a" if mp.preemptions is None else f"{mp.preemptions:.0f}"),
              ("GPU memory used, max share", "n/a" if mp.gpu_mem_share_max is None else f"{mp.gpu_mem_share_max:.0%}"),
              ("requests failed with an OOM/KV error", str(mp.oom_errors))]
-    table = Table(title=f"memory pressure in run {mp.run_id}", title_justify="left")
-    table.add_column("evidence")
-    table.add_column("value", justify="right")
-    for k, v in facts:
-        table.add_row(k, v)
-    console.print(table)
+    print_grid(console, Grid(f"memory pressure in run {mp.run_id}", [Column("evidence"), Column("value", "right")],
+                             [list(kv) for kv in facts]))
     if mp.episodes:
-        ep = Table(title="episodes (first 20)", title_justify="left")
-        for col in ("kind", "from", "seconds", "levels", "detail"):
-            ep.add_column(col, overflow="fold")
+        ep = Grid("episodes (first 20)", [Column("kind", wrap=False), Column("from", "right"), Column("seconds", "right"),
+                                          Column("levels"), Column("detail")])
         t0 = mp.episodes[0].window.start
         for e in mp.episodes[:20]:
-            ep.add_row(e.kind, f"+{e.window.start - t0:.1f} s", f"{e.window.seconds:.1f}", Text(", ".join(e.levels)),
-                       Text(e.detail))
-        console.print(ep)
+            ep.add_row(e.kind, f"+{e.window.start - t0:.1f} s", f"{e.window.seconds:.1f}", ", ".join(e.levels), e.detail)
+        print_grid(console, ep)
     console.print(Text(mp.headline, style="bold red" if mp.occurred else "bold green"))
     evidence = mp.headline + (f"; first at level {mp.first_level}" if mp.first_level else "")
     if mp.occurred:

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.table import Table
 from rich.text import Text
 
 from llmbench.cli_common import err_console, make_console, user_errors
@@ -40,7 +39,7 @@ def p99(
     queue, prefill and decode), checks the network, then scheduling, then the host with the target's own
     evidence, ranks the causes by the share of the tail they explain and marks the p99 playbook."""
     from analyzers.triage.p99 import diagnose_p99, diagnosis_record, mark_playbook, save_diagnosis
-    from playbooks.playbook import render
+    from reports.playbook_table import print_playbook
     from rundir import RunDir
 
     with user_errors():
@@ -59,8 +58,8 @@ def p99(
         typer.echo(json.dumps(data, indent=1, default=str))
         return
     _print_tail(diag)
-    _print_findings(diag)
-    render(mark_playbook(diag), console)
+    _print_findings(diag, data)
+    print_playbook(mark_playbook(diag), console)
 
 
 def _observe(out: Path | None, target, model, duration, concurrency, input_len, output_len, tokenizer) -> Path:
@@ -98,32 +97,40 @@ def _refresh_report(run: Path, quiet: bool = False) -> None:
 
 
 def _print_tail(diag) -> None:
+    from reports.grid import Column, Grid, print_grid
+
     t = diag.tails
-    table = Table(title=f"{diag.metric.upper()} tail of run {diag.run_id}", title_justify="left")
-    for col in ("level", "requests", "P50 ms", "P99 ms", "spike above ms", "spikes"):
-        table.add_column(col, justify="right" if col != "level" else "left")
+    grid = Grid(f"{diag.metric.upper()} tail of run {diag.run_id}",
+                [Column("level", wrap=False)] + [Column(c, "right") for c in ("requests", "P50 ms", "P99 ms",
+                                                                               "spike above ms", "spikes")])
     for lv in t.levels:
-        table.add_row(Text(lv.level_id), str(lv.n), f"{1e3 * lv.p50:.0f}", f"{1e3 * lv.p99:.0f}",
-                      f"{1e3 * lv.threshold:.0f}", str(lv.n_spikes))
-    console.print(table)
+        grid.add_row(lv.level_id, str(lv.n), f"{1e3 * lv.p50:.0f}", f"{1e3 * lv.p99:.0f}", f"{1e3 * lv.threshold:.0f}",
+                     str(lv.n_spikes))
+    print_grid(console, grid)
     console.print(f"{len(t.spikes)} spike window(s) covering {t.spike_s:.1f} s of the {t.span.seconds:.1f} s measured")
 
 
-def _print_findings(diag) -> None:
+def _print_findings(diag, data: dict) -> None:
+    """The causes ranked, then each one's evidence in a few sentences (every number: the report)."""
+    from reports.evidence_words import evidence_sentences
+    from reports.grid import Column, Grid, print_grid, print_hanging
+
     standing = [lv for lv in diag.levels if lv.standing]
     if standing:
-        console.print("standing tails: " + "; ".join(f"{lv.level_id} ({lv.why})" for lv in standing), highlight=False)
+        console.print(Text("standing tails: " + "; ".join(f"{lv.level_id} ({lv.why})" for lv in standing)))
     if not diag.findings:
-        console.print(f"[green]{diag.headline}[/]", highlight=False)
+        console.print(Text(diag.headline, style="green"))
     else:
-        table = Table(title=f"Findings, most likely cause first ({diag.tail_requests} tail requests)",
-                      title_justify="left", show_lines=True)
-        for col in ("#", "category", "severity", "finding", "share of the tail", "next step"):
-            table.add_column(col, overflow="fold")
+        grid = Grid(f"Findings, most likely cause first ({diag.tail_requests} tail requests)",
+                    [Column("#", "right"), Column("category", wrap=False), Column("severity", wrap=False),
+                     Column("finding"), Column("share of the tail"), Column("next step")])
         for i, f in enumerate(diag.findings, 1):
-            table.add_row(str(i), f.category, f.severity, Text(f.title), f"{f.coverage:.0%} ({f.kind})",
-                          Text(f.next_step))
-        console.print(table)
+            grid.add_row(str(i), f.category, f.severity, f.title, f"{f.coverage:.0%} ({f.kind})", f.next_step)
+        print_grid(console, grid)
+        for i, f in enumerate(data["findings"], 1):
+            console.print(Text(f"Evidence for #{i}:", style="bold"))
+            for line in evidence_sentences(f, diag.metric)[:-1]:       # the next step is in the table
+                print_hanging(console, Text(f"· {line}"), indent=2)
     for f in diag.context:
         console.print(Text(f"context ({f.coverage:.0%} of the tail): {f.title}", style="dim"))
     for note in diag.notes:

@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Optional
 
 import typer
-from rich.table import Table
 from rich.text import Text
 
 from llmbench.cli_common import make_console, user_errors
+from reports.grid import Column, Grid, print_grid
 
 console = make_console()
 
@@ -62,11 +62,11 @@ def plan(
                        f"{concurrency} requests of {base.tokens_per_request:,} tokens", style="bold"))
     for step in decision_steps(shape, cluster, ranked, dtype):
         console.print(Text(step))
-    table = Table(title="candidate plans, best first", title_justify="left")
-    for col in ("#", "plan", "GPUs x replicas", "weights GiB/GPU", "KV tokens/replica", "max conc/replica",
-                "safe total", "all-reduce (2 per layer)", "comm ms/step", "bubble", "notes"):
-        table.add_column(col, justify="left" if col in ("plan", "notes") else "right",
-                         no_wrap=col in ("plan", "all-reduce (2 per layer)"))
+    table = Grid("candidate plans, best first", [
+        Column(col, "left" if col in ("plan", "notes") else "right", wrap=col in ("plan", "all-reduce (2 per layer)",
+                                                                                "notes"))
+        for col in ("#", "plan", "GPUs x replicas", "weights GiB/GPU", "KV tokens/replica", "max conc/replica",
+                    "safe total", "all-reduce (2 per layer)", "comm ms/step", "bubble", "notes")], box_optional=True)
     for i, c in enumerate(ranked[:top], 1):
         notes = []
         if not c.meets_target:
@@ -78,7 +78,7 @@ def plan(
                       str(c.estimate.max_concurrency()), str(c.safe_total),
                       f"{c.allreduce_bytes / MiB:.0f} MiB, {c.allreduce_s * 1e3:.2f} ms" if c.tp > 1 else "-",
                       f"{c.comm_s_per_step * 1e3:.1f}", f"{c.bubble:.0%}" if c.pp > 1 else "-", ", ".join(notes))
-    console.print(table)
+    print_grid(console, table)
     console.print("[dim]all-reduce: tokens x hidden x dtype, two per layer, ring time 2(n-1)/n x bytes / bandwidth; "
                   "bubble (PP-1)/(PP+MB-1); KV and memory from the `llmdiag oom` model (see docs/diagnosis.md). "
                   "Ranked on memory and communication only: compute latency (TTFT/TPOT) is not modelled, so sweep "

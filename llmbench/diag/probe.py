@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.table import Table
 
 from llmbench.cli_common import err_console, make_console, terminate_as_interrupt, user_errors
+from reports.grid import Column, Grid, print_grid
 
 console = make_console()
 
@@ -90,14 +90,13 @@ def probe(
         if info.status == "running":
             info.status = "interrupted"
         run.write_info(info)
-    table = Table(title="probes")
-    for col in ("probe", "status", "rows", "errors", "CPU % of a core"):
-        table.add_column(col)
+    table = Grid("probes", [Column("probe", wrap=False), Column("status")] +
+                 [Column(c, "right") for c in ("rows", "errors", "CPU % of a core")])
     for name, status in info.probes.items():
         s = stats.get(name)
         table.add_row(name, status, str(s.rows) if s else "—", str(s.errors) if s else "—",
                       f"{100 * s.cpu_s / s.wall_s:.2f}" if s and s.wall_s else "—")
-    console.print(table)
+    print_grid(console, table)
 
 
 def comm(
@@ -147,17 +146,17 @@ def print_comm_table(rows, n: int, backend: str, json_out: Path | None) -> None:
     plateaus = {}
     for op in dict.fromkeys(r.op for r in rows):
         op_rows = [r for r in rows if r.op == op]
-        table = Table(title=f"{op} — {n} ranks, {backend}",
-                      caption="size B · count elements · time us (slowest rank) · algbw, busbw GB/s (10^9 B/s) · "
-                              "skew = slowest / median rank time")
-        for col in ("size", "count", "type", "redop", "time", "algbw", "busbw", "skew"):
-            table.add_column(col, justify="right")
+        table = Grid(f"{op} — {n} ranks, {backend}",
+                     [Column(col, "right") for col in ("size", "count", "type", "redop", "time", "algbw", "busbw",
+                                                       "skew")], box_optional=True,
+                     caption="size B · count elements · time us (slowest rank) · algbw, busbw GB/s (10^9 B/s) · "
+                             "skew = slowest / median rank time")
         for r in op_rows:
             med = sorted(r.rank_times_us)[len(r.rank_times_us) // 2]
             strag = f"rank {r.straggler_rank}" if r.straggler_rank is not None else ""
             table.add_row(str(r.size_bytes), str(r.count), r.dtype, r.redop, f"{r.time_us:.1f}", f"{r.algbw_gbs:.3f}",
                           f"{r.busbw_gbs:.3f}", f"{max(r.rank_times_us) / med:.2f} {strag}".strip())
-        console.print(table)
+        print_grid(console, table)
         plateaus[op] = plateau(op_rows)
         p = plateaus[op]
         console.print(f"{op}: large-message plateau busbw {p['busbw_gbs']:.3f} GB/s, reached at "
@@ -184,17 +183,14 @@ def pcap(
     if json_out:
         console.print_json(json.dumps(report.to_dict()))
         return
-    from rich import box
-
-    table = Table(title=f"{file} — {report.tcp_packets} TCP packets in {len(report.flows)} flows",
-                  box=box.SIMPLE_HEAD)
-    table.add_column("flow", overflow="fold", min_width=18)
-    for col in ("pkts", "data", "retr", "fast", "spur", "dupack", "0win", "kalive"):
-        table.add_column(col, justify="right", no_wrap=True, min_width=len(col))
+    # A flow ("10.0.0.1:443 <-> 10.0.0.2:51234") wraps only at its spaces: no address is split.
+    table = Grid(f"{file} — {report.tcp_packets} TCP packets in {len(report.flows)} flows",
+                 [Column("flow")] + [Column(col, "right") for col in ("pkts", "data", "retr", "fast", "spur", "dupack",
+                                                                     "0win", "kalive")], dense=True)
     for f in report.flows[:top]:
         table.add_row(f.flow, str(f.packets), str(f.data_packets), str(f.retransmissions), str(f.fast_retransmissions),
                       str(f.spurious_retransmissions), str(f.dup_acks), str(f.zero_windows), str(f.keepalives))
-    console.print(table)
+    print_grid(console, table)
     console.print("[dim]retr = retransmissions (fast / spurious among them), dupack = duplicate ACKs, 0win = zero "
                   "windows, kalive = keep-alives (Wireshark's definitions)[/]")
     t = report.totals()

@@ -12,7 +12,6 @@ import asyncio
 
 import numpy as np
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
 from analyzers.diagnosis_error import DiagnosisError
@@ -24,6 +23,7 @@ from loadgen.prompt_text import text_of_words
 from loadgen.specs import TargetSpec
 from loadgen.target_probe import TargetClient, TargetError
 from loadgen.workloads import RequestSpec
+from reports.grid import Column, Grid, print_grid
 
 
 def _levels(text: str) -> tuple[int, ...]:
@@ -74,23 +74,22 @@ def ramp_mode(console: Console, target: str, prompt_tokens: int, max_tokens: int
     if facts:
         console.print(f"the server's KV cache: {facts.get('num_gpu_blocks', '?')} blocks of "
                       f"{facts.get('block_size', '?')} tokens ({facts.get('cache_dtype', 'dtype not published')})")
-    table = Table(title=f"KV ramp against {spec.target} ({spec.request_tokens} tokens per request)",
-                  title_justify="left")
-    for col in ("concurrency", "ok", "errors", "max running", "held at", "max KV usage", "preemptions", "saturated by"):
-        table.add_column(col, justify="right" if col != "saturated by" else "left")
+    table = Grid(f"KV ramp against {spec.target} ({spec.request_tokens} tokens per request)",
+                 [Column(col, "right" if col != "saturated by" else "left") for col in
+                  ("concurrency", "ok", "errors", "max running", "held at", "max KV usage", "preemptions", "saturated by")])
 
     def on_level(lv) -> None:
         kv = "n/a" if lv.max_kv_usage is None else f"{lv.max_kv_usage:.0%}"
         console.print(f"[dim]level {lv.concurrency}: {lv.ok} ok, {lv.errors} errors, running <= {lv.max_running}, "
                       f"KV {kv}[/]")
         table.add_row(str(lv.concurrency), str(lv.ok), str(lv.errors), str(lv.max_running),
-                      str(lv.plateau_running or "-"), kv, f"{lv.preemptions:g}", Text("; ".join(lv.saturation())))
+                      str(lv.plateau_running or "-"), kv, f"{lv.preemptions:g}", "; ".join(lv.saturation()))
 
     try:
         result = asyncio.run(run_ramp(spec, server_gauges, make_body, on_level))
     except RampError as exc:
         raise DiagnosisError(str(exc)) from None
-    console.print(table)
+    print_grid(console, table)
     if result.all_failed:
         raise DiagnosisError(f"the ramp's requests were refused, so no capacity was measured: {result.stop_reason}")
     _print_outcome(console, result, spec, estimate)

@@ -8,9 +8,10 @@ from typing import Optional
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
+from rich.text import Text
 
 from llmbench.cli_common import make_console, user_errors
+from reports.grid import Column, Grid, print_grid
 
 console = make_console()
 
@@ -87,13 +88,12 @@ def quality(
 
 def _print(r) -> None:
     t = r.thresholds
-    table = Table(title=f"quality: {r.num_prompts} prompts, {r.num_positions} positions")
-    for col in ("metric", "value", "threshold", "verdict"):
-        table.add_column(col)
+    table = Grid(f"quality: {r.num_prompts} prompts, {r.num_positions} positions",
+                 [Column("metric"), Column("value"), Column("threshold", wrap=False), Column("verdict")])
 
     def row(name, value, limit, key):
         ok = r.checks.get(key)
-        verdict = "" if ok is None else ("[green]pass[/]" if ok else "[bold red]FAIL[/]")
+        verdict = Text("") if ok is None else Text("pass", style="green") if ok else Text("FAIL", style="bold red")
         table.add_row(name, value, limit, verdict)
 
     row("mean KL(ref || quant)", f"{r.mean_kl:.3g} nats", f"<= {t.max_mean_kl:g}", "mean_kl")
@@ -105,7 +105,7 @@ def _print(r) -> None:
     row("perplexity ratio", f"{r.ppl_ratio:.4f}", f"<= {t.max_ppl_ratio:g}", "ppl_ratio")
     row("greedy agreement", f"{r.greedy_match_mean:.1f} / {r.greedy_tokens} tokens "
         f"({r.greedy_match_fraction:.0%})", "(reported)", None)
-    console.print(table)
+    print_grid(console, table)
     if r.near_uniform:
         console.print(f"[yellow]note:[/] the reference's next-token distributions are near-uniform (information "
                       f"{r.ref_information:.3g} < {t.near_uniform_nats:g} nats; random weights?): KL is judged relative "

@@ -40,15 +40,20 @@ def sweep(
     dataset: Optional[Path] = workload_flags.DATASET,
     trace_speed: float = typer.Option(1.0, help="--workload trace: time scale (2 sends the trace twice as fast)."),
     trace_limit: Optional[int] = workload_flags.TRACE_LIMIT,
+    trace_loop: bool = typer.Option(False, "--trace-loop", help="--workload trace: cycle the trace to fill the level "
+                                    f"(--warmup + --duration, default {seconds_text(DEFAULT_WARMUP_S)} + "
+                                    f"{seconds_text(DEFAULT_DURATION_S)}). Default: play it once, the level lasting "
+                                    "its span (a --duration longer than the trace cycles it too)."),
     block_size: int = workload_flags.BLOCK_SIZE,
     turns: int = workload_flags.TURNS,
     warmup: Optional[str] = typer.Option(None, help=f"Warm-up per level before measuring (default: at least "
                                          f"{seconds_text(DEFAULT_WARMUP_S)} and until every user has finished a "
-                                         "request, at most --max-duration)."),
+                                         "request, at most --max-duration; none for a trace played once)."),
     duration: Optional[str] = typer.Option(None, help=f"Measured window per level (default: at least "
                                            f"{seconds_text(DEFAULT_DURATION_S)} and until it holds "
                                            f"{MIN_SAMPLES_FOR_P99} requests, enough for a P99, at most "
-                                           "--max-duration). Production runs want >= 3m."),
+                                           "--max-duration; a trace's span for a trace played once). Production runs "
+                                           "want >= 3m."),
     max_duration: Optional[str] = typer.Option(None, help=f"Bound of a sized warm-up and of a sized window, each "
                                                f"(default {seconds_text(DEFAULT_MAX_DURATION_S)})."),
     request_timeout: str = typer.Option(seconds_text(DEFAULT_REQUEST_TIMEOUT_S), help="Per-request timeout (connect + whole stream)."),
@@ -59,6 +64,9 @@ def sweep(
     target: Optional[str] = target_options.TARGET,
     model: Optional[str] = target_options.MODEL,
     api_key: Optional[str] = target_options.API_KEY,
+    replicas: int = typer.Option(1, min=1, help="Engine replicas behind --target (a load balancer over N engines): "
+                                 "recorded in run.json, per-replica throughput in `llmbench report --runs` divides "
+                                 "by it."),
     endpoint: str = target_options.ENDPOINT,
     ignore_eos: bool = target_options.IGNORE_EOS,
     prompt_format: str = typer.Option("text", help="text (any OpenAI-compatible server; sized to --input-len with "
@@ -95,12 +103,12 @@ def sweep(
                                              "the embedded engine's is known)."),
 ) -> None:
     """Sweep load levels against a server and write a run directory with per-request records and a summary."""
-    from analyzers.capacity.answer import CAPACITY_KEY
     from llmbench.sweep.setup import SweepArgs, execute_sweep, prepare_run
 
     args = SweepArgs(**{k: v for k, v in locals().items() if k in SweepArgs.__dataclass_fields__})
+    args.trace_loop = "--trace-loop" if trace_loop else None
     run, info, probe_names = prepare_run(args, console)
-    if resume is not None and CAPACITY_KEY in info.sweep.extra:   # its levels come from a search, not a grid
+    if resume is not None and info.sweep.is_capacity_search():   # its levels come from a search, not a grid
         raise typer.BadParameter(f"{resume} is a capacity search: continue it with `llmbench capacity --resume "
                                  f"{resume}`", param_hint="--resume")
     execute_sweep(run, info, args, probe_names, console)

@@ -20,20 +20,20 @@ from typing import Callable, Protocol
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from analyzers.bursts import server_itl_mean
-from analyzers.probe_series import read_probe
-from analyzers.stats.latency import LevelStats, Window, summarize_level
+from analyzers.stats.latency import LevelStats
 from analyzers.summary import RunSummary, summary_of_levels
-from analyzers.validity import INVALID_PREFIX, mark_cut_short, mark_over_capacity
+from analyzers.validity import mark_cut_short
+from llmbench.sweep.level import MeasuredLevel, measure_level
 from llmbench.sweep.spec import SweepSpec
-from loadgen.level import run_level
-from loadgen.specs import LevelProgress, LevelResult, LevelSpec, TargetSpec
-from loadgen.workloads import level_workload_factory
+from loadgen.specs import LevelSpec, TargetSpec
+from loadgen.trace_workload import trace_replay
 from reports.answer import build_answer
-from reports.level_sizing import bound_words, sizing_line
-from reports.terminal import answer_lines, run_summary_table
+from reports.grid import print_grid
+from reports.level_sizing import sizing_line
+from reports.terminal import print_answer, run_summary_table
+from reports.trace_words import trace_words
 from reports.write import read_diagnosis
-from rundir import LevelMeta, RequestRecord, RunDir, RunInfo, SloSpec, TargetInfo
+from rundir import RunDir, RunInfo, SloSpec, TargetInfo
 
 
 class SweepStopped(RuntimeError):
@@ -91,38 +91,6 @@ def new_run_info(run_id: str, spec: SweepSpec, target: TargetInfo, slos: SloSpec
                    slos=slos, host=host_facts())
 
 
-class _LiveView:
-    """Progress bar of one level with live TTFT/TPOT P50 from the records received so far."""
-
-    def __init__(self, progress: Progress, level: LevelSpec):
-        self.progress = progress
-        total = level.warmup_s + level.duration_s     # a sized level's minimum: its bar fills, it goes on
-        self.task = progress.add_task(level.level_id, total=total, stats="starting")
-        self.start = time.monotonic()
-        self.ttft: list[float] = []
-        self.tpot: list[float] = []
-        self.done = 0
-        self.phase = "starting"
-
-    def records(self, recs: list[RequestRecord]) -> None:
-        for r in recs:
-            self.done += 1
-            if r.status == "ok" and r.ttft_s is not None:
-                self.ttft.append(r.ttft_s)
-            if r.tpot_s is not None:
-                self.tpot.append(r.tpot_s)
-        self.refresh()
-
-    def refresh(self, p: LevelProgress | None = None) -> None:
-        def p50(xs):
-            return f"{sorted(xs)[len(xs) // 2] * 1000:.0f} ms" if xs else "—"
-
-        self.phase = p.phase if p is not None else self.phase
-        self.progress.update(self.task, completed=min(time.monotonic() - self.start, self.progress.tasks[
-            self.task].total), stats=f"{self.phase} · {self.done} done · TTFT P50 {p50(self.ttft)} · "
-                                     f"TPOT P50 {p50(self.tpot)}")
-
-
 @dataclass
 class _SweepState:
     """What the level loop leaves behind: every level's stats so far, and why it stopped early."""
@@ -147,49 +115,6 @@ class _SweepState:
             raise KeyboardInterrupt
 
 
-@dataclass
-class _LevelSink:
-    """run_level's on_records: each batch of records goes to the run directory, the level's own
-    list (its stats) and the live view."""
-
-    run: RunDir
-    view: _LiveView
-    records: list[RequestRecord] = dataclasses.field(default_factory=list)
-
-    def __call__(self, recs: list[RequestRecord]) -> None:
-        self.run.append_records(recs)
-        self.records.extend(recs)
-        self.view.records(recs)
-
-
-@dataclass
-class _Measured:
-    """One level as run: its spec, stats, the loader's result and the window really measured."""
-
-    level: LevelSpec
-    lv: LevelStats
-    result: LevelResult
-    window: Window
-    cut_short: bool
-
-    def meta(self) -> LevelMeta:
-        """run.json's level_meta entry, so that `llmbench report` rebuilds the same summary from files."""
-        r = self.result
-        warmup = r.window_start - r.t_start if r.window_start is not None and r.t_start is not None else None
-        meta = LevelMeta(window_s=self.window.seconds, window_start=self.window.start, window_end=self.window.end,
-                         nominal_s=self.level.duration_s, notes=_add_client_notes(self.lv, r),
-                         cut_short=self.cut_short, over_capacity=r.over_capacity or None,
-                         warmup_s=warmup, warmup_end=r.warmup_end if r.window_start is not None else None,
-                         window_end_by=r.window_end_by if r.window_start is not None else None,
-                         sample_target=self.level.sample_target)
-        bound = bound_words(meta, self.lv.ttft.n, self.level.max_duration_s)
-        if bound is not None and not self.cut_short:
-            self.lv.notes.append(bound)
-            meta.notes.append(bound)
-        return meta
-
-
-
 def _start(run: RunDir, info: RunInfo, probes) -> dict[str, LevelStats]:
     """Mark the run running, start the probes, and return the stats of the levels an earlier attempt finished."""
     info.status = "running"
@@ -202,33 +127,7 @@ def _start(run: RunDir, info: RunInfo, probes) -> dict[str, LevelStats]:
             if s["level_id"] in info.levels_done}
 
 
-def _measure(level: LevelSpec, run: RunDir, target: TargetSpec, spec: SweepSpec, progress: Progress,
-             master_bind: str | None, slos_d: dict) -> _Measured:
-    view = _LiveView(progress, level)
-    sink = _LevelSink(run, view)
-    result = run_level(level, target, level_workload_factory(**spec.workload), sink,
-                       on_progress=view.refresh, master_bind=master_bind)
-    window, cut_short = _measured_window(level, result, sink.records)
-    lv = summarize_level(sink.records, level.level_id, window, slos_d, server_itl_s=_server_itl(run, sink, window))
-    if result.end_reason == "over_capacity":
-        mark_over_capacity(lv, result.over_capacity or "")
-        cut_short = False           # stopped on purpose: it has a verdict (missed)
-    elif cut_short:
-        mark_cut_short(lv, window.seconds, level.duration_s)
-    return _Measured(level, lv, result, window, cut_short)
-
-
-def _server_itl(run: RunDir, sink: _LevelSink, window: Window) -> float | None:
-    """The server's own ITL mean over the window, when a server probe ran: the reference that tells
-    the streams the client read in one burst (analyzers/bursts.py) from fast ones."""
-    start, end = window.start, window.end
-    if (start is None or end is None) and sink.records:        # a level that ended before its window
-        start = min(r.t_sent for r in sink.records)
-        end = max(r.t_done or r.t_sent for r in sink.records)
-    return server_itl_mean(read_probe(run.probe_file("server"), "server"), start, end)
-
-
-def _carry_on(m: _Measured, state: _SweepState, info: RunInfo, target_alive: Callable[[], bool],
+def _carry_on(m: MeasuredLevel, state: _SweepState, info: RunInfo, target_alive: Callable[[], bool],
               console: Console) -> bool:
     """Whether the sweep goes on after this level; if not, `state` says why."""
     level_id = m.level.level_id
@@ -246,19 +145,18 @@ def _carry_on(m: _Measured, state: _SweepState, info: RunInfo, target_alive: Cal
     return True
 
 
-def _finish(run: RunDir, info: RunInfo, plan: LevelPlan, state: _SweepState, slos_d: dict,
+def _finish(run: RunDir, info: RunInfo, plan: LevelPlan, state: _SweepState, slos: SloSpec,
             console: Console) -> list[LevelStats]:
     """Write the final run.json, summary and reports, and show them; returns the levels in plan order."""
     info.status = state.status
     info.finished = time.time()
     plan.note(info)
     run.write_info(info)
-    ordered = _write_summary(run, info, plan.issued(), state.stats, slos_d)
-    summary = _write_reports(run, console) or summary_of_levels(info, slos_d, ordered)
-    console.print(run_summary_table(summary, title=f"run {info.run_id} ({info.status})", width=console.width))
+    ordered = _write_summary(run, info, plan.issued(), state.stats, slos)
+    summary = _write_reports(run, console) or summary_of_levels(info, slos, ordered)
+    print_grid(console, run_summary_table(summary, title=f"run {info.run_id} ({info.status})"))
     if isinstance(plan, FixedPlan):     # a search's caller states its own answer (llmbench capacity)
-        for line in answer_lines(build_answer(summary, read_diagnosis(run))):      # the answer first, as the report
-            console.print(line, highlight=False)
+        print_answer(console, build_answer(summary, read_diagnosis(run)))      # the answer first, as the report
     return ordered
 
 
@@ -269,10 +167,10 @@ def run_sweep(spec: SweepSpec, run: RunDir, target: TargetSpec, console: Console
     `probes` (a probes.runner.ProbeSet) samples from before the first level to after the last.
     `plan` chooses the levels (default: the spec's grid, FixedPlan)."""
     info = run.read_info()
-    slos_d = (slos or info.slos).to_dict()
+    slos = slos or info.slos
     plan = plan or FixedPlan(spec.levels(), info.levels_done)
     # A level whose queue keeps growing past the TTFT bound can only fail: stop it early.
-    stop_ttft = slos_d["ttft_p99_s"] if spec.extra.get("stop_over_capacity", True) else None
+    stop_ttft = slos.ttft_p99_s if spec.stop_over_capacity else None
     state = _SweepState(stats=_start(run, info, probes))
     try:
         with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TimeElapsedColumn(),
@@ -281,8 +179,13 @@ def run_sweep(spec: SweepSpec, run: RunDir, target: TargetSpec, console: Console
                 if level.level_id in info.levels_done:
                     raise RuntimeError(f"the plan asked for {level.level_id} again")   # a plan bug, not a loop
                 level = dataclasses.replace(level, saturation_ttft_s=stop_ttft)
-                m = _measure(level, run, target, spec, progress, master_bind, slos_d)
+                m = measure_level(level, run, target, spec, progress, master_bind, slos)
                 meta = info.level_meta[level.level_id] = m.meta()
+                if spec.workload.get("kind") == "trace":      # played once, in part or cycled: say which
+                    meta.trace = trace_replay(spec.workload, level, sent=m.result.sent)
+                    m.lv.notes.append(trace_words(meta.trace))
+                    meta.notes.append(m.lv.notes[-1])
+                    console.print(f"{level.level_id}: {m.lv.notes[-1]}", highlight=False, markup=False)
                 line = sizing_line(level.level_id, meta, m.lv.ttft.n, level.max_duration_s)
                 if line is not None:
                     console.print(line, highlight=False, markup=False)
@@ -292,48 +195,16 @@ def run_sweep(spec: SweepSpec, run: RunDir, target: TargetSpec, console: Console
                 info.levels_done.append(level.level_id)
                 plan.note(info)
                 run.write_info(info)
-                _write_summary(run, info, plan.issued(), state.stats, slos_d)
+                _write_summary(run, info, plan.issued(), state.stats, slos)
     except KeyboardInterrupt:
         state.interrupted = True
         console.print("[yellow]interrupted: the run directory keeps everything measured so far[/]")
     finally:
         if probes is not None:
             info.probes.update(probes.outcome(probes.stop()))
-    ordered = _finish(run, info, plan, state, slos_d, console)
+    ordered = _finish(run, info, plan, state, slos, console)
     state.raise_if_stopped(f"`{plan.resume_command} {run.path}`")
     return ordered
-
-
-def _measured_window(level: LevelSpec, result: LevelResult, records: list[RequestRecord]) -> tuple[Window, bool]:
-    """The window the level really measured: the plan's, or, for a level that ended early (the
-    target died, every request failed), the part of it before the last request ended."""
-    if result.window_start is None or result.window_end is None:
-        return Window(level.duration_s), result.end_reason != "complete"   # ended before its window
-    start, end = result.window_start, result.window_end
-    cut_short = result.end_reason != "complete"
-    if cut_short:
-        last = max((r.t_done or r.t_sent for r in records), default=start)
-        end = max(start, min(end, last))
-    return Window(max(end - start, 1e-9), start, end), cut_short
-
-
-def _add_client_notes(lv: LevelStats, result: LevelResult) -> list[str]:
-    notes = []
-    if result.fell_behind:
-        notes.append("INVALID: the client fell behind (" + "; ".join(result.fell_behind_reasons) + "); add --workers")
-    if result.records_missing:
-        # Lost records: what the level measured is incomplete, so it is no valid measurement.
-        why = (f" ({result.unreadable_lines} unreadable line(s) from the load generator)"
-               if result.unreadable_lines else "")
-        notes.append(f"{INVALID_PREFIX}{result.records_missing} requests sent but never reported by the client{why}")
-    if result.server_died:
-        notes.append("the target stopped answering during this level")
-    if result.failure:
-        notes.append(f"INVALID: stopped early, {result.failure}")
-    if result.arrivals_note:
-        notes.append(result.arrivals_note)
-    lv.notes.extend(notes)
-    return notes
 
 
 def _write_reports(run: RunDir, console: Console) -> RunSummary | None:
@@ -361,7 +232,7 @@ def _write_reports(run: RunDir, console: Console) -> RunSummary | None:
 
 
 def _write_summary(run: RunDir, info: RunInfo, levels: list[LevelSpec], stats: dict[str, LevelStats],
-                   slos: dict) -> list[LevelStats]:
+                   slos: SloSpec) -> list[LevelStats]:
     ordered = [stats[lv.level_id] for lv in levels if lv.level_id in stats]
     run.write_summary(summary_of_levels(info, slos, ordered).to_dict())
     return ordered

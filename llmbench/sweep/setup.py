@@ -14,7 +14,6 @@ from typing import Optional
 import typer
 from rich.console import Console
 
-from analyzers.capacity.answer import CAPACITY_KEY
 from llmbench.cli_common import terminate_as_interrupt
 from llmbench.options.parse import parse_duration, parse_list
 from llmbench.options.target import target_urls
@@ -75,8 +74,12 @@ class SweepArgs:
     replica_header: str = FRONT_REPLICA_HEADER   # response header naming the serving replica ('' : none)
     trace_limit: Optional[int] = None   # --workload trace: the first N requests of the trace
     block_size: int = 512               # --workload trace: tokens per hash id (Mooncake: 512)
+    # --workload trace: why the trace cycles to fill a level ("--trace-loop", "capacity"); None plays it
+    # once, unless --duration is longer than the trace (docs/workloads.md, "Replay")
+    trace_loop: Optional[str] = None
     turns: int = 4                      # --workload sessions: turns per conversation
     max_duration: Optional[str] = None  # bound of a sized warm-up and window (default DEFAULT_MAX_DURATION_S)
+    replicas: int = 1                   # engine replicas behind --target (per-replica throughput)
 
 
 def workload_options(kind: str, dataset: Path | None, spread: float, target: str | None, model: str | None,
@@ -115,34 +118,19 @@ def workload_options(kind: str, dataset: Path | None, spread: float, target: str
     return opts
 
 
-def sweep_trace(a: SweepArgs):
-    """--workload trace: the loadgen.trace.Trace that --dataset and --trace-limit name (ValueError
-    with the user's words when there is none)."""
-    from loadgen.trace import load_trace
-
-    if a.dataset is None:
-        raise ValueError("--workload trace needs --dataset FILE (a Mooncake .jsonl or Azure .csv trace)")
-    return load_trace(a.dataset, a.trace_limit)
-
-
 def _trace_or_sessions(spec, a: SweepArgs) -> None:
-    """A trace is one open-loop level at the trace's own times (its mean rate names the level, its
-    mean lengths the level's lengths); sessions take their turn count."""
+    """A trace is one open-loop level at the trace's own times (llmbench.sweep.trace_level); sessions
+    take their turn count."""
+    from llmbench.sweep.trace_level import trace_level
+
     kind = spec.workload["kind"]
     if kind == "sessions":
         spec.workload["turns"] = a.turns
     if kind != "trace":
+        if a.trace_loop is not None:
+            raise ValueError("--trace-loop cycles a trace: it needs --workload trace")
         return
-    if spec.concurrency or len(spec.request_rate) > 1:
-        raise ValueError("--workload trace sends at the trace's times: give no --concurrency or --request-rate "
-                         "(scale time with --trace-speed)")
-    if not a.trace_speed > 0:
-        raise ValueError("--trace-speed must be > 0")
-    trace = sweep_trace(a)
-    spec.workload.update(trace_speed=a.trace_speed, trace_limit=a.trace_limit, block_size=a.block_size)
-    spec.concurrency, spec.request_rate = [], [float(f"{trace.mean_rate(a.trace_speed):.3g}")]
-    spec.input_lens = [max(1, round(sum(r.input_len for r in trace.rows) / len(trace.rows)))]
-    spec.output_lens = [max(1, round(sum(r.output_len for r in trace.rows) / len(trace.rows)))]
+    trace_level(spec, a)
 
 
 def _slos(a: SweepArgs) -> SloSpec:
@@ -196,14 +184,10 @@ def _new_run(a: SweepArgs, console: Console) -> tuple[RunDir, RunInfo]:
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
     kind = "external" if a.target else "embedded"
-    if a.target is not None and a.data_parallel_size != 1:
-        raise typer.BadParameter("starts a fleet of the bundled engine; an external fleet is one --target URL "
-                                 "(its router's)", param_hint="--data-parallel-size")
     target = TargetInfo(url=a.target, model=a.model or ("tiny" if not a.target else None), kind=kind,
                         endpoint=a.endpoint, ignore_eos=a.ignore_eos, engine_args=list(a.engine_arg),
                         server_threads=a.server_threads, replica_header=a.replica_header or None,
-                        urls=urls if len(urls) > 1 else [],
-                        replicas=a.data_parallel_size if kind == "embedded" else max(1, len(urls)))
+                        urls=urls if len(urls) > 1 else [], replicas=_replicas(a, urls))
     if a.endpoint not in ("completions", "chat"):
         raise typer.BadParameter(f"must be completions or chat, got {a.endpoint!r}", param_hint="--endpoint")
     run = RunDir(a.out or default_run_dir(a.label or (target.model or _host_label(a.target))))
@@ -212,6 +196,18 @@ def _new_run(a: SweepArgs, console: Console) -> tuple[RunDir, RunInfo]:
     # Created only once the target has answered the preflight (execute_sweep): a refused or
     # unreachable target leaves no run directory behind.
     return run, new_run_info(run.path.name, spec, target, slos)
+
+
+def _replicas(a: SweepArgs, urls: list[str]) -> int:
+    """run.json's target.replicas: the embedded fleet's size, the URLs driven directly, or --replicas."""
+    if urls and a.data_parallel_size != 1:
+        raise typer.BadParameter("starts a fleet of the bundled engine; an external fleet is one --target URL "
+                                 "(its router's) or its replicas' URLs", param_hint="--data-parallel-size")
+    n = a.data_parallel_size if not urls else len(urls) if len(urls) > 1 else a.replicas
+    if a.replicas not in (1, n):
+        raise typer.BadParameter(f"the target has {n} replicas here (--data-parallel-size, or the --target URLs)",
+                                 param_hint="--replicas")
+    return n
 
 
 def _host_label(url: str | None) -> str:
@@ -228,8 +224,11 @@ def _resumed_run(path: Path, console: Console) -> tuple[RunDir, RunInfo]:
         raise typer.BadParameter(f"{path} is not a run directory (no run.json)", param_hint="--resume")
     info = run.read_info()
     info.sweep = SweepSpec.of(info.sweep)
+    if info.sweep.workload.get("kind") == "trace":
+        # Recorded before a trace played once by default (no trace_loop key): it cycled, and goes on so.
+        info.sweep.workload.setdefault("trace_loop", "--trace-loop")
     # A capacity search decides its levels as it goes: there is no total to count against.
-    total = "" if CAPACITY_KEY in info.sweep.extra else f" of {len(info.sweep.levels())}"
+    total = "" if info.sweep.is_capacity_search() else f" of {len(info.sweep.levels())}"
     console.print(f"resuming {path}: {len(info.levels_done)}{total} levels done")
     return run, info
 

@@ -21,7 +21,6 @@ from loadgen.target_probe import TargetClient
 from loadgen.workloads import RequestSpec, WorkloadOptions, make_workload
 from rundir import RunDir, RunInfo
 
-PREFLIGHT_DONE = "preflight_done"        # key in target.extra: this run's requests are settled
 SHORT_PROMPT_TOKENS = 32                 # the first preflight's prompt, before the server has counted
 
 
@@ -80,9 +79,9 @@ def settle_requests(client: TargetClient, workload: dict, input_len: int, output
     adaptations += [a for a in exact.adaptations if a not in adaptations]
     result = exact
     if sizer is not None and result.prompt_format == "text":
-        check = sizer.extra.get("check")
+        check = sizer.calibration.check
         console.print(f"prompts: text, {sizer.tokens_per_word:.3g} tokens per word + {sizer.overhead_tokens:g} "
-                      f"({sizer.source})" + (f"; {check['requested']} requested -> {check['counted']} counted "
+                      f"({sizer.source})" + (f"; {check.requested} requested -> {check.counted} counted "
                                              "by the server" if check else ""), highlight=False)
     for a in adaptations:
         console.print(f"[yellow]adapted:[/] {a.line()}", highlight=False)
@@ -93,7 +92,7 @@ def prepare_target(run: RunDir, info: RunInfo, url: str, api_key: str | None, st
                    console: Console) -> TargetSpec:
     """Settle the model, the request fields and the prompt sizing; returns the TargetSpec to sweep with."""
     tspec = target_spec(info, url, api_key)
-    if info.target.extra.get(PREFLIGHT_DONE):
+    if info.target.preflight_done:
         return tspec                       # resumed: the same requests as the first attempt
     workload = info.sweep.workload
     first = info.sweep.levels()[0]
@@ -110,7 +109,7 @@ def prepare_target(run: RunDir, info: RunInfo, url: str, api_key: str | None, st
         workload["text_sizer"] = settled.sizer.to_dict()
     info.target = replace(info.target, omit_fields=list(tspec.omit_fields), ignore_eos=tspec.send_ignore_eos,
                           adaptations=[a.to_dict() for a in settled.adaptations],
-                          extra={**info.target.extra, PREFLIGHT_DONE: True})
+                          preflight_done=True)
     if run.exists():
         run.write_info(info)
     else:

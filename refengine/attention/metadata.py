@@ -112,9 +112,8 @@ def build_attention_metadata(seqs: list[tuple[int, int, list[int]]], block_size:
             continue
         ctx = ctx_lens[i]
         ctx_slots = (block_tables[i, :nblocks[i], None] * block_size + offsets).reshape(-1)[:ctx]
-        mask = None
+        causal: torch.Tensor | None = None
         if s > 0:  # query j (position s + j) sees keys 0 .. s + j: causal, shifted by s
-            mask = torch.arange(ctx)[None, :] <= (s + torch.arange(n))[:, None]
-            mask = mask.to(device)
-        meta.prefills.append(PrefillSlice(int(qsl[i]), n, s, ctx_slots.to(device), mask))
+            causal = (torch.arange(ctx)[None, :] <= (s + torch.arange(n))[:, None]).to(device)
+        meta.prefills.append(PrefillSlice(int(qsl[i]), n, s, ctx_slots.to(device), causal))
     return meta

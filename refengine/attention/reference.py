@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from refengine.attention.metadata import AttentionMetadata
-from refengine.quant.kv_cache import from_cache, is_fp8, to_cache
+from refengine.numerics.kv_cache import from_cache, is_fp8, to_cache
 
 
 def store_kv(k: torch.Tensor, v: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor,
@@ -55,10 +55,12 @@ def paged_attention(q: torch.Tensor, kv_cache: torch.Tensor, meta: AttentionMeta
         kd, vd = kd.transpose(1, 2), vd.transpose(1, 2)
         od = F.scaled_dot_product_attention(qd.unsqueeze(2), kd, vd, attn_mask=meta.decode_mask, scale=scale,
                                             enable_gqa=gqa).squeeze(2)
-        if meta.decode_only:
+        if out is None:             # decode only: the decodes are the whole batch
             out = od
         else:
             out[meta.decode_token_indices] = od
+    # A decode-only batch has decodes (it took the branch above); any other has its own `out`.
+    assert out is not None, "a decode-only batch without decodes"
 
     for p in meta.prefills:
         qp = q[p.token_start:p.token_start + p.num_tokens].transpose(0, 1).unsqueeze(0)  # [1, H, n, D]

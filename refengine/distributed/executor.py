@@ -28,13 +28,13 @@ import torch
 import torch.distributed as dist
 
 from refengine.core.outputs import ModelRunnerOutput, SchedulerOutput
-from refengine.distributed.control_channel import ControlChannel
+from refengine.distributed.control_channel import ControlChannel, PostedMessage
 from refengine.distributed.launch import RankWatchdog, local_world_size, spawn_local_ranks, torchrun_env
-from refengine.distributed.parallel_config import ParallelConfig
 from refengine.distributed.parallel_state import destroy_process_groups, init_process_groups
 from refengine.distributed.pipeline_runner import PendingBatch
 from refengine.distributed.worker import WorkerSpec, build_runner, rank_stats, set_cpu_threads
 from refengine.errors import RefEngineError
+from refengine.parallel.layout import ParallelConfig
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +74,7 @@ class DistributedExecutor:
         self.steps = 0
         self._in_flight = 0      # batches submitted, not yet collected
         self._busy_since = 0.0
-        self._unattached = []    # control messages of empty batch-queue steps, waited with the next batch
+        self._unattached: list[PostedMessage] = []    # control messages of empty batch-queue steps, waited with the next batch
         backend = pc.resolve_backend(spec.device_type)
         local = local_world_size(pc)
         if spec.device_type == "cuda" and torch.cuda.device_count() < local:
@@ -200,9 +200,9 @@ class DistributedExecutor:
     def collect_stats(self) -> list[dict]:
         """Every rank's counters (rank order): steps, busy/wall seconds, comm seconds, MoE loads."""
         self._send("stats")
-        gathered = [None] * self.world_size
+        gathered: list[dict | None] = [None] * self.world_size
         dist.gather_object(rank_stats(self.runner), gathered, dst=0, group=self.groups.control)
-        return gathered
+        return [stats for stats in gathered if stats is not None]      # gather_object fills every slot
 
     def enable_comm_timer(self, on: bool = True) -> None:
         from refengine.distributed.comm_timer import CommTimer

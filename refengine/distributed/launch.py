@@ -27,12 +27,12 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from refengine.device import resolve_device_setup
-from refengine.distributed.parallel_config import ParallelConfig, validate_layout
 from refengine.distributed.parallel_state import destroy_process_groups, init_process_groups
 from refengine.distributed.worker import WorkerSpec, build_runner, kv_blocks_for, set_cpu_threads, worker_loop
 from refengine.errors import RefEngineError
 from refengine.model.hf_config import load_model_config
 from refengine.model.tiny import resolve_model
+from refengine.parallel.layout import ParallelConfig, validate_layout
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +102,10 @@ def spawn_local_ranks(spec: WorkerSpec, model_config, pc: ParallelConfig, backen
 
 def run_torchrun_worker(args) -> int:
     """Entry for torchrun ranks other than 0: build this rank's part and serve the driver's steps."""
-    rank, world = torchrun_env()
+    env = torchrun_env()
+    if env is None:
+        raise RefEngineError("a torchrun worker needs torchrun's RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT")
+    rank, world = env
     pc = ParallelConfig.from_engine_args(args)
     if world != pc.world_size:
         raise RefEngineError(f"torchrun started {world} processes but tensor_parallel_size x pipeline_parallel_size "

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import torch.distributed as dist
 
-from refengine.distributed.parallel_config import ParallelConfig, RankInfo
-from refengine.distributed.tp_ops import set_tp_group
+from refengine.parallel.layout import ParallelConfig, RankInfo
+from refengine.parallel.tp_ops import set_tp_group
 
 CONTROL_TIMEOUT = datetime.timedelta(days=7)
 
@@ -28,8 +28,8 @@ CONTROL_TIMEOUT = datetime.timedelta(days=7)
 class ProcessGroups:
     info: RankInfo
     backend: str
-    tp: object        # this stage's TP group (also the EP group)
-    control: object   # gloo group over all ranks, for Python objects
+    tp: dist.ProcessGroup        # this stage's TP group (also the EP group)
+    control: dist.ProcessGroup   # gloo group over all ranks, for Python objects
 
 
 def init_process_groups(pc: ParallelConfig, rank: int, store, backend: str, device_type: str) -> ProcessGroups:
@@ -38,13 +38,14 @@ def init_process_groups(pc: ParallelConfig, rank: int, store, backend: str, devi
     if not dist.is_initialized():
         dist.init_process_group(backend, store=store, rank=rank, world_size=pc.world_size, timeout=timeout)
     info = pc.rank_info(rank)
-    tp_group = None
+    tp_group: dist.ProcessGroup | None = None
     for stage in range(pc.pipeline_parallel_size):
         ranks = list(range(stage * pc.tensor_parallel_size, (stage + 1) * pc.tensor_parallel_size))
         group = dist.new_group(ranks, timeout=timeout, backend=backend)
         if stage == info.pp_rank:
             tp_group = group
     control = dist.new_group(list(range(pc.world_size)), timeout=CONTROL_TIMEOUT, backend="gloo")
+    assert tp_group is not None, "every rank is in one stage's TP group"
     set_tp_group(tp_group)
     return ProcessGroups(info=info, backend=backend, tp=tp_group, control=control)
 

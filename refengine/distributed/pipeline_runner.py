@@ -28,7 +28,7 @@ import torch
 import torch.distributed as dist
 
 from refengine.core.outputs import ModelRunnerOutput, ScheduledRequest, SchedulerOutput
-from refengine.distributed.parallel_config import RankInfo
+from refengine.parallel.layout import RankInfo
 from refengine.runner.model_runner import ModelRunner, StepTimings
 
 
@@ -60,9 +60,9 @@ class PendingBatch:
     """A batch the driver submitted whose tokens have not been collected yet."""
 
     sched: SchedulerOutput
-    sends: list = field(default_factory=list)          # isend works (activations, control message)
-    buffers: list = field(default_factory=list)        # kept alive until the sends complete
-    token_recv: object = None                          # irecv work of [step_id, tokens...], or None
+    sends: list[dist.Work] = field(default_factory=list)   # isend works (activations, control message)
+    buffers: list[torch.Tensor] = field(default_factory=list)   # kept alive until the sends complete
+    token_recv: dist.Work | None = None                # irecv work of [step_id, tokens...], or None
     token_buf: torch.Tensor | None = None
     sample_ids: list[str] = field(default_factory=list)
 
@@ -155,7 +155,7 @@ class PipelineStageRunner(ModelRunner):
         """Block until the batch's tokens came back from the sampler rank."""
         for work in pending.sends:
             work.wait()
-        if pending.token_recv is None:
+        if pending.token_recv is None or pending.token_buf is None:    # set together, in submit
             return ModelRunnerOutput()
         pending.token_recv.wait()
         return self._tokens_from(pending.sched, pending.token_buf, pending.sample_ids)

@@ -19,18 +19,22 @@ import dataclasses
 import logging
 import os
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
+from refengine.config import EngineArgs
 from refengine.distributed.comm_timer import CommTimer
 from refengine.distributed.control_channel import ControlChannel
-from refengine.distributed.parallel_config import ParallelConfig, PipelineStage
 from refengine.distributed.parallel_state import ProcessGroups
 from refengine.distributed.pipeline_runner import PipelineStageRunner
 from refengine.errors import RefEngineError
 from refengine.model.layers.attention import allocate_kv_caches, kv_cache_bytes_per_block
+from refengine.model.layers.moe import MoEParallel
 from refengine.model.loader import load_model
+from refengine.parallel.layout import ParallelConfig, PipelineStage
+from refengine.quant.config import QuantConfig
 
 log = logging.getLogger(__name__)
 
@@ -41,12 +45,12 @@ DEFAULT_KV_CACHE_BYTES_CPU = 1 << 30   # 1 GiB per rank: plenty for the tiny mod
 class WorkerSpec:
     """Everything a rank needs to build its part; picklable, handed to spawned ranks."""
 
-    args: object          # EngineArgs
+    args: EngineArgs
     model_dir: str
     dtype: torch.dtype
     device_type: str      # "cpu" or "cuda"
     num_blocks: int
-    quant: object = None            # refengine.quant.QuantConfig, or None
+    quant: QuantConfig | None = None
     kv_cache_dtype: torch.dtype | None = None  # None: the model dtype
 
 
@@ -91,9 +95,8 @@ def build_runner(spec: WorkerSpec, model_config, pc: ParallelConfig, groups: Pro
     info = groups.info
     start, end = pc.stage_layers(model_config.num_hidden_layers)[info.pp_rank]
     stage = PipelineStage(start, end, info.is_first_stage, info.is_last_stage)
-    extra = {"stage": stage}
+    extra: dict[str, Any] = {"stage": stage}     # the model's parallel keywords (load_model's **parallel)
     if getattr(model_config, "num_experts", 0):
-        from refengine.model.layers.moe import MoEParallel
         extra["moe"] = MoEParallel(expert_parallel=pc.enable_expert_parallel,
                                    capacity_factor=pc.moe_capacity_factor, dispatch=pc.moe_dispatch)
     device = rank_device(spec.device_type)

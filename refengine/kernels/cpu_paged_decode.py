@@ -19,7 +19,7 @@ name). It splits the sequences into torch.get_num_threads() ranges of about equa
 std::threads started per call (tens of microseconds, against milliseconds of work), so no second
 OpenMP runtime spins beside torch's. It degrades cleanly: float32 contiguous caches only; if the
 build fails, `available()` is False and the PyTorch path runs. `REFENGINE_CPU_KERNELS=0` turns it
-off. Tested against the PyTorch oracle in tests/kernels/test_cpu_paged_decode.py.
+off. Tested against the PyTorch oracle in tests/refengine/kernels/test_cpu_paged_decode.py.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ whole step: prefill is compute-bound and SDPA's flash path is already good), the
 dequantization on every weight-only FP8 linear. `REFENGINE_KERNELS=0` turns them all off (to
 A/B them, or if a Triton build misbehaves); anything a kernel cannot take (a non-power-of-two
 block size, a non-contiguous cache) falls back to the PyTorch path (refengine/attention/reference.py),
-which is also the oracle the kernels are tested against (tests/kernels).
+which is also the oracle the kernels are tested against (tests/refengine/kernels).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import os
 import torch
 
 from refengine.attention.reference import paged_attention
-from refengine.quant.fp8 import BLOCK, dequantize
+from refengine.numerics.fp8 import BLOCK, dequantize
 
 # Split-K pays off once one (sequence, KV head) program would walk many blocks while most of the
 # GPU idles: fewer programs than SMs and contexts of at least this many tokens.

@@ -1,6 +1,6 @@
 """FP8 weight dequantization in Triton: w8 [N, K] x scale -> the compute dtype, in one pass.
 
-Handles every scale kind of quant/fp8.py by index arithmetic on the scale tensor: per-tensor
+Handles every scale kind of numerics/fp8.py by index arithmetic on the scale tensor: per-tensor
 (one value: both strides 0), per-channel ([N, 1]: row stride 1, column stride 0) and blocks
 ([ceil(N/B), ceil(K/B)]: each element reads the scale of tile (row // B, col // B)). The weight-only
 path calls it right before F.linear on GPUs without FP8 tensor cores, and for block scales.
@@ -12,7 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
-from refengine.quant.fp8 import BLOCK, scale_kind
+from refengine.numerics.fp8 import BLOCK, scale_kind
 
 
 @triton.jit

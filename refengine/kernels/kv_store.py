@@ -2,7 +2,7 @@
 
 One program per token: it reads the token's slot from slot_mapping (a negative slot means
 "padding, skip", as in vLLM) and writes all its KV heads. For an FP8 cache the value stored is
-clamp(x / scale, +-448) cast to E4M3 (the same rule as quant/kv_cache.to_cache); otherwise a
+clamp(x / scale, +-448) cast to E4M3 (the same rule as numerics/kv_cache.to_cache); otherwise a
 plain cast to the cache dtype.
 """
 
@@ -12,7 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
-from refengine.quant.fp8 import FP8_DTYPE, FP8_MAX
+from refengine.numerics.fp8 import FP8_DTYPE, FP8_MAX
 
 
 @triton.jit

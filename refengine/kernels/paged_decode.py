@@ -24,7 +24,7 @@ import torch
 import triton
 import triton.language as tl
 
-from refengine.quant.fp8 import FP8_DTYPE
+from refengine.numerics.fp8 import FP8_DTYPE
 
 TILE = 64   # tokens per inner-loop iteration (several pages); tl.dot needs every dim >= 16
 
@@ -117,7 +117,7 @@ def paged_decode_attention(q: torch.Tensor, kv_cache: torch.Tensor, block_tables
     _, _, block_size, kv_heads, head_dim = kv_cache.shape
     if block_size & (block_size - 1):
         raise ValueError(f"the Triton decode kernel needs a power-of-two block_size, got {block_size}")
-    if kv_cache.dtype != FP8_DTYPE:   # scales apply to FP8 caches only (as quant/kv_cache.from_cache)
+    if kv_cache.dtype != FP8_DTYPE:   # scales apply to FP8 caches only (as numerics/kv_cache.from_cache)
         k_scale = v_scale = 1.0
     b = q.shape[0]
     group = num_heads // kv_heads

@@ -23,7 +23,6 @@ import torch
 from torch import nn
 
 from refengine.attention.metadata import AttentionMetadata
-from refengine.distributed.parallel_config import PipelineStage
 from refengine.model.hf_config import ModelConfig
 from refengine.model.layers.activation import SiluAndMul
 from refengine.model.layers.attention import Attention
@@ -31,6 +30,7 @@ from refengine.model.layers.embedding import ParallelLMHead, VocabParallelEmbedd
 from refengine.model.layers.linear import LinearMethod, MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear
 from refengine.model.layers.norm import RMSNorm
 from refengine.model.layers.rotary import RotaryEmbedding
+from refengine.parallel.layout import PipelineStage
 
 
 class LlamaAttention(nn.Module):
@@ -69,6 +69,11 @@ class LlamaMLP(nn.Module):
 class PreNormDecoderLayer(nn.Module):
     """Attention then a feed-forward, each behind an RMSNorm with the residual add fused into the
     next norm. Subclasses build `self_attn`, the two norms and their feed-forward (`feed_forward`)."""
+
+    # Built by each subclass's __init__; declared for the type checker.
+    self_attn: nn.Module
+    input_layernorm: RMSNorm
+    post_attention_layernorm: RMSNorm
 
     def feed_forward(self, hidden: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
@@ -114,6 +119,7 @@ class LlamaModel(nn.Module):
 
     def forward(self, input_ids, positions, kv_caches, meta, intermediate=None):
         if self.stage.is_first:
+            assert self.embed_tokens is not None, "the first stage has the embedding"
             hidden, residual = self.embed_tokens(input_ids), None
         else:
             hidden, residual = intermediate  # from the previous stage
@@ -121,6 +127,7 @@ class LlamaModel(nn.Module):
             hidden, residual = self.layers[i](positions, hidden, residual, kv_caches[i - self.start_layer], meta)
         if not self.stage.is_last:
             return hidden, residual
+        assert self.norm is not None, "the last stage has the final norm"
         hidden, _ = self.norm(hidden, residual)
         return hidden
 
@@ -142,8 +149,10 @@ class LlamaForCausalLM(nn.Module):
         tp = {"tp_rank": tp_rank, "tp_size": tp_size}
         self.model = LlamaModel(config, tp, linear_method, stage, make_layer)
         self.stage = self.model.stage
-        self.lm_head = ParallelLMHead(config.vocab_size, config.hidden_size, **tp) if self.stage.is_last else None
+        self.lm_head = (ParallelLMHead(config.vocab_size, config.hidden_size, tp_rank=tp_rank, tp_size=tp_size)
+                        if self.stage.is_last else None)
         if config.tie_word_embeddings and self.stage.is_first and self.stage.is_last:
+            assert self.lm_head is not None and self.model.embed_tokens is not None   # one stage has both
             self.lm_head.tie_to(self.model.embed_tokens)
 
     def remap_weight_name(self, name: str) -> str | None:
@@ -170,4 +179,5 @@ class LlamaForCausalLM(nn.Module):
     @torch.no_grad()
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden [N, hidden] (usually each sequence's last token) -> float32 logits [N, vocab]."""
+        assert self.lm_head is not None, "only the last pipeline stage computes logits"
         return self.lm_head(hidden).float()

@@ -25,7 +25,7 @@ from safetensors import safe_open
 from refengine.errors import RefEngineError
 from refengine.model.hf_config import ModelConfig
 from refengine.model.layers.linear import LinearBase, LinearMethod
-from refengine.model.layers.weight_utils import copy_weight
+from refengine.model.layers.weight_utils import WEIGHT_LOADER, copy_weight
 from refengine.model.llama import LlamaForCausalLM
 
 logger = logging.getLogger(__name__)
@@ -89,7 +89,7 @@ def _expected(params: dict, mapping) -> set[tuple[str, object]]:
     fused_shards: dict[str, list] = {}
     for fused, _, shard in mapping:
         fused_shards.setdefault(fused, []).append(shard)
-    expected = set()
+    expected: set[tuple[str, object]] = set()     # (parameter name, shard id or None)
     for pname in params:
         fused = next((f for f in fused_shards if f".{f}." in pname), None)
         expected |= {(pname, s) for s in fused_shards[fused]} if fused else {(pname, None)}
@@ -140,7 +140,7 @@ def load_weights(model: LlamaForCausalLM, weights) -> None:
         if param is None:
             unexpected.append(name)
             continue
-        loader = getattr(param, "weight_loader", _default_weight_loader)
+        loader = getattr(param, WEIGHT_LOADER, _default_weight_loader)
         loader(param, tensor, shard)
         loaded.add((pname, shard))
     _check_complete(expected, loaded, unexpected, mapping)

@@ -12,13 +12,13 @@ import functools
 
 import torch
 
-from refengine.distributed.parallel_config import PipelineStage
 from refengine.model.hf_config import ModelConfig
 from refengine.model.layers.linear import LinearMethod
 from refengine.model.layers.moe import MoE, MoEParallel
 from refengine.model.layers.norm import RMSNorm
 from refengine.model.layers.rotary import RotaryEmbedding
 from refengine.model.llama import LlamaAttention, LlamaForCausalLM, PreNormDecoderLayer
+from refengine.parallel.layout import PipelineStage
 
 
 class MixtralDecoderLayer(PreNormDecoderLayer):

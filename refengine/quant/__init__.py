@@ -1,6 +1,7 @@
-"""FP8 quantization for the reference engine: weights (E4M3, per-channel / block scales, online or
-from an FP8 checkpoint), the precision policy, and the FP8 KV cache. See docs/quantization.md.
+"""FP8 quantization for the reference engine: weights (per-channel / block scales, online or from an
+FP8 checkpoint), the precision policy, KV scale calibration. See docs/quantization.md.
 
-Nothing is imported here on purpose: the attention reference imports quant.kv_cache and
-quant.config imports the linear layers, so an eager package import would pull the model layers
-into every `import refengine.quant.<module>` (and back into the layers that import quant)."""
+A layer above the model (its linear methods plug into the model's layers); the E4M3 format and
+the KV cache's storage rule, which the attention reference and the kernels use too, are a layer
+below, in refengine/numerics. Nothing is imported here, so `import refengine.quant.<module>`
+loads only what that module needs."""

@@ -14,10 +14,11 @@ from pathlib import Path
 import torch
 
 from refengine.errors import RefEngineError
+from refengine.model.layers.linear import LinearBase
+from refengine.numerics.kv_cache import resolve_kv_cache_dtype
 from refengine.quant.checkpoint import CheckpointFp8Format, read_checkpoint_format
 from refengine.quant.fp8_linear import Fp8CheckpointLinearMethod, Fp8OnlineLinearMethod
 from refengine.quant.fp8_matmul import w8a8_supported
-from refengine.quant.kv_cache import resolve_kv_cache_dtype
 from refengine.quant.policy import PrecisionPolicy, parse_skip
 
 QUANTIZATIONS = ("fp8",)
@@ -66,8 +67,6 @@ class QuantConfig:
 
     def prepare_model(self, model: torch.nn.Module) -> None:
         """Give every linear layer its method, per the policy (before weights are loaded)."""
-        from refengine.model.layers.linear import LinearBase
-
         if not self.enabled:
             return
         kw = {"cache_dequantized": self.cache_dequantized, "use_w8a8": self.use_w8a8}

@@ -8,7 +8,7 @@ import logging
 
 import torch
 
-from refengine.quant.kv_cache import is_fp8, kv_cache_bytes_per_token
+from refengine.numerics.kv_cache import is_fp8, kv_cache_bytes_per_token
 from refengine.quant.kv_calibration import CALIBRATION_TEXTS, calibrate_kv_scales
 from refengine.quant.memory import QuantMemoryReport, weight_bytes
 

@@ -23,7 +23,7 @@ from safetensors.torch import save_file
 from refengine.model.hf_config import read_config_json
 from refengine.model.loader import iter_checkpoint, safetensors_files
 from refengine.model.tiny import resolve_model
-from refengine.quant.fp8 import quantize_blocks, quantize_per_channel, quantize_per_tensor
+from refengine.numerics.fp8 import quantize_blocks, quantize_per_channel, quantize_per_tensor
 
 LINEAR_SUFFIXES = ("q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight", "gate_proj.weight",
                    "up_proj.weight", "down_proj.weight")

@@ -18,8 +18,9 @@ import torch
 from torch import nn
 
 from refengine.errors import RefEngineError
-from refengine.model.layers.linear import LinearMethod, RowParallelLinear
-from refengine.quant.fp8 import BLOCK, FP8_DTYPE, dequantize, quantize
+from refengine.model.layers.linear import LinearMethod, RowParallelLinear, UnquantizedLinearMethod
+from refengine.model.layers.weight_utils import attach_weight_loader
+from refengine.numerics.fp8 import BLOCK, FP8_DTYPE, dequantize, quantize
 from refengine.quant.fp8_matmul import fp8_linear
 
 
@@ -41,10 +42,12 @@ class Fp8LinearMethod(LinearMethod):
     block = BLOCK   # edge of block scales (a checkpoint may bring another)
 
     def _configure(self, layer: nn.Module) -> None:
-        layer.fp8_block = self.block
-        layer.fp8_cache_dequantized = self.cache_dequantized
-        layer.fp8_use_w8a8 = self.use_w8a8
-        layer.fp8_dequant_cache = None
+        # Plain attributes of the layer: torch annotates Module.__setattr__'s value as Tensor | Module,
+        # narrower than what it takes (any object), hence the ignores.
+        layer.fp8_block = self.block  # type: ignore[assignment]
+        layer.fp8_cache_dequantized = self.cache_dequantized  # type: ignore[assignment]
+        layer.fp8_use_w8a8 = self.use_w8a8  # type: ignore[assignment]
+        layer.fp8_dequant_cache = None  # type: ignore[assignment]
 
     def apply(self, layer, x, bias=None):
         return fp8_linear(layer, x, bias)
@@ -101,14 +104,14 @@ class Fp8CheckpointLinearMethod(Fp8LinearMethod):
         out, inp = sum(output_partition_sizes), input_size_per_partition
         device = layer.weight.device if hasattr(layer, "weight") else None
         w = _set_param(layer, "weight", torch.empty(out, inp, dtype=FP8_DTYPE, device=device))
-        w.weight_loader = layer.weight_loader
+        attach_weight_loader(w, layer.weight_loader)
         if self.kind == "block":
             shape = (-(-out // self.block), -(-inp // self.block))
             loader = self._load_block_scale
         else:
             shape, loader = (out, 1), self._load_channel_scale
         s = _set_param(layer, self.scale_name, torch.ones(shape, dtype=torch.float32, device=device))
-        s.weight_loader = lambda param, loaded, shard_id=None: loader(layer, param, loaded, shard_id)
+        attach_weight_loader(s, lambda param, loaded, shard_id=None: loader(layer, param, loaded, shard_id))
 
     def install(self, layer) -> None:
         """Swap a built layer's full-precision weight for FP8 + scale parameters."""
@@ -155,7 +158,6 @@ class Fp8CheckpointLinearMethod(Fp8LinearMethod):
             w = dequantize(layer.weight.data, layer.weight_scale.data, self.compute_dtype, self.block)
             _set_param(layer, "weight", w)
             delattr(layer, "weight_scale")
-            from refengine.model.layers.linear import UnquantizedLinearMethod
             layer.linear_method = UnquantizedLinearMethod()
             return
         self._configure(layer)

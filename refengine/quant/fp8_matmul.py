@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from refengine.quant.fp8 import BLOCK, dequantize, quantize_per_token, scale_kind
+from refengine.numerics.fp8 import BLOCK, dequantize, quantize_per_token, scale_kind
 
 
 def w8a8_supported(device: torch.device) -> bool:

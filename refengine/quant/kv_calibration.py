@@ -13,7 +13,7 @@ import torch
 
 from refengine.attention.metadata import build_attention_metadata
 from refengine.model.layers.attention import Attention, allocate_kv_caches
-from refengine.quant.fp8 import FP8_MAX
+from refengine.numerics.fp8 import FP8_MAX
 
 # Short, varied English text: enough to see typical activations of a real checkpoint.
 CALIBRATION_TEXTS = (

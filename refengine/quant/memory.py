@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from refengine.quant.fp8 import FP8_DTYPE
+from refengine.numerics.fp8 import FP8_DTYPE
 
 
 @dataclass

@@ -10,12 +10,24 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import torch
 
-from refengine.attention.metadata import build_attention_metadata
+from refengine.attention.metadata import AttentionMetadata, build_attention_metadata
 from refengine.core.outputs import ModelRunnerOutput, SchedulerOutput
 from refengine.runner.sampler import Sampler, SamplingRow
+
+
+class CausalLM(Protocol):
+    """What the runner needs of a model (refengine/model's LlamaForCausalLM and MixtralForCausalLM):
+    a forward over a flat varlen batch, and the logits of chosen rows. The runner never imports the
+    model's classes; the engine hands it one."""
+
+    def __call__(self, input_ids: torch.Tensor, positions: torch.Tensor, kv_caches: list[torch.Tensor],
+                 attn_metadata: AttentionMetadata, intermediate: Any = None) -> Any: ...
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor: ...
 
 
 @dataclass
@@ -28,7 +40,7 @@ class StepTimings:
 
 
 class ModelRunner:
-    def __init__(self, model: torch.nn.Module, kv_caches: list[torch.Tensor], block_size: int,
+    def __init__(self, model: CausalLM, kv_caches: list[torch.Tensor], block_size: int,
                  device: torch.device, seed: int, samples: bool = True):
         self.model = model
         self.samples = samples  # False on TP ranks other than the sampler: they compute logits, return none

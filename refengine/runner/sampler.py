@@ -61,7 +61,7 @@ class Sampler:
         for i, row in enumerate(rows):
             if row.num_output_tokens >= row.params.min_tokens:
                 continue
-            banned = list(row.params.stop_token_ids)
+            banned = list(row.params.stop_ids)
             if row.eos_token_id is not None and not row.params.ignore_eos:
                 banned.append(row.eos_token_id)
             banned = [t for t in banned if 0 <= t < logits.shape[1]]

@@ -136,6 +136,7 @@ class Server:
             return JSONResponse(ApiError(500, str(exc), type="server_error").body(), status_code=500)
         except RefEngineError as exc:  # the engine refused it on arrival (the checks above should have)
             return self._error(ApiError(400, str(exc)), "invalid")
+        assert final is not None, "the engine ends every request's stream with its final output"
         c = final.outputs[0]
         return JSONResponse(protocol.full_response(req, request_id, self.model_name, c.text, c.finish_reason,
                                                    len(ids), len(c.token_ids)))

@@ -12,6 +12,7 @@ import asyncio
 import json
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from starlette.requests import ClientDisconnect
 
@@ -111,12 +112,14 @@ def _check_shape(raw: bytes, body: dict, max_depth: int) -> None:
     strings = _SURROGATE_HINT.search(raw) is not None
     if not deep and not strings:
         return
-    stack = [(body, 1, None)]
+    # (a dict or list to walk, its depth, the top-level key it is under: None at the top)
+    stack: list[tuple[dict[str, Any] | list[Any], int, str | None]] = [(body, 1, None)]
     while stack:
         node, depth, top = stack.pop()
         pairs = node.items() if isinstance(node, dict) else ((None, v) for v in node)
         for key, value in pairs:
             where = top if top is not None else key
+            assert where is not None, "the body is an object: every value is under one of its keys"
             if key is not None and strings:
                 _check_str(key, where)
             if isinstance(value, str):

@@ -102,3 +102,12 @@ def test_a_probe_that_recorded_nothing_is_a_caveat(tmp_path):
     run.write_info(info)
     f = next(f for f in analyze_run(run)[0].finding_groups if f.kind == "probe_failed")
     assert f.severity == "caveat" and "The server probe recorded nothing" in f.text and "404" in f.text
+
+
+def test_what_a_trace_level_replayed_is_a_fact_with_each_levels_own_words(tmp_path):
+    s = _run(tmp_path, notes={"c1": "the trace (24 requests, 3.0 s) played once: 24 requests sent",
+                              "c2": "the trace (24 requests, 3.0 s) cycled 8.3 times to fill 25 s (--trace-loop): "
+                                    "201 requests sent"})
+    f = next(f for f in s.finding_groups if f.kind == "trace_replay")
+    assert f.severity == "info" and f.levels == ["c1", "c2"]
+    assert "c1 (the trace (24 requests, 3.0 s) played once: 24 requests sent)" in f.text and "cycled 8.3 times" in f.text

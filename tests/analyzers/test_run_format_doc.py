@@ -7,10 +7,15 @@ import dataclasses
 import re
 from pathlib import Path
 
-from rundir import LevelMeta, RunInfo, SloSpec, SweepInfo, TargetInfo
+from rundir import LevelMeta, RunInfo, SloSpec, SweepInfo, TargetInfo, TraceReplay
+from rundir.capacity import CapacityAnswer, CapacityProbe, CapacityRecord, CapacitySearch, LoadVerdict
+from rundir.text_calibration import LengthCheck, TextCalibration, UniformPool
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "run-format.md"
-PARTS = {"target": TargetInfo, "slos": SloSpec, "level_meta": LevelMeta}
+# run.json's row -> the records whose fields it names (the sweep row: the text sizer's calibration too)
+PARTS = {"target": [TargetInfo], "slos": [SloSpec], "level_meta": [LevelMeta],
+         "sweep": [SweepInfo, TextCalibration, LengthCheck, UniformPool]}
+CAPACITY_RECORDS = [CapacityRecord, CapacitySearch, CapacityProbe, CapacityAnswer, LoadVerdict]
 
 
 def _rows() -> dict[str, str]:
@@ -32,10 +37,50 @@ def test_every_run_info_field_has_a_row():
 
 def test_every_field_of_the_typed_parts_is_named_in_its_row():
     rows = _rows()
-    for key, cls in PARTS.items():
-        missing = [f for f in _fields(cls) if f'"{f}"' not in rows[key]]
-        assert not missing, f"docs/run-format.md's {key} row does not name {missing}"
-    assert "SweepInfo" in rows["sweep"] and SweepInfo
+    for key, classes in PARTS.items():
+        for cls in classes:
+            missing = [f for f in _fields(cls) if f'"{f}"' not in rows[key]]
+            assert not missing, f"docs/run-format.md's {key} row does not name {cls.__name__}'s {missing}"
+            assert cls.__name__ in rows[key]
+    missing = [f for f in _fields(TraceReplay) if f'"{f}"' not in rows["level_meta"]]
+    assert not missing, f"docs/run-format.md's level_meta row does not name the trace's {missing}"
+
+
+def test_every_field_of_the_capacity_record_is_named_in_its_section():
+    text = DOC.read_text(encoding="utf-8")
+    section = text.split("### `sweep.capacity` and capacity.json", 1)[1].split("\n## ", 1)[0]
+    for cls in CAPACITY_RECORDS:
+        missing = [f for f in _fields(cls) if f'"{f}"' not in section]
+        assert not missing and cls.__name__ in section, f"the capacity section does not name {cls.__name__}'s {missing}"
+
+
+def test_the_capacity_and_calibration_records_round_trip_and_keep_unknown_keys():
+    answer = {"axis": "rate", "capacity": 4.0, "low": 2.0, "high": 4.0, "lowest_out": 8.0, "bounded_by": "slo",
+              "goodput_req_s": 3.9, "output_tok_s": 250.0, "confidence": 0.95, "trace_rate": None,
+              "headline": "max rate within SLO: 4 req/s", "from_a_newer_tool": 1,
+              "loads": [{"load": 4.0, "level_ids": ["r4"], "verdict": "in", "point_met": True, "n": 400,
+                         "ttft_p99_s": 0.2, "ttft_p99_ci": [0.1, 0.3], "tpot_p95_s": 0.01, "tpot_p95_ci": None,
+                         "goodput_req_s": 3.9, "output_tok_s": 250.0, "new_column": "x"}]}
+    sizer = {"words": ["a", "b"], "extra": {"check": {"requested": 64, "counted": 65, "relative_error": 0.0156},
+                                          "fit_counts": {"64": 70, "128": 135}, "later": True}}
+    sweep = {"concurrency": [1], "workload": {"kind": "random", "text_sizer": sizer}, "stop_over_capacity": False,
+             "capacity": {"search": {"axis": "rate", "start": 2.0}, "probes": [{"level_id": "r4", "load": 4.0,
+                                                                               "phase": "bracket", "met": True}],
+                          "answer": answer}}
+    info = RunInfo.from_dict({"run_id": "r", "command": [], "host": {}, "target": {"url": None, "model": None},
+                              "sweep": sweep})
+    record = info.sweep.capacity
+    assert isinstance(record, CapacityRecord) and not info.sweep.stop_over_capacity
+    assert record.search == CapacitySearch(axis="rate", start=2.0) and record.probes[0].met is True
+    assert record.answer.capacity == 4.0 and record.answer.extra == {"from_a_newer_tool": 1}
+    assert record.answer.loads[0].extra == {"new_column": "x"} and record.answer.loads[0].too_few is False
+    again = RunInfo.from_dict(info.to_dict())
+    assert again.sweep.capacity == record and again.to_dict()["sweep"]["capacity"]["answer"]["from_a_newer_tool"] == 1
+    calibration = TextCalibration.from_dict(again.sweep.workload["text_sizer"]["extra"])
+    assert calibration.check == LengthCheck(64, 65, 0.0156) and calibration.fit_counts == {64: 70, 128: 135}
+    assert calibration.uniform_pool is None and calibration.extra == {"later": True}
+    assert "uniform_pool" not in calibration.to_dict() and calibration.to_dict()["check"]["counted"] == 65
+    assert "capacity" not in SweepInfo().to_dict()         # absent, as before the field existed
 
 
 def test_level_meta_round_trips_and_keeps_unknown_keys():

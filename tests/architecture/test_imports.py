@@ -75,19 +75,19 @@ def test_dependencies_flow_one_way():
     assert not upward, "imports against the one-way rule:\n" + "\n".join(upward)
 
 
-def test_no_import_circles():
-    graph = _graph()
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one node (Tarjan's algorithm)."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
     on_stack: set[str] = set()
     circles = []
 
-    def visit(v: str) -> None:           # Tarjan's strongly connected components
+    def visit(v: str) -> None:
         index[v] = low[v] = len(index)
         stack.append(v)
         on_stack.add(v)
-        for w in graph[v]:
+        for w in graph.get(v, ()):
             if w not in index:
                 visit(w)
                 low[v] = min(low[v], low[w])
@@ -107,7 +107,37 @@ def test_no_import_circles():
     for v in graph:
         if v not in index:
             visit(v)
+    return circles
+
+
+def test_no_import_circles():
+    circles = _circles(_graph())
     assert not circles, "import circles: " + "; ".join(" <-> ".join(c) for c in circles)
+
+
+def _refengine_part(module: str) -> str:
+    """The part of refengine a module belongs to: its folder (refengine.model for
+    refengine.model.layers.linear), or the module itself for one at refengine's top level."""
+    parts = module.split(".")
+    return ".".join(parts[:2])
+
+
+def test_no_folder_circles_inside_refengine():
+    """refengine's parts are layers (docs/architecture.md, "refengine's layers"): a folder that
+    imports another, at module level or inside a function, is never imported back by it, even
+    through a third."""
+    folders: dict[str, set[str]] = {}
+    for m, ts in _graph().items():
+        if m.split(".")[0] == "refengine":          # the package itself too: its __init__ imports the API
+            here = _refengine_part(m)
+            folders.setdefault(here, set()).update(
+                _refengine_part(t) for t in ts if t.split(".")[0] == "refengine" and _refengine_part(t) != here)
+    circles = _circles(folders)
+    assert not circles, "folder circles inside refengine: " + "; ".join(" <-> ".join(c) for c in circles)
+
+
+def test_the_folder_check_sees_a_circle_through_a_third_folder():
+    assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
 def test_no_private_names_imported_across_modules():

@@ -1,5 +1,5 @@
 """ruff (configured in pyproject.toml) is clean on the whole tree, and mypy on the typed packages
-(pyproject's [tool.mypy] files: the run-directory contract and refengine/core)."""
+(pyproject's [tool.mypy] files: rundir, refengine, playbooks, probes, loadgen)."""
 
 from __future__ import annotations
 

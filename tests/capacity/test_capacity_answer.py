@@ -65,22 +65,29 @@ def test_bounded_by_the_client():
 
 
 def test_the_recorded_answer_round_trips_and_leads_the_report():
-    """run.json keeps the answer as a dict; the report reads it back and leads with the same headline."""
-    from analyzers.capacity.answer import CAPACITY_KEY, answer_in
+    """run.json keeps the answer (rundir.capacity); the report reads it back and leads with the same headline."""
+    from analyzers.capacity.answer import answer_in
     from reports.answer import _capacity_item
     from reports.capacity_table import capacity_rows
+    from rundir import SweepInfo
+
+    def sweep(capacity: dict) -> SweepInfo:
+        return SweepInfo.from_dict({"capacity": capacity})
 
     rng = np.random.default_rng(0)
     a = _answer({c: {f"c{c}": rng.uniform(0.1, 0.3, 400) + (2.0 if c > 4 else 0)} for c in (1, 2, 4, 5, 8)})
-    back = answer_in({CAPACITY_KEY: {"search": {}, "answer": a.to_dict()}})
+    back = answer_in(sweep({"search": {}, "answer": a.to_dict()}))
     assert back == a and capacity_headline(back) == capacity_headline(a)
     item = _capacity_item(back)
     assert item.text.startswith("max concurrency within SLO: 4") and item.tone == "good"
     assert item.evidence[:2] == ["in: 1, 2, 4", "out: 5, 8"]
     rows = capacity_rows(back)
     assert [r[0] for r in rows] == ["1", "2", "4", "5", "8"] and [r[2] for r in rows] == ["in", "in", "in", "out", "out"]
-    assert answer_in({}) is None and answer_in({CAPACITY_KEY: {"search": {}}}) is None     # a search still running
-    assert answer_in({CAPACITY_KEY: {"answer": {"axis": "rate", "unknown_field": 1}}}) is None  # another version
+    _reads_at_every_width(back)
+    assert answer_in(SweepInfo()) is None and answer_in(sweep({"search": {}})) is None     # a search still running
+    other = sweep({"answer": {"axis": "rate", "unknown_field": 1}})
+    assert answer_in(other) is None                                                        # another version's
+    assert other.to_dict()["capacity"]["answer"] == {"axis": "rate", "unknown_field": 1}   # kept, written back
 
 
 def test_the_answer_of_a_trace_search_is_also_a_speed():
@@ -102,3 +109,24 @@ def test_too_few_requests_establish_no_load_and_the_answer_says_so():
     assert ("max concurrency within SLO: 2 (a point estimate, not established at 95%: a P99 within its bound "
             "needs 299 requests with none over it, the loads had 44") in capacity_headline(a)
     assert CapacityAnswer.from_dict(a.to_dict()) == a
+
+
+def _reads_at_every_width(answer) -> None:
+    """`llmbench capacity`'s table at 80, 100 and 160 columns: every figure and level id whole, none cut."""
+    import io
+
+    from rich.console import Console
+
+    from reports.capacity_table import capacity_grid, capacity_rows
+    from reports.grid import print_grid
+
+    grid = capacity_grid(answer)
+    figures = {row[i] for row in capacity_rows(answer) for i, col in enumerate(grid.columns) if not col.wraps}
+    for width in (80, 100, 160):
+        console = Console(file=io.StringIO(), width=width, color_system=None, record=True)
+        print_grid(console, capacity_grid(answer))
+        text = console.export_text()
+        lines = text.splitlines()
+        assert "…" not in text and max(len(line.rstrip()) for line in lines) <= width, text
+        for cell in figures:         # "412 [400, 430]", "TTFT 0, TPOT 2": each on one line
+            assert any(cell in line for line in lines), (cell, text)

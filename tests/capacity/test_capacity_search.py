@@ -45,7 +45,7 @@ def test_capacity_by_concurrency_is_the_slot_count(slot_server, tmp_path):
     ids = [p["level_id"] for p in result["probes"]]
     assert len(ids) == len(set(ids)) and ids == info.levels_done       # every probe is a level, unique ids
     assert any(i.endswith("-r2") for i in ids)                         # the boundary was measured again
-    assert info.sweep.extra["capacity"]["answer"]["capacity"] == SLOTS
+    assert info.sweep.capacity.answer.capacity == SLOTS
     assert (tmp_path / "run" / "capacity.json").is_file() and (tmp_path / "run" / "report.html").is_file()
     report = (tmp_path / "run" / "report.md").read_text()               # the report leads with the search's answer
     assert f"- **Capacity (search)**: max concurrency within SLO: {SLOTS}" in report
@@ -129,3 +129,8 @@ def test_a_trace_is_searched_by_rate_and_the_answer_is_also_a_speed(slot_server,
         sent[r.level_id] = sent.get(r.level_id, 0) + r.in_window
     for p in result["probes"]:
         assert abs(sent[p["level_id"]] - p["load"] * 3) <= 2, (p, sent[p["level_id"]])
+    # ... and says what it replayed: a capacity level lasts its --warmup + --duration at every load
+    metas = run.read_info().level_meta
+    replays = [metas[p["level_id"]].trace for p in result["probes"]]
+    assert all(t.cycled_by == "capacity" and t.speed == pytest.approx(p["load"] / trace_rate)
+               for t, p in zip(replays, result["probes"])), replays

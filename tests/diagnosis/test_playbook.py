@@ -5,7 +5,8 @@ import io
 import pytest
 from rich.console import Console
 
-from playbooks.playbook import CannotCheck, PlaybookError, PlaybookRun, Status, load_playbook, parse_playbook, render
+from playbooks.playbook import CannotCheck, PlaybookError, PlaybookRun, Status, load_playbook, parse_playbook
+from reports.playbook_table import print_playbook
 
 
 def test_oom_playbook_follows_the_seed_order():
@@ -47,7 +48,7 @@ def test_a_run_marks_every_step_and_renders():
     counts = run.counts()
     assert counts["passed"] == 1 and counts["failed"] == 1 and sum(counts.values()) == len(pb.steps)
     out = io.StringIO()
-    render(run, Console(file=out, width=200))
+    print_playbook(run, Console(file=out, width=200))
     text = out.getvalue()
     assert "oom.weights" in text and "could not be checked" in text and "1 passed, 1 failed" in text
     assert run.to_dict()["steps"][0] == {"id": "oom.weights", "section": "1. Account for the memory",

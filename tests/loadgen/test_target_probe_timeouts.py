@@ -90,7 +90,7 @@ def test_calibration_survives_one_slow_request(server):
         sizer, notes = calibrate(client, estimated_sizer(), 64)
     assert notes == []                              # nothing recorded against the server
     assert sizer.source == "server /tokenize" and sizer.exact and sizer.tokens_per_word == 1.0
-    assert sizer.overhead_tokens == 1.0 and sizer.extra["check"]["counted"] == 64
+    assert sizer.overhead_tokens == 1.0 and sizer.calibration.check.counted == 64
 
 
 def test_a_request_accepted_and_not_answered_is_said_as_that(server):

@@ -64,3 +64,25 @@ def test_explicit_client_pids_and_the_process_tree(tmp_path):
     finally:
         child.kill()
         child.wait()
+
+
+def test_the_servers_own_wait_for_a_cpu_grows_with_a_neighbour(tmp_path):
+    """schedstat's run-queue wait of the server's threads: small alone, most of its runnable time
+    beside more busy loops than there are cores."""
+    server = subprocess.Popen(BURN)
+    neighbours: list[subprocess.Popen] = []
+    try:
+        probe = HostProbe(ProbeContext(out_dir=tmp_path, server_pid=server.pid))
+        probe.check()
+        probe.sample()
+        alone = _sample_after(probe, 1.0)
+        neighbours = [subprocess.Popen(BURN) for _ in range(3 * (os.cpu_count() or 1))]
+        probe.sample()
+        crowded = _sample_after(probe, 1.5)
+        assert 0.0 <= alone["server_cpu_wait_share"] <= 1.0 and alone["server_cpu_wait_cores"] >= 0.0
+        assert crowded["server_cpu_wait_share"] > 0.5, crowded
+        assert crowded["server_cpu_wait_share"] > alone["server_cpu_wait_share"]
+    finally:
+        for p in (server, *neighbours):
+            p.kill()
+            p.wait()

@@ -4,7 +4,8 @@ without a diagnosis, and what makes a run not valid."""
 from synth_run import make_run, rec
 
 from analyzers.summary import analyze_run
-from reports.answer import build_answer, evidence_name, fmt_evidence
+from reports.answer import build_answer
+from reports.evidence_units import evidence_name, fmt_evidence
 
 
 def _summary(tmp_path, ttft_by_level, windows=None, meta_notes=None):
@@ -55,8 +56,8 @@ def test_validity_names_what_undermines_the_run(tmp_path):
     assert any("client fell behind: c8 (send lag P99 80 ms)" in e for e in v.evidence)
     assert any(e.startswith("The P99 diagnosis: the client sent requests late") for e in v.evidence)
     why = a["Why the tail"]
-    assert why.tone == "bad" and "coincides with 1 of 1 spike windows" in why.evidence
-    assert "send lag p99 80.0 ms" in why.evidence
+    assert why.tone == "bad" and why.evidence[0] == "It coincides with 1 of the 1 spike window."
+    assert "The load generator sent requests 80 ms late at P99." in why.evidence
 
 
 def test_evidence_units():
@@ -84,7 +85,7 @@ def test_a_standing_tail_is_not_called_spikes():
                        "spike_windows": 3, "evidence": {}}]}
     item = _diagnosis(d)
     assert "standing, no spike windows" in item.text and "0 spike window" not in item.text
-    assert item.evidence[0] == "explains the standing tail of 3 of 3 level(s)"
+    assert item.evidence[0] == "It explains the standing TTFT tail of 3 levels."
 
 
 def _default_slo_summary(tmp_path, levels, slos):

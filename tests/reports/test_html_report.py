@@ -69,8 +69,9 @@ def test_the_answer_comes_first_then_the_sections(html):
     for label in ("Highest load within the SLO", "Ceiling", "Why the tail", "Validity"):
         assert label in answer
     assert "c16 (load 16)" in answer and "95% CI" in answer                  # the highest load, with its interval
-    assert "long prefills blocked short requests" in answer and "prefill p99 420.0 ms" in answer
-    assert "coincides with 1 of 2 spike windows" in answer
+    assert "long prefills blocked short requests" in answer
+    assert "Also measured: prefill p99 420 ms, short ttft ratio 3.1." in answer   # sentences with units
+    assert "It coincides with 1 of the 2 spike windows (50% of the tail requests)." in answer
     assert "Errors and timeouts" in answer and "c32" in answer               # what undermines the run
 
 

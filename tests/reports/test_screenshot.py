@@ -61,3 +61,25 @@ def test_screenshot_of_the_report_and_the_comparison(diagnosed, tmp_path):
         top = img.crop((0, 0, 1400, 500))
         assert len(top.getcolors(maxcolors=1 << 16) or []) > 20         # text drawn, not a blank page
         assert any(c == (250, 251, 253) for _, c in top.getcolors(maxcolors=1 << 16))   # the answer box
+
+
+def test_runs_together_in_the_browser(diagnosed, tmp_path):
+    """runs.html (`llmbench report --runs`): both figures drawn, a legend line per run, no script."""
+    from PIL import Image
+
+    from reports.write import write_runs_report
+
+    slower, _ = make_report(tmp_path / "slower", diagnosed=False, slow=1.5)
+    _, page = write_runs_report([diagnosed[0], slower], tmp_path / "runs")
+    proc = _chromium(tmp_path, "--dump-dom", page.as_uri())
+    dom = proc.stdout
+    assert proc.returncode == 0 and 'id="frontier-fig"' in dom and 'id="throughput-latency-fig"' in dom
+    assert "<script" not in dom.lower() and dom.count("<svg") == 2
+    assert dom.count("· concurrency · in 10 · out 11") >= 2 * 2          # each run in each legend
+    out = Path(os.environ.get("LLMBENCH_SCREENSHOT_DIR") or tmp_path)
+    out.mkdir(parents=True, exist_ok=True)
+    png = out / "runs.png"
+    proc = _chromium(tmp_path, f"--screenshot={png}", "--window-size=1400,2000", page.as_uri())
+    assert proc.returncode == 0 and png.is_file(), proc.stderr[-2000:]
+    figs = Image.open(png).convert("RGB").crop((0, 300, 1400, 1600))
+    assert len(figs.getcolors(maxcolors=1 << 16) or []) > 50                  # lines and text drawn

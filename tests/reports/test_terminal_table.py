@@ -6,12 +6,13 @@ from rich.console import Console
 from synth_run import make_run, rec
 
 from analyzers.summary import analyze_run
+from reports.grid import print_grid
 from reports.terminal import run_summary_table
 
 
 def _render(summary, width: int) -> str:
     console = Console(width=width, record=True, color_system=None)
-    console.print(run_summary_table(summary, width=width))
+    print_grid(console, run_summary_table(summary))
     return console.export_text()
 
 

@@ -37,7 +37,8 @@ def test_the_command_prints_blocks_at_80_columns_and_json_on_request(tmp_path):
     out = subprocess.run([sys.executable, "-m", "llmbench.cli", "runs", str(tmp_path)], capture_output=True,
                          text=True, env=env, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert "20261202-010000-a-run-directory-name-that-is-long (complete" in out.stdout
+    assert "run: 20261202-010000-a-run-directory-name-that-is-long\n" in out.stdout
+    assert "  status: complete\n" in out.stdout
     assert all(len(line) <= 80 or " " in line for line in out.stdout.splitlines())
     js = subprocess.run([sys.executable, "-m", "llmbench.cli", "runs", str(tmp_path), "--json"], capture_output=True,
                         text=True, env=env, timeout=120)

@@ -16,6 +16,7 @@ from analyzers.triage.p99 import diagnose_p99
 from probes.base import ProbeContext
 from probes.server import ServerProbe
 from reports.answer import build_answer
+from reports.evidence_units import evidence_name, fmt_evidence
 
 REQUEST_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
                    240.0, 480.0, 960.0, 1920.0, 7680.0)
@@ -70,11 +71,13 @@ def test_queueing_evidence_says_below_the_first_bucket_not_a_number(tmp_path):
     assert f.evidence["queue_time_p99_spikes_lt_s"] == 0.3 and "queue_time_p99_spikes_s" not in f.evidence
     assert abs(f.evidence["queue_time_mean_spikes_s"] - 1e-5) < 1e-9
     assert "P99 < 300 ms" in f.title and "mean 0.01 ms" in f.title, f.title
-    # the report's answer renders the bound, not a number
+    # the report renders the bound, not a number: its Diagnosis table (every key) and the answer's sentences
     run.write_json(run.diagnosis_p99_json, diag.to_dict())
+    table = "; ".join(f"{evidence_name(k)} {fmt_evidence(k, v)}" for k, v in f.evidence.items())
+    assert "queue time p99 spikes < 300 ms" in table and "297" not in table, table
     answer = {a.label: a for a in build_answer(analyze_run(run)[0], diag.to_dict())}
     evidence = " | ".join(answer["Why the tail"].evidence)
-    assert "queue time p99 spikes < 300 ms" in evidence and "297" not in evidence, evidence
+    assert "297" not in evidence and "Requests waiting (mean): 4 in the spike windows, 0 in the calm." in evidence
 
 
 def test_the_report_panel_draws_a_bound_as_a_bound(tmp_path):

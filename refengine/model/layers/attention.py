@@ -11,6 +11,7 @@ the oracle the kernels are tested against.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -18,7 +19,7 @@ from torch import nn
 from refengine.attention.metadata import AttentionMetadata
 from refengine.attention.reference import paged_attention, store_kv
 from refengine.kernels import cpu_paged_decode
-from refengine.quant.kv_cache import kv_cache_bytes_per_token
+from refengine.numerics.kv_cache import kv_cache_bytes_per_token
 
 
 class Attention(nn.Module):
@@ -33,7 +34,8 @@ class Attention(nn.Module):
         super().__init__()
         self.num_heads, self.head_dim, self.scale, self.num_kv_heads = num_heads, head_dim, scale, num_kv_heads
         self.k_scale, self.v_scale = 1.0, 1.0
-        self.kv_observer = None
+        # (layer, k, v) -> None: sees every K/V before it is stored (quant/kv_calibration.py)
+        self.kv_observer: Callable[[Attention, torch.Tensor, torch.Tensor], None] | None = None
         self.use_kernels = True
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_cache: torch.Tensor,
@@ -54,6 +56,8 @@ class Attention(nn.Module):
 
     def _decode_on_cpu_kernel(self, q, kv_cache, meta: AttentionMetadata) -> torch.Tensor:
         """Decodes on the CPU kernel (reads the cache in place); any prefills of the step on the reference."""
+        # build_attention_metadata sets both whenever the step has decodes
+        assert meta.decode_block_tables is not None and meta.decode_seq_lens is not None
         qd = q if meta.decode_only else q[meta.decode_token_indices]
         od = cpu_paged_decode.paged_decode_cpu(qd, kv_cache, meta.decode_block_tables, meta.decode_seq_lens,
                                                self.num_heads, self.scale).to(q.dtype)

@@ -16,9 +16,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from refengine.distributed.tp_ops import tp_all_gather, tp_all_reduce
 from refengine.model.layers import cpu_gemm
-from refengine.model.layers.weight_utils import copy_weight
+from refengine.model.layers.weight_utils import attach_weight_loader, copy_weight
+from refengine.parallel.tp_ops import tp_all_gather, tp_all_reduce
 
 
 class VocabParallelEmbedding(nn.Module):
@@ -33,7 +33,7 @@ class VocabParallelEmbedding(nn.Module):
         self.weight = nn.Parameter(
             torch.empty(self.num_embeddings_per_partition, embedding_dim, dtype=params_dtype or torch.get_default_dtype()),
             requires_grad=False)
-        self.weight.weight_loader = self.weight_loader
+        attach_weight_loader(self.weight, self.weight_loader)
 
     def weight_loader(self, param: nn.Parameter, loaded_weight: torch.Tensor, shard_id=None) -> None:
         n = self.vocab_end - self.vocab_start

@@ -9,7 +9,7 @@ shard, so the loader never needs to know about parallelism.
 - QKVParallelLinear: q, k, v in one matmul; heads are split, and when tp_size > num_kv_heads each
   KV head is replicated on tp_size / num_kv_heads ranks (GQA with few KV heads).
 - RowParallelLinear: the input dim is split; each rank produces a partial sum of the full output,
-  summed by `tp_all_reduce` (refengine/distributed/tp_ops.py; a no-op at tp_size 1). The bias is
+  summed by `tp_all_reduce` (refengine/parallel/tp_ops.py; a no-op at tp_size 1). The bias is
   added once, after the sum.
 
 How the matmul is done is delegated to a `LinearMethod` (the quantization hook): it creates the
@@ -23,10 +23,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from refengine.distributed.tp_ops import tp_all_gather, tp_all_reduce
 from refengine.errors import RefEngineError
 from refengine.model.layers import cpu_gemm
-from refengine.model.layers.weight_utils import copy_weight
+from refengine.model.layers.weight_utils import attach_weight_loader, copy_weight
+from refengine.parallel.tp_ops import tp_all_gather, tp_all_reduce
 
 
 def divide(numerator: int, denominator: int, what: str) -> int:
@@ -57,7 +57,7 @@ class UnquantizedLinearMethod(LinearMethod):
         # torch.empty, not an initializer: every value is overwritten by the loader.
         weight = nn.Parameter(torch.empty(sum(output_partition_sizes), input_size_per_partition, dtype=params_dtype),
                               requires_grad=False)
-        weight.weight_loader = layer.weight_loader
+        attach_weight_loader(weight, layer.weight_loader)
         layer.register_parameter("weight", weight)
         layer.packed_weight = cpu_gemm.PackedWeight()
 
@@ -69,6 +69,10 @@ class UnquantizedLinearMethod(LinearMethod):
 # --- layers ------------------------------------------------------------------------------------
 
 class LinearBase(nn.Module):
+    # Registered by the linear method's create_weights and by _make_bias; declared for the type checker.
+    weight: nn.Parameter
+    bias: nn.Parameter | None
+
     def __init__(self, input_size: int, output_size: int, *, tp_rank: int = 0, tp_size: int = 1,
                  linear_method: LinearMethod | None = None, params_dtype: torch.dtype | None = None):
         super().__init__()
@@ -80,7 +84,7 @@ class LinearBase(nn.Module):
     def _make_bias(self, size: int, bias: bool) -> None:
         if bias:
             b = nn.Parameter(torch.empty(size, dtype=self.params_dtype), requires_grad=False)
-            b.weight_loader = self.weight_loader
+            attach_weight_loader(b, self.weight_loader)
             self.register_parameter("bias", b)
         else:
             self.register_parameter("bias", None)

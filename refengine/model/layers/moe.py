@@ -37,8 +37,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from refengine.distributed.tp_ops import tp_all_reduce, tp_group
-from refengine.model.layers.weight_utils import copy_weight
+from refengine.model.layers.weight_utils import attach_weight_loader, copy_weight
+from refengine.parallel.tp_ops import tp_all_reduce, tp_group
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,14 @@ class MoEParallel:
 def _dist():
     import torch.distributed as dist
     return dist
+
+
+class StackedWeight(nn.Module):
+    """One stacked expert weight as a module of its own, so its parameter is named `<name>.weight`."""
+
+    def __init__(self, weight: torch.Tensor):
+        super().__init__()
+        self.weight = nn.Parameter(weight, requires_grad=False)
 
 
 class FusedExperts(nn.Module):
@@ -66,14 +74,10 @@ class FusedExperts(nn.Module):
         self.num_local = num_experts // tp_size if ep else num_experts
         self.first_expert = tp_rank * self.num_local if ep else 0
         self.inter = intermediate if ep else intermediate // tp_size
-        self.w13 = nn.Module()
-        self.w13.weight = nn.Parameter(torch.empty(self.num_local, 2 * self.inter, hidden, dtype=dtype),
-                                       requires_grad=False)
-        self.w13.weight.weight_loader = self.weight_loader
-        self.w2 = nn.Module()
-        self.w2.weight = nn.Parameter(torch.empty(self.num_local, hidden, self.inter, dtype=dtype),
-                                      requires_grad=False)
-        self.w2.weight.weight_loader = self.weight_loader
+        self.w13 = StackedWeight(torch.empty(self.num_local, 2 * self.inter, hidden, dtype=dtype))
+        attach_weight_loader(self.w13.weight, self.weight_loader)
+        self.w2 = StackedWeight(torch.empty(self.num_local, hidden, self.inter, dtype=dtype))
+        attach_weight_loader(self.w2.weight, self.weight_loader)
 
     def weight_loader(self, param, loaded, shard_id) -> None:
         expert, which = shard_id

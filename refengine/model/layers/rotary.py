@@ -20,6 +20,7 @@ Scaling types (rope_scaling["rope_type"]), with the same formulas as transformer
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 from torch import nn
@@ -72,13 +73,13 @@ def _yarn_inv_freq(theta: float, dim: int, s: dict, max_position: int) -> tuple[
     return inv_freq, float(attn_factor)
 
 
-def compute_inv_freq(head_dim: int, theta: float, scaling: dict | None,
+def compute_inv_freq(head_dim: int, theta: float, scaling: dict[str, Any] | None,
                      max_position: int) -> tuple[torch.Tensor, float, int]:
     """Returns (inv_freq [head_dim/2], cos/sin multiplier, number of positions to tabulate)."""
-    rope_type = (scaling or {}).get("rope_type", "default")
+    s = scaling or {}
+    rope_type = s.get("rope_type", "default")
     if rope_type == "default":
         return _base_inv_freq(theta, head_dim), 1.0, max_position
-    s = scaling
     if rope_type == "linear":
         return _base_inv_freq(theta, head_dim) / s["factor"], 1.0, int(max_position * s["factor"])
     if rope_type == "dynamic":
@@ -96,6 +97,8 @@ def compute_inv_freq(head_dim: int, theta: float, scaling: dict | None,
 
 
 class RotaryEmbedding(nn.Module):
+    cos_sin_cache: torch.Tensor          # a buffer (register_buffer), declared for the type checker
+
     def __init__(self, head_dim: int, max_position: int, theta: float, scaling: dict | None = None):
         super().__init__()
         self.head_dim = head_dim

@@ -6,9 +6,21 @@ Every `weight_loader` (linear, embedding, MoE experts) and the model loader copy
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from refengine.errors import RefEngineError
+
+# A parameter's loader: (param, the checkpoint's tensor, shard id or None) -> None. The model
+# loader finds it on the parameter under this name (vLLM's convention), else copies whole.
+WEIGHT_LOADER = "weight_loader"
+WeightLoader = Callable[..., None]
+
+
+def attach_weight_loader(param: torch.nn.Parameter, loader: WeightLoader) -> None:
+    """Give `param` the loader that narrows a checkpoint tensor to it (its TP shard, its slot)."""
+    setattr(param, WEIGHT_LOADER, loader)     # a dynamic attribute: torch's Parameter declares none
 
 
 def copy_weight(dst: torch.Tensor, src: torch.Tensor) -> None:

@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from refengine.quant.fp8 import dequantize, quantize_per_channel
+from refengine.numerics.fp8 import dequantize, quantize_per_channel
 from refengine.quant.fp8_matmul import w8a8_linear, w8a8_supported
 
 

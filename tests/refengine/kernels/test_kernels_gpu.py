@@ -10,7 +10,7 @@ from refengine import LLM, SamplingParams
 from refengine.attention.metadata import build_attention_metadata
 from refengine.attention.reference import paged_attention, store_kv
 from refengine.model.layers.attention import allocate_kv_caches
-from refengine.quant.fp8 import FP8_DTYPE
+from refengine.numerics.fp8 import FP8_DTYPE
 
 pytestmark = pytest.mark.gpu
 

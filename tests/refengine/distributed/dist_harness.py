@@ -19,13 +19,13 @@ import torch.multiprocessing as mp
 
 from refengine.config import EngineArgs
 from refengine.core.outputs import ScheduledRequest, SchedulerOutput
-from refengine.distributed.parallel_config import ParallelConfig
 from refengine.distributed.parallel_state import init_process_groups
 from refengine.distributed.worker import WorkerSpec, build_runner
 from refengine.model.hf_config import load_model_config
 from refengine.model.layers.attention import allocate_kv_caches
 from refengine.model.layers.moe import MoEParallel
 from refengine.model.loader import load_model
+from refengine.parallel.layout import ParallelConfig
 from refengine.runner.model_runner import ModelRunner
 from refengine.sampling_params import SamplingParams
 

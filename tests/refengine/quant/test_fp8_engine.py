@@ -16,8 +16,8 @@ from llmbench.quality.run import BUILTIN_TEXTS, compare_positions, teacher_force
 from refengine import LLM, SamplingParams
 from refengine.errors import RefEngineError
 from refengine.model.layers.attention import Attention
-from refengine.quant.fp8 import FP8_DTYPE, FP8_MAX
-from refengine.quant.kv_cache import kv_cache_bytes_per_token
+from refengine.numerics.fp8 import FP8_DTYPE, FP8_MAX
+from refengine.numerics.kv_cache import kv_cache_bytes_per_token
 
 KW = dict(max_model_len=256, kv_cache_memory_bytes=1 << 22, seed=0)
 KL_BOUND = 1e-4

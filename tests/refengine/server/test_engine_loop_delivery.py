@@ -56,12 +56,19 @@ def test_queue_time_counts_from_admission_not_from_when_the_engine_thread_took_i
     the front end's too), not time "outside the server"."""
     import time
 
+    import threading
+
     engine = LLMEngine(EngineArgs(model="tiny-test", max_model_len=128, max_num_seqs=8))
     real_step = engine.step
+    in_step = threading.Event()
+    step_spans: list[tuple[float, float]] = []         # (start, end) of each step's compute, monotonic
 
     def slow_step():
+        start = time.monotonic()
         outputs = real_step()
+        in_step.set()
         time.sleep(0.3)                                   # the step's compute: long, as a big prefill on a CPU
+        step_spans.append((start, time.monotonic()))
         return outputs
 
     engine.step = slow_step
@@ -73,7 +80,9 @@ def test_queue_time_counts_from_admission_not_from_when_the_engine_thread_took_i
     async def run():
         loop_thread.start()
         first = loop_thread.generate([3] * 6, params, "a")
-        await first.__anext__()                         # "a" streams: the engine thread is in its next step
+        await first.__anext__()                         # "a" streams ...
+        in_step.clear()
+        await asyncio.to_thread(in_step.wait, 30)       # ... and the engine thread is inside its next step
         second = loop_thread.generate([4] * 6, params, "b")    # admitted; the engine thread is busy
         page = metrics.render().decode()
         waiting.append(next(float(line.split()[-1]) for line in page.splitlines()
@@ -90,5 +99,7 @@ def test_queue_time_counts_from_admission_not_from_when_the_engine_thread_took_i
     finally:
         loop_thread.stop()
     ts = out.timestamps
-    assert ts.first_scheduled - ts.arrival >= 0.15, ts    # it waited for the running step
+    running = [(a, b) for a, b in step_spans if a <= ts.arrival < b]
+    assert running, (ts, step_spans)                      # it arrived while a step ran ...
+    assert ts.first_scheduled >= running[0][1], ts        # ... and waited for it: queue time
     assert waiting == [1.0]                               # and the waiting gauge counted it meanwhile

@@ -36,7 +36,7 @@ def stop(proc: subprocess.Popen) -> str:
 
 
 def streaming_matches_offline(url: str) -> None:
-    """tests/server/test_openai_client.py's streaming test, against this server."""
+    """tests/refengine/server/test_openai_client.py's streaming test, against this server."""
     client = openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0, timeout=60)
     prompt = "the quick brown fox"
     stream = client.completions.create(model="tiny-test", prompt=prompt, max_tokens=12, temperature=0, stream=True,

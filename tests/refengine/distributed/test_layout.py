@@ -3,10 +3,10 @@
 import pytest
 
 from refengine.core.outputs import ScheduledRequest
-from refengine.distributed.parallel_config import ParallelConfig, validate_layout
 from refengine.distributed.pipeline_runner import split_micro_batches
 from refengine.errors import RefEngineError
 from refengine.model.hf_config import ModelConfig
+from refengine.parallel.layout import ParallelConfig, validate_layout
 from refengine.sampling_params import SamplingParams
 
 

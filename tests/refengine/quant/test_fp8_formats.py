@@ -13,7 +13,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from refengine.quant.fp8 import (
+from refengine.numerics.fp8 import (
     FP8_DTYPE,
     FP8_MAX,
     dequantize,

@@ -1,4 +1,4 @@
-"""Hostile OpenAI request bodies, shared by the tests in tests/server and bench/server_robustness.py:
+"""Hostile OpenAI request bodies, shared by the tests in tests/refengine/server and bench/server_robustness.py:
 the inputs issue 14 listed, one by one, and Hypothesis strategies that generate more.
 
 A generated body is mostly well-formed (so the fields are reached) with any field swapped for a

@@ -3,7 +3,7 @@ own stream, the other requests carry on, /health stays 200; only an engine that 
 any more (failures nobody can be blamed for, step after step) reports 503.
 
 The failures are injected into a real in-process server's engine (the inputs that used to cause
-them are now refused at the door: tests/server/test_robustness_inputs.py)."""
+them are now refused at the door: tests/refengine/server/test_robustness_inputs.py)."""
 
 from __future__ import annotations
 

@@ -70,13 +70,13 @@ def quantize_blocks(w: torch.Tensor, block: int = BLOCK) -> tuple[torch.Tensor, 
     return w8.contiguous(), scale
 
 
-def expand_block_scale(scale: torch.Tensor, shape: tuple[int, int], block: int = BLOCK) -> torch.Tensor:
+def expand_block_scale(scale: torch.Tensor, shape: tuple[int, ...], block: int = BLOCK) -> torch.Tensor:
     """[ceil(out/b), ceil(in/b)] tile scales -> one scale per element, [out, in]."""
     full = scale.repeat_interleave(block, dim=0).repeat_interleave(block, dim=1)
     return full[:shape[0], :shape[1]]
 
 
-def scale_kind(scale: torch.Tensor, weight_shape: tuple[int, int]) -> str:
+def scale_kind(scale: torch.Tensor, weight_shape: tuple[int, ...]) -> str:
     """Which kind a scale tensor is, from its shape alone."""
     if scale.numel() == 1:
         return "tensor"

@@ -1,6 +1,6 @@
-"""Triton kernels against the PyTorch oracle (layers/attention.py, quant/fp8.py).
+"""Triton kernels against the PyTorch oracle (layers/attention.py, numerics/fp8.py).
 
-On CPU they run under TRITON_INTERPRET=1 (tests/kernels/conftest.py), so shapes are small;
+On CPU they run under TRITON_INTERPRET=1 (tests/refengine/kernels/conftest.py), so shapes are small;
 on a GPU the same tests run the compiled kernels. Covered: ragged sequence lengths, a context
 ending exactly on a block boundary, a partially filled last block, a one-token context,
 shuffled (non-contiguous) block tables, GQA and MHA, split-K, FP8 caches with scales, bfloat16.
@@ -16,7 +16,7 @@ import torch
 from refengine.attention.metadata import build_attention_metadata
 from refengine.attention.reference import paged_attention, store_kv
 from refengine.model.layers.attention import allocate_kv_caches
-from refengine.quant.fp8 import FP8_DTYPE, dequantize, quantize
+from refengine.numerics.fp8 import FP8_DTYPE, dequantize, quantize
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -129,7 +129,7 @@ def test_kv_store_matches_oracle(cache_dtype):
 @pytest.mark.parametrize("kind,block", [("tensor", 128), ("channel", 128), ("block", 16)])
 def test_fp8_dequant_matches_oracle(kind, block):
     from refengine.kernels.fp8_dequant import fp8_dequantize_triton
-    from refengine.quant.fp8 import quantize_blocks
+    from refengine.numerics.fp8 import quantize_blocks
     w = torch.randn(40, 72)
     w8, scale = quantize_blocks(w, block) if kind == "block" else quantize(w, kind)
     want = dequantize(w8, scale, torch.float32, block)

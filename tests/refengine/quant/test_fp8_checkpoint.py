@@ -9,8 +9,8 @@ from refengine import LLM
 from refengine.errors import RefEngineError
 from refengine.model.loader import iter_checkpoint, safetensors_files
 from refengine.model.tiny import resolve_model
+from refengine.numerics.fp8 import FP8_DTYPE, dequantize, quantize, quantize_blocks
 from refengine.quant.export import export_fp8
-from refengine.quant.fp8 import FP8_DTYPE, dequantize, quantize, quantize_blocks
 
 KW = dict(max_model_len=128, kv_cache_memory_bytes=1 << 21)
 

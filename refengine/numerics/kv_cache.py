@@ -3,7 +3,7 @@
 `--kv-cache-dtype fp8` stores K and V as E4M3 with one scale per layer for K and one for V:
 store `saturate(x / scale)`, load `x8 * scale`. The default scale 1.0 suits activations that
 stay well inside +-448 (K/V of normal Llama checkpoints do); `calculate_kv_scales` measures
-amax on a few prompts and sets scale = amax / 448 (kv_calibration.py).
+amax on a few prompts and sets scale = amax / 448 (quant/kv_calibration.py).
 
 Each element costs 1 byte instead of the model dtype's 2 (bfloat16/float16: 2x the blocks in
 the same budget) or 4 (float32, the CPU default here: 4x).
@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from refengine.errors import RefEngineError
-from refengine.quant.fp8 import FP8_DTYPE, saturate_to_fp8
+from refengine.numerics.fp8 import FP8_DTYPE, saturate_to_fp8
 
 KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3")
 

@@ -106,7 +106,7 @@ def test_batch_queue_tp2_pp2_on_four_ranks():
     ("batch-queue", None, "batch-queue")])
 def test_pipeline_schedule_resolution(schedule, micro_batches, expected):
     from refengine.config import EngineArgs
-    from refengine.distributed.parallel_config import ParallelConfig
+    from refengine.parallel.layout import ParallelConfig
     args = EngineArgs(pipeline_parallel_size=2, pipeline_schedule=schedule, pipeline_micro_batches=micro_batches)
     pc = ParallelConfig.from_engine_args(args)
     assert pc.schedule == expected

@@ -1,0 +1,67 @@
+"""A P99 finding's evidence in three to five sentences with units (issue 27), from the evidence dicts
+the triage's checks really return (the planted runs of tests/triage)."""
+
+from __future__ import annotations
+
+from planted import base_records, clean_probes, delay, rows_in, write_run
+
+from analyzers.triage.p99 import diagnose_p99
+from reports.evidence_words import evidence_sentences, seconds
+
+EPISODES = [(10.0, 11.5), (25.0, 26.5), (40.0, 41.5)]
+
+
+def _planted(tmp_path, plant) -> dict:
+    recs = base_records()
+    t0 = recs[0].t_sent
+    windows = [(t0 + a, t0 + b) for a, b in EPISODES]
+    for r in recs:
+        if any(s <= r.t_sent <= e for s, e in windows):
+            delay(r, 1.0)
+    probes = clean_probes(t0 - 1, max(r.t_done for r in recs) + 1)
+    plant(probes, windows)
+    d = diagnose_p99(write_run(tmp_path / "r", recs, probes)).to_dict()
+    assert d["findings"], d["headline"]
+    return d["findings"][0]
+
+
+def test_a_neighbour_is_named_first_and_unchanged_figures_are_left_out(tmp_path):
+    def plant(probes, windows):
+        for row in probes["host"]:
+            row["others_cpu_cores"], row["top_others"] = 1.2, [{"pid": 77, "comm": "cc1plus", "cpu_cores": 1.2}]
+        for row in rows_in(probes["host"], windows):
+            row["others_cpu_cores"] = 1.5
+            row["top_others"] = [{"pid": 77, "comm": "cc1plus", "cpu_cores": 0.9},
+                                 {"pid": 4242, "comm": "burner", "cpu_cores": 0.8}]
+
+    f = _planted(tmp_path, plant)
+    said = evidence_sentences(f)
+    assert 3 <= len(said) <= 5, said
+    assert said[0] == "It coincides with 3 of the 3 spike windows (100% of the tail requests)."
+    assert said[1].startswith("In the spike windows the CPU went to burner (pid 4242) 0.53 cores")
+    assert not any("the host's CPU" in s for s in said)          # 40% in both: no evidence, not said
+    assert said[-1].startswith("Next: ") and all(s.endswith(".") for s in said)
+
+
+def test_retransmits_are_said_with_their_rates(tmp_path):
+    def plant(probes, windows):
+        for row in rows_in(probes["tcp"], windows):
+            row["Tcp.RetransSegs"], row["TcpExt.TCPTimeouts"] = 40, 2
+            row["conns_retrans"], row["conns_rto"] = 40, 1
+
+    said = evidence_sentences(_planted(tmp_path, plant))
+    # Judged by what each request lived through: how much there was, then the tail against the body.
+    assert "240 TCP segments were retransmitted on the target's connections in 6 s." in said, said
+    assert any(x.startswith("Without it, c8's TTFT P99 would be") for x in said), said
+    assert 3 <= len(said) <= 5
+
+
+def test_failed_requests_and_a_standing_tail_in_words():
+    failures = {"kind": "differential", "coverage": 0.4, "next_step": "look at the server's log",
+                "evidence": {"failed": 5, "requests": 200, "by_kind": {"timeout": 4, "http_status": 1},
+                             "dominant_kind": "timeout", "sample_error": "HTTP 503: overloaded",
+                             "tail_requests": 2, "tail_failed": 2}}
+    assert evidence_sentences(failures, "e2e") == [
+        "It explains 40% of the E2E tail requests.", "5 of 200 requests failed (4 timeout, 1 http status).",
+        "One of them said: HTTP 503: overloaded.", "Next: look at the server's log."]
+    assert [seconds(x) for x in (0.0004, 0.412, 2.6298, 38.2)] == ["0.4 ms", "412 ms", "2.63 s", "38.2 s"]
