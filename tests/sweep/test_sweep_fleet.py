@@ -63,9 +63,10 @@ def test_a_sweep_over_two_urls_sends_to_each_in_turn(tmp_path):
 
 
 @pytest.mark.parametrize("targets,words", [("http://127.0.0.1:9,127.0.0.1:10", "must be a URL"),
-                                           ("http://127.0.0.1:9,http://127.0.0.1:9/", "listed twice")])
+                                           ("http://127.0.0.1:9,http://127.0.0.1:9/", "listed twice"),
+                                           ("http://127.0.0.1:9,http://127.0.0.1:10 --replicas 3", "--replicas")])
 def test_a_bad_url_list_is_a_user_error(tmp_path, targets, words):
-    proc = subprocess.run([sys.executable, "-m", "llmbench.cli", "sweep", "--target", targets, "--out",
+    proc = subprocess.run([sys.executable, "-m", "llmbench.cli", "sweep", "--target", *targets.split(), "--out",
                            str(tmp_path / "run")], capture_output=True, text=True, timeout=60,
                           env={**os.environ, "COLUMNS": "200"})
     assert proc.returncode == 2 and words in proc.stderr and "Traceback" not in proc.stderr

@@ -54,9 +54,8 @@ def test_one_wake_up_per_step_and_every_stream_complete():
 def test_queue_time_counts_from_admission_not_from_when_the_engine_thread_took_it():
     """A request admitted while a step runs waits for it: that wait is queue time (vLLM's arrival is
     the front end's too), not time "outside the server"."""
-    import time
-
     import threading
+    import time
 
     engine = LLMEngine(EngineArgs(model="tiny-test", max_model_len=128, max_num_seqs=8))
     real_step = engine.step
