@@ -118,11 +118,10 @@ def summarize_table(table: RequestTable, info: RunInfo, windows: dict[str, Windo
                             "the first and last send times")
             mark_cut_short(lv, lv.window_s, float(info.sweep.duration_s))
         levels.append(lv)
-    summary = summary_of_levels(info, slos, levels, used)
+    summary = summary_of_levels(info, slos, levels, used, run_replicas(table, order))
     for i, (cid, (level_id, crows)) in enumerate(all_class_rows(table).items()):
         summary.classes.append(level_stats(table, crows, cid, used[level_id], slos, np.random.default_rng([seed, 1000 + i])))
         summary.windows[cid] = used[level_id]
-    summary.replicas = run_replicas(table, order)
     return summary
 
 
@@ -145,10 +144,12 @@ def _fallback_window(table: RequestTable, rows: np.ndarray, info: RunInfo, finis
 
 
 def summary_of_levels(info: RunInfo, slos: "SloSpec | dict", levels: list[LevelStats],
-                      windows: dict[str, Window] | None = None) -> RunSummary:
+                      windows: dict[str, Window] | None = None,
+                      replicas: list[ReplicaShare] | None = None) -> RunSummary:
     """Cross-level analysis (scaling, SLO answers, findings) of levels already summarized."""
     scaling, series = analyze_scaling(levels)
-    summary = RunSummary(info, Slos.of(slos), levels, scaling, series, windows=windows or {})
+    summary = RunSummary(info, Slos.of(slos), levels, scaling, series, windows=windows or {},
+                         replicas=replicas or [])
     summary.finding_groups = run_findings(summary)
     summary.findings = [f.text for f in summary.finding_groups]
     return summary

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from synth_run import make_run, rec
 
 from analyzers.stats.replicas import ReplicaShare, level_replicas, run_replicas
+from analyzers.summary import analyze_run
 from rundir import RequestRecord
 from rundir.table import RequestTable
 
@@ -53,3 +55,28 @@ def test_invariants():
         ReplicaShare("c4", "0", requests=1, ok=2, ttft_p99_s=None, request_share=0.5, token_share=0.5)
     with pytest.raises(ValueError):
         ReplicaShare("c4", "0", requests=1, ok=1, ttft_p99_s=None, request_share=1.5, token_share=0.5)
+
+
+def _fleet_run(tmp_path, ttfts_by_replica: dict[str, list[float]]):
+    records = []
+    for replica, ttfts in ttfts_by_replica.items():
+        for i, ttft in enumerate(ttfts):
+            r = rec(i * 0.1, ttft, ttft + 0.2, 11, level="c4", concurrency=4)
+            r.replica = replica
+            records.append(r)
+    return make_run(tmp_path / "run", records, {"c4": (0, 10)})
+
+
+def test_a_replica_that_is_the_tail_is_a_finding(tmp_path):
+    s, _ = analyze_run(_fleet_run(tmp_path, {"0": [0.1] * 30, "1": [0.1] * 25 + [0.5] * 5}))
+    tail = [f for f in s.finding_groups if f.kind == "replica_tail"]
+    assert len(tail) == 1 and "replica 1 500 ms, replica 0 100 ms" in tail[0].text and tail[0].levels == ["c4"]
+    assert not [f for f in s.finding_groups if f.kind == "replica_imbalance"]
+    assert [r["replica"] for r in s.to_dict()["replicas"]] == ["0", "1"]
+
+
+def test_an_uneven_spread_is_a_finding_and_an_even_fast_fleet_none(tmp_path):
+    s, _ = analyze_run(_fleet_run(tmp_path / "a", {"0": [0.1] * 30, "1": [0.1] * 5}))
+    assert [f.kind for f in s.finding_groups if f.kind.startswith("replica")] == ["replica_imbalance"]
+    s, _ = analyze_run(_fleet_run(tmp_path / "b", {"0": [0.1] * 20, "1": [0.12] * 20}))
+    assert not [f for f in s.finding_groups if f.kind.startswith("replica")]
