@@ -18,8 +18,8 @@ from rundir import RunDir
 def test_a_sweep_through_the_fleet_records_the_replica_of_every_request(tmp_path):
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "llmbench.cli", "sweep", "--model", "tiny-test", "--input-len", "16",
-           "--output-len", "8", "--warmup", "1s", "--duration", "3s", "--concurrency", "2", "--probes", "none",
-           "--data-parallel-size", "2", "--out", str(out)]
+           "--output-len", "8", "--warmup", "1s", "--duration", "3s", "--concurrency", "2", "--probes", "server",
+           "--probe-interval", "0.5", "--data-parallel-size", "2", "--out", str(out)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=280, env={**os.environ, "COLUMNS": "200"})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     run = RunDir(out)
@@ -34,7 +34,10 @@ def test_a_sweep_through_the_fleet_records_the_replica_of_every_request(tmp_path
     assert [s["replica"] for s in shares] == ["0", "1"]
     assert sum(s["request_share"] for s in shares) == pytest.approx(1.0)
     assert all(s["requests"] > 0 and s["ttft_p99_s"] > 0 for s in shares)
-    assert 'id="replica-table"' in (out / "report.html").read_text()
+    report = (out / "report.html").read_text()
+    assert 'id="replica-table"' in report and "running requests per replica" in report
+    rows = [json.loads(line) for line in (out / "probes" / "server.jsonl").read_text().splitlines()]
+    assert any(set(r.get("per_engine", {})) == {"0", "1"} for r in rows)
 
 
 def test_data_parallel_size_with_an_external_target_is_a_user_error(tmp_path):

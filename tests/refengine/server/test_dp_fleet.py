@@ -115,6 +115,8 @@ def test_metrics_carry_both_replicas_with_the_engine_label(lo_fleet):
     snap = parse_metrics(httpx.get(lo_fleet + "/metrics").text)
     assert snap.engine == "refengine"
     assert snap.values["generation_tokens_total"] == sum(tokens.values())
+    assert set(snap.per_engine) == {"0", "1"}               # and each replica's queue and KV cache apart
+    assert all(set(v) == {"running", "waiting", "kv_usage"} for v in snap.per_engine.values())
 
 
 def test_models_and_health_answer_for_the_fleet(lo_fleet):
