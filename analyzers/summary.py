@@ -17,6 +17,7 @@ from analyzers.bursts import level_server_itl
 from analyzers.findings import Finding, run_findings
 from analyzers.probe_series import ProbeSeries, read_probe
 from analyzers.stats.latency import LevelStats, Window, level_stats
+from analyzers.stats.replicas import ReplicaShare, run_replicas
 from analyzers.stats.request_classes import all_class_rows
 from analyzers.stats.scaling import ScalingPoint, Series, analyze_scaling, best_level_within_slo
 from analyzers.stats.slo import Slos
@@ -37,6 +38,7 @@ class RunSummary:
     finding_groups: list[Finding] = field(default_factory=list)     # analyzers/findings.py
     windows: dict[str, Window] = field(default_factory=dict)     # level (or class) id -> the window used
     classes: list[LevelStats] = field(default_factory=list)      # request classes (analyzers/stats/request_classes.py)
+    replicas: list[ReplicaShare] = field(default_factory=list)   # per level and replica (analyzers/stats/replicas.py)
 
     @property
     def best(self) -> LevelStats | None:
@@ -60,7 +62,8 @@ class RunSummary:
                 "series": [{"key": s.key, "levels": s.level_ids, "knee": s.knee,
                             "best_within_slo": s.best_within_slo} for s in self.series],
                 "findings": self.findings, "finding_groups": [f.to_dict() for f in self.finding_groups],
-                "classes": [c.to_dict() for c in self.classes]}
+                "classes": [c.to_dict() for c in self.classes],
+                "replicas": [r.to_dict() for r in self.replicas]}
 
 
 def level_windows(run: RunDir, info: RunInfo) -> dict[str, Window]:
@@ -115,7 +118,7 @@ def summarize_table(table: RequestTable, info: RunInfo, windows: dict[str, Windo
                             "the first and last send times")
             mark_cut_short(lv, lv.window_s, float(info.sweep.duration_s))
         levels.append(lv)
-    summary = summary_of_levels(info, slos, levels, used)
+    summary = summary_of_levels(info, slos, levels, used, run_replicas(table, order))
     for i, (cid, (level_id, crows)) in enumerate(all_class_rows(table).items()):
         summary.classes.append(level_stats(table, crows, cid, used[level_id], slos, np.random.default_rng([seed, 1000 + i])))
         summary.windows[cid] = used[level_id]
@@ -141,10 +144,12 @@ def _fallback_window(table: RequestTable, rows: np.ndarray, info: RunInfo, finis
 
 
 def summary_of_levels(info: RunInfo, slos: "SloSpec | dict", levels: list[LevelStats],
-                      windows: dict[str, Window] | None = None) -> RunSummary:
+                      windows: dict[str, Window] | None = None,
+                      replicas: list[ReplicaShare] | None = None) -> RunSummary:
     """Cross-level analysis (scaling, SLO answers, findings) of levels already summarized."""
     scaling, series = analyze_scaling(levels)
-    summary = RunSummary(info, Slos.of(slos), levels, scaling, series, windows=windows or {})
+    summary = RunSummary(info, Slos.of(slos), levels, scaling, series, windows=windows or {},
+                         replicas=replicas or [])
     summary.finding_groups = run_findings(summary)
     summary.findings = [f.text for f in summary.finding_groups]
     return summary

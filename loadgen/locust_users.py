@@ -54,6 +54,7 @@ def stream_request(user: FastHttpUser, s: LevelSession, spec: RequestSpec, body:
                         status="ok", in_window=s.in_window(t_decided),
                         client_prompt_tokens=spec.client_prompt_tokens if spec.client_prompt_tokens is not None
                         else len(spec.prompt) if isinstance(spec.prompt, list) else (spec.target_input_len or None))
+    where, rec.replica = s.target.destination(s.next_request_number())
     resp, stream = None, StreamResult()
     sent = _SentMark(s, rec, stream)
     me = gevent.getcurrent()
@@ -62,7 +63,7 @@ def stream_request(user: FastHttpUser, s: LevelSession, spec: RequestSpec, body:
     try:
         with gevent.Timeout(level.request_timeout_s, deadline):
             # locust annotates `data` as str | dict; it sends bytes as they are (the body, encoded once).
-            resp = user.client.request("POST", s.target.path, data=body, headers=s.headers,  # type: ignore[arg-type]
+            resp = user.client.request("POST", where, data=body, headers=s.headers,  # type: ignore[arg-type]
                                        stream=True, catch_response=True, name=s.target.path)
             _read_response(s, resp, rec, stream, spec)
     except GreenletExit:
@@ -135,6 +136,7 @@ def _read_response(s: LevelSession, resp, rec: RequestRecord, stream: StreamResu
         return
     s.note_response()
     rec.http_status = resp.status_code
+    rec.replica = rec.replica or _replica(resp, s.target.replica_header)   # the client's own pick comes first
     if rec.http_status != 200:
         detail = _read_error_body(raw)
         _fail(rec, "http_status", f"HTTP {rec.http_status}: {detail}" if detail else f"HTTP {rec.http_status}")
@@ -161,6 +163,17 @@ def _read_response(s: LevelSession, resp, rec: RequestRecord, stream: StreamResu
                 pass
     except Exception:  # noqa: BLE001 - the record is complete; draining is best effort
         pass
+
+
+def _replica(resp, header: str | None) -> str | None:
+    """The replica a router says served this response (geventhttpclient's headers ignore case)."""
+    headers = getattr(resp, "headers", None)
+    if not header or headers is None:
+        return None
+    value = headers.get(header)
+    if isinstance(value, list):        # a repeated header: the first one
+        value = value[0] if value else None
+    return (str(value).strip() or None) if value is not None else None
 
 
 def _take_stream(rec: RequestRecord, result: StreamResult) -> None:

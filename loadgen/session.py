@@ -76,6 +76,7 @@ class LevelSession:
         self.sent = self.cancelled = self.pacers = 0
         self.cpu_percent: float | None = None
         self._k = 0
+        self._requests_started = 0            # this process's requests so far: the replica round robin
         self._outbox: list[dict] = []
         self._open: dict[int, tuple] = {}     # sent and not finished, by id(record): (t_sent, StreamResult, record)
         self._fast_first_token = False        # some request had its first token within the TTFT bound
@@ -92,6 +93,13 @@ class LevelSession:
         self._k += 1
         spec = self.workload.spec(i)
         return spec, request_body(spec, self.target)
+
+    def next_request_number(self) -> int:
+        """This process's next request's number, interleaved with the other workers' as the workload's
+        are, so the replica round robin spreads over all of them (gevent: one greenlet at a time here)."""
+        k = self.worker_index + self.n_workers * self._requests_started
+        self._requests_started += 1
+        return k
 
     def may_send(self, t: float) -> bool:
         if not self.sending or self.plan is None:

@@ -13,6 +13,12 @@ ENDPOINTS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 DRAIN_MODES = ("keep_load", "stop_sending")
 
 
+def _base_url(url: str) -> str:
+    """A server's base URL, with or without a trailing /v1, as the base the endpoint paths go on."""
+    url = url.rstrip("/")
+    return url[: -len("/v1")] if url.endswith("/v1") else url
+
+
 @dataclass
 class TargetSpec:
     """The server under test: an OpenAI-compatible base URL (with or without a trailing /v1)."""
@@ -23,16 +29,28 @@ class TargetSpec:
     endpoint: str = "completions"      # completions | chat (chat needs text prompts)
     send_ignore_eos: bool = True       # vLLM/SGLang/refengine extension; turn off for servers that reject it
     omit_fields: list[str] = field(default_factory=list)   # request fields the preflight found refused
+    replica_header: str | None = None  # response header naming the replica that served (RequestRecord.replica)
+    # Replicas driven directly: each request goes to the next of these base URLs in turn and its
+    # record names the URL. Empty: every request goes to url.
+    replica_urls: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.endpoint not in ENDPOINTS:
             raise ValueError(f"endpoint must be one of {sorted(ENDPOINTS)}, got {self.endpoint!r}")
-        url = self.url.rstrip("/")
-        self.url = url[: -len("/v1")] if url.endswith("/v1") else url
+        self.url = _base_url(self.url)
+        self.replica_urls = [_base_url(u) for u in self.replica_urls]
 
     @property
     def path(self) -> str:
         return ENDPOINTS[self.endpoint]
+
+    def destination(self, k: int) -> tuple[str, str | None]:
+        """Where the k-th request of a process goes, and the replica it names: the path on url, or
+        with replica_urls, the next replica's full URL (round robin) and that URL."""
+        if not self.replica_urls:
+            return self.path, None
+        base = self.replica_urls[k % len(self.replica_urls)]
+        return base + self.path, base
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

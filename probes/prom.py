@@ -67,6 +67,14 @@ class Snapshot:
     metric_count: int = 0                      # samples on the page
     info: dict[str, dict[str, str]] = field(default_factory=dict)   # INFO_METRICS name -> labels
     by_name: dict[str, list[tuple[dict[str, str], float]]] = field(default_factory=dict)  # raw samples of note
+    # A data-parallel server (vLLM's DP engines, a refengine fleet's front): the PER_ENGINE gauges of
+    # each `engine` label value, when the page has two or more; {} otherwise.
+    per_engine: dict[str, dict[str, float]] = field(default_factory=dict)
+
+
+# The gauges kept per data-parallel engine: where one replica's queue or KV cache stands apart.
+PER_ENGINE = ("running", "waiting", "kv_usage")
+ENGINE_LABEL = "engine"
 
 
 @dataclass
@@ -78,6 +86,7 @@ class _Page:
     hists: dict[str, Histogram] = field(default_factory=dict)  # family name -> its histogram
     info: dict[str, dict[str, str]] = field(default_factory=dict)
     by_name: dict[str, list[tuple[dict[str, str], float]]] = field(default_factory=dict)
+    engines: dict[str, dict[str, float]] = field(default_factory=dict)   # engine label -> sample name -> sum
     count: int = 0                                             # samples read, NaN ones included
 
     def add(self, family, s) -> None:
@@ -87,6 +96,9 @@ class _Page:
             return
         self.sums[s.name] = self.sums.get(s.name, 0.0) + value
         self.maxima[s.name] = max(self.maxima.get(s.name, value), value)
+        if ENGINE_LABEL in s.labels:
+            mine = self.engines.setdefault(s.labels[ENGINE_LABEL], {})
+            mine[s.name] = mine.get(s.name, 0.0) + value
         if s.name in INFO_METRICS and value == 1:
             self.info[s.name] = dict(s.labels)
         elif s.name.startswith("refengine:model_memory_bytes"):
@@ -120,7 +132,15 @@ def parse_metrics(text: str) -> Snapshot:
     histograms = {canon: page.hists[name] for canon, name in
                   _first_present(HISTOGRAMS, lambda n: n in page.hists and page.hists[n].buckets).items()}
     return Snapshot(engine=_engine(page.sums), values=values, histograms=histograms, metric_count=page.count,
-                    info=page.info, by_name=page.by_name)
+                    info=page.info, by_name=page.by_name, per_engine=_per_engine(page))
+
+
+def _per_engine(page: _Page) -> dict[str, dict[str, float]]:
+    if len(page.engines) < 2:
+        return {}
+    names = _first_present({k: CANONICAL[k] for k in PER_ENGINE}, lambda n: n in page.sums)
+    return {engine: {canon: samples[name] for canon, name in names.items() if name in samples}
+            for engine, samples in page.engines.items()}
 
 
 def _add_histogram_sample(hists, family: str, name: str, labels: dict, value: float) -> None:

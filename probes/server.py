@@ -88,6 +88,8 @@ class ServerProbe(Probe):
         if prev is not None and dt > 0:
             row.update(_counter_deltas(v, prev, dt))
         row["prefix_cache_hit_rate"] = self._hit_rate(v, prev)
+        if snap.per_engine:       # a data-parallel server: each engine's queue and KV cache
+            row["per_engine"] = snap.per_engine
         if prev is not None:      # the first scrape holds the whole history, not an interval
             row.update(_histogram_fields(snap, prev))
         self._prev, self._prev_t = snap, t

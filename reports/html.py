@@ -72,6 +72,7 @@ def render_report(summary: RunSummary, table: RequestTable, probes: list[ProbeSe
         "benign": [f for f in summary.finding_groups if f.severity == "benign"],
         "summary_header": tables.SUMMARY_HEADER, "varied": any(lv.lengths_vary for lv in summary.levels), "summary_rows": tables.summary_rows(summary),
         "class_rows": tables.summary_rows(summary, summary.classes) if summary.classes else [],
+        "replica_header": tables.REPLICA_HEADER, "replica_rows": tables.replica_rows(summary),
         "detail_header": tables.DETAIL_HEADER, "detail_rows": tables.detail_rows(summary),
         "error_rows": tables.error_rows(summary), "scaling_header": tables.SCALING_HEADER,
         "scaling_rows": tables.scaling_rows(summary), "config": tables.config_rows(summary.info),

@@ -62,6 +62,9 @@ def render_report_md(s: RunSummary, diagnosis: dict | None = None) -> str:
     if s.classes:
         out += ["", "### Request classes (per prompt length)", ""] + md_table(tables.SUMMARY_HEADER,
                                                                              tables.summary_rows(s, s.classes))
+    if s.replicas:
+        out += ["", "### Replicas (which one served each request)", ""] + md_table(tables.REPLICA_HEADER,
+                                                                                tables.replica_rows(s))
     out += ["\\* P99 from fewer than 100 samples (unreliable). Figures: see report.html.", ""]
     out += ["## Scaling", ""] + md_table(tables.SCALING_HEADER, tables.scaling_rows(s))
     errors = tables.error_rows(s)

@@ -86,6 +86,12 @@ def server_panels(s: ProbeSeries) -> Panels:
     means = {_hist_label(k[: -len("_mean_s")]): s.numeric[k] * 1000 for k in sorted(s.numeric) if k.endswith("_mean_s")}
     p.add("server-side mean latency per scrape interval (ms, sum/count)", dict(list(means.items())[:6]), [])
     p.add("server-side P99 latency per scrape interval (ms)", _p99_lines(s), [])
+    for key, title, scale in (("running", "running requests per replica (count)", 1),
+                              ("waiting", "waiting requests per replica (count)", 1),
+                              ("kv_usage", "KV cache usage per replica (%)", 100)):
+        found = _indexed(s, rf"per_engine\.(\d+)\.{key}")   # a data-parallel server (probes/prom.py)
+        if found:
+            p.add(title, {f"replica {i}": _get(s, k, scale) for i, k in found}, [k for _, k in found])
     p.used.update({"up", "scrape_s"} | {k for k in s.numeric if re.fullmatch(
         r"\w+_(count|mean_s|p\d+_s|p\d+_lt_s|p\d+_gt_s|p\d+_bucket_s\.[01])", k)})
     return p

@@ -56,6 +56,16 @@ def summary_rows(s: RunSummary, levels: "list[LevelStats] | None" = None) -> lis
     return rows
 
 
+REPLICA_HEADER = ["level", "replica", "requests (ok)", "TTFT P99 ms", "share of requests", "share of output tokens"]
+
+
+def replica_rows(s: RunSummary) -> list[list[str]]:
+    """One row per level and replica of a fleet (analyzers/stats/replicas.py); none for one server."""
+    return [[r.level_id, r.replica, f"{r.requests} ({r.ok})",
+             _ms(r.ttft_p99_s) + ("" if r.p99_reliable or r.ttft_p99_s is None else "*"),
+             f"{r.request_share:.0%}", f"{r.token_share:.0%}"] for r in s.replicas]
+
+
 SCALING_HEADER = ["level", "load", "output tok/s", "linearity vs lowest load", "efficiency vs level below",
                   "TTFT P99 ms", "note"]
 

@@ -54,6 +54,9 @@ class RequestRecord:
     finish_reason: str | None = None   # the stream's last choice finish_reason
     first_token_source: str | None = None     # chunk | end (loadgen/sse.py: end is an upper bound)
     output_tokens_source: str | None = None   # usage | length | tokenizer | chunks (derive())
+    # Which replica of a fleet served it: the router's response header (--replica-header), or the
+    # URL the client picked when it balances over several itself; None with a single server.
+    replica: str | None = None
 
     def __post_init__(self) -> None:
         if self.status not in REQUEST_STATUSES:

@@ -58,11 +58,16 @@ class TargetInfo:
 
     url: str | None
     model: str | None
+    # Several replicas driven directly (--target URL1,URL2): the client sends to each in turn; url is
+    # the first (the preflight's, the probes'). Empty: every request goes to url.
+    urls: list[str] = field(default_factory=list)
     kind: str = "external"                 # embedded | external
     endpoint: str = "completions"          # completions | chat
     ignore_eos: bool = True                # whether the sweep asks the server to ignore EOS
     engine_args: list[str] = field(default_factory=list)    # embedded: extra `llmbench serve` flags
     server_threads: int | None = None
+    # The response header naming the replica that served each request (RequestRecord.replica); None: not read.
+    replica_header: str | None = None
     pid: int | None = None                 # the server's process, when known (host and stacks probes)
     engine_facts: dict[str, Any] = field(default_factory=dict)   # the target's own account (/metrics)
     omit_fields: list[str] = field(default_factory=list)   # request fields the target refused (left out)
@@ -77,6 +82,9 @@ class TargetInfo:
             raise ValueError(f"target kind must be one of {TARGET_KINDS}, got {self.kind!r}")
         if not isinstance(self.replicas, int) or self.replicas < 1:
             raise ValueError(f"target replicas must be an integer >= 1, got {self.replicas!r}")
+        if self.urls and (len(self.urls) < 2 or self.urls[0] != self.url or self.replicas != len(self.urls)):
+            raise ValueError(f"target urls are the replicas driven directly, the first being url: {self.urls} "
+                             f"with url {self.url!r} and {self.replicas} replicas")
 
 
 @dataclass

@@ -23,7 +23,7 @@ from rundir.records import FLOAT_COLUMNS, TEXT_COLUMNS
 from rundir.run_dir import RunDir
 from rundir.table import RequestTable, derive_columns
 
-CACHE_VERSION = 3                    # bump when the columns change
+CACHE_VERSION = 4                    # bump when the columns change
 MIN_RECORDS_TO_CACHE = 20_000        # small runs parse faster than a cache file is worth
 
 

@@ -68,6 +68,8 @@ def capacity(
     strict: bool = typer.Option(False, help="Fail instead of adapting when the preflight finds a refused field."),
     engine_arg: list[str] = typer.Option([], help="Extra flag for the embedded engine, repeatable."),
     server_threads: Optional[int] = typer.Option(None, min=1, help="torch threads of the embedded engine."),
+    data_parallel_size: int = target_options.DATA_PARALLEL_SIZE,
+    replica_header: str = target_options.REPLICA_HEADER,
     out: Optional[Path] = typer.Option(None, help="Run directory (default ./runs/<timestamp>-capacity-<model>)."),
     resume: Optional[Path] = typer.Option(None, help="Continue an interrupted capacity run directory: the search, "
                                           "SLO, workload and target are the ones in its run.json; the levels it "

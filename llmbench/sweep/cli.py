@@ -78,6 +78,8 @@ def sweep(
                                          "--engine-arg=--max-num-seqs=32."),
     server_threads: Optional[int] = typer.Option(None, min=1, help="torch threads of the embedded engine (default: one per "
                                                  "core; see docs/cli.md for the trade-off when the client shares them)."),
+    data_parallel_size: int = target_options.DATA_PARALLEL_SIZE,
+    replica_header: str = target_options.REPLICA_HEADER,
     slo_ttft: Optional[float] = typer.Option(None, help=f"SLO: TTFT P99 in seconds (default {DEFAULT_TTFT_P99_S:g}, "
                                              "a GPU server's; without any --slo-* the answer leads with what each "
                                              "level meets)."),

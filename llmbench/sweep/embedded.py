@@ -19,8 +19,11 @@ from rundir.ports import free_port
 
 class EmbeddedServer:
     def __init__(self, model: str = "tiny", engine_args: list[str] | None = None, startup_timeout_s: float = 300.0,
-                 threads: int | None = None):
+                 threads: int | None = None, data_parallel_size: int = 1):
+        if data_parallel_size < 1:
+            raise ValueError(f"data_parallel_size must be at least 1, got {data_parallel_size}")
         self.model = model
+        self.data_parallel_size = data_parallel_size   # > 1: replicas behind the engine's own front
         self.threads = threads       # torch intra-op threads of the server (None: torch's default, one per core)
         self.engine_args = list(engine_args or [])
         self.port = free_port()
@@ -31,8 +34,9 @@ class EmbeddedServer:
 
     @property
     def command(self) -> list[str]:
+        fleet = ["--data-parallel-size", str(self.data_parallel_size)] if self.data_parallel_size > 1 else []
         return [sys.executable, "-m", "refengine.server", "--model", self.model, "--port", str(self.port),
-                *self.engine_args]
+                *fleet, *self.engine_args]
 
     def start(self) -> "EmbeddedServer":
         env = os.environ.copy()

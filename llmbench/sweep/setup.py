@@ -7,7 +7,7 @@ costs a one-line error and leaves nothing behind stuck at `running`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional
 
@@ -16,6 +16,8 @@ from rich.console import Console
 
 from llmbench.cli_common import terminate_as_interrupt
 from llmbench.options.parse import parse_duration, parse_list
+from llmbench.options.target import target_urls
+from refengine.server.dp_policy import REPLICA_HEADER as FRONT_REPLICA_HEADER
 from rundir import RunDir, RunInfo, SloSpec, TargetInfo
 from rundir.run_info import (
     DEFAULT_DURATION_S,
@@ -68,6 +70,8 @@ class SweepArgs:
     probe_interval: float
     server_pid: Optional[int]
     trace_speed: float = 1.0            # --workload trace: time scale (2 = twice as fast)
+    data_parallel_size: int = 1         # embedded: replicas behind the bundled engine's front
+    replica_header: str = FRONT_REPLICA_HEADER   # response header naming the serving replica ('' : none)
     trace_limit: Optional[int] = None   # --workload trace: the first N requests of the trace
     block_size: int = 512               # --workload trace: tokens per hash id (Mooncake: 512)
     # --workload trace: why the trace cycles to fill a level ("--trace-loop", "capacity"); None plays it
@@ -161,6 +165,8 @@ def _new_run(a: SweepArgs, console: Console) -> tuple[RunDir, RunInfo]:
     from llmbench.sweep.run import default_run_dir, new_run_info
     from llmbench.sweep.spec import SweepSpec
 
+    urls = target_urls(a.target)         # several: replicas the client balances over; the first is asked first
+    a = replace(a, target=urls[0] if urls else None)
     slos = _slos(a)
     try:
         spec = SweepSpec(
@@ -180,9 +186,8 @@ def _new_run(a: SweepArgs, console: Console) -> tuple[RunDir, RunInfo]:
     kind = "external" if a.target else "embedded"
     target = TargetInfo(url=a.target, model=a.model or ("tiny" if not a.target else None), kind=kind,
                         endpoint=a.endpoint, ignore_eos=a.ignore_eos, engine_args=list(a.engine_arg),
-                        server_threads=a.server_threads, replicas=a.replicas)
-    if a.target is not None and not a.target.startswith(("http://", "https://")):
-        raise typer.BadParameter(f"must be a URL like http://127.0.0.1:8000, got {a.target!r}", param_hint="--target")
+                        server_threads=a.server_threads, replica_header=a.replica_header or None,
+                        urls=urls if len(urls) > 1 else [], replicas=_replicas(a, urls))
     if a.endpoint not in ("completions", "chat"):
         raise typer.BadParameter(f"must be completions or chat, got {a.endpoint!r}", param_hint="--endpoint")
     run = RunDir(a.out or default_run_dir(a.label or (target.model or _host_label(a.target))))
@@ -191,6 +196,18 @@ def _new_run(a: SweepArgs, console: Console) -> tuple[RunDir, RunInfo]:
     # Created only once the target has answered the preflight (execute_sweep): a refused or
     # unreachable target leaves no run directory behind.
     return run, new_run_info(run.path.name, spec, target, slos)
+
+
+def _replicas(a: SweepArgs, urls: list[str]) -> int:
+    """run.json's target.replicas: the embedded fleet's size, the URLs driven directly, or --replicas."""
+    if urls and a.data_parallel_size != 1:
+        raise typer.BadParameter("starts a fleet of the bundled engine; an external fleet is one --target URL "
+                                 "(its router's) or its replicas' URLs", param_hint="--data-parallel-size")
+    n = a.data_parallel_size if not urls else len(urls) if len(urls) > 1 else a.replicas
+    if a.replicas not in (1, n):
+        raise typer.BadParameter(f"the target has {n} replicas here (--data-parallel-size, or the --target URLs)",
+                                 param_hint="--replicas")
+    return n
 
 
 def _host_label(url: str | None) -> str:
@@ -257,7 +274,8 @@ def _serve_and_sweep(run: RunDir, info: RunInfo, a: SweepArgs, probe_names: list
     server = None
     try:
         if target.kind == "embedded":
-            server = EmbeddedServer(target.model, target.engine_args, threads=target.server_threads)
+            server = EmbeddedServer(target.model, target.engine_args, threads=target.server_threads,
+                                    data_parallel_size=target.replicas)
             with console.status(f"starting the bundled engine ({target.model}) on {server.url} ..."):
                 server.start()
             url = server.url

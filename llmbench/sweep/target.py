@@ -27,7 +27,8 @@ SHORT_PROMPT_TOKENS = 32                 # the first preflight's prompt, before 
 def target_spec(info: RunInfo, url: str, api_key: str | None) -> TargetSpec:
     t = info.target
     return TargetSpec(url=url, model=t.model or "", api_key=api_key, endpoint=t.endpoint,
-                      send_ignore_eos=t.ignore_eos, omit_fields=list(t.omit_fields))
+                      send_ignore_eos=t.ignore_eos, omit_fields=list(t.omit_fields), replica_header=t.replica_header,
+                      replica_urls=list(t.urls))
 
 
 def _provisional_sizer(workload: dict) -> TextSizer:

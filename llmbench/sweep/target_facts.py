@@ -29,7 +29,8 @@ def engine_facts(base_url: str, api_key: str | None = None, timeout_s: float = 5
         snap = parse_metrics(text)
     except (urllib.error.URLError, OSError, ValueError):   # unreachable, or not Prometheus text
         return {}
-    facts: dict = {key: {k: v for k, v in snap.info[name].items() if k != "model_name"}
+    # A data-parallel server's replicas (vLLM's engine label) have the one configuration: one replica's.
+    facts: dict = {key: {k: v for k, v in snap.info[name].items() if k not in ("model_name", "engine")}
                    for name, key in FACT_KEYS.items() if name in snap.info}
     for labels, value in snap.by_name.get("refengine:model_memory_bytes", []):
         facts.setdefault("memory_bytes", {})[labels.get("what", "?")] = value

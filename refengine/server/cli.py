@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
+import os
 import signal
 import sys
 
@@ -16,6 +17,7 @@ import uvicorn
 
 from refengine.config import EngineArgs
 from refengine.errors import RefEngineError
+from refengine.server.dp_policy import LB_POLICIES
 
 
 def _base_type(annotation):
@@ -64,6 +66,14 @@ def build_parser(prog: str = "refengine-serve") -> argparse.ArgumentParser:
                    "within this many seconds of its headers, or the request gets 408 (default: %(default)s).")
     p.add_argument("--graceful-shutdown-s", type=float, default=10.0, help="On SIGINT/SIGTERM, how long in-flight "
                    "requests may finish before they are aborted (default: %(default)s).")
+    p.add_argument("--data-parallel-size", type=int, default=1, metavar="N", help="Serve N replicas of the "
+                   "engine, each a full server process on its own loopback port, behind one OpenAI-compatible front "
+                   "on --port that balances requests over them (vLLM's flag; default: %(default)s, no front).")
+    p.add_argument("--lb-policy", default="round-robin", choices=list(LB_POLICIES), help="With "
+                   "--data-parallel-size > 1: round-robin, or least-outstanding (the replica with the fewest "
+                   "requests in flight through the front) (default: %(default)s).")
+    p.add_argument("--replica-startup-timeout-s", type=float, default=600.0, help="With --data-parallel-size > 1: "
+                   "how long the replicas have to become healthy (default: %(default)s).")
     p.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"],
                    help="uvicorn log level (default: %(default)s).")
     add_engine_args(p)
@@ -92,8 +102,11 @@ class _GracefulServer(uvicorn.Server):
 
 
 def main(argv: list[str] | None = None, prog: str = "refengine-serve") -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     ns = build_parser(prog).parse_args(argv)
     logging.basicConfig(level=ns.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if ns.data_parallel_size != 1:
+        return serve_fleet(ns, argv)
     from refengine.distributed.launch import run_torchrun_worker, torchrun_env
     env = torchrun_env()
     if env is not None and env[0] != 0:  # under torchrun, ranks other than 0 serve the driver's steps
@@ -141,4 +154,42 @@ def main(argv: list[str] | None = None, prog: str = "refengine-serve") -> int:
         _GracefulServer(config).run()
     finally:
         engine.shutdown()  # stops the other ranks
+    return 0
+
+
+def serve_fleet(ns: argparse.Namespace, argv: list[str]) -> int:
+    """--data-parallel-size N: N replica processes (the same argv each), the front on --port."""
+    from refengine.server.dp_front import DataParallelFront
+    from refengine.server.dp_replicas import ReplicaSet, ReplicaStartError, gpu_slices, visible_gpus
+
+    try:
+        if ns.data_parallel_size < 1:
+            raise RefEngineError(f"--data-parallel-size must be >= 1, got {ns.data_parallel_size}")
+        from refengine.model.tiny import resolve_model
+        args = engine_args_from(ns)  # a mistake in the engine flags or the model is said once here, not N times
+        resolve_model(args.model)    # (and a built-in preset is generated once, before the replicas load it)
+        per_replica = args.tensor_parallel_size * args.pipeline_parallel_size
+        visible = visible_gpus(dict(os.environ), args.device)
+        gpus = gpu_slices(ns.data_parallel_size, per_replica, visible)
+        if visible and gpus[0] is None:
+            print(f"warning: {len(visible)} GPUs for {ns.data_parallel_size} replicas of {per_replica}: the "
+                  "replicas share them", file=sys.stderr)
+        fleet = ReplicaSet(ns.data_parallel_size, argv, gpus)
+        fleet.start(ns.replica_startup_timeout_s)
+    except ReplicaStartError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2 if exc.returncode == 2 else 1
+    except RefEngineError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    front = DataParallelFront(fleet.replicas, ns.lb_policy)
+    ports = ", ".join(str(r.port) for r in fleet.replicas)
+    print(f"refengine fleet on http://{ns.host}:{ns.port}: {ns.data_parallel_size} replicas ({ns.lb_policy}) "
+          f"on 127.0.0.1 ports {ports}", flush=True)
+    config = uvicorn.Config(front.app(), host=ns.host, port=ns.port, log_level=ns.log_level,
+                            timeout_graceful_shutdown=ns.graceful_shutdown_s, timeout_keep_alive=ns.timeout_keep_alive)
+    try:
+        _GracefulServer(config).run()
+    finally:
+        fleet.stop(grace_s=ns.graceful_shutdown_s + 5.0)
     return 0
