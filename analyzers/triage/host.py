@@ -21,11 +21,12 @@ NEIGHBOUR_LIFT = 1.5         # ... and this many times their calm use ...
 NEIGHBOUR_EXTRA = 0.5        # ... and at least this many cores more than in the calm
 PROCESS_EXTRA = 0.5          # named processes taking this many cores more in the spikes than in the calm
 COMPUTE_BOUND = 0.75         # the server itself on this share of the cores: saturation
-SERVER_WAITED = 0.5          # a neighbour held throughout harmed the server when its threads waited
-                             # for a CPU this share of their runnable time (or, without schedstat,
-                             # some task waited this share of the time: PSI)
+# The server felt contention in an interval when its own threads waited for a CPU this share of
+# their runnable time (schedstat; alone beside its load generator on 2 cores they wait ~10-15%).
+# That gates a neighbour held throughout a level, and busy CPU nobody in /proc claims.
+SERVER_FELT_WAIT = 0.3
+PSI_FELT = 0.5               # ... or, for runs without schedstat, some task waited this share of the time
 TOP_NAMED = 5
-UNNAMED_FELT_WAIT = 0.3      # CPU nobody in /proc claims counts as others' where the server waited this much
 __all__ = ["check_cpu", "check_gpu_throttle", "read_top_others"]
 # NVML clock event reasons that slow a busy GPU down (idle and application clocks are benign).
 SLOWDOWN_BITS = {0x4: "sw_power_cap", 0x8: "hw_slowdown", 0x20: "sw_thermal_slowdown",
@@ -87,9 +88,9 @@ def _others(host: SampleSplit, server: np.ndarray | None, ncores: int) -> np.nda
         return implied
     visible = host.values("others_cpu_cores")
     if host.has("server_cpu_wait_share"):
-        felt = np.nan_to_num(host.values("server_cpu_wait_share")) >= UNNAMED_FELT_WAIT
+        felt = np.nan_to_num(host.values("server_cpu_wait_share")) >= SERVER_FELT_WAIT
     elif host.has("cpu_pressure_some_share"):
-        felt = np.nan_to_num(host.values("cpu_pressure_some_share")) >= SERVER_WAITED
+        felt = np.nan_to_num(host.values("cpu_pressure_some_share")) >= PSI_FELT
     else:
         return visible
     return np.where(felt, np.fmax(visible, implied), visible)
@@ -185,11 +186,14 @@ def _neighbour_throughout(host: SampleSplit, others: np.ndarray, tails: TailWind
     o = np.nan_to_num(others)
     if host.has("server_cpu_wait_share"):
         waited, waited_field = np.nan_to_num(host.values("server_cpu_wait_share")), "server_cpu_wait_share"
+        felt = waited >= SERVER_FELT_WAIT
     elif host.has("cpu_pressure_some_share"):
         waited, waited_field = np.nan_to_num(host.values("cpu_pressure_some_share")), "cpu_pressure_some_share"
+        felt = waited >= PSI_FELT
     else:
         waited, waited_field = np.ones(o.shape), None
-    held = held_throughout(host, (o >= NEIGHBOUR_CORES) & (waited >= SERVER_WAITED), level_windows(table, tails.metric))
+        felt = np.ones(o.shape, dtype=bool)
+    held = held_throughout(host, (o >= NEIGHBOUR_CORES) & felt, level_windows(table, tails.metric))
     if not held:
         return None
     rows = np.unique(np.concatenate([h.rows for h in held]))

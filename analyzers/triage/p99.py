@@ -150,18 +150,27 @@ def _last_resort_yields(findings: list[Finding]) -> None:
     """Saturation is the standing verdict of last resort (none of the named causes holds): where a
     condition separates the tail from the body request by request, that condition is the cause and
     the level being busy is its consequence, so saturation explains none of the tail (context).
+    Queueing is a symptom too: where a separating cause of scheduling or the host (a long prefill
+    ahead, preemptions, a neighbour) covers the queue's windows, the queue is that cause's.
     A neighbour that held the host's cores through a whole level took capacity from the engine:
     the queue that formed behind its slower steps in that level is its consequence too (queueing or
     saturation found in other levels stands; an admission limit or a full KV cache has findings of
     its own, which do not yield)."""
-    separates = any(f.kind == "differential" and (f.tail_share or 0.0) >= CONTEXT_SHARE
-                    and not is_consequence_of_load(f) for f in findings)
+    separating = [f for f in findings if f.kind == "differential" and (f.tail_share or 0.0) >= CONTEXT_SHARE
+                  and not is_consequence_of_load(f)]
     held = [w for f in findings if f.kind == "throughout" and f.category == "host"
             and (f.tail_share or 0.0) >= CONTEXT_SHARE for w in f.explains]
+    # The requests a long prefill held up, or a neighbour or preemptions slowed, waited: that queue
+    # is the cause's, where it lies in the cause's own requests' windows.
+    queue_causes = [w for f in separating if f.category in ("scheduling", "host") for w in f.explains]
     for f in findings:
-        if f.check_id == SATURATION_ID and separates or \
-                f.check_id in (SATURATION_ID, QUEUE_ID) and held and _inside(f.explains, held):
+        if f.check_id == SATURATION_ID and separating or \
+                f.check_id in (SATURATION_ID, QUEUE_ID) and held and _inside(f.explains, held) or \
+                f.check_id == QUEUE_ID and queue_causes and _inside(f.explains, queue_causes, QUEUE_INSIDE):
             f.tail_share = 0.0
+
+
+QUEUE_INSIDE = 0.5      # the queue's spike windows lie this much in a separating cause's requests' windows
 
 
 def _inside(windows: list[Window], held: list[Window], share: float = 0.8) -> bool:

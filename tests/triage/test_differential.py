@@ -107,3 +107,18 @@ def test_a_neighbour_that_exited_before_each_sample_is_still_seen_where_the_serv
         row["server_cpu_wait_share"] = 0.1                          # the server never waited
     run.probe_file("host").write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert not any(f.check_id == "p99.host.cpu" for f in diagnose_p99(run).findings)
+
+
+def test_the_queue_behind_a_long_prefill_is_its_consequence_not_a_rival_cause(tmp_path):
+    """Chunked prefill off: the short requests stuck behind a long prompt are *waiting*; the server's
+    waiting gauge rises in exactly those windows. The long prefill is the cause, the queue its shape."""
+    run = _hol_run(tmp_path)
+    diag = diagnose_p99(run)
+    spikes = diag.tails.spikes
+    rows = [json.loads(line) for line in run.probe_file("server").read_text().splitlines()]
+    for row in rows:
+        row["waiting"] = 2 if any(row["t"] - 1.0 < w.end and row["t"] > w.start for w in spikes) else 0
+    run.probe_file("server").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    diag = diagnose_p99(run)
+    assert diag.findings[0].check_id == "p99.sched.long-prefill", [f.title for f in diag.findings]
+    assert any(f.check_id == "p99.sched.queueing" for f in diag.context), [f.check_id for f in diag.context]
