@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from rundir.ports import free_port  # noqa: E402
+from bench.loopback_server import start_script_server  # noqa: E402
 
 SLOTS, PREFILL_MS, ITL_MS, OUT = 3, 30, 25, 16
 SERVICE_S = (PREFILL_MS + (OUT - 1) * ITL_MS) / 1000
@@ -70,21 +70,8 @@ def _cases(tmp: Path) -> list[Case]:
 
 
 def _start_server() -> tuple[subprocess.Popen, str]:
-    import httpx
-
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, str(ROOT / "tests/capacity/slot_server.py"), "--port", str(port),
-                             "--slots", str(SLOTS), "--prefill-ms", str(PREFILL_MS), "--itl-ms", str(ITL_MS)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(100):
-        try:
-            httpx.get(url + "/health", timeout=1.0)
-            return proc, url
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    proc.kill()
-    raise RuntimeError("the slot server did not start")
+    return start_script_server(ROOT / "tests/capacity/slot_server.py", "--slots", str(SLOTS), "--prefill-ms",
+                               str(PREFILL_MS), "--itl-ms", str(ITL_MS), name="the slot server")
 
 
 def run_case(case: Case, url: str, out: Path, duration: str, repeats: int) -> Outcome:

@@ -44,7 +44,7 @@ from cores import host_info  # noqa: E402
 
 from analyzers.stats.exceedance import check_bound  # noqa: E402
 from analyzers.stats.slo import SloSample  # noqa: E402
-from rundir.ports import free_port  # noqa: E402
+from bench.loopback_server import start_script_server  # noqa: E402
 from rundir.run_dir import RunDir  # noqa: E402
 from rundir.table import RequestTable  # noqa: E402
 
@@ -54,22 +54,9 @@ VERDICTS = ("in", "out", "unclear")
 
 
 def _start_server(fraction: float, kind: str, seed: int) -> tuple[subprocess.Popen, str]:
-    import httpx
-
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, str(ROOT / "tests/loadgen/delay_server.py"), "--port", str(port),
-                             "--ttft-ms", str(TTFT_MS), "--itl-ms", str(ITL_MS), "--slow-ms", str(SLOW_MS),
-                             "--slow-fraction", str(fraction), "--slow-kind", kind, "--seed", str(seed)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(100):
-        try:
-            httpx.get(url + "/health", timeout=1.0)
-            return proc, url
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    proc.kill()
-    raise RuntimeError("the delay server did not start")
+    return start_script_server(ROOT / "tests/loadgen/delay_server.py", "--ttft-ms", str(TTFT_MS), "--itl-ms",
+                               str(ITL_MS), "--slow-ms", str(SLOW_MS), "--slow-fraction", str(fraction),
+                               "--slow-kind", kind, "--seed", str(seed), name="the delay server")
 
 
 def _sweep(url: str, out: Path, concurrency: int, duration: str) -> list[str]:
