@@ -53,8 +53,11 @@ def where_sentence(finding: dict, metric: str) -> str:
         return _sentence(f"it explains the standing {metric.upper()} tail of {levels}{held}")
     if kind == "throughout":
         levels = ", ".join((finding.get("evidence") or {}).get("throughout_levels") or []) or "its levels"
+        shared = ", ".join((finding.get("evidence") or {}).get("baseline_lived_through_it") or [])
+        also = (f"; the baseline lived through it too with no standing tail, so what {shared} added over the "
+                "baseline is not its doing") if shared else ""
         return _sentence(f"it held through the whole of {levels}{held}: no stretch of the run without it to "
-                         "compare with")
+                         f"compare with{also}")
     if kind == "differential" or not n:
         return _sentence(f"it explains {share:.0%} of the {metric.upper()} tail requests"
                          if isinstance(share, (int, float)) else f"it is a condition of the {metric.upper()} tail")
@@ -245,7 +248,7 @@ BUILDERS: list[Callable[[dict, str], list[str]]] = [_failures, _condition, _diff
 KNOWN = re.compile(r"^(failed|requests|by_kind|dominant_kind|sample_error|tail_\w+|body_\w+|relative_risk|"
                    r"exposed_latency_vs_unexposed|counterfactual_\w+|percentile_\w+|parts_s|levels|dominant_part|"
                    r"server|host|limits|send_lag_p99_s|limit_s|spikes_sent_late|spikes|long_prompt\w*|burst_\w+|"
-                   r"neighbour_\w+|waited_\w+|throughout_levels|retrans_\w+|preemption\w*|rto_\w+)$")
+                   r"neighbour_\w+|waited_\w+|throughout_levels|baseline_lived_through_it|retrans_\w+|preemption\w*|rto_\w+)$")
 
 
 def _others(ev: dict, metric: str) -> list[str]:

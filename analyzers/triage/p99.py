@@ -127,6 +127,7 @@ def diagnose_p99(run: RunDir, metric: str = "ttft") -> P99Diagnosis:
         check_send_lag(table, ttft, series["server"]),
     ]
     found = [c.finding for c in checks if c.finding is not None]
+    _baseline_lived_through_it(found, levels)
     n_tail = _set_tail_shares(table, metric, tails, levels, found)
     _unmeasured_is_a_cause(found)
     _last_resort_yields(found)
@@ -168,6 +169,24 @@ def _last_resort_yields(findings: list[Finding]) -> None:
                 f.check_id in (SATURATION_ID, QUEUE_ID) and held and _inside(f.explains, held) or \
                 f.check_id == QUEUE_ID and queue_causes and _inside(f.explains, queue_causes, QUEUE_INSIDE):
             f.tail_share = 0.0
+
+
+def _baseline_lived_through_it(findings: list[Finding], levels: list[LevelLoad]) -> None:
+    """A condition that held throughout a level (a neighbour, a lossy path) cannot explain why that
+    level stands above its baseline when the baseline lived through it too and had no standing tail:
+    the excess is measured against a level that had the condition, so it is the load's. Such a
+    level's window leaves the finding's; a finding left with none explains none of the tail."""
+    by_id = {lv.level_id: lv for lv in levels}
+    for f in findings:
+        if f.kind != "throughout":
+            continue
+        held = set(f.evidence.get("throughout_levels") or ())
+        shared = [lv for lv in levels if lv.standing and lv.level_id in held and lv.baseline_level in held
+                  and lv.baseline_level != lv.level_id and not by_id[lv.baseline_level].standing]
+        if not shared:
+            continue
+        f.explains = [w for w in f.explains if not _inside([w], [lv.window for lv in shared], 0.5)]
+        f.evidence["baseline_lived_through_it"] = [lv.level_id for lv in shared]
 
 
 QUEUE_INSIDE = 0.5      # the queue's spike windows lie this much in a separating cause's requests' windows

@@ -109,3 +109,47 @@ def test_only_the_queue_of_the_levels_the_neighbour_held_is_its_consequence():
     assert _inside([Window(100.0, 150.0)], held)                    # queueing in c32: its consequence
     assert not _inside([Window(100.0, 150.0), Window(170.0, 260.0)], held)   # saturation of c32 and c64 too
     assert not _inside([Window(170.0, 260.0)], held)
+
+
+def _baseline_then_admission(tmp_path, neighbour_in_baseline: bool):
+    """c1 (the baseline), then c8 behind an admission limit of 2: every c8 request waits ~0.6 s in the
+    queue; a neighbour holds the host's cores through c8, and through c1 too or not."""
+    from dataclasses import replace
+
+    base = [replace(r, level_id="c1").derive() for r in base_records(n=120, concurrency=1, seed=3)]
+    start = max(r.t_done for r in base) + 2.0
+    loaded = []
+    for r in base_records(n=400, concurrency=8, seed=4):
+        shift = start - base[0].t_sent
+        r = replace(r, t_scheduled=r.t_scheduled + shift, t_sent=r.t_sent + shift,
+                    t_first_token=r.t_first_token + shift, t_done=r.t_done + shift).derive()
+        delay(r, 0.6)
+        loaded.append(r)
+    recs = base + loaded
+    probes = clean_probes(recs[0].t_sent - 1, max(r.t_done for r in recs) + 1, ncpu=2)
+    for row in probes["host"]:
+        if neighbour_in_baseline or row["t"] >= start:
+            row.update(server_cpu_cores=0.5, cpu_pct=100.0, others_cpu_cores=1.4, server_cpu_wait_share=0.6,
+                       top_others=[{"pid": 901, "comm": "burn", "cpu_cores": 1.4}])
+    for row in probes["server"]:
+        row.update(running=2, waiting=6) if row["t"] >= start else row.update(running=1, waiting=0)
+    run = write_run(tmp_path / "r", recs, probes, url="http://127.0.0.1:8000")
+    info = run.read_info()
+    info.target.engine_args = ["--max-num-seqs=2"]
+    run.write_info(info)
+    return run
+
+
+def test_a_neighbour_the_baseline_lived_through_does_not_explain_the_standing_excess(tmp_path):
+    """The c1 baseline had the neighbour too and stood fine: c8's 6x over it is the admission queue."""
+    diag = diagnose_p99(_baseline_then_admission(tmp_path, neighbour_in_baseline=True))
+    assert diag.findings and diag.findings[0].check_id == "p99.sched.admission", [f.title for f in diag.findings]
+    assert not any(f.check_id == "p99.host.cpu" for f in diag.findings), [f.title for f in diag.findings]
+    neighbour = [f for f in diag.context if f.check_id == "p99.host.cpu"]
+    assert neighbour and neighbour[0].evidence["baseline_lived_through_it"] == ["c8"]
+
+
+def test_a_neighbour_only_in_the_loaded_level_stays_a_cause(tmp_path):
+    diag = diagnose_p99(_baseline_then_admission(tmp_path, neighbour_in_baseline=False))
+    assert any(f.check_id == "p99.host.cpu" and f.kind == "throughout" for f in diag.findings), \
+        [f.title for f in diag.findings]
