@@ -147,6 +147,13 @@ def server_state(series: ProbeSeries | None, w: Window, observed: Window | None 
         out["waiting_share"] = float(queued.mean()) if queued.size else None
         out["running_when_waiting"] = float(r[queued].mean()) if queued.any() else None
         out["running_max_when_waiting"] = float(r[queued].max()) if queued.any() else None
+        kv = s.numeric.get("kv_usage")
+        if kv is not None:
+            k = kv[keep]
+            held = queued & np.isfinite(k) & (r >= 1)
+            out["kv_usage_when_waiting"] = float(k[held].mean()) if held.any() else None
+            # One running request's share of the cache: what the next one will need (unique prompts).
+            out["kv_per_running_when_waiting"] = float((k[held] / r[held]).mean()) if held.any() else None
     if running is not None and out["running_max"]:
         r = running[keep]
         r = r[np.isfinite(r)]

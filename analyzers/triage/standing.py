@@ -135,17 +135,30 @@ def phase_parts(metric: str, ph: LevelPhases) -> dict[str, float]:
 Verdict = tuple[str, str]      # (check id, the sentence with the numbers)
 
 
-def _kv_capacity(s: dict, queue_part: bool) -> Verdict | None:
+def _kv_capacity(s: dict, queue_part: bool, cap: int | None) -> Verdict | None:
     """The KV cache at its ceiling and something to show for it: preemptions, retracted requests, or
-    requests waiting while the queue dominates."""
+    requests waiting while the queue dominates. "At its ceiling" is >= KV_FULL, or full *for the next
+    request*: while requests waited, the free part was smaller than one running request's share
+    (usage / running; unique prompts share nothing), however far from 100% it reads — 10 of 16
+    blocks used by one request that the next one needs 10 of (the same rule as `llmdiag oom --ramp`,
+    docs/diagnosis.md). A batch pinned at a known max_num_seqs is the admission limit's instead."""
     waiting = s.get("waiting_mean") or 0.0
     kv_max, pre, retr = s.get("kv_usage_max"), s.get("preemptions") or 0.0, s.get("retracted_max") or 0.0
-    if kv_max is None or kv_max < KV_FULL:
+    if kv_max is None:
+        return None
+    kv_w, per_request = s.get("kv_usage_when_waiting"), s.get("kv_per_running_when_waiting")
+    below_cap = cap is None or (s.get("running_max_when_waiting") or 0.0) < cap
+    next_one_waits = kv_w is not None and per_request is not None and below_cap and 1.0 - kv_w < per_request
+    if kv_max < KV_FULL and not next_one_waits:
         return None
     if not (pre > 0 or retr > 0 or (queue_part and waiting >= MIN_WAITING)):
         return None
     what = f"{pre:.0f} preemptions" if pre else f"{retr:.0f} retracted" if retr else f"{waiting:.1f} waiting"
-    return "p99.sched.kv-capacity", f"KV cache {kv_max:.0%} full with {what}"
+    if kv_max >= KV_FULL:
+        return "p99.sched.kv-capacity", f"KV cache {kv_max:.0%} full with {what}"
+    return "p99.sched.kv-capacity", (f"KV cache full for the next request: {kv_w:.0%} used while requests waited, "
+                                     f"the free {1 - kv_w:.0%} less than one running request's {per_request:.0%}, "
+                                     f"with {what}")
 
 
 def _outside(seconds: float, h: dict, local_target: bool) -> tuple[Verdict | None, str]:
@@ -226,7 +239,7 @@ def _cause(metric: str, lv: LevelLoad, ph: LevelPhases, base: LevelPhases | None
     """The cause of the dominant part: KV first (it shows in every part), then by part — time in
     the queue (admission, token budget), in prefill (long prompts), in decode (batch, stalls),
     outside the server (the path) — then a CPU neighbour, then saturation."""
-    verdict = _kv_capacity(ph.server, queue_part=part in ("queue", NOT_SPLIT))
+    verdict = _kv_capacity(ph.server, queue_part=part in ("queue", NOT_SPLIT), cap=limits.get("max_num_seqs"))
     if verdict:
         return verdict
     outside = ""

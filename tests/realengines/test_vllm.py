@@ -116,6 +116,19 @@ def test_an_admission_limit_on_vllm_is_diagnosed_from_vllms_metrics(vllm, tmp_pa
     assert not any(f.category == "network" for f in diag.findings)
 
 
+def test_a_kv_cache_full_for_the_next_request_is_diagnosed_on_vllm(vllm, tmp_path):
+    """Prompts of 1000 tokens take 8 of the 16 blocks: one runs, the rest wait with the cache about
+    half used. The tail is the KV cache's (full for the next request), not an admission limit."""
+    out = tmp_path / "kv"
+    p = pinned_cli("llmbench.cli", "sweep", "--target", vllm.url, "--concurrency", "1,4", "--input-len", "1000",
+                   "--output-len", "8", "--warmup", "2s", "--duration", "6s", "--probes", "server,host",
+                   "--out", str(out))
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    diag = diagnose_p99(RunDir(out))
+    assert diag.findings and diag.findings[0].check_id == "p99.sched.kv-capacity", [f.title for f in diag.findings]
+    assert "full for the next request" in diag.findings[0].title
+
+
 def test_the_kv_ramp_finds_vllms_capacity(vllm, tmp_path):
     """16 blocks of 128, one of them vLLM v1's null block; requests of 1000 + 8 tokens need 8 blocks:
     one runs, the next waits for KV with the cache 53% used."""

@@ -75,6 +75,21 @@ def test_kv_capacity_with_preemptions(tmp_path):
     assert f.check_id == "p99.sched.kv-capacity" and "KV cache 99% full" in f.title and "preemptions" in f.title
 
 
+def test_a_kv_cache_full_for_the_next_request_is_kv_capacity_far_from_100_percent(tmp_path):
+    """16 blocks, requests of 10: one runs (a second one's prompt squeezes in now and then), the
+    others wait with the cache 80% used; the free 20% holds no one more. Not saturation."""
+    run = two_levels(tmp_path, dict(running=1.7, waiting=13, queue_s=2.3, prefill_s=0.01, kv=0.8))
+    f = diagnose_p99(run).findings[0]
+    assert f.check_id == "p99.sched.kv-capacity", f.title
+    assert "full for the next request: 80% used" in f.title and "free 20% less than one running request's 47%" in f.title, f.title
+
+
+def test_a_cache_with_room_for_the_next_request_is_not_kv_capacity(tmp_path):
+    run = two_levels(tmp_path, dict(running=2, waiting=14, queue_s=2.3, prefill_s=0.1, kv=0.4))
+    f = diagnose_p99(run).findings[0]
+    assert f.check_id == "p99.sched.admission", f.title
+
+
 def test_a_compute_bound_engine_is_saturation_not_a_neighbour(tmp_path):
     run = two_levels(tmp_path, dict(running=16, waiting=3, queue_s=0.8, prefill_s=1.5),
                      dict(server=1.9, others=0.05))
