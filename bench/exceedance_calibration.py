@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT))
 
 from cores import host_info  # noqa: E402
 
-from analyzers.stats.exceedance import check_bound  # noqa: E402
+from analyzers.stats.exceedance import check_bound, pooled_design_effect  # noqa: E402
 from analyzers.stats.slo import SloSample  # noqa: E402
 from bench.loopback_server import start_script_server  # noqa: E402
 from rundir.run_dir import RunDir  # noqa: E402
@@ -79,9 +79,24 @@ def _levels(run: Path, size: int) -> tuple[list[SloSample], int]:
     return levels, whole.n
 
 
-def _judge(sample: SloSample, widened: bool) -> tuple[str, int, float]:
-    c = check_bound("TTFT P99", sample.ttft, QUANTILE, BOUND_S, sample.sent_at if widened else None)
+def _judge(sample: SloSample, widened: bool, floor: float = 1.0) -> tuple[str, int, float]:
+    c = check_bound("TTFT P99", sample.ttft, QUANTILE, BOUND_S, sample.sent_at if widened else None, floor)
     return c.verdict, c.over, round(c.design_effect, 2)
+
+
+def _flags(sample: SloSample) -> np.ndarray:
+    return (sample.ttft > BOUND_S)[np.argsort(sample.sent_at, kind="stable")]
+
+
+def _judge_in_searches(levels: list[SloSample], per_search: int) -> list[tuple[str, int, float]]:
+    """Each level judged as one load of a search of `per_search` consecutive levels: widened by its
+    own design effect and at least the search's pooled one (analyzers.capacity.answer's rule)."""
+    out = []
+    for i in range(0, len(levels), per_search):
+        search = levels[i:i + per_search]
+        floor = pooled_design_effect([_flags(s) for s in search])
+        out += [_judge(s, True, floor) for s in search]
+    return out
 
 
 def _binomial_rates(n: int, p: float) -> dict[str, float]:
@@ -122,8 +137,9 @@ def run_cell(kind: str, fraction: float, args: argparse.Namespace, tmp: Path, se
                   "server_slow": health["slow"], "server_requests": health["received"], "stalls": health["stalls"],
                   "window_requests": n_window, "levels": len(levels), "level_requests": args.level_requests,
                   "realized_share": round(share, 5)}
-    for name, widened in (("independent_test", False), ("widened_test", True)):
-        judged = [_judge(s, widened) for s in levels]
+    for name, judged in (("independent_test", [_judge(s, False) for s in levels]),
+                         ("widened_test", [_judge(s, True) for s in levels]),
+                         ("search_test", _judge_in_searches(levels, args.search_levels))):
         counts = {v: sum(j[0] == v for j in judged) for v in VERDICTS}
         cell[name] = {"counts": counts, "rates": {v: round(counts[v] / max(1, len(levels)), 3) for v in VERDICTS},
                       "rate_ci95": {v: _wilson(counts[v], len(levels)) for v in VERDICTS},
@@ -146,15 +162,18 @@ def print_table(out: dict) -> None:
     print(f"Host: {h['cpu_model']}, {h['cores']} cores, float32 matmul {h['matmul_f32_gflops']} GFLOP/s "
           f"({h['matmul_shape']}); load average {'/'.join(map(str, h['loadavg_start']))} at start, "
           f"{'/'.join(map(str, h['loadavg_end']))} at end.\n")
-    print("| cause | P (nominal) | realized share | levels | independent test in / out / unclear | wrong "
-          "| widened test in / out / unclear | wrong | if independent in / out / unclear |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    tests = [t for t in ("independent_test", "widened_test", "search_test") if t in out["cells"][0]]
+    names = {"independent_test": "independent test", "widened_test": "widened (own D)",
+             "search_test": f"search of {out.get('search_levels', '?')} (pooled D)"}
+    print("| cause | P (nominal) | realized share | levels | "
+          + " | ".join(f"{names[t]} in / out / unclear | wrong" for t in tests) + " | if independent in / out / unclear |")
+    print("| --- " * (5 + 2 * len(tests)) + "|")
     for c in out["cells"]:
-        ind, epi, exp = c["independent_test"]["rates"], c["widened_test"]["rates"], c["if_independent"]
-        row = [c["kind"], f"{c['fraction']:.1%}", f"{c['realized_share']:.2%}", str(c["levels"]),
-               " / ".join(f"{ind[v]:.0%}" for v in VERDICTS), _wrong(c, "independent_test"),
-               " / ".join(f"{epi[v]:.0%}" for v in VERDICTS), _wrong(c, "widened_test"),
-               " / ".join(f"{exp[v]:.0%}" for v in VERDICTS) if exp else "—"]
+        exp = c["if_independent"]
+        row = [c["kind"], f"{c['fraction']:.1%}", f"{c['realized_share']:.2%}", str(c["levels"])]
+        for t in tests:
+            row += [" / ".join(f"{c[t]['rates'][v]:.0%}" for v in VERDICTS), _wrong(c, t)]
+        row.append(" / ".join(f"{exp[v]:.0%}" for v in VERDICTS) if exp else "—")
         print("| " + " | ".join(row) + " |")
 
 
@@ -163,6 +182,8 @@ def main() -> None:
     ap.add_argument("--duration", default="80s", help="Measured window of each (kind, fraction)'s one level.")
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--level-requests", type=int, default=400, help="Requests per judged level.")
+    ap.add_argument("--search-levels", type=int, default=6,
+                    help="Levels per simulated capacity search, for the pooled design effect.")
     ap.add_argument("--fractions", default="0.005,0.01,0.015,0.03")
     ap.add_argument("--kinds", default="independent,stall")
     ap.add_argument("--out", default=str(ROOT / "bench/exceedance_calibration.json"))
@@ -180,13 +201,14 @@ def main() -> None:
                 cell = run_cell(kind, fraction, args, Path(tmp), seed=100 * i + j)
                 cells.append(cell)
                 print(f"{kind} {fraction:.1%}: realized {cell['realized_share']:.2%} over {cell['levels']} levels; "
-                      f"independent test {cell['independent_test']['counts']}, widened {cell['widened_test']['counts']}",
+                      f"independent test {cell['independent_test']['counts']}, widened {cell['widened_test']['counts']}, "
+                      f"search {cell['search_test']['counts']}",
                       flush=True)
     host["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
     out = {"command": " ".join([os.path.relpath(sys.argv[0], ROOT), *sys.argv[1:]]), "host": host,
            "bound_s": BOUND_S, "quantile": QUANTILE, "server": {"ttft_ms": TTFT_MS, "itl_ms": ITL_MS,
                                                                 "slow_ms": SLOW_MS, "output_tokens": OUT_TOKENS},
-           "concurrency": args.concurrency, "duration": args.duration, "wall_s": round(time.monotonic() - t0, 1),
+           "concurrency": args.concurrency, "duration": args.duration, "search_levels": args.search_levels, "wall_s": round(time.monotonic() - t0, 1),
            "cells": cells}
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
     print_table(out)

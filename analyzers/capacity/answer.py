@@ -34,7 +34,7 @@ from __future__ import annotations
 import numpy as np
 
 from analyzers.stats.distribution import Distribution
-from analyzers.stats.exceedance import check_bound
+from analyzers.stats.exceedance import check_bound, pooled_design_effect
 from analyzers.stats.latency import LevelStats
 from analyzers.stats.slo import MAX_VALID_ERROR_RATE, Slos, SloSample
 from rundir import SweepInfo
@@ -59,17 +59,12 @@ def judge_loads(table: RequestTable, loads: dict[float, list[str]], stats: dict[
     status = df["status"].to_numpy()
     win = df["in_window"].to_numpy()
     ok = win & (status == "ok")
+    pooled = {load: _pooled_levels(table, loads[load], stats) for load in sorted(loads)}
+    floors = _search_clustering([sample for _ids, sample in pooled.values()], slos)
     out = []
     for i, load in enumerate(sorted(loads)):
-        every = [lid for lid in loads[load] if lid in stats]
-        # A level whose client fell behind did not measure the server: pool the load's valid levels,
-        # and call the load INVALID (bounded by the client) only when none of its levels is valid.
-        ids = [lid for lid in every if not _client_behind(stats[lid])] or every
-        mine = np.isin(level_col, ids)
-        rows = ok & mine
-        sent = win & mine
-        sample = SloSample.of(status[sent], *(df[c].to_numpy()[sent] for c in ("ttft_s", "tpot_s", "e2e_s",
-                                                                                "target_output_len", "t_sent")))
+        ids, sample = pooled[load]
+        rows = ok & np.isin(level_col, ids)
         rng = np.random.default_rng([seed, i])
         dists, checks, point = {}, [], True
         for name, column, _key, q, bound in _bounds(slos):
@@ -79,7 +74,7 @@ def judge_loads(table: RequestTable, loads: dict[float, list[str]], stats: dict[
             if known.any() or column == "ttft_s":          # TTFT is always judged: none at all is `out`
                 # with send times: widened by the clustering of the requests over the bound
                 sent_at = None if sample.sent_at is None else sample.sent_at[known]
-                checks.append(check_bound(name, values[known], q, bound, sent_at))
+                checks.append(check_bound(name, values[known], q, bound, sent_at, floors.get(name, 1.0)))
             p = sample.percentile(column, q * 100)
             point = point and (p is None or p <= bound)
         ttft, tpot = dists["ttft_s"], dists["tpot_s"]
@@ -101,6 +96,34 @@ def judge_loads(table: RequestTable, loads: dict[float, list[str]], stats: dict[
                                and all(c.verdict == "in" or c.too_few for c in checks),
                                failed=sample.failed, failed_no_token=sample.no_token))
     return out
+
+
+def _pooled_levels(table: RequestTable, every: list[str], stats: dict[str, LevelStats]) -> tuple[list[str], SloSample]:
+    """A load's levels and the sample of their requests sent in the window. A level whose client
+    fell behind did not measure the server: pool the load's valid levels, and call the load INVALID
+    (bounded by the client) only when none of its levels is valid."""
+    df = table.df
+    every = [lid for lid in every if lid in stats]
+    ids = [lid for lid in every if not _client_behind(stats[lid])] or every
+    sent = df["in_window"].to_numpy() & np.isin(df["level_id"].to_numpy(), ids)
+    return ids, SloSample.of(df["status"].to_numpy()[sent], *(df[c].to_numpy()[sent] for c in (
+        "ttft_s", "tpot_s", "e2e_s", "target_output_len", "t_sent")))
+
+
+def _search_clustering(samples: list[SloSample], slos: Slos) -> dict[str, float]:
+    """Per bound, the design effect of the whole search's requests pooled (analyzers.stats.exceedance):
+    a server that stalled at one load clusters its late requests at every load."""
+    floors = {}
+    for name, column, _key, _q, bound in _bounds(slos):
+        flags = []
+        for sample in samples:
+            values = sample.column(column)
+            known = ~np.isnan(values)
+            if sample.sent_at is not None and known.any():
+                order = np.argsort(sample.sent_at[known], kind="stable")
+                flags.append((values[known] > bound)[order])
+        floors[name] = pooled_design_effect(flags)
+    return floors
 
 
 def _bounds(slos: Slos) -> list[tuple[str, str, str, float, float]]:

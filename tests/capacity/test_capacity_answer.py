@@ -139,11 +139,31 @@ def test_a_load_whose_requests_over_the_bound_come_in_one_burst_is_not_out():
     burst, scattered = base.copy(), base.copy()
     burst[200:212] = 2.0
     scattered[::34] = 2.0
-    a = _answer({4: {"c4": burst}, 5: {"c5": scattered}})
-    by_load = {v.load: v for v in a.loads}
+    # two searches (two servers): the clustering of one search says nothing of the other
+    a, b = _answer({4: {"c4": burst}}), _answer({5: {"c5": scattered}})
+    by_load = {v.load: v for v in a.loads + b.loads}
     assert by_load[4].over_bound["TTFT P99"] == by_load[5].over_bound["TTFT P99"] == 12
     assert by_load[4].design_effect["TTFT P99"] > 8 and by_load[4].verdict == "unclear"
     assert by_load[5].design_effect["TTFT P99"] == 1.0 and by_load[5].verdict == "out"
     from reports.capacity_table import capacity_rows
-    rows = {r[0]: r for r in capacity_rows(a)}
+    rows = {r[0]: r for r in capacity_rows(a) + capacity_rows(b)}
     assert "TTFT 12 (in bursts: each counts 1/" in rows["4"][4] and rows["5"][4].startswith("TTFT 12, ")
+
+
+def test_a_load_with_nothing_over_is_judged_with_the_clustering_the_search_saw_elsewhere():
+    """A server that stalls (12 late together at c8) clusters its late requests at every load: c4's
+    400 requests with none over hold about 400 / D independent draws, too few for an `in` (299 needed),
+    where judged alone they would be. Independent late requests elsewhere leave c4 `in`."""
+    rng = np.random.default_rng(9)
+    clean = rng.uniform(0.1, 0.3, 400)
+    stalled = rng.uniform(0.1, 0.3, 400)
+    stalled[200:212] = 2.0
+    alone = {v.load: v for v in _answer({4: {"c4": clean}}).loads}
+    assert alone[4].verdict == "in"
+    stalling = {v.load: v for v in _answer({4: {"c4": clean}, 8: {"c8": stalled}}).loads}
+    assert stalling[4].over_bound["TTFT P99"] == 0 and stalling[4].design_effect["TTFT P99"] > 8
+    assert stalling[4].verdict == "unclear" and stalling[4].too_few
+    scattered = rng.uniform(0.1, 0.3, 400)
+    scattered[::34] = 2.0
+    independent = {v.load: v for v in _answer({4: {"c4": clean}, 8: {"c8": scattered}}).loads}
+    assert independent[4].verdict == "in" and independent[4].design_effect["TTFT P99"] < 2
