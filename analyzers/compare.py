@@ -37,9 +37,10 @@ from rundir.table import RequestTable
 
 MIN_EFFECT = 0.02
 # (metric name, column, percentile): latency metrics, where lower is better
-LATENCY_METRICS = [("TTFT P50", "ttft_s", 50), ("TTFT P95", "ttft_s", 95), ("TTFT P99", "ttft_s", 99),
-                   ("TPOT P50", "tpot_s", 50), ("TPOT P95", "tpot_s", 95), ("TPOT P99", "tpot_s", 99),
-                   ("E2E P50", "e2e_s", 50), ("E2E P99", "e2e_s", 99)]
+LATENCY_METRICS: list[tuple[str, str, float]] = [
+    ("TTFT P50", "ttft_s", 50), ("TTFT P95", "ttft_s", 95), ("TTFT P99", "ttft_s", 99),
+    ("TPOT P50", "tpot_s", 50), ("TPOT P95", "tpot_s", 95), ("TPOT P99", "tpot_s", 99),
+    ("E2E P50", "e2e_s", 50), ("E2E P99", "e2e_s", 99)]
 RATE_METRICS = ["output tok/s", "requests/s", "goodput req/s", "error rate"]
 HIGHER_IS_BETTER = {"output tok/s", "requests/s", "goodput req/s"}
 

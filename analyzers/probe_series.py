@@ -46,25 +46,25 @@ def flatten(obj, prefix: str = "") -> dict[str, object]:
 def read_probe(path: Path, name: str | None = None) -> ProbeSeries | None:
     if not path.is_file():
         return None
-    rows = []
+    rows: list[tuple[int | float, dict[str, object]]] = []     # (t, flattened fields other than t)
     with open(path, "rb") as f:
         for line in f:
             try:
                 row = json.loads(line)
             except ValueError:
                 continue                        # torn last line of a probe still writing
-            if isinstance(row, dict) and isinstance(row.get("t"), (int, float)):
-                rows.append(flatten({k: v for k, v in row.items() if k != "t"}) | {"t": row["t"]})
+            if isinstance(row, dict) and isinstance(t := row.get("t"), (int, float)):
+                rows.append((t, flatten({k: v for k, v in row.items() if k != "t"})))
     if not rows:
         return None
-    rows.sort(key=lambda r: r["t"])
-    series = ProbeSeries(name or path.stem, np.array([r["t"] for r in rows], dtype=float))
-    keys = dict.fromkeys(k for r in rows for k in r if k != "t")
+    rows.sort(key=lambda r: r[0])
+    series = ProbeSeries(name or path.stem, np.array([t for t, _ in rows], dtype=float))
+    keys = dict.fromkeys(k for _, r in rows for k in r)
     for key in keys:
-        values = [r.get(key) for r in rows]
+        values = [r.get(key) for _, r in rows]
         if all(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)) or isinstance(v, bool)
                for v in values):
-            series.numeric[key] = np.array([np.nan if v is None else float(v) for v in values])
+            series.numeric[key] = np.array([float(v) if isinstance(v, (int, float)) else np.nan for v in values])
         else:
             distinct = list(dict.fromkeys(str(v) for v in values if v is not None))
             series.text[key] = distinct[:MAX_TEXT_VALUES]

@@ -18,7 +18,7 @@ Each point is the fastest of `repeats` timed calls after a warm-up call (others 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from analyzers.diagnosis_error import DiagnosisError
@@ -88,7 +88,10 @@ def measure_matmul(grid: CalibrationGrid) -> MatmulTable:
                 for layer in layers:       # the first call packs the weight (refengine's CPU linear)
                     layer(x)
                 rotation = itertools.cycle(layers)
-                times[i][j] = max(timed(lambda x=x, rotation=rotation: next(rotation)(x), grid.repeats), 1e-7)
+
+                def call(x: torch.Tensor = x, rotation: Iterator[ColumnParallelLinear] = rotation) -> object:
+                    return next(rotation)(x)
+                times[i][j] = max(timed(call, grid.repeats), 1e-7)
             del layers
     return MatmulTable(list(grid.ms), list(grid.sizes), monotone(times))
 

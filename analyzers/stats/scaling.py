@@ -58,8 +58,8 @@ def analyze_scaling(levels: list[LevelStats]) -> tuple[dict[str, ScalingPoint], 
         base = next((lv for lv in group if lv.output_tok_s > 0 and lv.load > 0), None)
         met = [lv for lv in group if lv.slo_met]
         best = met[-1] if met else None
-        knee = None
-        prev = None
+        knee: str | None = None
+        prev: LevelStats | None = None
         for lv in group:
             if lv.n_in_window == 0:            # nothing measured: no point on the curve
                 points[lv.level_id] = ScalingPoint(lv.level_id, None, None, _note(lv, best, False))
@@ -68,7 +68,7 @@ def analyze_scaling(levels: list[LevelStats]) -> tuple[dict[str, ScalingPoint], 
                          if base is not None and lv.load > 0 else None)
             eff = _efficiency(prev, lv)
             flat = eff is not None and eff < CEILING_EFFICIENCY
-            if flat and knee is None:
+            if flat and knee is None and prev is not None:     # (flat: an efficiency, so a previous level)
                 knee = prev.level_id
             points[lv.level_id] = ScalingPoint(lv.level_id, linearity, eff, _note(lv, best, flat))
             prev = lv

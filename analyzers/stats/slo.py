@@ -177,7 +177,7 @@ class Slos(SloSpec):
     def bounds(self) -> list[tuple[str, str, float, float]]:
         """(name, column, quantile as a percent, bound) of each bound that is set."""
         limit = {"ttft_s": self.ttft_p99_s, "tpot_s": self.tpot_p95_s, "e2e_s": self.e2e_p99_s}
-        return [(name, col, q, limit[col]) for name, col, q in _BOUNDS if limit[col] is not None]
+        return [(name, col, q, bound) for name, col, q in _BOUNDS if (bound := limit[col]) is not None]
 
     def request_meets(self, ttft: np.ndarray, tpot: np.ndarray, e2e: np.ndarray) -> np.ndarray:
         """Per successful request: did it meet every bound? NaN TPOT (one-token output) passes."""

@@ -142,9 +142,9 @@ def differential(values: np.ndarray, rows_by_level: dict[str, np.ndarray], measu
     attributable = excess_exposed * (risk - 1.0) / risk if risk > 1.0 and np.isfinite(risk) else \
         (excess_exposed if risk == float("inf") else 0.0)
     effect = float(np.median(np.concatenate(ratios))) if ratios else None
-    level_id, with_s, without_s = (best[1], best[2], best[3]) if best else (None, None, None)
+    best_level, with_s, without_s = (best[1], best[2], best[3]) if best else (None, None, None)
     return Differential(n_tail, n_body, tail_exposed, body_exposed, excess_exposed, risk, attributable, effect,
-                        level_id, quantile,
+                        best_level, quantile,
                         with_s, without_s, np.flatnonzero(tail & exposed))
 
 

@@ -4,6 +4,7 @@ generator's, other processes' named), run-queue pressure, and GPUs throttling th
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
@@ -228,7 +229,7 @@ def _mean_over(host: SampleSplit, name: str, rows: np.ndarray) -> float | None:
 def check_gpu_throttle(gpu: SampleSplit | None, tails: TailWindows) -> CheckResult:
     masks = gpu.fields("gpus.") if gpu is not None else []
     masks = [f for f in masks if f.endswith(".throttle_mask")]
-    if not masks:
+    if gpu is None or not masks:            # (no masks without a gpu probe)
         return unchecked(GPU_ID, "host", GPU_TITLE, "no gpu probe rows in this run (no GPU, or --probes without gpu)")
     slowed = np.zeros(gpu.keep.sum(), dtype=bool)
     reasons: set[str] = set()
@@ -240,7 +241,7 @@ def check_gpu_throttle(gpu: SampleSplit | None, tails: TailWindows) -> CheckResu
                 reasons.add(name)
             slowed |= hit
     s_spike, s_calm = finite_mean(slowed[gpu.spike].astype(float)), finite_mean(slowed[~gpu.spike].astype(float))
-    evidence = dict(throttled_share_spikes=s_spike, throttled_share_calm=s_calm, reasons=sorted(reasons))
+    evidence: dict[str, Any] = dict(throttled_share_spikes=s_spike, throttled_share_calm=s_calm, reasons=sorted(reasons))
     if not s_spike or lift(s_spike, s_calm) < 2.0:
         return passed(GPU_ID, "host", GPU_TITLE, f"clocks slowed in {s_spike or 0:.0%} of spike intervals vs "
                       f"{s_calm or 0:.0%} of calm ones", **evidence)

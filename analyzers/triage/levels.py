@@ -77,7 +77,7 @@ def level_loads(table: RequestTable, info: RunInfo | None, metric: str) -> list[
             raw.append((level_id, done, _load_of(df, done)))
         elif cut[rows].any():
             unfinished.append((level_id, rows[cut[rows]], _load_of(df, rows)))
-    known = [r for r in raw if r[2] is not None]
+    known = [(level_id, done, load) for level_id, done, load in raw if load is not None]
     base = min(known, key=lambda r: r[2]) if len(known) > 1 else None
     base_p50 = float(np.median(values[base[1]])) if base else None
     out = []

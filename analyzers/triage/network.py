@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+from typing import Any
 from urllib.parse import urlparse
 
 import numpy as np
@@ -181,9 +182,9 @@ def check_irq_affinity(irq: SampleSplit | None, host: SampleSplit | None, tails:
     median_share = float(np.median(share[busy]))
     busiest = irq.values("nic_busiest_cpu")[busy]
     core = int(np.bincount(busiest[np.isfinite(busiest)].astype(int)).argmax()) if np.isfinite(busiest).any() else None
-    evidence = dict(ncpu=ncpu, nic_irq_per_s_median=float(np.median(per_s[busy])),
-                    busiest_core=core, busiest_core_share_median=median_share,
-                    even_share=1.0 / ncpu, pinned_intervals=int(pinned.sum()), busy_intervals=int(busy.sum()))
+    evidence: dict[str, Any] = dict(ncpu=ncpu, nic_irq_per_s_median=float(np.median(per_s[busy])),
+                                    busiest_core=core, busiest_core_share_median=median_share,
+                                    even_share=1.0 / ncpu, pinned_intervals=int(pinned.sum()), busy_intervals=int(busy.sum()))
     if median_share < NIC_PINNED_SHARE:
         return passed(IRQ_ID, "network", IRQ_TITLE, f"the busiest core takes {median_share:.0%} of NIC interrupts "
                       f"(even would be {1 / ncpu:.0%})", **evidence)

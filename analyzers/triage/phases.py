@@ -59,7 +59,7 @@ class LevelPhases:
             return {"ttft (not split: no server histograms)": self.ttft_mean_s}
         t_server, n_server = self.server.get("ttft_mean_s"), self.server.get("ttft_count") or 0
         comparable = t_server is not None and self.n and 0.5 <= n_server / self.n <= 2.0
-        outside = max(self.ttft_mean_s - t_server, 0.0) if comparable else 0.0
+        outside = max(self.ttft_mean_s - t_server, 0.0) if comparable and t_server is not None else 0.0
         inside = self.ttft_mean_s - outside
         return {"queue": inside * q / (q + p), "prefill": inside * p / (q + p), "outside the server": outside}
 
@@ -123,7 +123,7 @@ def _sum(series: ProbeSeries, keep: np.ndarray, name: str) -> float | None:
 
 def server_state(series: ProbeSeries | None, w: Window, observed: Window | None = None) -> dict[str, float | None]:
     keep = _window_rows(series, w)
-    if keep is None:
+    if keep is None or series is None:        # (no rows without a series)
         return {}
     s = series
     fin = _window_rows(series, observed) if observed is not None else keep
@@ -178,7 +178,7 @@ def busiest_others(series: ProbeSeries, keep: np.ndarray, top_others: dict[float
 
 def host_state(series: ProbeSeries | None, w: Window, top_others: dict[float, list[dict]] | None = None) -> dict:
     keep = _window_rows(series, w)
-    if keep is None:
+    if keep is None or series is None:        # (no rows without a series)
         return {}
     s = series
     ncores = len([k for k in s.numeric if k.startswith("cpu_per_core_pct.")]) or None

@@ -18,6 +18,8 @@ whether most of the short tail is made of them.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from analyzers.bursts import MIN_CHUNKS, BurstReads, level_server_itl, stream_verdicts
@@ -94,14 +96,14 @@ def check_hol_blocking(table: RequestTable, ttft: TailWindows) -> CheckResult:
     risk_crossed = float(is_spike[crossed].mean()) if crossed.any() else 0.0
     risk_not = float(is_spike[~crossed].mean()) if (~crossed).any() else 0.0
     relative_risk = risk_crossed / risk_not if risk_not > 0 else (float("inf") if risk_crossed > 0 else 0.0)
-    evidence = dict(long_prompts=int(long_rows.size), long_prompt_tokens_median=float(np.median(tokens[long_rows])),
-                    short_prompt_tokens_median=float(np.median(tokens[ok & ~is_long])),
-                    short_spikes=int(short_spikes.size), release_window_s=release_s,
-                    short_spikes_released_by_long_prefill=spike_share,
-                    spike_rate_when_released=risk_crossed, spike_rate_otherwise=risk_not,
-                    relative_risk=relative_risk,
-                    short_spike_ttft_p50_s=float(np.median(ttft_s[short_spikes])),
-                    short_calm_ttft_p50_s=float(np.median(ttft_s[short_calm])) if short_calm.size else None)
+    evidence: dict[str, Any] = dict(long_prompts=int(long_rows.size), long_prompt_tokens_median=float(np.median(tokens[long_rows])),
+                                    short_prompt_tokens_median=float(np.median(tokens[ok & ~is_long])),
+                                    short_spikes=int(short_spikes.size), release_window_s=release_s,
+                                    short_spikes_released_by_long_prefill=spike_share,
+                                    spike_rate_when_released=risk_crossed, spike_rate_otherwise=risk_not,
+                                    relative_risk=relative_risk,
+                                    short_spike_ttft_p50_s=float(np.median(ttft_s[short_spikes])),
+                                    short_calm_ttft_p50_s=float(np.median(ttft_s[short_calm])) if short_calm.size else None)
     if (~crossed).sum() == 0:
         return unchecked(HOL_ID, "scheduling", HOL_TITLE, "every short request was released by a long prefill: "
                          "nothing to compare against (run a lighter level)")

@@ -3,6 +3,8 @@ the KV cache at its ceiling, requests queueing, and a running batch too large fo
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from analyzers.probe_series import ProbeSeries
@@ -66,9 +68,9 @@ def check_preemptions(server: SampleSplit | None, tails: TailWindows, absent: st
     kv = server.values("kv_usage")
     kv_max = float(np.nanmax(kv[server.spike])) if server.has("kv_usage") and np.isfinite(kv[server.spike]).any() else None
     ratio = lift(r_spike, r_calm)
-    evidence = dict(preemptions_in_spikes=n_spike, preemptions_in_calm=n_calm, preemptions_per_s_spikes=r_spike,
-                    preemptions_per_s_calm=r_calm, kv_usage_mean_spikes=kv_spike, kv_usage_mean_calm=kv_calm,
-                    kv_usage_max_spikes=kv_max)
+    evidence: dict[str, Any] = dict(preemptions_in_spikes=n_spike, preemptions_in_calm=n_calm, preemptions_per_s_spikes=r_spike,
+                                    preemptions_per_s_calm=r_calm, kv_usage_mean_spikes=kv_spike, kv_usage_mean_calm=kv_calm,
+                                    kv_usage_max_spikes=kv_max)
     if n_spike < MIN_PREEMPTIONS or ratio < PREEMPT_LIFT:
         return passed(PREEMPT_ID, "scheduling", PREEMPT_TITLE,
                       f"{n_spike:.0f} preemptions in the spikes vs {n_calm:.0f} in the calm", **evidence)
@@ -105,7 +107,7 @@ def check_queueing(server: SampleSplit | None, tails: TailWindows, absent: str |
     if server is None or not server.has("waiting"):
         return unchecked(QUEUE_ID, "scheduling", QUEUE_TITLE, _why_unchecked(absent, "waiting-requests gauge"))
     w_spike, w_calm = server.mean("waiting")
-    evidence = dict(waiting_mean_spikes=w_spike, waiting_mean_calm=w_calm, **_queue_time(server))
+    evidence: dict[str, Any] = dict(waiting_mean_spikes=w_spike, waiting_mean_calm=w_calm, **_queue_time(server))
     if w_spike is None or w_spike < MIN_WAITING or lift(w_spike, w_calm) < QUEUE_LIFT:
         return passed(QUEUE_ID, "scheduling", QUEUE_TITLE,
                       f"waiting requests: {w_spike or 0:.1f} in the spikes vs {w_calm or 0:.1f} in the calm", **evidence)
@@ -157,7 +159,7 @@ def check_batch_size(server: SampleSplit | None, tails: TailWindows, absent: str
     if server is None or not server.has("running"):
         return unchecked(BATCH_ID, "scheduling", BATCH_TITLE, _why_unchecked(absent, "running-requests gauge"))
     r_spike, r_calm = server.mean("running")
-    evidence = dict(running_mean_spikes=r_spike, running_mean_calm=r_calm)
+    evidence: dict[str, Any] = dict(running_mean_spikes=r_spike, running_mean_calm=r_calm)
     if r_spike is None or lift(r_spike, r_calm) < BATCH_LIFT:
         return passed(BATCH_ID, "scheduling", BATCH_TITLE,
                       f"running requests: {r_spike or 0:.1f} in the spikes vs {r_calm or 0:.1f} in the calm", **evidence)

@@ -79,7 +79,7 @@ def engine_limits(engine_args: list[str], embedded: bool) -> dict[str, int | Non
 
 def _share(parts: dict[str, float]) -> tuple[str, float, float]:
     total = sum(parts.values()) or 1e-12
-    name = max(parts, key=parts.get)
+    name = max(parts, key=lambda k: parts[k])
     return name, parts[name], parts[name] / total
 
 
@@ -211,9 +211,9 @@ def _prefill(lv: LevelLoad, ph: LevelPhases, base: LevelPhases | None, limits: d
 def _decode(lv: LevelLoad, ph: LevelPhases, base: LevelPhases | None, limits: dict) -> Verdict | None:
     """Time in decode: batches grown past the baseline's, or stalls in the token stream."""
     running = ph.server.get("running_mean")
-    if base is not None and running and base.server.get("running_mean") and \
-            running >= BATCH_GROWTH * base.server["running_mean"]:
-        return "p99.sched.batch-size", (f"decode batches of {running:.1f} vs {base.server['running_mean']:.1f} "
+    base_running = base.server.get("running_mean") if base is not None else None
+    if base is not None and running and base_running and running >= BATCH_GROWTH * base_running:
+        return "p99.sched.batch-size", (f"decode batches of {running:.1f} vs {base_running:.1f} "
                                         f"at the baseline, TPOT {_ms(ph.tpot_mean_s)} vs {_ms(base.tpot_mean_s)}")
     if ph.stall_share is not None and ph.stall_share >= STALL_SHARE:
         return "p99.sched.decode-stalls", (f"{ph.stall_share:.1%} of token gaps are stalls (>= 10x the median "
