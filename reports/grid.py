@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Sequence, Union
+from typing import Literal, Sequence, Union
 
 from rich import box
 from rich.console import Console, Group, RenderableType
@@ -25,13 +25,14 @@ from rich.table import Table
 from rich.text import Text
 
 Cell = Union[str, Text]
-JUSTIFY = ("left", "right", "center")
+Justify = Literal["left", "right", "center"]
+JUSTIFY: tuple[Justify, ...] = ("left", "right", "center")
 
 
 @dataclass(frozen=True)
 class Column:
     name: str                          # the header; "\n" splits it on purpose
-    justify: str = "left"
+    justify: Justify = "left"
     # May a cell wrap between its words? Default: left-aligned text wraps, right-aligned figures
     # do not ("640 MiB" stays on one line). Nothing ever breaks inside a word.
     wrap: bool | None = None

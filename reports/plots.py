@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import itertools
 import re
+from typing import TYPE_CHECKING, Any
 
 import matplotlib
 
@@ -25,11 +26,14 @@ from reports.terminal import load_label
 from reports.time_axis import AXES_LEFT, AXES_RIGHT, MAX_HOVER_POINTS, TimeAxis, TimeFigure
 from rundir.table import RequestTable
 
+if TYPE_CHECKING:
+    from matplotlib.typing import RcKeyType  # matplotlib >= 3.9: rc_context's key type
+
 MAX_POINTS = 4000
 MAX_CDF_POINTS = 400
 _salt = itertools.count()
-STYLE = {"svg.fonttype": "none", "font.size": 9, "axes.grid": True, "grid.alpha": 0.3,
-          "axes.spines.top": False, "axes.spines.right": False, "figure.dpi": 96}
+STYLE: dict[RcKeyType, Any] = {"svg.fonttype": "none", "font.size": 9, "axes.grid": True, "grid.alpha": 0.3,
+                                "axes.spines.top": False, "axes.spines.right": False, "figure.dpi": 96}
 
 
 def to_svg(fig, tight: bool = True) -> str:
@@ -133,11 +137,12 @@ def _hover(fig, axes, t: np.ndarray, panels: list[tuple[str, dict[str, np.ndarra
     idx = np.arange(t.size)
     if t.size > MAX_HOVER_POINTS:
         idx = np.linspace(0, t.size - 1, MAX_HOVER_POINTS).round().astype(int)
+    hover_panels: list[dict] = []
     out = {"x0": axis.xlim[0], "x1": axis.xlim[1], "l": AXES_LEFT, "r": AXES_RIGHT,
-           "t": [round(float(x), 3) for x in t[idx]], "panels": []}
+           "t": [round(float(x), 3) for x in t[idx]], "panels": hover_panels}
     for a, (title, lines) in zip(axes, panels):
         box = a.get_position()
-        out["panels"].append({"title": title, "y0": round(box.y0, 4), "y1": round(box.y1, 4), "lines": {
+        hover_panels.append({"title": title, "y0": round(box.y0, 4), "y1": round(box.y1, 4), "lines": {
             k: [None if not np.isfinite(v) else float(f"{v:.4g}") for v in np.asarray(vals, float)[idx]]
             for k, vals in lines.items()}})
     return out

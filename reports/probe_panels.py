@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Mapping
 
 import numpy as np
 
@@ -30,11 +30,11 @@ class Panels:
     panels: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)   # "title (unit)" -> lines
     used: set[str] = field(default_factory=set)                               # fields shown (or implied)
 
-    def add(self, title: str, lines: dict[str, np.ndarray | None], used: list[str]) -> None:
+    def add(self, title: str, lines: Mapping[str, np.ndarray | None], used: list[str]) -> None:
         self.used.update(used)
-        lines = {k: v for k, v in lines.items() if v is not None and np.isfinite(v).any()}
-        if lines:
-            self.panels[title] = lines
+        shown = {k: v for k, v in lines.items() if v is not None and np.isfinite(v).any()}
+        if shown:
+            self.panels[title] = shown
 
 
 Builder = Callable[[ProbeSeries], Panels]

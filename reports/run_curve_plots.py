@@ -18,7 +18,8 @@ import matplotlib.pyplot as plt
 from analyzers.run_curves import CurvePoint, RunCurve
 from reports.plots import STYLE, figure, to_svg
 
-_COLORS = plt.get_cmap("tab10").colors
+# get_cmap is annotated as returning a Colormap, which has no colors; "tab10" is a ListedColormap of RGB tuples.
+_COLORS: tuple[tuple[float, float, float], ...] = plt.get_cmap("tab10").colors  # type: ignore[attr-defined]
 
 
 def _load_text(curve: RunCurve, p: CurvePoint) -> str:

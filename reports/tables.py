@@ -107,7 +107,7 @@ def error_rows(s: RunSummary) -> list[list[str]]:
 
 def config_rows(info: RunInfo) -> list[tuple[str, str]]:
     t, sw = info.target, info.sweep
-    loads = sw.concurrency or [f"{r:g}/s" for r in sw.request_rate]
+    loads: list[int] | list[str] = sw.concurrency or [f"{r:g}/s" for r in sw.request_rate]
 
     def when(ts):
         return "—" if not ts else time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ts))
