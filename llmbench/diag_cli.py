@@ -33,11 +33,11 @@ app.command(help=probe.__doc__)(probe)
 app.command(help=comm.__doc__)(comm)
 app.command(help=pcap.__doc__)(pcap)
 
-app.command(help=" ".join(oom.__doc__.split()))(oom)      # one paragraph: rich keeps docstring line breaks
-app.command(help=" ".join(plan.__doc__.split()))(plan)
-app.command(help=" ".join(calibrate.__doc__.split()))(calibrate)
+app.command(help=" ".join((oom.__doc__ or "").split()))(oom)      # one paragraph: rich keeps docstring line breaks
+app.command(help=" ".join((plan.__doc__ or "").split()))(plan)
+app.command(help=" ".join((calibrate.__doc__ or "").split()))(calibrate)
 
-app.command(help=" ".join(p99.__doc__.split()))(p99)
+app.command(help=" ".join((p99.__doc__ or "").split()))(p99)
 
 
 if __name__ == "__main__":

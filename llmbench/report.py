@@ -192,7 +192,7 @@ def compare(
         with open(os.environ["GITHUB_STEP_SUMMARY"], "a", encoding="utf-8") as f:
             f.write(step_summary(comparisons, gate))
     if json_out:
-        doc = {"comparisons": [dataclasses.asdict(c) for c in comparisons]}
+        doc: dict[str, object] = {"comparisons": [dataclasses.asdict(c) for c in comparisons]}
         if tolerance is not None:
             doc["gate"] = dataclasses.asdict(gate) | {"failed": gate.failed, "reason": gate_line(gate)}
         print(json.dumps(_finite(doc), indent=1))

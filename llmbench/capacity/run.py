@@ -17,6 +17,7 @@ from analyzers.stats.latency import LevelStats
 from analyzers.stats.slo import Slos
 from llmbench.capacity.search import CapacityPlan, SearchSpec
 from llmbench.sweep.setup import SweepArgs, execute_sweep, prepare_run
+from llmbench.sweep.spec import spec_of
 from llmbench.sweep.trace_level import sweep_trace
 from reports.capacity_words import capacity_headline
 from reports.write import write_reports
@@ -106,7 +107,8 @@ def run_capacity(a: SweepArgs, c: CapacityArgs, console: Console) -> None:
     plans: list[CapacityPlan] = []
 
     def factory(run: RunDir, info: RunInfo) -> CapacityPlan:
-        plan = CapacityPlan(search, info.sweep.levels()[0], judge=lambda probes: _unclear(run, info, plan))
+        plan: CapacityPlan = CapacityPlan(search, spec_of(info).levels()[0],
+                                          judge=lambda probes: _unclear(run, info, plan))
         plans.append(plan)
         return plan
 
@@ -141,12 +143,13 @@ def recorded_search(info: RunInfo, path) -> SearchSpec:
     """The search a capacity run directory recorded (its options, not this command line's)."""
     record = info.sweep.capacity
     # A search this version could not read is kept, unread, in the record's extra (rundir/capacity.py).
-    unread = record.extra.get("search") if record is not None else None
-    if record is None or (record.search is None and not isinstance(unread, dict)):
+    fields = (record_to_dict(record.search) if record.search is not None else record.extra.get("search")) \
+        if record is not None else None
+    if not isinstance(fields, dict):
         raise typer.BadParameter(f"{path} is not a `llmbench capacity` run (run.json has no search); a sweep "
                                  "resumes with `llmbench sweep --resume`", param_hint="--resume")
     try:
-        return SearchSpec(**(record_to_dict(record.search) if record.search is not None else unread))
+        return SearchSpec(**fields)
     except (TypeError, ValueError) as exc:
         raise typer.BadParameter(f"{path}: the search recorded in run.json is unreadable ({exc})",
                                  param_hint="--resume") from None

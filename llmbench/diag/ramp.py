@@ -98,12 +98,14 @@ def ramp_mode(console: Console, target: str, prompt_tokens: int, max_tokens: int
 
 def _print_outcome(console: Console, result: RampResult, spec: RampSpec, estimate) -> None:
     console.print(Text(result.stop_reason))
-    est = result.estimate
+    est, block_size = result.estimate, result.block_size
     reserved = (result.num_blocks or 0) - (result.usable_blocks or 0)
     held_back = f", {reserved} reserved by {result.engine}" if reserved else ""
-    est_text = (f"{est} (server: {result.num_blocks} blocks of {result.block_size}{held_back}; "
-                f"{-(-spec.request_tokens // result.block_size)} blocks per request)") if est is not None else \
-        "n/a (the server exposes no vllm:cache_config_info)"
+    if est is not None and block_size is not None:          # (an estimate implies a block size)
+        est_text = (f"{est} (server: {result.num_blocks} blocks of {block_size}{held_back}; "
+                    f"{-(-spec.request_tokens // block_size)} blocks per request)")
+    else:
+        est_text = "n/a (the server exposes no vllm:cache_config_info)"
     observed = "not reached" if result.observed_capacity is None else result.observed_capacity
     console.print(f"observed KV capacity: {observed} concurrent requests; estimate {est_text}")
     if estimate is not None:

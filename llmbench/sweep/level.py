@@ -27,8 +27,8 @@ class LiveView:
 
     def __init__(self, progress: Progress, level: LevelSpec):
         self.progress = progress
-        total = level.warmup_s + level.duration_s     # a sized level's minimum: its bar fills, it goes on
-        self.task = progress.add_task(level.level_id, total=total, stats="starting")
+        self.total = level.warmup_s + level.duration_s     # a sized level's minimum: its bar fills, it goes on
+        self.task = progress.add_task(level.level_id, total=self.total, stats="starting")
         self.start = time.monotonic()
         self.ttft: list[float] = []
         self.tpot: list[float] = []
@@ -49,9 +49,9 @@ class LiveView:
             return f"{sorted(xs)[len(xs) // 2] * 1000:.0f} ms" if xs else "—"
 
         self.phase = p.phase if p is not None else self.phase
-        self.progress.update(self.task, completed=min(time.monotonic() - self.start, self.progress.tasks[
-            self.task].total), stats=f"{self.phase} · {self.done} done · TTFT P50 {p50(self.ttft)} · "
-                                     f"TPOT P50 {p50(self.tpot)}")
+        self.progress.update(self.task, completed=min(time.monotonic() - self.start, self.total),
+                             stats=f"{self.phase} · {self.done} done · TTFT P50 {p50(self.ttft)} · "
+                                   f"TPOT P50 {p50(self.tpot)}")
 
 
 @dataclass

@@ -155,8 +155,8 @@ def _timeline(a: SweepArgs) -> dict:
         raise ValueError("--max-duration bounds a sized warm-up or window: with both --warmup and --duration "
                          "given, nothing is sized")
     max_s = parse_duration(a.max_duration, "--max-duration") if a.max_duration is not None else DEFAULT_MAX_DURATION_S
-    return {"warmup_s": DEFAULT_WARMUP_S if steady else parse_duration(a.warmup, "--warmup"),
-            "duration_s": DEFAULT_DURATION_S if sized else parse_duration(a.duration, "--duration"),
+    return {"warmup_s": DEFAULT_WARMUP_S if a.warmup is None else parse_duration(a.warmup, "--warmup"),
+            "duration_s": DEFAULT_DURATION_S if a.duration is None else parse_duration(a.duration, "--duration"),
             "steady_warmup": steady, "sample_target": MIN_SAMPLES_FOR_P99 if sized else None,
             "max_duration_s": max_s if steady or sized else None}
 
@@ -267,6 +267,7 @@ def _serve_and_sweep(run: RunDir, info: RunInfo, a: SweepArgs, probe_names: list
                      plan_factory) -> None:
     from llmbench.sweep.embedded import EmbeddedServer
     from llmbench.sweep.run import run_sweep
+    from llmbench.sweep.spec import spec_of
     from llmbench.sweep.target import prepare_target
     from probes.runner import sweep_probe_set
 
@@ -274,21 +275,26 @@ def _serve_and_sweep(run: RunDir, info: RunInfo, a: SweepArgs, probe_names: list
     server = None
     try:
         if target.kind == "embedded":
+            if target.model is None:            # (the setup always names one: --model, or tiny)
+                raise RuntimeError("run.json names no model for the bundled engine")
             server = EmbeddedServer(target.model, target.engine_args, threads=target.server_threads,
                                     data_parallel_size=target.replicas)
             with console.status(f"starting the bundled engine ({target.model}) on {server.url} ..."):
                 server.start()
             url = server.url
         else:
+            if target.url is None:              # (an external target is its --target URL)
+                raise RuntimeError("run.json names no URL for the target")
             url = target.url
         tspec = prepare_target(run, info, url, a.api_key, a.strict, console)
         _record_engine_facts(run, url, a.api_key)
         alive = server.alive if server else (lambda: answers(url))
-        pid = server.proc.pid if server else (a.server_pid or _local_server_pid(url, probe_names, console))
+        pid = server.proc.pid if server is not None and server.proc is not None else \
+            (a.server_pid or _local_server_pid(url, probe_names, console))        # (a started server has its proc)
         probe_set = sweep_probe_set(probe_names, run.path, url, pid,
                                     a.probe_interval,
                                     log=lambda m: console.print(m, style="yellow", highlight=False, markup=False))
-        run_sweep(info.sweep, run, tspec, console, target_alive=alive, slos=info.slos, master_bind=a.master_bind,
+        run_sweep(spec_of(info), run, tspec, console, target_alive=alive, slos=info.slos, master_bind=a.master_bind,
                   probes=probe_set, plan=plan_factory(run, info) if plan_factory else None)
     finally:
         if server is not None:

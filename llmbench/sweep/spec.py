@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import cast
 
 from loadgen.specs import LevelSpec
-from rundir import SweepInfo
+from rundir import RunInfo, SweepInfo
 
 
 @dataclass
@@ -59,3 +60,9 @@ class SweepSpec(SweepInfo):
                         duration_s=self.duration_s, request_timeout_s=self.request_timeout_s,
                         workers=self.workers, seed=self.seed, **self._sizing(c is not None)))
         return out
+
+
+def spec_of(info: RunInfo) -> SweepSpec:
+    """run.json's sweep as the SweepSpec the sweep's setup made it (new_run_info for a new run,
+    _resumed_run on --resume): RunInfo types it as the contract's SweepInfo."""
+    return cast(SweepSpec, info.sweep)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 
 from rich.console import Console
 
+from llmbench.sweep.spec import spec_of
 from loadgen.calibration import calibrate
 from loadgen.preflight import Adaptation, preflight
 from loadgen.prompt_text import TextSizer, estimated_sizer, sizer_for_tokenizer
@@ -95,7 +96,7 @@ def prepare_target(run: RunDir, info: RunInfo, url: str, api_key: str | None, st
     if info.target.preflight_done:
         return tspec                       # resumed: the same requests as the first attempt
     workload = info.sweep.workload
-    first = info.sweep.levels()[0]
+    first = spec_of(info).levels()[0]
     # The setup's requests wait as long as the sweep's own would (--request-timeout), no longer.
     with TargetClient(tspec, timeout_s=info.sweep.request_timeout_s) as client:
         if not tspec.model:
