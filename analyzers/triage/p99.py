@@ -181,8 +181,9 @@ def _baseline_lived_through_it(findings: list[Finding], levels: list[LevelLoad])
         if f.kind != "throughout":
             continue
         held = set(f.evidence.get("throughout_levels") or ())
-        shared = [lv for lv in levels if lv.standing and lv.level_id in held and lv.baseline_level in held
-                  and lv.baseline_level != lv.level_id and not by_id[lv.baseline_level].standing]
+        shared = [lv for lv in levels if lv.standing and lv.level_id in held and lv.baseline_level is not None
+                  and lv.baseline_level in held and lv.baseline_level != lv.level_id
+                  and not by_id[lv.baseline_level].standing]
         if not shared:
             continue
         f.explains = [w for w in f.explains if not _inside([w], [lv.window for lv in shared], 0.5)]

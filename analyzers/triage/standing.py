@@ -154,7 +154,7 @@ def _kv_capacity(s: dict, queue_part: bool, cap: int | None) -> Verdict | None:
     if not (pre > 0 or retr > 0 or (queue_part and waiting >= MIN_WAITING)):
         return None
     what = f"{pre:.0f} preemptions" if pre else f"{retr:.0f} retracted" if retr else f"{waiting:.1f} waiting"
-    if kv_max >= KV_FULL:
+    if kv_max >= KV_FULL or kv_w is None:        # (below KV_FULL the next request waits: kv_w is known)
         return "p99.sched.kv-capacity", f"KV cache {kv_max:.0%} full with {what}"
     return "p99.sched.kv-capacity", (f"KV cache full for the next request: {kv_w:.0%} used while requests waited, "
                                      f"the free {1 - kv_w:.0%} less than one running request's {per_request:.0%}, "
