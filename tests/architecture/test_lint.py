@@ -1,5 +1,6 @@
 """ruff (configured in pyproject.toml) is clean on the whole tree, and mypy on the typed packages
-(pyproject's [tool.mypy] files: rundir, refengine, playbooks, probes, loadgen)."""
+(pyproject's [tool.mypy] files: rundir, refengine, playbooks, probes, loadgen, analyzers, reports,
+llmbench)."""
 
 from __future__ import annotations
 
