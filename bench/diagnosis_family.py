@@ -28,7 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.diagnosis_accuracy import CaseResult, diagnose, run_embedded, run_lossy
-from bench.diagnosis_faults import Burners, LossyNamespace, netns_unavailable, realized_effect
+from bench.diagnosis_faults import Burners, LossyNamespace, head_of_line_effect, netns_unavailable, realized_effect
 
 # What each planted cause may be called first (the standing and the spike views of one cause).
 EXPECTED = {
@@ -199,7 +199,7 @@ def main() -> int:
             try:
                 run_dir = run_draw(tmp, d, res)
                 res.run_dir = str(run_dir)
-                res.effect = realized_effect(run_dir)
+                res.effect = head_of_line_effect(run_dir) if d.cause == "head-of-line" else realized_effect(run_dir)
                 diagnose(run_dir, res)
                 judge(d, res)
             except Exception as exc:  # noqa: BLE001 - one broken draw must not hide the others

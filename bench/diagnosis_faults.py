@@ -157,6 +157,27 @@ def realized_effect(run_dir: Path) -> float | None:
     return round(statistics.median(inside) / statistics.median(outside), 2)
 
 
+def head_of_line_effect(run_dir: Path, long_at_least: int = 1000) -> float | None:
+    """What long prompts did to the short ones: the median TTFT of the short requests whose wait for
+    a first token overlapped a long prompt's (sent to first token) over the median of those that did
+    not. The plant's own ground truth, from the prompts' lengths (the workload's long ones)."""
+    try:
+        rows = [json.loads(line) for line in (run_dir / "requests.jsonl").read_text().splitlines() if line.strip()]
+    except (OSError, ValueError):
+        return None
+    ok = [r for r in rows if r.get("status") == "ok" and r.get("ttft_s") is not None]
+    longs = [(r["t_sent"], r["t_sent"] + r["ttft_s"]) for r in ok if (r.get("target_input_len") or 0) >= long_at_least]
+    inside, outside = [], []
+    for r in ok:
+        if not r.get("in_window") or (r.get("target_input_len") or 0) >= long_at_least:
+            continue
+        a, b = r["t_sent"], r["t_sent"] + r["ttft_s"]
+        (inside if any(s < b and e > a for s, e in longs) else outside).append(r["ttft_s"])
+    if len(inside) < 3 or len(outside) < 3:
+        return None
+    return round(statistics.median(inside) / statistics.median(outside), 2)
+
+
 class BackgroundFlow(threading.Thread):
     """Requests to a small HTTP server inside a lossy namespace: other flows on this host that
     retransmit while the case's own target (on loopback) does not. Bounded by `seconds`."""
