@@ -16,7 +16,7 @@ from reports.capacity_table import CAPACITY_HEADER, CAPACITY_NOTE, capacity_rows
 from reports.compare_answer import compare_answer
 from reports.definitions import DEFINITIONS, OTHER_TOOLS, OTHER_TOOLS_HEADER
 from reports.prediction_table import HTML_HEADER, html_rows
-from reports.prediction_words import band_caption, departure_sentences, scope_line
+from reports.prediction_words import band_caption, departure_sentences, offline_line, scope_line, unpredicted_line
 from reports.terminal import fmt_ci, fmt_delta, fmt_value, verdict_words
 
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]|#])")
@@ -71,7 +71,8 @@ def render_report_md(s: RunSummary, diagnosis: dict | None = None) -> str:
                                                                                 tables.replica_rows(s))
     out += ["\\* P99 from fewer than 100 samples (unreliable). Figures: see report.html.", ""]
     if s.prediction is not None and s.prediction.levels:
-        out += ["## Predicted vs measured", "", md(scope_line(s.prediction)), ""]
+        said = [scope_line(s.prediction), offline_line(s.prediction), unpredicted_line(s.prediction)]
+        out += ["## Predicted vs measured", "", md(" ".join(x for x in said if x)), ""]
         out += md_table(HTML_HEADER, html_rows(s.prediction)) + [md(band_caption()), ""]
     out += ["## Scaling", ""] + md_table(tables.SCALING_HEADER, tables.scaling_rows(s))
     errors = tables.error_rows(s)

@@ -22,8 +22,8 @@ from reports.prediction_words import (
 from rundir.prediction import PREDICTED_METRICS
 
 # The HTML table: one column per metric and side (predicted, measured, departure).
-HTML_HEADER = ["level", "load"] + [f"{METRIC_NAMES[k]} {side}" for k in PREDICTED_METRICS
-                                   for side in ("predicted", "measured", "departure")]
+HTML_HEADER = ["level", "load"] + [f"{METRIC_NAMES[k]}{'' if k == 'output_tok_s' else ' ms'} {side}"
+                                   for k in PREDICTED_METRICS for side in ("predicted", "measured", "departure")]
 
 
 def _cell(c: MetricCheck) -> str:

@@ -30,7 +30,6 @@ DEPARTURE_BAND = {"tpot_p50_s": 0.5, "output_tok_s": 0.5}
 # - TTFT P50 / P99: held-out errors -18% to -81% (the simulated queue and prefill start earlier than the
 #   served engine's, docs/planning.md): a measured TTFT 5x the prediction is within the model's error;
 # - TPOT P95: a tail, and the virtual clock is noiseless, so a busy machine's tail always exceeds it.
-NO_FINDING_WHY = {"ttft_p50_s": "ttft", "ttft_p99_s": "ttft", "tpot_p95_s": "tail"}
 LATENCY_METRICS = ("ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p95_s")
 
 

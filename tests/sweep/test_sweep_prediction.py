@@ -73,7 +73,7 @@ def test_the_sweep_stores_the_prediction_and_shows_it_beside_the_measurement(swe
         for c in lv["checks"]:
             assert c["predicted"] > 0 and c["measured"] > 0 and c["departure"] is not None
     html = run.report_html.read_text()
-    assert 'id="prediction-table"' in html and "TPOT P50 predicted" in html and "TPOT P50 measured" in html
+    assert 'id="prediction-table"' in html and "TPOT P50 ms predicted" in html and "TPOT P50 ms measured" in html
     assert "Predicted vs measured" in run.report_md.read_text()
 
 
