@@ -15,6 +15,7 @@ import numpy as np
 
 from analyzers.bursts import level_server_itl
 from analyzers.findings import Finding, run_findings
+from analyzers.plan.departures import PredictionCheck, check_prediction
 from analyzers.probe_series import ProbeSeries, read_probe
 from analyzers.stats.latency import LevelStats, Window, level_stats
 from analyzers.stats.replicas import ReplicaShare, run_replicas
@@ -39,6 +40,8 @@ class RunSummary:
     windows: dict[str, Window] = field(default_factory=dict)     # level (or class) id -> the window used
     classes: list[LevelStats] = field(default_factory=list)      # request classes (analyzers/stats/request_classes.py)
     replicas: list[ReplicaShare] = field(default_factory=list)   # per level and replica (analyzers/stats/replicas.py)
+    # prediction.json held against the levels (analyzers/plan/departures.py); None: the run has none
+    prediction: PredictionCheck | None = None
 
     @property
     def best(self) -> LevelStats | None:
@@ -63,7 +66,8 @@ class RunSummary:
                             "best_within_slo": s.best_within_slo} for s in self.series],
                 "findings": self.findings, "finding_groups": [f.to_dict() for f in self.finding_groups],
                 "classes": [c.to_dict() for c in self.classes],
-                "replicas": [r.to_dict() for r in self.replicas]}
+                "replicas": [r.to_dict() for r in self.replicas],
+                **({"prediction": self.prediction.to_dict()} if self.prediction is not None else {})}
 
 
 def level_windows(run: RunDir, info: RunInfo) -> dict[str, Window]:
@@ -162,4 +166,7 @@ def analyze_run(run: RunDir, slos: "Slos | dict | None" = None) -> tuple[RunSumm
     server = read_probe(run.probe_file("server"), "server")
     summary = summarize_table(table, info, level_windows(run, info), slos, server=server)
     summary.findings.extend(table.warnings)          # lines of requests.jsonl that were not counted
+    prediction = run.read_prediction()
+    if prediction is not None:
+        summary.prediction = check_prediction(prediction, summary.levels, info.run_id)
     return summary, table

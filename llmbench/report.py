@@ -15,6 +15,7 @@ import typer
 from rich.markup import escape
 
 from llmbench.cli_common import err_console, make_console, user_errors
+from llmbench.options import profile as profile_options
 from rundir.errors import RunDirError
 
 console = make_console()
@@ -64,11 +65,15 @@ def report(
     slo_ttft: Optional[float] = typer.Option(None, help="SLO: TTFT P99 in seconds (default: the run's, 1.5)."),
     slo_tpot: Optional[float] = typer.Option(None, help="SLO: TPOT P95 in seconds (default: the run's, 0.050)."),
     slo_e2e: Optional[float] = typer.Option(None, help="SLO: E2E P99 in seconds (default: the run's, none)."),
+    profile: Optional[str] = profile_options.PROFILE,
 ) -> None:
     """Write report.html (self-contained), report.md, summary.csv and summary.json into a run directory
-    and print the summary table; with --runs, one runs.html that plots several runs together."""
+    and print the summary table; with --runs, one runs.html that plots several runs together. With
+    --profile, first predict every level from the profile into prediction.json (a run that has one
+    shows it without --profile)."""
     from reports.answer import build_answer
     from reports.grid import print_grid
+    from reports.prediction_table import print_prediction
     from reports.terminal import print_answer, run_summary_table
     from reports.write import read_diagnosis, write_reports
 
@@ -76,6 +81,9 @@ def report(
         if any(v is not None for v in (slo_ttft, slo_tpot, slo_e2e)):
             raise typer.BadParameter("each run is judged by its own SLO in runs.html; re-judge one with "
                                      "`llmbench report RUN --slo-ttft ...` first", param_hint="--runs")
+        if profile is not None:
+            raise typer.BadParameter("predict one run at a time: `llmbench report RUN --profile FILE`",
+                                     param_hint="--profile")
         _report_runs(run_dirs, out or Path("."), open_)
         return
     if len(run_dirs) != 1 or out is not None:
@@ -85,10 +93,18 @@ def report(
     with user_errors(), run_errors():
         run = _rundir(run_dir)
         t0 = time.perf_counter()
+        if profile is not None:
+            from llmbench.prediction import check_profile_option, predict_into
+
+            check_profile_option(profile)
+            record = predict_into(run, profile)
+            console.print(f"predicted {len(record.levels)} levels from the profile {record.profile.name} into "
+                          f"{run.prediction_json}", highlight=False, markup=False)
         summary, paths = write_reports(run, _slos(run.read_info().slos.to_dict(), slo_ttft, slo_tpot, slo_e2e))
     for warning in (f for f in summary.findings if f.startswith(str(run.requests_jsonl))):
         err_console.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False)
     print_grid(console, run_summary_table(summary, title=f"run {summary.info.run_id} ({summary.info.status})"))
+    print_prediction(console, summary.prediction)
     print_answer(console, build_answer(summary, read_diagnosis(run)))
     console.print(f"wrote {paths['html']}, report.md, summary.csv, summary.json in {time.perf_counter() - t0:.1f} s")
     if open_:

@@ -18,6 +18,8 @@ from reports.compare_answer import compare_answer, verdict_matrix
 from reports.definitions import DEFINITIONS, OTHER_TOOLS, OTHER_TOOLS_HEADER
 from reports.evidence_units import evidence_name, fmt_evidence
 from reports.html_templates import environment, hover_script, stylesheet
+from reports.prediction_table import HTML_HEADER, html_rows
+from reports.prediction_words import band_caption, departure_sentences, offline_line, scope_line, unpredicted_line
 from reports.probe_sections import render_probe
 from reports.terminal import fmt_ci, fmt_delta, fmt_value, verdict_words
 from reports.time_axis import TimeAxis
@@ -82,6 +84,13 @@ def render_report(summary: RunSummary, table: RequestTable, probes: list[ProbeSe
         "timeline_fig": plots.timeline_figure(table, summary, axis) if len(table) else None,
         "probe_sections": [render_probe(p, axis) for p in sorted(probes, key=_probe_rank)],
         "diagnosis": diagnosis, "fmt_evidence": fmt_evidence, "evidence_name": evidence_name, "length_rows": tables.length_rows(summary),
+        "prediction": summary.prediction if summary.prediction is not None and summary.prediction.levels else None,
+        "prediction_header": HTML_HEADER, "prediction_rows": html_rows(summary.prediction) if summary.prediction else [],
+        "prediction_scope": " ".join(x for x in (scope_line(summary.prediction), offline_line(summary.prediction),
+                                                 unpredicted_line(summary.prediction)) if x)
+        if summary.prediction else "",
+        "prediction_findings": departure_sentences(summary.prediction) if summary.prediction else [],
+        "prediction_caption": band_caption(),
         "levels_json": [[name, round(a, 3), round(b, 3)] for name, a, b in axis.levels],
     }
     return environment().get_template("report").render(**ctx)

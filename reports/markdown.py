@@ -15,6 +15,8 @@ from reports.answer import AnswerItem, build_answer
 from reports.capacity_table import CAPACITY_HEADER, CAPACITY_NOTE, capacity_rows
 from reports.compare_answer import compare_answer
 from reports.definitions import DEFINITIONS, OTHER_TOOLS, OTHER_TOOLS_HEADER
+from reports.prediction_table import HTML_HEADER, html_rows
+from reports.prediction_words import band_caption, departure_sentences, offline_line, scope_line, unpredicted_line
 from reports.terminal import fmt_ci, fmt_delta, fmt_value, verdict_words
 
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]|#])")
@@ -51,7 +53,9 @@ def render_report_md(s: RunSummary, diagnosis: dict | None = None) -> str:
     out += ["## Answer", ""] + md_answer(build_answer(s, diagnosis))
     findings = [f for f in s.finding_groups if f.severity != "benign"]
     benign = [f for f in s.finding_groups if f.severity == "benign"]
-    out += ["## Findings", ""] + [f"- **{f.severity}** {md(f.text)}" for f in findings] + (["- none"] if not findings else [])
+    predicted = departure_sentences(s.prediction) if s.prediction is not None else []
+    out += ["## Findings", ""] + [f"- **{f.severity}** {md(f.text)}" for f in findings]
+    out += [f"- **prediction** {md(t)}" for t in predicted] + (["- none"] if not findings and not predicted else [])
     if benign:
         out += ["", f"<details><summary>{len(benign)} expected difference(s), explained</summary>", ""]
         out += [f"**{md(f.text)}** {md(f.detail)}\n" for f in benign] + ["</details>"]
@@ -66,6 +70,10 @@ def render_report_md(s: RunSummary, diagnosis: dict | None = None) -> str:
         out += ["", "### Replicas (which one served each request)", ""] + md_table(tables.REPLICA_HEADER,
                                                                                 tables.replica_rows(s))
     out += ["\\* P99 from fewer than 100 samples (unreliable). Figures: see report.html.", ""]
+    if s.prediction is not None and s.prediction.levels:
+        said = [scope_line(s.prediction), offline_line(s.prediction), unpredicted_line(s.prediction)]
+        out += ["## Predicted vs measured", "", md(" ".join(x for x in said if x)), ""]
+        out += md_table(HTML_HEADER, html_rows(s.prediction)) + [md(band_caption()), ""]
     out += ["## Scaling", ""] + md_table(tables.SCALING_HEADER, tables.scaling_rows(s))
     errors = tables.error_rows(s)
     out += ["## Errors", ""] + (md_table(["level", "kind", "count", "rate", "first error text"], errors)

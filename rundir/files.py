@@ -21,4 +21,5 @@ COMPARE_MD = "compare.md"
 RUNS_HTML = "runs.html"                        # `llmbench report --runs` output folder: several runs' curves
 STACKS_SPEEDSCOPE = "stacks.speedscope.json"   # inside PROBES_DIR: `py-spy record` output
 CAPTURE_PCAP = "capture.pcap"                  # inside PROBES_DIR: the packet capture
+PREDICTION_JSON = "prediction.json"            # a profile's prediction of each level (--profile)
 CAPACITY_JSON = "capacity.json"                # `llmbench capacity`: the search, its probes and the answer

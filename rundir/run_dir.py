@@ -15,6 +15,7 @@ from typing import Any, Iterator
 from rundir import files
 from rundir.atomic import atomic_write
 from rundir.errors import RunDirError
+from rundir.prediction import PredictionRecord
 from rundir.records import RequestRecord
 from rundir.run_info import RunInfo
 
@@ -55,6 +56,10 @@ class RunDir:
     @property
     def diagnosis_p99_json(self) -> Path:
         return self.path / files.DIAGNOSIS_P99_JSON
+
+    @property
+    def prediction_json(self) -> Path:
+        return self.path / files.PREDICTION_JSON
 
     @property
     def probes_dir(self) -> Path:
@@ -115,6 +120,9 @@ class RunDir:
         cannot hold (a path, an enum) are written as their text."""
         atomic_write(path, json.dumps(obj, indent=1, default=_json_or_text))
 
+    def write_prediction(self, record: PredictionRecord) -> None:
+        atomic_write(self.prediction_json, json.dumps(record.to_dict(), indent=1))
+
     # ----- reading -------------------------------------------------------------------------
     def exists(self) -> bool:
         return self.run_json.is_file()
@@ -150,6 +158,16 @@ class RunDir:
         if not isinstance(data, dict) or not isinstance(data.get("levels", []), list):
             return None
         return data
+
+    def read_prediction(self) -> PredictionRecord | None:
+        """prediction.json, or None when there is none or it does not read (a record of another shape
+        is no prediction, never a wrong one)."""
+        if not self.prediction_json.exists():
+            return None
+        try:
+            return PredictionRecord.from_dict(json.loads(self.prediction_json.read_text(encoding="utf-8")))
+        except (OSError, ValueError, TypeError):
+            return None
 
 
 def json_default(obj: Any) -> Any:

@@ -249,6 +249,6 @@ def calibrate(grid: CalibrationGrid, comm_rows: list[dict] | None = None, name: 
     return MachineProfile(
         name=name, source="measured", dtype_bytes=4, roofline=provisional.roofline, step_overhead=overhead,
         collective=collective, matmul=table, attention_decode=decode, attention_prefill=prefill,
-        elementwise=elementwise, assumptions=assumptions,
+        elementwise=elementwise, assumptions=assumptions, host=platform.node(),
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         measured_points={"attention": att_points, "elementwise": el_points, "step_overhead": ov_points})

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -123,6 +124,12 @@ class MatmulTable:
         return t * scale if scale > 1 else t
 
 
+def _measured_on(assumptions: list[str]) -> str:
+    """The host a profile written before `host` existed names in its first assumption ("measured on X (...")."""
+    m = re.match(r"measured on (\S+) \(", assumptions[0]) if assumptions else None
+    return m.group(1) if m else ""
+
+
 def _bilinear(xs: list[int], ys: list[int], zs: list[list[float]], x: float, y: float) -> float:
     """log(z) interpolated in (log x, log y)."""
     def bracket(axis: list[int], v: float) -> tuple[int, float]:
@@ -171,6 +178,7 @@ class MachineProfile:
     compute_scale: float = 1.0                    # multiplies every operator's time (fitted to a run)
     assumptions: list[str] = field(default_factory=list)
     created: str = ""
+    host: str = ""                                # the machine a measured profile measured (platform.node()); "" unknown
     measured_points: dict = field(default_factory=dict)     # what a calibration measured, for the record
     schema_version: int = PROFILE_SCHEMA
 
@@ -202,7 +210,9 @@ class MachineProfile:
                        request_overhead_s=d.get("request_overhead_s", 0.0),
                        request_overhead_per_running_s=d.get("request_overhead_per_running_s", 0.0),
                        compute_scale=d.get("compute_scale", 1.0), assumptions=list(d.get("assumptions", [])),
-                       created=d.get("created", ""), measured_points=d.get("measured_points", {}),
+                       created=d.get("created", ""),
+                       host=d.get("host") or _measured_on(d.get("assumptions", [])),
+                       measured_points=d.get("measured_points", {}),
                        attention_decode=linear("attention_decode"), attention_prefill=linear("attention_prefill"),
                        elementwise=linear("elementwise"))
         except (KeyError, TypeError) as exc:

@@ -9,6 +9,7 @@ import typer
 
 from analyzers.stats.distribution import MIN_SAMPLES_FOR_P99
 from llmbench.cli_common import make_console
+from llmbench.options import profile as profile_options
 from llmbench.options import target as target_options
 from llmbench.options import workload as workload_flags
 from llmbench.options.parse import seconds_text
@@ -101,6 +102,7 @@ def sweep(
     server_pid: Optional[int] = typer.Option(None, help="PID of a local --target server, for the host and stacks "
                                              "probes (default: the process listening on a local target's port; "
                                              "the embedded engine's is known)."),
+    profile: Optional[str] = profile_options.PROFILE,
 ) -> None:
     """Sweep load levels against a server and write a run directory with per-request records and a summary."""
     from llmbench.sweep.setup import SweepArgs, execute_sweep, prepare_run

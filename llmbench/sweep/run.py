@@ -23,6 +23,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from analyzers.stats.latency import LevelStats
 from analyzers.summary import RunSummary, summary_of_levels
 from analyzers.validity import mark_cut_short
+from llmbench.prediction import predict_at_end
 from llmbench.sweep.level import MeasuredLevel, measure_level
 from llmbench.sweep.spec import SweepSpec
 from loadgen.specs import LevelSpec, TargetSpec
@@ -30,6 +31,7 @@ from loadgen.trace_workload import trace_replay
 from reports.answer import build_answer
 from reports.grid import print_grid
 from reports.level_sizing import sizing_line
+from reports.prediction_table import print_prediction
 from reports.terminal import print_answer, run_summary_table
 from reports.trace_words import trace_words
 from reports.write import read_diagnosis
@@ -146,15 +148,18 @@ def _carry_on(m: MeasuredLevel, state: _SweepState, info: RunInfo, target_alive:
 
 
 def _finish(run: RunDir, info: RunInfo, plan: LevelPlan, state: _SweepState, slos: SloSpec,
-            console: Console) -> list[LevelStats]:
+            console: Console, profile: str | None = None) -> list[LevelStats]:
     """Write the final run.json, summary and reports, and show them; returns the levels in plan order."""
     info.status = state.status
     info.finished = time.time()
     plan.note(info)
     run.write_info(info)
     ordered = _write_summary(run, info, plan.issued(), state.stats, slos)
+    if profile is not None:             # --profile: every level predicted, for the report to hold against it
+        predict_at_end(run, profile, console)
     summary = _write_reports(run, console) or summary_of_levels(info, slos, ordered)
     print_grid(console, run_summary_table(summary, title=f"run {info.run_id} ({info.status})"))
+    print_prediction(console, summary.prediction)
     if isinstance(plan, FixedPlan):     # a search's caller states its own answer (llmbench capacity)
         print_answer(console, build_answer(summary, read_diagnosis(run)))      # the answer first, as the report
     return ordered
@@ -162,10 +167,12 @@ def _finish(run: RunDir, info: RunInfo, plan: LevelPlan, state: _SweepState, slo
 
 def run_sweep(spec: SweepSpec, run: RunDir, target: TargetSpec, console: Console,
               target_alive: Callable[[], bool] = lambda: True, slos: SloSpec | None = None,
-              master_bind: str | None = None, probes=None, plan: LevelPlan | None = None) -> list[LevelStats]:
+              master_bind: str | None = None, probes=None, plan: LevelPlan | None = None,
+              profile: str | None = None) -> list[LevelStats]:
     """Run the levels not yet done in `run` (all of them for a new run). Returns every level's stats.
     `probes` (a probes.runner.ProbeSet) samples from before the first level to after the last.
-    `plan` chooses the levels (default: the spec's grid, FixedPlan)."""
+    `plan` chooses the levels (default: the spec's grid, FixedPlan). `profile`: a machine profile
+    each level is also predicted from at the end (prediction.json, llmbench/prediction.py)."""
     info = run.read_info()
     slos = slos or info.slos
     plan = plan or FixedPlan(spec.levels(), info.levels_done)
@@ -202,7 +209,7 @@ def run_sweep(spec: SweepSpec, run: RunDir, target: TargetSpec, console: Console
     finally:
         if probes is not None:
             info.probes.update(probes.outcome(probes.stop()))
-    ordered = _finish(run, info, plan, state, slos, console)
+    ordered = _finish(run, info, plan, state, slos, console, profile)
     state.raise_if_stopped(f"`{plan.resume_command} {run.path}`")
     return ordered
 

@@ -17,6 +17,7 @@ from rich.console import Console
 from llmbench.cli_common import terminate_as_interrupt
 from llmbench.options.parse import parse_duration, parse_list
 from llmbench.options.target import target_urls
+from llmbench.prediction import check_profile_option
 from refengine.server.dp_policy import REPLICA_HEADER as FRONT_REPLICA_HEADER
 from rundir import RunDir, RunInfo, SloSpec, TargetInfo
 from rundir.run_info import (
@@ -80,6 +81,7 @@ class SweepArgs:
     turns: int = 4                      # --workload sessions: turns per conversation
     max_duration: Optional[str] = None  # bound of a sized warm-up and window (default DEFAULT_MAX_DURATION_S)
     replicas: int = 1                   # engine replicas behind --target (per-replica throughput)
+    profile: Optional[str] = None       # a machine profile: each level also predicted (llmbench/prediction.py)
 
 
 def workload_options(kind: str, dataset: Path | None, spread: float, target: str | None, model: str | None,
@@ -243,6 +245,7 @@ def prepare_run(a: SweepArgs, console: Console) -> tuple[RunDir, RunInfo, list[s
         raise typer.BadParameter(str(exc), param_hint="--probes") from None
     if a.probe_interval <= 0:
         raise typer.BadParameter("must be > 0 seconds", param_hint="--probe-interval")
+    check_profile_option(a.profile)
     run, info = _resumed_run(a.resume, console) if a.resume is not None else _new_run(a, console)
     return run, info, probe_names
 
@@ -295,7 +298,7 @@ def _serve_and_sweep(run: RunDir, info: RunInfo, a: SweepArgs, probe_names: list
                                     a.probe_interval,
                                     log=lambda m: console.print(m, style="yellow", highlight=False, markup=False))
         run_sweep(spec_of(info), run, tspec, console, target_alive=alive, slos=info.slos, master_bind=a.master_bind,
-                  probes=probe_set, plan=plan_factory(run, info) if plan_factory else None)
+                  probes=probe_set, plan=plan_factory(run, info) if plan_factory else None, profile=a.profile)
     finally:
         if server is not None:
             server.stop()

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from rundir import LevelMeta, RunInfo, SloSpec, SweepInfo, TargetInfo, TraceReplay
 from rundir.capacity import CapacityAnswer, CapacityProbe, CapacityRecord, CapacitySearch, LoadVerdict
+from rundir.prediction import PROFILE_SCOPES, PredictedLevel, PredictionRecord, ProfileRef
 from rundir.text_calibration import LengthCheck, TextCalibration, UniformPool
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "run-format.md"
@@ -113,3 +114,33 @@ def test_every_request_record_field_and_error_kind_is_in_the_doc():
     assert not [f.name for f in dataclasses.fields(RequestRecord) if f.name not in rows], sorted(rows)
     assert not [k for k in ERROR_KINDS if f"`{k}`" not in rows["error_kind"]]
     assert not [s for s in OUTPUT_TOKEN_SOURCES if f"`{s}`" not in rows["output_tokens_source"]]
+
+
+PREDICTION_RECORDS = [PredictionRecord, ProfileRef, PredictedLevel]
+
+
+def test_every_field_of_the_prediction_record_is_named_in_its_section():
+    text = DOC.read_text(encoding="utf-8")
+    section = text.split("## prediction.json (`PredictionRecord`)", 1)[1].split("\n## ", 1)[0]
+    for cls in PREDICTION_RECORDS:
+        missing = [f for f in _fields(cls) if f'"{f}"' not in section]
+        assert not missing and cls.__name__ in section, f"the prediction section does not name {cls.__name__}'s {missing}"
+    assert all(f"`{s}`" in section for s in PROFILE_SCOPES)
+
+
+def test_the_prediction_record_round_trips_and_keeps_unknown_keys(tmp_path):
+    from rundir import RunDir
+
+    d = {"profile": {"name": "laptop", "source": "measured", "host": "box", "later": 1}, "scope": "this_machine",
+         "levels": [{"level_id": "c1", "ttft_p50_s": 0.01, "ttft_p99_s": 0.02, "tpot_p50_s": 0.003,
+                     "tpot_p95_s": 0.004, "output_tok_s": 300.0, "new_column": "x"}], "from_a_newer_tool": True}
+    record = PredictionRecord.from_dict(d)
+    assert record.profile.extra == {"later": 1} and record.levels[0].extra == {"new_column": "x"}
+    assert record.level("c1").metrics()["output_tok_s"] == 300.0 and record.level("c4") is None
+    run = RunDir(tmp_path)
+    assert run.read_prediction() is None
+    run.write_prediction(record)
+    again = run.read_prediction()
+    assert again == record and again.to_dict()["from_a_newer_tool"] is True
+    run.prediction_json.write_text('{"profile": {"name": "x", "source": "guessed"}, "scope": "this_machine"}')
+    assert run.read_prediction() is None            # another shape: no prediction, never a wrong one

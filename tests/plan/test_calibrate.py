@@ -1,6 +1,7 @@
 """`llmdiag calibrate` measures this machine into a profile `llmdiag plan` reads back."""
 
 import json
+import platform
 
 import pytest
 from typer.testing import CliRunner
@@ -26,6 +27,9 @@ def test_quick_calibration_writes_a_valid_profile(tmp_path):
     assert profile.attention_decode and profile.attention_prefill and profile.elementwise
     assert set(profile.measured_points) == {"attention", "elementwise", "step_overhead"}
     assert any("not measured (--no-comm)" in a for a in profile.assumptions)
+    assert profile.host == platform.node()          # whose machine: `--profile` tells this one from another
+    older = {k: v for k, v in data.items() if k != "host"}     # written before the field existed
+    assert MachineProfile.from_dict(older).host == platform.node()
 
 
 def test_monotone_lowers_a_disturbed_small_shape_to_the_larger_ones_time():

@@ -1,0 +1,101 @@
+"""A prediction held against the measurement, in words (analyzers/plan/departures.py computes it):
+whose machine the profile describes, said once, and each departure beyond the model's band as a finding."""
+
+from __future__ import annotations
+
+from analyzers.plan.departures import DEPARTURE_BAND, Departure, PredictionCheck
+
+METRIC_NAMES = {"ttft_p50_s": "TTFT P50", "ttft_p99_s": "TTFT P99", "tpot_p50_s": "TPOT P50",
+                "tpot_p95_s": "TPOT P95", "output_tok_s": "output tok/s"}
+
+
+def value_text(metric: str, v: float | None) -> str:
+    """Latencies in ms, throughput in tokens/s."""
+    if v is None:
+        return "—"
+    return f"{v:,.1f}" if metric == "output_tok_s" else f"{v * 1000:,.1f}"
+
+
+def unit(metric: str) -> str:
+    return " tok/s" if metric == "output_tok_s" else " ms"
+
+
+def departure_text(d: float | None) -> str:
+    return "—" if d is None else f"{d:+.0%}"
+
+
+def load_words(concurrency: int | None, request_rate: float | None) -> str:
+    if concurrency is not None:
+        return f"concurrency {concurrency}"
+    return f"{request_rate:g} req/s" if request_rate is not None else "this load"
+
+
+def _whose(check: PredictionCheck) -> str:
+    return "this machine's profile" if check.scope == "this_machine" else f'the profile "{check.profile_name}"'
+
+
+def scope_line(check: PredictionCheck) -> str:
+    """Whose machine the profile describes (said once, above the comparison)."""
+    what = f'"{check.profile_name}" ({check.profile_source}' + (f", from {check.profile_host})"
+                                                                 if check.profile_host else ")")
+    if check.scope == "this_machine":
+        line = f"Predicted from the profile {what}: this machine, which ran the embedded engine."
+        if check.fitted_here:
+            line += " The profile was fitted to this very run: agreement here is the fit's, not a prediction's."
+        return line
+    if check.scope == "other_machine":
+        why = "a published GPU's datasheet" if check.profile_source == "published" else (
+            f"measured on {check.profile_host}, not here" if check.profile_host else "it does not say where it was measured")
+        return (f"The profile {what} is not this machine's ({why}), and the embedded engine ran here: the predicted "
+                "column is what that machine would do, not a check of this run, so no departure is a finding.")
+    return (f"The target is external: the profile {what} is an assumption about the hardware serving it (nothing in "
+            "the run says which), so a departure says that assumption is wrong as much as that something outside "
+            "the model slows the target.")
+
+
+def band_caption() -> str:
+    bands = " and ".join(f"{METRIC_NAMES[k]} ±{v:.0%}" for k, v in DEPARTURE_BAND.items())
+    return ("Predicted / measured, departure = measured ÷ predicted − 1 (TPOT above, or tok/s below, the prediction "
+            f"is slower). A finding needs {bands} (the model's held-out error is about 12% on both, "
+            "bench/RESULTS.md); TTFT (held-out errors to −81%: the simulated queue starts early) and TPOT P95 (a "
+            "tail; the simulation has no noise) are shown, never a finding.")
+
+
+def departure_sentence(d: Departure, check: PredictionCheck) -> str:
+    """'TPOT P50 40% above what this machine's profile predicts at 32 running (46.0 ms measured, 33.0 ms
+    predicted; band ±50%): something outside the model slows it.'"""
+    name = METRIC_NAMES[d.metric]
+    way = "above" if d.departure > 0 else "below"
+    u = unit(d.metric)
+    text = (f"{name} {abs(d.departure):.0%} {way} what {_whose(check)} predicts at {load_words(d.concurrency, d.request_rate)} "
+            f"({d.level_id}: {value_text(d.metric, d.measured)}{u} measured, {value_text(d.metric, d.predicted)}{u} "
+            f"predicted; band ±{d.band:.0%})")
+    if d.slower:
+        text += ": something outside the model slows it"
+        text += "." if check.scope == "this_machine" else " (or the profile is not of the hardware that served it)."
+    else:
+        text += ": faster than the model allows; the profile overstates what this machine's operators cost."
+    if d.invalid:
+        text += " The level itself is no valid measurement (its note says why): the cause may be the client's."
+    return text
+
+
+def departure_sentences(check: PredictionCheck) -> list[str]:
+    return [departure_sentence(d, check) for d in check.departures]
+
+
+def offline_line(check: PredictionCheck) -> str | None:
+    """A calibrated-only profile that predicts this machine too fast: the likely cause, said once."""
+    if check.profile_source != "measured" or check.scope != "this_machine" \
+            or not any(d.slower for d in check.departures):
+        return None
+    return ("The profile was calibrated offline (`llmdiag calibrate` without --serve): it does not see what the "
+            "HTTP server adds to every step and request (docs/planning.md), a known part of such a departure; "
+            "`llmdiag calibrate --serve`, or a profile fitted to a run (`llmdiag plan --predict-sweep RUN --fit ...`), "
+            "learns it.")
+
+
+def unpredicted_line(check: PredictionCheck) -> str | None:
+    if not check.not_predicted:
+        return None
+    return f"Not predicted (the prediction has no such level): {', '.join(check.not_predicted)}."
