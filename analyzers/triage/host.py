@@ -26,6 +26,7 @@ COMPUTE_BOUND = 0.75         # the server itself on this share of the cores: sat
 # their runnable time (schedstat; alone beside its load generator on 2 cores they wait ~10-15%).
 # That gates a neighbour held throughout a level, and busy CPU nobody in /proc claims.
 SERVER_FELT_WAIT = 0.3
+FELT_NEIGHBOUR_CORES = 0.25  # other processes above their background by this much, while the server waited
 PSI_FELT = 0.5               # ... or, for runs without schedstat, some task waited this share of the time
 TOP_NAMED = 5
 __all__ = ["check_cpu", "check_gpu_throttle", "read_top_others"]
@@ -155,8 +156,18 @@ def _neighbour_by_exposure(host: SampleSplit, others: np.ndarray, tails: TailWin
     """Other processes as a condition in time: the probe intervals where they held clearly more than
     their steady background (a shared host's compilers and tests are the body's too)."""
     o = np.nan_to_num(others)
-    level = max(NEIGHBOUR_CORES, float(np.median(o)) + NEIGHBOUR_EXTRA)
-    held = o >= level
+    if host.has("server_cpu_wait_share"):
+        # Where the server's own waits were read, a smaller neighbour counts when the server felt it:
+        # half a core taken from a server pinned to one core is the server's loss however small a
+        # share of the host it is (the differential below still has to separate tail from body).
+        # The background is the quietest quarter of the run: a neighbour there half the time would
+        # lift a median to itself.
+        felt = np.nan_to_num(host.values("server_cpu_wait_share")) >= SERVER_FELT_WAIT
+        level = max(FELT_NEIGHBOUR_CORES, float(np.percentile(o, 25)) + FELT_NEIGHBOUR_CORES)
+        held = (o >= level) & felt
+    else:
+        level = max(NEIGHBOUR_CORES, float(np.median(o)) + NEIGHBOUR_EXTRA)
+        held = o >= level
     found = differential_in_time(table, tails.metric, held_windows(host.start, host.end, held))
     if found is None or not found.diff.separates:
         return None

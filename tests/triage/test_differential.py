@@ -57,6 +57,35 @@ def test_a_neighbour_for_7_seconds_of_a_level_is_named_with_its_counterfactual(t
     assert f.evidence["percentile_without_s"] < f.evidence["percentile_with_s"]
 
 
+def _half_core_neighbour(tmp_path, server_wait: float):
+    """A server pinned to one core, and for two 3 s stretches (half the level) processes on that core
+    holding half of it: less than half a core of a 2-core host, the server's own loss (vLLM's case)."""
+    recs = base_records(n=480, concurrency=4, seed=5)
+    t0 = recs[0].t_sent
+    stretches = [(t0 + 3.0, t0 + 6.0), (t0 + 8.0, t0 + 11.0)]
+    for r in recs:
+        if any(a <= r.t_sent <= b for a, b in stretches):
+            delay(r, 0.1 + 0.05 * ((r.t_sent * 1000) % 7) / 7)
+    probes = clean_probes(t0 - 1, max(r.t_done for r in recs) + 1, ncpu=2)
+    for row in probes["host"]:
+        row.update(server_cpu_cores=1.0, cpu_pct=55.0, others_cpu_cores=0.01, server_cpu_wait_share=0.28)
+        if any(a < row["t"] <= b + 1.0 for a, b in stretches):
+            row.update(server_cpu_cores=0.52, others_cpu_cores=0.48, server_cpu_wait_share=server_wait,
+                       top_others=[{"pid": 900 + k, "comm": "burn", "cpu_cores": 0.06} for k in range(8)])
+    return write_run(tmp_path / "r", recs, probes, url="http://127.0.0.1:8000")
+
+
+def test_half_a_core_taken_from_a_server_that_waited_for_it_is_a_neighbour(tmp_path):
+    diag = diagnose_p99(_half_core_neighbour(tmp_path, server_wait=0.6))
+    assert diag.findings and diag.findings[0].check_id == "p99.host.cpu", diag.headline
+    assert diag.findings[0].kind == "differential"
+
+
+def test_half_a_core_beside_a_server_that_never_waited_is_not(tmp_path):
+    diag = diagnose_p99(_half_core_neighbour(tmp_path, server_wait=0.1))
+    assert not any(f.check_id == "p99.host.cpu" for f in diag.findings), diag.headline
+
+
 def test_a_neighbour_for_the_whole_level_is_not_a_difference_between_requests(tmp_path):
     """Held the whole time, it is no condition one request lived through and another did not:
     nothing separates the tail (the standing-tail analysis is what judges a level slow throughout)."""
