@@ -80,7 +80,8 @@ def _differential(ev: dict, metric: str) -> list[str]:
     tail, exposed, body = _num(ev, "tail_requests"), _num(ev, "tail_exposed"), _num(ev, "body_exposed")
     if tail is None or exposed is None or body is None:
         return []
-    out = [f"{round(exposed * tail)} of the {tail:.0f} slowest requests lived through it, against {body:.0%} "
+    lived = "were long prompts" if "long_prompt_share" in ev else "lived through it"     # a property, not a time
+    out = [f"{round(exposed * tail)} of the {tail:.0f} slowest requests {lived}, against {body:.0%} "
            "of the other requests"]
     with_s, without_s = _num(ev, "percentile_with_s"), _num(ev, "percentile_without_s")
     q, level = _num(ev, "counterfactual_quantile"), ev.get("counterfactual_level")

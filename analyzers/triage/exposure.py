@@ -72,12 +72,12 @@ class Differential:
                     counterfactual_level=self.level_id, counterfactual_quantile=self.quantile,
                     percentile_with_s=self.with_s, percentile_without_s=self.without_s)
 
-    def words(self, metric: str, condition: str) -> str:
+    def words(self, metric: str, condition: str, lived: str = "lived through it") -> str:
         """'9 of the 11 slowest TTFTs (over each level's P90) lived through it, 93% of their latency above
         the median, vs 4% of the other requests; without <condition>, c4's TTFT P99 would be 35 ms
         instead of 64 ms'."""
         n = round(self.tail_exposed * self.n_tail)
-        out = (f"{n} of the {self.n_tail} slowest {metric.upper()}s (over each level's P90) lived through it, "
+        out = (f"{n} of the {self.n_tail} slowest {metric.upper()}s (over each level's P90) {lived}, "
                f"{self.excess_exposed:.0%} of their latency above the median, vs {self.body_exposed:.0%} of the "
                "other requests")
         if self.with_s is not None and self.without_s is not None:

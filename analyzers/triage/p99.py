@@ -28,6 +28,7 @@ from analyzers.triage.evidence import split_samples
 from analyzers.triage.failures import check_failures, is_consequence_of_load
 from analyzers.triage.host import check_cpu, check_gpu_throttle, read_top_others
 from analyzers.triage.levels import LevelLoad, level_loads
+from analyzers.triage.long_prompts import check_long_prompts
 from analyzers.triage.network import (
     check_collectives,
     check_irq_affinity,
@@ -120,7 +121,7 @@ def diagnose_p99(run: RunDir, metric: str = "ttft") -> P99Diagnosis:
         check_failures(table, metric),
         check_retransmits(p["tcp"], tails, locality, level_windows(table, metric), table), check_irq_affinity(p["irq"], p["host"], tails, locality),
         check_link_saturation(), check_collectives(),
-        check_hol_blocking(table, ttft), check_preemptions(p["server"], tails, server_absent, table),
+        check_hol_blocking(table, ttft), check_long_prompts(table, tails), check_preemptions(p["server"], tails, server_absent, table),
         check_queueing(p["server"], tails, server_absent), check_batch_size(p["server"], tails, server_absent),
         *check_standing(metric, levels, phases, limits, locality is not None),
         check_cpu(p["host"], tails, top_others, table), check_gpu_throttle(p["gpu"], tails),

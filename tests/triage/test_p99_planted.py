@@ -127,11 +127,28 @@ def test_the_servers_own_cpu_is_not_a_neighbour(tmp_path):
     assert any("compute-bound engine (saturation), not a neighbour" in n for n in diag.notes), diag.notes
 
 
-def test_head_of_line_blocking_is_ranked_first(tmp_path):
+def test_head_of_line_blocking_is_named_beside_the_long_prompts_own_prefill(tmp_path):
+    """One request in ten is a 4,096-token prompt whose own prefill takes 0.5 s, and the short ones
+    waiting behind it are held up too: the long prompts are the top of the tail (the P99 is theirs),
+    the blocked short ones the rest; both named, nothing else."""
     recs = base_records(long_every=10)
     plant_head_of_line(recs)
     diag = diagnose_p99(write_run(tmp_path / "r", recs, _probes(recs)))
-    assert [f.check_id for f in diag.findings] == ["p99.sched.long-prefill"]
+    assert [f.check_id for f in diag.findings] == ["p99.sched.long-prompts", "p99.sched.long-prefill"], diag.headline
+    assert "were long prompts" in diag.findings[0].title and "prompts of ~4096 tokens" in diag.findings[0].title
+
+
+def test_long_prompts_slow_only_by_their_own_prefill_are_not_head_of_line_blocking(tmp_path):
+    recs = base_records(long_every=10)                       # nobody waits behind them
+    diag = diagnose_p99(write_run(tmp_path / "r", recs, _probes(recs)))
+    assert [f.check_id for f in diag.findings] == ["p99.sched.long-prompts"], diag.headline
+    assert diag.findings[0].next_step.startswith("a long prompt's TTFT is its own prefill")
+
+
+def test_a_tpot_tail_is_never_the_long_prompts_own_prefill(tmp_path):
+    recs = base_records(long_every=10)
+    diag = diagnose_p99(write_run(tmp_path / "r", recs, _probes(recs)), metric="tpot")
+    assert not any(f.check_id == "p99.sched.long-prompts" for f in diag.findings + diag.context)
 
 
 def test_preemption_burst_and_playbook_marks(tmp_path):
