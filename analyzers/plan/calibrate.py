@@ -82,7 +82,9 @@ def measure_matmul(grid: CalibrationGrid) -> MatmulTable:
             layers = [ColumnParallelLinear(s, s, params_dtype=torch.float32)
                       for _ in range(max(1, min(MAX_WEIGHTS, WEIGHTS_WORKING_SET // (s * s * 4))))]
             for layer in layers:           # real values: uninitialized memory may hold slow denormals
-                layer.weight.normal_(0, 0.02)  # type: ignore[operator]
+                weight = layer.weight          # registered by the layer's quant method: nn.Module's getattr
+                assert isinstance(weight, torch.Tensor)
+                weight.normal_(0, 0.02)
             for i, m in enumerate(grid.ms):
                 x = torch.randn(m, s)
                 for layer in layers:       # the first call packs the weight (refengine's CPU linear)
