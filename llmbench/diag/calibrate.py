@@ -53,9 +53,11 @@ def calibrate(
             profile = _fit_to_served(out, quick)
             profile.save(out)
     ov = profile.step_overhead
+    # Without the comm probe the collective is a placeholder (free): say so, never print it as a figure.
+    comm = ("all-reduce not measured (--no-comm: free in predictions, wrong under TP/PP > 1)" if no_comm else
+            f"all-reduce {profile.collective.bus_bw_bytes_s / 1e9:.2f} GB/s bus bandwidth")
     console.print(f"wrote {out}: step overhead {ov.fixed_s * 1e3:.2f} ms + {ov.per_unit_s * 1e6:.0f} us/request, "
-                  f"best matmul {profile.roofline.peak_flops / 1e9:.0f} GFLOP/s, all-reduce "
-                  f"{profile.collective.bus_bw_bytes_s / 1e9:.2f} GB/s bus bandwidth")
+                  f"best matmul {profile.roofline.peak_flops / 1e9:.0f} GFLOP/s, {comm}")
 
 
 def _fit_to_served(profile_path: Path, quick: bool):
