@@ -1,5 +1,5 @@
-"""Does `llmbench capacity` find a capacity we know? Against the slot server (tests/capacity/
-slot_server.py: S slots, a request holds one for T = prefill + (out - 1) * itl), the capacity is S
+"""Does `llmbench capacity` find a capacity we know? Against the slot server (tests/slot_server.py:
+S slots, a request holds one for T = prefill + (out - 1) * itl), the capacity is S
 users by concurrency and S / T req/s by rate (regular arrivals, or a trace of regular arrivals
 replayed faster or slower). Each case runs the real CLI and records the answer beside the known
 value: the point found, its error, whether the answer is established at 95% or a point estimate,
@@ -70,7 +70,7 @@ def _cases(tmp: Path) -> list[Case]:
 
 
 def _start_server() -> tuple[subprocess.Popen, str]:
-    return start_script_server(ROOT / "tests/capacity/slot_server.py", "--slots", str(SLOTS), "--prefill-ms",
+    return start_script_server(ROOT / "tests/slot_server.py", "--slots", str(SLOTS), "--prefill-ms",
                                str(PREFILL_MS), "--itl-ms", str(ITL_MS), name="the slot server")
 
 

@@ -4,6 +4,7 @@ import os
 import signal
 
 import pytest
+from slot_server_proc import slot_server  # noqa: F401  (the fixture, for every folder)
 
 # Generated tiny models go to a per-session cache so tests never touch the user's ~/.cache.
 os.environ.setdefault("LLMBENCH_CACHE", os.path.join(os.path.dirname(__file__), "..", ".cache", "llmbench"))

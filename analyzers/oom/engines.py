@@ -1,5 +1,5 @@
 """OOM and KV-cache wordings of the engines other than PyTorch's allocator, each with the cause it
-implies and the fixes, taken from real logs (tests/diagnosis/oom_logs/real/README.md names them):
+implies and the fixes, taken from real logs (tests/analyzers/oom/oom_logs/real/README.md names them):
 
 - SGLang start-up: "Not enough memory. Please try to increase --mem-fraction-static" (newer:
   "Not enough memory to allocate KV cache"): after the weights and the reserved share

@@ -8,6 +8,7 @@ import json
 
 import numpy as np
 import pytest
+from synth_run import T0, make_run, rec
 
 from analyzers.bursts import (
     BUFFERED_READ_S,
@@ -24,7 +25,6 @@ from analyzers.triage.requests import LAG_ID
 from analyzers.validity import INVALID_PREFIX
 from reports.answer import build_answer
 from rundir.table import RequestTable
-from tests.analyzers.synth_run import T0, make_run, rec
 
 STEP = 0.020          # the server's decode step in these records
 

@@ -12,7 +12,7 @@ SPEC = LevelSpec("c2-replica", concurrency=2, input_len=8, output_len=4, warmup_
 
 def test_the_named_response_header_is_recorded(delay_server):
     # Any response header can name the replica: uvicorn's own `server` header stands in for a
-    # router's here (the fleet's x-llmbench-replica is read end to end in tests/sweep/test_sweep_fleet.py).
+    # router's here (the fleet's x-llmbench-replica is read end to end in tests/llmbench/sweep/test_sweep_fleet.py).
     lr = run(SPEC, delay_server(ttft_ms=5, itl_ms=2).target(replica_header="Server"))
     answered = [r for r in lr.records if r.http_status is not None]
     assert answered and all(r.replica == "uvicorn" for r in answered)

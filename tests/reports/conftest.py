@@ -1,8 +1,6 @@
-"""The reports' tests build their run directories with the analyzers' synthetic-run helper and the
-triage's planted runs (a standing tail, for the terminal's widths)."""
+"""The terminal's widths are checked on the triage's standing-tail run (test_standing_tails.two_levels)."""
 
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "analyzers"))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "triage"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "analyzers" / "triage"))

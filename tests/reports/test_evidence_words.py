@@ -1,5 +1,5 @@
 """A P99 finding's evidence in three to five sentences with units (issue 27), from the evidence dicts
-the triage's checks really return (the planted runs of tests/triage)."""
+the triage's checks really return (the planted runs of tests/planted.py)."""
 
 from __future__ import annotations
 

@@ -93,7 +93,7 @@ def test_llmdiag_oom_reads_at_every_width(monkeypatch):
                             "--max-num-seqs", "1271"])
     assert "max_model_len=1,024" in outputs[100] or "1,024" in outputs[100]
     assert "max_num_seqs=1271" in outputs[100]
-    logs = Path(__file__).resolve().parent.parent / "diagnosis" / "oom_logs"
+    logs = Path(__file__).resolve().parent.parent / "analyzers" / "oom" / "oom_logs"
     for log in ("cuda_error.log", "vllm_max_len.log", "torch_new.log"):
         check_widths(monkeypatch, llmdiag_app, ["llmbench.diag.oom"], ["oom", "--log", str(logs / log)])
 

@@ -19,7 +19,7 @@ from loadgen.workloads import make_workload
 from reports.trace_words import trace_words
 from rundir import LevelMeta, RunInfo, TraceReplay
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 MOONCAKE = os.path.join(ROOT, "bench", "data", "sample_mooncake.jsonl")
 
 

@@ -20,7 +20,7 @@ from loadgen import LevelSpec, TargetSpec, level_workload_factory, run_level
 from rundir import RunDir
 from rundir.ports import free_port
 
-DELAY = Path(__file__).resolve().parents[1] / "loadgen" / "delay_server.py"
+DELAY = Path(__file__).resolve().parents[2] / "loadgen" / "delay_server.py"
 ENV = {**os.environ, "COLUMNS": "200"}
 
 

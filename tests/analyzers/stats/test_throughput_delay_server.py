@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "loadgen"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "loadgen"))
 
 from loadgen_harness import run, start_delay_server
 

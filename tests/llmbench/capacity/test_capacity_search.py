@@ -1,5 +1,5 @@
 """`llmbench capacity` finds the slot server's capacity exactly: by construction it is its slot
-count by concurrency, and slots / service time by rate (tests/capacity/slot_server.py)."""
+count by concurrency, and slots / service time by rate (tests/slot_server.py)."""
 
 from __future__ import annotations
 
@@ -70,7 +70,7 @@ def test_capacity_by_rate_is_slots_over_service_time(slot_server, tmp_path):
     assert answer["high"] >= known / 1.1 ** 2 and answer["low"] is None        # too few requests (see above)
     probes = json.loads(proc.stdout)["probes"]
     assert any(not p["met"] for p in probes)                 # the bracket found an upper end
-    # (a runaway level stopped early: tests/capacity/test_over_capacity.py)
+    # (a runaway level stopped early: tests/loadgen/test_over_capacity.py)
 
 
 @pytest.mark.slow   # ~60 s; .ci/run runs it (--runslow)

@@ -1,4 +1,4 @@
-"""The OOM explainer on real text that people pasted (tests/diagnosis/oom_logs/real/README.md
+"""The OOM explainer on real text that people pasted (tests/analyzers/oom/oom_logs/real/README.md
 names each source): every engine's wording with the cause it implies, read through process and
 container prefixes, ANSI colours, HTML escapes and terminal wraps."""
 

@@ -1,4 +1,5 @@
-"""Fixtures for the capacity tests: the slot server (capacity known by construction)."""
+"""The slot server (capacity known by construction) as a process, and its fixture: the root conftest.py
+hands `slot_server` to every folder (the load generator's, `llmbench capacity`'s)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""OOM log parsing on samples of each wording (tests/diagnosis/oom_logs/) and on garbage."""
+"""OOM log parsing on samples of each wording (tests/analyzers/oom/oom_logs/) and on garbage."""
 
 from pathlib import Path
 

@@ -6,7 +6,7 @@ from typer.testing import CliRunner
 
 from llmbench.diag_cli import app
 
-LOGS = Path(__file__).parent / "oom_logs"
+LOGS = Path(__file__).resolve().parents[2] / "analyzers" / "oom" / "oom_logs"
 runner = CliRunner()
 
 

@@ -13,7 +13,7 @@ SLO between prefill and prefill + T:
 Prompt tokens are counted as words + 1 (a BOS), usage is sent when stream_options asks for it;
 /v1/models lists `slot-model`; /health reports the most requests that were ever waiting.
 
-Run: python tests/capacity/slot_server.py --port P --slots 3 --prefill-ms 30 --itl-ms 25
+Run: python tests/slot_server.py --port P --slots 3 --prefill-ms 30 --itl-ms 25
 """
 
 from __future__ import annotations
