@@ -99,14 +99,9 @@ def design_effect(past_in_order: np.ndarray) -> float:
     """Variance over mean of the counts over the bound in consecutive blocks of requests (send order),
     at least 1: how much more the count varies than independent draws would make it (batch means).
     The blocks are cut twice, the second time shifted by half a block, and the larger ratio is kept:
-    a burst that straddles a block boundary is seen whole in one of the two."""
-    blocks = min(BLOCKS, past_in_order.size // 10)
-    if blocks < 2 or not past_in_order.any():
-        return 1.0
-    past = past_in_order.astype(float)
-    half = past.size // blocks // 2
-    shifted = past[half:past.size - (past.size // blocks - half)]
-    return max(1.0, _variance_ratio(past, blocks), _variance_ratio(shifted, blocks - 1))
+    a burst that straddles a block boundary is seen whole in one of the two. One level's case of
+    pooled_design_effect."""
+    return pooled_design_effect([past_in_order])
 
 
 def pooled_design_effect(levels_in_order: list[np.ndarray]) -> float:
@@ -132,14 +127,6 @@ def pooled_design_effect(levels_in_order: list[np.ndarray]) -> float:
             expected += (blocks - 1) * float(counts.mean())
         ratios.append(ss / expected if expected > 0 else 1.0)
     return max(1.0, *ratios)
-
-
-def _variance_ratio(past: np.ndarray, blocks: int) -> float:
-    if blocks < 2:
-        return 1.0
-    counts = np.array([b.sum() for b in np.array_split(past, blocks)])
-    mean = counts.mean()
-    return float(counts.var(ddof=1) / mean) if mean > 0 else 1.0
 
 
 def _binom_cdf(k: int, n: int, p: float) -> float:
