@@ -16,7 +16,7 @@ import numpy as np
 
 from analyzers.triage.contracts import CheckResult, Finding, failed, passed, unchecked
 from analyzers.triage.exposure import differential, exposed_windows
-from analyzers.triage.requests import LONG_PROMPT_FACTOR
+from analyzers.triage.requests import LONG_PROMPT_FACTOR, long_prompts
 from analyzers.triage.tail_windows import METRIC_SPANS, TailWindows
 from rundir.table import RequestTable
 
@@ -37,8 +37,7 @@ def check_long_prompts(table: RequestTable, tails: TailWindows) -> CheckResult:
     tokens = df["in_tokens"].to_numpy(float)
     if not measured.any() or not (tokens[measured] > 0).any():
         return unchecked(LONG_PROMPTS_ID, "scheduling", LONG_PROMPTS_TITLE, "no prompt token counts in the records")
-    median = float(np.median(tokens[measured]))
-    is_long = measured & (tokens >= LONG_PROMPT_FACTOR * median)
+    is_long, median = long_prompts(tokens, measured)
     if not is_long.any():
         return passed(LONG_PROMPTS_ID, "scheduling", LONG_PROMPTS_TITLE,
                       f"no long prompts: every prompt is under {LONG_PROMPT_FACTOR:g}x the median of {median:.0f} tokens")

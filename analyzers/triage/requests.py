@@ -49,15 +49,19 @@ def holds_a_point(starts: np.ndarray, ends: np.ndarray, points: np.ndarray) -> n
     return np.searchsorted(pts, ends, side="right") > np.searchsorted(pts, starts, side="left")
 
 
+def long_prompts(tokens: np.ndarray, among: np.ndarray) -> tuple[np.ndarray, float]:
+    """Which of the `among` rows are long prompts (>= LONG_PROMPT_FACTOR x their median), and that median."""
+    median = float(np.median(tokens[among]))
+    return among & (tokens >= LONG_PROMPT_FACTOR * median), median
+
+
 def check_hol_blocking(table: RequestTable, ttft: TailWindows) -> CheckResult:
     df = table.df
     ok = (df["status"] == "ok").to_numpy() & df["t_first_token"].notna().to_numpy()
     tokens = df["in_tokens"].to_numpy(float)
     if not ok.any() or not (tokens[ok] > 0).any():
         return unchecked(HOL_ID, "scheduling", HOL_TITLE, "no prompt token counts in the records")
-    median = float(np.median(tokens[ok]))
-    long_min = LONG_PROMPT_FACTOR * median
-    is_long = ok & (tokens >= long_min)
+    is_long, median = long_prompts(tokens, ok)
     if not is_long.any():
         return passed(HOL_ID, "scheduling", HOL_TITLE,
                       f"no long prompts: every prompt is under {LONG_PROMPT_FACTOR:g}x the median of "
