@@ -160,7 +160,14 @@ def main(argv: list[str] | None = None, prog: str = "refengine-serve") -> int:
 def serve_fleet(ns: argparse.Namespace, argv: list[str]) -> int:
     """--data-parallel-size N: N replica processes (the same argv each), the front on --port."""
     from refengine.server.dp_front import DataParallelFront
-    from refengine.server.dp_replicas import ReplicaSet, ReplicaStartError, gpu_slices, visible_gpus
+    from refengine.server.dp_replicas import (
+        ReplicaSet,
+        ReplicaStartError,
+        cpu_slices,
+        front_cores,
+        gpu_slices,
+        visible_gpus,
+    )
 
     try:
         if ns.data_parallel_size < 1:
@@ -174,7 +181,8 @@ def serve_fleet(ns: argparse.Namespace, argv: list[str]) -> int:
         if visible and gpus[0] is None:
             print(f"warning: {len(visible)} GPUs for {ns.data_parallel_size} replicas of {per_replica}: the "
                   "replicas share them", file=sys.stderr)
-        fleet = ReplicaSet(ns.data_parallel_size, argv, gpus)
+        cpus = cpu_slices(ns.data_parallel_size, front_cores())
+        fleet = ReplicaSet(ns.data_parallel_size, argv, gpus, cpus)
         fleet.start(ns.replica_startup_timeout_s)
     except ReplicaStartError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -184,8 +192,9 @@ def serve_fleet(ns: argparse.Namespace, argv: list[str]) -> int:
         return 2
     front = DataParallelFront(fleet.replicas, ns.lb_policy)
     ports = ", ".join(str(r.port) for r in fleet.replicas)
+    pinned = "" if cpus[0] is None else ", cores " + " | ".join(",".join(map(str, sorted(c or ()))) for c in cpus)
     print(f"refengine fleet on http://{ns.host}:{ns.port}: {ns.data_parallel_size} replicas ({ns.lb_policy}) "
-          f"on 127.0.0.1 ports {ports}", flush=True)
+          f"on 127.0.0.1 ports {ports}{pinned}", flush=True)
     config = uvicorn.Config(front.app(), host=ns.host, port=ns.port, log_level=ns.log_level,
                             timeout_graceful_shutdown=ns.graceful_shutdown_s, timeout_keep_alive=ns.timeout_keep_alive)
     try:

@@ -6,7 +6,9 @@ appended (argparse keeps the last occurrence of a flag): its port, 127.0.0.1, an
 --data-parallel-size 1. So every engine and server flag means in a replica what it means for a
 single server, and nothing is parsed twice. A replica gets its share of the CPU cores as torch
 threads unless OMP_NUM_THREADS says otherwise (N replicas that each take every core only fight),
-and its own GPUs (TP x PP of them) through CUDA_VISIBLE_DEVICES when there are enough.
+its own cores (a slice of the front's CPU affinity, as vLLM's CPU backend binds each data-parallel
+rank's threads to cores of its own) when there are at least as many cores as replicas, and its own
+GPUs (TP x PP of them) through CUDA_VISIBLE_DEVICES when there are enough.
 On Linux a replica dies with its front (PR_SET_PDEATHSIG), so a killed front leaves no orphans.
 """
 
@@ -90,24 +92,58 @@ def gpu_slices(size: int, per_replica: int, visible: list[str]) -> list[str | No
     return [",".join(visible[i * per_replica:(i + 1) * per_replica]) for i in range(size)]
 
 
-def replica_threads(size: int, env: dict[str, str]) -> str | None:
-    """torch threads per replica: the user's OMP_NUM_THREADS, else the cores shared out."""
+def front_cores() -> list[int]:
+    """The cores the front may run on (its affinity, e.g. under `taskset`), in order."""
+    if hasattr(os, "sched_getaffinity"):
+        return sorted(os.sched_getaffinity(0))
+    return list(range(os.cpu_count() or 1))
+
+
+def cpu_slices(size: int, cores: list[int]) -> list[frozenset[int] | None]:
+    """Each replica's own consecutive share of `cores` (the remainder goes unused rather than making
+    one replica bigger); None for all (they share what the front has) with fewer cores than replicas.
+    Two replicas whose threads migrate over the same cores only slow each other, and a replica's
+    latency should be its own when a fleet is diagnosed replica by replica."""
+    if size < 1:
+        raise ValueError(f"a fleet has at least one replica, got {size}")
+    per_replica = len(cores) // size
+    if per_replica < 1:
+        return [None] * size
+    return [frozenset(cores[i * per_replica:(i + 1) * per_replica]) for i in range(size)]
+
+
+def replica_threads(size: int, env: dict[str, str], cores: frozenset[int] | None = None) -> str | None:
+    """torch threads per replica: the user's OMP_NUM_THREADS, else its own cores, else the cores shared out."""
     if "OMP_NUM_THREADS" in env:
         return None
+    if cores:
+        return str(len(cores))
     return str(max(1, (os.cpu_count() or 1) // size))
+
+
+def _child_setup(cores: frozenset[int] | None):
+    """What runs in a replica between fork and exec: die with the front; stay on its own cores."""
+    def setup() -> None:
+        if sys.platform.startswith("linux"):
+            _die_with_parent()
+        if cores and hasattr(os, "sched_setaffinity"):
+            os.sched_setaffinity(0, cores)
+    return setup
 
 
 class ReplicaSet:
     """N replica processes: start them together, wait until all are healthy, stop them."""
 
-    def __init__(self, size: int, server_argv: list[str], gpus: list[str | None] | None = None):
+    def __init__(self, size: int, server_argv: list[str], gpus: list[str | None] | None = None,
+                 cpus: list[frozenset[int] | None] | None = None):
         if size < 1:
             raise RefEngineError(f"--data-parallel-size must be >= 1, got {size}")
         self.server_argv = list(server_argv)
         self.replicas = [Replica(i, free_loopback_port()) for i in range(size)]
         self.gpus = gpus or [None] * size       # each replica's CUDA_VISIBLE_DEVICES (None: inherited)
-        if len(self.gpus) != size:
-            raise ValueError(f"{len(self.gpus)} GPU slices for {size} replicas")
+        self.cpus = cpus or [None] * size       # each replica's cores (None: the front's)
+        if len(self.gpus) != size or len(self.cpus) != size:
+            raise ValueError(f"{len(self.gpus)} GPU slices and {len(self.cpus)} core slices for {size} replicas")
 
     def command(self, replica: Replica) -> list[str]:
         return [sys.executable, "-m", "refengine.server", *self.server_argv,
@@ -117,13 +153,14 @@ class ReplicaSet:
         """Every replica healthy, or RefEngineError (exit 2 from a replica: a user mistake) after
         stopping them all."""
         env = os.environ.copy()
-        threads = replica_threads(len(self.replicas), env)
-        if threads is not None:
-            env["OMP_NUM_THREADS"] = threads
-        for r, gpus in zip(self.replicas, self.gpus):
-            preexec = _die_with_parent if sys.platform.startswith("linux") else None
-            mine = env if gpus is None else {**env, "CUDA_VISIBLE_DEVICES": gpus}
-            r.proc = subprocess.Popen(self.command(r), env=mine, preexec_fn=preexec)
+        for r, gpus, cores in zip(self.replicas, self.gpus, self.cpus):
+            mine = dict(env)
+            threads = replica_threads(len(self.replicas), env, cores)
+            if threads is not None:
+                mine["OMP_NUM_THREADS"] = threads
+            if gpus is not None:
+                mine["CUDA_VISIBLE_DEVICES"] = gpus
+            r.proc = subprocess.Popen(self.command(r), env=mine, preexec_fn=_child_setup(cores))
         try:
             self._wait_healthy(timeout_s)
         except BaseException:

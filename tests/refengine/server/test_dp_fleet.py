@@ -38,10 +38,16 @@ def fleet(*args: str):
 
 
 @pytest.fixture(scope="module")
-def lo_fleet():
-    """The fast tests share one fleet (two replicas take ~10 s to start on two cores)."""
-    with fleet("--lb-policy", "least-outstanding") as (_, url):
-        yield url
+def lo_fleet_front():
+    """The fast tests share one fleet (two replicas take ~10 s to start on two cores): its front's
+    process and URL."""
+    with fleet("--lb-policy", "least-outstanding") as (proc, url):
+        yield proc, url
+
+
+@pytest.fixture(scope="module")
+def lo_fleet(lo_fleet_front):
+    return lo_fleet_front[1]
 
 
 def complete(url: str, max_tokens: int = 4) -> httpx.Response:
@@ -117,6 +123,21 @@ def test_metrics_carry_both_replicas_with_the_engine_label(lo_fleet):
     assert snap.values["generation_tokens_total"] == sum(tokens.values())
     assert set(snap.per_engine) == {"0", "1"}               # and each replica's queue and KV cache apart
     assert all(set(v) == {"running", "waiting", "kv_usage"} for v in snap.per_engine.values())
+
+
+def test_each_replica_runs_on_cores_of_its_own_with_threads_to_match(lo_fleet_front):
+    front = psutil.Process(lo_fleet_front[0].pid)
+    front_cores = sorted(front.cpu_affinity())
+    replicas = sorted(front.children(), key=lambda p: p.pid)
+    assert len(replicas) == 2
+    if len(front_cores) < 2:
+        # Fewer cores than replicas: they share the front's, each with one thread.
+        assert all(sorted(r.cpu_affinity()) == front_cores for r in replicas)
+        return
+    mine = [set(r.cpu_affinity()) for r in replicas]
+    assert not mine[0] & mine[1] and all(mine)              # disjoint, none empty
+    assert mine[0] | mine[1] <= set(front_cores)
+    assert [r.environ().get("OMP_NUM_THREADS") for r in replicas] == [str(len(m)) for m in mine]
 
 
 def test_models_and_health_answer_for_the_fleet(lo_fleet):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from refengine.server.dp_policy import LoadBalancer, ReplicaLoad
-from refengine.server.dp_replicas import gpu_slices, visible_gpus
+from refengine.server.dp_replicas import cpu_slices, gpu_slices, replica_threads, visible_gpus
 
 
 def test_round_robin_cycles_over_eligible_replicas():
@@ -58,6 +58,16 @@ def test_each_replica_gets_its_own_gpus_when_there_are_enough():
     assert gpu_slices(2, 1, ["4", "7", "9"]) == ["4", "7"]
     assert gpu_slices(2, 2, ["0", "1", "2"]) == [None, None]      # too few: they share what the front sees
     assert gpu_slices(3, 1, []) == [None, None, None]              # CPU
+
+
+def test_each_replica_gets_its_own_cores_when_there_are_enough():
+    assert cpu_slices(2, [0, 1]) == [frozenset({0}), frozenset({1})]
+    assert cpu_slices(2, [2, 3, 5, 8, 9]) == [frozenset({2, 3}), frozenset({5, 8})]   # the odd core unused
+    assert cpu_slices(3, [0, 1]) == [None, None, None]         # too few: they share the front's
+    with pytest.raises(ValueError):
+        cpu_slices(0, [0])
+    assert replica_threads(2, {}, frozenset({4, 5})) == "2"     # its own cores' worth of threads
+    assert replica_threads(2, {"OMP_NUM_THREADS": "3"}, frozenset({4, 5})) is None   # the user's says
 
 
 def test_visible_gpus_follow_cuda_visible_devices_and_none_on_cpu():
