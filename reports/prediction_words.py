@@ -80,8 +80,43 @@ def departure_sentence(d: Departure, check: PredictionCheck) -> str:
     return text
 
 
+def every_level_sentence(ds: list[Departure], check: PredictionCheck) -> str:
+    """One metric departing the same way at every measured level: one finding, since an offset
+    shared by every level is the profile's (it misses a cost every step pays), not one level's."""
+    d0 = ds[0]
+    way = "above" if d0.departure > 0 else "below"
+    lo, hi = min(ds, key=lambda d: abs(d.departure)), max(ds, key=lambda d: abs(d.departure))
+    spread = (f"{abs(lo.departure):.0%} at {load_words(lo.concurrency, lo.request_rate)} to {abs(hi.departure):.0%} "
+              f"at {load_words(hi.concurrency, hi.request_rate)}")
+    text = (f"{METRIC_NAMES[d0.metric]} {way} what {_whose(check)} predicts at every level, {len(ds)} of {len(ds)} "
+            f"({spread}; band ±{d0.band:.0%}): the same departure everywhere is the profile's, not one level's")
+    if d0.slower:
+        text += ": something outside the model slows every step"
+        text += "." if check.scope == "this_machine" else " (or the profile is not of the hardware that served it)."
+    else:
+        text += ": the profile overstates what this machine's operators cost."
+    if any(d.invalid for d in ds):
+        text += " Some of these levels are no valid measurement (their notes say why): the cause may be the client's."
+    return text
+
+
 def departure_sentences(check: PredictionCheck) -> list[str]:
-    return [departure_sentence(d, check) for d in check.departures]
+    """Each departure beyond the band as a finding, except that a metric departing the same way at
+    every measured level (two or more) is one finding for them all."""
+    out: list[str] = []
+    said: set[tuple[str, bool]] = set()
+    for d in check.departures:
+        key = (d.metric, d.slower)
+        if key in said:
+            continue
+        same = [e for e in check.departures if (e.metric, e.slower) == key]
+        judged = [lv for lv in check.levels if lv.measured and lv.check(d.metric).departure is not None]
+        if len(same) >= 2 and len(same) == len(judged):
+            out.append(every_level_sentence(same, check))
+            said.add(key)
+        else:
+            out.append(departure_sentence(d, check))
+    return out
 
 
 def offline_line(check: PredictionCheck) -> str | None:
