@@ -58,9 +58,9 @@ def lb_policy(text: str | None, fleet: str | None) -> str | None:
     (nothing of ours balances, where --lb-policy is a user error)."""
     if fleet is None:
         if text is not None:
-            raise typer.BadParameter("balances a fleet we drive: give several --target URLs or "
-                                     "--data-parallel-size N (a router behind one --target URL balances by its own "
-                                     "policy)", param_hint="--lb-policy")
+            raise typer.BadParameter("only for a fleet we drive: several --target URLs, or --data-parallel-size N "
+                                     "(the router behind one --target URL balances by its own policy)",
+                                     param_hint="--lb-policy")
         return None
     # The client's policies and the front's are the same names (tests/loadgen/test_replica_balancer.py).
     names = CLIENT_LB_POLICIES if fleet == "direct" else FRONT_LB_POLICIES
@@ -85,7 +85,7 @@ def replica_metrics(text: str | None, target: list[str], replicas: int) -> list[
     if text is None:
         return [metrics_page(u) for u in target] if len(target) > 1 else []
     if not target:
-        raise typer.BadParameter("reads the pages of an external fleet; the bundled fleet's front already labels "
+        raise typer.BadParameter("only for a fleet given by --target: the bundled fleet's front already labels "
                                  "each replica's series (--data-parallel-size)", param_hint="--replica-metrics")
     pages = [metrics_page(u) for u in text.split(",")]
     for page in pages:

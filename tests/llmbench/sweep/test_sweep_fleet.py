@@ -92,8 +92,8 @@ def test_the_client_balances_two_targets_least_outstanding_and_run_json_says_so(
 @pytest.mark.parametrize("options,words", [
     ("--target http://127.0.0.1:9,http://127.0.0.1:10 --lb-policy fastest",
      "must be one of round-robin, least-outstanding, got 'fastest'"),
-    ("--target http://127.0.0.1:9 --lb-policy least-outstanding", "balances a fleet we drive"),
-    ("--lb-policy least-outstanding", "balances a fleet we drive"),
+    ("--target http://127.0.0.1:9 --lb-policy least-outstanding", "only for a fleet we drive"),
+    ("--lb-policy least-outstanding", "only for a fleet we drive"),
     ("--target http://127.0.0.1:9,http://127.0.0.1:10 --replica-metrics http://127.0.0.1:11/metrics",
      "one page per replica: 1 pages for 2 replicas"),
     ("--target http://127.0.0.1:9 --replica-metrics http://127.0.0.1:11,127.0.0.1:12", "must be URLs"),
