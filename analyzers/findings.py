@@ -72,6 +72,10 @@ def run_findings(s: RunSummary) -> list[Finding]:
             # A probe that read nothing left the diagnosis without its evidence: said once, here.
             out.append(Finding("probe_failed", "caveat", f"The {name} probe recorded nothing: {str(status)[8:]}; "
                                "the diagnosis could not use it.", []))
+        elif str(status).startswith("partial"):
+            # A fleet's replica whose page was never read (probes/server.py): its sums leave it out.
+            out.append(Finding("probe_partial", "caveat", f"The {name} probe measured only part of the target: "
+                               f"{str(status)[9:]}; its fleet-wide figures leave that out.", []))
     for a in info.target.adaptations or []:
         if isinstance(a, dict):
             what = " ".join(str(a[k]) for k in ("field", "action") if a.get(k))

@@ -54,12 +54,13 @@ def stream_request(user: FastHttpUser, s: LevelSession, spec: RequestSpec, body:
                         status="ok", in_window=s.in_window(t_decided),
                         client_prompt_tokens=spec.client_prompt_tokens if spec.client_prompt_tokens is not None
                         else len(spec.prompt) if isinstance(spec.prompt, list) else (spec.target_input_len or None))
-    where, rec.replica = s.target.destination(s.next_request_number())
     resp, stream = None, StreamResult()
     sent = _SentMark(s, rec, stream)
     me = gevent.getcurrent()
-    me.llmbench_on_send = sent         # from here on, the finally below always reports it finished
     deadline = RequestDeadline(f"no complete answer in {level.request_timeout_s:g} s")
+    replica = s.pick_replica()         # counted in flight from here: the finally below ends it
+    where, rec.replica = s.target.replica_destination(replica) if replica is not None else (s.target.path, None)
+    me.llmbench_on_send = sent         # from here on, the finally below always reports it finished
     try:
         with gevent.Timeout(level.request_timeout_s, deadline):
             # locust annotates `data` as str | dict; it sends bytes as they are (the body, encoded once).
@@ -75,6 +76,7 @@ def stream_request(user: FastHttpUser, s: LevelSession, spec: RequestSpec, body:
             _fail(rec, "timeout", str(exc))
     finally:
         me.llmbench_on_send = None
+        s.replica_done(replica)
         sent(t_decided)                # no byte was written (connect failed, cut off): sent when decided
         raw: Any = getattr(resp, "_response", None)      # geventhttpclient's response (untyped): read line by line
         if raw is not None:

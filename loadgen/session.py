@@ -27,6 +27,7 @@ from gevent.pool import Group
 
 from loadgen.openai_body import request_body, request_headers
 from loadgen.plan import Plan
+from loadgen.replica_balancer import ReplicaBalancer
 from loadgen.saturation import LATE_FACTOR
 from loadgen.specs import LevelSpec, TargetSpec
 from loadgen.token_count import COMPLETION_TEXT_KEY
@@ -76,7 +77,9 @@ class LevelSession:
         self.sent = self.cancelled = self.pacers = 0
         self.cpu_percent: float | None = None
         self._k = 0
-        self._requests_started = 0            # this process's requests so far: the replica round robin
+        # Replicas driven directly: this process's balancer over them (its greenlets share the counts).
+        self.balancer = (ReplicaBalancer(len(self.target.replica_urls), self.target.lb_policy, self.worker_index,
+                                         self.n_workers) if self.target.replica_urls else None)
         self._outbox: list[dict] = []
         self._open: dict[int, tuple] = {}     # sent and not finished, by id(record): (t_sent, StreamResult, record)
         self._fast_first_token = False        # some request had its first token within the TTFT bound
@@ -94,12 +97,14 @@ class LevelSession:
         spec = self.workload.spec(i)
         return spec, request_body(spec, self.target)
 
-    def next_request_number(self) -> int:
-        """This process's next request's number, interleaved with the other workers' as the workload's
-        are, so the replica round robin spreads over all of them (gevent: one greenlet at a time here)."""
-        k = self.worker_index + self.n_workers * self._requests_started
-        self._requests_started += 1
-        return k
+    def pick_replica(self) -> int | None:
+        """The replica (index) of the request about to be sent, counted in flight until
+        replica_done(); None when the target is one URL."""
+        return self.balancer.pick() if self.balancer is not None else None
+
+    def replica_done(self, index: int | None) -> None:
+        if self.balancer is not None and index is not None:
+            self.balancer.finished(index)
 
     def may_send(self, t: float) -> bool:
         if not self.sending or self.plan is None:

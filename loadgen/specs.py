@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from loadgen.replica_balancer import CLIENT_LB_POLICIES
+
 ENDPOINTS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 DRAIN_MODES = ("keep_load", "stop_sending")
 
@@ -30,13 +32,17 @@ class TargetSpec:
     send_ignore_eos: bool = True       # vLLM/SGLang/refengine extension; turn off for servers that reject it
     omit_fields: list[str] = field(default_factory=list)   # request fields the preflight found refused
     replica_header: str | None = None  # response header naming the replica that served (RequestRecord.replica)
-    # Replicas driven directly: each request goes to the next of these base URLs in turn and its
-    # record names the URL. Empty: every request goes to url.
+    # Replicas driven directly: the client balances the requests over these base URLs by lb_policy
+    # (loadgen.replica_balancer) and each record names the replica by its index in this list, as the
+    # server probe's per_engine does (docs/probes.md). Empty: every request goes to url.
     replica_urls: list[str] = field(default_factory=list)
+    lb_policy: str = "round-robin"     # round-robin | least-outstanding, over replica_urls
 
     def __post_init__(self) -> None:
         if self.endpoint not in ENDPOINTS:
             raise ValueError(f"endpoint must be one of {sorted(ENDPOINTS)}, got {self.endpoint!r}")
+        if self.lb_policy not in CLIENT_LB_POLICIES:
+            raise ValueError(f"lb_policy must be one of {', '.join(CLIENT_LB_POLICIES)}, got {self.lb_policy!r}")
         self.url = _base_url(self.url)
         self.replica_urls = [_base_url(u) for u in self.replica_urls]
 
@@ -44,13 +50,10 @@ class TargetSpec:
     def path(self) -> str:
         return ENDPOINTS[self.endpoint]
 
-    def destination(self, k: int) -> tuple[str, str | None]:
-        """Where the k-th request of a process goes, and the replica it names: the path on url, or
-        with replica_urls, the next replica's full URL (round robin) and that URL."""
-        if not self.replica_urls:
-            return self.path, None
-        base = self.replica_urls[k % len(self.replica_urls)]
-        return base + self.path, base
+    def replica_destination(self, index: int) -> tuple[str, str]:
+        """Replica `index` of replica_urls: the full URL its request goes to, and the name its
+        record gives it (the index, as the server probe's per_engine key)."""
+        return self.replica_urls[index] + self.path, str(index)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,9 @@ class ProbeContext:
 
     out_dir: Path                       # the run directory; rows go to out_dir/probes/<name>.jsonl
     target_url: str | None = None       # base URL of the server (server, tcp, capture probes)
+    # A fleet's own /metrics pages, one per replica in replica order: the server probe reads these
+    # instead of the target's one page (llmbench sweep --replica-metrics). Empty: target_url's.
+    replica_metrics: list[str] = field(default_factory=list)
     server_pid: int | None = None       # the server process when it is local (host, stacks probes)
     # The load generator's processes (host probe's client_cpu_cores); None = this process and its
     # descendants other than the server's tree (the sweep and its locust children).
@@ -70,6 +73,12 @@ class Probe:
     def failure(self) -> str | None:
         """Why this probe measured nothing although it wrote rows (e.g. every scrape of a /metrics
         page failed), or None. The runner records it in run.json's probes as "failed: ..."."""
+        return None
+
+    def shortfall(self) -> str | None:
+        """What this probe was asked to measure and could not although it measured the rest (a
+        fleet's replica whose page was never read), or None. The runner records it in run.json's
+        probes as "partial: ..."."""
         return None
 
 

@@ -30,6 +30,7 @@ class ProbeStats:
     wall_s: float = 0.0
     error_messages: list[str] = field(default_factory=list)
     failure: str | None = None          # the probe's own word that its rows measured nothing (Probe.failure)
+    shortfall: str | None = None        # what it measured only in part (Probe.shortfall)
 
 
 class _ProbeThread(threading.Thread):
@@ -57,8 +58,9 @@ class _ProbeThread(threading.Thread):
         self.stats.wall_s = time.monotonic() - start
         try:
             self.stats.failure = self.probe.failure()
+            self.stats.shortfall = self.probe.shortfall()
         except Exception as exc:  # noqa: BLE001 - a probe must never take the run down
-            self.log(f"probe {self.probe.name}: failure() raised ({type(exc).__name__}: {exc})")
+            self.log(f"probe {self.probe.name}: failure() or shortfall() raised ({type(exc).__name__}: {exc})")
 
     def _one_sample(self) -> None:
         c0 = time.thread_time()
@@ -110,7 +112,8 @@ class ProbeSet:
         """RunInfo.probes after the run: a probe that sampled and never recorded a row did not
         measure anything ("failed: ..." with its first error), whatever its check said at start;
         nor did one whose rows all say it failed (the server probe's every scrape 404ing writes
-        rows of {up: 0, error}): "failed: ..." in its own words (Probe.failure)."""
+        rows of {up: 0, error}): "failed: ..." in its own words (Probe.failure). One that measured
+        only part of what it was asked (a fleet's replica never read) is "partial: ..." (Probe.shortfall)."""
         out = dict(self.availability)
         for name, s in stats.items():
             if s.samples and not s.rows:
@@ -118,6 +121,8 @@ class ProbeSet:
                 out[name] = f"failed: none of its {s.samples} samples succeeded ({why})"
             elif s.failure:
                 out[name] = f"failed: {s.failure}"
+            elif s.shortfall:
+                out[name] = f"partial: {s.shortfall}"
         return out
 
     def stop(self) -> dict[str, ProbeStats]:
@@ -153,9 +158,11 @@ class ProbeSet:
 
 
 def sweep_probe_set(names: list[str], run_path, target_url: str | None, server_pid: int | None,
-                    interval_s: float, log: Log = print) -> ProbeSet | None:
-    """The ProbeSet a sweep runs around its levels (None when no probe was asked for)."""
+                    interval_s: float, log: Log = print, replica_metrics: list[str] | None = None) -> ProbeSet | None:
+    """The ProbeSet a sweep runs around its levels (None when no probe was asked for); replica_metrics:
+    a fleet's own /metrics pages, one per replica, for the server probe."""
     if not names:
         return None
-    ctx = ProbeContext(out_dir=run_path, target_url=target_url, server_pid=server_pid, interval_s=interval_s)
+    ctx = ProbeContext(out_dir=run_path, target_url=target_url, server_pid=server_pid, interval_s=interval_s,
+                       replica_metrics=list(replica_metrics or []))
     return ProbeSet(names, ctx, log=log)

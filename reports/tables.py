@@ -60,10 +60,18 @@ REPLICA_HEADER = ["level", "replica", "requests (ok)", "TTFT P99 ms", "share of 
 
 
 def replica_rows(s: RunSummary) -> list[list[str]]:
-    """One row per level and replica of a fleet (analyzers/stats/replicas.py); none for one server."""
-    return [[r.level_id, r.replica, f"{r.requests} ({r.ok})",
+    """One row per level and replica of a fleet (analyzers/stats/replicas.py); none for one server.
+    Replicas driven directly are named by their index in --target's list: the row adds its URL."""
+    urls = s.info.target.urls
+    return [[r.level_id, replica_label(r.replica, urls), f"{r.requests} ({r.ok})",
              _ms(r.ttft_p99_s) + ("" if r.p99_reliable or r.ttft_p99_s is None else "*"),
              f"{r.request_share:.0%}", f"{r.token_share:.0%}"] for r in s.replicas]
+
+
+def replica_label(name: str, urls: list[str]) -> str:
+    """A replica's name as the tables show it: with its URL when it is an index into the URLs the
+    client drove (run.json target.urls; docs/run-format.md, `replica`)."""
+    return f"{name} ({urls[int(name)]})" if name.isdigit() and int(name) < len(urls) else name
 
 
 SCALING_HEADER = ["level", "load", "output tok/s", "linearity vs lowest load", "efficiency vs level below",
@@ -114,8 +122,9 @@ def config_rows(info: RunInfo) -> list[tuple[str, str]]:
 
     return [
         ("run", f"{info.run_id} ({info.status})"),
-        ("target", f"{t.kind} · {t.url or 'bundled engine on loopback'} · "
-                   f"endpoint {t.endpoint}"),
+        ("target", f"{t.kind} · {', '.join(t.urls) or t.url or 'bundled engine on loopback'} · "
+                   f"endpoint {t.endpoint}" + (f" · {t.replicas} replicas" if t.replicas > 1 else "")
+                   + (f" balanced {t.lb_policy}" if t.lb_policy else "")),
         ("model", str(t.model)),
         ("engine args", " ".join(map(str, t.engine_args)) or "—"),
         ("levels", f"{'concurrency' if sw.concurrency else 'request rate'} {', '.join(map(str, loads))} × "

@@ -58,8 +58,8 @@ class TargetInfo:
 
     url: str | None
     model: str | None
-    # Several replicas driven directly (--target URL1,URL2): the client sends to each in turn; url is
-    # the first (the preflight's, the probes'). Empty: every request goes to url.
+    # Several replicas driven directly (--target URL1,URL2): the client balances over them (lb_policy);
+    # url is the first (the preflight's). Empty: every request goes to url.
     urls: list[str] = field(default_factory=list)
     kind: str = "external"                 # embedded | external
     endpoint: str = "completions"          # completions | chat
@@ -74,6 +74,13 @@ class TargetInfo:
     adaptations: list[dict[str, Any]] = field(default_factory=list)  # what the preflight changed, and why
     # Engine replicas behind the URL (a load balancer over N engines): per-replica throughput divides by it.
     replicas: int = 1
+    # Who balanced the requests over the replicas, and how (round-robin | least-outstanding): the
+    # client over `urls`, or the embedded fleet's front. None: nobody of ours (one server, or a
+    # router's own policy behind one URL), and runs recorded before the field.
+    lb_policy: str | None = None
+    # The /metrics pages the server probe read, one per replica, in replica order (--replica-metrics;
+    # by default each of `urls`' own): per_engine's key i is the i-th. Empty: url's own page.
+    replica_metrics: list[str] = field(default_factory=list)
     preflight_done: bool = False           # this run's requests are settled: a resumed sweep sends the same
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -85,6 +92,12 @@ class TargetInfo:
         if self.urls and (len(self.urls) < 2 or self.urls[0] != self.url or self.replicas != len(self.urls)):
             raise ValueError(f"target urls are the replicas driven directly, the first being url: {self.urls} "
                              f"with url {self.url!r} and {self.replicas} replicas")
+        if self.lb_policy is not None and (self.replicas < 2 or not (self.urls or self.kind == "embedded")):
+            raise ValueError(f"target lb_policy {self.lb_policy!r} is ours to apply only over replicas driven "
+                             f"directly or the embedded fleet, not {self.replicas} replica(s) of a {self.kind} target")
+        if self.replica_metrics and len(self.replica_metrics) != self.replicas:
+            raise ValueError(f"target replica_metrics lists a page per replica: {len(self.replica_metrics)} pages "
+                             f"for {self.replicas} replicas")
 
 
 @dataclass

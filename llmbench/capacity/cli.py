@@ -70,6 +70,8 @@ def capacity(
     server_threads: Optional[int] = typer.Option(None, min=1, help="torch threads of the embedded engine."),
     data_parallel_size: int = target_options.DATA_PARALLEL_SIZE,
     replica_header: str = target_options.REPLICA_HEADER,
+    lb_policy: Optional[str] = target_options.LB_POLICY,
+    replica_metrics: Optional[str] = target_options.REPLICA_METRICS,
     out: Optional[Path] = typer.Option(None, help="Run directory (default ./runs/<timestamp>-capacity-<model>)."),
     resume: Optional[Path] = typer.Option(None, help="Continue an interrupted capacity run directory: the search, "
                                           "SLO, workload and target are the ones in its run.json; the levels it "

@@ -81,6 +81,8 @@ def sweep(
                                                  "core; see docs/cli.md for the trade-off when the client shares them)."),
     data_parallel_size: int = target_options.DATA_PARALLEL_SIZE,
     replica_header: str = target_options.REPLICA_HEADER,
+    lb_policy: Optional[str] = target_options.LB_POLICY,
+    replica_metrics: Optional[str] = target_options.REPLICA_METRICS,
     slo_ttft: Optional[float] = typer.Option(None, help=f"SLO: TTFT P99 in seconds (default {DEFAULT_TTFT_P99_S:g}, "
                                              "a GPU server's; without any --slo-* the answer leads with what each "
                                              "level meets)."),

@@ -16,7 +16,7 @@ from rich.console import Console
 
 from llmbench.cli_common import terminate_as_interrupt
 from llmbench.options.parse import parse_duration, parse_list
-from llmbench.options.target import target_urls
+from llmbench.options.target import lb_policy, replica_metrics, target_urls
 from llmbench.prediction import check_profile_option
 from refengine.server.dp_policy import REPLICA_HEADER as FRONT_REPLICA_HEADER
 from rundir import RunDir, RunInfo, SloSpec, TargetInfo
@@ -82,6 +82,8 @@ class SweepArgs:
     max_duration: Optional[str] = None  # bound of a sized warm-up and window (default DEFAULT_MAX_DURATION_S)
     replicas: int = 1                   # engine replicas behind --target (per-replica throughput)
     profile: Optional[str] = None       # a machine profile: each level also predicted (llmbench/prediction.py)
+    lb_policy: Optional[str] = None     # over --target's URLs (the client) or the embedded fleet (its front)
+    replica_metrics: Optional[str] = None   # each replica's /metrics page (default: each --target URL's own)
 
 
 def workload_options(kind: str, dataset: Path | None, spread: float, target: str | None, model: str | None,
@@ -186,10 +188,14 @@ def _new_run(a: SweepArgs, console: Console) -> tuple[RunDir, RunInfo]:
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
     kind = "external" if a.target else "embedded"
+    replicas = _replicas(a, urls)
+    fleet = "direct" if len(urls) > 1 else "embedded" if not urls and replicas > 1 else None
     target = TargetInfo(url=a.target, model=a.model or ("tiny" if not a.target else None), kind=kind,
                         endpoint=a.endpoint, ignore_eos=a.ignore_eos, engine_args=list(a.engine_arg),
                         server_threads=a.server_threads, replica_header=a.replica_header or None,
-                        urls=urls if len(urls) > 1 else [], replicas=_replicas(a, urls))
+                        urls=urls if len(urls) > 1 else [], replicas=replicas,
+                        lb_policy=lb_policy(a.lb_policy, fleet),
+                        replica_metrics=replica_metrics(a.replica_metrics, urls, replicas))
     if a.endpoint not in ("completions", "chat"):
         raise typer.BadParameter(f"must be completions or chat, got {a.endpoint!r}", param_hint="--endpoint")
     run = RunDir(a.out or default_run_dir(a.label or (target.model or _host_label(a.target))))
@@ -201,11 +207,14 @@ def _new_run(a: SweepArgs, console: Console) -> tuple[RunDir, RunInfo]:
 
 
 def _replicas(a: SweepArgs, urls: list[str]) -> int:
-    """run.json's target.replicas: the embedded fleet's size, the URLs driven directly, or --replicas."""
+    """run.json's target.replicas: the embedded fleet's size, the URLs driven directly, or --replicas
+    (for one --target URL with --replica-metrics and no --replicas: one replica per page)."""
     if urls and a.data_parallel_size != 1:
         raise typer.BadParameter("starts a fleet of the bundled engine; an external fleet is one --target URL "
                                  "(its router's) or its replicas' URLs", param_hint="--data-parallel-size")
-    n = a.data_parallel_size if not urls else len(urls) if len(urls) > 1 else a.replicas
+    pages = len(a.replica_metrics.split(",")) if a.replica_metrics is not None else None
+    behind_router = a.replicas if a.replicas != 1 or pages is None else pages
+    n = a.data_parallel_size if not urls else len(urls) if len(urls) > 1 else behind_router
     if a.replicas not in (1, n):
         raise typer.BadParameter(f"the target has {n} replicas here (--data-parallel-size, or the --target URLs)",
                                  param_hint="--replicas")
@@ -281,7 +290,7 @@ def _serve_and_sweep(run: RunDir, info: RunInfo, a: SweepArgs, probe_names: list
             if target.model is None:            # (the setup always names one: --model, or tiny)
                 raise RuntimeError("run.json names no model for the bundled engine")
             server = EmbeddedServer(target.model, target.engine_args, threads=target.server_threads,
-                                    data_parallel_size=target.replicas)
+                                    data_parallel_size=target.replicas, lb_policy=target.lb_policy)
             with console.status(f"starting the bundled engine ({target.model}) on {server.url} ..."):
                 server.start()
             url = server.url
@@ -295,7 +304,7 @@ def _serve_and_sweep(run: RunDir, info: RunInfo, a: SweepArgs, probe_names: list
         pid = server.proc.pid if server is not None and server.proc is not None else \
             (a.server_pid or _local_server_pid(url, probe_names, console))        # (a started server has its proc)
         probe_set = sweep_probe_set(probe_names, run.path, url, pid,
-                                    a.probe_interval,
+                                    a.probe_interval, replica_metrics=list(target.replica_metrics),
                                     log=lambda m: console.print(m, style="yellow", highlight=False, markup=False))
         run_sweep(spec_of(info), run, tspec, console, target_alive=alive, slos=info.slos, master_bind=a.master_bind,
                   probes=probe_set, plan=plan_factory(run, info) if plan_factory else None, profile=a.profile)

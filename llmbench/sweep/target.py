@@ -29,7 +29,7 @@ def target_spec(info: RunInfo, url: str, api_key: str | None) -> TargetSpec:
     t = info.target
     return TargetSpec(url=url, model=t.model or "", api_key=api_key, endpoint=t.endpoint,
                       send_ignore_eos=t.ignore_eos, omit_fields=list(t.omit_fields), replica_header=t.replica_header,
-                      replica_urls=list(t.urls))
+                      replica_urls=list(t.urls), lb_policy=t.lb_policy or "round-robin")
 
 
 def _provisional_sizer(workload: dict) -> TextSizer:

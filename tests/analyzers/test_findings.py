@@ -104,6 +104,16 @@ def test_a_probe_that_recorded_nothing_is_a_caveat(tmp_path):
     assert f.severity == "caveat" and "The server probe recorded nothing" in f.text and "404" in f.text
 
 
+def test_a_fleet_replica_the_server_probe_never_read_is_a_caveat(tmp_path):
+    run = make_run(tmp_path / "run", [rec(0.5 * i, 0.1, 0.4, 11, level="c1", concurrency=1) for i in range(20)],
+                   {"c1": (0, 10)})
+    info = run.read_info()
+    info.probes = {"server": "partial: replica 1 (http://b:8000/metrics) was never read (connection refused)"}
+    run.write_info(info)
+    f = next(f for f in analyze_run(run)[0].finding_groups if f.kind == "probe_partial")
+    assert f.severity == "caveat" and "replica 1 (http://b:8000/metrics) was never read" in f.text
+
+
 def test_what_a_trace_level_replayed_is_a_fact_with_each_levels_own_words(tmp_path):
     s = _run(tmp_path, notes={"c1": "the trace (24 requests, 3.0 s) played once: 24 requests sent",
                               "c2": "the trace (24 requests, 3.0 s) cycled 8.3 times to fill 25 s (--trace-loop): "
