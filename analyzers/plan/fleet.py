@@ -47,6 +47,10 @@ class FleetLoad:
     # leave it out and the prediction misses the SLO): shorter than a level's 600 s, since sizing
     # simulates many loads below the count it needs.
     drain_limit_s: float = 60.0
+    # Stop once more window requests have waited past this TTFT than a P99 within it allows (2% of the
+    # window's expected requests, plus two): the fleet misses the SLO whatever follows, and an over-capacity
+    # fleet's queue would otherwise be simulated to the end. None: never stop early.
+    stop_past_ttft_s: float | None = None
 
     def __post_init__(self) -> None:
         if not self.rate > 0:
@@ -62,6 +66,7 @@ class FleetResult:
     simulated: int                      # replicas simulated (round robin may sample; the others all)
     result: SimResult                   # the simulated replicas' records pooled
     routed: list[int]                   # window requests each simulated replica served
+    stopped_early: bool = False         # past FleetLoad.stop_past_ttft_s: its percentiles are partial
 
     def __post_init__(self) -> None:
         if not 1 <= self.simulated <= self.replicas or len(self.routed) != self.simulated:
@@ -101,15 +106,18 @@ def simulate_fleet(make_sim: Callable[[], Simulator], policy: str, replicas: int
     n_sim = min(replicas, sample) if sample is not None and independent else replicas
     if n_sim < 1:
         raise DiagnosisError(f"simulate at least one replica, got sample={sample}")
+    late = _LateWatch(load, n_sim / replicas)
     if policy == EVEN_SPLIT:
         runs = [_even_split_run(make_sim(), k, replicas, load, lengths) for k in range(n_sim)]
-        for run in runs:
-            run.advance(load.warmup_s + load.duration_s + load.drain_limit_s, max_steps)
+        stopped = _drain(runs, 0.0, load, max_steps, late)
     else:
         runs = [_replica_run(make_sim(), k, load, lengths) for k in range(n_sim)]
-        _route(runs, LoadBalancer(replicas, policy), load, max_steps)
+        stopped = _route(runs, LoadBalancer(replicas, policy), load, max_steps, late)
     results = [run.result(max_steps) for run in runs]
-    return FleetResult(policy, replicas, n_sim, _pooled(results), [len(r.in_window) for r in results])
+    if stopped:
+        results[0].notes.add(f"stopped early: more window requests waited past {load.stop_past_ttft_s:g} s for a "
+                             "first token than a P99 within it allows")
+    return FleetResult(policy, replicas, n_sim, _pooled(results), [len(r.in_window) for r in results], stopped)
 
 
 def _replica_run(sim: Simulator, k: int, load: FleetLoad, lengths: LengthsFn) -> EngineRun:
@@ -125,7 +133,41 @@ def _even_split_run(sim: Simulator, k: int, replicas: int, load: FleetLoad, leng
     return EngineRun(sim, spec, lambda j: lengths(k + j * replicas), None)
 
 
-def _route(runs: list[EngineRun], balancer: LoadBalancer, load: FleetLoad, max_steps: int) -> None:
+class _LateWatch:
+    """FleetLoad.stop_past_ttft_s, checked once a simulated second: window requests whose TTFT is known to
+    exceed the bound (a first token past it, or none by the replica's own clock, which has run that far)."""
+
+    def __init__(self, load: FleetLoad, share: float):
+        self.bound, self.window = load.stop_past_ttft_s, (load.warmup_s, load.warmup_s + load.duration_s)
+        self.allowed = 0.02 * load.rate * load.duration_s * share + 2
+        self.next_check = 0.0
+
+    def over(self, runs: list[EngineRun], t: float) -> bool:
+        if self.bound is None or t < self.next_check:
+            return False
+        self.next_check = t + 1.0
+        lo, hi = self.window
+        late = 0
+        for run in runs:
+            for r in run.records.values():
+                if lo <= r.t_sent < hi and (r.t_first_token if r.t_first_token is not None else run.now) - r.t_sent > self.bound:
+                    late += 1
+        return late > self.allowed
+
+
+def _drain(runs: list[EngineRun], start: float, load: FleetLoad, max_steps: int, late: _LateWatch) -> bool:
+    """Every replica run to the end of the drain, a second at a time; True when stopped early."""
+    t, end = start, load.warmup_s + load.duration_s + load.drain_limit_s
+    while t < end:
+        t = min(end, t + 1.0)
+        for run in runs:
+            run.advance(t, max_steps)
+        if late.over(runs, t):
+            return True
+    return False
+
+
+def _route(runs: list[EngineRun], balancer: LoadBalancer, load: FleetLoad, max_steps: int, late: _LateWatch) -> bool:
     """Each arrival of the window (and warm-up): every replica advanced to it, the balancer's pick sends it.
     Replicas beyond the simulated ones (a round-robin sample) get their arrivals dropped unsimulated."""
     end = load.warmup_s + load.duration_s
@@ -141,15 +183,16 @@ def _route(runs: list[EngineRun], balancer: LoadBalancer, load: FleetLoad, max_s
                 while done_seen[k] < len(times) and times[done_seen[k]] <= t:   # responses ended by t
                     balancer.finished(k)
                     done_seen[k] += 1
-        k = balancer.pick(every)
-        assert k is not None          # every replica is eligible
-        balancer.started(k)
-        if k < len(runs):
+        pick = balancer.pick(every)
+        assert pick is not None          # every replica is eligible
+        balancer.started(pick)
+        if pick < len(runs):
             if balancer.policy != "least-outstanding":
-                runs[k].advance(t, max_steps, more_coming=True)
-            runs[k].send(t, index=i)
-    for run in runs:
-        run.advance(end + load.drain_limit_s, max_steps)
+                runs[pick].advance(t, max_steps, more_coming=True)
+            runs[pick].send(t, index=i)
+        if late.over(runs, t):
+            return True
+    return _drain(runs, end, load, max_steps, late)
 
 
 def _pooled(results: list[SimResult]) -> SimResult:

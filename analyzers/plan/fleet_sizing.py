@@ -51,7 +51,7 @@ class SizingSpec:
             raise DiagnosisError("--max-replicas and the round-robin sample are >= 1")
 
     def load(self, rate: float) -> FleetLoad:
-        return FleetLoad(rate, self.warmup_s, self.duration_s)
+        return FleetLoad(rate, self.warmup_s, self.duration_s, stop_past_ttft_s=self.slo_ttft_s)
 
 
 @dataclass
@@ -91,6 +91,8 @@ class FleetSizing:
 
 
 def serves(fleet: FleetResult, spec: SizingSpec) -> bool:
+    if fleet.stopped_early:
+        return False
     pred = fleet.prediction
     return pred.n_requests > 0 and pred.unfinished == 0 and within_slo(pred, spec.slo_ttft_s, spec.slo_tpot_s)
 

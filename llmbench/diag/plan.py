@@ -9,8 +9,8 @@ import typer
 from rich.text import Text
 
 from llmbench.cli_common import make_console, user_errors
-from reports.grid import Column, Grid, print_grid
 from refengine.server.dp_policy import DEFAULT_LB_POLICY
+from reports.grid import Column, Grid, print_grid
 from rundir.run_info import DEFAULT_TPOT_P95_S, DEFAULT_TTFT_P99_S
 
 console = make_console()

@@ -1,12 +1,21 @@
 """Replicas needed for a target rate: the count returned serves it and one fewer does not; more load never
 needs fewer replicas; one replica's capacity is bracketed to 10%."""
 
+import dataclasses
+
 import pytest
+from tiny_fleet import heavy_tailed, tiny_replica
 
-from analyzers.plan.fleet_sizing import (CAPACITY_RESOLUTION, SizingSpec, fewest, one_replica_capacity,
-                                         replicas_needed, serves, size_fleet)
-
-from test_fleet import heavy_tailed, tiny_replica
+from analyzers.plan.fleet import simulate_fleet
+from analyzers.plan.fleet_sizing import (
+    CAPACITY_RESOLUTION,
+    SizingSpec,
+    fewest,
+    one_replica_capacity,
+    replicas_needed,
+    serves,
+    size_fleet,
+)
 
 SLO_TTFT, SLO_TPOT = 0.05, 0.01
 
@@ -58,3 +67,15 @@ def test_round_robin_costs_replicas_that_least_outstanding_saves():
     assert rr.replicas is not None and lo.replicas is not None and lo.replicas < rr.replicas
     words = policy_cost_words(sizing)
     assert f"round robin needs {rr.replicas} replicas" in words and f"least-outstanding needs {lo.replicas}" in words
+
+
+def test_stopping_an_over_capacity_fleet_early_changes_no_verdict():
+    spec = _spec(150.0)
+    stops = []
+    for n in (2, 3, 4, 5):
+        early = simulate_fleet(tiny_replica, "round-robin", n, spec.load(150.0), heavy_tailed, sample=1)
+        full = simulate_fleet(tiny_replica, "round-robin", n, dataclasses.replace(spec.load(150.0), stop_past_ttft_s=None),
+                              heavy_tailed, sample=1)
+        assert serves(early, spec) == serves(full, spec)
+        stops.append(early.stopped_early)
+    assert stops[0] and not stops[-1]
