@@ -40,8 +40,10 @@ class SizingSpec:
     slo_ttft_s: float
     slo_tpot_s: float
     max_replicas: int                   # the search's bound: least-outstanding's cost grows with it
-    warmup_s: float = 10.0
-    duration_s: float = 30.0
+    # Shorter than a level's 20 s + 60 s: a replica fills in seconds, and at hundreds of requests/s a 20 s
+    # window holds thousands (docs/planning.md, "A fleet").
+    warmup_s: float = 5.0
+    duration_s: float = 20.0
     round_robin_sample: int = 1         # round-robin replicas simulated (exact in distribution, fleet.py)
 
     def __post_init__(self) -> None:
