@@ -8,9 +8,10 @@ capacity search's criterion (analyzers/capacity/answer.py), not "goodput >= rate
 requests that met both bounds one by one, and at a TPOT P95 bound up to 5% may miss, so goodput sits
 below the offered rate even where the SLO holds.
 
-- One replica's capacity: the highest Poisson rate one replica alone serves within the SLO, found by
-  halving from its saturated throughput until a rate meets it, then geometric bisection to
-  `resolution` (10%).
+- One replica's capacity: the highest Poisson rate one replica alone serves within the SLO: from its
+  throughput with every seat taken, halved until a rate meets the SLO (doubled until one misses, when
+  that one already meets it: an open loop can outrun a closed loop's turnover), then geometric
+  bisection to `CAPACITY_RESOLUTION` (10%).
 - Replicas needed under a policy: the fewest N that serve the target rate. The search starts at an
   estimate (the target over one replica's capacity, or another policy's count), steps down while N - 1
   still serves it and up while N does not, up to `max_replicas`; the count it returns served the rate
@@ -100,7 +101,7 @@ def serves(fleet: FleetResult, spec: SizingSpec) -> bool:
 
 
 def one_replica_capacity(make_sim: Callable[[], Simulator], lengths: LengthsFn, spec: SizingSpec) -> ReplicaCapacity:
-    """Halve from the saturated throughput until a rate meets the SLO (at most six times), then bisect."""
+    """Bracket from the saturated throughput (halving, or doubling when it meets), then bisect to 10%."""
     seats = make_sim().scheduler_config.max_num_seqs
     saturated = summarize("saturated", make_sim().run(LoadSpec(spec.warmup_s, spec.duration_s, concurrency=2 * seats),
                                                        lengths)).req_s
@@ -113,16 +114,22 @@ def one_replica_capacity(make_sim: Callable[[], Simulator], lengths: LengthsFn, 
             tried[rate] = serves(simulate_fleet(make_sim, "round-robin", 1, spec.load(rate), lengths), spec)
         return tried[rate]
 
-    hi, lo = saturated, None
-    for _ in range(7):
-        if met(hi):
-            lo = hi
+    lo: float | None = None
+    miss: float | None = None
+    rate = saturated
+    for _ in range(7):                  # halve until a rate meets it
+        if met(rate):
+            lo = rate
             break
-        hi /= 2
+        miss, rate = rate, rate / 2
     if lo is None:
         return ReplicaCapacity(None, min(tried), saturated, tried)
-    miss = next((r for r in sorted(tried) if not tried[r] and r > lo), None)
-    if miss is None:                    # met at saturation: the SLO never binds below its throughput
+    for _ in range(6 if miss is None else 0):     # met at saturation: double until a rate misses it
+        if not met(2 * lo):
+            miss = 2 * lo
+            break
+        lo *= 2
+    if miss is None:
         return ReplicaCapacity(lo, None, saturated, tried)
     while miss / lo > 1 + CAPACITY_RESOLUTION:
         mid = math.sqrt(lo * miss)

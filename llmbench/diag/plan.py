@@ -9,7 +9,7 @@ import typer
 from rich.text import Text
 
 from llmbench.cli_common import make_console, user_errors
-from refengine.server.dp_policy import DEFAULT_LB_POLICY
+from refengine.server.dp_policy import DEFAULT_LB_POLICY, LB_POLICIES
 from reports.grid import Column, Grid, print_grid
 from rundir.run_info import DEFAULT_TPOT_P95_S, DEFAULT_TTFT_P99_S
 
@@ -139,6 +139,8 @@ def plan(
         from llmbench.diag.plan_rank import predicted_ranking, print_ranking
         with user_errors():
             load = TargetLoad(input_len, output_len, concurrency=None if rate else concurrency, request_rate=rate)
+            if lb_policy not in LB_POLICIES:
+                raise DiagnosisError(f"--lb-policy is one of {', '.join(LB_POLICIES)}, got {lb_policy!r}")
             spec = None if peak_rate is None else SizingSpec(peak_rate, slo_ttft, slo_tpot, max_replicas)
             ranked_p = predicted_ranking(shape, cluster, ranked[:top], profile, load, slo_ttft, slo_tpot,
                                          max_num_batched_tokens, what_if or [])

@@ -34,8 +34,6 @@ class SizedPlan:
 
 def size_top_plans(shape: ModelShape, cluster: Cluster, ranked: list[RankedPlan], profile_arg: str, load: TargetLoad,
                    spec: SizingSpec, max_num_batched_tokens: int, policy: str, console: Console) -> list[SizedPlan]:
-    if policy not in LB_POLICIES:
-        raise DiagnosisError(f"--lb-policy is one of {', '.join(LB_POLICIES)}, got {policy!r}")
     profile = resolve_profile(profile_arg)
     try:
         args = EngineArgs(model=shape.name, max_num_batched_tokens=max_num_batched_tokens)
