@@ -9,7 +9,7 @@ import typer
 from rich.text import Text
 
 from llmbench.cli_common import make_console, user_errors
-from refengine.server.dp_policy import DEFAULT_LB_POLICY, LB_POLICIES
+from refengine.server.dp_policy import DEFAULT_LB_POLICY
 from reports.grid import Column, Grid, print_grid
 from rundir.run_info import DEFAULT_TPOT_P95_S, DEFAULT_TTFT_P99_S
 
@@ -134,14 +134,12 @@ def plan(
                   ": give --profile (llmdiag calibrate, or h100, ...) to predict TTFT, TPOT and goodput; sweep "
                   "the top plans (llmbench sweep) before choosing.") + "[/]")
     if profile is not None:
-        from analyzers.plan.fleet_sizing import SizingSpec
         from analyzers.plan.rank import TargetLoad
+        from llmbench.diag.plan_fleet import sizing_spec
         from llmbench.diag.plan_rank import predicted_ranking, print_ranking
         with user_errors():
             load = TargetLoad(input_len, output_len, concurrency=None if rate else concurrency, request_rate=rate)
-            if lb_policy not in LB_POLICIES:
-                raise DiagnosisError(f"--lb-policy is one of {', '.join(LB_POLICIES)}, got {lb_policy!r}")
-            spec = None if peak_rate is None else SizingSpec(peak_rate, slo_ttft, slo_tpot, max_replicas)
+            spec = sizing_spec(peak_rate, lb_policy, slo_ttft, slo_tpot, max_replicas)
             ranked_p = predicted_ranking(shape, cluster, ranked[:top], profile, load, slo_ttft, slo_tpot,
                                          max_num_batched_tokens, what_if or [])
         print_ranking(ranked_p, load, slo_ttft, slo_tpot, profile, console)

@@ -32,6 +32,14 @@ class SizedPlan:
     sizing: FleetSizing
 
 
+def sizing_spec(peak_rate: float | None, policy: str, slo_ttft_s: float, slo_tpot_s: float,
+                max_replicas: int) -> SizingSpec | None:
+    """--peak-rate's sizing, its options checked before any simulation runs (None: not asked for)."""
+    if policy not in LB_POLICIES:
+        raise DiagnosisError(f"--lb-policy is one of {', '.join(LB_POLICIES)}, got {policy!r}")
+    return None if peak_rate is None else SizingSpec(peak_rate, slo_ttft_s, slo_tpot_s, max_replicas)
+
+
 def size_top_plans(shape: ModelShape, cluster: Cluster, ranked: list[RankedPlan], profile_arg: str, load: TargetLoad,
                    spec: SizingSpec, max_num_batched_tokens: int, policy: str, console: Console) -> list[SizedPlan]:
     profile = resolve_profile(profile_arg)
