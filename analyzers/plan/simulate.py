@@ -231,15 +231,10 @@ class EngineRun:
     def result(self, max_steps: int) -> SimResult:
         if self.steps >= max_steps:
             self.notes.add(f"stopped after {max_steps} simulated steps")
+        n = self.window_steps or 1          # per-step means over the window's steps (0 without any)
         return SimResult(list(self.records.values()), self.load.window, self.tokens_in_window, self.steps,
-                         self.scheduler.num_preemptions_total, self.notes,
-                         *self._window_means())
-
-    def _window_means(self) -> tuple[float, float, float]:
-        n = self.window_steps
-        if not n:
-            return 0.0, 0.0, 0.0
-        return self.window_batch / n, self.window_compute / n, self.window_overhead / n
+                         self.scheduler.num_preemptions_total, self.notes, self.window_batch / n,
+                         self.window_compute / n, self.window_overhead / n)
 
     def _window_done(self) -> bool:
         return self.window_open == 0
