@@ -22,6 +22,10 @@ def _replicas(n: int) -> str:
     return f"{n} replica{'s' if n != 1 else ''}"
 
 
+def _gpus(n: int) -> str:
+    return f"{n} GPU{'s' if n != 1 else ''}"
+
+
 def per_replica_words(p: PerReplica) -> str | None:
     """The fleet's capacity per replica, labelled as the fleet's / N at the balance measured (None: one replica)."""
     if p.replicas == 1 or p.capacity is None:
@@ -63,7 +67,7 @@ def count_words(count: PolicyCount, sizing: FleetSizing) -> str:
     policy = POLICY_WORDS[count.policy]
     if count.replicas is None:
         return f"{policy} needs more than {_replicas(sizing.spec.max_replicas)} (the search's bound, --max-replicas)"
-    return f"{policy} needs {_replicas(count.replicas)} ({sizing.gpus(count)} GPUs)"
+    return f"{policy} needs {_replicas(count.replicas)} ({_gpus(count.replicas * sizing.gpus_per_replica)})"
 
 
 def policy_cost_words(sizing: FleetSizing) -> str:
@@ -75,12 +79,12 @@ def policy_cost_words(sizing: FleetSizing) -> str:
     a, b = chosen.replicas, other.replicas
     if a is not None and a == b:
         return (f"{POLICY_WORDS[chosen.policy]} and {POLICY_WORDS[other.policy]} both need {_replicas(a)} "
-                f"({sizing.gpus(chosen)} GPUs): at this load the policy costs nothing")
+                f"({_gpus(a * sizing.gpus_per_replica)}): at this load the policy costs nothing")
     out = f"{count_words(chosen, sizing)} where {count_words(other, sizing)}"
     if a is not None and b is not None:
         more, fewer = (chosen, other) if a > b else (other, chosen)
         diff = abs(a - b)
-        out += (f": {POLICY_WORDS[more.policy]} costs {_replicas(diff)} ({diff * sizing.gpus_per_replica} GPUs) "
+        out += (f": {POLICY_WORDS[more.policy]} costs {_replicas(diff)} ({_gpus(diff * sizing.gpus_per_replica)}) "
                 f"more than {POLICY_WORDS[fewer.policy]}")
     return out
 
