@@ -4,8 +4,10 @@ analyzers.capacity.answer computes the answer (numbers, verdicts); this says it.
 
 from __future__ import annotations
 
+from analyzers.capacity.replicas import per_replica
 from analyzers.stats.exceedance import min_n_for_in
 from analyzers.stats.slo import failure_summary
+from reports.replicas_words import per_replica_words
 from rundir.capacity import CapacityAnswer
 
 
@@ -29,7 +31,8 @@ def capacity_headline(a: CapacityAnswer) -> str:
         out += f"; goodput there {a.goodput_req_s:.2f} req/s ({a.output_tok_s:.1f} output tok/s)"
     if a.bounded_by not in ("slo", "none"):
         out += f"; bounded by {a.bounded_by}, not by the SLO"
-    return out + _failures(a)
+    each = per_replica_words(per_replica(a))
+    return out + _failures(a) + (f"; {each}" if each else "")
 
 
 def _failures(a: CapacityAnswer) -> str:

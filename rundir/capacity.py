@@ -105,11 +105,18 @@ class CapacityAnswer:
     confidence: float = 0.95
     trace_rate: float | None = None               # a trace's own mean req/s: the answer is also a speed
     headline: str | None = None                   # the answer in words, as printed (reports/capacity_words.py)
+    # The target's replicas (run.json's target.replicas): the answer is the fleet's; per replica it is / N
+    # (analyzers/capacity/replicas.py). busiest_share: at the capacity's load, the largest share of its
+    # requests one replica served (1/N is even; None: one replica, or no record named its replica).
+    replicas: int = 1
+    busiest_share: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.axis not in CAPACITY_AXES:
             raise ValueError(f"a capacity answer's axis is one of {', '.join(CAPACITY_AXES)}, got {self.axis!r}")
+        if not isinstance(self.replicas, int) or self.replicas < 1:
+            raise ValueError(f"a capacity answer's replicas is an integer >= 1, got {self.replicas!r}")
         if self.bounded_by not in BOUNDED_BY:
             raise ValueError(f"a capacity answer is bounded by one of {', '.join(BOUNDED_BY)}, got {self.bounded_by!r}")
 

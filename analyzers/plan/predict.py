@@ -92,6 +92,12 @@ def predict_level(sim: Simulator, level: LevelLoad, lengths: LengthsFn,
     return summarize(level.level_id, sim.run(load, lengths))
 
 
+def within_slo(pred: LevelPrediction, slo_ttft_s: float, slo_tpot_s: float) -> bool:
+    """TTFT P99 and TPOT P95 within their bounds (a level without TTFTs is not)."""
+    return (pred.ttft_p99_s is not None and pred.ttft_p99_s <= slo_ttft_s
+            and (pred.tpot_p95_s is None or pred.tpot_p95_s <= slo_tpot_s))
+
+
 def relative_errors(predicted: dict[str, float | None], measured: dict[str, float | None]) -> dict[str, float | None]:
     """(predicted - measured) / measured per metric; None where either side is missing or zero."""
     out: dict[str, float | None] = {}

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from analyzers.diagnosis_error import DiagnosisError
 from analyzers.model.presets import ModelShape
 from analyzers.plan.parallel import Candidate, Cluster
-from analyzers.plan.predict import LevelLoad, LevelPrediction, summarize
+from analyzers.plan.predict import LevelLoad, LevelPrediction, summarize, within_slo
 from analyzers.plan.profile import CollectiveCost, MachineProfile
 from analyzers.plan.simulate import LoadSpec, Simulator, random_prompt
 from analyzers.plan.step_model import StepModel
@@ -59,18 +59,24 @@ def _replica_profile(profile: MachineProfile, cluster: Cluster, c: Candidate) ->
                                                                   cluster.inter_node_gbps * 1e9))
 
 
+def replica_simulator(shape: ModelShape, cluster: Cluster, c: Candidate, profile: MachineProfile,
+                      args: EngineArgs) -> Simulator:
+    """One replica of the plan: its KV blocks from the memory model, its TP collectives at the bandwidth its
+    TP group sees, refengine's scheduler with the engine arguments."""
+    sched = args.scheduler_config(c.estimate.plan.max_model_len)
+    cache = CacheConfig(block_size=c.estimate.plan.block_size, num_blocks=max(1, c.estimate.num_blocks),
+                        enable_prefix_caching=args.enable_prefix_caching)
+    return Simulator(StepModel(shape, _replica_profile(profile, cluster, c), c.tp, c.pp,
+                               weight_bytes=c.estimate.plan.weight_bytes), sched, cache, profile.request_overhead_s,
+                     request_overhead_per_running_s=profile.request_overhead_per_running_s)
+
+
 def rank_by_goodput(shape: ModelShape, cluster: Cluster, candidates: list[Candidate], profile: MachineProfile,
                     args: EngineArgs, load: TargetLoad, slo_ttft_s: float, slo_tpot_s: float,
                     variation: str = "") -> list[RankedPlan]:
     out = []
     for c in candidates:
-        sched = args.scheduler_config(c.estimate.plan.max_model_len)
-        cache = CacheConfig(block_size=c.estimate.plan.block_size, num_blocks=max(1, c.estimate.num_blocks),
-                            enable_prefix_caching=args.enable_prefix_caching)
-        sim = Simulator(StepModel(shape, _replica_profile(profile, cluster, c), c.tp, c.pp,
-                                  weight_bytes=c.estimate.plan.weight_bytes), sched, cache,
-                        profile.request_overhead_s,
-                        request_overhead_per_running_s=profile.request_overhead_per_running_s)
+        sim = replica_simulator(shape, cluster, c, profile, args)
         users = None if load.concurrency is None else max(1, math.ceil(load.concurrency / c.replicas))
         rate = None if load.request_rate is None else load.request_rate / c.replicas
         level = LevelLoad(c.label, load.warmup_s, load.duration_s, concurrency=users, request_rate=rate)
@@ -80,8 +86,7 @@ def rank_by_goodput(shape: ModelShape, cluster: Cluster, candidates: list[Candid
         pred = summarize(level.level_id, result)
         good = sum(1 for r in result.in_window if r.ttft_s is not None and r.ttft_s <= slo_ttft_s
                    and (r.tpot_s is None or r.tpot_s <= slo_tpot_s))
-        met = (pred.ttft_p99_s is not None and pred.ttft_p99_s <= slo_ttft_s
-               and (pred.tpot_p95_s is None or pred.tpot_p95_s <= slo_tpot_s))
+        met = within_slo(pred, slo_ttft_s, slo_tpot_s)
         out.append(RankedPlan(c, variation, pred, good / load.duration_s * c.replicas, pred.output_tok_s * c.replicas, met))
     order = {id(c): i for i, c in enumerate(candidates)}
     return sorted(out, key=lambda p: (-p.goodput_req_s, order[id(p.candidate)]))

@@ -125,11 +125,12 @@ class Simulator:
     def run(self, load: LoadSpec, lengths: LengthsFn, max_steps: int = 2_000_000,
             trace: list[SchedulerOutput] | None = None) -> SimResult:
         """`trace`, if given, receives every non-empty SchedulerOutput in order (for tests and debugging)."""
-        return _Run(self, load, lengths, trace).go(max_steps)
+        return EngineRun(self, load, lengths, trace).go(max_steps)
 
 
-class _Run:
-    """One level's simulation: its clock, its scheduler, its clients."""
+class EngineRun:
+    """One level's simulation: its clock, its scheduler, its clients. A fleet (analyzers/plan/fleet.py)
+    drives several, routing one arrival stream over them with `send` and `advance`."""
 
     def __init__(self, sim: Simulator, load: LoadSpec, lengths: LengthsFn, trace: list[SchedulerOutput] | None):
         self.sim, self.load, self.lengths, self.trace = sim, load, lengths, trace
@@ -155,10 +156,12 @@ class _Run:
         self.notes: set[str] = set()
         self.pending: collections.deque[tuple[float, SchedulerOutput]] = collections.deque()  # (lands at, batch)
         self.stage_free = 0.0
+        self.done_times: list[float] = []           # when each request finished, in order (a router counts them)
 
     # ---- clients ----------------------------------------------------------------------------
-    def send(self, t: float) -> None:
-        i = next(self.index)
+    def send(self, t: float, index: int | None = None) -> None:
+        """A request sent at `t`: the next of this run's own, or the stream's request `index` (a fleet's)."""
+        i = next(self.index) if index is None else index
         prompt, n_out = self.lengths(i)
         if not 0 < len(prompt) < self.scheduler.max_model_len:
             raise DiagnosisError(f"request {i} has a prompt of {len(prompt)} tokens; the engine refuses any not "
@@ -200,33 +203,38 @@ class _Run:
         if self.load.concurrency is not None:
             for u in range(self.load.concurrency):
                 self.send(self.load.stagger_s * u / self.load.concurrency)
-        end = self.load.window[1] + self.load.drain_limit_s
-        while self.steps < max_steps and self.now < end:
+        self.advance(self.load.window[1] + self.load.drain_limit_s, max_steps)
+        return self.result(max_steps)
+
+    def advance(self, until: float, max_steps: int, more_coming: bool = False) -> None:
+        """The engine's loop until its clock reaches `until` (a step begun before it may land after it),
+        it has nothing to do, or sending has stopped and the window's requests are done. `more_coming`:
+        a router will send more, so having nothing to do now is waiting, not the end."""
+        while self.steps < max_steps and self.now < until:
             self.take_in()
             if not self.scheduler.has_unfinished_requests():
                 nxt = self.next_event()
-                if nxt is None:
+                if nxt is None or nxt > until:     # idle until after `until`: a router may send before then
                     break
                 self.now = max(self.now, nxt)
                 continue
             if not self.step():
                 nxt = self.next_event()       # nothing fits and nothing in flight: wait for the world
-                if nxt is None:
+                if nxt is None and not more_coming:
                     raise DiagnosisError("the simulated engine cannot schedule anything (KV cache too small?)")
+                if nxt is None or nxt > until:
+                    break
                 self.now = max(self.now, nxt)
             if not self.sending() and self._window_done():
                 break
+
+    def result(self, max_steps: int) -> SimResult:
         if self.steps >= max_steps:
             self.notes.add(f"stopped after {max_steps} simulated steps")
+        n = self.window_steps or 1          # per-step means over the window's steps (0 without any)
         return SimResult(list(self.records.values()), self.load.window, self.tokens_in_window, self.steps,
-                         self.scheduler.num_preemptions_total, self.notes,
-                         *self._window_means())
-
-    def _window_means(self) -> tuple[float, float, float]:
-        n = self.window_steps
-        if not n:
-            return 0.0, 0.0, 0.0
-        return self.window_batch / n, self.window_compute / n, self.window_overhead / n
+                         self.scheduler.num_preemptions_total, self.notes, self.window_batch / n,
+                         self.window_compute / n, self.window_overhead / n)
 
     def _window_done(self) -> bool:
         return self.window_open == 0
@@ -279,6 +287,7 @@ class _Run:
                 rec.output_tokens = request.num_output_tokens      # max_model_len may stop it short
                 self.window_open -= lo <= rec.t_sent < hi
                 rec.preemptions = request.num_preemptions
+                self.done_times.append(self.now)
                 if self.load.concurrency is not None and self.sending():
                     self.send(self.now)      # the user's next request, at once (closed loop)
 

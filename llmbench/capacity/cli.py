@@ -41,6 +41,9 @@ def capacity(
                                 "for the answer's interval."),
     json_out: bool = typer.Option(False, "--json", help="Print the search and the answer as JSON on stdout "
                                   "(everything else goes to stderr)."),
+    peak_rate: Optional[float] = typer.Option(None, help="Also say how many replicas this request rate (req/s) "
+                                              "needs, from the capacity per replica (the fleet's / its replicas); "
+                                              "`llmdiag plan --peak-rate` predicts it per balancing policy."),
     stop_over_capacity: bool = typer.Option(True, help="Stop an open-loop level early when its queue keeps growing "
                                             "past the TTFT SLO (marked over capacity)."),
     input_len: str = typer.Option("128", help="Prompt length in tokens."),
@@ -69,6 +72,8 @@ def capacity(
     engine_arg: list[str] = typer.Option([], help="Extra flag for the embedded engine, repeatable."),
     server_threads: Optional[int] = typer.Option(None, min=1, help="torch threads of the embedded engine."),
     data_parallel_size: int = target_options.DATA_PARALLEL_SIZE,
+    replicas: int = typer.Option(1, min=1, help="Engine replicas behind --target (a load balancer over N engines): "
+                                 "the answer is the fleet's, and also given per replica."),
     replica_header: str = target_options.REPLICA_HEADER,
     lb_policy: Optional[str] = target_options.LB_POLICY,
     replica_metrics: Optional[str] = target_options.REPLICA_METRICS,
@@ -88,11 +93,13 @@ def capacity(
     from llmbench.capacity.run import CapacityArgs, run_capacity
     from llmbench.sweep.setup import SweepArgs
 
+    if peak_rate is not None and not peak_rate > 0:
+        raise typer.BadParameter(f"a request rate is > 0 req/s, got {peak_rate:g}", param_hint="--peak-rate")
     values = dict(locals())
     console = make_console(stderr=json_out)
     values.update(concurrency=None, request_rate=None,
                   label=label or f"capacity-{model or ('tiny' if target is None else 'target')}")
     args = SweepArgs(**{k: v for k, v in values.items() if k in SweepArgs.__dataclass_fields__})
     c = CapacityArgs(by=by, start=start, max_load=max_load, resolution=resolution, repeats=repeats,
-                     json_out=json_out, stop_over_capacity=stop_over_capacity)
+                     json_out=json_out, stop_over_capacity=stop_over_capacity, peak_rate=peak_rate)
     run_capacity(args, c, console)

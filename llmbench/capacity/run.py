@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import typer
 from rich.console import Console
 
 from analyzers.capacity.answer import capacity_answer, judge_loads
+from analyzers.capacity.replicas import per_replica, replicas_for, with_fleet
 from analyzers.stats.latency import LevelStats
 from analyzers.stats.slo import Slos
 from llmbench.capacity.search import CapacityPlan, SearchSpec
@@ -20,6 +21,7 @@ from llmbench.sweep.setup import SweepArgs, execute_sweep, prepare_run
 from llmbench.sweep.spec import spec_of
 from llmbench.sweep.trace_level import sweep_trace
 from reports.capacity_words import capacity_headline
+from reports.replicas_words import replicas_for_words
 from reports.write import write_reports
 from rundir import RunDir, RunInfo
 from rundir.capacity import CapacityAnswer, CapacityProbe, CapacityRecord
@@ -37,6 +39,7 @@ class CapacityArgs:
     repeats: int
     json_out: bool
     stop_over_capacity: bool
+    peak_rate: float | None = None    # --peak-rate: the replicas this rate needs, from the per-replica answer
 
 
 def search_spec(c: CapacityArgs, trace_rate: float | None = None) -> SearchSpec:
@@ -81,11 +84,12 @@ def answer_of(run: RunDir, info: RunInfo, plan: CapacityPlan) -> CapacityAnswer:
     stats = _stats(run)
     loads = {k: [x for x in v if x in stats] for k, v in _loads(plan.probes).items()}
     loads = {k: v for k, v in loads.items() if v}
-    verdicts = judge_loads(RequestTable.load(run), loads, stats, Slos.of(info.slos)) if loads else []
+    table = RequestTable.load(run)
+    verdicts = judge_loads(table, loads, stats, Slos.of(info.slos)) if loads else []
     limit_reached = bool(loads) and max(loads) >= plan.search.key(plan.search.limit)
     answer = capacity_answer(plan.search.axis, verdicts, limit_reached)
     answer.trace_rate = plan.search.trace_rate
-    return answer
+    return with_fleet(answer, table, info.target.replicas)
 
 
 def run_capacity(a: SweepArgs, c: CapacityArgs, console: Console) -> None:
@@ -131,10 +135,15 @@ def run_capacity(a: SweepArgs, c: CapacityArgs, console: Console) -> None:
     run.write_info(info)
     run.write_json(run.path / CAPACITY_JSON, record.to_dict())
     write_reports(run)              # the sweep wrote them before the answer existed; they lead with it
+    each = per_replica(answer)
+    need = replicas_for(c.peak_rate, each) if c.peak_rate is not None else None
     if c.json_out:
-        sys.stdout.write(json.dumps({"run_dir": str(run.path), **record.to_dict()}) + "\n")
+        fleet = {"per_replica": asdict(each), "replicas_for": asdict(need) if need is not None else None}
+        sys.stdout.write(json.dumps({"run_dir": str(run.path), **record.to_dict(), **fleet}) + "\n")
     else:
         _print_answer(console, answer, run)
+        if need is not None:
+            console.print(replicas_for_words(need), highlight=False)
     if exit_code:
         raise typer.Exit(code=exit_code)
 

@@ -9,10 +9,12 @@ import typer
 from rich.text import Text
 
 from llmbench.cli_common import make_console, user_errors
+from refengine.server.dp_policy import DEFAULT_LB_POLICY
 from reports.grid import Column, Grid, print_grid
 from rundir.run_info import DEFAULT_TPOT_P95_S, DEFAULT_TTFT_P99_S
 
 console = make_console()
+MAX_REPLICAS = 64       # --peak-rate's bound: least-outstanding simulates every replica together, so cost grows with it
 
 
 def plan(
@@ -54,6 +56,14 @@ def plan(
     output_len: int = typer.Option(128, "--output-len", help="With --profile: output tokens of the target load."),
     rate: Optional[float] = typer.Option(None, "--rate", help="With --profile: the target load as requests/s "
                                          "(Poisson) instead of --concurrency users."),
+    peak_rate: Optional[float] = typer.Option(None, "--peak-rate", help="With --profile: also size the top plans as "
+                                              "fleets for this many requests/s (the seed's peak: 350): the fewest "
+                                              "replicas within the SLO under each balancing policy, and the GPUs."),
+    lb_policy: str = typer.Option(DEFAULT_LB_POLICY, "--lb-policy", help="With --peak-rate: the fleet front's "
+                                  "balancing policy, round-robin or least-outstanding (the other is sized beside "
+                                  "it, for what the policy costs)."),
+    max_replicas: int = typer.Option(MAX_REPLICAS, "--max-replicas", help="With --peak-rate: the most "
+                                     "replicas the sizing tries (least-outstanding simulates them all together)."),
     slo_ttft: float = typer.Option(DEFAULT_TTFT_P99_S, "--slo-ttft", help="With --profile: TTFT P99 bound in seconds."),
     slo_tpot: float = typer.Option(DEFAULT_TPOT_P95_S, "--slo-tpot", help="With --profile: TPOT P95 bound in seconds."),
     extra_concurrency: Optional[str] = typer.Option(None, "--extra-concurrency", help="With --predict-sweep: "
@@ -125,9 +135,17 @@ def plan(
                   "the top plans (llmbench sweep) before choosing.") + "[/]")
     if profile is not None:
         from analyzers.plan.rank import TargetLoad
+        from llmbench.diag.plan_fleet import sizing_spec
         from llmbench.diag.plan_rank import predicted_ranking, print_ranking
         with user_errors():
             load = TargetLoad(input_len, output_len, concurrency=None if rate else concurrency, request_rate=rate)
+            spec = sizing_spec(peak_rate, lb_policy, slo_ttft, slo_tpot, max_replicas)
             ranked_p = predicted_ranking(shape, cluster, ranked[:top], profile, load, slo_ttft, slo_tpot,
                                          max_num_batched_tokens, what_if or [])
         print_ranking(ranked_p, load, slo_ttft, slo_tpot, profile, console)
+        if spec is not None:
+            from llmbench.diag.plan_fleet import print_fleet, size_top_plans
+            with user_errors():
+                sized = size_top_plans(shape, cluster, ranked_p, profile, load, spec, max_num_batched_tokens,
+                                       lb_policy, console)
+            print_fleet(sized, load, spec, cluster, console)

@@ -17,7 +17,7 @@ import uvicorn
 
 from refengine.config import EngineArgs
 from refengine.errors import RefEngineError
-from refengine.server.dp_policy import LB_POLICIES
+from refengine.server.dp_policy import DEFAULT_LB_POLICY, LB_POLICIES
 
 
 def _base_type(annotation):
@@ -69,7 +69,7 @@ def build_parser(prog: str = "refengine-serve") -> argparse.ArgumentParser:
     p.add_argument("--data-parallel-size", type=int, default=1, metavar="N", help="Serve N replicas of the "
                    "engine, each a full server process on its own loopback port, behind one OpenAI-compatible front "
                    "on --port that balances requests over them (vLLM's flag; default: %(default)s, no front).")
-    p.add_argument("--lb-policy", default="round-robin", choices=list(LB_POLICIES), help="With "
+    p.add_argument("--lb-policy", default=DEFAULT_LB_POLICY, choices=list(LB_POLICIES), help="With "
                    "--data-parallel-size > 1: round-robin, or least-outstanding (the replica with the fewest "
                    "requests in flight through the front) (default: %(default)s).")
     p.add_argument("--replica-startup-timeout-s", type=float, default=600.0, help="With --data-parallel-size > 1: "

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 LB_POLICIES = ("round-robin", "least-outstanding")
+DEFAULT_LB_POLICY = "round-robin"     # the front's, and what `llmdiag plan` sizes a fleet under by default
 # The response header in which the front names the replica that served (its index, as the
 # replica's `engine` metric label): clients attribute each request with it (llmbench --replica-header).
 REPLICA_HEADER = "x-llmbench-replica"
@@ -35,7 +36,7 @@ class ReplicaLoad:
 @dataclass
 class LoadBalancer:
     size: int
-    policy: str = "round-robin"
+    policy: str = DEFAULT_LB_POLICY
     loads: list[ReplicaLoad] = field(default_factory=list)
     _next: int = 0          # where round-robin (and the tie-break) starts looking
 

@@ -4,6 +4,7 @@ count by concurrency, and slots / service time by rate (tests/slot_server.py).""
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -58,11 +59,17 @@ def test_capacity_by_rate_is_slots_over_service_time(slot_server, tmp_path):
     server = slot_server(SLOTS, PREFILL_MS, ITL_MS)
     known = SLOTS / SERVICE_S                                            # 7.4 req/s
     # Regular arrivals (burstiness 100): below `known` nobody waits, above it the queue grows.
-    proc = _capacity(server.url, tmp_path / "run", "--by", "rate", "--burstiness", "100", "--start", "2")
+    # Three slots are three one-seat replicas behind one URL (--replicas 3): the answer is also per replica.
+    proc = _capacity(server.url, tmp_path / "run", "--by", "rate", "--burstiness", "100", "--start", "2",
+                     "--replicas", "3", "--peak-rate", "20")
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout)
     answer = result["answer"]
     print(f"by rate (known {known:.2f} req/s): {answer['headline']}; {len(result['probes'])} levels")
+    each, need = result["per_replica"], result["replicas_for"]
+    assert answer["replicas"] == each["replicas"] == 3 and each["capacity"] == pytest.approx(answer["capacity"] / 3)
+    assert "per replica: " in answer["headline"] and "the fleet's / 3" in answer["headline"]
+    assert need["replicas"] == math.ceil(20 / each["capacity"]) and need["measured_replicas"] == 3
     # Past `known` the queue grows by (rate - known) a second: with 4 s of load and 0.22 s of TTFT
     # headroom the level misses once rate > 1.06 x known; the search resolves to 10%, and one more
     # step is allowed for a loaded 2-core machine's noise.

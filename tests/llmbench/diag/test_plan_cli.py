@@ -170,3 +170,28 @@ def test_shared_prefixes_of_an_ids_workload_hit_the_simulated_prefix_cache(tmp_p
     too_long = _one_level_run(tmp_path / "long", {**sweep, "input_lens": [512]}, "c1-in512-out11")
     r = invoke("plan", "--predict-sweep", too_long, "--profile", "a100")
     assert r.exit_code == 2 and "max_model_len 512" in r.output and "Traceback" not in r.output
+
+
+def test_peak_rate_sizes_the_top_plan_as_a_fleet_under_each_policy():
+    # A 70B model's steps are long, so each simulated fleet is few steps (a fast test, about 4 s).
+    r = invoke("plan", "--model", "llama-3-70b", "-c", "8", "--profile", "h100", "--no-quantize", "--input-len", "256",
+               "--output-len", "16", "--top", "1", "--slo-tpot", "0.1", "--peak-rate", "30", "--max-replicas", "8")
+    print(r.output)
+    assert r.exit_code == 0, r.output
+    out = r.output[r.output.index("replicas for 30 requests/s"):]
+    row = next(line for line in out.splitlines() if line.startswith("│"))
+    cells = [c.strip() for c in row.split("│") if c.strip()]
+    rr, lo = int(cells[2].split()[0]), int(cells[4].split()[0])
+    assert 1 < rr <= 8 and 1 < lo <= 8
+    assert ("both need" in out) == (rr == lo)
+    assert f"round robin needs {rr} replica" in out or "both need" in out
+    assert "one replica alone serves" in out and "one fewer did not" in out
+
+
+def test_peak_rate_refuses_a_bad_rate_or_policy_in_one_line():
+    for args, says in ((("--peak-rate", "0"), "the target rate must be > 0"),
+                       (("--peak-rate", "30", "--lb-policy", "random"), "--lb-policy is one of round-robin"),
+                       (("--peak-rate", "30", "--max-replicas", "0"), "--max-replicas")):
+        r = invoke("plan", "--model", "llama-3-70b", "--profile", "h100", *args)
+        assert r.exit_code == 2, r.output
+        assert says in r.output and "No such option" not in r.output and "Traceback" not in r.output
