@@ -12,9 +12,10 @@ from typing import Any
 
 from analyzers.triage.tail_windows import Window
 
-# "server": requests the server failed (they are the tail by definition); then the seed's order;
-# then the measurement itself.
-CATEGORIES = ("server", "network", "scheduling", "host", "client")
+# "server": requests the server failed (they are the tail by definition); "fleet": which replica of a
+# fleet, or which route, the tail came from (a replica's own causes come after); then the seed's
+# order; then the measurement itself.
+CATEGORIES = ("server", "fleet", "network", "scheduling", "host", "client")
 SEVERITIES = ("high", "medium", "low")
 STATUSES = ("failed", "passed", "unchecked")
 
@@ -91,7 +92,7 @@ CONTEXT_SHARE = 0.2          # a finding explaining less of the tail than this i
 
 def rank(findings: list[Finding]) -> list[Finding]:
     """The one that explains more of the tail first (in steps of COVERAGE_STEP); then the seed's
-    order (network, scheduling, host, client); then severity."""
+    order (server, fleet, network, scheduling, host, client); then severity."""
     return sorted(findings, key=lambda f: (-round(f.coverage / COVERAGE_STEP), CATEGORIES.index(f.category),
                                            SEVERITIES.index(f.severity)))
 

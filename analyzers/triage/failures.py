@@ -45,7 +45,8 @@ def is_consequence_of_load(finding: Finding) -> bool:
     return finding.check_id == FAIL_ID and finding.evidence.get("dominant_kind") == "timeout"
 
 
-def check_failures(table: RequestTable, metric: str) -> CheckResult:
+def counted_failures(table: RequestTable) -> tuple[np.ndarray, np.ndarray]:
+    """(counted, failed): the requests each level's tail is counted over, and which of them failed."""
     df = table.df
     status = df["status"].to_numpy(object)
     levels = df["level_id"].to_numpy(object)
@@ -55,22 +56,47 @@ def check_failures(table: RequestTable, metric: str) -> CheckResult:
     # it: what it sent during the warm-up is then all there is, and the failures are the story.
     for level in set(levels[sent]) - set(levels[counted]):
         counted |= sent & (levels == level)
-    failures = counted & np.isin(status, FAILED_STATUSES)
-    if not failures.any():
-        return passed(FAIL_ID, "server", FAIL_TITLE, "no request sent in a measured window failed")
+    return counted, counted & np.isin(status, FAILED_STATUSES)
+
+
+def tail_filled(table: RequestTable, counted: np.ndarray, failures: np.ndarray) -> tuple[int, int]:
+    """(the levels' summed P99 tails, how many of their places the `failures` fill): per level,
+    min(its tail, its failures)."""
+    levels = table.df["level_id"].to_numpy(object)
     tail_total = explained = 0
     for level in dict.fromkeys(levels[counted]):
         mine = counted & (levels == level)
         tail = max(1, math.ceil(round((1.0 - TAIL_Q) * int(mine.sum()), 9)))   # 0.01 * 1000 is 10.000000000000002
         tail_total += tail
         explained += min(tail, int((failures & mine).sum()))
-    kinds = Counter(_kind(k, s) for k, s in zip(df["error_kind"].to_numpy(object)[failures], status[failures]))
+    return tail_total, explained
+
+
+def failure_kinds(table: RequestTable, failures: np.ndarray) -> tuple[Counter, str]:
+    """The `failures`' kinds counted, and the words of one of the commonest kind."""
+    df = table.df
+    status = df["status"].to_numpy(object)[failures]
+    error_kinds = df["error_kind"].to_numpy(object)[failures]
+    kinds = Counter(_kind(k, s) for k, s in zip(error_kinds, status))
     top_kind, _ = kinds.most_common(1)[0]
-    sample = next((e for e, k, s in zip(df["error"].to_numpy(object)[failures],
-                                        df["error_kind"].to_numpy(object)[failures], status[failures])
+    sample = next((e for e, k, s in zip(df["error"].to_numpy(object)[failures], error_kinds, status)
                    if _kind(k, s) == top_kind and isinstance(e, str)), "")
+    return kinds, sample
+
+
+def kinds_words(kinds: Counter) -> str:
+    return ", ".join(f"{c} {WORDS.get(k, k)}" for k, c in kinds.most_common())
+
+
+def check_failures(table: RequestTable, metric: str) -> CheckResult:
+    counted, failures = counted_failures(table)
+    if not failures.any():
+        return passed(FAIL_ID, "server", FAIL_TITLE, "no request sent in a measured window failed")
+    tail_total, explained = tail_filled(table, counted, failures)
+    kinds, sample = failure_kinds(table, failures)
+    top_kind, _ = kinds.most_common(1)[0]
     n_failed, n = int(failures.sum()), int(counted.sum())
-    what = ", ".join(f"{c} {WORDS.get(k, k)}" for k, c in kinds.most_common())
+    what = kinds_words(kinds)
     share = explained / tail_total if tail_total else 0.0
     title = (f"{n_failed} of {n} requests failed ({what}): a failed request's {metric.upper()} is unbounded, so "
              f"they are {share:.0%} of the tail")

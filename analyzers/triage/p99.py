@@ -26,6 +26,8 @@ from analyzers.stats.distribution import MIN_SAMPLES_FOR_P99
 from analyzers.triage.contracts import CONTEXT_SHARE, CheckResult, Finding, split_causes
 from analyzers.triage.evidence import split_samples
 from analyzers.triage.failures import check_failures, is_consequence_of_load
+from analyzers.triage.fleet.checks import check_fleet
+from analyzers.triage.fleet.replica_failures import narrow_failures
 from analyzers.triage.host import check_cpu, check_gpu_throttle, read_top_others
 from analyzers.triage.levels import LevelLoad, level_loads
 from analyzers.triage.long_prompts import check_long_prompts
@@ -118,7 +120,7 @@ def diagnose_p99(run: RunDir, metric: str = "ttft") -> P99Diagnosis:
               for lv in levels if lv.standing or lv.level_id == lv.baseline_level}
     limits = engine_limits(info.target.engine_args, info.target.kind == "embedded")
     checks = [
-        check_failures(table, metric),
+        check_failures(table, metric), *check_fleet(table, tails, info.target, series["server"]),
         check_retransmits(p["tcp"], tails, locality, level_windows(table, metric), table), check_irq_affinity(p["irq"], p["host"], tails, locality),
         check_link_saturation(), check_collectives(),
         check_hol_blocking(table, ttft), check_long_prompts(table, tails), check_preemptions(p["server"], tails, server_absent, table),
@@ -130,6 +132,7 @@ def diagnose_p99(run: RunDir, metric: str = "ttft") -> P99Diagnosis:
     found = [c.finding for c in checks if c.finding is not None]
     _baseline_lived_through_it(found, levels)
     n_tail = _set_tail_shares(table, metric, tails, levels, found)
+    narrow_failures(found)
     _unmeasured_is_a_cause(found)
     _last_resort_yields(found)
     causes, context = split_causes(found)
@@ -152,8 +155,9 @@ def _last_resort_yields(findings: list[Finding]) -> None:
     """Saturation is the standing verdict of last resort (none of the named causes holds): where a
     condition separates the tail from the body request by request, that condition is the cause and
     the level being busy is its consequence, so saturation explains none of the tail (context).
-    Queueing is a symptom too: where a separating cause of scheduling or the host (a long prefill
-    ahead, preemptions, a neighbour) covers the queue's windows, the queue is that cause's.
+    Queueing is a symptom too: where a separating cause of the fleet, scheduling or the host (a slow
+    replica, a busier one, a long prefill ahead, preemptions, a neighbour) covers the queue's windows,
+    the queue is that cause's.
     A neighbour that held the host's cores through a whole level took capacity from the engine:
     the queue that formed behind its slower steps in that level is its consequence too (queueing or
     saturation found in other levels stands; an admission limit or a full KV cache has findings of
@@ -164,7 +168,7 @@ def _last_resort_yields(findings: list[Finding]) -> None:
             and (f.tail_share or 0.0) >= CONTEXT_SHARE for w in f.explains]
     # The requests a long prefill held up, or a neighbour or preemptions slowed, waited: that queue
     # is the cause's, where it lies in the cause's own requests' windows.
-    queue_causes = [w for f in separating if f.category in ("scheduling", "host") for w in f.explains]
+    queue_causes = [w for f in separating if f.category in ("fleet", "scheduling", "host") for w in f.explains]
     for f in findings:
         if f.check_id == SATURATION_ID and separating or \
                 f.check_id in (SATURATION_ID, QUEUE_ID) and held and _inside(f.explains, held) or \

@@ -1,0 +1,31 @@
+"""The fleet's checks for `llmdiag p99`, in order: failures on one replica, a hot replica, then the
+routing (which defers to a hot replica). A run whose records name fewer than two replicas is a
+single server: each check says "not a fleet" and could not be checked, as a check without its
+data does."""
+
+from __future__ import annotations
+
+from analyzers.probe_series import ProbeSeries
+from analyzers.triage.contracts import CheckResult, unchecked
+from analyzers.triage.fleet.hot_replica import HOT_ID, HOT_TITLE, check_hot_replica
+from analyzers.triage.fleet.imbalance import IMBALANCE_ID, IMBALANCE_TITLE, check_imbalance, routing_words
+from analyzers.triage.fleet.load_at_send import fleet_load
+from analyzers.triage.fleet.replica_failures import REPLICA_FAIL_ID, REPLICA_FAIL_TITLE, check_replica_failures
+from analyzers.triage.tail_windows import TailWindows
+from rundir.run_info import TargetInfo
+from rundir.table import RequestTable
+
+NOT_A_FLEET = "not a fleet: the records name fewer than two replicas (one server)"
+
+
+def check_fleet(table: RequestTable, tails: TailWindows, target: TargetInfo,
+                server: ProbeSeries | None) -> list[CheckResult]:
+    load = fleet_load(table)
+    if load is None:
+        return [unchecked(i, "fleet", t, NOT_A_FLEET) for i, t in ((REPLICA_FAIL_ID, REPLICA_FAIL_TITLE),
+                                                                    (HOT_ID, HOT_TITLE),
+                                                                    (IMBALANCE_ID, IMBALANCE_TITLE))]
+    hot = check_hot_replica(table, tails, load, server)
+    hot_replica = hot.finding.evidence["replica"] if hot.finding is not None else None
+    return [check_replica_failures(table, tails.metric), hot,
+            check_imbalance(table, tails, load, routing_words(target), hot_replica)]

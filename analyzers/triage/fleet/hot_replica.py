@@ -1,0 +1,100 @@
+"""P99 check: one replica of the fleet is the tail because it is slower than the others at the same load.
+
+Its own noisy neighbour, a smaller KV cache, another build: a replica that is slower makes its
+requests the tail. Two things must hold, from what each request lived through:
+
+- the tail concentrates on it beyond its share of the requests: being served by it separates the
+  tail from the body (exposure.py's differential, whose attributable share is what the finding
+  explains);
+- it is slower at comparable load (same_load.py): its latency over the others' at the same number
+  of requests in flight is at least HOT_RATIO. A replica merely busier (a router that sent it more
+  work) is as fast as the others at its load; that is p99.fleet.imbalance's case, not this one.
+
+Where the server probe read each replica (a fleet front's `per_engine`), the finding says what its
+KV cache and queue did beside the others'.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from analyzers.probe_series import ProbeSeries
+from analyzers.triage.contracts import CheckResult, Finding, failed, passed
+from analyzers.triage.exposure import MIN_TAIL, differential, exposed_windows
+from analyzers.triage.fleet.concentration import ReplicaShare, replica_shares, tail_mask
+from analyzers.triage.fleet.load_at_send import FleetLoad
+from analyzers.triage.fleet.per_engine import gauges_words, replica_gauges
+from analyzers.triage.fleet.same_load import SameLoad, same_load
+from analyzers.triage.tail_windows import METRIC_SPANS, TailWindows
+from rundir.table import RequestTable
+
+HOT_ID, HOT_TITLE = "p99.fleet.hot-replica", "no replica is slower than the others at the same load"
+HOT_RATIO = 1.5            # at the same load, at least this many times the others' latency
+
+
+def check_hot_replica(table: RequestTable, tails: TailWindows, load: FleetLoad,
+                      server: ProbeSeries | None) -> CheckResult:
+    start_col, end_col, value_col = METRIC_SPANS[tails.metric]
+    df = table.df
+    values = df[value_col].to_numpy(float)
+    measured = (df["status"] == "ok").to_numpy() & df["in_window"].to_numpy() & np.isfinite(values) & load.named
+    rows_by_level = table.level_rows()
+    shares = replica_shares(load.replica, load.replicas, measured, tail_mask(values, rows_by_level, measured))
+    candidates = [s for s in shares if s.tail >= MIN_TAIL]
+    if not candidates:
+        return passed(HOT_ID, "fleet", HOT_TITLE, f"no replica holds {MIN_TAIL} or more of the tail requests")
+    top = max(candidates, key=lambda s: s.concentration)
+    r = load.replicas.index(top.replica)
+    mine = measured & (load.replica == r)
+    diff = differential(values, rows_by_level, measured, mine)
+    spread = (f"replica {top.replica} served {top.tail_share:.0%} of the tail and {top.request_share:.0%} of the "
+              "requests")
+    if not diff.separates:
+        return passed(HOT_ID, "fleet", HOT_TITLE, f"the tail is spread over the replicas: {spread}",
+                      **_shares_evidence(shares))
+    own = load.own(load.in_flight)
+    slow = same_load(values, own, mine, measured & (load.replica != r) & (load.replica >= 0))
+    if slow is None:
+        return passed(HOT_ID, "fleet", HOT_TITLE, f"{spread}, but the other replicas' loads give nothing to set "
+                      "its latency against (too few of their requests at any one load)", **_shares_evidence(shares))
+    evidence = dict(diff.evidence(), replica=top.replica, **_shares_evidence(shares), **slow.evidence())
+    if slow.ratio < HOT_RATIO:
+        return passed(HOT_ID, "fleet", HOT_TITLE,
+                      f"{spread}, but at the load it carried (a median of {slow.its_in_flight:.0f} requests in "
+                      f"flight against {slow.others_in_flight:.0f} on the others) it was as fast as they were "
+                      f"({slow.ratio:.2f}x): busier, not slower (p99.fleet.imbalance asks why)", **evidence)
+    others = [s.replica for s in shares if s.replica != top.replica]
+    gauges = replica_gauges(server, load.replicas, tails.span)
+    said = None
+    if top.replica in gauges:
+        evidence["replica_gauges"] = gauges[top.replica].evidence()
+        evidence["others_gauges"] = {k: g.evidence() for k, g in gauges.items() if k != top.replica}
+        said = gauges_words(gauges[top.replica], [g for k, g in gauges.items() if k != top.replica])
+    title = (f"replica {top.replica} is the {tails.metric.upper()} tail: {spread}, and at the same load it took "
+             f"{slow.ratio:.1f}x the others' latency ({_load_words(slow)})" + (f"; {said}" if said else "")
+             + "; " + diff.words(tails.metric, f"replica {top.replica}", f"were served by replica {top.replica}"))
+    starts, ends = df[start_col].to_numpy(float), df[end_col].to_numpy(float)
+    finding = Finding(HOT_ID, "fleet", "high" if diff.attributable >= 0.6 else "medium", title, evidence,
+                      exposed_windows(starts, ends, diff.exposed_tail_rows), len(tails.spikes),
+                      _next_step(top.replica, others), kind="differential", tail_share=diff.attributable)
+    return failed(finding, HOT_TITLE, title)
+
+
+def _shares_evidence(shares: list[ReplicaShare]) -> dict:
+    return {"replica_shares": {s.replica: {"requests": s.requests, "request_share": round(s.request_share, 3),
+                                           "tail": s.tail, "tail_share": round(s.tail_share, 3)} for s in shares}}
+
+
+def _load_words(slow: SameLoad) -> str:
+    where = ("each request set against the others' median at its load" if slow.matched_share >= 1.0 else
+             f"{slow.matched_share:.0%} of its requests set against the others' median at their load, the rest "
+             "against the others' trend beyond the loads they carried")
+    return (f"median {slow.its_median_s * 1000:.0f} ms with {slow.its_in_flight:.0f} in flight vs "
+            f"{slow.others_median_s * 1000:.0f} ms with {slow.others_in_flight:.0f}; {where}")
+
+
+def _next_step(replica: str, others: list[str]) -> str:
+    return (f"look at replica {replica} itself, not the fleet: set its engine arguments (KV cache size: "
+            "--num-gpu-blocks-override, --gpu-memory-utilization; --max-num-seqs), its build and its host's other "
+            f"processes beside replica {', '.join(others)}'s; take it out of rotation or make it match, then sweep "
+            "again; meanwhile a load-aware router (--lb-policy least-outstanding) sends it less")

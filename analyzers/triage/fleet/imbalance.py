@@ -1,0 +1,99 @@
+"""P99 check: requests routed to a replica that held more work than another one had at that moment.
+
+Replicas equally fast, yet a request sent to the busier one waits behind more work: round robin
+does not look at what a replica holds, and against a heavy-tailed length mix (a few requests ask
+for hundreds of tokens) it keeps handing requests to a replica still busy with the long ones while
+another sits nearly idle. From the records (load_at_send.py), for each request: the tokens its own
+replica still had to go when it was sent, and the requests it had in flight, against the lightest
+other replica's. It was sent to a *clearly busier* replica when its own held at least BUSIER_FACTOR
+times the lightest one's tokens and more than one typical request's worth more (a request's own
+prompt plus output, median over the run), or at least MORE_REQUESTS and MORE_SHARE more requests
+in flight (a replica busy with many short requests is busier too). Whether that separates the tail from the body, and how much of the tail it
+explains, is exposure.py's differential.
+
+The premise is replicas equally fast: where one replica is slower at the same load
+(p99.fleet.hot-replica), the work piled up on it because of its slowness, and this check defers.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from analyzers.triage.contracts import CheckResult, Finding, failed, passed
+from analyzers.triage.exposure import differential, exposed_windows
+from analyzers.triage.fleet.load_at_send import FleetLoad
+from analyzers.triage.tail_windows import METRIC_SPANS, TailWindows
+from rundir.run_info import TargetInfo
+from rundir.table import RequestTable
+
+IMBALANCE_ID, IMBALANCE_TITLE = ("p99.fleet.imbalance",
+                                 "requests did not go to a busier replica while another was lighter")
+BUSIER_FACTOR = 2.0        # its own replica held at least this many times the lightest one's outstanding tokens ...
+# ... and at least this many typical requests' tokens more (one request more is what any router adds)
+BUSIER_REQUESTS = 1.0
+MORE_REQUESTS, MORE_SHARE = 2, 0.5     # or at least 2 and 50% more requests in flight than the lightest
+
+
+def routing_words(target: TargetInfo) -> str:
+    """Who picked each request's replica, as the run records it."""
+    if target.urls:
+        return "the load generator's round robin over the URLs"
+    if target.kind == "embedded":
+        args = target.engine_args
+        policy = next((a.split("=", 1)[1] for a in args if a.startswith("--lb-policy=")), None) or \
+            next((args[i + 1] for i, a in enumerate(args[:-1]) if a == "--lb-policy"), "round-robin")
+        return f"the fleet front's {policy} policy"
+    return "the router in front of the replicas"
+
+
+def check_imbalance(table: RequestTable, tails: TailWindows, load: FleetLoad, routing: str,
+                    hot_replica: str | None) -> CheckResult:
+    start_col, end_col, value_col = METRIC_SPANS[tails.metric]
+    df = table.df
+    values = df[value_col].to_numpy(float)
+    measured = (df["status"] == "ok").to_numpy() & df["in_window"].to_numpy() & np.isfinite(values) & load.named
+    if not measured.any():
+        return passed(IMBALANCE_ID, "fleet", IMBALANCE_TITLE, "no measured request names its replica")
+    own, lightest = load.own(load.outstanding), load.lightest_other(load.outstanding)
+    work = df["in_tokens"].to_numpy(float) + df["out_tokens"].to_numpy(float)
+    typical = float(np.median(work[measured]))
+    count, fewest = load.own(load.in_flight), load.lightest_other(load.in_flight)
+    busier = measured & (((own >= BUSIER_FACTOR * lightest) & (own - lightest >= BUSIER_REQUESTS * typical))
+                         | (count >= fewest + np.maximum(MORE_REQUESTS, MORE_SHARE * fewest)))
+    diff = differential(values, table.level_rows(), measured, busier)
+    out = df["out_tokens"].to_numpy(float)[measured]
+    mix = float(np.percentile(out, 99) / max(np.median(out), 1.0))
+    evidence = dict(diff.evidence(), busier_share=round(float(busier[measured].mean()), 3),
+                    typical_request_tokens=typical, output_tokens_p99_over_median=round(mix, 1), routing=routing)
+    if not diff.separates:
+        return passed(IMBALANCE_ID, "fleet", IMBALANCE_TITLE,
+                      f"{evidence['busier_share']:.0%} of the requests went to a clearly busier replica than the "
+                      f"lightest; they make {diff.tail_exposed:.0%} of the tail vs "
+                      f"{diff.body_exposed:.0%} of the body", **evidence)
+    if hot_replica is not None:
+        return passed(IMBALANCE_ID, "fleet", IMBALANCE_TITLE,
+                      f"requests sent to a busier replica are the tail, but replica {hot_replica} is slower at the "
+                      "same load (p99.fleet.hot-replica): the work piled up on it because it is slow", **evidence)
+    tail_rows = diff.exposed_tail_rows
+    evidence.update(tail_own_outstanding_median=float(np.median(own[tail_rows])),
+                    tail_lightest_outstanding_median=float(np.median(lightest[tail_rows])),
+                    tail_own_in_flight_median=float(np.median(count[tail_rows])),
+                    tail_lightest_in_flight_median=float(np.median(fewest[tail_rows])))
+    mix_words = (f"; the output lengths are heavy-tailed (P99 {mix:.0f}x the median)" if mix >= 4 else "")
+    title = (f"requests went to a busier replica while another was lighter ({routing}): the slowest "
+             f"{tails.metric.upper()}s were sent to a replica holding a median "
+             f"{evidence['tail_own_in_flight_median']:.0f} requests and "
+             f"{evidence['tail_own_outstanding_median']:,.0f} outstanding tokens while another held "
+             f"{evidence['tail_lightest_in_flight_median']:.0f} and "
+             f"{evidence['tail_lightest_outstanding_median']:,.0f}{mix_words}; "
+             + diff.words(tails.metric, "the busier replica", "were sent to a clearly busier replica"))
+    starts, ends = df[start_col].to_numpy(float), df[end_col].to_numpy(float)
+    finding = Finding(IMBALANCE_ID, "fleet", "high" if diff.attributable >= 0.6 else "medium", title, evidence,
+                      exposed_windows(starts, ends, tail_rows), len(tails.spikes), NEXT,
+                      kind="differential", tail_share=diff.attributable)
+    return failed(finding, IMBALANCE_TITLE, title)
+
+
+NEXT = ("route by load, not in turn: `llmbench serve --data-parallel-size N --lb-policy least-outstanding`, or a "
+        "token-aware router that weighs what each replica still has to generate (llm-d's endpoint picker scores "
+        "replicas by queue depth and KV cache use); then sweep again and `llmbench compare` the runs")

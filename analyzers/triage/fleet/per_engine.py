@@ -1,0 +1,86 @@
+"""What the server probe read of each replica of a fleet: its KV cache and its queue.
+
+A data-parallel server's /metrics carries every engine's series under an `engine` label, and the
+server probe keeps each engine's running, waiting and KV usage as `per_engine` (docs/probes.md;
+refengine's fleet front labels its replicas by index, the value of its replica header too). Over
+the probe intervals of the measured span: each replica's mean KV usage, the share of the scrapes
+in which it had requests waiting with its KV cache full (>= KV_FULL), and its mean queue. A fleet
+driven URL by URL (`llmbench sweep --target URL1,URL2`) has no such page: the probe reads the
+first URL only, and nothing is said.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from analyzers.probe_series import ProbeSeries
+from analyzers.triage.tail_windows import Window
+
+KV_FULL = 0.95             # the KV-full threshold of the standing-tail analysis (docs/diagnosis.md)
+
+
+@dataclass(frozen=True)
+class ReplicaGauges:
+    replica: str
+    scrapes: int
+    kv_usage_mean: float | None
+    waiting_mean: float | None
+    full_and_waiting_share: float | None   # scrapes with requests waiting while its KV cache was full
+
+    def __post_init__(self) -> None:
+        if self.scrapes <= 0:
+            raise ValueError(f"replica {self.replica}: gauges need at least one scrape")
+        if self.full_and_waiting_share is not None and not 0.0 <= self.full_and_waiting_share <= 1.0:
+            raise ValueError(f"replica {self.replica}: {self.full_and_waiting_share} is not a share")
+
+    def evidence(self) -> dict:
+        return {"kv_usage_mean": _round(self.kv_usage_mean), "waiting_mean": _round(self.waiting_mean),
+                "kv_full_and_waiting_share": _round(self.full_and_waiting_share)}
+
+
+def _round(v: float | None) -> float | None:
+    return None if v is None else round(v, 3)
+
+
+def replica_gauges(server: ProbeSeries | None, replicas: list[str], span: Window) -> dict[str, ReplicaGauges]:
+    """Each replica's gauges over the probe rows inside `span`; replicas the probe never named are left out."""
+    if server is None or not len(server):
+        return {}
+    inside = (server.t >= span.start) & (server.t <= span.end + 1.0)
+    out = {}
+    for name in replicas:
+        kv = server.numeric.get(f"per_engine.{name}.kv_usage")
+        waiting = server.numeric.get(f"per_engine.{name}.waiting")
+        if kv is None and waiting is None:
+            continue
+        rows = inside & np.isfinite(kv if kv is not None else waiting)   # type: ignore[arg-type]
+        if not rows.any():
+            continue
+        kv_mean = float(np.nanmean(kv[rows])) if kv is not None else None
+        wait_mean = float(np.nanmean(waiting[rows])) if waiting is not None else None
+        full = None
+        if kv is not None and waiting is not None:
+            full = float(np.mean((kv[rows] >= KV_FULL) & (waiting[rows] > 0)))
+        out[name] = ReplicaGauges(name, int(rows.sum()), kv_mean, wait_mean, full)
+    return out
+
+
+def gauges_words(hot: ReplicaGauges, others: list[ReplicaGauges]) -> str | None:
+    """'replica 1 waited with its KV cache full in 80% of the scrapes (2.1 waiting on average) while
+    replica 0's was 35% full on average with 0.0 waiting'; None without the numbers to say it."""
+    if hot.full_and_waiting_share is None or hot.kv_usage_mean is None or not others:
+        return None
+    rest = [g for g in others if g.kv_usage_mean is not None]
+    if not rest:
+        return None
+    their = "; ".join(f"replica {g.replica}'s was {g.kv_usage_mean:.0%} full on average"
+                      + (f" with {g.waiting_mean:.1f} waiting" if g.waiting_mean is not None else "") for g in rest)
+    if hot.full_and_waiting_share > 0:
+        mine = (f"replica {hot.replica} had requests waiting with its KV cache full in "
+                f"{hot.full_and_waiting_share:.0%} of the scrapes"
+                + (f" ({hot.waiting_mean:.1f} waiting on average)" if hot.waiting_mean is not None else ""))
+        return f"{mine}, while {their}"
+    return (f"replica {hot.replica}'s KV cache was {hot.kv_usage_mean:.0%} full on average, never full with "
+            f"requests waiting, while {their}: not a smaller KV cache")
