@@ -70,7 +70,10 @@ def _failures(ev: dict, metric: str) -> list[str]:
         return []
     kinds = ev.get("by_kind") or {}
     how = ", ".join(f"{c} {k.replace('_', ' ')}" for k, c in kinds.items())
-    out = [f"{failed:.0f} of {n:.0f} requests failed" + (f" ({how})" if how else "")]
+    who = f"replica {ev['replica']} failed {failed:.0f} of its {n:.0f} requests" if ev.get("replica") else \
+        f"{failed:.0f} of {n:.0f} requests failed"
+    rate = _num(ev, "others_failure_rate")
+    out = [who + (f" ({how})" if how else "") + (f", the other replicas {rate:.1%} of theirs" if rate is not None else "")]
     if ev.get("sample_error"):
         out.append(f"one of them said: {ev['sample_error']}")
     return out
@@ -81,13 +84,42 @@ def _differential(ev: dict, metric: str) -> list[str]:
     if tail is None or exposed is None or body is None:
         return []
     lived = "were long prompts" if "long_prompt_share" in ev else "lived through it"     # a property, not a time
-    out = [f"{round(exposed * tail)} of the {tail:.0f} slowest requests {lived}, against {body:.0%} "
-           "of the other requests"]
+    if "busier_share" in ev:
+        lived = "were sent to a clearly busier replica"
+    # A hot replica's shares of the tail and of the requests (_fleet) say it already.
+    out = [] if "replica_shares" in ev else [f"{round(exposed * tail)} of the {tail:.0f} slowest requests {lived}, "
+                                             f"against {body:.0%} of the other requests"]
     with_s, without_s = _num(ev, "percentile_with_s"), _num(ev, "percentile_without_s")
     q, level = _num(ev, "counterfactual_quantile"), ev.get("counterfactual_level")
     if with_s is not None and without_s is not None and level and q is not None:
         out.append(f"without it, {level}'s {metric.upper()} P{q:g} would be {seconds(without_s)} instead of "
                    f"{seconds(with_s)}")
+    return out
+
+
+def _fleet(ev: dict, metric: str) -> list[str]:
+    """A hot replica: its shares of the tail and of the requests, its latency at the same load; a
+    routing imbalance: what the tail's replicas held against the lightest one (analyzers/triage/fleet/)."""
+    replica, shares, ratio = ev.get("replica"), ev.get("replica_shares") or {}, _num(ev, "latency_vs_others_same_load")
+    out = []
+    if replica is not None and replica in shares and ratio is not None:
+        mine = shares[replica]
+        out.append(f"replica {replica} served {mine['tail_share']:.0%} of the tail and {mine['request_share']:.0%} "
+                   "of the requests")
+        its, theirs = _num(ev, "latency_median_s"), _num(ev, "others_latency_median_s")
+        n, m = _num(ev, "in_flight_median"), _num(ev, "others_in_flight_median")
+        out.append(f"at the same load its {metric.upper()} was {ratio:.1f}x the other replicas'"
+                   + (f" (median {seconds(its)} with {n:.0f} in flight, theirs {seconds(theirs)} with {m:.0f})"
+                      if None not in (its, theirs, n, m) else ""))
+    own, light = _num(ev, "tail_own_outstanding_median"), _num(ev, "tail_lightest_outstanding_median")
+    if own is not None and light is not None:
+        held = (f"{ev['tail_own_in_flight_median']:.0f} requests and " if _num(ev, "tail_own_in_flight_median")
+                is not None else "")
+        light_held = (f"{ev['tail_lightest_in_flight_median']:.0f} and " if _num(ev, "tail_lightest_in_flight_median")
+                      is not None else "")
+        out.append(f"the slowest requests went to a replica holding {held}{own:,.0f} outstanding tokens (median) "
+                   f"while another held {light_held}{light:,.0f}" + (f", as {ev['routing']} chose" if ev.get("routing")
+                                                                     else ""))
     return out
 
 
@@ -244,12 +276,14 @@ def _long_prompts(ev: dict, metric: str) -> list[str]:
     return [f"{_plural(int(n), 'long prompt')} of about {tokens:,.0f} tokens (median) shared the server"]
 
 
-BUILDERS: list[Callable[[dict, str], list[str]]] = [_failures, _condition, _differential, _phases, _server, _host,
-                                                   _client_lag, _bursts, _spikes_vs_calm, _long_prompts]
+BUILDERS: list[Callable[[dict, str], list[str]]] = [_failures, _fleet, _condition, _differential, _phases, _server,
+                                                   _host, _client_lag, _bursts, _spikes_vs_calm, _long_prompts]
 KNOWN = re.compile(r"^(failed|requests|by_kind|dominant_kind|sample_error|tail_\w+|body_\w+|relative_risk|"
                    r"exposed_latency_vs_unexposed|counterfactual_\w+|percentile_\w+|parts_s|levels|dominant_part|"
                    r"server|host|limits|send_lag_p99_s|limit_s|spikes_sent_late|spikes|long_prompt\w*|burst_\w+|"
-                   r"neighbour_\w+|waited_\w+|throughout_levels|baseline_lived_through_it|retrans_\w+|preemption\w*|rto_\w+)$")
+                   r"neighbour_\w+|waited_\w+|throughout_levels|baseline_lived_through_it|retrans_\w+|preemption\w*|rto_\w+|"
+                   r"replica\w*|latency_vs_others_same_load|same_load_\w+|in_flight_median|others_\w+|latency_median_s|"
+                   r"busier_share|typical_request_tokens|output_tokens_p99_over_median|routing|by_replica|failure_rate)$")
 
 
 def _others(ev: dict, metric: str) -> list[str]:

@@ -19,15 +19,15 @@ def test_oom_playbook_follows_the_seed_order():
     assert pb.step("oom.ramp").automatic and not pb.step("oom.fix.quantize").automatic
 
 
-def test_p99_playbook_is_network_then_scheduling_then_host():
+def test_p99_playbook_is_the_fleet_then_network_then_scheduling_then_host():
     pb = load_playbook("p99")
     sections = []
     for s in pb.steps:
         if s.section not in sections:
             sections.append(s.section)
-    assert [s.split(". ", 1)[1] for s in sections] == ["Where the tail is", "Network", "Scheduling", "Host"]
+    assert [s.split(". ", 1)[1] for s in sections] == ["Where the tail is", "The fleet", "Network", "Scheduling", "Host"]
     by_section = {sec: [s for s in pb.steps if s.section == sec] for sec in sections}
-    for sec, prefix in zip(sections[1:], ("p99.net.", "p99.sched.", "p99.host.")):
+    for sec, prefix in zip(sections[1:], ("p99.fleet.", "p99.net.", "p99.sched.", "p99.host.")):
         assert all(s.id.startswith(prefix) for s in by_section[sec])
         assert any(s.automatic for s in by_section[sec]) and any(not s.automatic for s in by_section[sec])
     assert "p99.sched.preemption" in pb.ids and "p99.net.irq-affinity" in pb.ids

@@ -20,11 +20,11 @@ import numpy as np
 
 from analyzers.probe_series import ProbeSeries
 from analyzers.triage.contracts import CheckResult, Finding, failed, passed
-from analyzers.triage.exposure import MIN_TAIL, differential, exposed_windows
+from analyzers.triage.exposure import MIN_TAIL, Differential, differential, exposed_windows
 from analyzers.triage.fleet.concentration import ReplicaShare, replica_shares, tail_mask
 from analyzers.triage.fleet.load_at_send import FleetLoad
 from analyzers.triage.fleet.per_engine import gauges_words, replica_gauges
-from analyzers.triage.fleet.same_load import SameLoad, same_load
+from analyzers.triage.fleet.same_load import same_load
 from analyzers.triage.tail_windows import METRIC_SPANS, TailWindows
 from rundir.table import RequestTable
 
@@ -70,9 +70,11 @@ def check_hot_replica(table: RequestTable, tails: TailWindows, load: FleetLoad,
         evidence["replica_gauges"] = gauges[top.replica].evidence()
         evidence["others_gauges"] = {k: g.evidence() for k, g in gauges.items() if k != top.replica}
         said = gauges_words(gauges[top.replica], [g for k, g in gauges.items() if k != top.replica])
-    title = (f"replica {top.replica} is the {tails.metric.upper()} tail: {spread}, and at the same load it took "
-             f"{slow.ratio:.1f}x the others' latency ({_load_words(slow)})" + (f"; {said}" if said else "")
-             + "; " + diff.words(tails.metric, f"replica {top.replica}", f"were served by replica {top.replica}"))
+    title = (f"replica {top.replica} is the {tails.metric.upper()} tail: it served {top.tail_share:.0%} of the tail "
+             f"and {top.request_share:.0%} of the requests, and at the same load its {tails.metric.upper()} was "
+             f"{slow.ratio:.1f}x the others' (median {_ms(slow.its_median_s)} with {slow.its_in_flight:.0f} in flight "
+             f"vs {_ms(slow.others_median_s)} with {slow.others_in_flight:.0f})" + (f"; {said}" if said else "")
+             + _counterfactual(diff, tails.metric, top.replica))
     starts, ends = df[start_col].to_numpy(float), df[end_col].to_numpy(float)
     finding = Finding(HOT_ID, "fleet", "high" if diff.attributable >= 0.6 else "medium", title, evidence,
                       exposed_windows(starts, ends, diff.exposed_tail_rows), len(tails.spikes),
@@ -85,12 +87,15 @@ def _shares_evidence(shares: list[ReplicaShare]) -> dict:
                                            "tail": s.tail, "tail_share": round(s.tail_share, 3)} for s in shares}}
 
 
-def _load_words(slow: SameLoad) -> str:
-    where = ("each request set against the others' median at its load" if slow.matched_share >= 1.0 else
-             f"{slow.matched_share:.0%} of its requests set against the others' median at their load, the rest "
-             "against the others' trend beyond the loads they carried")
-    return (f"median {slow.its_median_s * 1000:.0f} ms with {slow.its_in_flight:.0f} in flight vs "
-            f"{slow.others_median_s * 1000:.0f} ms with {slow.others_in_flight:.0f}; {where}")
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1000:.0f} ms" if seconds < 10 else f"{seconds:.1f} s"
+
+
+def _counterfactual(diff: Differential, metric: str, replica: str) -> str:
+    if diff.with_s is None or diff.without_s is None:
+        return ""
+    return (f"; without replica {replica}, {diff.level_id}'s {metric.upper()} P{diff.quantile:g} would be "
+            f"{_ms(diff.without_s)} instead of {_ms(diff.with_s)}")
 
 
 def _next_step(replica: str, others: list[str]) -> str:

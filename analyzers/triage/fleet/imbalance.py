@@ -80,13 +80,15 @@ def check_imbalance(table: RequestTable, tails: TailWindows, load: FleetLoad, ro
                     tail_own_in_flight_median=float(np.median(count[tail_rows])),
                     tail_lightest_in_flight_median=float(np.median(fewest[tail_rows])))
     mix_words = (f"; the output lengths are heavy-tailed (P99 {mix:.0f}x the median)" if mix >= 4 else "")
-    title = (f"requests went to a busier replica while another was lighter ({routing}): the slowest "
-             f"{tails.metric.upper()}s were sent to a replica holding a median "
-             f"{evidence['tail_own_in_flight_median']:.0f} requests and "
+    title = (f"requests went to a busier replica while another was lighter ({routing}): "
+             f"{round(diff.tail_exposed * diff.n_tail)} of the {diff.n_tail} slowest {tails.metric.upper()}s were "
+             f"sent to a replica holding a median {evidence['tail_own_in_flight_median']:.0f} requests and "
              f"{evidence['tail_own_outstanding_median']:,.0f} outstanding tokens while another held "
              f"{evidence['tail_lightest_in_flight_median']:.0f} and "
-             f"{evidence['tail_lightest_outstanding_median']:,.0f}{mix_words}; "
-             + diff.words(tails.metric, "the busier replica", "were sent to a clearly busier replica"))
+             f"{evidence['tail_lightest_outstanding_median']:,.0f}{mix_words}")
+    if diff.with_s is not None and diff.without_s is not None:
+        title += (f"; without them, {diff.level_id}'s {tails.metric.upper()} P{diff.quantile:g} would be "
+                  f"{diff.without_s * 1000:.0f} ms instead of {diff.with_s * 1000:.0f} ms")
     starts, ends = df[start_col].to_numpy(float), df[end_col].to_numpy(float)
     finding = Finding(IMBALANCE_ID, "fleet", "high" if diff.attributable >= 0.6 else "medium", title, evidence,
                       exposed_windows(starts, ends, tail_rows), len(tails.spikes), NEXT,

@@ -1,0 +1,125 @@
+"""`llmdiag p99` on fleets (analyzers/triage/fleet/): the replica that is slower at the same load is
+named, a replica merely busier is the router's imbalance, a balanced fleet gets neither, failures
+on one replica name it, and a single server is not a fleet."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+from fleet_runs import Replica, fleet_records, fleet_run
+from planted import T0, base_records, write_run
+
+from analyzers.triage.fleet.load_at_send import fleet_load
+from analyzers.triage.p99 import diagnose_p99
+from rundir import RequestRecord
+from rundir.table import RequestTable
+
+FLEET_IDS = ("p99.fleet.replica-failures", "p99.fleet.hot-replica", "p99.fleet.imbalance")
+
+
+def _check(diag, check_id):
+    return next(c for c in diag.checks if c.check_id == check_id)
+
+
+def _ids(findings):
+    return [f.check_id for f in findings]
+
+
+def test_each_replicas_load_at_a_send_is_what_its_requests_still_had_to_do():
+    def rec(t_sent, t_first, t_done, replica, n_in=10, n_out=100):
+        return RequestRecord(level_id="c2", concurrency=2, request_rate=None, target_input_len=n_in,
+                             target_output_len=n_out, t_scheduled=T0 + t_sent, t_sent=T0 + t_sent,
+                             t_first_token=T0 + t_first, t_done=T0 + t_done, status="ok", in_window=True,
+                             prompt_tokens=n_in, completion_tokens=n_out, replica=replica).derive()
+    # Replica 0 streams 100 tokens from 0.5 s to 2.5 s; replica 1's request is sent at 1.0 s, then one at 1.5 s.
+    table = RequestTable.from_records([rec(0.0, 0.5, 2.5, "0"), rec(1.0, 1.2, 3.0, "1", n_in=20, n_out=50),
+                                       rec(1.5, 1.6, 2.0, "0")])
+    load = fleet_load(table)
+    assert load is not None and load.replicas == ["0", "1"]
+    assert load.in_flight.tolist() == [[0, 0], [1, 0], [1, 1]]
+    # At 1.0 s replica 0's request has 75 of its 100 tokens to go; at 1.5 s 50, and replica 1's 50 of its 50.
+    assert np.allclose(load.outstanding, [[0, 0], [75, 0], [50, 50 * (3.0 - 1.5) / 1.8]])
+    assert np.allclose(load.lightest_other(load.outstanding), [0, 75, 50 * 1.5 / 1.8])
+
+
+def test_a_replica_with_a_small_kv_cache_is_named_first_with_its_cache(tmp_path):
+    diag = diagnose_p99(fleet_run(tmp_path / "r", [Replica(), Replica(slots=3)]))
+    assert diag.findings and diag.findings[0].check_id == "p99.fleet.hot-replica", diag.headline
+    f = diag.findings[0]
+    assert f.evidence["replica"] == "1" and f.evidence["latency_vs_others_same_load"] >= 1.5
+    assert f.evidence["replica_shares"]["1"]["tail_share"] > 0.8 > f.evidence["replica_shares"]["1"]["request_share"]
+    assert "replica 1 had requests waiting with its KV cache full" in f.title and "replica 0's was" in f.title
+    assert f.coverage >= 0.8 and "replica 1" in f.next_step
+    # The work piled up on the slow replica: the routing is its consequence, not a second cause.
+    assert "p99.fleet.imbalance" not in _ids(diag.findings + diag.context)
+    assert "slower at the same load" in _check(diag, "p99.fleet.imbalance").detail
+
+
+def test_a_slower_build_without_probes_is_named_too(tmp_path):
+    diag = diagnose_p99(fleet_run(tmp_path / "r", [Replica(speed=2.0), Replica()], probes=False))
+    assert diag.findings and diag.findings[0].check_id == "p99.fleet.hot-replica", diag.headline
+    assert diag.findings[0].evidence["replica"] == "0" and "KV cache" not in diag.findings[0].title
+
+
+def test_a_replica_busier_because_round_robin_gave_it_the_long_requests_is_imbalance(tmp_path):
+    # Every fourth request asks for 400 tokens: round robin over two replicas gives them all to replica 0.
+    diag = diagnose_p99(fleet_run(tmp_path / "r", [Replica(), Replica()], long_out=[i % 4 == 0 for i in range(1200)]))
+    assert diag.findings and diag.findings[0].check_id == "p99.fleet.imbalance", diag.headline
+    assert "p99.fleet.hot-replica" not in _ids(diag.findings + diag.context)
+    hot = _check(diag, "p99.fleet.hot-replica")
+    assert hot.status == "passed" and "busier, not slower" in hot.detail, hot.detail
+    f = diag.findings[0]
+    assert f.evidence["tail_own_outstanding_median"] > 2 * f.evidence["tail_lightest_outstanding_median"]
+    assert "least-outstanding" in f.next_step and f.evidence["output_tokens_p99_over_median"] >= 4
+
+
+def test_a_balanced_fleet_of_equal_replicas_gets_neither(tmp_path):
+    diag = diagnose_p99(fleet_run(tmp_path / "r", [Replica(), Replica()]))
+    assert not [i for i in _ids(diag.findings + diag.context) if i.startswith("p99.fleet.")], diag.headline
+    assert all(_check(diag, i).status == "passed" for i in FLEET_IDS)
+    # Routed by what each replica holds, equal replicas stay balanced too.
+    diag = diagnose_p99(fleet_run(tmp_path / "lo", [Replica(), Replica()], least_outstanding=True))
+    assert not [i for i in _ids(diag.findings + diag.context) if i.startswith("p99.fleet.")], diag.headline
+
+
+def test_failures_on_one_replica_name_it(tmp_path):
+    recs, _ = fleet_records([Replica(), Replica()], n=800)
+    t_fail = (T0 + 6.0, T0 + 9.0)        # replica 1 restarts: its streams break, then the front cannot reach it
+    out = []
+    for r in recs:
+        if r.replica == "1" and t_fail[0] <= r.t_sent <= t_fail[1]:
+            broken = r.t_sent < T0 + 7.5
+            r = dataclasses.replace(r, status="error", t_first_token=None, ttft_s=None, tpot_s=None,
+                                    t_done=r.t_sent + 0.01, completion_tokens=None,
+                                    error_kind="stream_broken" if broken else "http_status",
+                                    error=("replica 1 ended the stream early" if broken else
+                                           "HTTP 503: replica 1 (http://127.0.0.1:40001) did not answer"),
+                                    replica="1" if broken else None).derive()
+        out.append(r)
+    diag = diagnose_p99(write_run(tmp_path / "r", out))
+    assert diag.findings and diag.findings[0].check_id == "p99.fleet.replica-failures", diag.headline
+    f = diag.findings[0]
+    n_failed = sum(r.status == "error" for r in out)
+    assert f.evidence["replica"] == "1" and f.evidence["failed"] == n_failed and f.evidence["others_failure_rate"] == 0
+    assert set(f.evidence["by_kind"]) == {"stream_broken", "http_status"}
+    # The generic failures finding keeps none of the share the replica explains.
+    assert "p99.failures" not in _ids(diag.findings)
+
+
+def test_failures_spread_over_the_replicas_are_not_one_replicas(tmp_path):
+    recs, _ = fleet_records([Replica(), Replica()], n=800)
+    out = [dataclasses.replace(r, status="error", t_first_token=None, ttft_s=None, tpot_s=None, completion_tokens=None,
+                               error_kind="stream_broken", error="broken").derive() if i % 25 == 7 else r
+           for i, r in enumerate(recs)]
+    diag = diagnose_p99(write_run(tmp_path / "r", out))
+    assert _check(diag, "p99.fleet.replica-failures").status == "passed"
+    assert diag.findings and diag.findings[0].check_id == "p99.failures", diag.headline
+
+
+def test_a_single_server_is_not_a_fleet(tmp_path):
+    diag = diagnose_p99(write_run(tmp_path / "r", base_records(n=300)))
+    for check_id in FLEET_IDS:
+        c = _check(diag, check_id)
+        assert c.status == "unchecked" and "not a fleet" in c.detail
+    assert not any(i.startswith("p99.fleet.") for i in diag.headline.split(": ", 1)[-1].split(", "))
