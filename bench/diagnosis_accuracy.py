@@ -6,7 +6,9 @@ Cases: clean runs (no finding expected); an admission limit far below the load; 
 small for the load; long prompts with chunked prefill off (head-of-line); CPU burners beside the
 CPU-bound engine, switched on mid-window; packet loss switched on mid-window on a veth into a
 network namespace holding the server; background retransmits on other flows while an admission
-limit acts (the network must not be blamed); and the README's main job (saturation). On real vLLM
+limit acts (the network must not be blamed); the README's main job (saturation); and two fleets of
+two replicas: one replica with a KV cache for three requests (a hot replica), and equal replicas
+behind round robin under a heavy-tailed output-length mix (a routing imbalance). On real vLLM
 (bench/diagnosis_vllm.py): an admission limit, a KV cache too small, CPU burners.
 
     python bench/diagnosis_accuracy.py [--cases a,b] [--out bench/diagnosis_accuracy.json]
@@ -191,6 +193,67 @@ def case_main_job_small(tmp: Path, res: CaseResult) -> Path:
     return run_embedded(tmp, res.case, ["--model", "tiny-test", "--concurrency", "1,8,32,64", *SHORT])
 
 
+# A fleet's hot replica: 32 + 32 tokens = 4 blocks of 16, so 12 blocks hold three requests of the eight.
+HOT_REPLICA_KV = ["--num-gpu-blocks-override", "12", "--block-size", "16", "--max-model-len", "128"]
+
+
+def case_hot_replica(tmp: Path, res: CaseResult) -> Path:
+    """Two refengine servers driven URL by URL (the client's round robin), the second with a small KV cache."""
+    out = tmp / res.case
+    servers = [_serve([]), _serve(HOT_REPLICA_KV)]
+    try:
+        urls = [_wait_up_url(port) for _, port in servers]
+        finish(sweep(out, ["--target", ",".join(urls), *SMALL, "--concurrency", "8", *SHORT]))
+    finally:
+        for proc, _ in servers:
+            proc.kill()
+            proc.wait(timeout=10)
+    return out
+
+
+def heavy_tailed_trace(path: Path, seconds: float = 30.0, rate: float = 4.0, seed: int = 0) -> Path:
+    """A Mooncake JSONL trace (docs/workloads.md) of Poisson arrivals whose output lengths are
+    heavy-tailed: 85% ask for 8 tokens, 15% for 60-240 (lognormal), prompts of 32 tokens."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    t, rows, i = 0.0, [], 0
+    while t < seconds:
+        t += float(rng.exponential(1.0 / rate))
+        long = rng.random() < 0.15
+        out_len = int(np.clip(rng.lognormal(np.log(110), 0.4), 60, 240)) if long else 8
+        rows.append(json.dumps({"timestamp": int(t * 1000), "input_length": 32, "output_length": out_len,
+                                "hash_ids": [2 * i, 2 * i + 1]}))
+        i += 1
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+def case_fleet_imbalance(tmp: Path, res: CaseResult) -> Path:
+    """Two equal replicas of 2 running requests each behind the fleet front's round robin, a heavy-tailed
+    output mix sent at its times: a replica busy with long requests keeps being handed short ones."""
+    trace = heavy_tailed_trace(tmp / f"{res.case}-trace.jsonl")
+    return run_embedded(tmp, res.case, ["--model", "tiny-test", "--data-parallel-size", "2",
+                                        "--engine-arg=--lb-policy=round-robin", "--engine-arg=--max-num-seqs=2",
+                                        "--workload", "trace", "--dataset", str(trace), "--block-size", "16",
+                                        "--probes", "server,host,tcp"])
+
+
+def _serve(args: list[str]) -> tuple[subprocess.Popen, int]:
+    from rundir.ports import free_port
+
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "refengine.server", "--model", "tiny-test", "--port", str(port),
+                             *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return proc, port
+
+
+def _wait_up_url(port: int) -> str:
+    url = f"http://127.0.0.1:{port}"
+    _wait_up(url + "/health")
+    return url
+
+
 def _wait_up(url: str, timeout_s: float = 120) -> None:
     import urllib.request
 
@@ -222,6 +285,10 @@ CASES = {
                  ["p99.sched.saturation"], False),
     "main-job-small": (case_main_job_small, "the main job's levels with tiny-test (2 s + 10 s levels)",
                        ["p99.sched.saturation"], False),
+    "hot-replica": (case_hot_replica, "two replicas driven URL by URL at c=8, the second with a KV cache for 3 "
+                    "requests", ["p99.fleet.hot-replica"], False),
+    "fleet-imbalance": (case_fleet_imbalance, "two equal replicas (--max-num-seqs 2) behind round robin, Poisson "
+                        "4 req/s for 30 s, outputs 85% 8 tokens and 15% 60-240", ["p99.fleet.imbalance"], False),
 }
 CASES.update(vllm_cases(finish, Toggler, Burners, BURNER_WINDOWS))
 

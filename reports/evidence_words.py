@@ -108,9 +108,9 @@ def _fleet(ev: dict, metric: str) -> list[str]:
                    "of the requests")
         its, theirs = _num(ev, "latency_median_s"), _num(ev, "others_latency_median_s")
         n, m = _num(ev, "in_flight_median"), _num(ev, "others_in_flight_median")
-        out.append(f"at the same load its {metric.upper()} was {ratio:.1f}x the other replicas'"
-                   + (f" (median {seconds(its)} with {n:.0f} in flight, theirs {seconds(theirs)} with {m:.0f})"
-                      if None not in (its, theirs, n, m) else ""))
+        medians = (f" (median {seconds(its)} with {n:.0f} in flight, theirs {seconds(theirs)} with {m:.0f})"
+                   if its is not None and theirs is not None and n is not None and m is not None else "")
+        out.append(f"at the same load its {metric.upper()} was {ratio:.1f}x the other replicas'{medians}")
     own, light = _num(ev, "tail_own_outstanding_median"), _num(ev, "tail_lightest_outstanding_median")
     if own is not None and light is not None:
         held = (f"{ev['tail_own_in_flight_median']:.0f} requests and " if _num(ev, "tail_own_in_flight_median")

@@ -65,3 +65,18 @@ def test_failed_requests_and_a_standing_tail_in_words():
         "It explains 40% of the E2E tail requests.", "5 of 200 requests failed (4 timeout, 1 http status).",
         "One of them said: HTTP 503: overloaded.", "Next: look at the server's log."]
     assert [seconds(x) for x in (0.0004, 0.412, 2.6298, 38.2)] == ["0.4 ms", "412 ms", "2.63 s", "38.2 s"]
+
+
+def test_a_hot_replica_is_said_with_its_shares_and_its_latency_at_the_same_load(tmp_path):
+    from fleet_runs import Replica, fleet_run      # tests/analyzers/triage/ (this folder's conftest)
+
+    d = diagnose_p99(fleet_run(tmp_path / "hot", [Replica(), Replica(slots=3)])).to_dict()
+    said = evidence_sentences(d["findings"][0])
+    assert d["findings"][0]["check_id"] == "p99.fleet.hot-replica" and 3 <= len(said) <= 5, said
+    assert said[1] == "Replica 1 served 100% of the tail and 50% of the requests.", said
+    assert said[2].startswith("At the same load its TTFT was 2.") and "in flight, theirs" in said[2], said
+    d = diagnose_p99(fleet_run(tmp_path / "rr", [Replica(), Replica()],
+                               long_out=[i % 4 == 0 for i in range(1200)])).to_dict()
+    said = evidence_sentences(d["findings"][0])
+    assert said[1].startswith("The slowest requests went to a replica holding 6 requests and"), said
+    assert said[2].startswith("120 of the 120 slowest requests were sent to a clearly busier replica"), said
