@@ -27,6 +27,7 @@ from analyzers.triage.contracts import CONTEXT_SHARE, CheckResult, Finding, spli
 from analyzers.triage.evidence import split_samples
 from analyzers.triage.failures import check_failures, is_consequence_of_load
 from analyzers.triage.fleet.checks import check_fleet
+from analyzers.triage.fleet.imbalance import router_queue_yields
 from analyzers.triage.fleet.replica_failures import narrow_failures
 from analyzers.triage.host import check_cpu, check_gpu_throttle, read_top_others
 from analyzers.triage.levels import LevelLoad, level_loads
@@ -135,6 +136,7 @@ def diagnose_p99(run: RunDir, metric: str = "ttft") -> P99Diagnosis:
     narrow_failures(found)
     _unmeasured_is_a_cause(found)
     _last_resort_yields(found)
+    router_queue_yields(found)
     causes, context = split_causes(found)
     return P99Diagnosis(info.run_id, metric, tails, checks, causes, context, levels, n_tail)
 

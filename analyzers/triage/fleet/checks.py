@@ -28,4 +28,4 @@ def check_fleet(table: RequestTable, tails: TailWindows, target: TargetInfo,
     hot = check_hot_replica(table, tails, load, server)
     hot_replica = hot.finding.evidence["replica"] if hot.finding is not None else None
     return [check_replica_failures(table, tails.metric), hot,
-            check_imbalance(table, tails, load, routing_words(target), hot_replica)]
+            check_imbalance(table, tails, load, routing_words(target), hot_replica, server)]

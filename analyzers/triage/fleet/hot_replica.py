@@ -9,6 +9,11 @@ requests the tail. Two things must hold, from what each request lived through:
 - it is slower at comparable load (same_load.py): its latency over the others' at the same number
   of requests in flight is at least HOT_RATIO. A replica merely busier (a router that sent it more
   work) is as fast as the others at its load; that is p99.fleet.imbalance's case, not this one.
+  Its load is its own doing when it was handed no heavier requests than the others (its requests'
+  tokens, prompt and output, at most HEAVIER times theirs): then the others' trend may be read
+  beyond the loads they carried. A replica handed heavier requests may have run out of room where
+  the others never went: it is compared only at loads they had, and where it never met them, its
+  slowness cannot be told from its load (the imbalance check asks about the routing).
 
 Where the server probe read each replica (a fleet front's `per_engine`), the finding says what its
 KV cache and queue did beside the others'.
@@ -30,6 +35,8 @@ from rundir.table import RequestTable
 
 HOT_ID, HOT_TITLE = "p99.fleet.hot-replica", "no replica is slower than the others at the same load"
 HOT_RATIO = 1.5            # at the same load, at least this many times the others' latency
+HEAVIER = 1.25             # its requests' mean tokens over the others': it was handed heavier work
+MIN_MATCHED = 0.3          # ... then at least this share of its requests must meet loads the others had
 
 
 def check_hot_replica(table: RequestTable, tails: TailWindows, load: FleetLoad,
@@ -50,14 +57,25 @@ def check_hot_replica(table: RequestTable, tails: TailWindows, load: FleetLoad,
     spread = (f"replica {top.replica} served {top.tail_share:.0%} of the tail and {top.request_share:.0%} of the "
               "requests")
     if not diff.separates:
-        return passed(HOT_ID, "fleet", HOT_TITLE, f"the tail is spread over the replicas: {spread}",
+        return passed(HOT_ID, "fleet", HOT_TITLE, f"being served by one replica does not separate the tail from the "
+                      f"body: {spread}, its requests' latency {diff.effect or 0.0:.2f}x the others' median",
                       **_shares_evidence(shares))
     own = load.own(load.in_flight)
-    slow = same_load(values, own, mine, measured & (load.replica != r) & (load.replica >= 0))
+    others = measured & (load.replica != r) & (load.replica >= 0)
+    work = df["in_tokens"].to_numpy(float) + df["out_tokens"].to_numpy(float)
+    heavier = float(np.mean(work[mine]) / max(float(np.mean(work[others])), 1.0)) if others.any() else 1.0
+    slow = same_load(values, own, mine, others, extrapolate=heavier < HEAVIER)
+    if heavier >= HEAVIER and (slow is None or slow.matched_share < MIN_MATCHED):
+        return passed(HOT_ID, "fleet", HOT_TITLE,
+                      f"{spread}, but it was handed {heavier:.1f}x the others' tokens per request and carried loads "
+                      f"they seldom had ({float(np.median(own[mine])):.0f} requests in flight against "
+                      f"{float(np.median(own[others])):.0f}): busier, not slower as far as these records tell "
+                      "(p99.fleet.imbalance asks why)", heavier_requests=round(heavier, 2), **_shares_evidence(shares))
     if slow is None:
         return passed(HOT_ID, "fleet", HOT_TITLE, f"{spread}, but the other replicas' loads give nothing to set "
                       "its latency against (too few of their requests at any one load)", **_shares_evidence(shares))
-    evidence = dict(diff.evidence(), replica=top.replica, **_shares_evidence(shares), **slow.evidence())
+    evidence = dict(diff.evidence(), replica=top.replica, **_shares_evidence(shares), **slow.evidence(),
+                    heavier_requests=round(heavier, 2))
     if slow.ratio < HOT_RATIO:
         return passed(HOT_ID, "fleet", HOT_TITLE,
                       f"{spread}, but at the load it carried (a median of {slow.its_in_flight:.0f} requests in "
@@ -92,7 +110,7 @@ def _ms(seconds: float) -> str:
 
 
 def _counterfactual(diff: Differential, metric: str, replica: str) -> str:
-    if diff.with_s is None or diff.without_s is None:
+    if diff.with_s is None or diff.without_s is None or diff.without_s >= diff.with_s:
         return ""
     return (f"; without replica {replica}, {diff.level_id}'s {metric.upper()} P{diff.quantile:g} would be "
             f"{_ms(diff.without_s)} instead of {_ms(diff.with_s)}")

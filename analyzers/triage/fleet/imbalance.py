@@ -13,15 +13,22 @@ explains, is exposure.py's differential.
 
 The premise is replicas equally fast: where one replica is slower at the same load
 (p99.fleet.hot-replica), the work piled up on it because of its slowness, and this check defers.
+
+Where the server probe read each replica (a fleet front's `per_engine`) and most of the scrapes in
+which requests waited had another replica with room (per_engine.queue_with_room), the queue itself
+is the routing's: the fleet's queueing, admission-limit, KV-capacity and saturation findings are its
+consequences and yield to this one (router_queue_yields).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from analyzers.triage.contracts import CheckResult, Finding, failed, passed
+from analyzers.probe_series import ProbeSeries
+from analyzers.triage.contracts import CONTEXT_SHARE, CheckResult, Finding, failed, passed
 from analyzers.triage.exposure import differential, exposed_windows
 from analyzers.triage.fleet.load_at_send import FleetLoad
+from analyzers.triage.fleet.per_engine import queue_with_room
 from analyzers.triage.tail_windows import METRIC_SPANS, TailWindows
 from rundir.run_info import TargetInfo
 from rundir.table import RequestTable
@@ -32,6 +39,9 @@ BUSIER_FACTOR = 2.0        # its own replica held at least this many times the l
 # ... and at least this many typical requests' tokens more (one request more is what any router adds)
 BUSIER_REQUESTS = 1.0
 MORE_REQUESTS, MORE_SHARE = 2, 0.5     # or at least 2 and 50% more requests in flight than the lightest
+ROOM_SHARE = 0.5           # the queue is the routing's when another replica had room in this share of its scrapes
+# The fleet-wide findings of a queue: where the queue formed with room elsewhere, they are the routing's.
+QUEUE_FINDINGS = ("p99.sched.queueing", "p99.sched.admission", "p99.sched.kv-capacity", "p99.sched.saturation")
 
 
 def routing_words(target: TargetInfo) -> str:
@@ -47,7 +57,7 @@ def routing_words(target: TargetInfo) -> str:
 
 
 def check_imbalance(table: RequestTable, tails: TailWindows, load: FleetLoad, routing: str,
-                    hot_replica: str | None) -> CheckResult:
+                    hot_replica: str | None, server: ProbeSeries | None = None) -> CheckResult:
     start_col, end_col, value_col = METRIC_SPANS[tails.metric]
     df = table.df
     values = df[value_col].to_numpy(float)
@@ -79,14 +89,21 @@ def check_imbalance(table: RequestTable, tails: TailWindows, load: FleetLoad, ro
                     tail_lightest_outstanding_median=float(np.median(lightest[tail_rows])),
                     tail_own_in_flight_median=float(np.median(count[tail_rows])),
                     tail_lightest_in_flight_median=float(np.median(fewest[tail_rows])))
+    room = queue_with_room(server, load.replicas, tails.span)
+    room_words = ""
+    if room is not None and room.waiting_scrapes:
+        evidence.update(queue_scrapes=room.waiting_scrapes, queue_with_room_elsewhere=room.with_room,
+                        queue_with_room_elsewhere_share=round(room.share, 3))
+        room_words = (f"; requests waited on one replica while another had room in {room.with_room} of the "
+                      f"{room.waiting_scrapes} scrapes with a queue")
     mix_words = (f"; the output lengths are heavy-tailed (P99 {mix:.0f}x the median)" if mix >= 4 else "")
     title = (f"requests went to a busier replica while another was lighter ({routing}): "
              f"{round(diff.tail_exposed * diff.n_tail)} of the {diff.n_tail} slowest {tails.metric.upper()}s were "
              f"sent to a replica holding a median {evidence['tail_own_in_flight_median']:.0f} requests and "
              f"{evidence['tail_own_outstanding_median']:,.0f} outstanding tokens while another held "
              f"{evidence['tail_lightest_in_flight_median']:.0f} and "
-             f"{evidence['tail_lightest_outstanding_median']:,.0f}{mix_words}")
-    if diff.with_s is not None and diff.without_s is not None:
+             f"{evidence['tail_lightest_outstanding_median']:,.0f}{mix_words}{room_words}")
+    if diff.with_s is not None and diff.without_s is not None and diff.without_s < diff.with_s:
         title += (f"; without them, {diff.level_id}'s {tails.metric.upper()} P{diff.quantile:g} would be "
                   f"{diff.without_s * 1000:.0f} ms instead of {diff.with_s * 1000:.0f} ms")
     starts, ends = df[start_col].to_numpy(float), df[end_col].to_numpy(float)
@@ -94,6 +111,19 @@ def check_imbalance(table: RequestTable, tails: TailWindows, load: FleetLoad, ro
                       exposed_windows(starts, ends, tail_rows), len(tails.spikes), NEXT,
                       kind="differential", tail_share=diff.attributable)
     return failed(finding, IMBALANCE_TITLE, title)
+
+
+def router_queue_yields(findings: list[Finding]) -> None:
+    """A queue that formed on one replica while another had room is the routing's: the fleet-wide
+    findings of that queue explain none of the tail beside a separating imbalance finding."""
+    routed = [f for f in findings if f.check_id == IMBALANCE_ID and (f.tail_share or 0.0) >= CONTEXT_SHARE
+              and (f.evidence.get("queue_with_room_elsewhere_share") or 0.0) >= ROOM_SHARE]
+    if not routed:
+        return
+    for f in findings:
+        if f.check_id in QUEUE_FINDINGS:
+            f.tail_share = 0.0
+            f.evidence["queue_was_the_routing"] = IMBALANCE_ID
 
 
 NEXT = ("route by load, not in turn: `llmbench serve --data-parallel-size N --lb-policy least-outstanding`, or a "

@@ -84,3 +84,41 @@ def gauges_words(hot: ReplicaGauges, others: list[ReplicaGauges]) -> str | None:
         return f"{mine}, while {their}"
     return (f"replica {hot.replica}'s KV cache was {hot.kv_usage_mean:.0%} full on average, never full with "
             f"requests waiting, while {their}: not a smaller KV cache")
+
+
+@dataclass(frozen=True)
+class QueueWithRoom:
+    """Scrapes in which some replica had requests waiting, and how many of them another replica had room
+    in then (nothing waiting, fewer running than the most it ever ran): a queue a router looking at
+    the replicas would not have made."""
+
+    waiting_scrapes: int
+    with_room: int
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.with_room <= self.waiting_scrapes:
+            raise ValueError(f"{self.with_room} of {self.waiting_scrapes} scrapes")
+
+    @property
+    def share(self) -> float:
+        return self.with_room / self.waiting_scrapes if self.waiting_scrapes else 0.0
+
+
+def queue_with_room(server: ProbeSeries | None, replicas: list[str], span: Window) -> QueueWithRoom | None:
+    """Over the probe rows inside `span`; None without each replica's running and waiting."""
+    if server is None or not len(server):
+        return None
+    running = [server.numeric.get(f"per_engine.{r}.running") for r in replicas]
+    waiting = [server.numeric.get(f"per_engine.{r}.waiting") for r in replicas]
+    if any(v is None for v in running + waiting):
+        return None
+    run = np.vstack(running)          # (replicas, scrapes)
+    wait = np.vstack(waiting)
+    inside = (server.t >= span.start) & (server.t <= span.end + 1.0) & np.isfinite(run).all(0) & np.isfinite(wait).all(0)
+    most = np.nanmax(np.where(inside, run, np.nan), axis=1, initial=0.0)[:, None]
+    room = (wait == 0) & (run < most)
+    queued = inside & (wait > 0).any(0)
+    # Room on a replica other than one that waited: with two replicas, the one not waiting.
+    elsewhere = np.array([any(room[j, k] for j in range(len(replicas)) if not wait[j, k] > 0)
+                          for k in range(run.shape[1])], dtype=bool)
+    return QueueWithRoom(int(queued.sum()), int((queued & elsewhere).sum()))

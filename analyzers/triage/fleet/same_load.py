@@ -12,7 +12,10 @@ over those expectations: about 1 for a replica merely busier, well above it for 
 
 A closed loop makes the slow replica collect the users (their requests stay there longest), so its
 load and the others' often do not overlap at all: the trend is what makes the comparison possible
-then, and `matched_share` says how much of it rested on loads the others really had.
+then, and `matched_share` says how much of it rested on loads the others really had. The trend
+assumes the others would have fared on it; a replica handed heavier requests than the others may
+have run out of room where they never went, so for it only loads the others had count
+(hot_replica.py decides which).
 """
 
 from __future__ import annotations
@@ -44,9 +47,11 @@ class SameLoad:
                 "latency_median_s": self.its_median_s, "others_latency_median_s": self.others_median_s}
 
 
-def same_load(values: np.ndarray, in_flight: np.ndarray, mine: np.ndarray, others: np.ndarray) -> SameLoad | None:
+def same_load(values: np.ndarray, in_flight: np.ndarray, mine: np.ndarray, others: np.ndarray,
+              extrapolate: bool = True) -> SameLoad | None:
     """The candidate's (`mine`) latency against the `others` rows' at the same in-flight count; None
-    when the others' loads give neither a median at its loads nor a trend to read them on."""
+    when the others' loads give neither a median at its loads nor a trend to read them on. Without
+    `extrapolate`, only loads the others had count (the trend is not read beyond them)."""
     if not mine.any() or not others.any():
         return None
     loads, medians, counts = _per_load(values[others], in_flight[others])
@@ -54,7 +59,7 @@ def same_load(values: np.ndarray, in_flight: np.ndarray, mine: np.ndarray, other
     if not held.any():
         return None
     at = dict(zip(loads[held], medians[held]))
-    trend = _line(loads[held], medians[held], counts[held]) if held.sum() >= MIN_LOADS else None
+    trend = _line(loads[held], medians[held], counts[held]) if extrapolate and held.sum() >= MIN_LOADS else None
     mine_loads, mine_values = in_flight[mine], values[mine]
     expected = np.array([at.get(n, np.nan) for n in mine_loads])
     matched = np.isfinite(expected)

@@ -74,6 +74,20 @@ def test_a_replica_busier_because_round_robin_gave_it_the_long_requests_is_imbal
     assert "least-outstanding" in f.next_step and f.evidence["output_tokens_p99_over_median"] >= 4
 
 
+def test_equal_replicas_where_round_robin_overfills_one_are_imbalance_and_its_queue_is_the_routings(tmp_path):
+    # Both replicas run 3 requests at once; round robin hands replica 0 every long request, so it
+    # queues past its room while replica 1 has room: the queue and the full KV cache are the routing's.
+    diag = diagnose_p99(fleet_run(tmp_path / "r", [Replica(slots=3), Replica(slots=3)],
+                                  long_out=[i % 4 == 0 for i in range(1200)]))
+    assert diag.findings and diag.findings[0].check_id == "p99.fleet.imbalance", diag.headline
+    assert _ids(diag.findings) == ["p99.fleet.imbalance"], diag.headline
+    hot = _check(diag, "p99.fleet.hot-replica")
+    assert hot.status == "passed" and "tokens per request" in hot.detail, hot.detail
+    f = diag.findings[0]
+    assert f.evidence["queue_with_room_elsewhere_share"] >= 0.5 and "had room" in f.title
+    assert any(c.evidence.get("queue_was_the_routing") for c in diag.context), [c.check_id for c in diag.context]
+
+
 def test_a_balanced_fleet_of_equal_replicas_gets_neither(tmp_path):
     diag = diagnose_p99(fleet_run(tmp_path / "r", [Replica(), Replica()]))
     assert not [i for i in _ids(diag.findings + diag.context) if i.startswith("p99.fleet.")], diag.headline
