@@ -68,7 +68,8 @@ def test_failed_requests_and_a_standing_tail_in_words():
 
 
 def test_a_hot_replica_is_said_with_its_shares_and_its_latency_at_the_same_load(tmp_path):
-    from fleet_runs import Replica, fleet_run      # tests/analyzers/triage/ (this folder's conftest)
+    # tests/analyzers/triage/ is on the path through this folder's conftest.
+    from fleet_runs import Replica, fleet_run
 
     d = diagnose_p99(fleet_run(tmp_path / "hot", [Replica(), Replica(slots=3)])).to_dict()
     said = evidence_sentences(d["findings"][0])

@@ -110,15 +110,12 @@ def queue_with_room(server: ProbeSeries | None, replicas: list[str], span: Windo
         return None
     running = [server.numeric.get(f"per_engine.{r}.running") for r in replicas]
     waiting = [server.numeric.get(f"per_engine.{r}.waiting") for r in replicas]
-    if any(v is None for v in running + waiting):
+    if any(v is None for v in running) or any(v is None for v in waiting):
         return None
-    run = np.vstack(running)          # (replicas, scrapes)
-    wait = np.vstack(waiting)
+    run = np.vstack([v for v in running if v is not None])          # (replicas, scrapes)
+    wait = np.vstack([v for v in waiting if v is not None])
     inside = (server.t >= span.start) & (server.t <= span.end + 1.0) & np.isfinite(run).all(0) & np.isfinite(wait).all(0)
     most = np.nanmax(np.where(inside, run, np.nan), axis=1, initial=0.0)[:, None]
-    room = (wait == 0) & (run < most)
+    room = (wait == 0) & (run < most)        # a replica with room has nothing waiting: never one that queued
     queued = inside & (wait > 0).any(0)
-    # Room on a replica other than one that waited: with two replicas, the one not waiting.
-    elsewhere = np.array([any(room[j, k] for j in range(len(replicas)) if not wait[j, k] > 0)
-                          for k in range(run.shape[1])], dtype=bool)
-    return QueueWithRoom(int(queued.sum()), int((queued & elsewhere).sum()))
+    return QueueWithRoom(int(queued.sum()), int((queued & room.any(0)).sum()))
