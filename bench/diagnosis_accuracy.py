@@ -234,7 +234,7 @@ def case_fleet_imbalance(tmp: Path, res: CaseResult) -> Path:
     output mix sent at its times: a replica busy with long requests keeps being handed short ones."""
     trace = heavy_tailed_trace(tmp / f"{res.case}-trace.jsonl")
     return run_embedded(tmp, res.case, ["--model", "tiny-test", "--data-parallel-size", "2",
-                                        "--engine-arg=--lb-policy=round-robin", "--engine-arg=--max-num-seqs=2",
+                                        "--lb-policy", "round-robin", "--engine-arg=--max-num-seqs=2",
                                         "--workload", "trace", "--dataset", str(trace), "--block-size", "16",
                                         "--probes", "server,host,tcp"])
 

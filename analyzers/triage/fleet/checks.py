@@ -25,7 +25,7 @@ def check_fleet(table: RequestTable, tails: TailWindows, target: TargetInfo,
         return [unchecked(i, "fleet", t, NOT_A_FLEET) for i, t in ((REPLICA_FAIL_ID, REPLICA_FAIL_TITLE),
                                                                     (HOT_ID, HOT_TITLE),
                                                                     (IMBALANCE_ID, IMBALANCE_TITLE))]
-    hot = check_hot_replica(table, tails, load, server)
+    hot = check_hot_replica(table, tails, load, server, target.urls)
     hot_replica = hot.finding.evidence["replica"] if hot.finding is not None else None
-    return [check_replica_failures(table, tails.metric), hot,
+    return [check_replica_failures(table, tails.metric, target.urls), hot,
             check_imbalance(table, tails, load, routing_words(target), hot_replica, server)]

@@ -27,7 +27,7 @@ from analyzers.probe_series import ProbeSeries
 from analyzers.triage.contracts import CheckResult, Finding, failed, passed
 from analyzers.triage.exposure import MIN_TAIL, Differential, differential, exposed_windows
 from analyzers.triage.fleet.concentration import ReplicaShare, replica_shares, tail_mask
-from analyzers.triage.fleet.load_at_send import FleetLoad
+from analyzers.triage.fleet.load_at_send import FleetLoad, replica_label
 from analyzers.triage.fleet.per_engine import gauges_words, replica_gauges
 from analyzers.triage.fleet.same_load import same_load
 from analyzers.triage.tail_windows import METRIC_SPANS, TailWindows
@@ -40,7 +40,7 @@ MIN_MATCHED = 0.3          # ... then at least this share of its requests must m
 
 
 def check_hot_replica(table: RequestTable, tails: TailWindows, load: FleetLoad,
-                      server: ProbeSeries | None) -> CheckResult:
+                      server: ProbeSeries | None, urls: list[str] | None = None) -> CheckResult:
     start_col, end_col, value_col = METRIC_SPANS[tails.metric]
     df = table.df
     values = df[value_col].to_numpy(float)
@@ -88,7 +88,8 @@ def check_hot_replica(table: RequestTable, tails: TailWindows, load: FleetLoad,
         evidence["replica_gauges"] = gauges[top.replica].evidence()
         evidence["others_gauges"] = {k: g.evidence() for k, g in gauges.items() if k != top.replica}
         said = gauges_words(gauges[top.replica], [g for k, g in gauges.items() if k != top.replica])
-    title = (f"replica {top.replica} is the {tails.metric.upper()} tail: it served {top.tail_share:.0%} of the tail "
+    name = replica_label(top.replica, urls or [])
+    title = (f"{name} is the {tails.metric.upper()} tail: it served {top.tail_share:.0%} of the tail "
              f"and {top.request_share:.0%} of the requests, and at the same load its {tails.metric.upper()} was "
              f"{slow.ratio:.1f}x the others' (median {_ms(slow.its_median_s)} with {slow.its_in_flight:.0f} in flight "
              f"vs {_ms(slow.others_median_s)} with {slow.others_in_flight:.0f})" + (f"; {said}" if said else "")
@@ -96,7 +97,7 @@ def check_hot_replica(table: RequestTable, tails: TailWindows, load: FleetLoad,
     starts, ends = df[start_col].to_numpy(float), df[end_col].to_numpy(float)
     finding = Finding(HOT_ID, "fleet", "high" if diff.attributable >= 0.6 else "medium", title, evidence,
                       exposed_windows(starts, ends, diff.exposed_tail_rows), len(tails.spikes),
-                      _next_step(top.replica, others), kind="differential", tail_share=diff.attributable)
+                      _next_step(name, others), kind="differential", tail_share=diff.attributable)
     return failed(finding, HOT_TITLE, title)
 
 
@@ -117,7 +118,7 @@ def _counterfactual(diff: Differential, metric: str, replica: str) -> str:
 
 
 def _next_step(replica: str, others: list[str]) -> str:
-    return (f"look at replica {replica} itself, not the fleet: set its engine arguments (KV cache size: "
+    return (f"look at {replica} itself, not the fleet: set its engine arguments (KV cache size: "
             "--num-gpu-blocks-override, --gpu-memory-utilization; --max-num-seqs), its build and its host's other "
             f"processes beside replica {', '.join(others)}'s; take it out of rotation or make it match, then sweep "
             "again; meanwhile a load-aware router (--lb-policy least-outstanding) sends it less")

@@ -45,14 +45,12 @@ QUEUE_FINDINGS = ("p99.sched.queueing", "p99.sched.admission", "p99.sched.kv-cap
 
 
 def routing_words(target: TargetInfo) -> str:
-    """Who picked each request's replica, as the run records it."""
+    """Who picked each request's replica, and by what policy, as run.json records it (target.lb_policy)."""
+    policy = target.lb_policy or "round-robin"
     if target.urls:
-        return "the load generator's round robin over the URLs"
+        return f"the load generator's {policy} over the URLs"
     if target.kind == "embedded":
-        args = target.engine_args
-        policy = next((a.split("=", 1)[1] for a in args if a.startswith("--lb-policy=")), None) or \
-            next((args[i + 1] for i, a in enumerate(args[:-1]) if a == "--lb-policy"), "round-robin")
-        return f"the fleet front's {policy} policy"
+        return f"the fleet front's {policy}"
     return "the router in front of the replicas"
 
 
@@ -108,7 +106,7 @@ def check_imbalance(table: RequestTable, tails: TailWindows, load: FleetLoad, ro
                   f"{diff.without_s * 1000:.0f} ms instead of {diff.with_s * 1000:.0f} ms")
     starts, ends = df[start_col].to_numpy(float), df[end_col].to_numpy(float)
     finding = Finding(IMBALANCE_ID, "fleet", "high" if diff.attributable >= 0.6 else "medium", title, evidence,
-                      exposed_windows(starts, ends, tail_rows), len(tails.spikes), NEXT,
+                      exposed_windows(starts, ends, tail_rows), len(tails.spikes), _next_step(routing),
                       kind="differential", tail_share=diff.attributable)
     return failed(finding, IMBALANCE_TITLE, title)
 
@@ -126,6 +124,12 @@ def router_queue_yields(findings: list[Finding]) -> None:
             f.evidence["queue_was_the_routing"] = IMBALANCE_ID
 
 
-NEXT = ("route by load, not in turn: `llmbench serve --data-parallel-size N --lb-policy least-outstanding`, or a "
-        "token-aware router that weighs what each replica still has to generate (llm-d's endpoint picker scores "
-        "replicas by queue depth and KV cache use); then sweep again and `llmbench compare` the runs")
+def _next_step(routing: str) -> str:
+    if "least-outstanding" in routing:
+        return ("least-outstanding counts a replica's requests, not what they still have to generate: a "
+                "token-aware router weighs outstanding tokens (llm-d's endpoint picker scores replicas by queue "
+                "depth and KV cache use); then sweep again and `llmbench compare` the runs")
+    return ("route by load, not in turn: `--lb-policy least-outstanding` (`llmbench serve --data-parallel-size N`, "
+            "or `llmbench sweep` over --target URL1,URL2), or a token-aware router that weighs what each replica "
+            "still has to generate (llm-d's endpoint picker scores replicas by queue depth and KV cache use); then "
+            "sweep again and `llmbench compare` the runs")

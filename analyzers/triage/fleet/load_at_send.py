@@ -30,6 +30,13 @@ def replica_order(name: str) -> tuple[int, int | str]:
     return (0, int(name)) if name.isdigit() else (1, name)
 
 
+def replica_label(name: str, urls: list[str]) -> str:
+    """'replica 1', with its URL where the client drove the URLs (a record's replica is then its URL's
+    index in run.json's target.urls)."""
+    url = urls[int(name)] if name.isdigit() and int(name) < len(urls) else None
+    return f"replica {name}" + (f" ({url})" if url else "")
+
+
 def replica_names(table: RequestTable) -> np.ndarray:
     """Each row's replica as a string, None where the record names none (NaN from the reader)."""
     raw = table.df["replica"].to_numpy(object)

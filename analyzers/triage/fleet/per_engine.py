@@ -4,9 +4,11 @@ A data-parallel server's /metrics carries every engine's series under an `engine
 server probe keeps each engine's running, waiting and KV usage as `per_engine` (docs/probes.md;
 refengine's fleet front labels its replicas by index, the value of its replica header too). Over
 the probe intervals of the measured span: each replica's mean KV usage, the share of the scrapes
-in which it had requests waiting with its KV cache full (>= KV_FULL), and its mean queue. A fleet
-driven URL by URL (`llmbench sweep --target URL1,URL2`) has no such page: the probe reads the
-first URL only, and nothing is said.
+in which it had requests waiting with its KV cache full, and its mean queue. Full is the
+standing-tail analysis's rule: >= KV_FULL, or full *for the next request* (the free part smaller
+than one running request's share, usage / running: 10 of 12 blocks used by 3 requests of 4 blocks
+leave no room for a fourth at 83%). A fleet driven URL by URL (`llmbench sweep --target URL1,URL2`)
+has the same keys when the probe read each URL's own page (docs/probes.md).
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ def replica_gauges(server: ProbeSeries | None, replicas: list[str], span: Window
     for name in replicas:
         kv = server.numeric.get(f"per_engine.{name}.kv_usage")
         waiting = server.numeric.get(f"per_engine.{name}.waiting")
+        running = server.numeric.get(f"per_engine.{name}.running")
         if kv is None and waiting is None:
             continue
         rows = inside & np.isfinite(kv if kv is not None else waiting)   # type: ignore[arg-type]
@@ -62,9 +65,19 @@ def replica_gauges(server: ProbeSeries | None, replicas: list[str], span: Window
         wait_mean = float(np.nanmean(waiting[rows])) if waiting is not None else None
         full = None
         if kv is not None and waiting is not None:
-            full = float(np.mean((kv[rows] >= KV_FULL) & (waiting[rows] > 0)))
+            full = float(np.mean(_full(kv[rows], running[rows] if running is not None else None) & (waiting[rows] > 0)))
         out[name] = ReplicaGauges(name, int(rows.sum()), kv_mean, wait_mean, full)
     return out
+
+
+def _full(kv: np.ndarray, running: np.ndarray | None) -> np.ndarray:
+    """KV full, or full for the next request: less free than one running request's share."""
+    full = kv >= KV_FULL
+    if running is not None:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            share = np.where(running > 0, kv / np.where(running > 0, running, 1.0), 0.0)   # none running: no share
+        full |= (1.0 - kv) < share
+    return full
 
 
 def gauges_words(hot: ReplicaGauges, others: list[ReplicaGauges]) -> str | None:

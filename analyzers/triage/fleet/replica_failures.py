@@ -20,7 +20,7 @@ import numpy as np
 
 from analyzers.triage.contracts import CheckResult, Finding, failed, passed
 from analyzers.triage.failures import FAIL_ID, counted_failures, failure_kinds, kinds_words, tail_filled
-from analyzers.triage.fleet.load_at_send import replica_names, replica_order
+from analyzers.triage.fleet.load_at_send import replica_label, replica_names, replica_order
 from rundir.table import RequestTable
 
 REPLICA_FAIL_ID, REPLICA_FAIL_TITLE = "p99.fleet.replica-failures", "failed requests are not one replica's"
@@ -41,7 +41,7 @@ def failed_replica(table: RequestTable) -> np.ndarray:
     return names
 
 
-def check_replica_failures(table: RequestTable, metric: str) -> CheckResult:
+def check_replica_failures(table: RequestTable, metric: str, urls: list[str] | None = None) -> CheckResult:
     counted, failures = counted_failures(table)
     if not failures.any():
         return passed(REPLICA_FAIL_ID, "fleet", REPLICA_FAIL_TITLE, "no request sent in a measured window failed")
@@ -69,7 +69,8 @@ def check_replica_failures(table: RequestTable, metric: str) -> CheckResult:
     kinds, sample = failure_kinds(table, mine)
     top_kind, _ = kinds.most_common(1)[0]
     share = explained / tail_total if tail_total else 0.0
-    title = (f"replica {worst} failed {n_worst} of its {sent_worst} requests ({kinds_words(kinds)}) while the "
+    name = replica_label(worst, urls or [])
+    title = (f"{name} failed {n_worst} of its {sent_worst} requests ({kinds_words(kinds)}) while the "
              f"others failed {others_failed} of {others_sent}: its failures are {share:.0%} of the "
              f"{metric.upper()} tail")
     evidence = {"replica": worst, "failed": n_worst, "requests": sent_worst, "failure_rate": round(rate, 4),
@@ -77,7 +78,7 @@ def check_replica_failures(table: RequestTable, metric: str) -> CheckResult:
                 "sample_error": sample[:200], "by_replica": by_replica, "tail_requests": tail_total,
                 "tail_failed": explained}
     finding = Finding(REPLICA_FAIL_ID, "fleet", "high", title, evidence, explains=[], spike_windows=0,
-                      next_step=(f"replica {worst} failed or restarted: read its log and its process (exit code, "
+                      next_step=(f"{name} failed or restarted: read its log and its process (exit code, "
                                  "OOM kill, health) around the failures; the fleet front routes around a replica "
                                  "whose /health fails, a client that drives the URLs itself does not"),
                       kind="differential", tail_share=share)

@@ -1,5 +1,6 @@
 """`llmdiag p99` on a real fleet: two refengine servers on loopback driven by `llmbench sweep --target
-URL1,URL2`, one with a KV cache that holds three requests; the diagnosis names that replica first."""
+URL1,URL2`, one with a KV cache that holds three requests; the diagnosis names that replica first, with its
+full KV cache as the server probe read it from each URL's own /metrics."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ def test_the_replica_with_a_small_kv_cache_is_named_first(tmp_path):
     with refengine_server(model="tiny-test") as (_, fast), refengine_server(*SMALL_KV, model="tiny-test") as (_, hot):
         sweep = subprocess.run([sys.executable, "-m", "llmbench.cli", "sweep", "--target", f"{fast},{hot}",
                                 "--model", "tiny-test", "--input-len", "32", "--output-len", "32", "--concurrency", "8",
-                                "--warmup", "1s", "--duration", "8s", "--probes", "none", "--out", str(out)],
+                                "--warmup", "1s", "--duration", "8s", "--probes", "server", "--out", str(out)],
                                capture_output=True, text=True, timeout=300, env=ENV)
     assert sweep.returncode == 0, sweep.stdout + sweep.stderr
     proc = subprocess.run([sys.executable, "-m", "llmbench.diag_cli", "p99", str(out)], capture_output=True, text=True,
@@ -32,6 +33,9 @@ def test_the_replica_with_a_small_kv_cache_is_named_first(tmp_path):
     diag = json.loads((out / "diagnosis_p99.json").read_text())
     first = diag["findings"][0]
     assert first["check_id"] == "p99.fleet.hot-replica", diag["headline"]
-    assert first["evidence"]["replica"] == hot and first["evidence"]["latency_vs_others_same_load"] >= 1.5
-    assert f"replica {hot} is the TTFT tail" in proc.stdout
+    # A record names the URL it was sent to by its index in run.json's target.urls.
+    assert first["evidence"]["replica"] == "1" and first["evidence"]["latency_vs_others_same_load"] >= 1.5
+    assert f"replica 1 ({hot}) is the TTFT tail" in proc.stdout
+    # The server probe read each URL's own page: the small cache is seen waiting full.
+    assert "replica 1 had requests waiting with its KV cache full" in first["title"], first["title"]
     assert not any(f["check_id"] == "p99.fleet.imbalance" for f in diag["findings"] + diag["context"])
