@@ -81,7 +81,7 @@ def check_hot_replica(table: RequestTable, tails: TailWindows, load: FleetLoad,
                       f"{spread}, but at the load it carried (a median of {slow.its_in_flight:.0f} requests in "
                       f"flight against {slow.others_in_flight:.0f} on the others) it was as fast as they were "
                       f"({slow.ratio:.2f}x): busier, not slower (p99.fleet.imbalance asks why)", **evidence)
-    others = [s.replica for s in shares if s.replica != top.replica]
+    other_names = [s.replica for s in shares if s.replica != top.replica]
     gauges = replica_gauges(server, load.replicas, tails.span)
     said = None
     if top.replica in gauges:
@@ -97,7 +97,7 @@ def check_hot_replica(table: RequestTable, tails: TailWindows, load: FleetLoad,
     starts, ends = df[start_col].to_numpy(float), df[end_col].to_numpy(float)
     finding = Finding(HOT_ID, "fleet", "high" if diff.attributable >= 0.6 else "medium", title, evidence,
                       exposed_windows(starts, ends, diff.exposed_tail_rows), len(tails.spikes),
-                      _next_step(name, others), kind="differential", tail_share=diff.attributable)
+                      _next_step(name, other_names), kind="differential", tail_share=diff.attributable)
     return failed(finding, HOT_TITLE, title)
 
 
