@@ -193,7 +193,7 @@ def case_main_job_small(tmp: Path, res: CaseResult) -> Path:
     return run_embedded(tmp, res.case, ["--model", "tiny-test", "--concurrency", "1,8,32,64", *SHORT])
 
 
-# A fleet's hot replica: 32 + 32 tokens = 4 blocks of 16, so 12 blocks hold three requests of the eight.
+# A fleet's hot replica: 32 + 32 tokens = 4 blocks of 16, so 12 blocks hold three of the eight requests.
 HOT_REPLICA_KV = ["--num-gpu-blocks-override", "12", "--block-size", "16", "--max-model-len", "128"]
 
 
@@ -203,7 +203,8 @@ def case_hot_replica(tmp: Path, res: CaseResult) -> Path:
     servers = [_serve([]), _serve(HOT_REPLICA_KV)]
     try:
         urls = [_wait_up_url(port) for _, port in servers]
-        finish(sweep(out, ["--target", ",".join(urls), *SMALL, "--concurrency", "8", *SHORT]))
+        finish(sweep(out, ["--target", ",".join(urls), "--model", "tiny-test", "--input-len", "32", "--output-len",
+                           "32", "--concurrency", "8", *SHORT]))
     finally:
         for proc, _ in servers:
             proc.kill()
@@ -211,9 +212,9 @@ def case_hot_replica(tmp: Path, res: CaseResult) -> Path:
     return out
 
 
-def heavy_tailed_trace(path: Path, seconds: float = 30.0, rate: float = 4.0, seed: int = 0) -> Path:
+def heavy_tailed_trace(path: Path, seconds: float = 30.0, rate: float = 6.0, seed: int = 0) -> Path:
     """A Mooncake JSONL trace (docs/workloads.md) of Poisson arrivals whose output lengths are
-    heavy-tailed: 85% ask for 8 tokens, 15% for 60-240 (lognormal), prompts of 32 tokens."""
+    heavy-tailed: 85% ask for 8 tokens, 15% for 100-400 (lognormal), prompts of 32 tokens."""
     import numpy as np
 
     rng = np.random.default_rng(seed)
@@ -221,7 +222,7 @@ def heavy_tailed_trace(path: Path, seconds: float = 30.0, rate: float = 4.0, see
     while t < seconds:
         t += float(rng.exponential(1.0 / rate))
         long = rng.random() < 0.15
-        out_len = int(np.clip(rng.lognormal(np.log(110), 0.4), 60, 240)) if long else 8
+        out_len = int(np.clip(rng.lognormal(np.log(200), 0.4), 100, 400)) if long else 8
         rows.append(json.dumps({"timestamp": int(t * 1000), "input_length": 32, "output_length": out_len,
                                 "hash_ids": [2 * i, 2 * i + 1]}))
         i += 1
@@ -288,7 +289,7 @@ CASES = {
     "hot-replica": (case_hot_replica, "two replicas driven URL by URL at c=8, the second with a KV cache for 3 "
                     "requests", ["p99.fleet.hot-replica"], False),
     "fleet-imbalance": (case_fleet_imbalance, "two equal replicas (--max-num-seqs 2) behind round robin, Poisson "
-                        "4 req/s for 30 s, outputs 85% 8 tokens and 15% 60-240", ["p99.fleet.imbalance"], False),
+                        "6 req/s for 30 s, outputs 85% 8 tokens and 15% 100-400", ["p99.fleet.imbalance"], False),
 }
 CASES.update(vllm_cases(finish, Toggler, Burners, BURNER_WINDOWS))
 
