@@ -56,13 +56,14 @@ REMOTE_URL = "http://10.99.0.5:8000"     # a target across the network (not this
 
 
 def write_run(path: Path, records: list[RequestRecord], probes: dict[str, list[dict]] | None = None,
-              url: str = REMOTE_URL, slos: dict | None = None) -> RunDir:
+              url: str = REMOTE_URL, slos: dict | None = None, target: dict | None = None) -> RunDir:
+    """`target`: fields of run.json's target over the default (an external server at `url`)."""
     run = RunDir(path)
     t_end = max(r.t_done for r in records)
     levels = list(dict.fromkeys(r.level_id for r in records))
     run.create(RunInfo.from_dict(dict(
         run_id=path.name, command=["planted"], target={"url": url, "model": "m",
-        "kind": "external"}, sweep={}, slos=slos or {"ttft_p99_s": 1.5, "tpot_p95_s": 0.05}, host={},
+        "kind": "external", **(target or {})}, sweep={}, slos=slos or {"ttft_p99_s": 1.5, "tpot_p95_s": 0.05}, host={},
         tool_version="test", status="complete", started=T0, finished=t_end, levels_done=levels)))
     run.append_records(records)
     for name, rows in (probes or {}).items():

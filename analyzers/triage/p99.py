@@ -119,7 +119,7 @@ def diagnose_p99(run: RunDir, metric: str = "ttft") -> P99Diagnosis:
                                         rows[lv.level_id][_ok(table, metric)[rows[lv.level_id]]],
                                         lv.window, series["server"], series["host"], top_others)
               for lv in levels if lv.standing or lv.level_id == lv.baseline_level}
-    limits = engine_limits(info.target.engine_args, info.target.kind == "embedded")
+    limits = engine_limits(info.target.engine_args, info.target.kind == "embedded", info.target.replicas)
     checks = [
         check_failures(table, metric), *check_fleet(table, tails, info.target, series["server"]),
         check_retransmits(p["tcp"], tails, locality, level_windows(table, metric), table), check_irq_affinity(p["irq"], p["host"], tails, locality),

@@ -61,9 +61,12 @@ NEXT = {
 CATEGORY = {"p99.host.cpu": "host", "p99.net.path": "network", "p99.client-path": "client"}
 
 
-def engine_limits(engine_args: list[str], embedded: bool) -> dict[str, int | None]:
+def engine_limits(engine_args: list[str], embedded: bool, replicas: int = 1) -> dict[str, int | None]:
     """max_num_seqs and max_num_batched_tokens from `--engine-arg` flags (refengine's defaults when
-    embedded; unknown for an external target, whose limits are inferred from the batch instead)."""
+    embedded; unknown for an external target, whose limits are inferred from the batch instead).
+    For a fleet the server probe sums running over the replicas, so the cap it is held against is
+    the fleet's, max_num_seqs x replicas (`replicas` says how many); the token budget is per step
+    of one engine and stays as it is."""
     out: dict[str, int | None] = {"max_num_seqs": 128 if embedded else None,
                                   "max_num_batched_tokens": 2048 if embedded else None}
     args = [a for arg in engine_args for a in arg.split("=", 1)]
@@ -74,7 +77,17 @@ def engine_limits(engine_args: list[str], embedded: bool) -> dict[str, int | Non
                 out[key] = int(args[i + 1])
             except ValueError:
                 pass
+    seqs = out["max_num_seqs"]
+    if seqs is not None:
+        out["max_num_seqs"] = seqs * replicas
+    out["replicas"] = replicas
     return out
+
+
+def _cap_words(limits: dict) -> str:
+    cap, replicas = limits["max_num_seqs"], limits.get("replicas") or 1
+    return f"max_num_seqs={cap}" if replicas == 1 else \
+        f"max_num_seqs={cap // replicas} on each of {replicas} replicas ({cap} in all)"
 
 
 def _share(parts: dict[str, float]) -> tuple[str, float, float]:
@@ -189,7 +202,7 @@ def _queue(lv: LevelLoad, ph: LevelPhases, base: LevelPhases | None, limits: dic
         and held_max >= ceiling and held >= (0.5 if ceiling <= SMALL_CAP else PINNED) * ceiling \
         and lv.load and ceiling < lv.load
     if pinned:
-        limit = f"max_num_seqs={cap}" if cap is not None else f"{s['running_max']:.0f} (its ceiling)"
+        limit = _cap_words(limits) if cap is not None else f"{s['running_max']:.0f} (its ceiling)"
         return "p99.sched.admission", (f"admission limit, running pinned at {limit} (mean {held:.1f} while "
                                        f"requests waited, {queued:.0%} of the level) with {waiting:.1f} waiting")
     mbt = limits.get("max_num_batched_tokens")

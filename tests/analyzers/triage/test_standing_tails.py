@@ -48,14 +48,14 @@ def host_rows(t0: float, t1: float, server: float, others: float = 0.05, cores: 
 
 
 def two_levels(tmp_path, loaded_server: dict, loaded_host: dict | None = None, ttft_s: float = 2.5,
-               url: str = "http://127.0.0.1:8000", tpot_s: float = 0.02):
+               url: str = "http://127.0.0.1:8000", tpot_s: float = 0.02, target: dict | None = None):
     base = level("c1", 1, T0, 10, 0.05, 0.01)
     t1 = max(r.t_done for r in base) + 1
     loaded = level("c16", 16, t1, 10, ttft_s, tpot_s, seed=1)
     t2 = max(r.t_done for r in loaded)
     probes = {"server": server_rows(T0, t1 - 1, 1, 0, 0.002, 0.04) + server_rows(t1, t2 + 2, **loaded_server),
               "host": host_rows(T0, t1 - 1, 0.3) + host_rows(t1, t2 + 2, **(loaded_host or {"server": 0.6}))}
-    return write_run(tmp_path / "r", base + loaded, probes, url=url)
+    return write_run(tmp_path / "r", base + loaded, probes, url=url, target=target)
 
 
 def test_admission_limit_is_named_with_its_numbers(tmp_path):
@@ -67,6 +67,21 @@ def test_admission_limit_is_named_with_its_numbers(tmp_path):
     # an external target: max_num_seqs is not known, the batch's own ceiling is what is pinned
     assert "running pinned at 2 (its ceiling)" in f.title and "14.0 waiting" in f.title and "queue is 8" in f.title
     assert f.evidence["dominant_part"] == "queue" and f.evidence["levels"] == ["c16"]
+
+
+FLEET = {"kind": "embedded", "engine_args": ["--max-num-seqs=2"], "replicas": 2, "lb_policy": "round-robin"}
+
+
+def test_a_fleets_running_is_held_against_every_replicas_cap(tmp_path):
+    """Two replicas of max_num_seqs 2: the probe sums running over them, so 3 running is not a batch
+    pinned at its cap (one replica had room), and 4 is, said per replica."""
+    f = diagnose_p99(two_levels(tmp_path, dict(running=3, waiting=14, queue_s=2.3, prefill_s=0.1),
+                                target=FLEET)).findings[0]
+    assert "pinned" not in f.title, f.title
+    f = diagnose_p99(two_levels(tmp_path / "full", dict(running=4, waiting=14, queue_s=2.3, prefill_s=0.1),
+                                target=FLEET)).findings[0]
+    assert f.check_id == "p99.sched.admission", f.title
+    assert "running pinned at max_num_seqs=2 on each of 2 replicas (4 in all)" in f.title, f.title
 
 
 def test_kv_capacity_with_preemptions(tmp_path):
