@@ -56,8 +56,9 @@ class CaseResult:
     effect: float | None = None         # realized: TTFT median inside the fault's windows / outside
 
 
-def sweep(out: Path, args: list[str], timeout_s: float = 420) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "llmbench.cli", "sweep", *args, "--out", str(out)]
+def sweep(out: Path, args: list[str], timeout_s: float = 420, prefix: list[str] | None = None) -> subprocess.Popen:
+    """`llmbench sweep ARGS --out OUT`, behind `prefix` (e.g. taskset) when given."""
+    cmd = [*(prefix or []), sys.executable, "-m", "llmbench.cli", "sweep", *args, "--out", str(out)]
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env=dict(os.environ, COLUMNS="120"))
 

@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from analyzers.triage.exposure import MIN_EFFECT
 from bench.diagnosis_accuracy import CaseResult, diagnose, run_embedded, run_lossy
 from bench.diagnosis_faults import Burners, LossyNamespace, head_of_line_effect, netns_unavailable, realized_effect
+from bench.diagnosis_fleet_draws import FLEET_EXPECTED, FLEET_MIX, make_fleet_draw, run_fleet_draw
 
 FAINT_EFFECT = MIN_EFFECT    # the least effect the diagnosis calls a cause
 
@@ -42,6 +43,7 @@ EXPECTED = {
     "head-of-line": ["p99.sched.long-prefill", "p99.sched.long-prompts", "p99.sched.prefill-time"],
     "cpu-neighbour": ["p99.host.cpu"],
     "packet-loss": ["p99.net.retransmits"],
+    **FLEET_EXPECTED,           # --family fleet: two replicas (bench/diagnosis_fleet_draws.py)
 }
 # Draws per cause in 40 (scaled for other --draws); parameters are drawn per draw.
 MIX = {"clean": 6, "admission": 6, "kv-capacity": 6, "head-of-line": 7, "cpu-neighbour": 8, "packet-loss": 4,
@@ -76,6 +78,8 @@ def _timing() -> list[str]:
 
 
 def make_draw(seed: int, index: int, cause: str) -> Draw:
+    if cause in FLEET_EXPECTED:
+        return make_fleet_draw(seed, index, cause, Draw)
     rng = random.Random(f"{seed}:{index}")
     lens = ["--input-len", str(rng.choice([16, 32, 64])), "--output-len", str(rng.choice([8, 16, 32]))]
     base = ["--model", "tiny-test", *lens, *_timing()]
@@ -131,15 +135,17 @@ def make_draw(seed: int, index: int, cause: str) -> Draw:
     raise ValueError(cause)
 
 
-def plan(draws: int, seed: int) -> list[Draw]:
-    total = sum(MIX.values())
-    counts = {k: max(1, round(v * draws / total)) for k, v in MIX.items()}
+def plan(draws: int, seed: int, mix: dict[str, int] = MIX) -> list[Draw]:
+    total = sum(mix.values())
+    counts = {k: max(1, round(v * draws / total)) for k, v in mix.items()}
     causes = [k for k, n in counts.items() for _ in range(n)][:draws]
     random.Random(seed).shuffle(causes)
     return [make_draw(seed, i, cause) for i, cause in enumerate(causes)]
 
 
 def run_draw(tmp: Path, d: Draw, res: CaseResult) -> Path:
+    if d.cause in FLEET_EXPECTED:
+        return run_fleet_draw(tmp, d, res)
     name = f"draw{d.index:02d}-{d.cause}"
     if d.cause in ("cpu-neighbour", "confounded"):
         burners = Burners(d.params["burners"], d.params["nice"])
@@ -182,11 +188,13 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--draws", type=int, default=40)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--family", choices=["single", "fleet"], default="single",
+                    help="single: one server's causes; fleet: two replicas' (bench/diagnosis_fleet_draws.py)")
     ap.add_argument("--only", default=None, help="run only these draw indexes (a comma list): to look at one again")
     ap.add_argument("--out", default=str(Path(__file__).with_name("diagnosis_family.json")))
     ap.add_argument("--keep", default=None, help="keep the run directories under this folder")
     a = ap.parse_args()
-    draws = plan(a.draws, a.seed)
+    draws = plan(a.draws, a.seed, FLEET_MIX if a.family == "fleet" else MIX)
     if a.only:
         keep = {int(x) for x in a.only.split(",")}
         draws = [d for d in draws if d.index in keep]
@@ -224,7 +232,7 @@ def main() -> int:
     from bench.common import cpu_model
 
     summary = {"when": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "host": cpu_model(),
-               "cpus": os.cpu_count(), "seed": a.seed, "draws": a.draws,
+               "cpus": os.cpu_count(), "seed": a.seed, "draws": a.draws, "family": a.family,
                "only": a.only, "command": " ".join(sys.argv), "seconds": round(time.time() - t_start),
                "loadavg_before": load_before, "loadavg_after": os.getloadavg(), "right": right, "ran": len(done),
                "faint_effect_below": FAINT_EFFECT, "faint": len(faint), "right_realized": right_realized,

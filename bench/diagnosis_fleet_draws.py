@@ -1,0 +1,145 @@
+"""The fleet's draws for bench/diagnosis_family.py (`--family fleet`): two replicas of tiny-test,
+one of three situations with random parameters, planted for real.
+
+- hot-replica: two servers driven URL by URL, each on a core of its own (taskset), one of them (drawn)
+  made slow by a drawn mechanism: a KV cache with room for 2 or 3 requests, or busy loops pinned to
+  its core. Expected first: `p99.fleet.hot-replica`.
+- fleet-imbalance: two equal replicas behind the fleet front's round robin (`--data-parallel-size 2`,
+  each on a core of its own), a small batch cap, and a seeded Poisson trace whose output lengths are
+  heavy-tailed (rate, long share and long length drawn). Expected first: `p99.fleet.imbalance`.
+- fleet-clean: two equal replicas behind the front, a light closed loop, the policy drawn. Expected:
+  nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from bench.diagnosis_accuracy import CaseResult, finish, run_embedded, sweep
+from bench.diagnosis_faults import Burners
+
+FLEET_EXPECTED = {"fleet-clean": [], "hot-replica": ["p99.fleet.hot-replica"],
+                  "fleet-imbalance": ["p99.fleet.imbalance"]}
+FLEET_MIX = {"fleet-clean": 3, "hot-replica": 6, "fleet-imbalance": 5}      # per 14 draws
+TIMING = ["--warmup", "2s", "--duration", "12s", "--probes", "server,host,tcp"]
+BLOCK = 16
+
+
+def make_fleet_draw(seed: int, index: int, cause: str, draw_type):
+    rng = random.Random(f"fleet:{seed}:{index}")
+    if cause == "fleet-clean":
+        params = {"policy": rng.choice(["round-robin", "least-outstanding"]), "concurrency": rng.choice([2, 3, 4]),
+                  "input_len": rng.choice([16, 32]), "output_len": rng.choice([16, 32])}
+        args = ["--model", "tiny-test", "--data-parallel-size", "2", "--lb-policy", params["policy"],
+                "--concurrency", str(params["concurrency"]), "--input-len", str(params["input_len"]),
+                "--output-len", str(params["output_len"]), *TIMING]
+        return draw_type(index, cause, params, args, [])
+    if cause == "hot-replica":
+        inp, out = 32, rng.choice([32, 48])
+        params = {"hot": rng.choice([0, 1]), "mechanism": rng.choice(["small-kv", "cpu-burner"]),
+                  "concurrency": rng.choice([6, 8, 10]), "input_len": inp, "output_len": out}
+        if params["mechanism"] == "small-kv":
+            params["requests_that_fit"] = rng.choice([2, 3])
+            params["kv_blocks"] = params["requests_that_fit"] * -(-(inp + out) // BLOCK)
+        else:
+            params["burners"] = rng.choice([2, 3])
+        return draw_type(index, cause, params, [], FLEET_EXPECTED[cause])
+    if cause == "fleet-imbalance":
+        params = {"rate": rng.choice([4.0, 5.0, 6.0]), "long_share": rng.choice([0.1, 0.15, 0.2]),
+                  "long_median": rng.choice([150, 200, 300]), "max_num_seqs": rng.choice([2, 3]),
+                  "seconds": 30.0, "trace_seed": rng.randrange(1 << 30)}
+        return draw_type(index, cause, params, [], FLEET_EXPECTED[cause])
+    raise ValueError(cause)
+
+
+def heavy_trace(path: Path, p: dict) -> Path:
+    """Poisson arrivals at p["rate"]; a p["long_share"] of requests ask for a lognormal length around
+    p["long_median"] (clipped to 2.5x either way), the rest for 8 tokens; prompts of 32 tokens."""
+    rng = np.random.default_rng(p["trace_seed"])
+    t, rows = 0.0, []
+    while True:
+        t += float(rng.exponential(1.0 / p["rate"]))
+        if t > p["seconds"]:
+            break
+        long = rng.random() < p["long_share"]
+        m = p["long_median"]
+        out = int(np.clip(rng.lognormal(np.log(m), 0.4), m / 2.5, m * 2.5)) if long else 8
+        i = len(rows)
+        rows.append(json.dumps({"timestamp": int(t * 1000), "input_length": 32, "output_length": out,
+                                "hash_ids": [2 * i, 2 * i + 1]}))
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+def _serve(core: int, args: list[str]) -> tuple[subprocess.Popen, str]:
+    from rundir.ports import free_port
+
+    port = free_port()
+    proc = subprocess.Popen(["taskset", "-c", str(core), sys.executable, "-m", "refengine.server", "--model",
+                             "tiny-test", "--port", str(port), *args],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return proc, f"http://127.0.0.1:{port}"
+
+
+def _wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float = 180) -> None:
+    import time
+
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the server for {url} exited with {proc.returncode}")
+        try:
+            if httpx.get(url + "/health", timeout=1.0).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+    raise RuntimeError(f"{url} not healthy after {timeout_s:.0f} s")
+
+
+def _hot_replica(tmp: Path, name: str, p: dict) -> Path:
+    """Replica r on core r; the hot one with a small KV cache, or with busy loops on its core for the
+    whole level (the client runs on the other core)."""
+    out = tmp / name
+    small = ["--num-gpu-blocks-override", str(p.get("kv_blocks", 0)), "--block-size", str(BLOCK),
+             "--max-model-len", "128"]
+    servers = [_serve(r, small if (r == p["hot"] and p["mechanism"] == "small-kv") else []) for r in (0, 1)]
+    burners = Burners(p["burners"], 0, {p["hot"]}) if p["mechanism"] == "cpu-burner" else None
+    try:
+        for proc, url in servers:
+            _wait_healthy(url, proc)
+        if burners is not None:
+            burners.start()
+        cold = 1 - p["hot"]
+        client = ["taskset", "-c", str(cold)]
+        finish(sweep(out, ["--target", ",".join(url for _, url in servers), "--model", "tiny-test", "--input-len",
+                           str(p["input_len"]), "--output-len", str(p["output_len"]), "--concurrency",
+                           str(p["concurrency"]), *TIMING], prefix=client))
+    finally:
+        if burners is not None:
+            burners.stop()
+        for proc, _ in servers:
+            proc.kill()
+            proc.wait(timeout=10)
+    return out
+
+
+def run_fleet_draw(tmp: Path, d, res: CaseResult) -> Path:
+    name = f"draw{d.index:02d}-{d.cause}"
+    if d.cause == "hot-replica":
+        return _hot_replica(tmp, name, d.params)
+    if d.cause == "fleet-imbalance":
+        trace = heavy_trace(tmp / f"{name}-trace.jsonl", d.params)
+        return run_embedded(tmp, name, ["--model", "tiny-test", "--data-parallel-size", "2", "--lb-policy",
+                                        "round-robin", f"--engine-arg=--max-num-seqs={d.params['max_num_seqs']}",
+                                        "--workload", "trace", "--dataset", str(trace), "--block-size", "16",
+                                        "--probes", "server,host,tcp"])
+    return run_embedded(tmp, name, d.args)
