@@ -34,6 +34,9 @@ class ProbeContext:
     # instead of the target's one page (llmbench sweep --replica-metrics). Empty: target_url's.
     replica_metrics: list[str] = field(default_factory=list)
     server_pid: int | None = None       # the server process when it is local (host, stacks probes)
+    # The other replicas' server processes, when a fleet's replicas are driven directly and are local
+    # (llmbench sweep --target URL1,URL2): their CPU is the server's, not another process's.
+    replica_pids: list[int] = field(default_factory=list)
     # The load generator's processes (host probe's client_cpu_cores); None = this process and its
     # descendants other than the server's tree (the sweep and its locust children).
     client_pids: list[int] | None = None

@@ -47,7 +47,8 @@ class HostProbe(Probe):
         self._node_of_cpu: dict[int, str] = {}
         self._n = 0
         self._pid_gone = False
-        self._procs = ProcessCpuTracker(self.proc, self.pid, getattr(ctx, "client_pids", None), self._tick)
+        self._procs = ProcessCpuTracker(self.proc, self.pid, getattr(ctx, "client_pids", None), self._tick,
+                                        list(getattr(ctx, "replica_pids", None) or []))
         self._prev_t: float | None = None
         self._prev_psi: float | None = None
         self._prev_steal: tuple[int, int] | None = None

@@ -93,9 +93,12 @@ def descendants(roots: set[int], procs: dict[int, ProcSample]) -> set[int]:
 
 
 class ProcessCpuTracker:
-    def __init__(self, proc: Path, server_pid: int | None, client_pids: list[int] | None, tick_hz: int):
+    def __init__(self, proc: Path, server_pid: int | None, client_pids: list[int] | None, tick_hz: int,
+                 replica_pids: list[int] | None = None):
         self.proc = proc
         self.server_pid = server_pid
+        # The server's roots: its process and any other local replica of a fleet driven directly.
+        self.server_roots = {server_pid, *(replica_pids or [])} if server_pid else set(replica_pids or [])
         self.client_roots = set(client_pids) if client_pids else {os.getpid()}
         self.tick_hz = tick_hz
         self._prev: dict[int, int] | None = None
@@ -107,7 +110,7 @@ class ProcessCpuTracker:
         boot_prev, self._boot_ticks_prev = self._boot_ticks_prev, (uptime_s * self.tick_hz if uptime_s else None)
         if prev is None or dt_s <= 0:
             return None                  # the first call only sets the baselines
-        server = descendants({self.server_pid}, procs) if self.server_pid else set()
+        server = descendants(self.server_roots, procs) if self.server_roots else set()
         client = descendants(self.client_roots, procs) - server
         per_pid: dict[int, float] = {}
         for p in procs.values():
@@ -119,7 +122,7 @@ class ProcessCpuTracker:
                 continue                         # pid reuse or unknown start: skip rather than over-count
             if d > 0:
                 per_pid[p.pid] = d / self.tick_hz / dt_s
-        server_cores = sum(v for pid, v in per_pid.items() if pid in server) if self.server_pid else None
+        server_cores = sum(v for pid, v in per_pid.items() if pid in server) if self.server_roots else None
         client_cores = sum(v for pid, v in per_pid.items() if pid in client)
         others = {pid: v for pid, v in per_pid.items() if pid not in server and pid not in client}
         top = sorted(others.items(), key=lambda kv: -kv[1])[:TOP_OTHERS]

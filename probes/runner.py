@@ -158,11 +158,13 @@ class ProbeSet:
 
 
 def sweep_probe_set(names: list[str], run_path, target_url: str | None, server_pid: int | None,
-                    interval_s: float, log: Log = print, replica_metrics: list[str] | None = None) -> ProbeSet | None:
+                    interval_s: float, log: Log = print, replica_metrics: list[str] | None = None,
+                    replica_pids: list[int] | None = None) -> ProbeSet | None:
     """The ProbeSet a sweep runs around its levels (None when no probe was asked for); replica_metrics:
-    a fleet's own /metrics pages, one per replica, for the server probe."""
+    a fleet's own /metrics pages, one per replica, for the server probe; replica_pids: the other local
+    replicas' server processes of a fleet driven directly, for the host probe."""
     if not names:
         return None
     ctx = ProbeContext(out_dir=run_path, target_url=target_url, server_pid=server_pid, interval_s=interval_s,
-                       replica_metrics=list(replica_metrics or []))
+                       replica_metrics=list(replica_metrics or []), replica_pids=list(replica_pids or []))
     return ProbeSet(names, ctx, log=log)

@@ -303,8 +303,9 @@ def _serve_and_sweep(run: RunDir, info: RunInfo, a: SweepArgs, probe_names: list
         alive = server.alive if server else (lambda: answers(url))
         pid = server.proc.pid if server is not None and server.proc is not None else \
             (a.server_pid or _local_server_pid(url, probe_names, console))        # (a started server has its proc)
+        others = _local_replica_pids(list(target.urls[1:]), probe_names, console) if server is None else []
         probe_set = sweep_probe_set(probe_names, run.path, url, pid,
-                                    a.probe_interval, replica_metrics=list(target.replica_metrics),
+                                    a.probe_interval, replica_metrics=list(target.replica_metrics), replica_pids=others,
                                     log=lambda m: console.print(m, style="yellow", highlight=False, markup=False))
         run_sweep(spec_of(info), run, tspec, console, target_alive=alive, slos=info.slos, master_bind=a.master_bind,
                   probes=probe_set, plan=plan_factory(run, info) if plan_factory else None, profile=a.profile)
@@ -324,6 +325,20 @@ def _local_server_pid(url: str, probe_names: list[str], console) -> int | None:
         console.print(f"the target's server process: pid {pid} (listening on its port); give --server-pid to "
                       "name another", highlight=False)
     return pid
+
+
+def _local_replica_pids(urls: list[str], probe_names: list[str], console) -> list[int]:
+    """The processes listening on the other replicas' ports of a fleet driven directly (the first
+    URL's is the server pid): the host probe counts their CPU as the server's, not a neighbour's."""
+    if not urls or "host" not in probe_names:
+        return []
+    from probes.local_server import listening_pid
+
+    pids = [pid for pid in (listening_pid(u) for u in urls) if pid is not None]
+    if pids:
+        console.print(f"the other replicas' server processes: pids {', '.join(map(str, pids))} (listening on their "
+                      "ports): their CPU is the server's", highlight=False)
+    return pids
 
 
 def answers(url: str, timeout_s: float = 2.0) -> bool:

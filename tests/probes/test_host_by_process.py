@@ -86,3 +86,25 @@ def test_the_servers_own_wait_for_a_cpu_grows_with_a_neighbour(tmp_path):
         for p in (server, *neighbours):
             p.kill()
             p.wait()
+
+
+def test_a_fleets_other_replicas_are_the_servers_cpu_not_a_neighbours(tmp_path):
+    """Replicas driven directly (sweep --target URL1,URL2): the second replica's process is named as
+    a replica of the server, so its busy loop counts as the server's, never as another process's."""
+    first, second = subprocess.Popen(BURN), subprocess.Popen(BURN)
+    try:
+        tracker = ProcessCpuTracker(__import__("pathlib").Path("/proc"), first.pid, None, os.sysconf("SC_CLK_TCK"),
+                                    replica_pids=[second.pid])
+        assert tracker.sample(0.0, None) is None
+        time.sleep(1.0)
+        cpu = tracker.sample(1.0, None)
+        assert second.pid not in {p["pid"] for p in cpu.top_others}
+        assert cpu.server_cpu_cores >= 0.3 * min(1.0, os.cpu_count() / 2), cpu      # both loops are the server's
+        probe = HostProbe(ProbeContext(out_dir=tmp_path, server_pid=first.pid, replica_pids=[second.pid]))
+        probe.check()
+        row = [r for r in (_sample_after(probe, 1.0) for _ in range(2)) if r][-1]
+        assert second.pid not in {p["pid"] for p in row["top_others"]}, row["top_others"]
+    finally:
+        for p in (first, second):
+            p.kill()
+            p.wait()
