@@ -13,7 +13,10 @@ requests the tail. Two things must hold, from what each request lived through:
   tokens, prompt and output, at most HEAVIER times theirs): then the others' trend may be read
   beyond the loads they carried. A replica handed heavier requests may have run out of room where
   the others never went: it is compared only at loads they had, and where it never met them, its
-  slowness cannot be told from its load (the imbalance check asks about the routing).
+  slowness cannot be told from its load (the imbalance check asks about the routing). Where the
+  comparison rested on the others' trend far beyond their loads (a closed loop driven in turn piles
+  the users onto the slow replica), Little's law answers instead: sent no more requests and no
+  heavier ones, a replica holds more in flight only by keeping each longer (_residence_ratio).
 
 Where the server probe read each replica (a fleet front's `per_engine`), the finding says what its
 KV cache and queue did beside the others'.
@@ -37,6 +40,7 @@ HOT_ID, HOT_TITLE = "p99.fleet.hot-replica", "no replica is slower than the othe
 HOT_RATIO = 1.5            # at the same load, at least this many times the others' latency
 HEAVIER = 1.25             # its requests' mean tokens over the others': it was handed heavier work
 MIN_MATCHED = 0.3          # ... then at least this share of its requests must meet loads the others had
+EVEN_SLACK = 0.05          # a request share at most this above the others' is no larger share
 
 
 def check_hot_replica(table: RequestTable, tails: TailWindows, load: FleetLoad,
@@ -76,6 +80,14 @@ def check_hot_replica(table: RequestTable, tails: TailWindows, load: FleetLoad,
                       "its latency against (too few of their requests at any one load)", **_shares_evidence(shares))
     evidence = dict(diff.evidence(), replica=top.replica, **_shares_evidence(shares), **slow.evidence(),
                     heavier_requests=round(heavier, 2))
+    residence = _residence_ratio(df["e2e_s"].to_numpy(float), measured, mine, others, heavier, top, shares)
+    if residence is not None and slow.matched_share < MIN_MATCHED:
+        # Its load was its own doing (no more requests, no heavier ones): the comparison at the same
+        # load rested on the others' trend far beyond what they carried; Little's law does not.
+        evidence["residence_per_work_vs_others"] = round(residence, 2)
+        if residence >= HOT_RATIO and slow.ratio < HOT_RATIO:
+            slow = slow.with_ratio(residence)
+            evidence["slowness_from"] = "residence"
     if slow.ratio < HOT_RATIO:
         return passed(HOT_ID, "fleet", HOT_TITLE,
                       f"{spread}, but at the load it carried (a median of {slow.its_in_flight:.0f} requests in "
@@ -89,16 +101,41 @@ def check_hot_replica(table: RequestTable, tails: TailWindows, load: FleetLoad,
         evidence["others_gauges"] = {k: g.evidence() for k, g in gauges.items() if k != top.replica}
         said = gauges_words(gauges[top.replica], [g for k, g in gauges.items() if k != top.replica])
     name = replica_label(top.replica, urls or [])
+    if evidence.get("slowness_from") == "residence":
+        how = (f"sent no more requests and no heavier ones, each stayed on it {slow.ratio:.1f}x as long as the "
+               f"others' did on theirs, so it held a median of {slow.its_in_flight:.0f} in flight vs "
+               f"{slow.others_in_flight:.0f} (median {tails.metric.upper()} {_ms(slow.its_median_s)} vs "
+               f"{_ms(slow.others_median_s)})")
+    else:
+        how = (f"at the same load its {tails.metric.upper()} was {slow.ratio:.1f}x the others' (median "
+               f"{_ms(slow.its_median_s)} with {slow.its_in_flight:.0f} in flight vs {_ms(slow.others_median_s)} "
+               f"with {slow.others_in_flight:.0f})")
     title = (f"{name} is the {tails.metric.upper()} tail: it served {top.tail_share:.0%} of the tail "
-             f"and {top.request_share:.0%} of the requests, and at the same load its {tails.metric.upper()} was "
-             f"{slow.ratio:.1f}x the others' (median {_ms(slow.its_median_s)} with {slow.its_in_flight:.0f} in flight "
-             f"vs {_ms(slow.others_median_s)} with {slow.others_in_flight:.0f})" + (f"; {said}" if said else "")
+             f"and {top.request_share:.0%} of the requests, and {how}" + (f"; {said}" if said else "")
              + _counterfactual(diff, tails.metric, top.replica))
     starts, ends = df[start_col].to_numpy(float), df[end_col].to_numpy(float)
     finding = Finding(HOT_ID, "fleet", "high" if diff.attributable >= 0.6 else "medium", title, evidence,
                       exposed_windows(starts, ends, diff.exposed_tail_rows), len(tails.spikes),
                       _next_step(name, other_names), kind="differential", tail_share=diff.attributable)
     return failed(finding, HOT_TITLE, title)
+
+
+def _residence_ratio(e2e: np.ndarray, measured: np.ndarray, mine: np.ndarray, others: np.ndarray, heavier: float,
+                     top: ReplicaShare, shares: list[ReplicaShare]) -> float | None:
+    """How much longer its requests stayed on it than the others' did on theirs, per token of work;
+    None unless it was sent no larger share of the requests than the others and no heavier ones. By
+    Little's law (in flight = arrivals x time in the system) a replica with no more arrivals and no
+    more work per request holds more requests in flight only by keeping each longer: more in flight
+    is then its slowness, not its routing (a closed loop driven in turn piles the users onto the slow
+    replica, beyond any load the others carried)."""
+    other_shares = [s.request_share for s in shares if s.replica != top.replica]
+    if heavier >= HEAVIER or not other_shares or top.request_share > max(other_shares) + EVEN_SLACK:
+        return None
+    ok_mine, ok_others = mine & measured & np.isfinite(e2e), others & np.isfinite(e2e)
+    if not ok_mine.any() or not ok_others.any():
+        return None
+    theirs = float(np.mean(e2e[ok_others]))
+    return float(np.mean(e2e[ok_mine])) / theirs / max(heavier, 1e-9) if theirs > 0 else None
 
 
 def _shares_evidence(shares: list[ReplicaShare]) -> dict:

@@ -62,6 +62,17 @@ def test_a_slower_build_without_probes_is_named_too(tmp_path):
     assert diag.findings[0].evidence["replica"] == "0" and "KV cache" not in diag.findings[0].title
 
 
+def test_a_slow_replica_that_a_closed_loop_piled_every_user_onto_is_hot_by_littles_law(tmp_path):
+    """A build 6x slower, twelve users in turn: the users' requests stay on it, so it holds nearly all
+    of them while the fast one holds one or none, and no load of the fast one's is near its own. Sent
+    the same requests, it kept each 6x as long: slower, not busier."""
+    diag = diagnose_p99(fleet_run(tmp_path / "r", [Replica(speed=6.0), Replica()], probes=False, concurrency=12))
+    assert diag.findings and diag.findings[0].check_id == "p99.fleet.hot-replica", diag.headline
+    f = diag.findings[0]
+    assert f.evidence["replica"] == "0" and f.evidence["residence_per_work_vs_others"] >= 1.5, f.evidence
+    assert "no heavier ones" in f.title or "at the same load" in f.title, f.title
+
+
 def test_a_replica_busier_because_round_robin_gave_it_the_long_requests_is_imbalance(tmp_path):
     # Every fourth request asks for 400 tokens: round robin over two replicas gives them all to replica 0.
     diag = diagnose_p99(fleet_run(tmp_path / "r", [Replica(), Replica()], long_out=[i % 4 == 0 for i in range(1200)]))
@@ -137,3 +148,20 @@ def test_a_single_server_is_not_a_fleet(tmp_path):
         c = _check(diag, check_id)
         assert c.status == "unchecked" and "not a fleet" in c.detail
     assert not any(i.startswith("p99.fleet.") for i in diag.headline.split(": ", 1)[-1].split(", "))
+
+
+def test_littles_law_speaks_only_for_a_replica_sent_no_more_and_no_heavier_requests():
+    from analyzers.triage.fleet.concentration import ReplicaShare
+    from analyzers.triage.fleet.hot_replica import _residence_ratio
+
+    e2e = np.array([3.0, 3.0, 1.0, 1.0])
+    measured = np.ones(4, bool)
+    mine, others = np.array([True, True, False, False]), np.array([False, False, True, True])
+    def share(name, requests):
+        return ReplicaShare(replica=name, requests=requests, request_share=requests / 4, tail=0, tail_share=0.0)
+    even = [share("0", 2), share("1", 2)]
+    assert _residence_ratio(e2e, measured, mine, others, 1.0, even[0], even) == 3.0
+    assert _residence_ratio(e2e, measured, mine, others, 1.2, even[0], even) == 2.5      # per token of work
+    assert _residence_ratio(e2e, measured, mine, others, 1.3, even[0], even) is None     # handed heavier work
+    more = [share("0", 3), share("1", 1)]
+    assert _residence_ratio(e2e, measured, mine, others, 1.0, more[0], more) is None     # sent more requests
