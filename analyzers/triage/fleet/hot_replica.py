@@ -32,7 +32,7 @@ from analyzers.triage.exposure import MIN_TAIL, Differential, differential, expo
 from analyzers.triage.fleet.concentration import ReplicaShare, replica_shares, tail_mask
 from analyzers.triage.fleet.load_at_send import FleetLoad, replica_label
 from analyzers.triage.fleet.per_engine import gauges_words, replica_gauges
-from analyzers.triage.fleet.same_load import same_load
+from analyzers.triage.fleet.same_load import SameLoad, same_load
 from analyzers.triage.tail_windows import METRIC_SPANS, TailWindows
 from rundir.table import RequestTable
 
@@ -75,17 +75,22 @@ def check_hot_replica(table: RequestTable, tails: TailWindows, load: FleetLoad,
                       f"they seldom had ({float(np.median(own[mine])):.0f} requests in flight against "
                       f"{float(np.median(own[others])):.0f}): busier, not slower as far as these records tell "
                       "(p99.fleet.imbalance asks why)", heavier_requests=round(heavier, 2), **_shares_evidence(shares))
+    residence = _residence_ratio(df["e2e_s"].to_numpy(float), measured, mine, others, heavier, top, shares)
+    if slow is None and residence is not None:
+        # The others held too few requests at any one load to compare with (the slow replica held
+        # nearly all of them): Little's law still compares the two.
+        slow = SameLoad(residence, 0.0, float(np.median(own[mine])), float(np.median(own[others])),
+                        float(np.median(values[mine])), float(np.median(values[others])))
     if slow is None:
         return passed(HOT_ID, "fleet", HOT_TITLE, f"{spread}, but the other replicas' loads give nothing to set "
                       "its latency against (too few of their requests at any one load)", **_shares_evidence(shares))
     evidence = dict(diff.evidence(), replica=top.replica, **_shares_evidence(shares), **slow.evidence(),
                     heavier_requests=round(heavier, 2))
-    residence = _residence_ratio(df["e2e_s"].to_numpy(float), measured, mine, others, heavier, top, shares)
     if residence is not None and slow.matched_share < MIN_MATCHED:
         # Its load was its own doing (no more requests, no heavier ones): the comparison at the same
         # load rested on the others' trend far beyond what they carried; Little's law does not.
         evidence["residence_per_work_vs_others"] = round(residence, 2)
-        if residence >= HOT_RATIO and slow.ratio < HOT_RATIO:
+        if residence >= HOT_RATIO and (slow.ratio < HOT_RATIO or slow.ratio == residence):
             slow = slow.with_ratio(residence)
             evidence["slowness_from"] = "residence"
     if slow.ratio < HOT_RATIO:
