@@ -54,6 +54,7 @@ def test_noise_never_fails_the_build(tmp_path):
     assert gate.checked == 3 and not gate.failed, gate.regressions
 
 
+@pytest.mark.slow
 def test_the_cli_gate_exits_1_with_one_line_and_writes_junit_json_and_summary(tmp_path):
     _run(tmp_path / "a", _records())
     _run(tmp_path / "b", _records(scale=2.0))

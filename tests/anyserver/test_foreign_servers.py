@@ -90,6 +90,7 @@ def test_token_id_prompts_switch_to_text_and_strict_refuses_to_adapt(strict, tmp
     assert not (tmp_path / "strict").exists()
 
 
+@pytest.mark.slow
 def test_a_server_that_refuses_everything_stops_the_sweep_at_once(tmp_path):
     proc, url = strict_server("--refuse-all", "this deployment is paused")
     try:
@@ -103,6 +104,7 @@ def test_a_server_that_refuses_everything_stops_the_sweep_at_once(tmp_path):
         proc.wait()
 
 
+@pytest.mark.slow
 def test_a_level_whose_requests_all_fail_stops_the_sweep_resumable(tmp_path):
     # The preflight and the calibration pass (the first 200 requests); then every request is refused.
     proc, url = strict_server("--refuse-all", "quota exhausted", "--refuse-after", "200")

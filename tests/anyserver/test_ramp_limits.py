@@ -4,12 +4,14 @@ prompts are shortened to fit, no request is refused, and the capacity matches th
 
 from __future__ import annotations
 
+import pytest
 from refengine_proc import refengine_server
 from typer.testing import CliRunner
 
 from llmbench.diag_cli import app
 
 
+@pytest.mark.slow
 def test_ramp_fits_the_servers_max_model_len_and_finds_its_capacity():
     with refengine_server("--num-gpu-blocks-override", "64", "--max-model-len", "512") as (_, url):
         r = CliRunner().invoke(app, ["oom", "--ramp", "--target", url, "--level-seconds", "2",

@@ -69,6 +69,7 @@ def test_sizing_options_are_checked():
 
 # ----- real levels against the delay server -----------------------------------------------------
 
+@pytest.mark.slow
 def test_a_sized_level_warms_up_to_steady_state_and_measures_its_target(delay_server):
     server = delay_server(ttft_ms=400, itl_ms=10)          # a first request takes ~0.5 s
     spec = _sized("c4", concurrency=4, steady_warmup=True, sample_target=40)
@@ -96,6 +97,7 @@ def test_a_sized_window_stops_at_its_bound_when_the_target_is_out_of_reach(delay
     assert 0 < res.in_window_ok < spec.sample_target
 
 
+@pytest.mark.slow
 def test_two_workers_follow_the_coordinators_moved_window(delay_server):
     server = delay_server(ttft_ms=100, itl_ms=10)
     spec = _sized("c6-w2", concurrency=6, steady_warmup=True, sample_target=30, workers=2)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from collections import Counter
 
+import pytest
 from loadgen_harness import run
 
 from loadgen import LevelSpec
 
 
+@pytest.mark.slow
 def test_two_workers_record_every_request_once(delay_server):
     server = delay_server(ttft_ms=30, itl_ms=10)
     spec = LevelSpec("c6-w2", concurrency=6, input_len=16, output_len=8, warmup_s=0.5, duration_s=2.0,
@@ -34,6 +36,7 @@ def test_two_workers_record_every_request_once(delay_server):
     assert abs(len(inw) - expected) < 0.2 * expected
 
 
+@pytest.mark.slow
 def test_two_workers_split_an_open_loop_rate(delay_server):
     server = delay_server(ttft_ms=30, itl_ms=10)
     spec = LevelSpec("r30-w2", request_rate=30.0, input_len=16, output_len=8, warmup_s=0.5, duration_s=2.0,

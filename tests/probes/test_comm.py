@@ -37,6 +37,7 @@ def test_sizes_and_plateau():
     assert p["busbw_gbs"] == pytest.approx((2 << 20) / 2e-3 / 1e9) and p["reached_at_bytes"] == 1 << 20
 
 
+@pytest.mark.slow
 def test_llmdiag_comm_two_gloo_ranks(tmp_path):
     out = tmp_path / "comm.json"
     proc = subprocess.run([sys.executable, "-m", "llmbench.diag_cli", "comm", "--nprocs", "2", "--backend", "gloo",

@@ -50,6 +50,7 @@ def test_predict_sweep_prints_each_level_predicted_and_measured(run_dir):
     assert out["engine"]["max_num_seqs"] == 8 and out["fit"] is None
 
 
+@pytest.mark.slow
 def test_fit_calibrates_to_the_named_levels_and_saves_the_profile(run_dir, tmp_path):
     r = invoke("plan", "--predict-sweep", run_dir, "--profile", "h100", "--fit", "c1-in10-out11", "--json",
                "--save-profile", tmp_path / "fitted.json")
@@ -115,6 +116,7 @@ def test_plan_with_a_profile_ranks_on_predicted_goodput_and_compares_what_ifs():
     assert bad.exit_code == 2 and "max_num_seqs" in bad.output and "Traceback" not in bad.output
 
 
+@pytest.mark.slow
 def test_predict_sweep_predicts_levels_the_run_did_not_measure(run_dir):
     r = invoke("plan", "--predict-sweep", run_dir, "--profile", "h100", "--fit", "all", "--extra-concurrency",
                "4,16", "--json")

@@ -29,6 +29,7 @@ def delay_server(*args: str):
     return start_process([sys.executable, str(DELAY), "--port", str(port), *args], port, quiet=True)
 
 
+@pytest.mark.slow
 def test_a_freeze_seen_only_by_warm_up_requests_is_a_stall_not_slo_met():
     proc, url = delay_server("--ttft-ms", "10", "--itl-ms", "5", "--freeze-at", "1.8", "--freeze-for", "6")
     try:
@@ -47,6 +48,7 @@ def test_a_freeze_seen_only_by_warm_up_requests_is_a_stall_not_slo_met():
     assert any("delivered no token" in b for b in lv.slo_broken)
 
 
+@pytest.mark.slow
 def test_a_server_that_dies_mid_level_ends_the_sweep_interrupted_with_no_verdict(tmp_path):
     proc, url = delay_server("--ttft-ms", "20", "--itl-ms", "5", "--die-after", "150")
     out = tmp_path / "run"
@@ -68,6 +70,7 @@ def test_a_server_that_dies_mid_level_ends_the_sweep_interrupted_with_no_verdict
     assert "Highest load within the SLO: c" not in p.stdout
 
 
+@pytest.mark.slow
 def test_nothing_listening_is_could_not_connect_and_leaves_nothing(tmp_path):
     t0 = time.time()
     p = subprocess.run([sys.executable, "-m", "llmbench.cli", "sweep", "--target", f"http://127.0.0.1:{free_port()}",

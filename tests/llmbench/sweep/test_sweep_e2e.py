@@ -24,6 +24,7 @@ def _run(args, **kw):
     return subprocess.run(SWEEP + args, capture_output=True, text=True, timeout=300, env=ENV, **kw)
 
 
+@pytest.mark.slow
 def test_two_level_sweep_writes_a_valid_run_directory(tmp_path):
     out = tmp_path / "run"
     proc = _run(["--concurrency", "1,4", "--out", str(out)])
@@ -105,6 +106,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
+@pytest.mark.slow
 def test_bad_options_are_one_line_errors(tmp_path):
     proc = _run(["--concurrency", "1,x", "--out", str(tmp_path / "r")])
     assert proc.returncode == 2 and "Traceback" not in proc.stderr

@@ -19,6 +19,9 @@ from llmbench.diag_cli import app as llmdiag_app
 from rundir import RunDir
 from rundir.prediction import PREDICTED_METRICS
 
+# A real two-level sweep and a calibration set up the module (~40 s on 2 cores): slow, run by .ci/run.
+pytestmark = pytest.mark.slow
+
 ENV = {**os.environ, "COLUMNS": "200"}
 runner = CliRunner()
 

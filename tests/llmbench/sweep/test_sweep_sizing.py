@@ -39,6 +39,7 @@ def test_a_default_sweep_sizes_its_level_and_leads_with_what_the_data_says(tmp_p
     assert said.index("Ceiling:") < said.index("SLO each level meets:") < said.index("within the default SLO:")
 
 
+@pytest.mark.slow
 def test_sizing_options_are_one_line_errors(tmp_path):
     proc = _run(["--concurrency", "1", "--max-duration", "10s", "--out", str(tmp_path / "r")])
     assert proc.returncode == 2 and "--max-duration must be at least" in proc.stdout + proc.stderr

@@ -54,6 +54,7 @@ def streaming_matches_offline(url: str) -> None:
     assert reasons[-1] == "length" and all(r is None for r in reasons[:-1])
 
 
+@pytest.mark.slow
 def test_tp2_server_streams_then_reports_unhealthy_when_a_rank_dies():
     port = free_port()
     proc, url = start([sys.executable, "-m", "refengine.server", *SERVE_ARGS, "--port", str(port),

@@ -7,6 +7,7 @@ import signal
 import time
 
 import httpx
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 
@@ -99,6 +100,7 @@ def test_overload_gets_503_and_nothing_is_lost(InProcessServer):
         assert m['refengine:requests_rejected_total{"reason": "overloaded"}'] == codes.count(503)
 
 
+@pytest.mark.slow
 def test_sigterm_exits_cleanly_during_a_stream(start_server_process):
     proc, url = start_server_process()
     try:
