@@ -110,7 +110,13 @@ def _fleet(ev: dict, metric: str) -> list[str]:
         n, m = _num(ev, "in_flight_median"), _num(ev, "others_in_flight_median")
         medians = (f" (median {seconds(its)} with {n:.0f} in flight, theirs {seconds(theirs)} with {m:.0f})"
                    if its is not None and theirs is not None and n is not None and m is not None else "")
-        out.append(f"at the same load its {metric.upper()} was {ratio:.1f}x the other replicas'{medians}")
+        residence = _num(ev, "residence_per_work_vs_others")
+        if ev.get("slowness_from") == "residence" and residence is not None:
+            # Judged by Little's law (analyzers/triage/fleet/hot_replica.py): its loads and the others' did not meet.
+            out.append(f"sent no more requests and no heavier ones, each stayed on it {residence:.1f}x as long as "
+                       f"the others' did on theirs{medians}; at the loads the others had, {ratio:.1f}x")
+        else:
+            out.append(f"at the same load its {metric.upper()} was {ratio:.1f}x the other replicas'{medians}")
     own, light = _num(ev, "tail_own_outstanding_median"), _num(ev, "tail_lightest_outstanding_median")
     if own is not None and light is not None:
         held = (f"{ev['tail_own_in_flight_median']:.0f} requests and " if _num(ev, "tail_own_in_flight_median")
@@ -282,7 +288,7 @@ KNOWN = re.compile(r"^(failed|requests|by_kind|dominant_kind|sample_error|tail_\
                    r"exposed_latency_vs_unexposed|counterfactual_\w+|percentile_\w+|parts_s|levels|dominant_part|"
                    r"server|host|limits|send_lag_p99_s|limit_s|spikes_sent_late|spikes|long_prompt\w*|burst_\w+|"
                    r"neighbour_\w+|waited_\w+|throughout_levels|baseline_lived_through_it|retrans_\w+|preemption\w*|rto_\w+|"
-                   r"replica\w*|latency_vs_others_same_load|same_load_\w+|in_flight_median|others_\w+|latency_median_s|"
+                   r"replica\w*|latency_vs_others_same_load|same_load_\w+|residence_\w+|slowness_from|in_flight_median|others_\w+|latency_median_s|"
                    r"busier_share|typical_request_tokens|output_tokens_p99_over_median|routing|by_replica|failure_rate)$")
 
 

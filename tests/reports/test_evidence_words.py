@@ -81,3 +81,16 @@ def test_a_hot_replica_is_said_with_its_shares_and_its_latency_at_the_same_load(
     said = evidence_sentences(d["findings"][0])
     assert said[1].startswith("The slowest requests went to a replica holding 6 requests and"), said
     assert said[2].startswith("120 of the 120 slowest requests were sent to a clearly busier replica"), said
+
+
+def test_a_hot_replica_judged_by_littles_law_says_so_not_the_same_load_ratio():
+    finding = {"kind": "differential", "coverage": 1.0, "next_step": "look at replica 1",
+               "evidence": {"replica": "1", "replica_shares": {"1": {"tail_share": 1.0, "request_share": 0.5}},
+                            "latency_vs_others_same_load": 1.3, "residence_per_work_vs_others": 4.5,
+                            "slowness_from": "residence", "latency_median_s": 0.064, "others_latency_median_s": 0.014,
+                            "in_flight_median": 6.0, "others_in_flight_median": 1.0}}
+    said = evidence_sentences(finding, "ttft")
+    assert said[2] == ("Sent no more requests and no heavier ones, each stayed on it 4.5x as long as the others' did "
+                       "on theirs (median 64 ms with 6 in flight, theirs 14 ms with 1); at the loads the others had, "
+                       "1.3x."), said
+    assert not any("Also measured" in s and "residence" in s for s in said), said
