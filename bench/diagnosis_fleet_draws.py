@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import json
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 
 from bench.diagnosis_accuracy import CaseResult, finish, run_embedded, sweep
 from bench.diagnosis_faults import Burners
+from bench.loopback_server import launch_refengine, wait_healthy
 
 FLEET_EXPECTED = {"fleet-clean": [], "hot-replica": ["p99.fleet.hot-replica"],
                   "fleet-imbalance": ["p99.fleet.imbalance"]}
@@ -77,45 +76,18 @@ def heavy_trace(path: Path, p: dict) -> Path:
     return path
 
 
-def _serve(core: int, args: list[str]) -> tuple[subprocess.Popen, str]:
-    from rundir.ports import free_port
-
-    port = free_port()
-    proc = subprocess.Popen(["taskset", "-c", str(core), sys.executable, "-m", "refengine.server", "--model",
-                             "tiny-test", "--port", str(port), *args],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return proc, f"http://127.0.0.1:{port}"
-
-
-def _wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float = 180) -> None:
-    import time
-
-    import httpx
-
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"the server for {url} exited with {proc.returncode}")
-        try:
-            if httpx.get(url + "/health", timeout=1.0).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.3)
-    raise RuntimeError(f"{url} not healthy after {timeout_s:.0f} s")
-
-
 def _hot_replica(tmp: Path, name: str, p: dict) -> Path:
     """Replica r on core r; the hot one with a small KV cache, or with busy loops on its core for the
     whole level (the client runs on the other core)."""
     out = tmp / name
     small = ["--num-gpu-blocks-override", str(p.get("kv_blocks", 0)), "--block-size", str(BLOCK),
              "--max-model-len", "128"]
-    servers = [_serve(r, small if (r == p["hot"] and p["mechanism"] == "small-kv") else []) for r in (0, 1)]
+    servers = [launch_refengine(["--model", "tiny-test", *(small if (r == p["hot"] and p["mechanism"] == "small-kv")
+                                                          else [])], str(r)) for r in (0, 1)]
     burners = Burners(p["burners"], 0, {p["hot"]}) if p["mechanism"] == "cpu-burner" else None
     try:
         for proc, url in servers:
-            _wait_healthy(url, proc)
+            wait_healthy(url, proc, 180)
         if burners is not None:
             burners.start()
         cold = 1 - p["hot"]

@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 from cores import host_info  # noqa: E402
 
-from rundir.ports import free_port  # noqa: E402
+from bench.loopback_server import launch_refengine, stop, wait_healthy  # noqa: E402
 
 INPUT_LEN, OUTPUT_LEN = 64, 32
 HEAVY_MIX = ((0.8, 8), (0.2, 128))        # (share, output tokens): mean 32, like the uniform trace
@@ -94,35 +94,15 @@ def write_trace(path: Path, rate: float, span_s: float, mix: tuple[tuple[float, 
 
 def start_fleet(model: str, replicas: int, policy: str) -> tuple[subprocess.Popen, str]:
     """The engine (one server, or a front and its replicas) under taskset; (process, URL) once healthy."""
-    import httpx
-
     cores = SERVER_CORES if replicas > 1 else SERVER_CORES.split(",")[0]
-    port = free_port()
-    proc = subprocess.Popen(["taskset", "-c", cores, sys.executable, "-m", "refengine.server", "--model", model,
-                             "--port", str(port), "--data-parallel-size", str(replicas), "--lb-policy", policy],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{replicas} replica(s) exited with {proc.returncode} while starting")
-        try:
-            if httpx.get(url + "/health", timeout=1.0).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.3)
-    proc.kill()
-    raise RuntimeError(f"{replicas} replica(s) not healthy after 300 s")
-
-
-def stop(proc: subprocess.Popen) -> None:
-    proc.terminate()          # the front stops its replicas
+    proc, url = launch_refengine(["--model", model, "--data-parallel-size", str(replicas), "--lb-policy", policy],
+                                 cores)
     try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
+        wait_healthy(url, proc)
+    except RuntimeError:
         proc.kill()
-        proc.wait()
+        raise
+    return proc, url
 
 
 def sweep(url: str, out: Path, extra: list[str]) -> tuple[dict, float, float]:

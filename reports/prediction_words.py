@@ -70,14 +70,17 @@ def departure_sentence(d: Departure, check: PredictionCheck) -> str:
     text = (f"{name} {abs(d.departure):.0%} {way} what {_whose(check)} predicts at {load_words(d.concurrency, d.request_rate)} "
             f"({d.level_id}: {value_text(d.metric, d.measured)}{u} measured, {value_text(d.metric, d.predicted)}{u} "
             f"predicted; band ±{d.band:.0%})")
-    if d.slower:
-        text += ": something outside the model slows it"
-        text += "." if check.scope == "this_machine" else " (or the profile is not of the hardware that served it)."
-    else:
-        text += ": faster than the model allows; the profile overstates what this machine's operators cost."
+    text += _verdict(check, "it") if d.slower else \
+        ": faster than the model allows; the profile overstates what this machine's operators cost."
     if d.invalid:
         text += " The level itself is no valid measurement (its note says why): the cause may be the client's."
     return text
+
+
+def _verdict(check: PredictionCheck, what: str) -> str:
+    """Slower than predicted: something outside the model, or (not this machine) the profile itself."""
+    return (f": something outside the model slows {what}"
+            + ("." if check.scope == "this_machine" else " (or the profile is not of the hardware that served it)."))
 
 
 def every_level_sentence(ds: list[Departure], check: PredictionCheck) -> str:
@@ -90,11 +93,7 @@ def every_level_sentence(ds: list[Departure], check: PredictionCheck) -> str:
               f"at {load_words(hi.concurrency, hi.request_rate)}")
     text = (f"{METRIC_NAMES[d0.metric]} {way} what {_whose(check)} predicts at every level, {len(ds)} of {len(ds)} "
             f"({spread}; band ±{d0.band:.0%}): the same departure everywhere is the profile's, not one level's")
-    if d0.slower:
-        text += ": something outside the model slows every step"
-        text += "." if check.scope == "this_machine" else " (or the profile is not of the hardware that served it)."
-    else:
-        text += ": the profile overstates what this machine's operators cost."
+    text += _verdict(check, "every step") if d0.slower else ": the profile overstates what this machine's operators cost."
     if any(d.invalid for d in ds):
         text += " Some of these levels are no valid measurement (their notes say why): the cause may be the client's."
     return text

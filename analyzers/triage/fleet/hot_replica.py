@@ -24,6 +24,8 @@ KV cache and queue did beside the others'.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from analyzers.probe_series import ProbeSeries
@@ -76,7 +78,9 @@ def check_hot_replica(table: RequestTable, tails: TailWindows, load: FleetLoad,
                       f"{float(np.median(own[others])):.0f}): busier, not slower as far as these records tell "
                       "(p99.fleet.imbalance asks why)", heavier_requests=round(heavier, 2), **_shares_evidence(shares))
     residence = _residence_ratio(df["e2e_s"].to_numpy(float), measured, mine, others, heavier, top, shares)
+    from_residence = False
     if slow is None and residence is not None:
+        from_residence = True
         # The others held too few requests at any one load to compare with (the slow replica held
         # nearly all of them): Little's law still compares the two.
         slow = SameLoad(residence, 0.0, float(np.median(own[mine])), float(np.median(own[others])),
@@ -90,8 +94,8 @@ def check_hot_replica(table: RequestTable, tails: TailWindows, load: FleetLoad,
         # Its load was its own doing (no more requests, no heavier ones): the comparison at the same
         # load rested on the others' trend far beyond what they carried; Little's law does not.
         evidence["residence_per_work_vs_others"] = round(residence, 2)
-        if residence >= HOT_RATIO and (slow.ratio < HOT_RATIO or slow.ratio == residence):
-            slow = slow.with_ratio(residence)
+        if residence >= HOT_RATIO and (from_residence or slow.ratio < HOT_RATIO):
+            slow = dataclasses.replace(slow, ratio=residence)
             evidence["slowness_from"] = "residence"
     if slow.ratio < HOT_RATIO:
         return passed(HOT_ID, "fleet", HOT_TITLE,

@@ -41,11 +41,6 @@ class SameLoad:
         if not self.ratio > 0 or not 0.0 <= self.matched_share <= 1.0:
             raise ValueError(f"ratio {self.ratio} must be positive and matched share {self.matched_share} a share")
 
-    def with_ratio(self, ratio: float) -> SameLoad:
-        """The same comparison with its ratio taken from another account of the slowness (Little's law)."""
-        return SameLoad(ratio, self.matched_share, self.its_in_flight, self.others_in_flight, self.its_median_s,
-                        self.others_median_s)
-
     def evidence(self) -> dict:
         return {"latency_vs_others_same_load": round(self.ratio, 2), "same_load_matched_share": round(self.matched_share, 3),
                 "in_flight_median": self.its_in_flight, "others_in_flight_median": self.others_in_flight,
