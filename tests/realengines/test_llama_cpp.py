@@ -66,7 +66,7 @@ def test_the_gguf_tokenizes_as_the_hugging_face_tokenizer_does(llama, tmp_path):
 
 def test_token_counts_without_usage_are_the_servers_own(llama_queued, tmp_path):
     """No usage in the stream, text in fewer chunks than tokens: the counts come from the finish
-    reason ("length" is max_tokens exactly), the same as a non-streamed request's usage."""
+    reason ("length" is max_tokens), the same as a non-streamed request's usage."""
     out = tmp_path / "c1"
     p = sweep(llama_queued, out, "1", "--probes", "server")
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
@@ -74,7 +74,13 @@ def test_token_counts_without_usage_are_the_servers_own(llama_queued, tmp_path):
     assert ok
     unstreamed = httpx.post(llama_queued.url + "/v1/completions", timeout=60, json={
         "model": llama_queued.model, "prompt": "The quick brown fox", "max_tokens": OUT_LEN}).json()
-    assert unstreamed["usage"]["completion_tokens"] == OUT_LEN
+    made = unstreamed["usage"]["completion_tokens"]
+    assert unstreamed["choices"][0]["finish_reason"] == "length"
+    # "length" is max_tokens, except that llama-cpp-python finishes a multi-byte UTF-8 character
+    # its last token began before it stops (docs/metrics.md): then up to 3 more, and the text
+    # shows a non-ASCII character. Any other overshoot would make the "length" count wrong.
+    assert made == OUT_LEN or (OUT_LEN < made <= OUT_LEN + 3
+                               and not unstreamed["choices"][0]["text"].isascii()), unstreamed
     assert all(r["output_tokens_source"] == "length" and r["finish_reason"] == "length" for r in ok)
     summary = json.loads((out / "summary.json").read_text())
     notes = " ".join(n for lv in summary["levels"] for n in lv["notes"])
