@@ -229,8 +229,14 @@ def summarize_steps(rs: list[StepRecord], coef: dict, peak: float) -> dict:
                 overhead_share=(part["schedule_s"] + part["update_s"] + part["prepare_s"]) / tot, parts=part)
 
 
+KERNEL_VARIANT = "engine: C++ paged decode kernel"
+FALLBACK_VARIANT = "PyTorch path (gather + SDPA enable_gqa)"
+
+
 def decode_attention_variants(kv_cache, seqs, num_heads: int, block_size: int, n: int = 10) -> dict:
-    """One layer's decode attention over the live cache: the engine's paged_attention vs two fixes.
+    """One layer's decode attention over the live cache: the engine's C++ paged decode kernel (its
+    default where it builds), the PyTorch path it falls back to (gather + SDPA), and two fixes of
+    that path.
 
     seqs: [(start_pos, 1, block_ids)] of the running decodes. Variants (outputs checked against the
     engine's): 'fold GQA' puts the query heads sharing a KV head on the query axis (SDPA reads each
@@ -260,7 +266,14 @@ def decode_attention_variants(kv_cache, seqs, num_heads: int, block_size: int, n
 
     meta = build_attention_metadata(seqs, block_size)
     base = paged_attention(q, kv_cache, meta, num_heads, scale)
-    out = {"engine (gather + SDPA enable_gqa)": best_time(lambda: paged_attention(q, kv_cache, meta, num_heads, scale), n)}
+    out = {}
+    from refengine.kernels import cpu_paged_decode
+    if cpu_paged_decode.applies(q, kv_cache):
+        kernel = lambda: cpu_paged_decode.paged_decode_cpu(q, kv_cache, meta.decode_block_tables,  # noqa: E731
+                                                           meta.decode_seq_lens, num_heads, scale)
+        assert torch.allclose(kernel(), base, atol=1e-4), "C++ kernel"
+        out[KERNEL_VARIANT] = best_time(kernel, n)
+    out[FALLBACK_VARIANT] = best_time(lambda: paged_attention(q, kv_cache, meta, num_heads, scale), n)
     for name, f in (("fold GQA", lambda: folded(q, seqs)), ("fold GQA + 4 length buckets", bucketed)):
         assert torch.allclose(f(), base, atol=1e-4), name
         out[name] = best_time(f, n)
@@ -296,15 +309,21 @@ def matmul_peak(shapes: list[tuple[int, int, int]], seconds: float = 1.0) -> dic
 # ----- profiling --------------------------------------------------------------------------------
 
 CATEGORIES = {
-    "matmul": ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"),
+    # mkldnn's _linear_pointwise: the packed float32 linears (refengine/model/layers/cpu_gemm.py).
+    "matmul": ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "mkldnn::_linear_pointwise"),
     "attention (SDPA)": ("aten::_scaled_dot_product_flash_attention_for_cpu", "aten::_scaled_dot_product_attention_math",
                          "aten::_softmax"),
     "KV gather / scatter": ("aten::index_select", "aten::index_copy_", "aten::index", "aten::embedding"),
 }
 
 
-def profile_breakdown(prof, wall_s: float) -> dict:
-    """Self CPU time per category (seconds) from torch.profiler; 'Python + dispatch' = wall - ops."""
+UNSEEN = "not seen by the profiler (wall - ops: C++ decode kernel via ctypes, Python, dispatch)"
+
+
+def profile_breakdown(prof, wall_s: float, steps: int = 1) -> dict:
+    """Self CPU time per category, seconds per step, from torch.profiler over `steps` steps that took
+    `wall_s` in all. What the profiler does not see is the wall time minus its ops: the C++ decode
+    kernel (called through ctypes, no torch op), Python and dispatch."""
     cats = {c: 0.0 for c in CATEGORIES} | {"other torch ops": 0.0}
     top = []
     for ev in prof.key_averages():
@@ -316,9 +335,11 @@ def profile_breakdown(prof, wall_s: float) -> dict:
                 break
         else:
             cats["other torch ops"] += s
-    cats["Python + dispatch (wall - ops)"] = max(0.0, wall_s - sum(cats.values()))
+    cats = {k: v / steps for k, v in cats.items()}
+    cats[UNSEEN] = max(0.0, wall_s / steps - sum(cats.values()))
     top.sort(key=lambda x: -x[1])
-    return {"wall_s": wall_s, "categories_s": cats, "top_ops": [{"op": k, "self_s": s, "calls": c} for k, s, c in top[:8]]}
+    return {"wall_s": wall_s / steps, "categories_s": cats,
+            "top_ops": [{"op": k, "self_s": s / steps, "calls": c / steps} for k, s, c in top[:8]]}
 
 
 # ----- output ------------------------------------------------------------------------------------

@@ -25,6 +25,8 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import (
+    FALLBACK_VARIANT,
+    KERNEL_VARIANT,
     CpuMeter,
     StepRecorder,
     decode_attention_variants,
@@ -176,9 +178,8 @@ def probe(c, coef, peak, dec_reqs):
         for _ in range(c["prof_steps"]):
             eng.step()
         wall = time.perf_counter() - t
-    prof_out = profile_breakdown(prof, wall / c["prof_steps"])
-    prof_out["categories_s"] = {kk: v / c["prof_steps"] for kk, v in prof_out["categories_s"].items()}
-    # One layer's decode attention on the live cache: the engine's path vs two candidate fixes.
+    prof_out = profile_breakdown(prof, wall, c["prof_steps"])
+    # One layer's decode attention on the live cache: the engine's kernel, its PyTorch fallback, two fixes of it.
     kv, cfg = eng.runner.kv_caches[0], eng.model_config
     seqs = [(q.num_computed_tokens - 1, 1, sch.kv_cache_manager.get_block_ids(q)) for q in sch.running]
     slots = build_attention_metadata(seqs, eng.cache_config.block_size).decode_slots
@@ -252,7 +253,7 @@ def main() -> None:
                 ["where", "ms/step", "share"], [[k, f"{v * 1e3:.1f}", f"{v / prof['wall_s']:.0%}"]
                                                  for k, v in prof["categories_s"].items()])
     a = p["attention"]
-    base = a["per_layer_s"]["engine (gather + SDPA enable_gqa)"]
+    base = a["per_layer_s"].get(KERNEL_VARIANT, a["per_layer_s"][FALLBACK_VARIANT])
     pad = 1 - a["context_slots"] / a["padded_slots"]
     print_table(f"Decode attention at {c['dec_n']} sequences, x {a['layers']} layers per step ({pad:.0%} of gathered "
                 f"K/V slots are padding; {p['decode']['minor_faults']:.0f} minor page faults per decode step)",
