@@ -52,6 +52,8 @@ def not_behind_a_router(target: TargetInfo) -> str | None:
     """Why the server probe's pages are not behind the URL the client sent to (None: they are)."""
     if target.urls:
         return "no router: the client drove the replicas' URLs itself (--target URL1,URL2)"
+    if target.kind == "embedded":
+        return "no router's pages: the bundled engine (or its fleet's front) serves its engines' own page at its URL"
     if not target.replica_metrics:
         return ("no replica pages behind the target: the server probe read the target's own /metrics "
                 "(a router's replicas: --replica-metrics URL,...)")

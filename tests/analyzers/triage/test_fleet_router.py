@@ -23,17 +23,17 @@ TPOT_S, OUT = 0.010, 32
 
 
 def router_run(tmp_path, delay, n: int = 400, users: int = 4, target: dict | None = None, histogram: bool = True,
-               tcp_rtt_ms: float | None = None, metric_page: bool = True):
-    """A closed loop of `users` through a router: each replica TTFT ~ 25 ms, the router holding request i
-    `delay(i)` seconds before forwarding it; the server probe's rows (one a second) are the replicas' own
-    TTFT histogram over each second, as probes/server.py writes them."""
+               tcp_rtt_ms: float | None = None, metric_page: bool = True, slow_at_replica=lambda i: 0.0):
+    """A closed loop of `users` through a router: each replica TTFT ~ 25 ms (plus `slow_at_replica(i)`), the
+    router holding request i `delay(i)` seconds before forwarding it; the server probe's rows (one a second)
+    are the replicas' own TTFT histogram over each second, as probes/server.py writes them."""
     rng = np.random.default_rng(3)
     clocks = [T0 + 0.01 * u for u in range(users)]
     recs, observed = [], []                   # observed: (replica's first token time, its own TTFT)
     for i in range(n):
         u = i % users
         t = clocks[u]
-        own = 0.025 * float(rng.lognormal(0.0, 0.2))
+        own = 0.025 * float(rng.lognormal(0.0, 0.2)) + slow_at_replica(i)
         ttft = own + delay(i)
         e2e = ttft + TPOT_S * (OUT - 1)
         recs.append(RequestRecord(level_id="c4", concurrency=users, request_rate=None, target_input_len=64,
@@ -93,6 +93,15 @@ def test_a_router_that_holds_a_few_requests_long_spreads_the_tail(tmp_path):
     level = first.evidence["levels"]["c4"]
     assert level["shape"] == "uneven" and level["p99_gap_range_s"][0] >= 0.3
     assert "unevenly" in first.title and "spreads the tail" in first.title, first.title
+
+
+def test_a_router_gap_beside_a_tail_of_seconds_at_the_replicas_is_context_not_a_cause(tmp_path):
+    """60 ms is a material part of the level's mean (about 190 ms) but a few percent of what its slowest
+    requests waited (a second each, at the replicas): the router sets the level, not this tail."""
+    diag = diagnose_p99(router_run(tmp_path, lambda i: 0.060, slow_at_replica=lambda i: 1.0 if i % 10 == 5 else 0.0))
+    assert ROUTER_ID in [f.check_id for f in diag.context] and ROUTER_ID not in [f.check_id for f in diag.findings]
+    router = next(f for f in diag.context if f.check_id == ROUTER_ID)
+    assert 0.055 <= router.evidence["levels"]["c4"]["gap_s"] <= 0.065 and router.coverage < 0.1
 
 
 def test_a_router_that_adds_a_few_ms_is_not_named(tmp_path):
