@@ -83,9 +83,10 @@ def check_router(table: RequestTable, tails: TailWindows, target: TargetInfo,
     found = [g for g in gaps if _material(g)]
     if not found:
         top = max(gaps, key=lambda g: g.gap_s)
+        rtt = f", less the {_ms(top.rtt_s)} round trip to the router" if top.rtt_s is not None else ""
         return passed(ROUTER_ID, "fleet", ROUTER_TITLE,
                       f"the client's TTFT is at most {_ms(max(top.gap_s, 0.0))} above the replicas' own "
-                      f"({top.level_id}: {_ms(top.client_mean_s)} vs {_ms(top.replicas_mean_s)} mean), under "
+                      f"({top.level_id}: {_ms(top.client_mean_s)} vs {_ms(top.replicas_mean_s)} mean{rtt}), under "
                       f"{_ms(MIN_GAP_S)} or {GAP_SHARE:.0%} of it", **evidence)
     evidence["router_levels"] = [g.level_id for g in found]
     share = _tail_share(table, tails.metric, gaps)
@@ -163,7 +164,9 @@ def _range(r: Range) -> str:
         return f"at least {_ms(lo)}"
     if hi <= 0:
         return "none"
-    return f"{_ms(lo)}-{_ms(hi)}" if round(lo * 1000) != round(hi * 1000) else _ms(lo)
+    if round(lo * 1000) == round(hi * 1000):
+        return _ms(lo)
+    return f"{lo * 1000:.0f}-{_ms(hi)}" if hi < 10 else f"{_ms(lo)}-{_ms(hi)}"
 
 
 def _ms(seconds: float) -> str:
