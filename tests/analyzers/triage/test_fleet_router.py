@@ -15,6 +15,7 @@ from analyzers.triage.levels import MIN_EXCESS_S
 from analyzers.triage.p99 import diagnose_p99
 from probes.prom import Histogram, quantile_estimate
 from refengine.server.metrics import TTFT_BUCKETS
+from reports.evidence_words import evidence_sentences
 from rundir import RequestRecord
 
 ROUTER_URL, REPLICA_PAGE = "http://10.99.0.5:8000", "http://10.99.0.6:8000/metrics"
@@ -84,6 +85,9 @@ def test_a_router_that_adds_80_ms_to_every_request_is_named_first_as_the_level_o
     assert "lifts P50 as much as P99" in first.title
     # Most of what the slowest requests waited is the router's: 80 ms of about 110.
     assert first.coverage >= 0.6 and first.severity == "high"
+    said = evidence_sentences(diag.to_dict()["findings"][0])
+    assert said[0].startswith("It is ") and "of what the slowest TTFT requests waited" in said[0], said
+    assert said[1].startswith("In c4 the client's TTFT mean was 10") and "80 ms in the router" in said[1], said
 
 
 def test_a_router_that_holds_a_few_requests_long_spreads_the_tail(tmp_path):
