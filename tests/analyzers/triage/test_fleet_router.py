@@ -24,7 +24,8 @@ TPOT_S, OUT = 0.010, 32
 
 
 def router_run(tmp_path, delay, n: int = 400, users: int = 4, target: dict | None = None, histogram: bool = True,
-               tcp_rtt_ms: float | None = None, metric_page: bool = True, slow_at_replica=lambda i: 0.0):
+               tcp_rtt_ms: float | None = None, metric_page: bool = True, slow_at_replica=lambda i: 0.0,
+               slos: dict | None = None):
     """A closed loop of `users` through a router: each replica TTFT ~ 25 ms (plus `slow_at_replica(i)`), the
     router holding request i `delay(i)` seconds before forwarding it; the server probe's rows (one a second)
     are the replicas' own TTFT histogram over each second, as probes/server.py writes them."""
@@ -48,7 +49,8 @@ def router_run(tmp_path, delay, n: int = 400, users: int = 4, target: dict | Non
     if tcp_rtt_ms is not None:
         probes["tcp"] = [{"t": r["t"], "dt_s": 1.0, "Tcp.RetransSegs": 0, "conns": users, "conns_retrans": 0,
                           "conns_rtt_ms_mean": tcp_rtt_ms} for r in rows]
-    return write_run(tmp_path / "run", recs, probes, url=ROUTER_URL, target=BEHIND if target is None else target)
+    return write_run(tmp_path / "run", recs, probes, url=ROUTER_URL, target=BEHIND if target is None else target,
+                     slos=slos)
 
 
 def _server_row(t: float, observed: list[tuple[float, float]], histogram: bool) -> dict:
@@ -59,6 +61,9 @@ def _server_row(t: float, observed: list[tuple[float, float]], histogram: bool) 
     h = Histogram({le: float(sum(v <= le for v in own)) for le in (*TTFT_BUCKETS, float("inf"))},
                   len(own), float(sum(own)))
     row.update(ttft_count=len(own), ttft_mean_s=sum(own) / len(own))
+    # The replica's own TTFT is its queue (a fifth) and its prefill: the standing split's histograms.
+    row.update(queue_time_count=len(own), queue_time_mean_s=0.2 * sum(own) / len(own),
+               prefill_time_count=len(own), prefill_time_mean_s=0.8 * sum(own) / len(own))
     for q in (0.5, 0.9, 0.99):
         est = quantile_estimate(h, q)
         key = f"ttft_p{int(q * 100)}"
@@ -88,6 +93,15 @@ def test_a_router_that_adds_80_ms_to_every_request_is_named_first_as_the_level_o
     said = evidence_sentences(diag.to_dict()["findings"][0])
     assert said[0].startswith("It is ") and "of what the slowest TTFT requests waited" in said[0], said
     assert said[1].startswith("In c4 the client's TTFT mean was 10") and "80 ms in the router" in said[1], said
+
+
+def test_a_level_that_misses_the_slo_in_the_router_is_the_routers_not_the_network_paths(tmp_path):
+    """TTFT P99 over a 100 ms SLO, most of it outside the replicas: the standing split calls that the path
+    to a remote target, but the router check measured it in the router, and the path's verdict yields."""
+    diag = diagnose_p99(router_run(tmp_path, lambda i: 0.080, slos={"ttft_p99_s": 0.1, "tpot_p95_s": 0.05}))
+    assert diag.findings[0].check_id == ROUTER_ID, diag.headline
+    path = next(f for f in diag.context if f.check_id == "p99.net.path")
+    assert path.evidence["outside_was_the_router"] == ROUTER_ID and path.coverage == 0.0
 
 
 def test_a_router_that_holds_a_few_requests_long_spreads_the_tail(tmp_path):
