@@ -282,8 +282,10 @@ def _condition(ev: dict, metric: str) -> list[str]:
 def _router(ev: dict, metric: str) -> list[str]:
     """Each level where the router's gap was found: the client's TTFT mean against the replicas' own."""
     levels = ev.get("levels")
+    if not isinstance(levels, dict):       # a standing finding's levels are a list of ids
+        return []
     out = []
-    for level in ev.get("router_levels") or [] if isinstance(levels, dict) else []:
+    for level in ev.get("router_levels") or []:
         g = levels.get(level) or {}
         client, own, gap, rtt = (_num(g, k) for k in ("client_ttft_mean_s", "replicas_ttft_mean_s", "gap_s", "rtt_s"))
         if client is not None and own is not None and gap is not None:
