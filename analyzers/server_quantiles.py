@@ -8,6 +8,8 @@ quantile is below (`{h}_p{q}_lt_s`), in the +Inf bucket null and the last finite
 inflate the figure, so a group of intervals is summarized by its worst one, which is well defined
 across the three kinds: within one histogram every interpolated value lies between the first
 edge and the last finite one. The exact figure beside it is the count-weighted mean (sum/count).
+Where a figure must be set against another (the router's gap, analyzers/triage/fleet/router.py),
+quantile_range gives the interval the group's pooled quantile can lie in, from the buckets alone.
 """
 
 from __future__ import annotations
@@ -73,3 +75,32 @@ def weighted_mean(numeric: dict[str, np.ndarray], h: str, rows: np.ndarray) -> f
     c, m = np.nan_to_num(c[rows]), m[rows]
     ok = np.isfinite(m) & (c > 0)
     return float((c[ok] * m[ok]).sum() / c[ok].sum()) if ok.any() else None
+
+
+def quantile_range(numeric: dict[str, np.ndarray], name: str, rows: np.ndarray) -> tuple[float, float] | None:
+    """Where the selected rows' pooled `name` quantile (e.g. "ttft_p50") can lie, as far as their
+    buckets tell: from the lowest lower edge to the highest upper edge of the buckets each interval's
+    quantile fell in (a mixture's quantile lies between its parts' quantiles, and each part's lies in
+    its bucket). The first bucket's lower edge is 0, the +Inf bucket's upper edge inf; a value
+    recorded without its bucket (`{name}_bucket_s`) stands for itself. None when no selected row has
+    the quantile. `rows`: a boolean mask or indices into the series."""
+    value = numeric.get(f"{name}_s")
+    lows: list[float] = []
+    highs: list[float] = []
+    if value is not None:
+        v = value[rows]
+        lo, hi = (numeric.get(f"{name}_bucket_s.{k}") for k in (0, 1))
+        lo = lo[rows] if lo is not None else np.full(v.shape, np.nan)
+        hi = hi[rows] if hi is not None else np.full(v.shape, np.nan)
+        known = np.isfinite(v)
+        bucketed = known & np.isfinite(lo) & np.isfinite(hi)
+        lows += list(np.where(bucketed, lo, v)[known])
+        highs += list(np.where(bucketed, hi, v)[known])
+    below, above = _finite(numeric, f"{name}_lt_s", rows), _finite(numeric, f"{name}_gt_s", rows)
+    if below.size:
+        lows.append(0.0)
+        highs.append(float(below.max()))
+    if above.size:
+        lows.append(float(above.min()))
+        highs.append(float("inf"))
+    return (float(min(lows)), float(max(highs))) if lows else None

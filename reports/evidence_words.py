@@ -58,6 +58,10 @@ def where_sentence(finding: dict, metric: str) -> str:
                 "baseline is not its doing") if shared else ""
         return _sentence(f"it held through the whole of {levels}{held}: no stretch of the run without it to "
                          f"compare with{also}")
+    if kind == "added":             # a router's time (analyzers/triage/fleet/router.py)
+        return _sentence(f"it is {share:.0%} of what the slowest {metric.upper()} requests waited: time spent on "
+                         "the way to the replicas" if isinstance(share, (int, float)) else
+                         "it is time spent on the way to the replicas")
     if kind == "differential" or not n:
         return _sentence(f"it explains {share:.0%} of the {metric.upper()} tail requests"
                          if isinstance(share, (int, float)) else f"it is a condition of the {metric.upper()} tail")
@@ -275,6 +279,22 @@ def _condition(ev: dict, metric: str) -> list[str]:
     return out
 
 
+def _router(ev: dict, metric: str) -> list[str]:
+    """Each level where the router's gap was found: the client's TTFT mean against the replicas' own."""
+    levels = ev.get("levels")
+    if not isinstance(levels, dict):       # a standing finding's levels are a list of ids
+        return []
+    out = []
+    for level in ev.get("router_levels") or []:
+        g = levels.get(level) or {}
+        client, own, gap, rtt = (_num(g, k) for k in ("client_ttft_mean_s", "replicas_ttft_mean_s", "gap_s", "rtt_s"))
+        if client is not None and own is not None and gap is not None:
+            trip = f", less the {seconds(rtt)} round trip to the router" if rtt is not None else ""
+            out.append(f"in {level} the client's TTFT mean was {seconds(client)} and the replicas' own "
+                       f"{seconds(own)}{trip}: {seconds(gap)} in the router")
+    return out[:2]
+
+
 def _long_prompts(ev: dict, metric: str) -> list[str]:
     n, tokens = _num(ev, "long_prompts"), _num(ev, "long_prompt_tokens_median")
     if n is None or tokens is None:
@@ -282,14 +302,15 @@ def _long_prompts(ev: dict, metric: str) -> list[str]:
     return [f"{_plural(int(n), 'long prompt')} of about {tokens:,.0f} tokens (median) shared the server"]
 
 
-BUILDERS: list[Callable[[dict, str], list[str]]] = [_failures, _fleet, _condition, _differential, _phases, _server,
-                                                   _host, _client_lag, _bursts, _spikes_vs_calm, _long_prompts]
+BUILDERS: list[Callable[[dict, str], list[str]]] = [_failures, _fleet, _router, _condition, _differential, _phases,
+                                                   _server, _host, _client_lag, _bursts, _spikes_vs_calm, _long_prompts]
 KNOWN = re.compile(r"^(failed|requests|by_kind|dominant_kind|sample_error|tail_\w+|body_\w+|relative_risk|"
                    r"exposed_latency_vs_unexposed|counterfactual_\w+|percentile_\w+|parts_s|levels|dominant_part|"
                    r"server|host|limits|send_lag_p99_s|limit_s|spikes_sent_late|spikes|long_prompt\w*|burst_\w+|"
                    r"neighbour_\w+|waited_\w+|throughout_levels|baseline_lived_through_it|retrans_\w+|preemption\w*|rto_\w+|"
                    r"replica\w*|latency_vs_others_same_load|same_load_\w+|residence_\w+|slowness_from|in_flight_median|others_\w+|latency_median_s|"
-                   r"busier_share|typical_request_tokens|output_tokens_p99_over_median|routing|by_replica|failure_rate)$")
+                   r"busier_share|typical_request_tokens|output_tokens_p99_over_median|routing|by_replica|failure_rate|"
+                   r"router\w*|levels_not_judged)$")
 
 
 def _others(ev: dict, metric: str) -> list[str]:

@@ -17,6 +17,8 @@ from analyzers.triage.tail_windows import Window
 # order; then the measurement itself.
 CATEGORIES = ("server", "fleet", "network", "scheduling", "host", "client")
 SEVERITIES = ("high", "medium", "low")
+KINDS = ("spike", "standing", "differential", "throughout", "added")
+OWN_SHARE = ("differential", "added")     # kinds that measure their own share of the tail
 STATUSES = ("failed", "passed", "unchecked")
 
 
@@ -31,7 +33,9 @@ class Finding:
     spike_windows: int                  # spike windows in this check's scope (e.g. those of short requests)
     next_step: str                      # what to do or look at next
     # "spike": tied to spike windows; "standing": a level slow throughout; "differential": a condition
-    # that separates the tail from the body, request by request (analyzers/triage/exposure.py)
+    # that separates the tail from the body, request by request (analyzers/triage/exposure.py);
+    # "throughout": a condition that held for whole levels (analyzers/triage/throughout.py); "added":
+    # time added to every request on the way (a router's, analyzers/triage/fleet/router.py)
     kind: str = "spike"
     # Share of the run's tail requests (spikes and standing-tail requests) whose own latency window
     # overlaps `explains`: what ranking orders by. Set by the triage once every check has run; a
@@ -43,6 +47,8 @@ class Finding:
             raise ValueError(f"category must be one of {CATEGORIES}, got {self.category!r}")
         if self.severity not in SEVERITIES:
             raise ValueError(f"severity must be one of {SEVERITIES}, got {self.severity!r}")
+        if self.kind not in KINDS:
+            raise ValueError(f"kind must be one of {KINDS}, got {self.kind!r}")
         if not self.evidence:
             raise ValueError(f"finding {self.check_id} has no evidence")
 

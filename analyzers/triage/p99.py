@@ -23,12 +23,13 @@ import numpy as np
 from analyzers.diagnosis_error import DiagnosisError
 from analyzers.probe_series import read_probe
 from analyzers.stats.distribution import MIN_SAMPLES_FOR_P99
-from analyzers.triage.contracts import CONTEXT_SHARE, CheckResult, Finding, split_causes
+from analyzers.triage.contracts import CONTEXT_SHARE, OWN_SHARE, CheckResult, Finding, split_causes
 from analyzers.triage.evidence import split_samples
 from analyzers.triage.failures import check_failures, is_consequence_of_load
 from analyzers.triage.fleet.checks import check_fleet
 from analyzers.triage.fleet.imbalance import router_queue_yields
 from analyzers.triage.fleet.replica_failures import narrow_failures
+from analyzers.triage.fleet.router import router_path_yields
 from analyzers.triage.host import check_cpu, check_gpu_throttle, read_top_others
 from analyzers.triage.levels import LevelLoad, level_loads
 from analyzers.triage.long_prompts import check_long_prompts
@@ -121,7 +122,7 @@ def diagnose_p99(run: RunDir, metric: str = "ttft") -> P99Diagnosis:
               for lv in levels if lv.standing or lv.level_id == lv.baseline_level}
     limits = engine_limits(info.target.engine_args, info.target.kind == "embedded", info.target.replicas)
     checks = [
-        check_failures(table, metric), *check_fleet(table, tails, info.target, series["server"]),
+        check_failures(table, metric), *check_fleet(table, tails, info.target, series["server"], series["tcp"]),
         check_retransmits(p["tcp"], tails, locality, level_windows(table, metric), table), check_irq_affinity(p["irq"], p["host"], tails, locality),
         check_link_saturation(), check_collectives(),
         check_hol_blocking(table, ttft), check_long_prompts(table, tails), check_preemptions(p["server"], tails, server_absent, table),
@@ -137,6 +138,7 @@ def diagnose_p99(run: RunDir, metric: str = "ttft") -> P99Diagnosis:
     _unmeasured_is_a_cause(found)
     _last_resort_yields(found)
     router_queue_yields(found)
+    router_path_yields(found)
     causes, context = split_causes(found)
     return P99Diagnosis(info.run_id, metric, tails, checks, causes, context, levels, n_tail)
 
@@ -226,7 +228,7 @@ def _set_tail_shares(table: RequestTable, metric: str, tails: TailWindows, level
     starts = np.where(np.isfinite(starts), starts, table.df["t_sent"].to_numpy(float)[tail])
     ends = np.where(np.isfinite(ends), ends, table.df["t_done"].to_numpy(float)[tail])
     for f in findings:
-        if f.kind != "differential":       # a differential finding measured its own share of the tail
+        if f.kind not in OWN_SHARE:        # a differential or added finding measured its own share of the tail
             f.tail_share = float(overlaps(starts, ends, f.explains).mean()) if tail.size else 0.0
     return int(tail.size)
 

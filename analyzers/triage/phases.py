@@ -57,8 +57,8 @@ class LevelPhases:
         q, p = self.queue_s, self.prefill_s
         if q is None or p is None or q + p <= 0:
             return {"ttft (not split: no server histograms)": self.ttft_mean_s}
-        t_server, n_server = self.server.get("ttft_mean_s"), self.server.get("ttft_count") or 0
-        comparable = t_server is not None and self.n and 0.5 <= n_server / self.n <= 2.0
+        t_server = self.server.get("ttft_mean_s")
+        comparable = same_requests(self.server.get("ttft_count") or 0, self.n)
         outside = max(self.ttft_mean_s - t_server, 0.0) if comparable and t_server is not None else 0.0
         inside = self.ttft_mean_s - outside
         return {"queue": inside * q / (q + p), "prefill": inside * p / (q + p), "outside the server": outside}
@@ -67,6 +67,13 @@ class LevelPhases:
         parts = self.ttft_parts()
         parts["decode"] = self.decode_mean_s
         return parts
+
+
+def same_requests(n_server: float, n_client: int) -> bool:
+    """Whether the server's histograms over a level's span and the client's records of it count
+    about the same requests (within 2x): the server counts every request it observed in the span,
+    the records those sent in the measured window, and only like populations' means subtract."""
+    return n_client > 0 and 0.5 <= n_server / n_client <= 2.0
 
 
 def _nanmean(v: np.ndarray) -> float:
@@ -79,7 +86,7 @@ def _nanpct(v: np.ndarray, q: float) -> float:
     return float(np.percentile(v, q)) if v.size else 0.0
 
 
-def _window_rows(series: ProbeSeries | None, w: Window) -> np.ndarray | None:
+def window_rows(series: ProbeSeries | None, w: Window) -> np.ndarray | None:
     """The rows whose interval [t - dt, t] has its middle inside the window (a row describes the
     second before it, so a row just after the window starts is mostly the previous level's)."""
     if series is None or not len(series):
@@ -122,11 +129,11 @@ def _sum(series: ProbeSeries, keep: np.ndarray, name: str) -> float | None:
 
 
 def server_state(series: ProbeSeries | None, w: Window, observed: Window | None = None) -> dict[str, float | None]:
-    keep = _window_rows(series, w)
+    keep = window_rows(series, w)
     if keep is None or series is None:        # (no rows without a series)
         return {}
     s = series
-    fin = _window_rows(series, observed) if observed is not None else keep
+    fin = window_rows(series, observed) if observed is not None else keep
     fin = keep if fin is None else fin
     out = {f"{h}_mean_s": weighted_mean(s.numeric, h, fin) for h in ("queue_time", "prefill_time", "decode_time", "ttft")}
     # The worst interval's queue-time P99, as a number or as the bound its bucket gives (a P99 in
@@ -177,7 +184,7 @@ def busiest_others(series: ProbeSeries, keep: np.ndarray, top_others: dict[float
 
 
 def host_state(series: ProbeSeries | None, w: Window, top_others: dict[float, list[dict]] | None = None) -> dict:
-    keep = _window_rows(series, w)
+    keep = window_rows(series, w)
     if keep is None or series is None:        # (no rows without a series)
         return {}
     s = series
@@ -191,6 +198,17 @@ def host_state(series: ProbeSeries | None, w: Window, top_others: dict[float, li
                 cpu_steal_pct=_mean(s, keep, "cpu_steal_pct"))
 
 
+def observed_window(table: RequestTable, rows: np.ndarray, w: Window) -> Window:
+    """Where the server's histograms saw `rows`: from their first first token to their last finish
+    (servers observe TTFT at the first token, vLLM and refengine queue and prefill time too, the rest
+    when a request finishes), half a second wider each side; `w` when none of them got that far."""
+    df = table.df
+    done = df["t_done"].to_numpy(float)[rows]
+    first = df["t_first_token"].to_numpy(float)[rows]
+    starts = np.r_[first[np.isfinite(first)], done[np.isfinite(done)]]
+    return Window(float(starts.min()) - 0.5, float(np.nanmax(done)) + 0.5) if starts.size else w
+
+
 def level_phases(table: RequestTable, level_id: str, rows: np.ndarray, w: Window,
                  server: ProbeSeries | None, host: ProbeSeries | None,
                  top_others: dict[float, list[dict]] | None = None) -> LevelPhases:
@@ -198,16 +216,13 @@ def level_phases(table: RequestTable, level_id: str, rows: np.ndarray, w: Window
     the level's first first token to its last finish: servers observe TTFT at the first token
     (vLLM, refengine: queue and prefill time too) and the rest when a request finishes."""
     df = table.df
-    done = df["t_done"].to_numpy(float)[rows]
-    first = df["t_first_token"].to_numpy(float)[rows]
-    starts = np.r_[first[np.isfinite(first)], done[np.isfinite(done)]]
-    observed = Window(float(starts.min()) - 0.5, float(np.nanmax(done)) + 0.5) if starts.size else w
+    observed = observed_window(table, rows, w)
     ttft = df["ttft_s"].to_numpy(float)[rows]
     e2e = df["e2e_s"].to_numpy(float)[rows]
     if not np.isfinite(ttft).any():
         # No first token at all (the level's requests were cut off): how long they waited is the
         # TTFT's lower bound, and there was no decode.
-        ttft = done - df["t_sent"].to_numpy(float)[rows]
+        ttft = df["t_done"].to_numpy(float)[rows] - df["t_sent"].to_numpy(float)[rows]
         e2e = ttft
     tpot = df["tpot_s"].to_numpy(float)[rows]
     tpot = tpot[np.isfinite(tpot)]
