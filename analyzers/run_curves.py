@@ -71,8 +71,8 @@ class RunCurve:
 
 def _workload(info: RunInfo) -> str:
     w = info.sweep.workload
-    kind = str(w.get("kind", "random")).replace("_", "-")
-    dataset = w.get("dataset_path")
+    kind = w.kind.replace("_", "-")
+    dataset = w.dataset_path
     return f"{kind} {Path(dataset).name}" if dataset else kind
 
 

@@ -14,6 +14,7 @@ from loadgen.prompt_text import TextSizer, estimated_sizer, text_of_words
 from loadgen.request_spec import RequestSpec, Workload
 from loadgen.trace import Trace, TraceRow, block_rng, load_trace
 from rundir.trace_replay import TRACE_LOOP_REASONS, TraceReplay
+from rundir.workload_spec import WorkloadSpec
 
 
 def trace_specs(o, trace: Trace | None = None):
@@ -45,13 +46,15 @@ def trace_specs(o, trace: Trace | None = None):
     return Workload(o, make, None, length=None if o.trace_loop else len(rows))
 
 
-def trace_replay(options: dict, level, sent: int | None = None) -> TraceReplay:
-    """What a level (a loadgen.specs.LevelSpec) replays of the trace its workload options name:
-    once, its first part, or cycled, and why (the record run.json keeps per level)."""
-    trace = load_trace(options["dataset_path"], options.get("trace_limit"))
-    speed = level.trace_speed if level.trace_speed is not None else options.get("trace_speed", 1.0)
+def trace_replay(workload: WorkloadSpec, level, sent: int | None = None) -> TraceReplay:
+    """What a level (a loadgen.specs.LevelSpec) replays of the trace its workload names: once, its
+    first part, or cycled, and why (the record run.json keeps per level)."""
+    if not workload.dataset_path:
+        raise WorkloadError("the trace workload needs dataset_path (a Mooncake .jsonl or Azure .csv trace)")
+    trace = load_trace(workload.dataset_path, workload.trace_limit)
+    speed = level.trace_speed if level.trace_speed is not None else workload.trace_speed
     return TraceReplay(requests=len(trace.rows), span_s=trace.span_s, speed=speed,
-                       level_s=level.warmup_s + level.duration_s, cycled_by=options.get("trace_loop"), sent=sent)
+                       level_s=level.warmup_s + level.duration_s, cycled_by=workload.trace_loop, sent=sent)
 
 
 def _blocks(o, r: TraceRow) -> list[tuple[int | None, int]]:

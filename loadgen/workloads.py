@@ -20,7 +20,7 @@ takes it), sized by loadgen.prompt_text's TextSizer, or `ids`, token ids drawn f
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
@@ -31,52 +31,35 @@ from loadgen.request_spec import RequestSpec, Workload
 from loadgen.sessions_workload import sessions_specs
 from loadgen.sharegpt import load_sharegpt, tokenizer_length_fn
 from loadgen.trace_workload import trace_specs
+from rundir.record_json import plain
+from rundir.workload_spec import PROMPT_FORMATS, WORKLOAD_KINDS, WorkloadSpec
 
-KINDS = ("random", "sharegpt", "shared_prefix", "mixed", "trace", "sessions")
-PROMPT_FORMATS = ("text", "ids")
+KINDS = WORKLOAD_KINDS
 __all__ = ["KINDS", "RequestSpec", "Workload", "WorkloadError", "WorkloadOptions", "level_workload_factory",
            "make_workload"]
 
 
-@dataclass
-class WorkloadOptions:
-    """Everything needed to rebuild a workload anywhere: plain JSON values only."""
+@dataclass(frozen=True)
+class WorkloadOptions(WorkloadSpec):
+    """Everything needed to rebuild a workload anywhere (to_dict is plain JSON, for the locust
+    workers): run.json's workload (rundir.WorkloadSpec, where the options and their defaults live)
+    and a level's lengths and seed."""
 
-    kind: str = "random"
-    prompt_format: str = "text"        # text | ids (random, shared_prefix, mixed)
-    text_sizer: dict[str, Any] | None = None   # a TextSizer's dict (None: the built-in estimate)
     input_len: int = 512
     output_len: int = 128
-    input_len_spread: float = 0.0      # lengths uniform in [len*(1-s), len*(1+s)]
-    output_len_spread: float = 0.0
     seed: int = 0
-    vocab_size: int = 32_000           # token ids are drawn from [first_token_id, vocab_size)
-    first_token_id: int = 16           # the first ids are usually special (bos, eos, pad, unk, ...)
-    num_prompts: int | None = None     # cycle after this many distinct requests (None: never repeat, except sharegpt)
-    dataset_path: str | None = None    # sharegpt
-    tokenizer: str | None = None       # sharegpt: tokenizer.json (or a directory holding one) to count tokens
-    num_prefixes: int = 4              # shared_prefix
-    prefix_len: int = 256
-    suffix_len: int | None = None      # None: input_len - prefix_len
-    suffixes_per_prefix: int = 8
-    long_fraction: float = 0.1         # mixed
-    long_len: int = 4096
-    short_len: int | None = None       # None: input_len
-    trace_speed: float = 1.0           # trace: time scale (2 = the trace's requests twice as fast)
-    trace_limit: int | None = None     # trace: the first N requests
-    block_size: int = 512              # trace: prompt tokens per hash id (Mooncake: 512)
-    # trace: why it cycles to fill the level (rundir.trace_replay.TRACE_LOOP_REASONS); None plays it once
-    trace_loop: str | None = None
-    turns: int = 4                     # sessions: turns per conversation
-    num_sessions: int = 16             # sessions: conversations open at once (interleaved)
-    extra_body: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, spec: WorkloadSpec, **level: Any) -> "WorkloadOptions":
+        """`spec` with a level's own options (input_len, output_len, seed, a trace's speed)."""
+        return cls(**{**spec.options(), **level})
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return plain(self.options())
 
 
 def make_workload(options: WorkloadOptions | dict, length_fn: Callable[[str], int] | None = None) -> Workload:
-    """Build a workload from options (a WorkloadOptions or its dict). `length_fn` (text -> token count)
+    """Build a workload from options (a WorkloadOptions or its to_dict). `length_fn` (text -> token count)
     overrides options.tokenizer for sharegpt; it cannot travel to another process, options can."""
     o = WorkloadOptions(**options) if isinstance(options, dict) else options
     _check(o)

@@ -131,7 +131,7 @@ def config_rows(info: RunInfo) -> list[tuple[str, str]]:
                    f"input {sw.input_lens} × output {sw.output_lens}"),
         ("per level", f"warm-up {sw.warmup_s} s, measured {sw.duration_s} s, "
                       f"timeout {sw.request_timeout_s} s, {sw.workers} worker(s)"),
-        ("workload", json.dumps(sw.workload, sort_keys=True)),
+        ("workload", json.dumps(sw.workload.to_dict(), sort_keys=True)),
         ("SLOs", json.dumps(info.slos.to_dict(), sort_keys=True)),
         ("started / finished", f"{when(info.started)} / {when(info.finished)}"),
         ("host", ", ".join(f"{k} {v}" for k, v in (info.host or {}).items())),

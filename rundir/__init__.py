@@ -17,6 +17,8 @@ from rundir.run_dir import RunDir, json_default
 from rundir.run_info import RUN_STATUSES, SCHEMA_VERSION, LevelMeta, RunInfo, SloSpec, SweepInfo, TargetInfo
 from rundir.trace_replay import TraceReplay
 from rundir.version import __version__
+from rundir.workload_spec import WorkloadSpec
 
 __all__ = ["ERROR_KINDS", "REQUEST_STATUSES", "RUN_STATUSES", "SCHEMA_VERSION", "LevelMeta", "RequestRecord", "RunDir",
-           "RunDirError", "RunInfo", "SloSpec", "SweepInfo", "TargetInfo", "TraceReplay", "__version__", "json_default"]
+           "RunDirError", "RunInfo", "SloSpec", "SweepInfo", "TargetInfo", "TraceReplay", "WorkloadSpec", "__version__",
+           "json_default"]

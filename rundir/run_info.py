@@ -17,6 +17,7 @@ from rundir.capacity import CapacityRecord
 from rundir.record_json import record_from_dict, record_to_dict, split_known
 from rundir.trace_replay import TraceReplay
 from rundir.version import __version__
+from rundir.workload_spec import WorkloadSpec
 
 SCHEMA_VERSION = 1
 RUN_STATUSES = ("running", "complete", "interrupted")
@@ -113,9 +114,9 @@ class SweepInfo:
     request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S
     workers: int = 1
     burstiness: float = 1.0
-    # loadgen.workloads' options (kind, spreads, dataset, vocab size, ...), minus the lengths and
-    # seed, which come from each level.
-    workload: dict[str, Any] = field(default_factory=lambda: {"kind": "random"})
+    # What builds the requests (kind, spreads, dataset, vocab size, ...), minus the lengths and
+    # seed, which come from each level (rundir/workload_spec.py).
+    workload: WorkloadSpec = field(default_factory=WorkloadSpec)
     seed: int = 0
     probe_only: bool = False               # `llmdiag probe`: probes, no load
     # Sizing (docs/metrics.md, "Sizing a level"); the defaults are a fixed timeline, as recorded
@@ -135,6 +136,8 @@ class SweepInfo:
     def __post_init__(self) -> None:
         if self.capacity is not None and not isinstance(self.capacity, CapacityRecord):
             raise TypeError("SweepInfo.capacity is a CapacityRecord (use SweepInfo.from_dict for JSON)")
+        if not isinstance(self.workload, WorkloadSpec):
+            raise TypeError("SweepInfo.workload is a WorkloadSpec (use SweepInfo.from_dict for JSON)")
 
     def is_capacity_search(self) -> bool:
         """A `llmbench capacity` run, whose levels a search decides: its record read, or kept unread."""
@@ -145,15 +148,17 @@ class SweepInfo:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None) -> "SweepInfo":
-        """From run.json's `sweep`. A capacity record this version cannot read stays, unread, in
-        `extra` (and is written back as it was): the run still reads, as a run with no search."""
+        """From run.json's `sweep`, its workload typed (a run.json without one: the default). A
+        capacity record this version cannot read stays, unread, in `extra` (and is written back as
+        it was): the run still reads, as a run with no search."""
         d = dict(d or {})
         raw = d.pop("capacity", None)
         try:
             capacity = None if raw is None else CapacityRecord.from_dict(raw)
         except (TypeError, ValueError):
             capacity = None
-        sweep = record_from_dict(cls, d, capacity=capacity)
+        workload = WorkloadSpec.from_dict(d.pop("workload")) if "workload" in d else WorkloadSpec()
+        sweep = record_from_dict(cls, d, capacity=capacity, workload=workload)
         if capacity is None and raw is not None:
             sweep.extra["capacity"] = raw
         return sweep

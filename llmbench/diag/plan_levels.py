@@ -14,11 +14,11 @@ from llmbench.sweep.spec import SweepSpec
 from loadgen.arrivals import ArrivalPlan
 from loadgen.specs import LevelSpec
 from loadgen.workloads import level_workload_factory
-from rundir import SweepInfo
+from rundir import SweepInfo, WorkloadSpec
 
 
-def _lengths(level: LevelSpec, workload: dict) -> LengthsFn:
-    wl = level_workload_factory(**workload)(level)
+def _lengths(level: LevelSpec, workload: WorkloadSpec) -> LengthsFn:
+    wl = level_workload_factory(**workload.options())(level)
 
     def lengths(i: int) -> tuple[list[int], int]:
         spec = wl.spec(i)

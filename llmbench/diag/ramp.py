@@ -24,6 +24,7 @@ from loadgen.specs import TargetSpec
 from loadgen.target_probe import TargetClient, TargetError
 from loadgen.workloads import RequestSpec
 from reports.grid import Column, Grid, print_grid
+from rundir import WorkloadSpec
 
 
 def _levels(text: str) -> tuple[int, ...]:
@@ -53,7 +54,7 @@ def ramp_mode(console: Console, target: str, prompt_tokens: int, max_tokens: int
                 tspec.model = client.resolve_model()
             prompt_tokens = _fit_prompt(prompt_tokens, max_tokens, client.max_model_len(), console)
             check_metrics(tspec.url, server_gauges, api_key)     # before the preflight spends a request
-            settled = settle_requests(client, {"kind": "random", "prompt_format": "text"}, prompt_tokens,
+            settled = settle_requests(client, WorkloadSpec(kind="random", prompt_format="text"), prompt_tokens,
                                       max_tokens, 0, False, console)
     except (TargetError, RampError) as exc:
         raise DiagnosisError(str(exc)) from None

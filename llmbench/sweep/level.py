@@ -101,7 +101,7 @@ def measure_level(level: LevelSpec, run: RunDir, target: TargetSpec, spec: Sweep
              master_bind: str | None, slos: SloSpec) -> MeasuredLevel:
     view = LiveView(progress, level)
     sink = LevelSink(run, view)
-    result = run_level(level, target, level_workload_factory(**spec.workload), sink,
+    result = run_level(level, target, level_workload_factory(**spec.workload.options()), sink,
                        on_progress=view.refresh, master_bind=master_bind)
     window, cut_short = measured_window(level, result, sink.records)
     lv = summarize_level(sink.records, level.level_id, window, slos, server_itl_s=server_itl(run, sink, window))

@@ -188,7 +188,7 @@ def run_sweep(spec: SweepSpec, run: RunDir, target: TargetSpec, console: Console
                 level = dataclasses.replace(level, saturation_ttft_s=stop_ttft)
                 m = measure_level(level, run, target, spec, progress, master_bind, slos)
                 meta = info.level_meta[level.level_id] = m.meta()
-                if spec.workload.get("kind") == "trace":      # played once, in part or cycled: say which
+                if spec.workload.kind == "trace":      # played once, in part or cycled: say which
                     meta.trace = trace_replay(spec.workload, level, sent=m.result.sent)
                     m.lv.notes.append(trace_words(meta.trace))
                     meta.notes.append(m.lv.notes[-1])

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 from rich.console import Console
@@ -19,7 +19,7 @@ from llmbench.options.parse import parse_duration, parse_list
 from llmbench.options.target import lb_policy, replica_metrics, target_urls
 from llmbench.prediction import check_profile_option
 from refengine.server.dp_policy import REPLICA_HEADER as FRONT_REPLICA_HEADER
-from rundir import RunDir, RunInfo, SloSpec, TargetInfo
+from rundir import RunDir, RunInfo, SloSpec, TargetInfo, WorkloadSpec
 from rundir.run_info import (
     DEFAULT_DURATION_S,
     DEFAULT_MAX_DURATION_S,
@@ -88,8 +88,9 @@ class SweepArgs:
 
 def workload_options(kind: str, dataset: Path | None, spread: float, target: str | None, model: str | None,
                      tokenizer: Path | None, long_len: int = 4096, long_fraction: float = 0.1,
-                     prompt_format: str = "text") -> dict:
-    """Workload options for loadgen; token-id prompts must stay inside the target's vocabulary."""
+                     prompt_format: str = "text") -> WorkloadSpec:
+    """run.json's workload (loadgen builds the requests from it); token-id prompts must stay inside
+    the target's vocabulary."""
     from loadgen.workloads import KINDS, PROMPT_FORMATS
 
     kind = kind.replace("-", "_")
@@ -101,8 +102,9 @@ def workload_options(kind: str, dataset: Path | None, spread: float, target: str
         raise ValueError(f"--dataset {dataset}: no such file")
     if kind == "sharegpt" and dataset is None:
         raise ValueError("--workload sharegpt needs --dataset FILE (a ShareGPT .json or .jsonl file)")
-    opts = {"kind": kind, "prompt_format": prompt_format, "input_len_spread": spread,
-            "dataset_path": str(dataset) if dataset else None, "long_len": long_len, "long_fraction": long_fraction}
+    opts: dict[str, Any] = {"kind": kind, "prompt_format": prompt_format, "input_len_spread": spread,
+                            "dataset_path": str(dataset) if dataset else None, "long_len": long_len,
+                            "long_fraction": long_fraction}
     tok_path = tokenizer
     if target is None:  # the embedded engine: its own tokenizer tells the vocabulary
         from refengine.model.tiny import resolve_model
@@ -119,7 +121,7 @@ def workload_options(kind: str, dataset: Path | None, spread: float, target: str
     elif prompt_format == "ids":
         raise ValueError("--prompt-format ids needs --tokenizer (the target's tokenizer.json or model directory): "
                          "token ids must come from the target's own vocabulary")
-    return opts
+    return WorkloadSpec().updated(**opts)
 
 
 def _trace_or_sessions(spec, a: SweepArgs) -> None:
@@ -127,9 +129,9 @@ def _trace_or_sessions(spec, a: SweepArgs) -> None:
     take their turn count."""
     from llmbench.sweep.trace_level import trace_level
 
-    kind = spec.workload["kind"]
+    kind = spec.workload.kind
     if kind == "sessions":
-        spec.workload["turns"] = a.turns
+        spec.workload = spec.workload.updated(turns=a.turns)
     if kind != "trace":
         if a.trace_loop is not None:
             raise ValueError("--trace-loop cycles a trace: it needs --workload trace")
@@ -235,9 +237,9 @@ def _resumed_run(path: Path, console: Console) -> tuple[RunDir, RunInfo]:
         raise typer.BadParameter(f"{path} is not a run directory (no run.json)", param_hint="--resume")
     info = run.read_info()
     info.sweep = SweepSpec.of(info.sweep)
-    if info.sweep.workload.get("kind") == "trace":
+    if info.sweep.workload.kind == "trace" and "trace_loop" not in info.sweep.workload.recorded:
         # Recorded before a trace played once by default (no trace_loop key): it cycled, and goes on so.
-        info.sweep.workload.setdefault("trace_loop", "--trace-loop")
+        info.sweep.workload = info.sweep.workload.updated(trace_loop="--trace-loop")
     # A capacity search decides its levels as it goes: there is no total to count against.
     total = "" if info.sweep.is_capacity_search() else f" of {len(info.sweep.levels())}"
     console.print(f"resuming {path}: {len(info.levels_done)}{total} levels done")

@@ -43,7 +43,7 @@ class SweepSpec(SweepInfo):
         are users to finish requests (closed loop); a sized window except for a trace, whose own
         times are the experiment (its window is --duration)."""
         steady = self.steady_warmup and closed_loop
-        target = self.sample_target if self.workload.get("kind") != "trace" else None
+        target = self.sample_target if self.workload.kind != "trace" else None
         return {"steady_warmup": steady, "sample_target": target,
                 "max_duration_s": self.max_duration_s if steady or target is not None else None}
 

@@ -10,6 +10,7 @@ text sizer), so a resumed sweep sends exactly the same requests without asking a
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 from rich.console import Console
 
@@ -20,7 +21,7 @@ from loadgen.prompt_text import TextSizer, estimated_sizer, sizer_for_tokenizer
 from loadgen.specs import TargetSpec
 from loadgen.target_probe import TargetClient
 from loadgen.workloads import RequestSpec, WorkloadOptions, make_workload
-from rundir import RunDir, RunInfo
+from rundir import RunDir, RunInfo, WorkloadSpec
 
 SHORT_PROMPT_TOKENS = 32                 # the first preflight's prompt, before the server has counted
 
@@ -32,8 +33,8 @@ def target_spec(info: RunInfo, url: str, api_key: str | None) -> TargetSpec:
                       replica_urls=list(t.urls), lb_policy=t.lb_policy or "round-robin")
 
 
-def _provisional_sizer(workload: dict) -> TextSizer:
-    exact = sizer_for_tokenizer(workload["tokenizer"]) if workload.get("tokenizer") else None
+def _provisional_sizer(workload: WorkloadSpec) -> TextSizer:
+    exact = sizer_for_tokenizer(workload.tokenizer) if workload.tokenizer else None
     return exact or estimated_sizer()
 
 
@@ -47,29 +48,29 @@ class Settled:
     adaptations: list[Adaptation]
 
 
-def _first_requests(workload: dict, sizer: TextSizer | None, input_len: int, output_len: int,
+def _first_requests(workload: WorkloadSpec, sizer: TextSizer | None, input_len: int, output_len: int,
                     seed: int) -> tuple[RequestSpec, RequestSpec | None]:
     """The workload's first request, and the same as text (for a server that refuses token ids)."""
-    options = {**workload, "input_len": input_len, "output_len": output_len, "seed": seed,
-               "text_sizer": sizer.to_dict() if sizer else None}
-    spec = make_workload(WorkloadOptions(**options)).spec(0)
-    text_spec = (make_workload(WorkloadOptions(**{**options, "prompt_format": "text"})).spec(0)
-                 if options.get("prompt_format") == "ids" else None)
+    options = WorkloadOptions.of(workload, input_len=input_len, output_len=output_len, seed=seed,
+                                 text_sizer=sizer.to_dict() if sizer else None)
+    spec = make_workload(options).spec(0)
+    text_spec = (make_workload(replace(options, prompt_format="text")).spec(0)
+                 if options.prompt_format == "ids" else None)
     return spec, text_spec
 
 
-def settle_requests(client: TargetClient, workload: dict, input_len: int, output_len: int, seed: int,
+def settle_requests(client: TargetClient, workload: WorkloadSpec, input_len: int, output_len: int, seed: int,
                     strict: bool, console: Console) -> Settled:
     """Preflight (the workload's body with a short prompt: which fields and prompt format the server
     takes), calibrate text prompts against the server's count, then the exact first request."""
-    text_kind = workload.get("kind", "random") != "sharegpt"
+    text_kind = workload.kind != "sharegpt"
     sizer = _provisional_sizer(workload) if text_kind else None
     short = min(input_len, SHORT_PROMPT_TOKENS) if text_kind else input_len
     with console.status(f"preflight: the sweep's request body to {client.target.url} ..."):
         result = preflight(client, *_first_requests(workload, sizer, short, output_len, seed),
-                           workload.get("prompt_format", "text"), strict)
+                           workload.prompt_format, strict)
     adaptations: list[Adaptation] = list(result.adaptations)
-    workload = {**workload, "prompt_format": result.prompt_format}
+    workload = replace(workload, prompt_format=result.prompt_format)
     if sizer is not None and result.prompt_format == "text":
         with console.status("calibrating text prompts against the server's token count ..."):
             sizer, notes = calibrate(client, sizer, input_len)
@@ -95,7 +96,6 @@ def prepare_target(run: RunDir, info: RunInfo, url: str, api_key: str | None, st
     tspec = target_spec(info, url, api_key)
     if info.target.preflight_done:
         return tspec                       # resumed: the same requests as the first attempt
-    workload = info.sweep.workload
     first = spec_of(info).levels()[0]
     # The setup's requests wait as long as the sweep's own would (--request-timeout), no longer.
     with TargetClient(tspec, timeout_s=info.sweep.request_timeout_s) as client:
@@ -103,11 +103,12 @@ def prepare_target(run: RunDir, info: RunInfo, url: str, api_key: str | None, st
             tspec.model = client.resolve_model()
             info.target.model = tspec.model
             console.print(f"model: [bold]{tspec.model}[/] (the one {url}/v1/models lists)")
-        settled = settle_requests(client, workload, first.input_len, first.output_len, first.seed, strict, console)
+        settled = settle_requests(client, info.sweep.workload, first.input_len, first.output_len, first.seed, strict, console)
     tspec = settled.target
-    workload["prompt_format"] = settled.prompt_format
+    settled_by: dict[str, Any] = {"prompt_format": settled.prompt_format}
     if settled.sizer is not None:
-        workload["text_sizer"] = settled.sizer.to_dict()
+        settled_by["text_sizer"] = settled.sizer.to_dict()
+    info.sweep.workload = info.sweep.workload.updated(**settled_by)
     info.target = replace(info.target, omit_fields=list(tspec.omit_fields), ignore_eos=tspec.send_ignore_eos,
                           adaptations=[a.to_dict() for a in settled.adaptations],
                           preflight_done=True)

@@ -25,8 +25,9 @@ def trace_level(spec, a) -> None:
     if not a.trace_speed > 0:
         raise ValueError("--trace-speed must be > 0")
     trace = sweep_trace(a)
-    spec.workload.update(trace_speed=a.trace_speed, trace_limit=a.trace_limit, block_size=a.block_size,
-                         trace_loop=_timeline(spec, a, trace.span_s / a.trace_speed))
+    spec.workload = spec.workload.updated(trace_speed=a.trace_speed, trace_limit=a.trace_limit,
+                                          block_size=a.block_size,
+                                          trace_loop=_timeline(spec, a, trace.span_s / a.trace_speed))
     spec.concurrency, spec.request_rate = [], [float(f"{trace.mean_rate(a.trace_speed):.3g}")]
     spec.input_lens = [max(1, round(sum(r.input_len for r in trace.rows) / len(trace.rows)))]
     spec.output_lens = [max(1, round(sum(r.output_len for r in trace.rows) / len(trace.rows)))]

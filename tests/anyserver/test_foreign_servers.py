@@ -64,7 +64,7 @@ def test_strict_text_only_server_is_measured_on_both_endpoints(strict, tmp_path,
     assert "ignore_eos" in info.target.omit_fields
     dropped = [a for a in info.target.adaptations if a["field"] == "ignore_eos"]
     assert dropped and "Unexpected fields" in dropped[0]["reason"] and "not enforced" in dropped[0]["consequence"]
-    assert info.sweep.workload["prompt_format"] == "text"
+    assert info.sweep.workload.prompt_format == "text"
     # the server stopped at "EOS" after 5 tokens: achieved lengths, and TPOT over the real count
     assert all(r["completion_tokens"] == 5 for r in recs)
     summary = json.loads((out / "summary.json").read_text())
@@ -82,7 +82,7 @@ def test_token_id_prompts_switch_to_text_and_strict_refuses_to_adapt(strict, tmp
               "--input-len", "50", "--output-len", "4", "--out", str(out), *SHORT)
     assert p.returncode == 0, p.stdout + p.stderr
     info = RunDir(out).read_info()
-    assert info.sweep.workload["prompt_format"] == "text"
+    assert info.sweep.workload.prompt_format == "text"
     assert any(a["field"] == "prompt" and a["action"] == "switched to text" for a in info.target.adaptations)
     assert all(r["prompt_tokens"] == 50 for r in records(out) if r["status"] == "ok")
     p = sweep("--target", strict, "--strict", "--concurrency", "1", "--out", str(tmp_path / "strict"), *SHORT)

@@ -9,6 +9,7 @@ import pytest
 from loadgen import LevelSpec, WorkloadError, WorkloadOptions, level_workload_factory, make_workload
 from loadgen.openai_body import request_body
 from loadgen.specs import TargetSpec
+from rundir import WorkloadSpec
 
 
 def test_random_prompts_have_exact_lengths_and_avoid_special_ids():
@@ -142,6 +143,18 @@ def test_level_factory_takes_lengths_and_seed_from_the_level():
     w = factory(LevelSpec("l", concurrency=1, input_len=77, output_len=9, seed=4))
     assert len(w.spec(0).prompt) == 77 and w.spec(0).max_tokens == 9 and w.options.seed == 4
     assert make_workload(w.options.to_dict()).spec(3).prompt == w.spec(3).prompt   # rebuilt from its options
+
+
+def test_run_jsons_workload_with_a_levels_lengths_and_seed_builds_the_requests():
+    # a key of a newer tool is kept with the options (it travels to the workers) and changes nothing
+    spec = WorkloadSpec.from_dict({"kind": "random", "prompt_format": "ids", "vocab_size": 1000, "from_a_newer_tool": 1})
+    w = level_workload_factory(**spec.options())(LevelSpec("l", concurrency=1, input_len=5, output_len=2, seed=1))
+    assert w.options.vocab_size == 1000 and w.options.extra == {"from_a_newer_tool": 1}
+    plain = WorkloadOptions(prompt_format="ids", vocab_size=1000, input_len=5, output_len=2, seed=1)
+    assert [w.spec(i).prompt for i in range(3)] == [make_workload(plain).spec(i).prompt for i in range(3)]
+    config = json.loads(json.dumps(w.options.to_dict()))           # as the locust workers receive it
+    assert make_workload(config).spec(2).prompt == w.spec(2).prompt
+    assert WorkloadOptions.of(spec, input_len=5, output_len=2, seed=1) == w.options
 
 
 def test_request_body():

@@ -7,15 +7,17 @@ import dataclasses
 import re
 from pathlib import Path
 
-from rundir import LevelMeta, RunInfo, SloSpec, SweepInfo, TargetInfo, TraceReplay
+from rundir import LevelMeta, RunInfo, SloSpec, SweepInfo, TargetInfo, TraceReplay, WorkloadSpec
 from rundir.capacity import CapacityAnswer, CapacityProbe, CapacityRecord, CapacitySearch, LoadVerdict
 from rundir.prediction import PROFILE_SCOPES, PredictedLevel, PredictionRecord, ProfileRef
 from rundir.text_calibration import LengthCheck, TextCalibration, UniformPool
+from rundir.workload_spec import PROMPT_FORMATS, RECORDED, WORKLOAD_KINDS
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "run-format.md"
-# run.json's row -> the records whose fields it names (the sweep row: the text sizer's calibration too)
+# run.json's row -> the records whose fields it names (the sweep row: its workload and the text
+# sizer's calibration too)
 PARTS = {"target": [TargetInfo], "slos": [SloSpec], "level_meta": [LevelMeta],
-         "sweep": [SweepInfo, TextCalibration, LengthCheck, UniformPool]}
+         "sweep": [SweepInfo, WorkloadSpec, TextCalibration, LengthCheck, UniformPool]}
 CAPACITY_RECORDS = [CapacityRecord, CapacitySearch, CapacityProbe, CapacityAnswer, LoadVerdict]
 
 
@@ -28,7 +30,7 @@ def _rows() -> dict[str, str]:
 
 
 def _fields(cls) -> list[str]:
-    return [f.name for f in dataclasses.fields(cls) if f.name != "extra"]
+    return [f.name for f in dataclasses.fields(cls) if f.name not in ("extra", RECORDED)]
 
 
 def test_every_run_info_field_has_a_row():
@@ -45,6 +47,8 @@ def test_every_field_of_the_typed_parts_is_named_in_its_row():
             assert cls.__name__ in rows[key]
     missing = [f for f in _fields(TraceReplay) if f'"{f}"' not in rows["level_meta"]]
     assert not missing, f"docs/run-format.md's level_meta row does not name the trace's {missing}"
+    unnamed = [k for k in WORKLOAD_KINDS + PROMPT_FORMATS if f"`{k}`" not in rows["sweep"]]
+    assert not unnamed, f"docs/run-format.md's sweep row does not name the workload kinds or formats {unnamed}"
 
 
 def test_every_field_of_the_capacity_record_is_named_in_its_section():
@@ -77,7 +81,7 @@ def test_the_capacity_and_calibration_records_round_trip_and_keep_unknown_keys()
     assert record.answer.loads[0].extra == {"new_column": "x"} and record.answer.loads[0].too_few is False
     again = RunInfo.from_dict(info.to_dict())
     assert again.sweep.capacity == record and again.to_dict()["sweep"]["capacity"]["answer"]["from_a_newer_tool"] == 1
-    calibration = TextCalibration.from_dict(again.sweep.workload["text_sizer"]["extra"])
+    calibration = TextCalibration.from_dict(again.sweep.workload.text_sizer["extra"])
     assert calibration.check == LengthCheck(64, 65, 0.0156) and calibration.fit_counts == {64: 70, 128: 135}
     assert calibration.uniform_pool is None and calibration.extra == {"later": True}
     assert "uniform_pool" not in calibration.to_dict() and calibration.to_dict()["check"]["counted"] == 65

@@ -135,7 +135,7 @@ def _one_level_run(path, sweep: dict, level: str, rate: float | None = None):
         r.request_rate = rate
     run = make_run(path, records, {level: (0, 4)}, model="tiny-test")
     info = run.read_info()
-    info.sweep = type(info.sweep)(**{**vars(info.sweep), **sweep})
+    info.sweep = type(info.sweep).from_dict({**info.sweep.to_dict(), **sweep})
     info.target.engine_args = ["--max-model-len", "512"]
     run.write_info(info)
     return run.path

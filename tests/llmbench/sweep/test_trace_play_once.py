@@ -15,7 +15,7 @@ from rich.console import Console
 from llmbench.sweep.setup import SweepArgs, _new_run
 from loadgen.trace import load_trace
 from loadgen.trace_workload import trace_replay
-from loadgen.workloads import make_workload
+from loadgen.workloads import WorkloadOptions, make_workload
 from reports.trace_words import trace_words
 from rundir import LevelMeta, RunInfo, TraceReplay
 
@@ -44,8 +44,8 @@ def test_by_default_the_level_lasts_the_traces_span_and_the_workload_ends_with_i
     span = load_trace(MOONCAKE, 24).span_s
     info, level = _level(tmp_path)
     assert (level.warmup_s, level.duration_s) == (0.0, pytest.approx(span))
-    assert info.sweep.workload["trace_loop"] is None and level.sample_target is None
-    workload = make_workload({**info.sweep.workload, "input_len": 1, "output_len": 1})
+    assert info.sweep.workload.trace_loop is None and level.sample_target is None
+    workload = make_workload(WorkloadOptions.of(info.sweep.workload, input_len=1, output_len=1))
     assert workload.length == 24 and len(list(workload)) == 24
     replay = trace_replay(info.sweep.workload, level, sent=24)
     assert replay.play == "once" and replay.passes == pytest.approx(1.0)
@@ -58,17 +58,17 @@ def test_by_default_the_level_lasts_the_traces_span_and_the_workload_ends_with_i
 def test_it_cycles_when_asked_or_when_the_duration_is_longer_and_says_why(tmp_path):
     info, level = _level(tmp_path, trace_loop="--trace-loop")
     assert (level.warmup_s, level.duration_s) == (5.0, 20.0)                # the defaults: a steady stream
-    assert make_workload({**info.sweep.workload, "input_len": 1, "output_len": 1}).length is None
+    assert make_workload(WorkloadOptions.of(info.sweep.workload, input_len=1, output_len=1)).length is None
     replay = trace_replay(info.sweep.workload, level)
     assert replay.play == "cycled" and replay.cycled_by == "--trace-loop"
     assert trace_words(replay) == f"the trace (24 requests, 8.1 s) cycled {25 / replay.span_s:.1f} times to fill 25 s (--trace-loop)"
     info, level = _level(tmp_path, duration="30s")
-    assert info.sweep.workload["trace_loop"] == "--duration" and level.warmup_s == 0.0
+    assert info.sweep.workload.trace_loop == "--duration" and level.warmup_s == 0.0
     assert "cycled 3.7 times to fill 30 s (--duration longer than the trace)" in trace_words(
         trace_replay(info.sweep.workload, level))
     info, level = _level(tmp_path, warmup="1s", duration="4s")             # shorter: its first part, once
     replay = trace_replay(info.sweep.workload, level)
-    assert info.sweep.workload["trace_loop"] is None and replay.play == "part"
+    assert info.sweep.workload.trace_loop is None and replay.play == "part"
     assert trace_words(replay).startswith("the first 5.0 s of the trace (24 requests, 8.1 s) played")
 
 
@@ -95,12 +95,14 @@ def test_a_trace_run_recorded_before_play_once_resumes_cycling(tmp_path):
     from rundir import RunDir
 
     _, info = _new_run(_args(tmp_path), Console(file=open(os.devnull, "w")))
-    del info.sweep.workload["trace_loop"]                    # as an older tool wrote it
     run = RunDir(tmp_path / "old")
     run.create(info)
+    old = json.loads(run.run_json.read_text())
+    del old["sweep"]["workload"]["trace_loop"]               # as an older tool wrote it
+    run.run_json.write_text(json.dumps(old))
     _, resumed = _resumed_run(run.path, Console(file=open(os.devnull, "w")))
-    assert resumed.sweep.workload["trace_loop"] == "--trace-loop"
+    assert resumed.sweep.workload.trace_loop == "--trace-loop"
     _, info = _new_run(_args(tmp_path), Console(file=open(os.devnull, "w")))
     run = RunDir(tmp_path / "new")
     run.create(info)
-    assert _resumed_run(run.path, Console(file=open(os.devnull, "w")))[1].sweep.workload["trace_loop"] is None
+    assert _resumed_run(run.path, Console(file=open(os.devnull, "w")))[1].sweep.workload.trace_loop is None
