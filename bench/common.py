@@ -269,8 +269,10 @@ def decode_attention_variants(kv_cache, seqs, num_heads: int, block_size: int, n
     out = {}
     from refengine.kernels import cpu_paged_decode
     if cpu_paged_decode.applies(q, kv_cache):
-        kernel = lambda: cpu_paged_decode.paged_decode_cpu(q, kv_cache, meta.decode_block_tables,  # noqa: E731
-                                                           meta.decode_seq_lens, num_heads, scale)
+        def kernel():
+            return cpu_paged_decode.paged_decode_cpu(q, kv_cache, meta.decode_block_tables, meta.decode_seq_lens,
+                                                     num_heads, scale)
+
         assert torch.allclose(kernel(), base, atol=1e-4), "C++ kernel"
         out[KERNEL_VARIANT] = best_time(kernel, n)
     out[FALLBACK_VARIANT] = best_time(lambda: paged_attention(q, kv_cache, meta, num_heads, scale), n)

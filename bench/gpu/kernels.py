@@ -70,8 +70,10 @@ def part_decode(copy_bw: float, quick: bool) -> list[dict]:
         for batch, ctx in shapes:
             q, cache, meta = decode_case(batch, ctx, cache_dtype)
             splits = choose_num_splits(batch, 8, ctx, q.device)
-            run = lambda: paged_decode_attention(q, cache, meta.block_tables, meta.seq_lens, 32, 128 ** -0.5,  # noqa: E731
-                                                 num_splits=splits)
+            def run():
+                return paged_decode_attention(q, cache, meta.block_tables, meta.seq_lens, 32, 128 ** -0.5,
+                                              num_splits=splits)
+
             err = float((run().float() - paged_attention(q.float(), cache, meta, 32, 128 ** -0.5)).abs().max())
             ms = bench_ms(run)
             torch_ms = bench_ms(lambda: paged_attention(q, cache, meta, 32, 128 ** -0.5))
