@@ -33,11 +33,11 @@ from analyzers.probe_series import ProbeSeries
 from rundir import RequestRecord
 from rundir.table import RequestTable
 
-BUFFERED_READ_S = 100e-6   # a read of a line already buffered takes tens of us; no decode step is this short
-FAR_BELOW = 0.1            # a gap under a tenth of the server's own ITL mean did not wait for a step
-MIN_STEP_S = 0.5e-3        # without the server's ITL: no engine decodes a chunk faster than this
-SPAN_SHARE = 0.5           # "much shorter than its decode": under half of it
-MIN_CHUNKS = 3             # two gaps at least: one gap cannot tell a burst from one fast step
+BUFFERED_READ_S = 100e-6  # a read of a line already buffered takes tens of us; no decode step is this short
+FAR_BELOW = 0.1  # a gap under a tenth of the server's own ITL mean did not wait for a step
+MIN_STEP_S = 0.5e-3  # without the server's ITL: no engine decodes a chunk faster than this
+SPAN_SHARE = 0.5  # "much shorter than its decode": under half of it
+MIN_CHUNKS = 3  # two gaps at least: one gap cannot tell a burst from one fast step
 MIN_SERVER_ITL_COUNT = 10  # fewer server ITL observations in the window are no reference
 # A level fails at 5% of its judged streams: the TTFT tail the SLO judges (P99, P95) can then be
 # made entirely of the client's own waits. And at 3 streams at least: one or two delayed by a
@@ -51,11 +51,11 @@ PIN = "pin the server and the client to separate cores (taskset)"
 class BurstReads:
     """A level's streams judged for burst reads (successful streams sent inside the window)."""
 
-    judged: int                    # streams with MIN_CHUNKS chunks or more
-    bursts: int                    # of them, read in a burst
-    unjudged: int                  # streams with fewer chunks: not judged
-    server_itl_s: float | None     # the server's ITL mean the rule used (None: absolute bounds only)
-    gap_limit_s: float             # a gap under this was a buffered read
+    judged: int  # streams with MIN_CHUNKS chunks or more
+    bursts: int  # of them, read in a burst
+    unjudged: int  # streams with fewer chunks: not judged
+    server_itl_s: float | None  # the server's ITL mean the rule used (None: absolute bounds only)
+    gap_limit_s: float  # a gap under this was a buffered read
 
     def __post_init__(self) -> None:
         if not 0 <= self.bursts <= self.judged or self.unjudged < 0:
@@ -65,8 +65,7 @@ class BurstReads:
     def of(cls, verdicts: np.ndarray, server_itl_s: float | None) -> "BurstReads":
         """From judge()'s verdicts of a level's streams."""
         v = np.asarray(verdicts)
-        return cls(int((v >= 0).sum()), int((v == 1).sum()), int((v < 0).sum()), server_itl_s,
-                   gap_limit(server_itl_s))
+        return cls(int((v >= 0).sum()), int((v == 1).sum()), int((v < 0).sum()), server_itl_s, gap_limit(server_itl_s))
 
     @property
     def share(self) -> float:
@@ -90,20 +89,23 @@ class BurstReads:
 
     def _head(self) -> str:
         more = f" ({self.unjudged} more too short to judge)" if self.unjudged else ""
-        return f"{self.bursts} of {self.judged} {'stream' if self.judged == 1 else 'streams'}{more} arrived in one burst"
+        return (
+            f"{self.bursts} of {self.judged} {'stream' if self.judged == 1 else 'streams'}{more} arrived in one burst"
+        )
 
 
 def gap_limit(server_itl_s: float | None) -> float:
     return max(BUFFERED_READ_S, FAR_BELOW * server_itl_s) if server_itl_s else BUFFERED_READ_S
 
 
-def judge(n_gaps: np.ndarray, n_fast: np.ndarray, span_s: np.ndarray, tokens: np.ndarray,
-          server_itl_s: float | None) -> np.ndarray:
+def judge(
+    n_gaps: np.ndarray, n_fast: np.ndarray, span_s: np.ndarray, tokens: np.ndarray, server_itl_s: float | None
+) -> np.ndarray:
     """Per stream: 1 read in a burst, 0 paced, -1 not judged (fewer than MIN_CHUNKS chunks).
     `n_fast`: its gaps under gap_limit(server_itl_s); `span_s`: the sum of its gaps."""
     n_gaps, n_fast = np.asarray(n_gaps, float), np.asarray(n_fast, float)
     if server_itl_s:
-        decode_s = np.maximum(np.asarray(tokens, float), n_gaps + 1) - 1     # usage, never below the chunks
+        decode_s = np.maximum(np.asarray(tokens, float), n_gaps + 1) - 1  # usage, never below the chunks
         decode_s = decode_s * server_itl_s
     else:
         decode_s = n_gaps * MIN_STEP_S
@@ -115,13 +117,19 @@ def judge_record(rec: RequestRecord, server_itl_s: float | None = None) -> str:
     """One stream's verdict: "burst", "paced" or "unjudged" (the rule of the module docstring)."""
     gaps = np.asarray(rec.itl_s, float)
     tokens = rec.output_tokens() or gaps.size + 1
-    v = judge(np.array([gaps.size]), np.array([(gaps < gap_limit(server_itl_s)).sum()]),
-              np.array([gaps.sum()]), np.array([tokens]), server_itl_s)[0]
+    v = judge(
+        np.array([gaps.size]),
+        np.array([(gaps < gap_limit(server_itl_s)).sum()]),
+        np.array([gaps.sum()]),
+        np.array([tokens]),
+        server_itl_s,
+    )[0]
     return {1: "burst", 0: "paced", -1: "unjudged"}[int(v)]
 
 
-def stream_verdicts(table: RequestTable, rows: np.ndarray, server_itl_s: float | None = None
-                    ) -> tuple[np.ndarray, np.ndarray]:
+def stream_verdicts(
+    table: RequestTable, rows: np.ndarray, server_itl_s: float | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """(the successful in-window rows among `rows`, each one's judge() verdict)."""
     df = table.df
     ok = rows[df["in_window"].to_numpy()[rows] & (df["status"].to_numpy()[rows] == "ok")]
@@ -159,8 +167,13 @@ def server_itl_mean(series: ProbeSeries | None, start: float | None, end: float 
     return float((count[inside] * mean[inside]).sum() / total)
 
 
-def level_server_itl(series: ProbeSeries | None, table: RequestTable, rows: np.ndarray,
-                     start: float | None = None, end: float | None = None) -> float | None:
+def level_server_itl(
+    series: ProbeSeries | None,
+    table: RequestTable,
+    rows: np.ndarray,
+    start: float | None = None,
+    end: float | None = None,
+) -> float | None:
     """The server's ITL mean over a level's window; with no recorded window, over its in-window
     requests' span (first send to last completion)."""
     if series is None or rows.size == 0:

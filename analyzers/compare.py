@@ -38,9 +38,15 @@ from rundir.table import RequestTable
 MIN_EFFECT = 0.02
 # (metric name, column, percentile): latency metrics, where lower is better
 LATENCY_METRICS: list[tuple[str, str, float]] = [
-    ("TTFT P50", "ttft_s", 50), ("TTFT P95", "ttft_s", 95), ("TTFT P99", "ttft_s", 99),
-    ("TPOT P50", "tpot_s", 50), ("TPOT P95", "tpot_s", 95), ("TPOT P99", "tpot_s", 99),
-    ("E2E P50", "e2e_s", 50), ("E2E P99", "e2e_s", 99)]
+    ("TTFT P50", "ttft_s", 50),
+    ("TTFT P95", "ttft_s", 95),
+    ("TTFT P99", "ttft_s", 99),
+    ("TPOT P50", "tpot_s", 50),
+    ("TPOT P95", "tpot_s", 95),
+    ("TPOT P99", "tpot_s", 99),
+    ("E2E P50", "e2e_s", 50),
+    ("E2E P99", "e2e_s", 99),
+]
 RATE_METRICS = ["output tok/s", "requests/s", "goodput req/s", "error rate"]
 HIGHER_IS_BETTER = {"output tok/s", "requests/s", "goodput req/s"}
 
@@ -50,11 +56,11 @@ class MetricDelta:
     metric: str
     a: float | None
     b: float | None
-    delta: float | None             # b − a
-    rel: float | None               # delta / a
-    ci: list[float] | None          # 95% interval of the delta
-    verdict: str                    # better | worse | within noise | n/a
-    note: str = ""                  # why a verdict has no size: a percentile reached the failed requests
+    delta: float | None  # b − a
+    rel: float | None  # delta / a
+    ci: list[float] | None  # 95% interval of the delta
+    verdict: str  # better | worse | within noise | n/a
+    note: str = ""  # why a verdict has no size: a percentile reached the failed requests
 
 
 @dataclass
@@ -79,8 +85,12 @@ class Comparison:
         return out
 
 
-def compare_runs(a: tuple[RunSummary, RequestTable], b: tuple[RunSummary, RequestTable],
-                 min_effect: float = MIN_EFFECT, seed: int = 0) -> Comparison:
+def compare_runs(
+    a: tuple[RunSummary, RequestTable],
+    b: tuple[RunSummary, RequestTable],
+    min_effect: float = MIN_EFFECT,
+    seed: int = 0,
+) -> Comparison:
     (sa, ta), (sb, tb) = a, b
     ids_a = [lv.level_id for lv in sa.levels]
     ids_b = [lv.level_id for lv in sb.levels]
@@ -100,18 +110,25 @@ def compare_runs(a: tuple[RunSummary, RequestTable], b: tuple[RunSummary, Reques
         da = _draws(ta, rows_a[level_id], sa, level_id, rng_a)
         db = _draws(tb, rows_b[level_id], sb, level_id, rng_b)
         levels.append(LevelComparison(level_id, [_delta(m, da[m], db[m], min_effect) for m in da]))
-    return Comparison(sa.info.run_id, sb.info.run_id, levels,
-                      only_a=[i for i in ids_a if i not in shared], only_b=[i for i in ids_b if i not in shared])
+    return Comparison(
+        sa.info.run_id,
+        sb.info.run_id,
+        levels,
+        only_a=[i for i in ids_a if i not in shared],
+        only_b=[i for i in ids_b if i not in shared],
+    )
 
 
-def _draws(table: RequestTable, rows: np.ndarray, s: RunSummary, level_id: str,
-           rng: np.random.Generator) -> dict[str, tuple[float | None, np.ndarray]]:
+def _draws(
+    table: RequestTable, rows: np.ndarray, s: RunSummary, level_id: str, rng: np.random.Generator
+) -> dict[str, tuple[float | None, np.ndarray]]:
     """metric -> (point estimate, bootstrap draws) for one level of one run."""
     df = table.df
     win = df["in_window"].to_numpy()[rows]
     status = df["status"].to_numpy()[rows]
-    sample = SloSample.of(status[win], *(df[c].to_numpy()[rows][win] for c in ("ttft_s", "tpot_s", "e2e_s",
-                                                                                "target_output_len")))
+    sample = SloSample.of(
+        status[win], *(df[c].to_numpy()[rows][win] for c in ("ttft_s", "tpot_s", "e2e_s", "target_output_len"))
+    )
     out: dict[str, tuple[float | None, np.ndarray]] = {}
     by_col: dict[str, list[tuple[str, float]]] = {}
     for name, col, q in LATENCY_METRICS:
@@ -124,8 +141,11 @@ def _draws(table: RequestTable, rows: np.ndarray, s: RunSummary, level_id: str,
             out[name] = (sample.percentile(col, q), draws[:, i])
     rates = level_rates(table, rows, s.windows[level_id], s.slos, rng)
     lv = next(x for x in s.levels + s.classes if x.level_id == level_id)
-    for name, value in (("output tok/s", lv.output_tok_s), ("requests/s", lv.req_s),
-                        ("goodput req/s", lv.goodput_req_s)):
+    for name, value in (
+        ("output tok/s", lv.output_tok_s),
+        ("requests/s", lv.req_s),
+        ("goodput req/s", lv.goodput_req_s),
+    ):
         out[name] = (value, rates.draws.get(name, np.zeros(BOOTSTRAP_RESAMPLES)))
     n = int(win.sum())
     rate = lv.error_rate
@@ -133,20 +153,30 @@ def _draws(table: RequestTable, rows: np.ndarray, s: RunSummary, level_id: str,
     return out
 
 
-def _delta(metric: str, a: tuple[float | None, np.ndarray], b: tuple[float | None, np.ndarray],
-           min_effect: float) -> MetricDelta:
+def _delta(
+    metric: str, a: tuple[float | None, np.ndarray], b: tuple[float | None, np.ndarray], min_effect: float
+) -> MetricDelta:
     (va, da), (vb, db) = a, b
     if va is None or vb is None or np.isnan(da).all() or np.isnan(db).all():
         return MetricDelta(metric, va, vb, None, None, None, "n/a")
-    if math.isinf(va) or math.isinf(vb):          # a latency percentile that reached the failed requests
+    if math.isinf(va) or math.isinf(vb):  # a latency percentile that reached the failed requests
         if math.isinf(va) and math.isinf(vb):
-            return MetricDelta(metric, va, vb, None, None, None, "n/a",
-                               f"both runs' {metric} reaches their failed requests: unbounded")
+            return MetricDelta(
+                metric, va, vb, None, None, None, "n/a", f"both runs' {metric} reaches their failed requests: unbounded"
+            )
         which = "B" if math.isinf(vb) else "A"
-        return MetricDelta(metric, va, vb, None, None, None, "worse" if which == "B" else "better",
-                           f"{which}'s {metric} reaches its failed requests: unbounded")
+        return MetricDelta(
+            metric,
+            va,
+            vb,
+            None,
+            None,
+            None,
+            "worse" if which == "B" else "better",
+            f"{which}'s {metric} reaches its failed requests: unbounded",
+        )
     k = min(da.size, db.size)
-    with np.errstate(invalid="ignore"):          # inf - inf draws (both reached failures) are nan: dropped
+    with np.errstate(invalid="ignore"):  # inf - inf draws (both reached failures) are nan: dropped
         ci = _interval(db[:k] - da[:k])
     delta = vb - va
     rel = delta / va if va else None

@@ -22,9 +22,9 @@ MAX_TEXT_VALUES = 20
 @dataclass
 class ProbeSeries:
     name: str
-    t: np.ndarray                                          # epoch seconds, one per row
-    numeric: dict[str, np.ndarray] = field(default_factory=dict)   # dotted field -> values (NaN where absent)
-    text: dict[str, list[str]] = field(default_factory=dict)       # dotted field -> distinct values
+    t: np.ndarray  # epoch seconds, one per row
+    numeric: dict[str, np.ndarray] = field(default_factory=dict)  # dotted field -> values (NaN where absent)
+    text: dict[str, list[str]] = field(default_factory=dict)  # dotted field -> distinct values
 
     def __len__(self) -> int:
         return int(self.t.size)
@@ -46,13 +46,13 @@ def flatten(obj, prefix: str = "") -> dict[str, object]:
 def read_probe(path: Path, name: str | None = None) -> ProbeSeries | None:
     if not path.is_file():
         return None
-    rows: list[tuple[int | float, dict[str, object]]] = []     # (t, flattened fields other than t)
+    rows: list[tuple[int | float, dict[str, object]]] = []  # (t, flattened fields other than t)
     with open(path, "rb") as f:
         for line in f:
             try:
                 row = json.loads(line)
             except ValueError:
-                continue                        # torn last line of a probe still writing
+                continue  # torn last line of a probe still writing
             if isinstance(row, dict) and isinstance(t := row.get("t"), (int, float)):
                 rows.append((t, flatten({k: v for k, v in row.items() if k != "t"})))
     if not rows:
@@ -62,8 +62,10 @@ def read_probe(path: Path, name: str | None = None) -> ProbeSeries | None:
     keys = dict.fromkeys(k for _, r in rows for k in r)
     for key in keys:
         values = [r.get(key) for _, r in rows]
-        if all(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)) or isinstance(v, bool)
-               for v in values):
+        if all(
+            v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)) or isinstance(v, bool)
+            for v in values
+        ):
             series.numeric[key] = np.array([float(v) if isinstance(v, (int, float)) else np.nan for v in values])
         else:
             distinct = list(dict.fromkeys(str(v) for v in values if v is not None))

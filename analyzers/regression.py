@@ -22,17 +22,17 @@ class Regression:
     level_id: str
     metric: str
     a: float
-    b: float | None                 # None: B's percentile reached its failed requests (unbounded)
-    rel: float | None               # (b - a) / a; None when B is unbounded
+    b: float | None  # None: B's percentile reached its failed requests (unbounded)
+    rel: float | None  # (b - a) / a; None when B is unbounded
     ci: tuple[float, float] | None  # 95% interval of b - a
     note: str = ""
 
 
 @dataclass
 class GateResult:
-    tolerance: float                # a fraction: 0.05 is 5%
+    tolerance: float  # a fraction: 0.05 is 5%
     metrics: tuple[str, ...]
-    checked: int = 0                # (level, metric) pairs the gate looked at
+    checked: int = 0  # (level, metric) pairs the gate looked at
     regressions: list[Regression] = field(default_factory=list)
 
     @property
@@ -52,8 +52,9 @@ def parse_tolerance(text: str) -> float:
     return value
 
 
-def regression_gate(comparisons: list[Comparison], tolerance: float,
-                    metrics: tuple[str, ...] = GATED_METRICS) -> GateResult:
+def regression_gate(
+    comparisons: list[Comparison], tolerance: float, metrics: tuple[str, ...] = GATED_METRICS
+) -> GateResult:
     result = GateResult(tolerance, metrics)
     for c in comparisons:
         for lc in c.levels:
@@ -67,6 +68,7 @@ def regression_gate(comparisons: list[Comparison], tolerance: float,
                     # B's percentile reached requests that failed: worse by more than any tolerance.
                     result.regressions.append(Regression(lc.level_id, d.metric, d.a, None, None, None, d.note))
                 elif d.rel is not None and abs(d.rel) > tolerance and d.b is not None and d.ci is not None:
-                    result.regressions.append(Regression(lc.level_id, d.metric, d.a, d.b, d.rel,
-                                                         (float(d.ci[0]), float(d.ci[1]))))
+                    result.regressions.append(
+                        Regression(lc.level_id, d.metric, d.a, d.b, d.rel, (float(d.ci[0]), float(d.ci[1])))
+                    )
     return result

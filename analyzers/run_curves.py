@@ -28,14 +28,14 @@ from rundir import RunInfo
 @dataclass(frozen=True)
 class CurvePoint:
     level_id: str
-    load: float                          # concurrency, or request rate (req/s)
-    output_tok_s: float                  # the whole target's
+    load: float  # concurrency, or request rate (req/s)
+    output_tok_s: float  # the whole target's
     per_replica_tok_s: float
-    per_user_tok_s: float | None         # 1 / TPOT P50
+    per_user_tok_s: float | None  # 1 / TPOT P50
     ttft_p99_s: float | None
     tpot_p95_s: float | None
     slo_met: bool | None
-    invalid: str | None = None           # why the level is no measurement (analyzers.validity): not plotted
+    invalid: str | None = None  # why the level is no measurement (analyzers.validity): not plotted
 
 
 @dataclass
@@ -43,8 +43,8 @@ class RunCurve:
     run_id: str
     path: str
     model: str
-    workload: str                        # the workload's kind, its dataset, the series' lengths
-    series: str                          # "concurrency · in 128 · out 64"
+    workload: str  # the workload's kind, its dataset, the series' lengths
+    series: str  # "concurrency · in 128 · out 64"
     replicas: int
     status: str
     points: list[CurvePoint] = field(default_factory=list)
@@ -78,12 +78,18 @@ def _workload(info: RunInfo) -> str:
 
 def _point(lv: LevelStats, replicas: int) -> CurvePoint:
     tpot_p50 = lv.tpot.p.get("p50")
-    invalid = next((n[len(INVALID_PREFIX):] for n in lv.notes if n.startswith(INVALID_PREFIX)), None)
-    return CurvePoint(level_id=lv.level_id, load=lv.load, output_tok_s=lv.output_tok_s,
-                      per_replica_tok_s=lv.output_tok_s / replicas,
-                      per_user_tok_s=1.0 / tpot_p50 if tpot_p50 else None,
-                      ttft_p99_s=lv.ttft.p.get("p99"), tpot_p95_s=lv.tpot.p.get("p95"), slo_met=lv.slo_met,
-                      invalid=invalid)
+    invalid = next((n[len(INVALID_PREFIX) :] for n in lv.notes if n.startswith(INVALID_PREFIX)), None)
+    return CurvePoint(
+        level_id=lv.level_id,
+        load=lv.load,
+        output_tok_s=lv.output_tok_s,
+        per_replica_tok_s=lv.output_tok_s / replicas,
+        per_user_tok_s=1.0 / tpot_p50 if tpot_p50 else None,
+        ttft_p99_s=lv.ttft.p.get("p99"),
+        tpot_p95_s=lv.tpot.p.get("p95"),
+        slo_met=lv.slo_met,
+        invalid=invalid,
+    )
 
 
 def curves_of(summary: RunSummary, path: str = "") -> list[RunCurve]:
@@ -91,7 +97,16 @@ def curves_of(summary: RunSummary, path: str = "") -> list[RunCurve]:
     info = summary.info
     replicas = info.target.replicas
     measured = [lv for lv in summary.levels if lv.n_ok and lv.n_in_window]
-    return [RunCurve(run_id=info.run_id, path=path, model=str(info.target.model or info.target.url or "?"),
-                     workload=_workload(info), series=key, replicas=replicas, status=info.status,
-                     points=[_point(lv, replicas) for lv in group])
-            for key, group in series_of(measured).items()]
+    return [
+        RunCurve(
+            run_id=info.run_id,
+            path=path,
+            model=str(info.target.model or info.target.url or "?"),
+            workload=_workload(info),
+            series=key,
+            replicas=replicas,
+            status=info.status,
+            points=[_point(lv, replicas) for lv in group],
+        )
+        for key, group in series_of(measured).items()
+    ]

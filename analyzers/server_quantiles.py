@@ -21,9 +21,9 @@ import numpy as np
 
 @dataclass(frozen=True)
 class BoundedQuantile:
-    value: float | None = None      # the largest interpolated value, when no interval was above the last edge
-    below: float | None = None      # every interval's quantile is < this (all fell in the first bucket)
-    above: float | None = None      # some interval's quantile is > this (the +Inf bucket)
+    value: float | None = None  # the largest interpolated value, when no interval was above the last edge
+    below: float | None = None  # every interval's quantile is < this (all fell in the first bucket)
+    above: float | None = None  # some interval's quantile is > this (the +Inf bucket)
 
     def evidence(self, base: str) -> dict[str, float]:
         """`{base}_s`, `{base}_lt_s` or `{base}_gt_s`: the key says whether it is a value or a bound

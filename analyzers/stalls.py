@@ -16,17 +16,17 @@ import numpy as np
 from analyzers.stats.window import Window
 from rundir.table import RequestTable
 
-STALL_MIN_S = 2.0            # shorter silences are ordinary (a long prefill step, a GC pause)
-STALL_GAP_FACTOR = 20.0      # ... and a stall is this many times the level's median token gap
-STALL_TTFT_FACTOR = 2.0      # ... and twice the level's P90 TTFT (a long prefill is silent too)
+STALL_MIN_S = 2.0  # shorter silences are ordinary (a long prefill step, a GC pause)
+STALL_GAP_FACTOR = 20.0  # ... and a stall is this many times the level's median token gap
+STALL_TTFT_FACTOR = 2.0  # ... and twice the level's P90 TTFT (a long prefill is silent too)
 
 
 @dataclass(frozen=True)
 class Stall:
     seconds: float
-    start: float             # epoch seconds
+    start: float  # epoch seconds
     end: float
-    in_flight: int           # requests waiting through it
+    in_flight: int  # requests waiting through it
 
 
 def token_times(table: RequestTable, rows: np.ndarray) -> np.ndarray:
@@ -63,15 +63,18 @@ def longest_stall(table: RequestTable, rows: np.ndarray, window: Window) -> Stal
     level_ttft = df["ttft_s"].to_numpy()[rows]
     ttft = level_ttft[df["in_window"].to_numpy()[rows]]
     ttft = ttft[~np.isnan(ttft)]
-    if not ttft.size:     # nobody was sent in the window: the warm-up cohort's prefills are the yardstick
+    if not ttft.size:  # nobody was sent in the window: the warm-up cohort's prefills are the yardstick
         ttft = level_ttft[~np.isnan(level_ttft)]
-    threshold = max(STALL_MIN_S, STALL_GAP_FACTOR * median_gap,
-                    STALL_TTFT_FACTOR * float(np.percentile(ttft, 90)) if ttft.size else 0.0)
+    threshold = max(
+        STALL_MIN_S,
+        STALL_GAP_FACTOR * median_gap,
+        STALL_TTFT_FACTOR * float(np.percentile(ttft, 90)) if ttft.size else 0.0,
+    )
     inside = times[(times > window.start) & (times < window.end)]
     events = np.r_[window.start, inside, window.end]
     gaps = np.diff(events)
     order = np.argsort(gaps)[::-1]
-    for i in order[:5]:                      # the few longest silences: is anybody waiting through it?
+    for i in order[:5]:  # the few longest silences: is anybody waiting through it?
         a, b = events[i], events[i + 1]
         waiting = int(((sent <= a) & (done >= b)).sum())
         if waiting and gaps[i] >= threshold:

@@ -35,11 +35,11 @@ class RunSummary:
     levels: list[LevelStats]
     scaling: dict[str, ScalingPoint]
     series: list[Series]
-    findings: list[str] = field(default_factory=list)              # the grouped findings' sentences
-    finding_groups: list[Finding] = field(default_factory=list)     # analyzers/findings.py
-    windows: dict[str, Window] = field(default_factory=dict)     # level (or class) id -> the window used
-    classes: list[LevelStats] = field(default_factory=list)      # request classes (analyzers/stats/request_classes.py)
-    replicas: list[ReplicaShare] = field(default_factory=list)   # per level and replica (analyzers/stats/replicas.py)
+    findings: list[str] = field(default_factory=list)  # the grouped findings' sentences
+    finding_groups: list[Finding] = field(default_factory=list)  # analyzers/findings.py
+    windows: dict[str, Window] = field(default_factory=dict)  # level (or class) id -> the window used
+    classes: list[LevelStats] = field(default_factory=list)  # request classes (analyzers/stats/request_classes.py)
+    replicas: list[ReplicaShare] = field(default_factory=list)  # per level and replica (analyzers/stats/replicas.py)
     # prediction.json held against the levels (analyzers/plan/departures.py); None: the run has none
     prediction: PredictionCheck | None = None
 
@@ -56,18 +56,31 @@ class RunSummary:
         levels = []
         for lv in self.levels:
             p = self.scaling.get(lv.level_id)
-            levels.append({**lv.to_dict(), "ceiling_note": p.note if p else None,
-                           "linearity": p.linearity if p else None,
-                           "scaling_efficiency": p.efficiency if p else None})
-        return {"schema_version": self.info.schema_version, "run_id": self.info.run_id, "status": self.info.status,
-                "slos": self.slos.to_dict(), "levels": levels,
-                "best_level_within_slo": best.level_id if best else None,
-                "series": [{"key": s.key, "levels": s.level_ids, "knee": s.knee,
-                            "best_within_slo": s.best_within_slo} for s in self.series],
-                "findings": self.findings, "finding_groups": [f.to_dict() for f in self.finding_groups],
-                "classes": [c.to_dict() for c in self.classes],
-                "replicas": [r.to_dict() for r in self.replicas],
-                **({"prediction": self.prediction.to_dict()} if self.prediction is not None else {})}
+            levels.append(
+                {
+                    **lv.to_dict(),
+                    "ceiling_note": p.note if p else None,
+                    "linearity": p.linearity if p else None,
+                    "scaling_efficiency": p.efficiency if p else None,
+                }
+            )
+        return {
+            "schema_version": self.info.schema_version,
+            "run_id": self.info.run_id,
+            "status": self.info.status,
+            "slos": self.slos.to_dict(),
+            "levels": levels,
+            "best_level_within_slo": best.level_id if best else None,
+            "series": [
+                {"key": s.key, "levels": s.level_ids, "knee": s.knee, "best_within_slo": s.best_within_slo}
+                for s in self.series
+            ],
+            "findings": self.findings,
+            "finding_groups": [f.to_dict() for f in self.finding_groups],
+            "classes": [c.to_dict() for c in self.classes],
+            "replicas": [r.to_dict() for r in self.replicas],
+            **({"prediction": self.prediction.to_dict()} if self.prediction is not None else {}),
+        }
 
 
 def level_windows(run: RunDir, info: RunInfo) -> dict[str, Window]:
@@ -77,7 +90,7 @@ def level_windows(run: RunDir, info: RunInfo) -> dict[str, Window]:
             windows[level_id] = Window(float(meta.window_s), meta.window_start, meta.window_end)
     try:
         old = run.read_summary() or {}
-    except ValueError:           # a summary.json torn by a crash: recomputed from the records anyway
+    except ValueError:  # a summary.json torn by a crash: recomputed from the records anyway
         old = {}
     for lv in old.get("levels", []):
         if lv.get("level_id") not in windows and lv.get("window_s"):
@@ -85,9 +98,15 @@ def level_windows(run: RunDir, info: RunInfo) -> dict[str, Window]:
     return windows
 
 
-def summarize_table(table: RequestTable, info: RunInfo, windows: dict[str, Window],
-                    slos: "Slos | dict | None" = None, extra_notes: dict[str, list[str]] | None = None,
-                    seed: int = 0, server: ProbeSeries | None = None) -> RunSummary:
+def summarize_table(
+    table: RequestTable,
+    info: RunInfo,
+    windows: dict[str, Window],
+    slos: "Slos | dict | None" = None,
+    extra_notes: dict[str, list[str]] | None = None,
+    seed: int = 0,
+    server: ProbeSeries | None = None,
+) -> RunSummary:
     """Analyze `table` (a run's records). `windows`: level id -> measured window; levels without
     one use the spec's duration, or, for a level cut short (Ctrl-C, a crash), the span of its
     in-window send times. `server`: the server probe's series, whose ITL is the reference that
@@ -102,14 +121,22 @@ def summarize_table(table: RequestTable, info: RunInfo, windows: dict[str, Windo
         if level_id in windows:
             used[level_id] = windows[level_id]
         else:
-            used[level_id], cut_short = _fallback_window(table, rows_by_level[level_id], info,
-                                                         level_id in info.levels_done)
+            used[level_id], cut_short = _fallback_window(
+                table, rows_by_level[level_id], info, level_id in info.levels_done
+            )
             if cut_short:
                 estimated.add(level_id)
     for i, level_id in enumerate(order):
         rows, window = rows_by_level[level_id], used[level_id]
-        lv = level_stats(table, rows, level_id, window, slos, np.random.default_rng([seed, i]),
-                         level_server_itl(server, table, rows, window.start, window.end))
+        lv = level_stats(
+            table,
+            rows,
+            level_id,
+            window,
+            slos,
+            np.random.default_rng([seed, i]),
+            level_server_itl(server, table, rows, window.start, window.end),
+        )
         meta = info.level_meta.get(level_id) or LevelMeta()
         lv.notes.extend(meta.notes)
         lv.notes.extend((extra_notes or {}).get(level_id, []))
@@ -118,13 +145,17 @@ def summarize_table(table: RequestTable, info: RunInfo, windows: dict[str, Windo
         if meta.cut_short:
             mark_cut_short(lv, lv.window_s, float(meta.nominal_s or info.sweep.duration_s))
         if level_id in estimated:
-            lv.notes.append(f"the level did not finish: its window ({lv.window_s:.1f} s) is estimated from "
-                            "the first and last send times")
+            lv.notes.append(
+                f"the level did not finish: its window ({lv.window_s:.1f} s) is estimated from "
+                "the first and last send times"
+            )
             mark_cut_short(lv, lv.window_s, float(info.sweep.duration_s))
         levels.append(lv)
     summary = summary_of_levels(info, slos, levels, used, run_replicas(table, order))
     for i, (cid, (level_id, crows)) in enumerate(all_class_rows(table).items()):
-        summary.classes.append(level_stats(table, crows, cid, used[level_id], slos, np.random.default_rng([seed, 1000 + i])))
+        summary.classes.append(
+            level_stats(table, crows, cid, used[level_id], slos, np.random.default_rng([seed, 1000 + i]))
+        )
         summary.windows[cid] = used[level_id]
     return summary
 
@@ -147,13 +178,16 @@ def _fallback_window(table: RequestTable, rows: np.ndarray, info: RunInfo, finis
     return Window(end - float(sent.min()), float(sent.min()), end), True
 
 
-def summary_of_levels(info: RunInfo, slos: "SloSpec | dict", levels: list[LevelStats],
-                      windows: dict[str, Window] | None = None,
-                      replicas: list[ReplicaShare] | None = None) -> RunSummary:
+def summary_of_levels(
+    info: RunInfo,
+    slos: "SloSpec | dict",
+    levels: list[LevelStats],
+    windows: dict[str, Window] | None = None,
+    replicas: list[ReplicaShare] | None = None,
+) -> RunSummary:
     """Cross-level analysis (scaling, SLO answers, findings) of levels already summarized."""
     scaling, series = analyze_scaling(levels)
-    summary = RunSummary(info, Slos.of(slos), levels, scaling, series, windows=windows or {},
-                         replicas=replicas or [])
+    summary = RunSummary(info, Slos.of(slos), levels, scaling, series, windows=windows or {}, replicas=replicas or [])
     summary.finding_groups = run_findings(summary)
     summary.findings = [f.text for f in summary.finding_groups]
     return summary
@@ -165,7 +199,7 @@ def analyze_run(run: RunDir, slos: "Slos | dict | None" = None) -> tuple[RunSumm
     table = load_cached(run)
     server = read_probe(run.probe_file("server"), "server")
     summary = summarize_table(table, info, level_windows(run, info), slos, server=server)
-    summary.findings.extend(table.warnings)          # lines of requests.jsonl that were not counted
+    summary.findings.extend(table.warnings)  # lines of requests.jsonl that were not counted
     prediction = run.read_prediction()
     if prediction is not None:
         summary.prediction = check_prediction(prediction, summary.levels, info.run_id)

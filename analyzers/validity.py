@@ -16,14 +16,14 @@ from analyzers.stalls import Stall, longest_stall
 from analyzers.stats.window import Window
 from rundir.table import RequestTable
 
-INVALID_PREFIX = "INVALID: "         # a level note that makes the level no valid measurement
+INVALID_PREFIX = "INVALID: "  # a level note that makes the level no valid measurement
 
 
 @dataclass
 class Validity:
     stall: Stall | None
-    carried_failed: int              # sent in warm-up, failed inside the window
-    carried_in_flight: int           # sent in warm-up, still in flight when the window opened
+    carried_failed: int  # sent in warm-up, failed inside the window
+    carried_in_flight: int  # sent in warm-up, still in flight when the window opened
     bursts: BurstReads | None = None  # streams the client read in one burst (None: no successful stream)
 
     def error_rate(self, n_failed: int, n_in_window: int) -> float:
@@ -31,8 +31,9 @@ class Validity:
         return (n_failed + self.carried_failed) / total if total else 0.0
 
 
-def level_validity(table: RequestTable, rows: np.ndarray, window: Window,
-                   server_itl_s: float | None = None) -> Validity:
+def level_validity(
+    table: RequestTable, rows: np.ndarray, window: Window, server_itl_s: float | None = None
+) -> Validity:
     """`server_itl_s`: the server's own ITL mean over the window (server probe), the bursts' reference."""
     df = table.df
     bursts = level_bursts(table, rows, server_itl_s) if rows.size else None
@@ -47,8 +48,10 @@ def level_validity(table: RequestTable, rows: np.ndarray, window: Window,
 
 
 def stall_words(stall: Stall, window: Window) -> str:
-    return (f"the server delivered no token for {stall.seconds:.1f} s inside the window (from "
-            f"+{stall.start - (window.start or stall.start):.1f} s) while {stall.in_flight} requests waited")
+    return (
+        f"the server delivered no token for {stall.seconds:.1f} s inside the window (from "
+        f"+{stall.start - (window.start or stall.start):.1f} s) while {stall.in_flight} requests waited"
+    )
 
 
 def mark_not_measured(lv, bursts: BurstReads) -> None:

@@ -57,9 +57,20 @@ class Clock:
             self.offset += max(0.0, t - self.now())
 
 
-def run_open_loop(engine_kw: dict, rate: float, duration: float, warmup: float, prompts, outputs, seed: int,
-                  slo_ttft: float, slo_tpot: float, clock_kind: str = "cpu") -> dict:
+def run_open_loop(
+    engine_kw: dict,
+    rate: float,
+    duration: float,
+    warmup: float,
+    prompts,
+    outputs,
+    seed: int,
+    slo_ttft: float,
+    slo_tpot: float,
+    clock_kind: str = "cpu",
+) -> dict:
     from refengine import LLM
+
     eng = LLM("tiny", **engine_kw).llm_engine
     eng.add_request([7] * 16, greedy(2))  # warm-up, not counted
     while eng.has_unfinished_requests():
@@ -98,15 +109,29 @@ def run_open_loop(engine_kw: dict, rate: float, duration: float, warmup: float, 
     measured = [r for r, a in arrival_of.items() if a >= warmup]
     ttft = np.array([first[r] - arrival_of[r] for r in measured])
     tpot = np.array([(done[r] - first[r]) / (ntok[r] - 1) for r in measured if ntok[r] > 1])
-    ok = sum(1 for r in measured if first[r] - arrival_of[r] <= slo_ttft
-             and (ntok[r] < 2 or (done[r] - first[r]) / (ntok[r] - 1) <= slo_tpot))
+    ok = sum(
+        1
+        for r in measured
+        if first[r] - arrival_of[r] <= slo_ttft and (ntok[r] < 2 or (done[r] - first[r]) / (ntok[r] - 1) <= slo_tpot)
+    )
     out_tokens = sum(ntok[r] for r in measured)
     span = max(done[r] for r in measured) - warmup
-    return dict(rate=rate, requests=len(measured), wall_s=wall, other_cpus=meter.as_dict()["other_cpus"],
-                ttft_p50=float(np.percentile(ttft, 50)), ttft_p99=float(np.percentile(ttft, 99)),
-                tpot_p50=float(np.percentile(tpot, 50)), tpot_p95=float(np.percentile(tpot, 95)),
-                goodput_rps=ok / duration, slo_met=ok / len(measured), out_tok_s=out_tokens / span,
-                preemptions=st.num_preemptions_total, peak_running=peak_running, steps=st.num_steps)
+    return dict(
+        rate=rate,
+        requests=len(measured),
+        wall_s=wall,
+        other_cpus=meter.as_dict()["other_cpus"],
+        ttft_p50=float(np.percentile(ttft, 50)),
+        ttft_p99=float(np.percentile(ttft, 99)),
+        tpot_p50=float(np.percentile(tpot, 50)),
+        tpot_p95=float(np.percentile(tpot, 95)),
+        goodput_rps=ok / duration,
+        slo_met=ok / len(measured),
+        out_tok_s=out_tokens / span,
+        preemptions=st.num_preemptions_total,
+        peak_running=peak_running,
+        steps=st.num_steps,
+    )
 
 
 def main() -> None:
@@ -126,43 +151,97 @@ def main() -> None:
     args = ap.parse_args()
     if args.clock == "cpu":
         import torch
+
         torch.set_num_threads(1)  # one thread: its CPU time is the engine's work, no spin-waits
     if args.quick:
         args.duration, args.warmup, args.reps, args.rates = 10.0, 2.0, 1, "1,2"
     prompts, outputs = (32, 256), (16, 128)
     slo = dict(slo_ttft=args.slo_ttft, slo_tpot=args.slo_tpot)
-    res = dict(machine=machine(), args=vars(args), workload=dict(prompts=prompts, outputs=outputs), batching=[],
-               layout=[])
+    res = dict(
+        machine=machine(), args=vars(args), workload=dict(prompts=prompts, outputs=outputs), batching=[], layout=[]
+    )
     slo["clock_kind"] = args.clock
     for rep in range(args.reps if args.part != "layout" else 0):
         for mode in ("continuous", "static"):
-            r = run_open_loop({"batching": mode}, args.rate, args.duration, args.warmup, prompts, outputs,
-                              seed=rep, **slo)
+            r = run_open_loop(
+                {"batching": mode}, args.rate, args.duration, args.warmup, prompts, outputs, seed=rep, **slo
+            )
             res["batching"].append(dict(r, mode=mode, rep=rep))
             print(f"{mode} rep {rep}: {r}", flush=True)
-    rows = [[b["mode"], b["rep"], b["requests"], f"{b['ttft_p50']:.2f}", f"{b['ttft_p99']:.2f}",
-             f"{b['tpot_p50'] * 1e3:.0f}", f"{b['tpot_p95'] * 1e3:.0f}", f"{b['goodput_rps']:.2f}",
-             f"{b['slo_met']:.0%}", f"{b['out_tok_s']:.0f}", f"{b['other_cpus']:.2f}"] for b in res["batching"]]
+    rows = [
+        [
+            b["mode"],
+            b["rep"],
+            b["requests"],
+            f"{b['ttft_p50']:.2f}",
+            f"{b['ttft_p99']:.2f}",
+            f"{b['tpot_p50'] * 1e3:.0f}",
+            f"{b['tpot_p95'] * 1e3:.0f}",
+            f"{b['goodput_rps']:.2f}",
+            f"{b['slo_met']:.0%}",
+            f"{b['out_tok_s']:.0f}",
+            f"{b['other_cpus']:.2f}",
+        ]
+        for b in res["batching"]
+    ]
     if rows:
-        print_table(f"Continuous vs static, Poisson {args.rate} req/s, {args.duration:.0f} s window (SLO TTFT <= "
-                    f"{args.slo_ttft} s, TPOT <= {args.slo_tpot * 1e3:.0f} ms)",
-                    ["batching", "rep", "requests", "TTFT P50 s", "TTFT P99 s", "TPOT P50 ms", "TPOT P95 ms",
-                     "goodput req/s", "met SLO", "out tok/s", "others' CPUs"], rows)
+        print_table(
+            f"Continuous vs static, Poisson {args.rate} req/s, {args.duration:.0f} s window (SLO TTFT <= "
+            f"{args.slo_ttft} s, TPOT <= {args.slo_tpot * 1e3:.0f} ms)",
+            [
+                "batching",
+                "rep",
+                "requests",
+                "TTFT P50 s",
+                "TTFT P99 s",
+                "TPOT P50 ms",
+                "TPOT P95 ms",
+                "goodput req/s",
+                "met SLO",
+                "out tok/s",
+                "others' CPUs",
+            ],
+            rows,
+        )
     kv = dict(num_gpu_blocks_override=args.kv_blocks, max_model_len=1024)
     for rate in (float(x) for x in args.rates.split(",") if args.part != "batching"):
         for layout in ("paged", "contiguous"):
-            r = run_open_loop(dict(kv, kv_layout=layout), rate, args.duration, args.warmup, prompts, outputs,
-                              seed=100, **slo)
+            r = run_open_loop(
+                dict(kv, kv_layout=layout), rate, args.duration, args.warmup, prompts, outputs, seed=100, **slo
+            )
             r["served"] = r["preemptions"] == 0 and r["ttft_p99"] <= args.slo_ttft
             res["layout"].append(dict(r, layout=layout))
             print(f"{layout} {rate}: {r}", flush=True)
-    rows = [[x["layout"], x["rate"], x["peak_running"], x["preemptions"], f"{x['ttft_p50']:.2f}",
-             f"{x['ttft_p99']:.2f}", f"{x['tpot_p95'] * 1e3:.0f}", f"{x['goodput_rps']:.2f}",
-             "yes" if x["served"] else "no"] for x in res["layout"]]
+    rows = [
+        [
+            x["layout"],
+            x["rate"],
+            x["peak_running"],
+            x["preemptions"],
+            f"{x['ttft_p50']:.2f}",
+            f"{x['ttft_p99']:.2f}",
+            f"{x['tpot_p95'] * 1e3:.0f}",
+            f"{x['goodput_rps']:.2f}",
+            "yes" if x["served"] else "no",
+        ]
+        for x in res["layout"]
+    ]
     if rows:
-        print_table(f"Paged vs contiguous, {args.kv_blocks} blocks of 16, max_model_len 1024",
-                    ["layout", "req/s", "peak running", "preemptions", "TTFT P50 s", "TTFT P99 s", "TPOT P95 ms",
-                     "goodput req/s", "served"], rows)
+        print_table(
+            f"Paged vs contiguous, {args.kv_blocks} blocks of 16, max_model_len 1024",
+            [
+                "layout",
+                "req/s",
+                "peak running",
+                "preemptions",
+                "TTFT P50 s",
+                "TTFT P99 s",
+                "TPOT P95 ms",
+                "goodput req/s",
+                "served",
+            ],
+            rows,
+        )
     for layout in ("paged", "contiguous") if res["layout"] else ():
         served = [x["rate"] for x in res["layout"] if x["layout"] == layout and x["served"]]
         res[f"highest_served_{layout}"] = max(served) if served else None

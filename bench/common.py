@@ -27,20 +27,25 @@ class Req:
     max_tokens: int
 
 
-def make_workload(n: int, prompt_range: tuple[int, int], output_range: tuple[int, int], seed: int = 0,
-                  vocab: int = 4096) -> list[Req]:
+def make_workload(
+    n: int, prompt_range: tuple[int, int], output_range: tuple[int, int], seed: int = 0, vocab: int = 4096
+) -> list[Req]:
     """n requests, uniform prompt and output lengths, random non-special token ids (seeded)."""
     rng = random.Random(seed)
-    return [Req([rng.randrange(SPECIAL_IDS, vocab) for _ in range(rng.randint(*prompt_range))],
-                rng.randint(*output_range)) for _ in range(n)]
+    return [
+        Req([rng.randrange(SPECIAL_IDS, vocab) for _ in range(rng.randint(*prompt_range))], rng.randint(*output_range))
+        for _ in range(n)
+    ]
 
 
 def greedy(max_tokens: int):
     from refengine import SamplingParams
+
     return SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
 
 
 # ----- per-step instrumentation ------------------------------------------------------------
+
 
 @dataclass
 class StepRecord:
@@ -51,11 +56,11 @@ class StepRecord:
     prepare_s: float
     forward_s: float
     sample_s: float
-    num_running: int         # requests scheduled in this step
-    num_tokens: int          # tokens computed this step
-    num_decode: int          # scheduled requests with exactly one new token
+    num_running: int  # requests scheduled in this step
+    num_tokens: int  # tokens computed this step
+    num_decode: int  # scheduled requests with exactly one new token
     num_sampled: int
-    attn_ctx_sum: int        # sum over computed tokens of their context length (keys attended)
+    attn_ctx_sum: int  # sum over computed tokens of their context length (keys attended)
     minor_faults: int
 
 
@@ -103,18 +108,30 @@ class StepRecorder:
             if self.enabled and s is not None and not s.is_empty:
                 tm = run.last_timings
                 ctx = sum(r.num_tokens * r.start_pos + r.num_tokens * (r.num_tokens + 1) // 2 for r in s.requests)
-                self.records.append(StepRecord(
-                    total, self._t.get("schedule", 0.0), self._t.get("update", 0.0), self._t.get("execute", 0.0),
-                    tm.prepare_s, tm.forward_s, tm.sample_s, len(s.requests), s.total_num_scheduled_tokens,
-                    sum(1 for r in s.requests if r.num_tokens == 1),
-                    sum(1 for r in s.requests if r.sample), ctx,
-                    resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0))
+                self.records.append(
+                    StepRecord(
+                        total,
+                        self._t.get("schedule", 0.0),
+                        self._t.get("update", 0.0),
+                        self._t.get("execute", 0.0),
+                        tm.prepare_s,
+                        tm.forward_s,
+                        tm.sample_s,
+                        len(s.requests),
+                        s.total_num_scheduled_tokens,
+                        sum(1 for r in s.requests if r.num_tokens == 1),
+                        sum(1 for r in s.requests if r.sample),
+                        ctx,
+                        resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0,
+                    )
+                )
             return out
 
         eng.step, sch.schedule, sch.update_from_output, run.execute_model = step, schedule, update, execute
 
 
 # ----- how busy the machine was with other work -------------------------------------------
+
 
 def _proc_cpu_s(pid: str | int) -> float:
     try:
@@ -196,37 +213,56 @@ def quietest(fn, retries: int = 1, threshold: float = 0.25) -> dict:
 
 def note(msg: str) -> None:
     import sys
+
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
 # ----- FLOPs and the matmul peak -------------------------------------------------------------
 
+
 def model_flops(cfg) -> dict:
     """Per-token / per-row FLOP coefficients of a Llama-family config (refengine ModelConfig)."""
     h, L, d = cfg.hidden_size, cfg.num_hidden_layers, cfg.head_dim
     q, kv, inter = cfg.num_attention_heads * d, cfg.num_key_value_heads * d, cfg.intermediate_size
-    nonemb = L * (h * (q + 2 * kv) + q * h + 3 * h * inter + 2 * h) + h   # linears + norms
-    return {"nonemb_params": nonemb, "per_token": 2 * nonemb,
-            "attn_per_ctx": 2 * 2 * d * cfg.num_attention_heads * L,       # QK^T + PV per (query, key)
-            "lm_head_per_row": 2 * h * cfg.vocab_size}
+    nonemb = L * (h * (q + 2 * kv) + q * h + 3 * h * inter + 2 * h) + h  # linears + norms
+    return {
+        "nonemb_params": nonemb,
+        "per_token": 2 * nonemb,
+        "attn_per_ctx": 2 * 2 * d * cfg.num_attention_heads * L,  # QK^T + PV per (query, key)
+        "lm_head_per_row": 2 * h * cfg.vocab_size,
+    }
 
 
 def step_flops(rec: StepRecord, coef: dict) -> float:
-    return (coef["per_token"] * rec.num_tokens + coef["attn_per_ctx"] * rec.attn_ctx_sum
-            + coef["lm_head_per_row"] * rec.num_sampled)
+    return (
+        coef["per_token"] * rec.num_tokens
+        + coef["attn_per_ctx"] * rec.attn_ctx_sum
+        + coef["lm_head_per_row"] * rec.num_sampled
+    )
 
 
 def summarize_steps(rs: list[StepRecord], coef: dict, peak: float) -> dict:
     """Medians over steps of one kind: time, FLOPs, MFU against `peak`, and where the time went."""
     import statistics
+
     tot = statistics.median(r.total_s for r in rs)
     fl = statistics.median(step_flops(r, coef) for r in rs)
-    part = {p: statistics.median(getattr(r, p) for r in rs) for p in
-            ("schedule_s", "update_s", "prepare_s", "forward_s", "sample_s", "execute_s")}
+    part = {
+        p: statistics.median(getattr(r, p) for r in rs)
+        for p in ("schedule_s", "update_s", "prepare_s", "forward_s", "sample_s", "execute_s")
+    }
     part["output_processing_s"] = max(0.0, tot - part["schedule_s"] - part["update_s"] - part["execute_s"])
-    return dict(steps=len(rs), step_s=tot, gflop=fl / 1e9, gflops=fl / tot / 1e9, mfu=fl / tot / peak,
-                tokens=rs[0].num_tokens, minor_faults=statistics.median(r.minor_faults for r in rs),
-                overhead_share=(part["schedule_s"] + part["update_s"] + part["prepare_s"]) / tot, parts=part)
+    return dict(
+        steps=len(rs),
+        step_s=tot,
+        gflop=fl / 1e9,
+        gflops=fl / tot / 1e9,
+        mfu=fl / tot / peak,
+        tokens=rs[0].num_tokens,
+        minor_faults=statistics.median(r.minor_faults for r in rs),
+        overhead_share=(part["schedule_s"] + part["update_s"] + part["prepare_s"]) / tot,
+        parts=part,
+    )
 
 
 KERNEL_VARIANT = "engine: C++ paged decode kernel"
@@ -244,8 +280,9 @@ def decode_attention_variants(kv_cache, seqs, num_heads: int, block_size: int, n
     context and pads each quarter only to its own longest context, not the batch's."""
     from refengine.attention.metadata import build_attention_metadata
     from refengine.attention.reference import paged_attention
+
     _, nb, bs, kvh, d = kv_cache.shape
-    flat, scale, g = kv_cache.view(2, nb * bs, kvh, d), d ** -0.5, num_heads // kvh
+    flat, scale, g = kv_cache.view(2, nb * bs, kvh, d), d**-0.5, num_heads // kvh
     q = torch.randn(len(seqs), num_heads * d)
 
     def folded(qq, group):
@@ -253,14 +290,15 @@ def decode_attention_variants(kv_cache, seqs, num_heads: int, block_size: int, n
         b, L = meta.decode_slots.shape
         k = flat[0].index_select(0, meta.decode_slots.view(-1)).view(b, L, kvh, d).transpose(1, 2)
         v = flat[1].index_select(0, meta.decode_slots.view(-1)).view(b, L, kvh, d).transpose(1, 2)
-        return F.scaled_dot_product_attention(qq.view(b, kvh, g, d), k, v, attn_mask=meta.decode_mask,
-                                              scale=scale).reshape(b, -1)
+        return F.scaled_dot_product_attention(
+            qq.view(b, kvh, g, d), k, v, attn_mask=meta.decode_mask, scale=scale
+        ).reshape(b, -1)
 
     def bucketed(parts=4):
         order = sorted(range(len(seqs)), key=lambda i: seqs[i][0])
         out = torch.empty_like(q)
         for c in range(parts):
-            idx = order[c * len(order) // parts:(c + 1) * len(order) // parts]
+            idx = order[c * len(order) // parts : (c + 1) * len(order) // parts]
             out[idx] = folded(q[idx], [seqs[i] for i in idx])
         return out
 
@@ -268,10 +306,13 @@ def decode_attention_variants(kv_cache, seqs, num_heads: int, block_size: int, n
     base = paged_attention(q, kv_cache, meta, num_heads, scale)
     out = {}
     from refengine.kernels import cpu_paged_decode
+
     if cpu_paged_decode.applies(q, kv_cache):
+
         def kernel():
-            return cpu_paged_decode.paged_decode_cpu(q, kv_cache, meta.decode_block_tables, meta.decode_seq_lens,
-                                                     num_heads, scale)
+            return cpu_paged_decode.paged_decode_cpu(
+                q, kv_cache, meta.decode_block_tables, meta.decode_seq_lens, num_heads, scale
+            )
 
         assert torch.allclose(kernel(), base, atol=1e-4), "C++ kernel"
         out[KERNEL_VARIANT] = best_time(kernel, n)
@@ -313,8 +354,11 @@ def matmul_peak(shapes: list[tuple[int, int, int]], seconds: float = 1.0) -> dic
 CATEGORIES = {
     # mkldnn's _linear_pointwise: the packed float32 linears (refengine/model/layers/cpu_gemm.py).
     "matmul": ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "mkldnn::_linear_pointwise"),
-    "attention (SDPA)": ("aten::_scaled_dot_product_flash_attention_for_cpu", "aten::_scaled_dot_product_attention_math",
-                         "aten::_softmax"),
+    "attention (SDPA)": (
+        "aten::_scaled_dot_product_flash_attention_for_cpu",
+        "aten::_scaled_dot_product_attention_math",
+        "aten::_softmax",
+    ),
     "KV gather / scatter": ("aten::index_select", "aten::index_copy_", "aten::index", "aten::embedding"),
 }
 
@@ -340,17 +384,22 @@ def profile_breakdown(prof, wall_s: float, steps: int = 1) -> dict:
     cats = {k: v / steps for k, v in cats.items()}
     cats[UNSEEN] = max(0.0, wall_s / steps - sum(cats.values()))
     top.sort(key=lambda x: -x[1])
-    return {"wall_s": wall_s / steps, "categories_s": cats,
-            "top_ops": [{"op": k, "self_s": s / steps, "calls": c / steps} for k, s, c in top[:8]]}
+    return {
+        "wall_s": wall_s / steps,
+        "categories_s": cats,
+        "top_ops": [{"op": k, "self_s": s / steps, "calls": c / steps} for k, s, c in top[:8]],
+    }
 
 
 # ----- output ------------------------------------------------------------------------------------
+
 
 def source_digest(package: str = "refengine") -> str:
     """sha256 of the package's .py files: which engine code a figure was measured on."""
     import hashlib
     import importlib
     from pathlib import Path
+
     root = Path(importlib.import_module(package).__file__).parent
     h = hashlib.sha256()
     for f in sorted(root.rglob("*.py")):
@@ -377,15 +426,23 @@ def cpu_model() -> dict:
 
 
 def machine() -> dict:
-    return {"date": datetime.date.today().isoformat(), "refengine_sha256_16": source_digest(), "cpus": os.cpu_count(),
-            "cpu": cpu_model(), "torch_threads": torch.get_num_threads(),
-            "torch": torch.__version__, "python": platform.python_version(), "gpu": torch.cuda.is_available()}
+    return {
+        "date": datetime.date.today().isoformat(),
+        "refengine_sha256_16": source_digest(),
+        "cpus": os.cpu_count(),
+        "cpu": cpu_model(),
+        "torch_threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "gpu": torch.cuda.is_available(),
+    }
 
 
 def print_table(title: str, header: list[str], rows: list[list]) -> None:
     try:
         from rich.console import Console
         from rich.table import Table
+
         t = Table(title=title)
         for h in header:
             t.add_column(h)

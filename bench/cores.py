@@ -12,11 +12,11 @@ import threading
 import psutil
 from common import machine, matmul_peak
 
-MATMUL_SHAPE = (256, 1024, 1024)      # M, N, K: ~0.5 GFLOP a call, many calls in a second
+MATMUL_SHAPE = (256, 1024, 1024)  # M, N, K: ~0.5 GFLOP a call, many calls in a second
 
 
 def parse_cores(text: str) -> list[int]:
-    """"1", "0,2" or "0-3,6" -> sorted core numbers."""
+    """ "1", "0,2" or "0-3,6" -> sorted core numbers."""
     cores: set[int] = set()
     for part in text.split(","):
         lo, _, hi = part.strip().partition("-")
@@ -46,7 +46,7 @@ def pin_this_process(cores: list[int]) -> None:
         try:
             os.sched_setaffinity(int(tid), cores)
         except ProcessLookupError:
-            pass                          # a thread that ended meanwhile
+            pass  # a thread that ended meanwhile
 
 
 class CoreWatch:
@@ -88,7 +88,7 @@ class CoreWatch:
             try:
                 allowed, ran_on = p.cpu_affinity(), p.cpu_num()
             except psutil.Error:
-                continue                  # exited between the listing and the read
+                continue  # exited between the listing and the read
             side = "server" if p.pid in server else "client"
             self.seen[side]["allowed"].update(allowed)
             self.seen[side]["ran_on"].add(ran_on)
@@ -97,7 +97,7 @@ class CoreWatch:
 
     def as_dict(self) -> dict:
         out: dict = {side: {k: sorted(v) for k, v in d.items()} for side, d in self.seen.items()}
-        out["client"]["max_procs"] = self.max_client_procs     # not counting this process
+        out["client"]["max_procs"] = self.max_client_procs  # not counting this process
         return out
 
 
@@ -123,8 +123,15 @@ def host_info(server: list[int], client: list[int]) -> dict:
     load = [round(x, 2) for x in os.getloadavg()]
     m, n, k = MATMUL_SHAPE
     rate = max(matmul_peak([MATMUL_SHAPE], seconds=1.0).values())
-    return {"cpu_model": cpu_model(), "cores": os.cpu_count(), "cores_available": sorted(os.sched_getaffinity(0)),
-            "loadavg_start": load, "loadavg_end": None, "server_cores": server, "client_cores": client,
-            "matmul_f32_gflops": round(rate / 1e9, 1), "matmul_shape": f"{m}x{k} @ {n}x{k}", **machine()}
-
-
+    return {
+        "cpu_model": cpu_model(),
+        "cores": os.cpu_count(),
+        "cores_available": sorted(os.sched_getaffinity(0)),
+        "loadavg_start": load,
+        "loadavg_end": None,
+        "server_cores": server,
+        "client_cores": client,
+        "matmul_f32_gflops": round(rate / 1e9, 1),
+        "matmul_shape": f"{m}x{k} @ {n}x{k}",
+        **machine(),
+    }

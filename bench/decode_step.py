@@ -42,14 +42,19 @@ from common import (
     write_json,
 )
 
-CONFIGS = {"before (F.linear, gather + SDPA)": (False, False), "packed gemm": (True, False),
-           "decode kernel": (False, True), "both (defaults)": (True, True)}
+CONFIGS = {
+    "before (F.linear, gather + SDPA)": (False, False),
+    "packed gemm": (True, False),
+    "decode kernel": (False, True),
+    "both (defaults)": (True, True),
+}
 MM_SHAPES = [(5632, 1024), (1024, 2816), (1536, 1024), (1024, 1024)]
 
 
 def set_config(packed: bool, kernel: bool) -> None:
     from refengine.kernels import cpu_paged_decode
     from refengine.model.layers import cpu_gemm
+
     cpu_gemm.ENABLED, cpu_paged_decode.ENABLED = packed, kernel
 
 
@@ -59,13 +64,16 @@ CLOCK = time.perf_counter
 def matmul_rates() -> dict:
     """One pass over the model's shapes at 2,048 and 64 rows, F.linear and packed: FLOP/s each."""
     from refengine.model.layers import cpu_gemm
+
     out = {}
     for rows in (2048, 64):
         for n, k in MM_SHAPES:
             x, w = torch.randn(rows, k), torch.randn(n, k)
             cache = cpu_gemm.PackedWeight()
-            for name, f in (("F.linear", lambda: F.linear(x, w)),
-                            ("packed", lambda: cpu_gemm.linear(x, w, None, cache))):
+            for name, f in (
+                ("F.linear", lambda: F.linear(x, w)),
+                ("packed", lambda: cpu_gemm.linear(x, w, None, cache)),
+            ):
                 cpu_gemm.ENABLED = True
                 f()
                 reps = 1 if rows == 2048 else 10
@@ -81,9 +89,13 @@ def _parse_args() -> argparse.Namespace:
     ap.add_argument("--reps", type=int, default=8)
     ap.add_argument("--prefill-reps", type=int, default=2)
     ap.add_argument("--seqs", type=int, default=64)
-    ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
-                    help="cpu: one torch thread, steps and matmuls timed in this process's CPU seconds (a "
-                         "per-core MFU that other tenants of a shared machine barely move)")
+    ap.add_argument(
+        "--clock",
+        choices=("wall", "cpu"),
+        default="wall",
+        help="cpu: one torch thread, steps and matmuls timed in this process's CPU seconds (a "
+        "per-core MFU that other tenants of a shared machine barely move)",
+    )
     ap.add_argument("--json", default=None)
     return ap.parse_args()
 
@@ -117,8 +129,7 @@ def _fill_decode_batch(eng, seqs: int) -> None:
         eng.add_request(r.prompt, greedy(1000))
     sch = eng.scheduler
     set_config(True, True)
-    while not (len(sch.running) == seqs and all(q.num_computed_tokens >= q.num_prompt_tokens
-                                                for q in sch.running)):
+    while not (len(sch.running) == seqs and all(q.num_computed_tokens >= q.num_prompt_tokens for q in sch.running)):
         eng.step()
 
 
@@ -140,8 +151,9 @@ def _decode_steps(eng, rec: StepRecorder, reps: int, seqs: int, cpu_clock: bool)
             for r in rec.records:
                 r.total_s = spent if cpu_clock else r.total_s
             decode[name] += [r for r in rec.records if r.num_decode == r.num_tokens == seqs]
-        print(f"decode rep {rep}: " + ", ".join(f"{k} {v[-1].total_s:.3f} s" for k, v in decode.items() if v),
-              flush=True)
+        print(
+            f"decode rep {rep}: " + ", ".join(f"{k} {v[-1].total_s:.3f} s" for k, v in decode.items() if v), flush=True
+        )
     return decode, peaks
 
 
@@ -149,26 +161,55 @@ def _figures(rs: list, coef, peak: float) -> dict:
     """The best step of a configuration (contention only ever adds time) and its MFU."""
     best = min(rs, key=lambda r: r.total_s)
     fl = step_flops(best, coef)
-    return dict(best_s=best.total_s, median_s=statistics.median(r.total_s for r in rs), gflop=fl / 1e9,
-                gflops=fl / best.total_s / 1e9, mfu=fl / best.total_s / peak, samples=len(rs))
+    return dict(
+        best_s=best.total_s,
+        median_s=statistics.median(r.total_s for r in rs),
+        gflop=fl / 1e9,
+        gflops=fl / best.total_s / 1e9,
+        mfu=fl / best.total_s / peak,
+        samples=len(rs),
+    )
 
 
 def _report(args: argparse.Namespace, other_cpus: float, coef, prefill: dict, decode: dict, peaks: dict) -> None:
     peak = max(peaks.values())
-    res = dict(machine=machine(), clock=args.clock, threads=torch.get_num_threads(), seqs=args.seqs, reps=args.reps,
-               other_cpus=other_cpus, matmul_flops=peaks, peak_flops=peak, prefill={}, decode={})
+    res = dict(
+        machine=machine(),
+        clock=args.clock,
+        threads=torch.get_num_threads(),
+        seqs=args.seqs,
+        reps=args.reps,
+        other_cpus=other_cpus,
+        matmul_flops=peaks,
+        peak_flops=peak,
+        prefill={},
+        decode={},
+    )
     rows = []
     for kind, recs in (("prefill 2048", prefill), (f"decode@{args.seqs}", decode)):
         for name, rs in recs.items():
             d = _figures(rs, coef, peak)
             res["prefill" if kind.startswith("prefill") else "decode"][name] = d
-            rows.append([kind, name, f"{d['best_s'] * 1e3:.0f}", f"{d['median_s'] * 1e3:.0f}", f"{d['gflops']:.1f}",
-                         f"{d['mfu']:.1%}", d["samples"]])
-    print_table(f"MFU against the run's best matmul rate {peak / 1e9:.1f} GFLOP/s (others used "
-                f"{res['other_cpus']:.2f} CPUs meanwhile)", ["step", "configuration", "best ms", "median ms",
-                                                            "GFLOP/s", "MFU (best)", "samples"], rows)
-    print_table("Matmul rates (best of the run)", ["shape", "GFLOP/s"],
-                [[k, f"{v / 1e9:.1f}"] for k, v in peaks.items()])
+            rows.append(
+                [
+                    kind,
+                    name,
+                    f"{d['best_s'] * 1e3:.0f}",
+                    f"{d['median_s'] * 1e3:.0f}",
+                    f"{d['gflops']:.1f}",
+                    f"{d['mfu']:.1%}",
+                    d["samples"],
+                ]
+            )
+    print_table(
+        f"MFU against the run's best matmul rate {peak / 1e9:.1f} GFLOP/s (others used "
+        f"{res['other_cpus']:.2f} CPUs meanwhile)",
+        ["step", "configuration", "best ms", "median ms", "GFLOP/s", "MFU (best)", "samples"],
+        rows,
+    )
+    print_table(
+        "Matmul rates (best of the run)", ["shape", "GFLOP/s"], [[k, f"{v / 1e9:.1f}"] for k, v in peaks.items()]
+    )
     write_json(args.json, res)
 
 
@@ -180,6 +221,7 @@ def main() -> None:
         torch.set_num_threads(1)
         CLOCK = time.process_time
     from refengine import LLM
+
     llm = LLM("tiny", max_num_seqs=max(64, args.seqs))
     eng = llm.llm_engine
     coef = model_flops(eng.model_config)

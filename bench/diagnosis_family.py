@@ -32,7 +32,7 @@ from bench.diagnosis_accuracy import CaseResult, diagnose, run_embedded, run_los
 from bench.diagnosis_faults import Burners, LossyNamespace, head_of_line_effect, netns_unavailable, realized_effect
 from bench.diagnosis_fleet_draws import FLEET_EXPECTED, FLEET_MIX, make_fleet_draw, run_fleet_draw
 
-FAINT_EFFECT = MIN_EFFECT    # the least effect the diagnosis calls a cause
+FAINT_EFFECT = MIN_EFFECT  # the least effect the diagnosis calls a cause
 
 # What each planted cause may be called first (the standing and the spike views of one cause).
 EXPECTED = {
@@ -43,22 +43,29 @@ EXPECTED = {
     "head-of-line": ["p99.sched.long-prefill", "p99.sched.long-prompts", "p99.sched.prefill-time"],
     "cpu-neighbour": ["p99.host.cpu"],
     "packet-loss": ["p99.net.retransmits"],
-    **FLEET_EXPECTED,           # --family fleet: two replicas (bench/diagnosis_fleet_draws.py)
+    **FLEET_EXPECTED,  # --family fleet: two replicas (bench/diagnosis_fleet_draws.py)
 }
 # Draws per cause in 40 (scaled for other --draws); parameters are drawn per draw.
-MIX = {"clean": 6, "admission": 6, "kv-capacity": 6, "head-of-line": 7, "cpu-neighbour": 8, "packet-loss": 4,
-       "confounded": 3}
+MIX = {
+    "clean": 6,
+    "admission": 6,
+    "kv-capacity": 6,
+    "head-of-line": 7,
+    "cpu-neighbour": 8,
+    "packet-loss": 4,
+    "confounded": 3,
+}
 WARMUP_S, DURATION_S = 2.0, 12.0
 
 
 @dataclass
 class Draw:
     index: int
-    cause: str                         # a key of EXPECTED, or "confounded"
+    cause: str  # a key of EXPECTED, or "confounded"
     params: dict
-    args: list[str]                    # the sweep's arguments
-    expected: list[str]                # check ids that may come first
-    must_name: list[list[str]] = field(default_factory=list)   # confounded: each group must be among the findings
+    args: list[str]  # the sweep's arguments
+    expected: list[str]  # check ids that may come first
+    must_name: list[list[str]] = field(default_factory=list)  # confounded: each group must be among the findings
 
 
 def _window(rng: random.Random) -> tuple[list[tuple[float, float]], str]:
@@ -98,39 +105,87 @@ def make_draw(seed: int, index: int, cause: str) -> Draw:
             return Draw(index, cause, params, args, EXPECTED["admission"])
         windows, kind = _window(rng)
         params.update(burners=rng.choice([4, 6, 8]), nice=0, windows=windows, span=kind)
-        return Draw(index, cause, params, args, EXPECTED["admission"] + EXPECTED["cpu-neighbour"],
-                    [EXPECTED["admission"], EXPECTED["cpu-neighbour"]])
+        return Draw(
+            index,
+            cause,
+            params,
+            args,
+            EXPECTED["admission"] + EXPECTED["cpu-neighbour"],
+            [EXPECTED["admission"], EXPECTED["cpu-neighbour"]],
+        )
     if cause == "kv-capacity":
         out = rng.choice([64, 96, 128])
-        blocks = rng.choice([16, 20, 24, 32])               # >= 16: one request of max_model_len 256 fits
+        blocks = rng.choice([16, 20, 24, 32])  # >= 16: one request of max_model_len 256 fits
         c = rng.choice([12, 16, 20])
-        params = {"output_len": out, "kv_blocks": blocks, "block_size": 16, "concurrency": c,
-                  "requests_that_fit": blocks // -(-(32 + out) // 16)}
+        params = {
+            "output_len": out,
+            "kv_blocks": blocks,
+            "block_size": 16,
+            "concurrency": c,
+            "requests_that_fit": blocks // -(-(32 + out) // 16),
+        }
         # With the unloaded baseline (c1), as the admission draws: a level that is slow throughout and
         # still inside the SLO is judged against it, not against nothing.
-        args = ["--model", "tiny-test", "--input-len", "32", "--output-len", str(out), "--concurrency", f"1,{c}",
-                f"--engine-arg=--num-gpu-blocks-override={blocks}", "--engine-arg=--max-model-len=256",
-                "--engine-arg=--block-size=16", *_timing()]
+        args = [
+            "--model",
+            "tiny-test",
+            "--input-len",
+            "32",
+            "--output-len",
+            str(out),
+            "--concurrency",
+            f"1,{c}",
+            f"--engine-arg=--num-gpu-blocks-override={blocks}",
+            "--engine-arg=--max-model-len=256",
+            "--engine-arg=--block-size=16",
+            *_timing(),
+        ]
         return Draw(index, cause, params, args, EXPECTED["kv-capacity"])
     if cause == "head-of-line":
         long_len, frac, c = rng.choice([1500, 2000, 3000]), rng.choice([0.1, 0.15, 0.25]), rng.choice([3, 4, 6])
         chunked = rng.random() < 0.25
         params = {"long_len": long_len, "long_fraction": frac, "concurrency": c, "chunked_prefill": chunked}
-        engine = ["--engine-arg=--max-num-batched-tokens=512"] if chunked else ["--engine-arg=--no-enable-chunked-prefill"]
-        args = ["--model", "tiny-test", "--workload", "mixed", "--input-len", "32", "--long-len", str(long_len),
-                "--long-fraction", str(frac), "--output-len", "16", "--concurrency", str(c), *engine,
-                *_timing()]
+        engine = (
+            ["--engine-arg=--max-num-batched-tokens=512"] if chunked else ["--engine-arg=--no-enable-chunked-prefill"]
+        )
+        args = [
+            "--model",
+            "tiny-test",
+            "--workload",
+            "mixed",
+            "--input-len",
+            "32",
+            "--long-len",
+            str(long_len),
+            "--long-fraction",
+            str(frac),
+            "--output-len",
+            "16",
+            "--concurrency",
+            str(c),
+            *engine,
+            *_timing(),
+        ]
         return Draw(index, cause, params, args, EXPECTED["head-of-line"])
     if cause == "cpu-neighbour":
         windows, kind = _window(rng)
         c = rng.choice([2, 4, 6])
-        params = {"burners": rng.choice([3, 4, 6, 8]), "nice": rng.choice([0, 0, 5]), "concurrency": c,
-                  "windows": windows, "span": kind}
+        params = {
+            "burners": rng.choice([3, 4, 6, 8]),
+            "nice": rng.choice([0, 0, 5]),
+            "concurrency": c,
+            "windows": windows,
+            "span": kind,
+        }
         return Draw(index, cause, params, [*base, "--concurrency", str(c)], EXPECTED["cpu-neighbour"])
     if cause == "packet-loss":
         windows, kind = _window(rng)
-        params = {"loss": rng.choice([0.1, 0.2, 0.3]), "concurrency": rng.choice([2, 4]), "windows": windows,
-                  "span": kind}
+        params = {
+            "loss": rng.choice([0.1, 0.2, 0.3]),
+            "concurrency": rng.choice([2, 4]),
+            "windows": windows,
+            "span": kind,
+        }
         return Draw(index, cause, params, [], EXPECTED["packet-loss"])
     raise ValueError(cause)
 
@@ -179,8 +234,9 @@ def confusion(rows: list[tuple[str, str]]) -> str:
     found = list(dict.fromkeys(f for _, f in rows))
     out = ["| planted \\ first finding | " + " | ".join(found) + " |", "| --- |" + " --- |" * len(found)]
     for p in planted:
-        out.append(f"| {p} | " + " | ".join(str(sum(1 for a, b in rows if a == p and b == f)) or "0" for f in found)
-                   + " |")
+        out.append(
+            f"| {p} | " + " | ".join(str(sum(1 for a, b in rows if a == p and b == f)) or "0" for f in found) + " |"
+        )
     return "\n".join(out)
 
 
@@ -188,8 +244,12 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--draws", type=int, default=40)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--family", choices=["single", "fleet"], default="single",
-                    help="single: one server's causes; fleet: two replicas' (bench/diagnosis_fleet_draws.py)")
+    ap.add_argument(
+        "--family",
+        choices=["single", "fleet"],
+        default="single",
+        help="single: one server's causes; fleet: two replicas' (bench/diagnosis_fleet_draws.py)",
+    )
     ap.add_argument("--only", default=None, help="run only these draw indexes (a comma list): to look at one again")
     ap.add_argument("--out", default=str(Path(__file__).with_name("diagnosis_family.json")))
     ap.add_argument("--keep", default=None, help="keep the run directories under this folder")
@@ -220,27 +280,49 @@ def main() -> int:
         results.append({"draw": asdict(d), "result": asdict(res)})
         first = res.findings[0]["check_id"] if res.findings else "nothing"
         effect = f", TTFT x{res.effect:g} in the fault" if res.effect is not None else ""
-        print(f"draw {d.index:2d} {d.cause:14s} {'skipped: ' + res.skipped if res.skipped else ('OK  ' if res.first_ok else 'MISS') + ' first=' + first} ({res.seconds:.0f} s{effect})", flush=True)
+        print(
+            f"draw {d.index:2d} {d.cause:14s} {'skipped: ' + res.skipped if res.skipped else ('OK  ' if res.first_ok else 'MISS') + ' first=' + first} ({res.seconds:.0f} s{effect})",
+            flush=True,
+        )
     done = [r for r in results if not r["result"]["skipped"]]
     right = sum(r["result"]["first_ok"] for r in done)
     # A plant that moved the latency it lived through by less than the diagnosis's own least effect
     # (1.3x) left no cause to find: reported apart, never dropped (the figure over every draw leads).
     faint = [r for r in done if r["result"]["effect"] is not None and r["result"]["effect"] < FAINT_EFFECT]
     right_realized = sum(r["result"]["first_ok"] for r in done if r not in faint)
-    rows = [(r["draw"]["cause"], family_of(r["result"]["findings"][0]["check_id"] if r["result"]["findings"] else None))
-            for r in done]
+    rows = [
+        (r["draw"]["cause"], family_of(r["result"]["findings"][0]["check_id"] if r["result"]["findings"] else None))
+        for r in done
+    ]
     from bench.common import cpu_model
 
-    summary = {"when": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "host": cpu_model(),
-               "cpus": os.cpu_count(), "seed": a.seed, "draws": a.draws, "family": a.family,
-               "only": a.only, "command": " ".join(sys.argv), "seconds": round(time.time() - t_start),
-               "loadavg_before": load_before, "loadavg_after": os.getloadavg(), "right": right, "ran": len(done),
-               "faint_effect_below": FAINT_EFFECT, "faint": len(faint), "right_realized": right_realized,
-               "skipped": len(results) - len(done), "confusion": confusion(rows), "draws_run": results}
+    summary = {
+        "when": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+        "host": cpu_model(),
+        "cpus": os.cpu_count(),
+        "seed": a.seed,
+        "draws": a.draws,
+        "family": a.family,
+        "only": a.only,
+        "command": " ".join(sys.argv),
+        "seconds": round(time.time() - t_start),
+        "loadavg_before": load_before,
+        "loadavg_after": os.getloadavg(),
+        "right": right,
+        "ran": len(done),
+        "faint_effect_below": FAINT_EFFECT,
+        "faint": len(faint),
+        "right_realized": right_realized,
+        "skipped": len(results) - len(done),
+        "confusion": confusion(rows),
+        "draws_run": results,
+    }
     Path(a.out).write_text(json.dumps(summary, indent=1))
-    print(f"\n{right} of {len(done)} draws right ({len(results) - len(done)} skipped) in {summary['seconds']} s; "
-          f"{right_realized} of the {len(done) - len(faint)} whose plant moved latency >= {FAINT_EFFECT}x "
-          f"(or held throughout)\n")
+    print(
+        f"\n{right} of {len(done)} draws right ({len(results) - len(done)} skipped) in {summary['seconds']} s; "
+        f"{right_realized} of the {len(done) - len(faint)} whose plant moved latency >= {FAINT_EFFECT}x "
+        f"(or held throughout)\n"
+    )
     print(summary["confusion"])
     print("\n" + draw_table(results))
     return 0
@@ -248,8 +330,10 @@ def main() -> int:
 
 def draw_table(results: list[dict]) -> str:
     """Every draw as a Markdown row: what was planted, what the plant did to TTFT, what came first."""
-    out = ["| draw | cause | parameters | TTFT in the fault / outside | first finding | right |",
-           "| --- | --- | --- | --- | --- | --- |"]
+    out = [
+        "| draw | cause | parameters | TTFT in the fault / outside | first finding | right |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
     for r in results:
         d, res = r["draw"], r["result"]
         params = ", ".join(f"{k}={v}" for k, v in d["params"].items())

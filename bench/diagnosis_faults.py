@@ -43,12 +43,24 @@ class LossyNamespace:
         self.name, self.port, self.p = name, port, probability
         self.host_ip, self.ns_ip = f"10.{subnet}.0.1", f"10.{subnet}.0.2"
         self.veth = f"{name[:8]}h"
-        self._rule = ["-p", "tcp", "--dport", str(port), "-m", "statistic", "--mode", "random",
-                      "--probability", str(probability), "-j", "DROP"]
+        self._rule = [
+            "-p",
+            "tcp",
+            "--dport",
+            str(port),
+            "-m",
+            "statistic",
+            "--mode",
+            "random",
+            "--probability",
+            str(probability),
+            "-j",
+            "DROP",
+        ]
         self.loss_on = False
 
     def __enter__(self) -> "LossyNamespace":
-        self.close()                                   # a previous run killed midway
+        self.close()  # a previous run killed midway
         _sh("ip", "netns", "add", self.name)
         _sh("ip", "link", "add", self.veth, "type", "veth", "peer", "name", f"{self.name[:8]}n")
         _sh("ip", "link", "set", f"{self.name[:8]}n", "netns", self.name)
@@ -81,7 +93,7 @@ class Burners:
     """N busy-loop processes (other processes on the host: not the server's, not the client's)."""
 
     def __init__(self, n: int, nice: int = 0, cores: set[int] | None = None):
-        self.n, self.nice, self.cores = n, nice, cores     # cores: pin them there (the server's, say)
+        self.n, self.nice, self.cores = n, nice, cores  # cores: pin them there (the server's, say)
         self.procs: list[subprocess.Popen] = []
 
     def start(self) -> None:
@@ -191,13 +203,15 @@ class BackgroundFlow(threading.Thread):
     def run(self) -> None:
         import urllib.request
 
-        self.server = subprocess.Popen([*self.ns.exec_prefix(), sys.executable, "-m", "http.server",
-                                        str(self.ns.port), "--bind", self.ns.ns_ip],
-                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.server = subprocess.Popen(
+            [*self.ns.exec_prefix(), sys.executable, "-m", "http.server", str(self.ns.port), "--bind", self.ns.ns_ip],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         time.sleep(1.0)
         self.ns.set_loss(True)
         end = time.time() + self.seconds
-        payload = b"x" * 20000                 # several segments per request, so drops show as retransmits
+        payload = b"x" * 20000  # several segments per request, so drops show as retransmits
         while time.time() < end:
             try:
                 req = urllib.request.Request(f"http://{self.ns.ns_ip}:{self.ns.port}/", data=payload)

@@ -23,9 +23,12 @@ from bench.diagnosis_accuracy import CaseResult, finish, run_embedded, sweep
 from bench.diagnosis_faults import Burners
 from bench.loopback_server import launch_refengine, wait_healthy
 
-FLEET_EXPECTED = {"fleet-clean": [], "hot-replica": ["p99.fleet.hot-replica"],
-                  "fleet-imbalance": ["p99.fleet.imbalance"]}
-FLEET_MIX = {"fleet-clean": 3, "hot-replica": 6, "fleet-imbalance": 5}      # per 14 draws
+FLEET_EXPECTED = {
+    "fleet-clean": [],
+    "hot-replica": ["p99.fleet.hot-replica"],
+    "fleet-imbalance": ["p99.fleet.imbalance"],
+}
+FLEET_MIX = {"fleet-clean": 3, "hot-replica": 6, "fleet-imbalance": 5}  # per 14 draws
 TIMING = ["--warmup", "2s", "--duration", "12s", "--probes", "server,host,tcp"]
 BLOCK = 16
 
@@ -33,16 +36,37 @@ BLOCK = 16
 def make_fleet_draw(seed: int, index: int, cause: str, draw_type):
     rng = random.Random(f"fleet:{seed}:{index}")
     if cause == "fleet-clean":
-        params = {"policy": rng.choice(["round-robin", "least-outstanding"]), "concurrency": rng.choice([2, 3, 4]),
-                  "input_len": rng.choice([16, 32]), "output_len": rng.choice([16, 32])}
-        args = ["--model", "tiny-test", "--data-parallel-size", "2", "--lb-policy", params["policy"],
-                "--concurrency", str(params["concurrency"]), "--input-len", str(params["input_len"]),
-                "--output-len", str(params["output_len"]), *TIMING]
+        params = {
+            "policy": rng.choice(["round-robin", "least-outstanding"]),
+            "concurrency": rng.choice([2, 3, 4]),
+            "input_len": rng.choice([16, 32]),
+            "output_len": rng.choice([16, 32]),
+        }
+        args = [
+            "--model",
+            "tiny-test",
+            "--data-parallel-size",
+            "2",
+            "--lb-policy",
+            params["policy"],
+            "--concurrency",
+            str(params["concurrency"]),
+            "--input-len",
+            str(params["input_len"]),
+            "--output-len",
+            str(params["output_len"]),
+            *TIMING,
+        ]
         return draw_type(index, cause, params, args, [])
     if cause == "hot-replica":
         inp, out = 32, rng.choice([32, 48])
-        params = {"hot": rng.choice([0, 1]), "mechanism": rng.choice(["small-kv", "cpu-burner"]),
-                  "concurrency": rng.choice([6, 8, 10]), "input_len": inp, "output_len": out}
+        params = {
+            "hot": rng.choice([0, 1]),
+            "mechanism": rng.choice(["small-kv", "cpu-burner"]),
+            "concurrency": rng.choice([6, 8, 10]),
+            "input_len": inp,
+            "output_len": out,
+        }
         if params["mechanism"] == "small-kv":
             params["requests_that_fit"] = rng.choice([2, 3])
             params["kv_blocks"] = params["requests_that_fit"] * -(-(inp + out) // BLOCK)
@@ -50,9 +74,14 @@ def make_fleet_draw(seed: int, index: int, cause: str, draw_type):
             params["burners"] = rng.choice([2, 3])
         return draw_type(index, cause, params, [], FLEET_EXPECTED[cause])
     if cause == "fleet-imbalance":
-        params = {"rate": rng.choice([4.0, 5.0, 6.0]), "long_share": rng.choice([0.1, 0.15, 0.2]),
-                  "long_median": rng.choice([150, 200, 300]), "max_num_seqs": rng.choice([2, 3]),
-                  "seconds": 30.0, "trace_seed": rng.randrange(1 << 30)}
+        params = {
+            "rate": rng.choice([4.0, 5.0, 6.0]),
+            "long_share": rng.choice([0.1, 0.15, 0.2]),
+            "long_median": rng.choice([150, 200, 300]),
+            "max_num_seqs": rng.choice([2, 3]),
+            "seconds": 30.0,
+            "trace_seed": rng.randrange(1 << 30),
+        }
         return draw_type(index, cause, params, [], FLEET_EXPECTED[cause])
     raise ValueError(cause)
 
@@ -70,8 +99,11 @@ def heavy_trace(path: Path, p: dict) -> Path:
         m = p["long_median"]
         out = int(np.clip(rng.lognormal(np.log(m), 0.4), m / 2.5, m * 2.5)) if long else 8
         i = len(rows)
-        rows.append(json.dumps({"timestamp": int(t * 1000), "input_length": 32, "output_length": out,
-                                "hash_ids": [2 * i, 2 * i + 1]}))
+        rows.append(
+            json.dumps(
+                {"timestamp": int(t * 1000), "input_length": 32, "output_length": out, "hash_ids": [2 * i, 2 * i + 1]}
+            )
+        )
     path.write_text("\n".join(rows) + "\n")
     return path
 
@@ -80,10 +112,20 @@ def _hot_replica(tmp: Path, name: str, p: dict) -> Path:
     """Replica r on core r; the hot one with a small KV cache, or with busy loops on its core for the
     whole level (the client runs on the other core)."""
     out = tmp / name
-    small = ["--num-gpu-blocks-override", str(p.get("kv_blocks", 0)), "--block-size", str(BLOCK),
-             "--max-model-len", "128"]
-    servers = [launch_refengine(["--model", "tiny-test", *(small if (r == p["hot"] and p["mechanism"] == "small-kv")
-                                                          else [])], str(r)) for r in (0, 1)]
+    small = [
+        "--num-gpu-blocks-override",
+        str(p.get("kv_blocks", 0)),
+        "--block-size",
+        str(BLOCK),
+        "--max-model-len",
+        "128",
+    ]
+    servers = [
+        launch_refengine(
+            ["--model", "tiny-test", *(small if (r == p["hot"] and p["mechanism"] == "small-kv") else [])], str(r)
+        )
+        for r in (0, 1)
+    ]
     burners = Burners(p["burners"], 0, {p["hot"]}) if p["mechanism"] == "cpu-burner" else None
     try:
         for proc, url in servers:
@@ -92,9 +134,25 @@ def _hot_replica(tmp: Path, name: str, p: dict) -> Path:
             burners.start()
         cold = 1 - p["hot"]
         client = ["taskset", "-c", str(cold)]
-        finish(sweep(out, ["--target", ",".join(url for _, url in servers), "--model", "tiny-test", "--input-len",
-                           str(p["input_len"]), "--output-len", str(p["output_len"]), "--concurrency",
-                           str(p["concurrency"]), *TIMING], prefix=client))
+        finish(
+            sweep(
+                out,
+                [
+                    "--target",
+                    ",".join(url for _, url in servers),
+                    "--model",
+                    "tiny-test",
+                    "--input-len",
+                    str(p["input_len"]),
+                    "--output-len",
+                    str(p["output_len"]),
+                    "--concurrency",
+                    str(p["concurrency"]),
+                    *TIMING,
+                ],
+                prefix=client,
+            )
+        )
     finally:
         if burners is not None:
             burners.stop()
@@ -110,8 +168,25 @@ def run_fleet_draw(tmp: Path, d, res: CaseResult) -> Path:
         return _hot_replica(tmp, name, d.params)
     if d.cause == "fleet-imbalance":
         trace = heavy_trace(tmp / f"{name}-trace.jsonl", d.params)
-        return run_embedded(tmp, name, ["--model", "tiny-test", "--data-parallel-size", "2", "--lb-policy",
-                                        "round-robin", f"--engine-arg=--max-num-seqs={d.params['max_num_seqs']}",
-                                        "--workload", "trace", "--dataset", str(trace), "--block-size", "16",
-                                        "--probes", "server,host,tcp"])
+        return run_embedded(
+            tmp,
+            name,
+            [
+                "--model",
+                "tiny-test",
+                "--data-parallel-size",
+                "2",
+                "--lb-policy",
+                "round-robin",
+                f"--engine-arg=--max-num-seqs={d.params['max_num_seqs']}",
+                "--workload",
+                "trace",
+                "--dataset",
+                str(trace),
+                "--block-size",
+                "16",
+                "--probes",
+                "server,host,tcp",
+            ],
+        )
     return run_embedded(tmp, name, d.args)

@@ -27,8 +27,13 @@ TIMING = ["--warmup", "2s", "--duration", "10s", "--probes", "server,host,tcp"]
 def pinned_sweep(out: Path, args: list[str]) -> subprocess.Popen:
     cores = client_cores()
     cmd = [sys.executable, "-m", "llmbench.cli", "sweep", *args, "--out", str(out)]
-    return subprocess.Popen(["taskset", "-c", cores, *cmd] if cores else cmd, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env=dict(os.environ, COLUMNS="120"))
+    return subprocess.Popen(
+        ["taskset", "-c", cores, *cmd] if cores else cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=dict(os.environ, COLUMNS="120"),
+    )
 
 
 def run_on_vllm(tmp: Path, name: str, server_args: list[str], sweep_args: list[str], run_with_fault) -> Path:
@@ -36,8 +41,9 @@ def run_on_vllm(tmp: Path, name: str, server_args: list[str], sweep_args: list[s
     out = tmp / name
     try:
         with vllm_server(h64_checkpoint(tmp), tmp / f"{name}-logs", *server_args) as server:
-            return run_with_fault(lambda: pinned_sweep(out, ["--target", server.url, *SMALL, *sweep_args, *TIMING]),
-                                  out)
+            return run_with_fault(
+                lambda: pinned_sweep(out, ["--target", server.url, *SMALL, *sweep_args, *TIMING]), out
+            )
     except EngineUnavailable as exc:
         raise RuntimeError(f"vLLM is not available: {exc}") from None
 
@@ -79,10 +85,22 @@ def vllm_cases(finish, toggler_cls, burners_cls, burner_windows) -> dict:
         return run_on_vllm(tmp, res.case, [], ["--concurrency", "4"], with_burners)
 
     return {
-        "vllm-admission": (case_admission, "vLLM --max-num-seqs 2 at concurrency 16 (c1 as the baseline)",
-                           ["p99.sched.admission"], False),
-        "vllm-kv-capacity": (case_kv, "vLLM with 9 KV blocks of 128 (8 usable) for 16 requests of 96 tokens",
-                             ["p99.sched.kv-capacity", "p99.sched.preemption"], False),
-        "vllm-cpu-burners": (case_cpu, "8 busy-loop processes on vLLM's core, twice 3 s mid-window", ["p99.host.cpu"],
-                             False),
+        "vllm-admission": (
+            case_admission,
+            "vLLM --max-num-seqs 2 at concurrency 16 (c1 as the baseline)",
+            ["p99.sched.admission"],
+            False,
+        ),
+        "vllm-kv-capacity": (
+            case_kv,
+            "vLLM with 9 KV blocks of 128 (8 usable) for 16 requests of 96 tokens",
+            ["p99.sched.kv-capacity", "p99.sched.preemption"],
+            False,
+        ),
+        "vllm-cpu-burners": (
+            case_cpu,
+            "8 busy-loop processes on vLLM's core, twice 3 s mid-window",
+            ["p99.host.cpu"],
+            False,
+        ),
     }

@@ -36,8 +36,15 @@ def measure(threads: int, conc: int, c: dict) -> dict:
     with EmbeddedServer("tiny", ["--max-num-seqs", str(max(conc, 1))], threads=threads) as server:
         target = TargetSpec(server.url, "tiny")
         records = []
-        spec = LevelSpec(f"t{threads}-c{conc}", concurrency=conc, input_len=c["prompt"], output_len=c["out"],
-                         warmup_s=c["warmup_s"], duration_s=c["duration_s"], request_timeout_s=120.0)
+        spec = LevelSpec(
+            f"t{threads}-c{conc}",
+            concurrency=conc,
+            input_len=c["prompt"],
+            output_len=c["out"],
+            warmup_s=c["warmup_s"],
+            duration_s=c["duration_s"],
+            request_timeout_s=120.0,
+        )
         res = run_level(spec, target, level_workload_factory(vocab_size=2048), records.extend)
     ok = [r for r in records if r.in_window and r.status == "ok"]
     if not ok:
@@ -50,11 +57,15 @@ def measure(threads: int, conc: int, c: dict) -> dict:
         if r.t_first_token is not None:
             times = r.t_first_token + np.concatenate([[0.0], np.cumsum(r.itl_s)])
             in_window_tokens += int(((times >= w0) & (times < w1)).sum())
-    return dict(n=len(ok), out_tok_s=in_window_tokens / (w1 - w0),
-                ttft_p50_ms=1e3 * float(np.median([r.ttft_s for r in ok])),
-                ttft_p99_ms=1e3 * float(np.percentile([r.ttft_s for r in ok], 99)),
-                tpot_p50_ms=1e3 * float(np.median([r.tpot_s for r in ok if r.tpot_s is not None])),
-                client_cpu_percent=res.client_cpu_percent, fell_behind=res.fell_behind)
+    return dict(
+        n=len(ok),
+        out_tok_s=in_window_tokens / (w1 - w0),
+        ttft_p50_ms=1e3 * float(np.median([r.ttft_s for r in ok])),
+        ttft_p99_ms=1e3 * float(np.percentile([r.ttft_s for r in ok], 99)),
+        tpot_p50_ms=1e3 * float(np.median([r.tpot_s for r in ok if r.tpot_s is not None])),
+        client_cpu_percent=res.client_cpu_percent,
+        fell_behind=res.fell_behind,
+    )
 
 
 def main() -> None:
@@ -68,7 +79,7 @@ def main() -> None:
     best: dict[tuple[int, int], dict] = {}
     for rep in range(c["reps"]):
         for conc in c["concurrency"]:
-            for threads in (arms if rep % 2 == 0 else arms[::-1]):
+            for threads in arms if rep % 2 == 0 else arms[::-1]:
                 r = measure(threads, conc, c)
                 print(f"rep {rep} threads {threads} c={conc}: {r}", flush=True)
                 key = (threads, conc)
@@ -78,11 +89,34 @@ def main() -> None:
     rows = []
     for (threads, conc), r in sorted(best.items(), key=lambda kv: (kv[0][1], kv[0][0])):
         rel = f"{r['out_tok_s'] / base[conc]:.2f}x" if base.get(conc) else "-"
-        rows.append([conc, threads, f"{r['out_tok_s']:.1f}", rel, f"{r['ttft_p50_ms']:.0f}", f"{r['ttft_p99_ms']:.0f}",
-                     f"{r['tpot_p50_ms']:.1f}", f"{r['client_cpu_percent'] or 0:.0f}%", r["n"]])
-    print_table(f"Embedded server threads (vs {arms[-1]} threads), best of {c['reps']}",
-                ["concurrency", "server threads", "out tok/s", "vs", "TTFT P50 ms", "TTFT P99 ms", "TPOT P50 ms",
-                 "client CPU", "requests"], rows)
+        rows.append(
+            [
+                conc,
+                threads,
+                f"{r['out_tok_s']:.1f}",
+                rel,
+                f"{r['ttft_p50_ms']:.0f}",
+                f"{r['ttft_p99_ms']:.0f}",
+                f"{r['tpot_p50_ms']:.1f}",
+                f"{r['client_cpu_percent'] or 0:.0f}%",
+                r["n"],
+            ]
+        )
+    print_table(
+        f"Embedded server threads (vs {arms[-1]} threads), best of {c['reps']}",
+        [
+            "concurrency",
+            "server threads",
+            "out tok/s",
+            "vs",
+            "TTFT P50 ms",
+            "TTFT P99 ms",
+            "TPOT P50 ms",
+            "client CPU",
+            "requests",
+        ],
+        rows,
+    )
     write_json(args.json, dict(machine=machine(), config=c, results={f"t{t}-c{k}": v for (t, k), v in best.items()}))
 
 

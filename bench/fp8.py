@@ -34,8 +34,14 @@ CONFIGS = [
     ("fp8 weights, no dequant cache", dict(quantization="fp8")),
 ]
 FULL = dict(n=16, prompts=(64, 192), outputs=(64, 64), quality_prompts=12, greedy=32)
-QUICK = dict(n=4, prompts=(16, 32), outputs=(8, 8), quality_prompts=3, greedy=8,
-             configs=("fp32", "fp8 weights (channel)", "fp8 weights + fp8 KV", "fp8 weights, no dequant cache"))
+QUICK = dict(
+    n=4,
+    prompts=(16, 32),
+    outputs=(8, 8),
+    quality_prompts=3,
+    greedy=8,
+    configs=("fp32", "fp8 weights (channel)", "fp8 weights + fp8 KV", "fp8 weights, no dequant cache"),
+)
 KV_BUDGET = 256 << 20
 
 
@@ -56,14 +62,21 @@ def measure(model: str, name: str, kw: dict, ref, p: dict) -> tuple[dict, object
     if name.endswith("no dequant cache"):
         mem["dequant_cache_bytes"] = 0
     reqs = make_workload(p["n"], p["prompts"], p["outputs"], seed=0)
-    llm.generate([[7] * 16], greedy(2))   # warm-up (builds the CPU dequant cache), not timed
+    llm.generate([[7] * 16], greedy(2))  # warm-up (builds the CPU dequant cache), not timed
     with CpuMeter() as meter:
         outs = llm.generate([r.prompt for r in reqs], [greedy(r.max_tokens) for r in reqs])
     out_tokens = sum(len(o.outputs[0].token_ids) for o in outs)
-    row = {"config": name, "engine_args": kw, "output_tokens": out_tokens, "tok_s": out_tokens / meter.wall_s,
-           **meter.as_dict(), "memory": mem, "policy": llm.llm_engine.quant.policy.as_dict()}
+    row = {
+        "config": name,
+        "engine_args": kw,
+        "output_tokens": out_tokens,
+        "tok_s": out_tokens / meter.wall_s,
+        **meter.as_dict(),
+        "memory": mem,
+        "policy": llm.llm_engine.quant.policy.as_dict(),
+    }
     if ref is not None:
-        q = run_quality_check(ref, llm, load_prompts(None)[:p["quality_prompts"]], greedy_tokens=p["greedy"])
+        q = run_quality_check(ref, llm, load_prompts(None)[: p["quality_prompts"]], greedy_tokens=p["greedy"])
         row["quality"] = q.as_dict()
     return row, llm
 
@@ -83,7 +96,7 @@ def main() -> None:
         row, llm = measure(a.model, name, kw, ref, p)
         rows.append(row)
         if ref is None:
-            ref = llm          # the fp32 engine is the quality reference for the rest
+            ref = llm  # the fp32 engine is the quality reference for the rest
         else:
             del llm
             gc.collect()
@@ -92,17 +105,44 @@ def main() -> None:
     table = []
     for r in rows:
         m, q = r["memory"], r.get("quality")
-        table.append([
-            r["config"], f"{r['tok_s']:.1f}", f"{r['tok_s'] / base['tok_s']:.2f}x",
-            f"{m['weight_bytes'] / mib:.0f}", f"{m['dequant_cache_bytes'] / mib:.0f}",
-            f"{m['kv_bytes_per_token']}", f"{m['num_kv_blocks']} ({m['num_kv_blocks'] / m['num_kv_blocks_unquantized']:.0f}x)",
-            "-" if q is None else f"{q['relative_kl']:.4f}", "-" if q is None else f"{q['mean_kl']:.2e}",
-            "-" if q is None else f"{q['top1_agreement']:.3f}", "-" if q is None else f"{q['ppl_ratio']:.4f}",
-            "-" if q is None else f"{q['greedy_match_mean']:.1f}/{q['greedy_tokens']}",
-            "-" if q is None else ("pass" if q["passed"] else "FAIL"), f"{r['other_cpus']:.2f}"])
-    print_table(f"FP8 on CPU, {a.model} ({'quick' if a.quick else 'full'}; KV budget {KV_BUDGET // mib} MiB)",
-                ["config", "out tok/s", "vs fp32", "weights MiB", "+CPU cache MiB", "KV B/token", "KV blocks",
-                 "KL/info", "mean KL", "top-1", "ppl ratio", "greedy", "quality", "others' CPUs"], table)
+        table.append(
+            [
+                r["config"],
+                f"{r['tok_s']:.1f}",
+                f"{r['tok_s'] / base['tok_s']:.2f}x",
+                f"{m['weight_bytes'] / mib:.0f}",
+                f"{m['dequant_cache_bytes'] / mib:.0f}",
+                f"{m['kv_bytes_per_token']}",
+                f"{m['num_kv_blocks']} ({m['num_kv_blocks'] / m['num_kv_blocks_unquantized']:.0f}x)",
+                "-" if q is None else f"{q['relative_kl']:.4f}",
+                "-" if q is None else f"{q['mean_kl']:.2e}",
+                "-" if q is None else f"{q['top1_agreement']:.3f}",
+                "-" if q is None else f"{q['ppl_ratio']:.4f}",
+                "-" if q is None else f"{q['greedy_match_mean']:.1f}/{q['greedy_tokens']}",
+                "-" if q is None else ("pass" if q["passed"] else "FAIL"),
+                f"{r['other_cpus']:.2f}",
+            ]
+        )
+    print_table(
+        f"FP8 on CPU, {a.model} ({'quick' if a.quick else 'full'}; KV budget {KV_BUDGET // mib} MiB)",
+        [
+            "config",
+            "out tok/s",
+            "vs fp32",
+            "weights MiB",
+            "+CPU cache MiB",
+            "KV B/token",
+            "KV blocks",
+            "KL/info",
+            "mean KL",
+            "top-1",
+            "ppl ratio",
+            "greedy",
+            "quality",
+            "others' CPUs",
+        ],
+        table,
+    )
     write_json(a.json, {"machine": machine(), "params": p, "rows": rows})
 
 

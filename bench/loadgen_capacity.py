@@ -44,12 +44,21 @@ from loadgen_common import CpuSampler, DelayServers, http_impl, match_server_tim
 from loadgen import LevelSpec, TargetSpec, level_workload_factory, run_level
 
 ERR_P99_LIMIT_MS = 2.0
-LAG_P99_LIMIT_MS = 5.0        # TTFT starts at t_sent, so lag does not bias it; but then the rate was not offered
+LAG_P99_LIMIT_MS = 5.0  # TTFT starts at t_sent, so lag does not bias it; but then the rate was not offered
 MIN_MATCHED = 0.95
-FULL = dict(warmup_s=1.0, duration_s=5.0, start_rate=50.0, factor=2.0, max_rate=8000.0, bisect=3, max_levels=12,
-            max_minutes=15.0)
-QUICK = dict(warmup_s=0.5, duration_s=2.0, start_rate=100.0, factor=4.0, max_rate=1600.0, bisect=0, max_levels=2,
-             max_minutes=1.0)
+FULL = dict(
+    warmup_s=1.0,
+    duration_s=5.0,
+    start_rate=50.0,
+    factor=2.0,
+    max_rate=8000.0,
+    bisect=3,
+    max_levels=12,
+    max_minutes=15.0,
+)
+QUICK = dict(
+    warmup_s=0.5, duration_s=2.0, start_rate=100.0, factor=4.0, max_rate=1600.0, bisect=0, max_levels=2, max_minutes=1.0
+)
 
 
 def pct_ms(xs, q):
@@ -57,13 +66,21 @@ def pct_ms(xs, q):
 
 
 def measure_level(cfg, servers: DelayServers, sampler: CpuSampler, workers: int, rate: float, seed: int) -> dict:
-    spec = LevelSpec(f"w{workers}-r{rate:g}", request_rate=rate, input_len=cfg.input_len, output_len=cfg.tokens,
-                     warmup_s=cfg.warmup_s, duration_s=cfg.duration_s, request_timeout_s=10.0, workers=workers,
-                     seed=seed)
+    spec = LevelSpec(
+        f"w{workers}-r{rate:g}",
+        request_rate=rate,
+        input_len=cfg.input_len,
+        output_len=cfg.tokens,
+        warmup_s=cfg.warmup_s,
+        duration_s=cfg.duration_s,
+        request_timeout_s=10.0,
+        workers=workers,
+        seed=seed,
+    )
     # A wide prompt-length spread: length is the only key that ties a client record to the server's entry.
     factory = level_workload_factory(input_len_spread=0.9)
     records = []
-    servers.take_timings()                       # drop whatever the previous level left
+    servers.take_timings()  # drop whatever the previous level left
     res = run_level(spec, TargetSpec(servers.url, "delay-model"), factory, records.extend)
     timings = servers.take_timings()
     t0, t1 = res.window_start, res.window_end
@@ -77,26 +94,46 @@ def measure_level(cfg, servers: DelayServers, sampler: CpuSampler, workers: int,
     overshoot = [(first - arr) - injected for _, arr, first, _ in matched]
     inbound = [arr - r.t_sent for r, arr, _, _ in matched]
     outbound = [r.t_first_token - first for r, _, first, _ in matched]
-    write = [w - first for _, _, first, w in matched]       # the server's send() of the first chunk
+    write = [w - first for _, _, first, w in matched]  # the server's send() of the first chunk
     # Streams in flight: time-average over the window of open requests (every record, any window flag).
     busy = sum(max(0.0, min(r.t_done or t1, t1) - max(r.t_sent, t0)) for r in records) if t0 else 0.0
     tokens = sum((r.completion_tokens or r.client_completion_tokens or 0) for r in ok)
-    m = dict(level_id=spec.level_id, workers=workers, rate=rate, in_window=res.in_window, ok=len(ok),
-             matched=len(matched), achieved_rps=round(len(inw) / dur, 1), out_tok_s=round(tokens / dur, 1),
-             streams_in_flight=round(busy / dur, 1),
-             ttft_err_p50_ms=pct_ms(err, 50), ttft_err_p99_ms=pct_ms(err, 99),
-             ttft_err_vs_injected_p50_ms=pct_ms(err_inj, 50), ttft_err_vs_injected_p99_ms=pct_ms(err_inj, 99),
-             server_overshoot_p50_ms=pct_ms(overshoot, 50), server_overshoot_p99_ms=pct_ms(overshoot, 99),
-             inbound_p50_ms=pct_ms(inbound, 50), inbound_p99_ms=pct_ms(inbound, 99),
-             outbound_p50_ms=pct_ms(outbound, 50), outbound_p99_ms=pct_ms(outbound, 99),
-             server_write_p50_ms=pct_ms(write, 50), server_write_p99_ms=pct_ms(write, 99),
-             negative_errors=sum(e < 0 for e in err),     # > 0: mismatched pairs (or clock resolution)
-             send_lag_p99_ms=None if res.send_lag_p99_s is None else round(1000 * res.send_lag_p99_s, 3),
-             client_cpu_pct=res.client_cpu_percent, client_cpu_by_worker=res.client_cpu_by_worker,
-             errors=res.errors, errors_by_kind=res.errors_by_kind, records_missing=res.records_missing,
-             cancelled_in_window=sum(r.status == "cancelled" for r in inw), end_reason=res.end_reason,
-             fell_behind=res.fell_behind, fell_behind_reasons=res.fell_behind_reasons, wall_s=round(res.wall_s, 2),
-             **({k: round(v, 2) for k, v in sampler.cpu(t0, t1).items()} if t0 else {}))
+    m = dict(
+        level_id=spec.level_id,
+        workers=workers,
+        rate=rate,
+        in_window=res.in_window,
+        ok=len(ok),
+        matched=len(matched),
+        achieved_rps=round(len(inw) / dur, 1),
+        out_tok_s=round(tokens / dur, 1),
+        streams_in_flight=round(busy / dur, 1),
+        ttft_err_p50_ms=pct_ms(err, 50),
+        ttft_err_p99_ms=pct_ms(err, 99),
+        ttft_err_vs_injected_p50_ms=pct_ms(err_inj, 50),
+        ttft_err_vs_injected_p99_ms=pct_ms(err_inj, 99),
+        server_overshoot_p50_ms=pct_ms(overshoot, 50),
+        server_overshoot_p99_ms=pct_ms(overshoot, 99),
+        inbound_p50_ms=pct_ms(inbound, 50),
+        inbound_p99_ms=pct_ms(inbound, 99),
+        outbound_p50_ms=pct_ms(outbound, 50),
+        outbound_p99_ms=pct_ms(outbound, 99),
+        server_write_p50_ms=pct_ms(write, 50),
+        server_write_p99_ms=pct_ms(write, 99),
+        negative_errors=sum(e < 0 for e in err),  # > 0: mismatched pairs (or clock resolution)
+        send_lag_p99_ms=None if res.send_lag_p99_s is None else round(1000 * res.send_lag_p99_s, 3),
+        client_cpu_pct=res.client_cpu_percent,
+        client_cpu_by_worker=res.client_cpu_by_worker,
+        errors=res.errors,
+        errors_by_kind=res.errors_by_kind,
+        records_missing=res.records_missing,
+        cancelled_in_window=sum(r.status == "cancelled" for r in inw),
+        end_reason=res.end_reason,
+        fell_behind=res.fell_behind,
+        fell_behind_reasons=res.fell_behind_reasons,
+        wall_s=round(res.wall_s, 2),
+        **({k: round(v, 2) for k, v in sampler.cpu(t0, t1).items()} if t0 else {}),
+    )
     m["server_procs"] = cfg.server_procs
     m["failures"] = failures(m)
     m["sustained"] = not m["failures"]
@@ -106,8 +143,13 @@ def measure_level(cfg, servers: DelayServers, sampler: CpuSampler, workers: int,
 
 def failures(m: dict) -> list[str]:
     f = []
-    if m["errors"] or m["records_missing"] or m["cancelled_in_window"] or m["end_reason"] != "complete" \
-            or m["ok"] < m["in_window"]:
+    if (
+        m["errors"]
+        or m["records_missing"]
+        or m["cancelled_in_window"]
+        or m["end_reason"] != "complete"
+        or m["ok"] < m["in_window"]
+    ):
         f.append(f"errors {m['errors_by_kind']} missing {m['records_missing']} end {m['end_reason']}")
     f += m["fell_behind_reasons"]
     if m["send_lag_p99_ms"] is not None and m["send_lag_p99_ms"] > LAG_P99_LIMIT_MS:
@@ -162,7 +204,7 @@ def search(cfg, servers, sampler, workers: int, start: float, deadline: float, l
             rate = rate * cfg.factor
         else:
             bad = rate
-            if good or rate / cfg.factor < cfg.start_rate / 16:      # a few requests per window: stop
+            if good or rate / cfg.factor < cfg.start_rate / 16:  # a few requests per window: stop
                 break
             rate = rate / cfg.factor
     for _ in range(cfg.bisect):
@@ -174,25 +216,41 @@ def search(cfg, servers, sampler, workers: int, start: float, deadline: float, l
         else:
             bad = mid
     best = max((m for m in levels if m["sustained"]), key=lambda m: m["rate"], default=None)
-    first_bad = min((m for m in levels if not m["sustained"] and (best is None or m["rate"] > best["rate"])),
-                    key=lambda m: m["rate"], default=None)
+    first_bad = min(
+        (m for m in levels if not m["sustained"] and (best is None or m["rate"] > best["rate"])),
+        key=lambda m: m["rate"],
+        default=None,
+    )
     limit = first_bad["limit"] if first_bad else ("not reached: max rate" if levels else "out of time")
     return dict(workers=workers, best=best, first_bad=first_bad, limit=limit, levels=levels)
 
 
 def log_level(m: dict) -> None:
-    cpu = f"client {m['client_cpu_pct'] or 0:.0f}% server {m.get('server_cpu_pct', 0):.0f}% " \
-          f"machine {m.get('machine_cpus', 0):.2f} (other {m.get('other_cpus', 0):.2f})"
+    cpu = (
+        f"client {m['client_cpu_pct'] or 0:.0f}% server {m.get('server_cpu_pct', 0):.0f}% "
+        f"machine {m.get('machine_cpus', 0):.2f} (other {m.get('other_cpus', 0):.2f})"
+    )
     few = " (n<100: P99 ~ max)" if m["matched"] < 100 else ""
-    print(f"  {m['level_id']:>12}: {m['achieved_rps']:7.1f} req/s {m['streams_in_flight']:6.1f} in flight | "
-          f"TTFT err P50/P99 {m['ttft_err_p50_ms']}/{m['ttft_err_p99_ms']} ms (vs injected P99 "
-          f"{m['ttft_err_vs_injected_p99_ms']}){few} lag P99 {m['send_lag_p99_ms']} ms | {cpu} | "
-          f"{'ok' if m['sustained'] else 'FAIL: ' + '; '.join(m['failures'])}", flush=True)
+    print(
+        f"  {m['level_id']:>12}: {m['achieved_rps']:7.1f} req/s {m['streams_in_flight']:6.1f} in flight | "
+        f"TTFT err P50/P99 {m['ttft_err_p50_ms']}/{m['ttft_err_p99_ms']} ms (vs injected P99 "
+        f"{m['ttft_err_vs_injected_p99_ms']}){few} lag P99 {m['send_lag_p99_ms']} ms | {cpu} | "
+        f"{'ok' if m['sustained'] else 'FAIL: ' + '; '.join(m['failures'])}",
+        flush=True,
+    )
 
 
 def print_table(results: list[dict]) -> None:
-    header = ["workers", "max sustained req/s", "streams in flight", "output tok/s", "TTFT err P50/P99 ms",
-              "client CPU %", "server CPU %", "limiting factor (first failing rate)"]
+    header = [
+        "workers",
+        "max sustained req/s",
+        "streams in flight",
+        "output tok/s",
+        "TTFT err P50/P99 ms",
+        "client CPU %",
+        "server CPU %",
+        "limiting factor (first failing rate)",
+    ]
     rows = []
     for r in results:
         b = r["best"]
@@ -201,9 +259,18 @@ def print_table(results: list[dict]) -> None:
             continue
         clients = "/".join(f"{v:.0f}" for v in b["client_cpu_by_worker"].values()) or "-"
         bad = f" @ {r['first_bad']['rate']:g}/s" if r["first_bad"] else ""
-        rows.append([r["workers"], f"{b['achieved_rps']:.0f} (offered {b['rate']:g})", b["streams_in_flight"],
-                     f"{b['out_tok_s']:.0f}", f"{b['ttft_err_p50_ms']:.2f}/{b['ttft_err_p99_ms']:.2f}",
-                     clients, f"{b.get('server_cpu_pct', 0):.0f}", r["limit"] + bad])
+        rows.append(
+            [
+                r["workers"],
+                f"{b['achieved_rps']:.0f} (offered {b['rate']:g})",
+                b["streams_in_flight"],
+                f"{b['out_tok_s']:.0f}",
+                f"{b['ttft_err_p50_ms']:.2f}/{b['ttft_err_p99_ms']:.2f}",
+                clients,
+                f"{b.get('server_cpu_pct', 0):.0f}",
+                r["limit"] + bad,
+            ]
+        )
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
     for row in [header, ["-" * w for w in widths]] + rows:
         print("  ".join(str(c).ljust(w) for c, w in zip(row, widths)))
@@ -226,29 +293,47 @@ def main() -> None:
     workers = [int(w) for w in a.workers.split(",")]
     deadline = time.time() + 60 * cfg.max_minutes
     loadavg_start = os.getloadavg()
-    print(f"delay server: first token {a.ttft_ms:g} ms, then every {a.itl_ms:g} ms, {a.tokens} tokens; "
-          f"{a.server_procs} process(es), {http_impl()}; windows {cfg.warmup_s:g}+{cfg.duration_s:g} s; "
-          f"TTFT error = measured - server's actual first-token delay; load avg {loadavg_start[0]:.2f}", flush=True)
+    print(
+        f"delay server: first token {a.ttft_ms:g} ms, then every {a.itl_ms:g} ms, {a.tokens} tokens; "
+        f"{a.server_procs} process(es), {http_impl()}; windows {cfg.warmup_s:g}+{cfg.duration_s:g} s; "
+        f"TTFT error = measured - server's actual first-token delay; load avg {loadavg_start[0]:.2f}",
+        flush=True,
+    )
     results = []
     t_start = time.time()
     with DelayServers(a.server_procs, a.ttft_ms, a.itl_ms) as servers, CpuSampler(servers.pids) as sampler:
         for w in workers:
             print(f"workers={w}:", flush=True)
             # More workers should do at least as well: start the search at half the last result.
-            start = max(cfg.start_rate, results[-1]["best"]["rate"] / 2) if results and results[-1]["best"] \
+            start = (
+                max(cfg.start_rate, results[-1]["best"]["rate"] / 2)
+                if results and results[-1]["best"]
                 else cfg.start_rate
+            )
             results.append(search(cfg, servers, sampler, w, start, deadline, log_level))
     print()
     print_table(results)
-    print(f"({time.time() - t_start:.0f} s; TTFT err = measured - server's actual first-token delay, "
-          f"sustained = no errors, kept up, err P99 <= {ERR_P99_LIMIT_MS:g} ms)")
+    print(
+        f"({time.time() - t_start:.0f} s; TTFT err = measured - server's actual first-token delay, "
+        f"sustained = no errors, kept up, err P99 <= {ERR_P99_LIMIT_MS:g} ms)"
+    )
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"config": {k: v for k, v in vars(cfg).items() if k != "json"}, "server": http_impl(),
-                       "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                                   "loadavg_start": loadavg_start},
-                       "definition": "ttft_err = client ttft - (server first chunk ready to send - server arrival)",
-                       "results": results}, f, indent=1)
+            json.dump(
+                {
+                    "config": {k: v for k, v in vars(cfg).items() if k != "json"},
+                    "server": http_impl(),
+                    "machine": {
+                        "cpus": os.cpu_count(),
+                        "python": platform.python_version(),
+                        "loadavg_start": loadavg_start,
+                    },
+                    "definition": "ttft_err = client ttft - (server first chunk ready to send - server arrival)",
+                    "results": results,
+                },
+                f,
+                indent=1,
+            )
         print(f"raw figures written to {a.json}")
 
 

@@ -38,8 +38,6 @@ HOST = "127.0.0.1"
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-
-
 def http_impl() -> str:
     """What uvicorn's "auto" picks: httptools and uvloop parse and schedule faster than h11/asyncio."""
     http = "httptools" if importlib.util.find_spec("httptools") else "h11"
@@ -49,10 +47,12 @@ def http_impl() -> str:
 
 # ----- the server side (runs in the server subprocess) ------------------------------------------
 
+
 def _serve(argv: list[str]) -> None:
     import uvicorn
     from starlette.responses import JSONResponse, StreamingResponse
     from starlette.routing import Route
+
     sys.path.insert(0, os.path.join(ROOT, "tests", "loadgen"))
     import logging
 
@@ -67,7 +67,7 @@ def _serve(argv: list[str]) -> None:
             t_arrival = time.time()
             resp = await super().completions(request)
             if isinstance(resp, StreamingResponse):
-                prompt = (await request.json()).get("prompt")     # cached by Starlette: no second parse
+                prompt = (await request.json()).get("prompt")  # cached by Starlette: no second parse
                 plen = len(prompt) if isinstance(prompt, list) else -1
                 resp.body_iterator = self._timed(resp.body_iterator, t_arrival, plen)
             return resp
@@ -109,12 +109,18 @@ def _serve(argv: list[str]) -> None:
     control = socket.socket()
     control.bind((HOST, a.control_port))
     logging.getLogger("uvicorn.error").addFilter(_QuietDrops())
-    config = uvicorn.Config(TimedDelayServer(a.ttft_ms, a.itl_ms).app(), log_level="warning", access_log=False,
-                            timeout_keep_alive=30, backlog=4096)
+    config = uvicorn.Config(
+        TimedDelayServer(a.ttft_ms, a.itl_ms).app(),
+        log_level="warning",
+        access_log=False,
+        timeout_keep_alive=30,
+        backlog=4096,
+    )
     uvicorn.Server(config).run(sockets=[shared, control])
 
 
 # ----- the client side ---------------------------------------------------------------------------
+
 
 class DelayServers:
     """N delay server processes on one loopback port; killed on exit, whatever happened.
@@ -131,11 +137,22 @@ class DelayServers:
         try:
             for _ in range(self.n):
                 control = free_port(HOST)
-                log = tempfile.TemporaryFile()    # a pipe nobody reads would freeze the server when full
-                cmd = [sys.executable, os.path.abspath(__file__), "serve", "--port", str(self.port),
-                       "--control-port", str(control), "--ttft-ms", str(self.ttft_ms), "--itl-ms", str(self.itl_ms)]
+                log = tempfile.TemporaryFile()  # a pipe nobody reads would freeze the server when full
+                cmd = [
+                    sys.executable,
+                    os.path.abspath(__file__),
+                    "serve",
+                    "--port",
+                    str(self.port),
+                    "--control-port",
+                    str(control),
+                    "--ttft-ms",
+                    str(self.ttft_ms),
+                    "--itl-ms",
+                    str(self.itl_ms),
+                ]
                 if self.cores is not None:
-                    cmd = ["taskset", "-c", self.cores] + cmd     # taskset execs: p.pid is the server's pid
+                    cmd = ["taskset", "-c", self.cores] + cmd  # taskset execs: p.pid is the server's pid
                 p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
                 p.log = log
                 self.procs.append(p)
@@ -236,7 +253,7 @@ class CpuSampler:
                     t = p.cpu_times()
                     per_pid[p.pid] = t.user + t.system
                 except psutil.Error:
-                    pass                  # exited between the listing and the read
+                    pass  # exited between the listing and the read
             m = psutil.cpu_times()
             busy = m.user + m.nice + m.system + getattr(m, "irq", 0) + getattr(m, "softirq", 0) + getattr(m, "steal", 0)
             self.samples.append((time.time(), per_pid, busy))
@@ -255,9 +272,13 @@ class CpuSampler:
         server = sum(v for pid, v in d.items() if pid in self.server_pids)
         client = sum(v for pid, v in d.items() if pid not in self.server_pids and pid != self._me.pid)
         ours = sum(d.values())
-        return {"server_cpu_pct": 100 * server / dt, "client_cpu_total_pct": 100 * client / dt,
-                "harness_cpu_pct": 100 * d.get(self._me.pid, 0.0) / dt,
-                "machine_cpus": (mb - ma) / dt, "other_cpus": max(0.0, (mb - ma - ours) / dt)}
+        return {
+            "server_cpu_pct": 100 * server / dt,
+            "client_cpu_total_pct": 100 * client / dt,
+            "harness_cpu_pct": 100 * d.get(self._me.pid, 0.0) / dt,
+            "machine_cpus": (mb - ma) / dt,
+            "other_cpus": max(0.0, (mb - ma - ours) / dt),
+        }
 
 
 if __name__ == "__main__":

@@ -17,8 +17,9 @@ def start_script_server(script: Path, *args: str, name: str = "the server") -> t
     import httpx
 
     port = free_port()
-    proc = subprocess.Popen([sys.executable, str(script), "--port", str(port), *args],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), "--port", str(port), *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     url = f"http://127.0.0.1:{port}"
     for _ in range(100):
         try:
@@ -35,8 +36,11 @@ def launch_refengine(args: list[str], cores: str | None = None) -> tuple[subproc
     for: start several, then wait_healthy each. (process, URL)."""
     port = free_port()
     pin = ["taskset", "-c", cores] if cores else []
-    proc = subprocess.Popen([*pin, sys.executable, "-m", "refengine.server", *args, "--port", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [*pin, sys.executable, "-m", "refengine.server", *args, "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     return proc, f"http://127.0.0.1:{port}"
 
 

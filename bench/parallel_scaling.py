@@ -71,24 +71,39 @@ def run_layout(name: str, cfg: dict, prompts, **layout) -> dict:
         outs = llm.generate(prompts, sp)
         wall = time.perf_counter() - t0
         tokens = sum(len(o.outputs[0].token_ids) for o in outs)
-        row = {"layout": name, "ranks": ex.world_size, "threads_per_rank": torch.get_num_threads(),  # as run
-               "output_tokens": tokens, "wall_s": wall, "tok_s": tokens / wall,
-               "token_ids": [o.outputs[0].token_ids for o in outs]}
+        row = {
+            "layout": name,
+            "ranks": ex.world_size,
+            "threads_per_rank": torch.get_num_threads(),  # as run
+            "output_tokens": tokens,
+            "wall_s": wall,
+            "tok_s": tokens / wall,
+            "token_ids": [o.outputs[0].token_ids for o in outs],
+        }
         if distributed:
             ranks = _delta(ex.collect_stats(), before)
             steps, step_wall = ex.steps - steps0, ex.step_wall_s - wall0
             pp = layout.get("pipeline_parallel_size", 1)
             busy = sum(r["busy_s"] for r in ranks if r["tp_rank"] == 0)
-            row.update(steps=steps, step_wall_ms=1e3 * step_wall / steps,
-                       comm_ms_per_step=[round(1e3 * r["comm_s"] / max(1, r["steps"]), 3) for r in ranks],
-                       busy_ms_per_step=[round(1e3 * r["busy_s"] / max(1, r["steps"]), 3) for r in ranks])
+            row.update(
+                steps=steps,
+                step_wall_ms=1e3 * step_wall / steps,
+                comm_ms_per_step=[round(1e3 * r["comm_s"] / max(1, r["steps"]), 3) for r in ranks],
+                busy_ms_per_step=[round(1e3 * r["busy_s"] / max(1, r["steps"]), 3) for r in ranks],
+            )
             if pp > 1 and layout.get("pipeline_schedule") == "batch-queue":
-                row.update(micro_batches="batch queue", bubble_measured=max(0.0, 1 - busy / (pp * step_wall)),
-                           bubble_formula=None)
+                row.update(
+                    micro_batches="batch queue",
+                    bubble_measured=max(0.0, 1 - busy / (pp * step_wall)),
+                    bubble_formula=None,
+                )
             elif pp > 1:
                 mb = min(layout.get("pipeline_micro_batches") or pp, cfg["n"])
-                row.update(micro_batches=mb, bubble_measured=max(0.0, 1 - busy / (pp * step_wall)),
-                           bubble_formula=(pp - 1) / (pp + mb - 1))
+                row.update(
+                    micro_batches=mb,
+                    bubble_measured=max(0.0, 1 - busy / (pp * step_wall)),
+                    bubble_formula=(pp - 1) / (pp + mb - 1),
+                )
         else:
             steps = engine.num_steps - steps_before
             row.update(steps=steps, step_wall_ms=1e3 * wall / steps)
@@ -98,11 +113,14 @@ def run_layout(name: str, cfg: dict, prompts, **layout) -> dict:
 
 
 def print_rows(rows: list[dict]) -> None:
-    print(f"{'layout':<10}{'ranks':>6}{'threads/rank':>13}{'tok/s':>9}{'steps':>7}{'step ms':>9}  "
-          "comm ms/step per rank")
+    print(
+        f"{'layout':<10}{'ranks':>6}{'threads/rank':>13}{'tok/s':>9}{'steps':>7}{'step ms':>9}  comm ms/step per rank"
+    )
     for r in rows:
-        print(f"{r['layout']:<10}{r['ranks']:>6}{r['threads_per_rank']:>13}{r['tok_s']:>9.1f}{r['steps']:>7}"
-              f"{r['step_wall_ms']:>9.2f}  {r.get('comm_ms_per_step', '-')}")
+        print(
+            f"{r['layout']:<10}{r['ranks']:>6}{r['threads_per_rank']:>13}{r['tok_s']:>9.1f}{r['steps']:>7}"
+            f"{r['step_wall_ms']:>9.2f}  {r.get('comm_ms_per_step', '-')}"
+        )
 
 
 def main() -> None:
@@ -112,18 +130,32 @@ def main() -> None:
     args = ap.parse_args()
     cfg = QUICK if args.quick else FULL
     prompts = workload(cfg)
-    print(f"tiny preset, {cfg['n']} requests x {cfg['prompt']} prompt tokens -> {cfg['output']} output tokens, "
-          f"greedy; {os.cpu_count()} CPUs")
-    rows = [run_layout("TP1 PP1", cfg, prompts),
-            run_layout("TP2", cfg, prompts, tensor_parallel_size=2),
-            run_layout("PP2 MB2", cfg, prompts, pipeline_parallel_size=2, pipeline_micro_batches=2,
-                       pipeline_schedule="micro-batch"),
-            run_layout("PP2 BQ", cfg, prompts, pipeline_parallel_size=2, pipeline_schedule="batch-queue")]
+    print(
+        f"tiny preset, {cfg['n']} requests x {cfg['prompt']} prompt tokens -> {cfg['output']} output tokens, "
+        f"greedy; {os.cpu_count()} CPUs"
+    )
+    rows = [
+        run_layout("TP1 PP1", cfg, prompts),
+        run_layout("TP2", cfg, prompts, tensor_parallel_size=2),
+        run_layout(
+            "PP2 MB2", cfg, prompts, pipeline_parallel_size=2, pipeline_micro_batches=2, pipeline_schedule="micro-batch"
+        ),
+        run_layout("PP2 BQ", cfg, prompts, pipeline_parallel_size=2, pipeline_schedule="batch-queue"),
+    ]
     same = all(r["token_ids"] == rows[0]["token_ids"] for r in rows)
     print_rows(rows)
     print(f"greedy tokens identical across layouts: {same}")
-    bubbles = [run_layout(f"PP2 MB{mb}", cfg, prompts, pipeline_parallel_size=2, pipeline_micro_batches=mb,
-                          pipeline_schedule="micro-batch") for mb in cfg["mbs"]]
+    bubbles = [
+        run_layout(
+            f"PP2 MB{mb}",
+            cfg,
+            prompts,
+            pipeline_parallel_size=2,
+            pipeline_micro_batches=mb,
+            pipeline_schedule="micro-batch",
+        )
+        for mb in cfg["mbs"]
+    ]
     bubbles.append(rows[-1])  # the batch-queue arm, measured above
     print(f"\n{'PP schedule':>14}{'measured bubble':>17}{'(PP-1)/(PP+MB-1)':>18}{'tok/s':>9}{'steps':>7}")
     for b in bubbles:

@@ -45,14 +45,23 @@ METRICS = ("ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p95_s", "output_tok_s
 GOAL = 0.10
 # "random" in --models: a random Llama checkpoint of shapes neither built-in model has (no GQA, 4
 # layers of hidden 512, untied), written by refengine's own checkpoint writer.
-RANDOM_SHAPE = dict(hidden_size=512, num_layers=4, num_heads=8, num_kv_heads=8, head_dim=64, intermediate_size=1536,
-                    tie_word_embeddings=False, seed=5)
+RANDOM_SHAPE = dict(
+    hidden_size=512,
+    num_layers=4,
+    num_heads=8,
+    num_kv_heads=8,
+    head_dim=64,
+    intermediate_size=1536,
+    tie_word_embeddings=False,
+    seed=5,
+)
 
 
 def _model_path(model: str, work: Path) -> str:
     if model != "random":
         return model
     from refengine.model.tiny import Preset, write_checkpoint
+
     out = work / "random-llama-512x4"
     if not out.exists():
         out.mkdir(parents=True)
@@ -85,21 +94,61 @@ def _medians(rows: list[dict], role: str) -> dict:
 def _model_case(model: str, a, profile: Path, work: Path) -> dict:
     run = work / f"run-{model}"
     t0 = time.monotonic()
-    _run(["llmbench.cli", "sweep", "--model", _model_path(model, work), "--concurrency", ",".join(map(str, a.concurrency)),
-          "--input-len", ",".join(map(str, a.input_lens)), "--output-len", str(a.output_len),
-          "--warmup", str(a.warmup), "--duration", str(a.duration), "--out", str(run)])
+    _run(
+        [
+            "llmbench.cli",
+            "sweep",
+            "--model",
+            _model_path(model, work),
+            "--concurrency",
+            ",".join(map(str, a.concurrency)),
+            "--input-len",
+            ",".join(map(str, a.input_lens)),
+            "--output-len",
+            str(a.output_len),
+            "--warmup",
+            str(a.warmup),
+            "--duration",
+            str(a.duration),
+            "--out",
+            str(run),
+        ]
+    )
     sweep_s = time.monotonic() - t0
-    plain = json.loads(_run(["llmbench.diag_cli", "plan", "--predict-sweep", str(run), "--profile", str(profile),
-                             "--json"]))
+    plain = json.loads(
+        _run(["llmbench.diag_cli", "plan", "--predict-sweep", str(run), "--profile", str(profile), "--json"])
+    )
     levels = [lv["level_id"] for lv in plain["levels"]]
     fit_levels = _fit_levels(levels, a.concurrency, a.input_lens[0], a.output_len)
-    fitted = json.loads(_run(["llmbench.diag_cli", "plan", "--predict-sweep", str(run), "--profile", str(profile),
-                              "--fit", ",".join(fit_levels), "--json"]))
-    return {"model": model, "sweep_s": round(sweep_s, 1), "fit_levels": fit_levels,
-            "calibrated": {"levels": plain["levels"], "median_abs_error": _medians(plain["levels"], "predicted")},
-            "fitted": {"levels": fitted["levels"], "profile": fitted["profile"],
-                       "median_abs_error": {"fitted": _medians(fitted["levels"], "fitted"),
-                                            "held_out": _medians(fitted["levels"], "predicted")}}}
+    fitted = json.loads(
+        _run(
+            [
+                "llmbench.diag_cli",
+                "plan",
+                "--predict-sweep",
+                str(run),
+                "--profile",
+                str(profile),
+                "--fit",
+                ",".join(fit_levels),
+                "--json",
+            ]
+        )
+    )
+    return {
+        "model": model,
+        "sweep_s": round(sweep_s, 1),
+        "fit_levels": fit_levels,
+        "calibrated": {"levels": plain["levels"], "median_abs_error": _medians(plain["levels"], "predicted")},
+        "fitted": {
+            "levels": fitted["levels"],
+            "profile": fitted["profile"],
+            "median_abs_error": {
+                "fitted": _medians(fitted["levels"], "fitted"),
+                "held_out": _medians(fitted["levels"], "predicted"),
+            },
+        },
+    }
 
 
 def _pct(v: float | None) -> str:
@@ -113,21 +162,30 @@ def _print(cases: list[dict]) -> None:
             for lv in case[mode]["levels"]:
                 e = lv["error"] or {}
                 rows.append([case["model"], mode, lv["level_id"], lv["role"], *(_pct(e.get(k)) for k in METRICS)])
-    print_table("plan accuracy: (predicted - measured) / measured", ["model", "profile", "level", "role", *METRICS], rows)
+    print_table(
+        "plan accuracy: (predicted - measured) / measured", ["model", "profile", "level", "role", *METRICS], rows
+    )
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--models", default="tiny-test,tiny,random", help="built-in models, and 'random': a random "
-                   "Llama checkpoint of other shapes")
+    p.add_argument(
+        "--models",
+        default="tiny-test,tiny,random",
+        help="built-in models, and 'random': a random Llama checkpoint of other shapes",
+    )
     p.add_argument("--concurrency", default="1,4,16")
     p.add_argument("--input-lens", default="128,512")
     p.add_argument("--output-len", type=int, default=64)
     p.add_argument("--warmup", type=float, default=3.0)
     p.add_argument("--duration", type=float, default=10.0)
     p.add_argument("--profile", default=None, help="a profile file; default: calibrate this machine first")
-    p.add_argument("--no-serve", dest="serve", action="store_false", help="calibrate without --serve: the "
-                   "'calibrated' rows then miss what the HTTP server adds to every step")
+    p.add_argument(
+        "--no-serve",
+        dest="serve",
+        action="store_false",
+        help="calibrate without --serve: the 'calibrated' rows then miss what the HTTP server adds to every step",
+    )
     p.add_argument("--quick", action="store_true", help="tiny-test, concurrency 1, 4, 8, one input length")
     p.add_argument("--out", default=str(ROOT / "bench" / "plan_accuracy.json"))
     a = p.parse_args()
@@ -140,8 +198,11 @@ def main() -> None:
         work = Path(tmp)
         profile = Path(a.profile) if a.profile else work / "profile.json"
         if not a.profile:
-            _run(["llmbench.diag_cli", "calibrate", "--out", str(profile)] + (["--quick"] if a.quick else [])
-                 + (["--serve"] if a.serve else []))
+            _run(
+                ["llmbench.diag_cli", "calibrate", "--out", str(profile)]
+                + (["--quick"] if a.quick else [])
+                + (["--serve"] if a.serve else [])
+            )
         profile_doc = json.loads(profile.read_text())
         cases = [_model_case(m, a, profile, work) for m in a.models.split(",")]
     _print(cases)
@@ -150,14 +211,27 @@ def main() -> None:
     for k in ("output_tok_s", "tpot_p50_s"):
         values = [h[k] for h in held if h.get(k) is not None]
         worst = max(values) if values else None
-        summary[k] = {"held_out_median_abs_error_worst_model": worst,
-                      "goal": GOAL, "verdict": verdict(worst, GOAL, higher_is_better=False) if worst is not None else "n/a"}
-        print(f"{k}: held-out median |error| (worst model) "
-              f"{'-' if worst is None else f'{worst:.1%}'} vs goal {GOAL:.0%}: {summary[k]['verdict']}")
-    write_json(a.out, {"bench": "plan_accuracy", "args": {k: v for k, v in vars(a).items()}, "machine": machine(),
-                       "wall_s": round(time.monotonic() - t0, 1),
-                       "profile": {k: profile_doc.get(k) for k in ("name", "source", "step_overhead", "assumptions")},
-                       "cases": cases, "summary": summary})
+        summary[k] = {
+            "held_out_median_abs_error_worst_model": worst,
+            "goal": GOAL,
+            "verdict": verdict(worst, GOAL, higher_is_better=False) if worst is not None else "n/a",
+        }
+        print(
+            f"{k}: held-out median |error| (worst model) "
+            f"{'-' if worst is None else f'{worst:.1%}'} vs goal {GOAL:.0%}: {summary[k]['verdict']}"
+        )
+    write_json(
+        a.out,
+        {
+            "bench": "plan_accuracy",
+            "args": {k: v for k, v in vars(a).items()},
+            "machine": machine(),
+            "wall_s": round(time.monotonic() - t0, 1),
+            "profile": {k: profile_doc.get(k) for k in ("name", "source", "step_overhead", "assumptions")},
+            "cases": cases,
+            "summary": summary,
+        },
+    )
 
 
 if __name__ == "__main__":

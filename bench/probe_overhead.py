@@ -43,8 +43,9 @@ def measure(seconds: float, interval: float, names: list[str]) -> dict:
         time.sleep(seconds)
         idle = (_cpu(resource.RUSAGE_SELF) - c0) / (time.monotonic() - w0)
         with tempfile.TemporaryDirectory() as tmp:
-            ctx = ProbeContext(out_dir=Path(tmp), target_url=server.url, server_pid=server.proc.pid,
-                               interval_s=interval)
+            ctx = ProbeContext(
+                out_dir=Path(tmp), target_url=server.url, server_pid=server.proc.pid, interval_s=interval
+            )
             pset = ProbeSet(names, ctx, log=lambda m: print(m, file=sys.stderr))
             c0, k0, w0 = _cpu(resource.RUSAGE_SELF), _cpu(resource.RUSAGE_CHILDREN), time.monotonic()
             availability = pset.start()
@@ -56,14 +57,18 @@ def measure(seconds: float, interval: float, names: list[str]) -> dict:
     finally:
         server.stop()
     per_probe = {n: round(100 * s.cpu_s / s.wall_s, 3) for n, s in stats.items() if s.wall_s}
-    return {"seconds": seconds, "interval_s": interval, "probes": availability,
-            "per_probe_thread_pct_of_core": per_probe,
-            "threads_total_pct": round(sum(per_probe.values()), 3),
-            "process_pct_minus_idle": round(100 * (proc - idle), 3),
-            "idle_process_pct": round(100 * idle, 3),
-            "ss_children_pct": round(100 * children, 3),
-            "total_pct": round(100 * (proc - idle + children), 3),
-            "samples": {n: s.samples for n, s in stats.items()}}
+    return {
+        "seconds": seconds,
+        "interval_s": interval,
+        "probes": availability,
+        "per_probe_thread_pct_of_core": per_probe,
+        "threads_total_pct": round(sum(per_probe.values()), 3),
+        "process_pct_minus_idle": round(100 * (proc - idle), 3),
+        "idle_process_pct": round(100 * idle, 3),
+        "ss_children_pct": round(100 * children, 3),
+        "total_pct": round(100 * (proc - idle + children), 3),
+        "samples": {n: s.samples for n, s in stats.items()},
+    }
 
 
 def main() -> None:
@@ -78,8 +83,10 @@ def main() -> None:
     print(json.dumps(res, indent=2))
     if a.json:
         a.json.write_text(json.dumps(res, indent=2))
-    print(f"default probes at {a.interval:g} s: {res['total_pct']:.2f}% of one core "
-          f"(target < 3%): {'met' if res['total_pct'] < 3 else 'MISSED'}")
+    print(
+        f"default probes at {a.interval:g} s: {res['total_pct']:.2f}% of one core "
+        f"(target < 3%): {'met' if res['total_pct'] < 3 else 'MISSED'}"
+    )
 
 
 if __name__ == "__main__":

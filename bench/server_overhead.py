@@ -49,13 +49,23 @@ QUICK = dict(n=8, n1=2, prompt=32, out=8, conc=32)
 HOST = "127.0.0.1"
 
 
-
-
 def start_server(port: int, max_num_seqs: int, log):
-    cmd = [sys.executable, "-m", "refengine.server", "--model", "tiny", "--host", HOST, "--port", str(port),
-           "--max-num-seqs", str(max_num_seqs)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "refengine.server",
+        "--model",
+        "tiny",
+        "--host",
+        HOST,
+        "--port",
+        str(port),
+        "--max-num-seqs",
+        str(max_num_seqs),
+    ]
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
     import httpx
+
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -81,8 +91,15 @@ def stop_server(proc) -> None:
 
 
 async def _stream_one(client, url: str, req) -> dict:
-    body = {"model": "tiny", "prompt": req.prompt, "max_tokens": req.max_tokens, "temperature": 0,
-            "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
+    body = {
+        "model": "tiny",
+        "prompt": req.prompt,
+        "max_tokens": req.max_tokens,
+        "temperature": 0,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     t0 = time.perf_counter()
     first, tokens, chunks = None, None, 0
     async with client.stream("POST", url, json=body, timeout=600) as r:
@@ -98,18 +115,25 @@ async def _stream_one(client, url: str, req) -> dict:
                 first = first or time.perf_counter()
             if obj.get("usage"):
                 tokens = obj["usage"]["completion_tokens"]
-    return {"ttft_s": (first or time.perf_counter()) - t0, "latency_s": time.perf_counter() - t0,
-            "tokens": tokens, "chunks": chunks}
+    return {
+        "ttft_s": (first or time.perf_counter()) - t0,
+        "latency_s": time.perf_counter() - t0,
+        "tokens": tokens,
+        "chunks": chunks,
+    }
 
 
 async def _drive(port: int, reqs, conc: int) -> list[dict]:
     import httpx
+
     sem = asyncio.Semaphore(conc)
     url = f"http://{HOST}:{port}/v1/completions"
     async with httpx.AsyncClient(limits=httpx.Limits(max_connections=conc, max_keepalive_connections=conc)) as client:
+
         async def one(r):
             async with sem:
                 return await _stream_one(client, url, r)
+
         return await asyncio.gather(*(one(r) for r in reqs))
 
 
@@ -120,16 +144,25 @@ def via_server(port: int, pid: int, reqs, conc: int) -> dict:
     faults = proc_minflt(pid) - f0
     threads = {t: c - threads0.get(t, 0.0) for t, c in thread_cpu_s(pid).items()}
     client = os.times()
-    cpu = dict(client_s=client.user + client.system - client0.user - client0.system,
-               server_main_thread_s=threads.pop(pid, 0.0),  # uvicorn's event loop: HTTP, SSE, JSON
-               server_other_threads_s=sorted(threads.values(), reverse=True))  # engine loop thread + torch pool
+    cpu = dict(
+        client_s=client.user + client.system - client0.user - client0.system,
+        server_main_thread_s=threads.pop(pid, 0.0),  # uvicorn's event loop: HTTP, SSE, JSON
+        server_other_threads_s=sorted(threads.values(), reverse=True),
+    )  # engine loop thread + torch pool
     toks = [r["tokens"] for r in res]
     assert toks == [r.max_tokens for r in reqs], f"server returned {toks[:5]}... tokens, expected max_tokens each"
     n = sum(toks)
-    return dict(m.as_dict(), cpu=cpu, cpu_s=m.own_cpus * m.wall_s, minor_faults=faults, out_tokens=n,
-                tok_s=n / m.wall_s,
-                mean_ttft_s=sum(r["ttft_s"] for r in res) / len(res),
-                mean_latency_s=sum(r["latency_s"] for r in res) / len(res), sse_chunks=sum(r["chunks"] for r in res))
+    return dict(
+        m.as_dict(),
+        cpu=cpu,
+        cpu_s=m.own_cpus * m.wall_s,
+        minor_faults=faults,
+        out_tokens=n,
+        tok_s=n / m.wall_s,
+        mean_ttft_s=sum(r["ttft_s"] for r in res) / len(res),
+        mean_latency_s=sum(r["latency_s"] for r in res) / len(res),
+        sse_chunks=sum(r["chunks"] for r in res),
+    )
 
 
 def direct(llm, reqs, one_at_a_time: bool, on_thread: bool = False) -> dict:
@@ -138,6 +171,7 @@ def direct(llm, reqs, one_at_a_time: bool, on_thread: bool = False) -> dict:
 
     def work():
         outs.extend(o for b in batches for o in llm.generate([r.prompt for r in b], [greedy(r.max_tokens) for r in b]))
+
     with CpuMeter() as m:
         if on_thread:
             t = threading.Thread(target=work)
@@ -147,8 +181,9 @@ def direct(llm, reqs, one_at_a_time: bool, on_thread: bool = False) -> dict:
             work()
     n = sum(len(o.outputs[0].token_ids) for o in outs)
     assert n == sum(r.max_tokens for r in reqs)
-    return dict(m.as_dict(), cpu_s=m.own_cpus * m.wall_s, minor_faults=proc_minflt() - f0, out_tokens=n,
-                tok_s=n / m.wall_s)
+    return dict(
+        m.as_dict(), cpu_s=m.own_cpus * m.wall_s, minor_faults=proc_minflt() - f0, out_tokens=n, tok_s=n / m.wall_s
+    )
 
 
 def main() -> None:
@@ -165,9 +200,11 @@ def main() -> None:
     def fresh(rep: int, arm: int, n: int):
         """The workload's shape with prompts no earlier run has seen (so none hits the prefix cache)."""
         return make_workload(n, (c["prompt"], c["prompt"]), (c["out"], c["out"]), seed=1000 + 100 * rep + arm)
+
     res = dict(machine=machine(), config=dict(c, reps=reps), model="tiny")
     t_start = time.perf_counter()
     from refengine import LLM
+
     port = free_port(HOST)
     with tempfile.NamedTemporaryFile("w", prefix="refengine-server-", suffix=".log", delete=False) as log:
         proc = start_server(port, c["conc"], log)
@@ -176,11 +213,13 @@ def main() -> None:
             llm = LLM("tiny", max_num_seqs=c["conc"])
             llm.generate([[7] * 16], greedy(4))  # warm-up
             n, n1 = c["n"], c["n1"]
-            arms = {"direct c=1": lambda q: direct(llm, q(n1), one_at_a_time=True),
-                    "server c=1": lambda q: via_server(port, proc.pid, q(n1), 1),
-                    "direct c=32": lambda q: direct(llm, q(n), one_at_a_time=False),
-                    "direct on a worker thread c=32": lambda q: direct(llm, q(n), one_at_a_time=False, on_thread=True),
-                    "server c=32": lambda q: via_server(port, proc.pid, q(n), c["conc"])}
+            arms = {
+                "direct c=1": lambda q: direct(llm, q(n1), one_at_a_time=True),
+                "server c=1": lambda q: via_server(port, proc.pid, q(n1), 1),
+                "direct c=32": lambda q: direct(llm, q(n), one_at_a_time=False),
+                "direct on a worker thread c=32": lambda q: direct(llm, q(n), one_at_a_time=False, on_thread=True),
+                "server c=32": lambda q: via_server(port, proc.pid, q(n), c["conc"]),
+            }
             if args.no_c1:
                 arms = {k: fn for k, fn in arms.items() if not k.endswith("c=1")}
             runs = {k: [] for k in arms}
@@ -197,20 +236,41 @@ def main() -> None:
     for k, r in best.items():
         ref = best["direct c=1" if k.endswith("c=1") else "direct c=32"]
         cpu = r.get("cpu")
-        rows.append([k, len(reqs[:c["n1"]]) if k.endswith("c=1") else len(reqs), f"{r['tok_s']:.1f}",
-                     f"{r['tok_s'] / ref['tok_s']:.3f}", " ".join(f"{x['tok_s']:.0f}" for x in runs[k]),
-                     f"{r['cpu_s']:.0f}" + (f" (event loop {cpu['server_main_thread_s']:.1f}, client "
-                                            f"{cpu['client_s']:.1f})" if cpu else ""),
-                     f"{r['minor_faults'] / r['out_tokens']:.0f}", f"{max(x['other_cpus'] for x in runs[k]):.2f}"])
-    print_table(f"Server vs direct LLM.generate (tiny, prompts {c['prompt']}, {c['out']} output tokens, greedy, "
-                "ignore_eos)", ["arm", "requests", "best tok/s", "vs direct", "all runs tok/s", "CPU-s",
-                               "page faults / token", "others' CPUs"], rows)
+        rows.append(
+            [
+                k,
+                len(reqs[: c["n1"]]) if k.endswith("c=1") else len(reqs),
+                f"{r['tok_s']:.1f}",
+                f"{r['tok_s'] / ref['tok_s']:.3f}",
+                " ".join(f"{x['tok_s']:.0f}" for x in runs[k]),
+                f"{r['cpu_s']:.0f}"
+                + (f" (event loop {cpu['server_main_thread_s']:.1f}, client {cpu['client_s']:.1f})" if cpu else ""),
+                f"{r['minor_faults'] / r['out_tokens']:.0f}",
+                f"{max(x['other_cpus'] for x in runs[k]):.2f}",
+            ]
+        )
+    print_table(
+        f"Server vs direct LLM.generate (tiny, prompts {c['prompt']}, {c['out']} output tokens, greedy, ignore_eos)",
+        [
+            "arm",
+            "requests",
+            "best tok/s",
+            "vs direct",
+            "all runs tok/s",
+            "CPU-s",
+            "page faults / token",
+            "others' CPUs",
+        ],
+        rows,
+    )
     for conc in ("32",) if args.no_c1 else ("1", "32"):
         res[f"ratio_c{conc}"] = best[f"server c={conc}"]["tok_s"] / best[f"direct c={conc}"]["tok_s"]
     cost = 1 - res["ratio_c32"]
     res["target"] = dict(target="server costs <= 10% of throughput at concurrency 32", value=cost, met=cost <= 0.10)
-    print(f"target: server cost at concurrency {c['conc']} <= 10%: {cost:.1%} -> {verdict(cost, 0.10, False)}"
-          + ("" if args.no_c1 else f"; server c=1 costs {1 - res['ratio_c1']:.1%}"))
+    print(
+        f"target: server cost at concurrency {c['conc']} <= 10%: {cost:.1%} -> {verdict(cost, 0.10, False)}"
+        + ("" if args.no_c1 else f"; server c=1 costs {1 - res['ratio_c1']:.1%}")
+    )
     res["total_wall_s"] = time.perf_counter() - t_start
     print(f"total {res['total_wall_s']:.0f} s; server log {log.name}")
     write_json(args.json, res)

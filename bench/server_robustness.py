@@ -1,16 +1,16 @@
 """Server robustness (issue 14), side by side for this tree and, with --baseline, another one.
 
-  1. inputs: issue 14's listed inputs, then N Hypothesis-generated hostile bodies (the same ones,
-     derandomized, for every tree; tests/refengine/server/hostile_bodies.py), each followed by GET /health:
-     5xx answers, hangs, errors inside streams, and engine deaths (the server is restarted after
-     each, up to --max-restarts).
-  2. overload: --max-waiting-requests 4 against 40 closed-loop clients (10x): the most requests
-     ever waiting in the scheduler (read inside the server after every admission), and whether
-     every request was counted once (/metrics: success + rejected = sent).
-  3. /health latency, probed every 10 ms from another process, while a 10 MB prompt is read;
-     for this tree also with the prompt tokenized in full (the prefix check switched off).
+1. inputs: issue 14's listed inputs, then N Hypothesis-generated hostile bodies (the same ones,
+   derandomized, for every tree; tests/refengine/server/hostile_bodies.py), each followed by GET /health:
+   5xx answers, hangs, errors inside streams, and engine deaths (the server is restarted after
+   each, up to --max-restarts).
+2. overload: --max-waiting-requests 4 against 40 closed-loop clients (10x): the most requests
+   ever waiting in the scheduler (read inside the server after every admission), and whether
+   every request was counted once (/metrics: success + rejected = sent).
+3. /health latency, probed every 10 ms from another process, while a 10 MB prompt is read;
+   for this tree also with the prompt tokenized in full (the prefix check switched off).
 
-    python bench/server_robustness.py --baseline /tmp/base --json bench/server_robustness.json
+  python bench/server_robustness.py --baseline /tmp/base --json bench/server_robustness.json
 """
 
 from __future__ import annotations
@@ -84,8 +84,18 @@ class Target:
         port = free_port()
         self.url = f"http://127.0.0.1:{port}"
         env = {**os.environ, "PYTHONPATH": self.tree, "PYTHONDONTWRITEBYTECODE": "1"}
-        cmd = [sys.executable, "-c", LAUNCHER, self.peak_file, "1" if self.full_tokenize else "0",
-               "--model", "tiny-test", "--port", str(port), *self.args]
+        cmd = [
+            sys.executable,
+            "-c",
+            LAUNCHER,
+            self.peak_file,
+            "1" if self.full_tokenize else "0",
+            "--model",
+            "tiny-test",
+            "--port",
+            str(port),
+            *self.args,
+        ]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=self.tree)
         wait_healthy(self.url, timeout=180)
 
@@ -108,14 +118,19 @@ class Target:
 # ----- 1. inputs ------------------------------------------------------------------------------
 def listed_inputs() -> list[tuple[str, bytes]]:
     from hostile_bodies import BARE_500S, CHAT, CHAT_BODY, COMPLETION, ENGINE_KILLERS, C
-    out = [(path, ((COMPLETION if path == C else CHAT_BODY) % fields).encode()) for fields, _, _ in ENGINE_KILLERS
-           for path in (C, CHAT)]
+
+    out = [
+        (path, ((COMPLETION if path == C else CHAT_BODY) % fields).encode())
+        for fields, _, _ in ENGINE_KILLERS
+        for path in (C, CHAT)
+    ]
     return out + [(path, raw if isinstance(raw, bytes) else raw.encode()) for path, raw, _, _ in BARE_500S]
 
 
 def generated_inputs(n: int) -> list[tuple[str, bytes]]:
     from hostile_bodies import BODIES
     from hypothesis import HealthCheck, given, settings
+
     out = []
 
     @settings(max_examples=n, derandomize=True, database=None, deadline=None, suppress_health_check=list(HealthCheck))
@@ -130,8 +145,9 @@ def generated_inputs(n: int) -> list[tuple[str, bytes]]:
 def send(url: str, path: str, raw: bytes) -> tuple[str, bool]:
     """('200' / '400' / ... / 'hang' / 'conn'), and whether a 200 stream carried an error."""
     try:
-        with httpx.stream("POST", url + path, content=raw, headers={"content-type": "application/json"},
-                          timeout=httpx.Timeout(30.0)) as r:
+        with httpx.stream(
+            "POST", url + path, content=raw, headers={"content-type": "application/json"}, timeout=httpx.Timeout(30.0)
+        ) as r:
             lines = [line for line in r.iter_lines() if line]
             stream_error = r.status_code == 200 and any('"error"' in line for line in lines)
             return str(r.status_code), stream_error
@@ -158,8 +174,15 @@ def run_inputs(target: Target, inputs: list[tuple[str, bytes]], max_restarts: in
                 break
             target.restart()
     n5xx = sum(v for k, v in statuses.items() if k.isdigit() and int(k) >= 500)
-    return {"sent": done, "of": len(inputs), "statuses": dict(sorted(statuses.items())), "5xx": n5xx,
-            "hangs": statuses.get("hang", 0), "stream_errors": stream_errors, "engine_deaths": deaths}
+    return {
+        "sent": done,
+        "of": len(inputs),
+        "statuses": dict(sorted(statuses.items())),
+        "5xx": n5xx,
+        "hangs": statuses.get("hang", 0),
+        "stream_errors": stream_errors,
+        "engine_deaths": deaths,
+    }
 
 
 # ----- 2. overload ----------------------------------------------------------------------------
@@ -183,18 +206,28 @@ def run_overload(target: Target, clients: int, seconds: float) -> dict:
     counts = asyncio.run(run())
     time.sleep(0.5)
     metrics = httpx.get(target.url + "/metrics").text
-    counted = sum(float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
-                  if line.startswith(("vllm:request_success_total{", "refengine:requests_rejected_total{")))
+    counted = sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in metrics.splitlines()
+        if line.startswith(("vllm:request_success_total{", "refengine:requests_rejected_total{"))
+    )
     sent = sum(counts.values())
-    return {"clients": clients, "seconds": seconds, "sent": sent, "by_status": dict(sorted(counts.items())),
-            "peak_waiting": target.peak_waiting, "all_counted_once": counted == sent}
+    return {
+        "clients": clients,
+        "seconds": seconds,
+        "sent": sent,
+        "by_status": dict(sorted(counts.items())),
+        "peak_waiting": target.peak_waiting,
+        "all_counted_once": counted == sent,
+    }
 
 
 # ----- 3. /health while a 10 MB prompt is read --------------------------------------------------
 def run_health(target: Target, size: int = 10_000_000) -> dict:
     prompt = ("the quick brown fox jumps over the lazy dog. " * (size // 45 + 1))[:size]
-    prober = subprocess.Popen([sys.executable, "-c", PROBER, target.url], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True)
+    prober = subprocess.Popen(
+        [sys.executable, "-c", PROBER, target.url], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     assert prober.stdout.readline().strip() == "ready"
     t0 = time.time()
     r = httpx.post(target.url + "/v1/completions", json={"prompt": prompt, "max_tokens": 2}, timeout=300)
@@ -203,14 +236,21 @@ def run_health(target: Target, size: int = 10_000_000) -> dict:
     out, _ = prober.communicate("stop")
     probes = json.loads(out.strip().splitlines()[-1])
     during = sorted(lat for start, lat in probes if t0 <= start <= t1 or start < t0 < start + lat)
-    idle = sorted(lat for start, lat in probes if start + lat < t0)   # the same probes before: this machine's floor
+    idle = sorted(lat for start, lat in probes if start + lat < t0)  # the same probes before: this machine's floor
 
     def ms(xs, q):
         return round(1000 * xs[min(len(xs) - 1, int(q * len(xs)))], 1) if xs else None
 
-    return {"prompt_chars": size, "status": r.status_code, "answered_in_s": round(t1 - t0, 3),
-            "health_probes": len(during), "health_p50_ms": ms(during, 0.5), "health_max_ms": ms(during, 1.0),
-            "idle_health_p50_ms": ms(idle, 0.5), "idle_health_max_ms": ms(idle, 1.0)}
+    return {
+        "prompt_chars": size,
+        "status": r.status_code,
+        "answered_in_s": round(t1 - t0, 3),
+        "health_probes": len(during),
+        "health_p50_ms": ms(during, 0.5),
+        "health_max_ms": ms(during, 1.0),
+        "idle_health_p50_ms": ms(idle, 0.5),
+        "idle_health_max_ms": ms(idle, 1.0),
+    }
 
 
 def _metered(target: Target, fn, *args) -> dict:
@@ -250,12 +290,16 @@ def measure(tree: str, n: int, max_restarts: int, full_tokenize_too: bool) -> di
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--examples", type=int, default=500, help="generated bodies per tree (default: %(default)s)")
-    ap.add_argument("--baseline", default=None, help="another source tree to measure the same way (e.g. the "
-                    "commit before the fix, from `git archive`)")
+    ap.add_argument(
+        "--baseline",
+        default=None,
+        help="another source tree to measure the same way (e.g. the commit before the fix, from `git archive`)",
+    )
     ap.add_argument("--max-restarts", type=int, default=40, help="engine deaths after which a tree's input run stops")
     ap.add_argument("--json", default=None, help="write the results here")
     a = ap.parse_args()
     from common import machine
+
     results = {"machine": machine(), "this": measure(REPO, a.examples, a.max_restarts, full_tokenize_too=True)}
     if a.baseline:
         results["baseline"] = measure(os.path.abspath(a.baseline), a.examples, a.max_restarts, full_tokenize_too=False)

@@ -84,32 +84,53 @@ def ensure_guidellm(venv: str) -> str:
 
 # ----- one run of each tool: per-request TTFT, mean gap, pooled gaps, E2E (seconds) -------------
 
+
 def run_llmbench(url: str, model: str, c: int, a, tokenizer_dir: str) -> dict:
     sizer = sizer_for_tokenizer(os.path.join(tokenizer_dir, "tokenizer.json"))
-    options = WorkloadOptions(prompt_format="text", text_sizer=sizer.to_dict() if sizer else None,
-                              input_len=a.input_len, output_len=a.output_len)
-    spec = LevelSpec(f"c{c}", concurrency=c, input_len=a.input_len, output_len=a.output_len,
-                     warmup_s=a.warmup, duration_s=a.duration, request_timeout_s=60.0)
+    options = WorkloadOptions(
+        prompt_format="text",
+        text_sizer=sizer.to_dict() if sizer else None,
+        input_len=a.input_len,
+        output_len=a.output_len,
+    )
+    spec = LevelSpec(
+        f"c{c}",
+        concurrency=c,
+        input_len=a.input_len,
+        output_len=a.output_len,
+        warmup_s=a.warmup,
+        duration_s=a.duration,
+        request_timeout_s=60.0,
+    )
     records: list = []
     with CoreWatch(a.server_pids) as watch:
         res = run_level(spec, TargetSpec(url, model), lambda level: make_workload(options), records.extend)
     ok = [r for r in records if r.in_window and r.status == "ok" and r.ttft_s is not None and r.itl_s]
-    return {"n": len(ok), "errors": res.errors, "client_cpu_pct": res.client_cpu_percent,
-            "ttft": [r.ttft_s for r in ok], "itl_mean": [sum(r.itl_s) / len(r.itl_s) for r in ok],
-            "itl_pooled": [g for r in ok for g in r.itl_s], "e2e": [r.e2e_s for r in ok],
-            "prompt_tokens": [r.prompt_tokens for r in ok if r.prompt_tokens is not None],
-            "cores": watch.as_dict()}
+    return {
+        "n": len(ok),
+        "errors": res.errors,
+        "client_cpu_pct": res.client_cpu_percent,
+        "ttft": [r.ttft_s for r in ok],
+        "itl_mean": [sum(r.itl_s) / len(r.itl_s) for r in ok],
+        "itl_pooled": [g for r in ok for g in r.itl_s],
+        "e2e": [r.e2e_s for r in ok],
+        "prompt_tokens": [r.prompt_tokens for r in ok if r.prompt_tokens is not None],
+        "cores": watch.as_dict(),
+    }
 
 
 def run_guidellm(exe: str, url: str, model: str, c: int, a, tokenizer_dir: str, workdir: str) -> dict:
     out = os.path.join(workdir, f"guidellm-c{c}-{time.time():.0f}.json")
-    scenario = {"spec": {
-        "backend": {"kind": "openai_http", "target": url, "model": model, "request_format": "/v1/completions"},
-        "profile": {"kind": "concurrent", "streams": [c], "warmup": a.warmup},
-        "tokenizer": {"kind": "hf_auto", "model": tokenizer_dir},
-        "data": [{"kind": "synthetic_text", "prompt_tokens": a.input_len, "output_tokens": a.output_len}],
-        "constraints": [{"kind": "max_duration", "seconds": a.warmup + a.duration}],
-        "outputs": [{"kind": "json", "path": out}]}}
+    scenario = {
+        "spec": {
+            "backend": {"kind": "openai_http", "target": url, "model": model, "request_format": "/v1/completions"},
+            "profile": {"kind": "concurrent", "streams": [c], "warmup": a.warmup},
+            "tokenizer": {"kind": "hf_auto", "model": tokenizer_dir},
+            "data": [{"kind": "synthetic_text", "prompt_tokens": a.input_len, "output_tokens": a.output_len}],
+            "constraints": [{"kind": "max_duration", "seconds": a.warmup + a.duration}],
+            "outputs": [{"kind": "json", "path": out}],
+        }
+    }
     path = os.path.join(workdir, "scenario.json")
     with open(path, "w") as f:
         json.dump(scenario, f)
@@ -121,14 +142,20 @@ def run_guidellm(exe: str, url: str, model: str, c: int, a, tokenizer_dir: str, 
     if proc.returncode != 0 or not os.path.exists(out):
         raise RuntimeError(f"guidellm failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     bench = json.load(open(out))["benchmarks"][0]
-    ok = [r for r in bench["requests"]["successful"]
-          if r.get("time_to_first_token_ms") is not None and r.get("inter_token_latency_ms") is not None]
-    return {"n": len(ok), "errors": len(bench["requests"]["errored"]),
-            "ttft": [r["time_to_first_token_ms"] / 1000 for r in ok],
-            "itl_mean": [r["inter_token_latency_ms"] / 1000 for r in ok],
-            "e2e": [r["request_latency"] for r in ok],
-            "prompt_tokens": [r["prompt_tokens"] for r in ok if r.get("prompt_tokens") is not None],
-            "cores": watch.as_dict()}
+    ok = [
+        r
+        for r in bench["requests"]["successful"]
+        if r.get("time_to_first_token_ms") is not None and r.get("inter_token_latency_ms") is not None
+    ]
+    return {
+        "n": len(ok),
+        "errors": len(bench["requests"]["errored"]),
+        "ttft": [r["time_to_first_token_ms"] / 1000 for r in ok],
+        "itl_mean": [r["inter_token_latency_ms"] / 1000 for r in ok],
+        "e2e": [r["request_latency"] for r in ok],
+        "prompt_tokens": [r["prompt_tokens"] for r in ok if r.get("prompt_tokens") is not None],
+        "cores": watch.as_dict(),
+    }
 
 
 def guidellm_env(a) -> dict:
@@ -136,6 +163,7 @@ def guidellm_env(a) -> dict:
 
 
 # ----- statistics -------------------------------------------------------------------------------
+
 
 def pct_ms(xs, q, minus_s=0.0):
     return round(1000 * (float(np.percentile(xs, q)) - minus_s), 3) if len(xs) else None
@@ -158,14 +186,18 @@ def server_lateness(timings, ttft_s: float) -> dict:
 def combine(runs: list[dict]) -> dict:
     """Median over repeats of each statistic; `best_ttft_p50_ms` is the smallest P50 error."""
     keys = [k for k in runs[0] if k.endswith("_ms") or k == "n"]
-    out = {k: round(statistics.median(r[k] for r in runs if r.get(k) is not None), 3)
-           for k in keys if any(r.get(k) is not None for r in runs)}
+    out = {
+        k: round(statistics.median(r[k] for r in runs if r.get(k) is not None), 3)
+        for k in keys
+        if any(r.get(k) is not None for r in runs)
+    }
     out["best_ttft_p50_ms"] = min(r["ttft_err_p50_ms"] for r in runs)
     out["repeats"] = len(runs)
     return out
 
 
 # ----- the two phases ---------------------------------------------------------------------------
+
 
 def delay_phase(a, exe: str, tokenizer_dir: str, workdir: str, cores_seen: dict) -> dict:
     results: dict = {}
@@ -176,9 +208,12 @@ def delay_phase(a, exe: str, tokenizer_dir: str, workdir: str, cores_seen: dict)
             for c in a.levels:
                 order = ["llmbench", "guidellm"] if rep % 2 == 0 else ["guidellm", "llmbench"]
                 for tool in order:
-                    srv.take_timings()            # drop whatever came before this run
-                    run = (run_llmbench(srv.url, "delay-model", c, a, tokenizer_dir) if tool == "llmbench" else
-                           run_guidellm(exe, srv.url, "delay-model", c, a, tokenizer_dir, workdir))
+                    srv.take_timings()  # drop whatever came before this run
+                    run = (
+                        run_llmbench(srv.url, "delay-model", c, a, tokenizer_dir)
+                        if tool == "llmbench"
+                        else run_guidellm(exe, srv.url, "delay-model", c, a, tokenizer_dir, workdir)
+                    )
                     s = {**error_stats(run, ttft_s, itl_s), **server_lateness(srv.take_timings(), ttft_s)}
                     if run.get("client_cpu_pct") is not None:
                         s["client_cpu_pct"] = round(run["client_cpu_pct"], 1)
@@ -186,8 +221,9 @@ def delay_phase(a, exe: str, tokenizer_dir: str, workdir: str, cores_seen: dict)
                     cores_seen[tool] = merge_cores(cores_seen.get(tool), run["cores"])
                     results.setdefault(str(c), {}).setdefault(tool, []).append(s)
                     print(f"delay c={c} rep {rep} {tool}: {s}", flush=True)
-    return {c: {tool: {"runs": runs, **combine(runs)} for tool, runs in by_tool.items()}
-            for c, by_tool in results.items()}
+    return {
+        c: {tool: {"runs": runs, **combine(runs)} for tool, runs in by_tool.items()} for c, by_tool in results.items()
+    }
 
 
 def serve_phase(a, exe: str, workdir: str, cores_seen: dict) -> dict:
@@ -196,9 +232,24 @@ def serve_phase(a, exe: str, workdir: str, cores_seen: dict) -> dict:
     tok_dir = str(resolve_model(a.serve_model))
     port = free_port()
     log = open(os.path.join(workdir, "serve.log"), "w")
-    proc = subprocess.Popen(["taskset", "-c", core_list(a.server_cores), sys.executable, "-m", "refengine.server",
-                             "--model", a.serve_model, "--port", str(port)], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-    a.server_pids = [proc.pid]            # taskset execs the server in its own process
+    proc = subprocess.Popen(
+        [
+            "taskset",
+            "-c",
+            core_list(a.server_cores),
+            sys.executable,
+            "-m",
+            "refengine.server",
+            "--model",
+            a.serve_model,
+            "--port",
+            str(port),
+        ],
+        cwd=ROOT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    a.server_pids = [proc.pid]  # taskset execs the server in its own process
     url, out = f"http://127.0.0.1:{port}", {}
     try:
         model = _wait_for_model(url, proc)
@@ -206,12 +257,18 @@ def serve_phase(a, exe: str, workdir: str, cores_seen: dict) -> dict:
             # Turns as on the delay server; each statistic is the median over repeats of each run's median.
             per_run: dict = {"llmbench": [], "guidellm": []}
             for rep in range(a.serve_repeats):
-                for tool in (["llmbench", "guidellm"] if rep % 2 == 0 else ["guidellm", "llmbench"]):
-                    per_run[tool].append(run_llmbench(url, model, c, a, tok_dir) if tool == "llmbench" else
-                                         run_guidellm(exe, url, model, c, a, tok_dir, workdir))
-            row: dict = {"n": {t: sum(r["n"] for r in per_run[t]) for t in per_run},
-                         "prompt_tokens_p50": {t: statistics.median(sum((r["prompt_tokens"] for r in per_run[t]), [])
-                                                                    or [0]) for t in per_run}}
+                for tool in ["llmbench", "guidellm"] if rep % 2 == 0 else ["guidellm", "llmbench"]:
+                    per_run[tool].append(
+                        run_llmbench(url, model, c, a, tok_dir)
+                        if tool == "llmbench"
+                        else run_guidellm(exe, url, model, c, a, tok_dir, workdir)
+                    )
+            row: dict = {
+                "n": {t: sum(r["n"] for r in per_run[t]) for t in per_run},
+                "prompt_tokens_p50": {
+                    t: statistics.median(sum((r["prompt_tokens"] for r in per_run[t]), []) or [0]) for t in per_run
+                },
+            }
             out[str(c)] = row
             for t in per_run:
                 for r in per_run[t]:
@@ -220,10 +277,14 @@ def serve_phase(a, exe: str, workdir: str, cores_seen: dict) -> dict:
                 print(f"serve c={c}: a tool finished no request in the window: {row['n']}", flush=True)
                 continue
             for key in ("ttft", "itl_mean", "e2e"):
-                ours, theirs = (statistics.median(statistics.median(r[key]) for r in per_run[t])
-                                for t in ("llmbench", "guidellm"))
-                row[key] = {"llmbench_ms": round(1000 * ours, 3), "guidellm_ms": round(1000 * theirs, 3),
-                            "diff_pct": round(100 * (ours - theirs) / theirs, 2)}
+                ours, theirs = (
+                    statistics.median(statistics.median(r[key]) for r in per_run[t]) for t in ("llmbench", "guidellm")
+                )
+                row[key] = {
+                    "llmbench_ms": round(1000 * ours, 3),
+                    "guidellm_ms": round(1000 * theirs, 3),
+                    "diff_pct": round(100 * (ours - theirs) / theirs, 2),
+                }
             print(f"serve c={c}: {row}", flush=True)
     finally:
         proc.terminate()
@@ -247,27 +308,42 @@ def _wait_for_model(url: str, proc: subprocess.Popen, timeout_s: float = 180.0) 
 
 def markdown(out: dict) -> str:
     """The tables bench/RESULTS.md records: medians over repeats, milliseconds; the host above them."""
-    lines = host_lines(out) + ["| streams | tool | n | TTFT err P50 / P99 | ITL (per-request mean) err P50 / P99 | "
-             "our pooled ITL err P50 / P99 | best TTFT err P50 | server late P50 / P99 |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines = host_lines(out) + [
+        "| streams | tool | n | TTFT err P50 / P99 | ITL (per-request mean) err P50 / P99 | "
+        "our pooled ITL err P50 / P99 | best TTFT err P50 | server late P50 / P99 |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for c, by_tool in out["delay"].items():
         for tool, s in by_tool.items():
-            pooled = (f"{s['itl_pooled_err_p50_ms']:.2f} / {s['itl_pooled_err_p99_ms']:.2f}"
-                      if "itl_pooled_err_p50_ms" in s else "—")
-            lines.append(f"| {c} | {tool} | {s['n']:.0f} | {s['ttft_err_p50_ms']:.2f} / {s['ttft_err_p99_ms']:.2f} | "
-                         f"{s['itl_mean_err_p50_ms']:.2f} / {s['itl_mean_err_p99_ms']:.2f} | {pooled} | "
-                         f"{s['best_ttft_p50_ms']:.2f} | {s['server_late_p50_ms']:.2f} / {s['server_late_p99_ms']:.2f} |")
+            pooled = (
+                f"{s['itl_pooled_err_p50_ms']:.2f} / {s['itl_pooled_err_p99_ms']:.2f}"
+                if "itl_pooled_err_p50_ms" in s
+                else "—"
+            )
+            lines.append(
+                f"| {c} | {tool} | {s['n']:.0f} | {s['ttft_err_p50_ms']:.2f} / {s['ttft_err_p99_ms']:.2f} | "
+                f"{s['itl_mean_err_p50_ms']:.2f} / {s['itl_mean_err_p99_ms']:.2f} | {pooled} | "
+                f"{s['best_ttft_p50_ms']:.2f} | {s['server_late_p50_ms']:.2f} / {s['server_late_p99_ms']:.2f} |"
+            )
     if out.get("serve"):
-        lines += ["", "| streams | median TTFT llmbench / guidellm (diff) | median ITL (per-request mean) | "
-                  "median E2E | n | prompt tokens (usage P50) |", "| --- | --- | --- | --- | --- | --- |"]
+        lines += [
+            "",
+            "| streams | median TTFT llmbench / guidellm (diff) | median ITL (per-request mean) | "
+            "median E2E | n | prompt tokens (usage P50) |",
+            "| --- | --- | --- | --- | --- | --- |",
+        ]
         for c, row in out["serve"].items():
             if "ttft" not in row:
                 continue
-            cells = [f"{row[k]['llmbench_ms']:.2f} / {row[k]['guidellm_ms']:.2f} ({row[k]['diff_pct']:+.1f}%)"
-                     for k in ("ttft", "itl_mean", "e2e")]
+            cells = [
+                f"{row[k]['llmbench_ms']:.2f} / {row[k]['guidellm_ms']:.2f} ({row[k]['diff_pct']:+.1f}%)"
+                for k in ("ttft", "itl_mean", "e2e")
+            ]
             pt = row.get("prompt_tokens_p50", {})
-            lines.append(f"| {c} | " + " | ".join(cells) + f" | {row['n']['llmbench']} / {row['n']['guidellm']} | "
-                         f"{pt.get('llmbench', '?')} / {pt.get('guidellm', '?')} |")
+            lines.append(
+                f"| {c} | " + " | ".join(cells) + f" | {row['n']['llmbench']} / {row['n']['guidellm']} | "
+                f"{pt.get('llmbench', '?')} / {pt.get('guidellm', '?')} |"
+            )
     return "\n".join(lines)
 
 
@@ -276,15 +352,20 @@ def host_lines(out: dict) -> list[str]:
     if not h:
         return []
     end = h.get("loadavg_end")
-    lines = [f"Host: {h['cpu_model']}, {h['cores']} cores, float32 matmul {h['matmul_f32_gflops']} GFLOP/s "
-             f"({h['matmul_shape']}, {h.get('torch_threads', '?')} threads); load average (1/5/15 min) "
-             f"{'/'.join(map(str, h['loadavg_start']))} at start, {'/'.join(map(str, end)) if end else '?'} at end.",
-             f"Server on cores {core_list(h['server_cores'])}, clients on cores {core_list(h['client_cores'])}; "
-             f"guidellm {' '.join(f'{k}={v}' for k, v in out.get('guidellm', {}).get('env', {}).items())}."]
+    lines = [
+        f"Host: {h['cpu_model']}, {h['cores']} cores, float32 matmul {h['matmul_f32_gflops']} GFLOP/s "
+        f"({h['matmul_shape']}, {h.get('torch_threads', '?')} threads); load average (1/5/15 min) "
+        f"{'/'.join(map(str, h['loadavg_start']))} at start, {'/'.join(map(str, end)) if end else '?'} at end.",
+        f"Server on cores {core_list(h['server_cores'])}, clients on cores {core_list(h['client_cores'])}; "
+        f"guidellm {' '.join(f'{k}={v}' for k, v in out.get('guidellm', {}).get('env', {}).items())}.",
+    ]
     for phase, by_tool in out.get("cores_seen", {}).items():
-        cells = [f"{tool} client ran on {core_list(c['client']['ran_on'])} (allowed {core_list(c['client']['allowed'])}, "
-                 f"up to {c['client']['max_procs']} processes), server on {core_list(c['server']['ran_on'])} "
-                 f"(allowed {core_list(c['server']['allowed'])})" for tool, c in by_tool.items()]
+        cells = [
+            f"{tool} client ran on {core_list(c['client']['ran_on'])} (allowed {core_list(c['client']['allowed'])}, "
+            f"up to {c['client']['max_procs']} processes), server on {core_list(c['server']['ran_on'])} "
+            f"(allowed {core_list(c['server']['allowed'])})"
+            for tool, c in by_tool.items()
+        ]
         if cells:
             lines.append(f"Cores seen, {phase}: " + "; ".join(cells) + ".")
     return lines + [""]
@@ -313,33 +394,41 @@ def main() -> None:
     if a.render:
         print(markdown(json.load(open(a.render))))
         return
-    a.levels = [int(x) for x in a.levels.split(",") if x]     # --levels "": the serve phase only
+    a.levels = [int(x) for x in a.levels.split(",") if x]  # --levels "": the serve phase only
     a.serve_levels = [int(x) for x in a.serve_levels.split(",") if x]
     try:
         a.server_cores, a.client_cores = parse_cores(a.server_cores), parse_cores(a.client_cores)
     except ValueError:
-        sys.exit(f"vs_guidellm: --server-cores {a.server_cores!r} / --client-cores {a.client_cores!r}: "
-                 "not a core list like 0 or 0,2-3")
-    problem = check_cores(a.server_cores, a.client_cores) or (None if shutil.which("taskset") else
-                                                               "taskset (util-linux) is not installed")
+        sys.exit(
+            f"vs_guidellm: --server-cores {a.server_cores!r} / --client-cores {a.client_cores!r}: "
+            "not a core list like 0 or 0,2-3"
+        )
+    problem = check_cores(a.server_cores, a.client_cores) or (
+        None if shutil.which("taskset") else "taskset (util-linux) is not installed"
+    )
     if problem:
         sys.exit(f"vs_guidellm: {problem}")
     exe = ensure_guidellm(a.venv)
     from refengine.model.tiny import resolve_model
 
     t0 = time.time()
-    out: dict = {"config": dict(vars(a)), "host": host_info(a.server_cores, a.client_cores),
-                 "guidellm": {"version": GUIDELLM_VERSION, "env": guidellm_env(a)}, "cores_seen": {}}
+    out: dict = {
+        "config": dict(vars(a)),
+        "host": host_info(a.server_cores, a.client_cores),
+        "guidellm": {"version": GUIDELLM_VERSION, "env": guidellm_env(a)},
+        "cores_seen": {},
+    }
     print("\n".join(host_lines(out)[:2]), flush=True)
-    pin_this_process(a.client_cores)      # the llmbench runs' locust processes inherit it
+    pin_this_process(a.client_cores)  # the llmbench runs' locust processes inherit it
     a.server_pids = []
     with tempfile.TemporaryDirectory(prefix="vs-guidellm-") as workdir:
         if a.levels:
-            out["delay"] = delay_phase(a, exe, str(resolve_model("tiny-test")), workdir,
-                                       out["cores_seen"].setdefault("delay", {}))
+            out["delay"] = delay_phase(
+                a, exe, str(resolve_model("tiny-test")), workdir, out["cores_seen"].setdefault("delay", {})
+            )
         else:
             out["delay"] = {}
-        _save(a.json, out)                  # the delay phase's results survive a failing serve phase
+        _save(a.json, out)  # the delay phase's results survive a failing serve phase
         if not a.skip_serve and a.serve_levels:
             out["serve"] = serve_phase(a, exe, workdir, out["cores_seen"].setdefault("serve", {}))
     out["wall_s"] = round(time.time() - t0, 1)

@@ -42,13 +42,36 @@ LIMITS = {"max_model_len": 1024, "max_num_seqs": 128}
 
 
 def engine_command(engine: str, model_dir: Path, dtype: str, port: int) -> tuple[list[str], dict]:
-    common = ["--host", "127.0.0.1", "--port", str(port), "--dtype", dtype,
-              "--max-model-len", str(LIMITS["max_model_len"]), "--max-num-seqs", str(LIMITS["max_num_seqs"])]
+    common = [
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--dtype",
+        dtype,
+        "--max-model-len",
+        str(LIMITS["max_model_len"]),
+        "--max-num-seqs",
+        str(LIMITS["max_num_seqs"]),
+    ]
     if engine == "vllm":
-        return ([str(engine_python(VLLM)), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
-                 *common], {"VLLM_CPU_KVCACHE_SPACE": "1"})
-    return ([sys.executable, "-m", "refengine.server", "--model", str(model_dir), *common,
-             "--kv-cache-memory-bytes", str(1 << 30)], {})
+        return (
+            [str(engine_python(VLLM)), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir), *common],
+            {"VLLM_CPU_KVCACHE_SPACE": "1"},
+        )
+    return (
+        [
+            sys.executable,
+            "-m",
+            "refengine.server",
+            "--model",
+            str(model_dir),
+            *common,
+            "--kv-cache-memory-bytes",
+            str(1 << 30),
+        ],
+        {},
+    )
 
 
 def measure(engine: str, dtype: str, a, model_dir: Path, workdir: Path) -> dict:
@@ -56,18 +79,44 @@ def measure(engine: str, dtype: str, a, model_dir: Path, workdir: Path) -> dict:
     cmd, env = engine_command(engine, model_dir, dtype, port)
     log = workdir / f"{engine}-{dtype}.log"
     with open(log, "w") as out:
-        proc = subprocess.Popen(["taskset", "-c", core_list(a.server_cores), *cmd], stdout=out,
-                                stderr=subprocess.STDOUT, env={**os.environ, **env}, start_new_session=True)
+        proc = subprocess.Popen(
+            ["taskset", "-c", core_list(a.server_cores), *cmd],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **env},
+            start_new_session=True,
+        )
     url = f"http://127.0.0.1:{port}"
     try:
         t0 = time.monotonic()
         wait_healthy(url, proc, timeout=900.0)
         started_s = time.monotonic() - t0
         run = workdir / f"{engine}-{dtype}"
-        sweep = ["taskset", "-c", core_list(a.client_cores), sys.executable, "-m", "llmbench.cli", "sweep",
-                 "--target", url, "--concurrency", a.concurrency, "--input-len", a.input_len,
-                 "--output-len", str(a.output_len), "--warmup", a.warmup, "--duration", a.duration,
-                 "--probes", "server", "--out", str(run)]
+        sweep = [
+            "taskset",
+            "-c",
+            core_list(a.client_cores),
+            sys.executable,
+            "-m",
+            "llmbench.cli",
+            "sweep",
+            "--target",
+            url,
+            "--concurrency",
+            a.concurrency,
+            "--input-len",
+            a.input_len,
+            "--output-len",
+            str(a.output_len),
+            "--warmup",
+            a.warmup,
+            "--duration",
+            a.duration,
+            "--probes",
+            "server",
+            "--out",
+            str(run),
+        ]
         p = subprocess.run(sweep, capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"})
         if p.returncode != 0:
             raise RuntimeError(f"sweep of {engine} {dtype} failed:\n{p.stdout[-2000:]}{p.stderr[-2000:]}")
@@ -75,8 +124,12 @@ def measure(engine: str, dtype: str, a, model_dir: Path, workdir: Path) -> dict:
     finally:
         os.killpg(proc.pid, 15)
         proc.wait(timeout=60)
-    return {"engine": engine, "dtype": dtype, "start_s": round(started_s, 1),
-            "levels": [level_row(lv) for lv in summary["levels"]]}
+    return {
+        "engine": engine,
+        "dtype": dtype,
+        "start_s": round(started_s, 1),
+        "levels": [level_row(lv) for lv in summary["levels"]],
+    }
 
 
 def level_row(lv: dict) -> dict:
@@ -85,13 +138,21 @@ def level_row(lv: dict) -> dict:
         return None if p50 is None else round(1e3 * p50, 2)
 
     clean = not any(n.startswith("INVALID") for n in lv.get("notes", [])) and lv.get("n_error", 0) == 0
-    return {"level_id": lv["level_id"], "concurrency": lv["concurrency"], "input_len": lv["input_len"],
-            "n_ok": lv["n_ok"], "ttft_p50_ms": p50_ms(lv.get("ttft")), "tpot_p50_ms": p50_ms(lv.get("tpot")),
-            "output_tok_s": None if lv.get("output_tok_s") is None else round(lv["output_tok_s"], 2),
-            "burst_streams": lv.get("burst_streams"),
-            "clean": clean and lv["n_ok"] > 0,
-            "why_not": ("; ".join(n for n in lv.get("notes", []) if n.startswith("INVALID"))[:200]
-                        or (None if lv["n_ok"] else "no request of the window finished"))}
+    return {
+        "level_id": lv["level_id"],
+        "concurrency": lv["concurrency"],
+        "input_len": lv["input_len"],
+        "n_ok": lv["n_ok"],
+        "ttft_p50_ms": p50_ms(lv.get("ttft")),
+        "tpot_p50_ms": p50_ms(lv.get("tpot")),
+        "output_tok_s": None if lv.get("output_tok_s") is None else round(lv["output_tok_s"], 2),
+        "burst_streams": lv.get("burst_streams"),
+        "clean": clean and lv["n_ok"] > 0,
+        "why_not": (
+            "; ".join(n for n in lv.get("notes", []) if n.startswith("INVALID"))[:200]
+            or (None if lv["n_ok"] else "no request of the window finished")
+        ),
+    }
 
 
 def ratios(ours: dict, theirs: dict) -> dict:
@@ -101,26 +162,38 @@ def ratios(ours: dict, theirs: dict) -> dict:
     def div(a, b):
         return None if a is None or not b else round(a / b, 3)
 
-    return {"throughput_ratio": div(ours["output_tok_s"], theirs["output_tok_s"]),
-            "tpot_ratio": div(ours["tpot_p50_ms"], theirs["tpot_p50_ms"]),
-            "ttft_ratio": div(ours["ttft_p50_ms"], theirs["ttft_p50_ms"])}
+    return {
+        "throughput_ratio": div(ours["output_tok_s"], theirs["output_tok_s"]),
+        "tpot_ratio": div(ours["tpot_p50_ms"], theirs["tpot_p50_ms"]),
+        "ttft_ratio": div(ours["ttft_p50_ms"], theirs["ttft_p50_ms"]),
+    }
 
 
 def markdown(out: dict) -> str:
     h = out["host"]
-    lines = [f"`{out['command']}`", "",
-             f"Host: {h['cpu_model']}, {h['cores']} cores, float32 matmul {h['matmul_f32_gflops']} GFLOP/s; "
-             f"servers on core(s) {core_list(h['server_cores'])}, the sweep on {core_list(h['client_cores'])}; "
-             f"load average at start {h['loadavg_start']}.", "",
-             "| dtype | c | prompt | refengine TTFT / TPOT P50 ms | vLLM TTFT / TPOT P50 ms | refengine tok/s "
-             "| vLLM tok/s | throughput ratio | TPOT ratio |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"`{out['command']}`",
+        "",
+        f"Host: {h['cpu_model']}, {h['cores']} cores, float32 matmul {h['matmul_f32_gflops']} GFLOP/s; "
+        f"servers on core(s) {core_list(h['server_cores'])}, the sweep on {core_list(h['client_cores'])}; "
+        f"load average at start {h['loadavg_start']}.",
+        "",
+        "| dtype | c | prompt | refengine TTFT / TPOT P50 ms | vLLM TTFT / TPOT P50 ms | refengine tok/s "
+        "| vLLM tok/s | throughput ratio | TPOT ratio |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for row in out["comparison"]:
         r, v = row["refengine"], row["vllm"]
-        tail = (f"{_num(row['throughput_ratio'])} | {_num(row['tpot_ratio'])}" if "throughput_ratio" in row
-                else "not measured cleanly | " + (r["why_not"] or v["why_not"] or "no requests")[:80])
-        lines.append(f"| {row['dtype']} | {r['concurrency']} | {r['input_len']} | {r['ttft_p50_ms']} / "
-                     f"{r['tpot_p50_ms']} | {v['ttft_p50_ms']} / {v['tpot_p50_ms']} | {r['output_tok_s']} | "
-                     f"{v['output_tok_s']} | {tail} |")
+        tail = (
+            f"{_num(row['throughput_ratio'])} | {_num(row['tpot_ratio'])}"
+            if "throughput_ratio" in row
+            else "not measured cleanly | " + (r["why_not"] or v["why_not"] or "no requests")[:80]
+        )
+        lines.append(
+            f"| {row['dtype']} | {r['concurrency']} | {r['input_len']} | {r['ttft_p50_ms']} / "
+            f"{r['tpot_p50_ms']} | {v['ttft_p50_ms']} / {v['tpot_p50_ms']} | {r['output_tok_s']} | "
+            f"{v['output_tok_s']} | {tail} |"
+        )
     return "\n".join(lines)
 
 
@@ -159,8 +232,13 @@ def main() -> None:
         theirs = next(r for r in results if r["engine"] == "vllm" and r["dtype"] == dtype)
         for r, v in zip(ours["levels"], theirs["levels"]):
             comparison.append({"dtype": dtype, "refengine": r, "vllm": v, **ratios(r, v)})
-    out = {"command": "python bench/vs_vllm.py " + " ".join(sys.argv[1:]), "host": host, "limits": LIMITS,
-           "runs": results, "comparison": comparison}
+    out = {
+        "command": "python bench/vs_vllm.py " + " ".join(sys.argv[1:]),
+        "host": host,
+        "limits": LIMITS,
+        "runs": results,
+        "comparison": comparison,
+    }
     if a.out:
         Path(a.out).write_text(json.dumps(out, indent=1) + "\n")
     print(markdown(out))

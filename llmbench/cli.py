@@ -17,8 +17,11 @@ from llmbench.report import compare, report
 from llmbench.runs import runs
 from llmbench.sweep.cli import sweep, worker
 
-app = typer.Typer(help="Benchmark, profile and diagnose LLM inference. Bundled with the refengine reference engine.",
-                  no_args_is_help=True, add_completion=False)
+app = typer.Typer(
+    help="Benchmark, profile and diagnose LLM inference. Bundled with the refengine reference engine.",
+    no_args_is_help=True,
+    add_completion=False,
+)
 console = make_console()
 
 
@@ -42,14 +45,22 @@ def generate(
     with user_errors():
         t0 = time.perf_counter()
         with console.status(f"loading {model} ..."):
-            llm = LLM(model=model, dtype=dtype, max_model_len=max_model_len,
-                      kv_cache_memory_bytes=kv_cache_memory_bytes)
+            llm = LLM(
+                model=model, dtype=dtype, max_model_len=max_model_len, kv_cache_memory_bytes=kv_cache_memory_bytes
+            )
         load_s = time.perf_counter() - t0
-        params = SamplingParams(max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
-                                seed=seed, ignore_eos=ignore_eos)
+        params = SamplingParams(
+            max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed, ignore_eos=ignore_eos
+        )
         t1 = time.perf_counter()
-        with Progress(TextColumn("generating"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      console=console, transient=True) as bar:
+        with Progress(
+            TextColumn("generating"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+        ) as bar:
             task = bar.add_task("gen", total=len(prompts))
             outputs = llm.generate(prompts, params, progress=lambda done, _total: bar.update(task, completed=done))
         gen_s = time.perf_counter() - t1
@@ -60,12 +71,13 @@ def generate(
         console.print(out.prompt, style="bold", end="", highlight=False, markup=False)
         console.print(completion.text, highlight=False, markup=False)
         console.print(f"[dim]({len(completion.token_ids)} tokens, finish_reason={completion.finish_reason})[/]")
-    console.print(f"[dim]model load {load_s:.1f} s; {n_tokens} tokens in {gen_s:.2f} s "
-                  f"({n_tokens / max(gen_s, 1e-9):.1f} tok/s)[/]")
+    console.print(
+        f"[dim]model load {load_s:.1f} s; {n_tokens} tokens in {gen_s:.2f} s "
+        f"({n_tokens / max(gen_s, 1e-9):.1f} tok/s)[/]"
+    )
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True,
-                                "help_option_names": []})
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []})
 def serve(ctx: typer.Context) -> None:
     """Serve the reference engine: OpenAI-compatible /v1/completions and /v1/chat/completions (SSE streaming),
     /v1/models, /health and Prometheus /metrics in vLLM's names. Engine flags use vLLM's spelling

@@ -11,8 +11,11 @@ from llmbench.diag.p99 import p99  # tail triage: network, scheduling, host
 from llmbench.diag.plan import plan  # parallel plan ranking
 from llmbench.diag.probe import comm, pcap, probe  # probes, collective bandwidth, pcap analysis
 
-app = typer.Typer(help="Diagnose LLM inference deployments: why it ran out of memory, why P99 is bad.",
-                  no_args_is_help=True, add_completion=False)
+app = typer.Typer(
+    help="Diagnose LLM inference deployments: why it ran out of memory, why P99 is bad.",
+    no_args_is_help=True,
+    add_completion=False,
+)
 console = make_console()
 
 
@@ -33,7 +36,7 @@ app.command(help=probe.__doc__)(probe)
 app.command(help=comm.__doc__)(comm)
 app.command(help=pcap.__doc__)(pcap)
 
-app.command(help=" ".join((oom.__doc__ or "").split()))(oom)      # one paragraph: rich keeps docstring line breaks
+app.command(help=" ".join((oom.__doc__ or "").split()))(oom)  # one paragraph: rich keeps docstring line breaks
 app.command(help=" ".join((plan.__doc__ or "").split()))(plan)
 app.command(help=" ".join((calibrate.__doc__ or "").split()))(calibrate)
 

@@ -16,12 +16,17 @@ console = make_console()
 
 
 def export(
-    run_dirs: list[Path] = typer.Argument(..., metavar="RUN_DIR...", help="Run directories (or folders of them, as "
-                                          "`llmbench runs` lists)."),
-    parquet: Optional[Path] = typer.Option(None, help="Write the requests to this Parquet file (itl_s as a list "
-                                           "column); read it with pandas.read_parquet or DuckDB."),
-    csv: Optional[Path] = typer.Option(None, help="Write them to this CSV file too (without itl_s: a cell holds "
-                                       "no list)."),
+    run_dirs: list[Path] = typer.Argument(
+        ..., metavar="RUN_DIR...", help="Run directories (or folders of them, as `llmbench runs` lists)."
+    ),
+    parquet: Optional[Path] = typer.Option(
+        None,
+        help="Write the requests to this Parquet file (itl_s as a list "
+        "column); read it with pandas.read_parquet or DuckDB.",
+    ),
+    csv: Optional[Path] = typer.Option(
+        None, help="Write them to this CSV file too (without itl_s: a cell holds no list)."
+    ),
 ) -> None:
     """Export every request record of the runs to one Parquet (and/or CSV) file: requests.jsonl's fields and the
     derived token counts, with run_id and the level's load in front."""
@@ -37,6 +42,9 @@ def export(
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
             write(df, path)
-            console.print(f"wrote {path}: {len(df)} requests of {len(dirs)} run{'s' * (len(dirs) != 1)}, "
-                          f"{df.shape[1] - (path == csv)} columns", highlight=False)
+            console.print(
+                f"wrote {path}: {len(df)} requests of {len(dirs)} run{'s' * (len(dirs) != 1)}, "
+                f"{df.shape[1] - (path == csv)} columns",
+                highlight=False,
+            )
     console.print(f"in {time.perf_counter() - t0:.1f} s", highlight=False, style="dim")

@@ -40,17 +40,37 @@ def record_of(result: SweepPrediction, profile_arg: str, scope: str) -> Predicti
     levels = []
     for row in result.rows:
         pred = row["predicted"]
-        levels.append(PredictedLevel(
-            level_id=row["level_id"], ttft_p50_s=pred["ttft_p50_s"], ttft_p99_s=pred["ttft_p99_s"],
-            tpot_p50_s=pred["tpot_p50_s"], tpot_p95_s=pred["tpot_p95_s"], output_tok_s=pred["output_tok_s"],
-            req_s=pred["req_s"], mean_batch=pred["mean_batch"], preemptions=pred["preemptions"],
-            n_requests=pred["n_requests"], notes=list(pred["notes"])))
+        levels.append(
+            PredictedLevel(
+                level_id=row["level_id"],
+                ttft_p50_s=pred["ttft_p50_s"],
+                ttft_p99_s=pred["ttft_p99_s"],
+                tpot_p50_s=pred["tpot_p50_s"],
+                tpot_p95_s=pred["tpot_p95_s"],
+                output_tok_s=pred["output_tok_s"],
+                req_s=pred["req_s"],
+                mean_batch=pred["mean_batch"],
+                preemptions=pred["preemptions"],
+                n_requests=pred["n_requests"],
+                notes=list(pred["notes"]),
+            )
+        )
     engine = result.to_dict()["engine"]
     return PredictionRecord(
-        profile=ProfileRef(name=p.name, source=p.source, host=p.host, created=p.created, path=profile_arg,
-                           assumptions=list(p.assumptions)),
-        scope=scope, levels=levels, engine={k: v for k, v in engine.items() if k != "notes"},
-        notes=list(engine["notes"]), created=time.time())
+        profile=ProfileRef(
+            name=p.name,
+            source=p.source,
+            host=p.host,
+            created=p.created,
+            path=profile_arg,
+            assumptions=list(p.assumptions),
+        ),
+        scope=scope,
+        levels=levels,
+        engine={k: v for k, v in engine.items() if k != "notes"},
+        notes=list(engine["notes"]),
+        created=time.time(),
+    )
 
 
 def predict_into(run: RunDir, profile_arg: str) -> PredictionRecord:
@@ -72,7 +92,7 @@ def check_profile_option(arg: str | None) -> None:
         return
     try:
         load_profile(arg)
-    except RefEngineError as exc:        # DiagnosisError: no such file, not a profile, an unknown GPU
+    except RefEngineError as exc:  # DiagnosisError: no such file, not a profile, an unknown GPU
         raise typer.BadParameter(str(exc), param_hint="--profile") from None
 
 
@@ -87,8 +107,14 @@ def predict_at_end(run: RunDir, profile_arg: str, console: Console) -> None:
         console.print(f"[yellow]no prediction from --profile {profile_arg}: {exc}[/]", highlight=False)
         return
     except Exception as exc:  # noqa: BLE001 - a planner bug must not cost the run: everything is on disk
-        console.print(f"[yellow]no prediction ({type(exc).__name__}: {exc}); retry with `llmbench report "
-                      f"{run.path} --profile {profile_arg}`[/]", highlight=False)
+        console.print(
+            f"[yellow]no prediction ({type(exc).__name__}: {exc}); retry with `llmbench report "
+            f"{run.path} --profile {profile_arg}`[/]",
+            highlight=False,
+        )
         return
-    console.print(f"predicted {len(record.levels)} levels from the profile {record.profile.name} "
-                  f"({run.prediction_json.name})", highlight=False, markup=False)
+    console.print(
+        f"predicted {len(record.levels)} levels from the profile {record.profile.name} ({run.prediction_json.name})",
+        highlight=False,
+        markup=False,
+    )

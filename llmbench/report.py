@@ -33,14 +33,15 @@ def run_errors():
         err_console.print(f"[bold red]error:[/] malformed run directory: {escape(str(exc))}", highlight=False)
         raise typer.Exit(code=2) from None
     except (json.JSONDecodeError, TypeError, KeyError) as exc:
-        err_console.print(f"[bold red]error:[/] malformed run directory ({type(exc).__name__}: {escape(str(exc))})",
-                          highlight=False)
+        err_console.print(
+            f"[bold red]error:[/] malformed run directory ({type(exc).__name__}: {escape(str(exc))})", highlight=False
+        )
         raise typer.Exit(code=2) from None
 
 
 def _slos(run_slos: dict, ttft: float | None, tpot: float | None, e2e: float | None) -> dict:
     overrides = {k: v for k, v in {"ttft_p99_s": ttft, "tpot_p95_s": tpot, "e2e_p99_s": e2e}.items() if v is not None}
-    if overrides:                  # an SLO given here is the user's, not the default any more
+    if overrides:  # an SLO given here is the user's, not the default any more
         overrides["default"] = False
     return {**run_slos, **overrides}
 
@@ -55,11 +56,19 @@ def _rundir(path: Path):
 
 
 def report(
-    run_dirs: list[Path] = typer.Argument(..., metavar="RUN_DIR...", help="A run directory written by `llmbench "
-                                          "sweep` (complete or interrupted); with --runs, several (or folders of "
-                                          "them, as `llmbench runs` lists)."),
-    runs: bool = typer.Option(False, "--runs", help="Plot the runs together in one runs.html: each run's "
-                              "throughput-latency curve and the per-user vs per-replica throughput frontier."),
+    run_dirs: list[Path] = typer.Argument(
+        ...,
+        metavar="RUN_DIR...",
+        help="A run directory written by `llmbench "
+        "sweep` (complete or interrupted); with --runs, several (or folders of "
+        "them, as `llmbench runs` lists).",
+    ),
+    runs: bool = typer.Option(
+        False,
+        "--runs",
+        help="Plot the runs together in one runs.html: each run's "
+        "throughput-latency curve and the per-user vs per-replica throughput frontier.",
+    ),
     out: Optional[Path] = typer.Option(None, help="--runs: the folder for runs.html (default: the current directory)."),
     open_: bool = typer.Option(False, "--open", help="Open the HTML in the default browser when done."),
     slo_ttft: Optional[float] = typer.Option(None, help="SLO: TTFT P99 in seconds (default: the run's, 1.5)."),
@@ -79,16 +88,22 @@ def report(
 
     if runs:
         if any(v is not None for v in (slo_ttft, slo_tpot, slo_e2e)):
-            raise typer.BadParameter("each run is judged by its own SLO in runs.html; re-judge one with "
-                                     "`llmbench report RUN --slo-ttft ...` first", param_hint="--runs")
+            raise typer.BadParameter(
+                "each run is judged by its own SLO in runs.html; re-judge one with "
+                "`llmbench report RUN --slo-ttft ...` first",
+                param_hint="--runs",
+            )
         if profile is not None:
-            raise typer.BadParameter("predict one run at a time: `llmbench report RUN --profile FILE`",
-                                     param_hint="--profile")
+            raise typer.BadParameter(
+                "predict one run at a time: `llmbench report RUN --profile FILE`", param_hint="--profile"
+            )
         _report_runs(run_dirs, out or Path("."), open_)
         return
     if len(run_dirs) != 1 or out is not None:
-        raise typer.BadParameter("one run directory makes a report; plot several together with --runs "
-                                 "(--out is its folder), or compare two with `llmbench compare`")
+        raise typer.BadParameter(
+            "one run directory makes a report; plot several together with --runs "
+            "(--out is its folder), or compare two with `llmbench compare`"
+        )
     run_dir = run_dirs[0]
     with user_errors(), run_errors():
         run = _rundir(run_dir)
@@ -98,8 +113,12 @@ def report(
 
             check_profile_option(profile)
             record = predict_into(run, profile)
-            console.print(f"predicted {len(record.levels)} levels from the profile {record.profile.name} into "
-                          f"{run.prediction_json}", highlight=False, markup=False)
+            console.print(
+                f"predicted {len(record.levels)} levels from the profile {record.profile.name} into "
+                f"{run.prediction_json}",
+                highlight=False,
+                markup=False,
+            )
         summary, paths = write_reports(run, _slos(run.read_info().slos.to_dict(), slo_ttft, slo_tpot, slo_e2e))
     for warning in (f for f in summary.findings if f.startswith(str(run.requests_jsonl))):
         err_console.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False)
@@ -139,18 +158,26 @@ def _report_runs(paths: list[Path], out: Path, open_: bool) -> None:
     for c in curves:
         peak = max(c.plotted, key=lambda p: p.output_tok_s, default=None)
         if peak is None:
-            console.print(f"{c.label}: no level is a measurement (see its report); not plotted", highlight=False,
-                          markup=False)
+            console.print(
+                f"{c.label}: no level is a measurement (see its report); not plotted", highlight=False, markup=False
+            )
             continue
         per_user = "—" if peak.per_user_tok_s is None else f"{peak.per_user_tok_s:,.1f}"
-        console.print(f"{c.label}: {len(c.points)} level{'s' * (len(c.points) != 1)}, peak "
-                      f"{peak.per_replica_tok_s:,.1f} output tok/s per replica at {per_user} tok/s per user "
-                      f"({peak.level_id})", highlight=False, markup=False)
+        console.print(
+            f"{c.label}: {len(c.points)} level{'s' * (len(c.points) != 1)}, peak "
+            f"{peak.per_replica_tok_s:,.1f} output tok/s per replica at {per_user} tok/s per user "
+            f"({peak.level_id})",
+            highlight=False,
+            markup=False,
+        )
     plotted = {c.path for c in curves}
     for d in dirs:
         if str(d.path) not in plotted:
-            err_console.print(f"[yellow]warning:[/] {escape(str(d.path))}: no level with a successful request in its "
-                              "window; not plotted", highlight=False)
+            err_console.print(
+                f"[yellow]warning:[/] {escape(str(d.path))}: no level with a successful request in its "
+                "window; not plotted",
+                highlight=False,
+            )
     console.print(f"wrote {html} ({len(dirs)} runs) in {time.perf_counter() - t0:.1f} s", highlight=False)
     if open_:
         import webbrowser
@@ -160,22 +187,32 @@ def _report_runs(paths: list[Path], out: Path, open_: bool) -> None:
 
 def compare(
     runs: list[Path] = typer.Argument(..., help="Two or more run directories; each is compared with the first (A)."),
-    out: Optional[Path] = typer.Option(None, help="Folder for compare.html and compare.md (default: the "
-                                       "current directory)."),
-    min_effect: float = typer.Option(0.02, help="Changes smaller than this fraction of A's value are "
-                                     "'within noise' even when the interval excludes zero."),
+    out: Optional[Path] = typer.Option(
+        None, help="Folder for compare.html and compare.md (default: the current directory)."
+    ),
+    min_effect: float = typer.Option(
+        0.02,
+        help="Changes smaller than this fraction of A's value are 'within noise' even when the interval excludes zero.",
+    ),
     slo_ttft: Optional[float] = typer.Option(None, help="SLO: TTFT P99 in seconds for goodput (default: each run's)."),
     slo_tpot: Optional[float] = typer.Option(None, help="SLO: TPOT P95 in seconds for goodput (default: each run's)."),
     slo_e2e: Optional[float] = typer.Option(None, help="SLO: E2E P99 in seconds for goodput (default: none)."),
     fail_on_regression: Optional[str] = typer.Option(
-        None, help="Exit 1 when output tok/s, TTFT P99 or TPOT P95 got worse by more than this (5% or 0.05) at "
-        "any shared level, the change significant by the comparison's 95% intervals; prints a one-line reason."),
-    json_out: bool = typer.Option(False, "--json", help="Print the comparison (and the gate's result) as JSON on "
-                                  "stdout; the tables go to stderr."),
-    junit: Optional[Path] = typer.Option(None, help="Write the gate as JUnit XML (a testcase per level and gated "
-                                         "metric, a regression a failure) for CI test reports."),
-    github_summary: bool = typer.Option(False, help="Append the gate's verdict as Markdown to $GITHUB_STEP_SUMMARY "
-                                        "(GitHub Actions)."),
+        None,
+        help="Exit 1 when output tok/s, TTFT P99 or TPOT P95 got worse by more than this (5% or 0.05) at "
+        "any shared level, the change significant by the comparison's 95% intervals; prints a one-line reason.",
+    ),
+    json_out: bool = typer.Option(
+        False, "--json", help="Print the comparison (and the gate's result) as JSON on stdout; the tables go to stderr."
+    ),
+    junit: Optional[Path] = typer.Option(
+        None,
+        help="Write the gate as JUnit XML (a testcase per level and gated "
+        "metric, a regression a failure) for CI test reports.",
+    ),
+    github_summary: bool = typer.Option(
+        False, help="Append the gate's verdict as Markdown to $GITHUB_STEP_SUMMARY (GitHub Actions)."
+    ),
 ) -> None:
     """Compare runs level by level (A/B before an upgrade or a tuning change): deltas with bootstrap
     confidence intervals and a verdict per metric (better / worse / within noise); with
@@ -191,8 +228,9 @@ def compare(
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--fail-on-regression") from None
     if github_summary and not os.environ.get("GITHUB_STEP_SUMMARY"):
-        raise typer.BadParameter("$GITHUB_STEP_SUMMARY is not set (it is, inside a GitHub Actions step)",
-                                 param_hint="--github-summary")
+        raise typer.BadParameter(
+            "$GITHUB_STEP_SUMMARY is not set (it is, inside a GitHub Actions step)", param_hint="--github-summary"
+        )
     out_console = make_console(stderr=True) if json_out else console
     with user_errors(), run_errors():
         dirs = [_rundir(p) for p in runs]
@@ -237,12 +275,16 @@ def _print_comparisons(console, comparisons, min_effect: float) -> None:
     for c in comparisons:
         print_grid(console, compare_table(c))
         n = c.counts()
-        console.print(f"B vs A: [green]{n['better']} better[/], [red]{n['worse']} worse[/], "
-                      f"{n['within noise']} within noise (95% bootstrap intervals; changes under "
-                      f"{min_effect:.0%} count as noise)")
+        console.print(
+            f"B vs A: [green]{n['better']} better[/], [red]{n['worse']} worse[/], "
+            f"{n['within noise']} within noise (95% bootstrap intervals; changes under "
+            f"{min_effect:.0%} count as noise)"
+        )
         print_answer(console, compare_answer(c))
         if c.only_a or c.only_b:
-            console.print(f"skipped levels: only in A: {', '.join(c.only_a) or '—'}; "
-                          f"only in B: {', '.join(c.only_b) or '—'}", markup=False)
+            console.print(
+                f"skipped levels: only in A: {', '.join(c.only_a) or '—'}; only in B: {', '.join(c.only_b) or '—'}",
+                markup=False,
+            )
         if not c.levels:
             console.print("[yellow]the runs share no level: nothing to compare[/]")

@@ -24,12 +24,12 @@ console = make_console()
 class RunLine:
     path: str
     run_id: str
-    started: str               # UTC, to the minute
+    started: str  # UTC, to the minute
     status: str
     model: str
-    target: str                # "embedded" or the URL
+    target: str  # "embedded" or the URL
     levels: int
-    answer: str                # the highest level within the SLO, a capacity, or why there is none
+    answer: str  # the highest level within the SLO, a capacity, or why there is none
 
 
 def run_lines(folder: Path) -> list[RunLine]:
@@ -45,9 +45,21 @@ def run_lines(folder: Path) -> list[RunLine]:
         except (RunDirError, ValueError, OSError):
             continue
         target = "embedded" if info.target.kind == "embedded" else str(info.target.url)
-        out.append((info.started, RunLine(str(sub), info.run_id, time.strftime("%Y-%m-%d %H:%M", time.gmtime(info.started)),
-                                          info.status, str(info.target.model or "?"), target, len(info.levels_done),
-                                          _answer(info.sweep, summary))))
+        out.append(
+            (
+                info.started,
+                RunLine(
+                    str(sub),
+                    info.run_id,
+                    time.strftime("%Y-%m-%d %H:%M", time.gmtime(info.started)),
+                    info.status,
+                    str(info.target.model or "?"),
+                    target,
+                    len(info.levels_done),
+                    _answer(info.sweep, summary),
+                ),
+            )
+        )
     return [line for _, line in sorted(out, key=lambda x: -x[0])]
 
 
@@ -74,9 +86,18 @@ def runs(
         console.print(f"no run directories under {folder}", highlight=False)
         return
     # A table where one fits with every id, date and URL whole; else a block per run (reports/grid.py).
-    t = Grid(f"runs under {folder}", [Column("run", wrap=False), Column("started (UTC)", wrap=False),
-                                      Column("status", wrap=False), Column("model", wrap=False),
-                                      Column("target", wrap=False), Column("levels", "right"), Column("answer")])
+    t = Grid(
+        f"runs under {folder}",
+        [
+            Column("run", wrap=False),
+            Column("started (UTC)", wrap=False),
+            Column("status", wrap=False),
+            Column("model", wrap=False),
+            Column("target", wrap=False),
+            Column("levels", "right"),
+            Column("answer"),
+        ],
+    )
     for x in lines:
         t.add_row(x.run_id, x.started, x.status, x.model, x.target, str(x.levels), x.answer)
     print_grid(console, t)

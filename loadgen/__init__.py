@@ -8,13 +8,25 @@ from loadgen.errors import LoadGeneratorError
 from loadgen.level import run_level
 from loadgen.specs import LevelProgress, LevelResult, LevelSpec, TargetSpec
 from loadgen.workloads import (
-                               RequestSpec,
-                               Workload,
-                               WorkloadError,
-                               WorkloadOptions,
-                               level_workload_factory,
-                               make_workload,
+    RequestSpec,
+    Workload,
+    WorkloadError,
+    WorkloadOptions,
+    level_workload_factory,
+    make_workload,
 )
 
-__all__ = ["LevelProgress", "LevelResult", "LevelSpec", "LoadGeneratorError", "RequestSpec", "TargetSpec", "Workload",
-           "WorkloadError", "WorkloadOptions", "level_workload_factory", "make_workload", "run_level"]
+__all__ = [
+    "LevelProgress",
+    "LevelResult",
+    "LevelSpec",
+    "LoadGeneratorError",
+    "RequestSpec",
+    "TargetSpec",
+    "Workload",
+    "WorkloadError",
+    "WorkloadOptions",
+    "level_workload_factory",
+    "make_workload",
+    "run_level",
+]

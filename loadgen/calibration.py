@@ -34,11 +34,11 @@ from loadgen.target_probe import Reply, TargetClient, TargetTimeout
 from loadgen.workloads import RequestSpec
 from rundir.text_calibration import LengthCheck, TextCalibration, UniformPool
 
-FIT_POOL_WORDS = 64          # a short pool keeps the two fitting prompts small (servers with a short max_model_len)
-PROBE_WORDS = 96             # words counted one by one for a uniform pool (one-token requests: cheap)
-MIN_UNIFORM_WORDS = 12       # fewer words of the commonest count: fit instead
-TOLERANCE = 0.05             # the yardstick: lengths within ±5% by the server's count
-CLIENT_SERVER_SLACK = 2      # tokens a tokenizer may differ from the server's count before it is distrusted
+FIT_POOL_WORDS = 64  # a short pool keeps the two fitting prompts small (servers with a short max_model_len)
+PROBE_WORDS = 96  # words counted one by one for a uniform pool (one-token requests: cheap)
+MIN_UNIFORM_WORDS = 12  # fewer words of the commonest count: fit instead
+TOLERANCE = 0.05  # the yardstick: lengths within ±5% by the server's count
+CLIENT_SERVER_SLACK = 2  # tokens a tokenizer may differ from the server's count before it is distrusted
 
 
 class TokenCounter:
@@ -46,15 +46,17 @@ class TokenCounter:
 
     def __init__(self, client: TargetClient):
         self.client = client
-        self.method: str | None = None           # "server /tokenize" | "server usage"
+        self.method: str | None = None  # "server /tokenize" | "server usage"
         self._tokenize_works: bool | None = None
-        self.retried = 0                         # counts asked again after a timeout (nothing wrong recorded)
+        self.retried = 0  # counts asked again after a timeout (nothing wrong recorded)
 
     def count(self, text: str) -> int | None:
         t = self.client.target
         if self._tokenize_works is not False:
-            body = {"model": t.model, **({"messages": [{"role": "user", "content": text}]} if t.endpoint == "chat"
-                                         else {"prompt": text})}
+            body = {
+                "model": t.model,
+                **({"messages": [{"role": "user", "content": text}]} if t.endpoint == "chat" else {"prompt": text}),
+            }
             reply = self._post("/tokenize", body)
             n = reply.json.get("count") if reply.ok else None
             self._tokenize_works = isinstance(n, int)
@@ -62,7 +64,7 @@ class TokenCounter:
                 self.method = "server /tokenize"
                 return n
         body = request_dict(RequestSpec(text, 0, 1, 1), t, stream=False)
-        body.pop("ignore_eos", None)                 # one token either way
+        body.pop("ignore_eos", None)  # one token either way
         reply = self._post(t.path, body)
         n = (reply.json.get("usage") or {}).get("prompt_tokens") if reply.ok else None
         if isinstance(n, int) and n > 0:
@@ -88,8 +90,14 @@ def _fit(counter: TokenCounter, sizer: TextSizer) -> TextSizer | None:
     if t1 is None or t2 is None or t2 <= t1:
         return None
     per_word = (t2 - t1) / w
-    return replace(pool, tokens_per_word=per_word, overhead_tokens=float(t1 - per_word * w), exact=False,
-                   source=counter.method or "server", calibration=TextCalibration(fit_counts={w: t1, 2 * w: t2}))
+    return replace(
+        pool,
+        tokens_per_word=per_word,
+        overhead_tokens=float(t1 - per_word * w),
+        exact=False,
+        source=counter.method or "server",
+        calibration=TextCalibration(fit_counts={w: t1, 2 * w: t2}),
+    )
 
 
 def _uniform(counter: TokenCounter, sizer: TextSizer) -> TextSizer | None:
@@ -106,14 +114,20 @@ def _uniform(counter: TokenCounter, sizer: TextSizer) -> TextSizer | None:
     pool = replace(sizer, words=words)
     t_all = counter.count(text_of_words(pool, len(words), np.random.default_rng(0)))
     if t_all is None or (t_all - t_one) % (len(words) - 1):
-        return None                       # not additive: this server's tokenizer merges across spaces
+        return None  # not additive: this server's tokenizer merges across spaces
     per_word = (t_all - t_one) // (len(words) - 1)
     if per_word < 1:
         return None
-    return replace(pool, tokens_per_word=float(per_word), overhead_tokens=float(t_one - per_word), exact=True,
-                   source=counter.method or "server",
-                   calibration=TextCalibration(uniform_pool=UniformPool(probed=min(PROBE_WORDS, len(sizer.words)),
-                                                                        kept=len(words))))
+    return replace(
+        pool,
+        tokens_per_word=float(per_word),
+        overhead_tokens=float(t_one - per_word),
+        exact=True,
+        source=counter.method or "server",
+        calibration=TextCalibration(
+            uniform_pool=UniformPool(probed=min(PROBE_WORDS, len(sizer.words)), kept=len(words))
+        ),
+    )
 
 
 def calibrate(client: TargetClient, sizer: TextSizer, check_len: int) -> tuple[TextSizer, list[Adaptation]]:
@@ -125,12 +139,23 @@ def calibrate(client: TargetClient, sizer: TextSizer, check_len: int) -> tuple[T
         n = min(len(sizer.words), max(8, check_len // 2))
         measured = counter.count(text_of_words(sizer, n, np.random.default_rng(0)))
         if measured is None:
-            return sizer, [Adaptation("input length", "not checked", "the server returns no prompt token count",
-                                      "prompt lengths follow the client tokenizer, unverified by the server")]
+            return sizer, [
+                Adaptation(
+                    "input length",
+                    "not checked",
+                    "the server returns no prompt token count",
+                    "prompt lengths follow the client tokenizer, unverified by the server",
+                )
+            ]
         if abs(measured - sizer.expected_tokens(n)) > CLIENT_SERVER_SLACK + 0.02 * n:
-            notes.append(Adaptation("tokenizer", "not the server's",
-                                    f"{n} one-token words counted {measured} by the server",
-                                    "prompt lengths are fitted to the server's count instead"))
+            notes.append(
+                Adaptation(
+                    "tokenizer",
+                    "not the server's",
+                    f"{n} one-token words counted {measured} by the server",
+                    "prompt lengths are fitted to the server's count instead",
+                )
+            )
             fitted = _uniform(counter, sizer) or _fit(counter, sizer)
             sizer = fitted if fitted is not None else sizer
         else:
@@ -138,8 +163,14 @@ def calibrate(client: TargetClient, sizer: TextSizer, check_len: int) -> tuple[T
     else:
         fitted = _uniform(counter, sizer) or _fit(counter, sizer)
         if fitted is None:
-            return sizer, [Adaptation("input length", "estimated", "the server returns no prompt token count",
-                                      f"prompt lengths assume {sizer.tokens_per_word:g} tokens per word")]
+            return sizer, [
+                Adaptation(
+                    "input length",
+                    "estimated",
+                    "the server returns no prompt token count",
+                    f"prompt lengths assume {sizer.tokens_per_word:g} tokens per word",
+                )
+            ]
         sizer = fitted
     n_words = sizer.words_for(check_len)
     measured = counter.count(text_of_words(sizer, n_words, np.random.default_rng(1)))
@@ -148,6 +179,12 @@ def calibrate(client: TargetClient, sizer: TextSizer, check_len: int) -> tuple[T
         check = LengthCheck(requested=check_len, counted=measured, relative_error=round(err, 4))
         sizer = replace(sizer, calibration=replace(sizer.calibration, check=check))
         if err > TOLERANCE:
-            notes.append(Adaptation("input length", "off target", f"{check_len} requested, {measured} counted",
-                                    f"prompt lengths are {err:.0%} off by the server's count"))
+            notes.append(
+                Adaptation(
+                    "input length",
+                    "off target",
+                    f"{check_len} requested, {measured} counted",
+                    f"prompt lengths are {err:.0%} off by the server's count",
+                )
+            )
     return sizer, notes

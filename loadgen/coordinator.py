@@ -78,9 +78,13 @@ class Coordinator:
         self.plan: Plan | None = None
         self.sizer: LevelSizer | None = None
         self.all_ready, self.all_done = Event(), Event()
-        for msg_type, fn in ((MSG_READY, self._on_ready), (MSG_RECORDS, self._on_records),
-                             (MSG_DRAINED, self._on_drained), (MSG_SERVER_DEAD, self._on_server_dead),
-                             (MSG_DONE, self._on_done)):
+        for msg_type, fn in (
+            (MSG_READY, self._on_ready),
+            (MSG_RECORDS, self._on_records),
+            (MSG_DRAINED, self._on_drained),
+            (MSG_SERVER_DEAD, self._on_server_dead),
+            (MSG_DONE, self._on_done),
+        ):
             runner.register_message(msg_type, fn)
 
     # ----- listeners (they only record and forward; nothing here blocks) --------------------
@@ -126,7 +130,7 @@ class Coordinator:
         """Spawn the users, publish the plan, wait for the end. Returns the end reason."""
         self.runner.start(user_count, spawn_rate=max(1, user_count), user_classes=[user_class])
         spawning = getattr(self.runner, "spawning_greenlet", None)
-        if spawning is not None:        # LocalRunner spawns in a greenlet; MasterRunner.start blocks
+        if spawning is not None:  # LocalRunner spawns in a greenlet; MasterRunner.start blocks
             spawning.join()
         sizer = LevelSizer(self.level, user_count)
         self.sizer = sizer if sizer.active else None
@@ -135,8 +139,9 @@ class Coordinator:
         try:
             # Workers stop themselves by hard_deadline + 2 s at the latest; past that, give up on them.
             # A sized level's deadline moves (earlier) while it runs: wait for the current one.
-            while not self.all_done.wait(timeout=max(0.0, min(1.0, self.current_plan.hard_deadline + 6.0
-                                                                     - time.time()))):
+            while not self.all_done.wait(
+                timeout=max(0.0, min(1.0, self.current_plan.hard_deadline + 6.0 - time.time()))
+            ):
                 if time.time() >= self.current_plan.hard_deadline + 6.0:
                     self.stop("deadline")
                     self.all_done.wait(timeout=5.0)
@@ -149,8 +154,9 @@ class Coordinator:
             reason = "complete" if len(self.done) >= self.n_workers else "deadline"
         else:
             reason = self.stop_reason or "deadline"
-        self.out.write({"type": "done", "end_reason": reason, "server_died": self.server_died,
-                        "workers_done": len(self.done)})
+        self.out.write(
+            {"type": "done", "end_reason": reason, "server_died": self.server_died, "workers_done": len(self.done)}
+        )
         return reason
 
     @property
@@ -175,7 +181,7 @@ class Coordinator:
 
 def user_count_for(level: LevelSpec, n_workers: int) -> int:
     """Closed loop: `concurrency` users over all workers; open loop: one pacer per worker."""
-    return level.concurrency if level.concurrency is not None else n_workers   # closed loop: concurrency set
+    return level.concurrency if level.concurrency is not None else n_workers  # closed loop: concurrency set
 
 
 def fd_for_output() -> int:

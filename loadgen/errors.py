@@ -57,11 +57,12 @@ def is_refused(exc: BaseException) -> bool:
     """True when the failure says nobody is listening at the target (not just a slow or busy one)."""
     cause = root_cause(exc)
     return isinstance(cause, (ConnectionRefusedError, socket.gaierror)) or (
-        isinstance(cause, OSError) and cause.errno in _REFUSED_ERRNOS)
+        isinstance(cause, OSError) and cause.errno in _REFUSED_ERRNOS
+    )
 
 
 def _is_timeout(exc: BaseException) -> bool:
-    if isinstance(exc, TimeoutError):   # socket.timeout is TimeoutError since Python 3.10
+    if isinstance(exc, TimeoutError):  # socket.timeout is TimeoutError since Python 3.10
         return True
     # gevent.Timeout is a BaseException that is not a TimeoutError; match it without importing gevent.
     return type(exc).__name__ == "Timeout" and type(exc).__module__.startswith("gevent")

@@ -53,6 +53,5 @@ class FailFast:
         early = now - self.t_start >= self.window_s and self.failed >= MIN_FAILED
         if self.seen >= self.first_n or early:
             message, n = self.messages.most_common(1)[0]
-            return (f"the first {self.failed} requests all failed "
-                    f"({n} of them the same way): {message}")
+            return f"the first {self.failed} requests all failed ({n} of them the same way): {message}"
         return None

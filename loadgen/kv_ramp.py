@@ -44,16 +44,16 @@ class ServerGauges:
     running: float = 0.0
     waiting: float = 0.0
     kv_usage: float | None = None
-    preemptions: float = 0.0              # cumulative counter
-    cache_config: dict[str, str] = field(default_factory=dict)   # vllm:cache_config_info's labels
-    engine: str = "unknown"               # refengine | vllm | sglang | tgi | unknown (probes.prom)
+    preemptions: float = 0.0  # cumulative counter
+    cache_config: dict[str, str] = field(default_factory=dict)  # vllm:cache_config_info's labels
+    engine: str = "unknown"  # refengine | vllm | sglang | tgi | unknown (probes.prom)
 
 
-KV_FULL = 0.90             # KV usage at which the cache counts as saturated
+KV_FULL = 0.90  # KV usage at which the cache counts as saturated
 # Blocks an engine counts in num_gpu_blocks but never gives a request: vLLM v1's block pool takes
 # one "null block" out of the free queue at start (its KV usage gauge is over the rest).
 RESERVED_BLOCKS = {"vllm": 1}
-TOLERANCE = 0.10           # observed vs estimate, the issue's yardstick
+TOLERANCE = 0.10  # observed vs estimate, the issue's yardstick
 
 
 @dataclass(frozen=True)
@@ -100,7 +100,7 @@ class LevelObservation:
     errors: int = 0
     error_text: str = ""
     samples: list[Sample] = field(default_factory=list)
-    preemptions: float = 0.0           # during this level
+    preemptions: float = 0.0  # during this level
 
     @property
     def max_running(self) -> int:
@@ -147,11 +147,15 @@ class LevelObservation:
         if self.queued_fraction >= 0.5 and (self.max_kv_usage or 0) >= KV_FULL:
             why.append(f"KV {self.max_kv_usage:.0%} full with requests waiting")
         elif self.queued_fraction >= 0.5 and self.next_request_fits is False:
-            why.append(f"requests waiting with KV {(self.max_kv_usage or 0):.0%} full: "
-                       "the free part is smaller than one more request needs")
+            why.append(
+                f"requests waiting with KV {(self.max_kv_usage or 0):.0%} full: "
+                "the free part is smaller than one more request needs"
+            )
         elif self.queued_fraction >= 0.5:
-            why.append(f"requests waiting with KV only {(self.max_kv_usage or 0):.0%} full "
-                       "(max_num_seqs or the token budget caps concurrency before KV does)")
+            why.append(
+                f"requests waiting with KV only {(self.max_kv_usage or 0):.0%} full "
+                "(max_num_seqs or the token budget caps concurrency before KV does)"
+            )
         return why
 
 
@@ -195,8 +199,11 @@ class RampResult:
     @property
     def kv_limited(self) -> bool:
         level = self.saturated_level
-        return level is not None and (level.preemptions > 0 or (level.max_kv_usage or 0) >= KV_FULL
-                                      or (level.queued_fraction >= 0.5 and level.next_request_fits is False))
+        return level is not None and (
+            level.preemptions > 0
+            or (level.max_kv_usage or 0) >= KV_FULL
+            or (level.queued_fraction >= 0.5 and level.next_request_fits is False)
+        )
 
     def within_tolerance(self) -> bool | None:
         if self.observed_capacity is None or self.estimate is None:
@@ -220,9 +227,11 @@ async def _first_scrape(client, url: str, parse_gauges: Callable[[str], ServerGa
     try:
         return await _scrape(client, url, parse_gauges)
     except httpx.HTTPStatusError as exc:
-        raise RampError(f"{url}/metrics answered HTTP {exc.response.status_code}: the ramp reads running, "
-                        "waiting and KV usage from the server's Prometheus metrics, which this server does not "
-                        "export (vLLM, SGLang, TGI and refengine do; llama-cpp-python's server does not)") from None
+        raise RampError(
+            f"{url}/metrics answered HTTP {exc.response.status_code}: the ramp reads running, "
+            "waiting and KV usage from the server's Prometheus metrics, which this server does not "
+            "export (vLLM, SGLang, TGI and refengine do; llama-cpp-python's server does not)"
+        ) from None
     except httpx.HTTPError as exc:
         raise RampError(f"cannot reach {url}/metrics: {exc}") from None
 
@@ -252,7 +261,7 @@ class _Users:
     """The ramp's closed-loop users: each sends its next request as soon as its last one returned,
     and counts the answer on the level being measured when it arrives."""
 
-    client: Any                                   # an httpx.AsyncClient
+    client: Any  # an httpx.AsyncClient
     spec: RampSpec
     make_body: Callable[[int], dict]
     level: LevelObservation | None = None
@@ -288,12 +297,17 @@ class _Users:
 
     async def stop(self) -> None:
         for task in self.tasks:
-            task.cancel()           # closing the connections aborts the requests server-side
+            task.cancel()  # closing the connections aborts the requests server-side
         await asyncio.gather(*self.tasks, return_exceptions=True)
 
 
-async def _watch_level(client, spec: RampSpec, parse_gauges: Callable[[str], ServerGauges], level: LevelObservation,
-                       last_preemptions: float) -> None:
+async def _watch_level(
+    client,
+    spec: RampSpec,
+    parse_gauges: Callable[[str], ServerGauges],
+    level: LevelObservation,
+    last_preemptions: float,
+) -> None:
     """Scrape /metrics every scrape_interval_s for the level's seconds; a failed scrape counts as an error."""
     import httpx
 
@@ -319,8 +333,9 @@ def _stop_reason(level: LevelObservation) -> str | None:
     return None
 
 
-async def run_ramp(spec: RampSpec, parse_gauges: Callable[[str], ServerGauges], make_body: Callable[[int], dict],
-                   on_level=None) -> RampResult:
+async def run_ramp(
+    spec: RampSpec, parse_gauges: Callable[[str], ServerGauges], make_body: Callable[[int], dict], on_level=None
+) -> RampResult:
     """Drive the ramp; `parse_gauges` reads a /metrics page, `make_body(i)` is the i-th request's JSON
     body, `on_level(observation)` is called after each level (progress output)."""
     import httpx

@@ -37,16 +37,19 @@ from rundir import RequestRecord
 from rundir.ports import free_port
 
 STARTUP_TIMEOUT_S = 60.0
-KILL_GRACE_S = 15.0          # past the plan's hard deadline (the coordinator gives up 11 s after it)
+KILL_GRACE_S = 15.0  # past the plan's hard deadline (the coordinator gives up 11 s after it)
 PROGRESS_INTERVAL_S = 0.5
 _PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def run_level(spec: LevelSpec, target: TargetSpec,
-              workload_factory: Callable[[LevelSpec], Workload] | None,
-              on_records: Callable[[list[RequestRecord]], None],
-              on_progress: Callable[[LevelProgress], None] | None = None,
-              master_bind: str | None = None) -> LevelResult:
+def run_level(
+    spec: LevelSpec,
+    target: TargetSpec,
+    workload_factory: Callable[[LevelSpec], Workload] | None,
+    on_records: Callable[[list[RequestRecord]], None],
+    on_progress: Callable[[LevelProgress], None] | None = None,
+    master_bind: str | None = None,
+) -> LevelResult:
     """Run one level against `target` and return its counts and client health.
 
     workload_factory(spec) builds the level's Workload (None: random prompts of spec.input_len /
@@ -57,19 +60,26 @@ def run_level(spec: LevelSpec, target: TargetSpec,
     """
     workload = (workload_factory or level_workload_factory())(spec)
     if not workload.rebuildable:
-        raise ValueError("the workload was built with a length_fn, which cannot reach the locust processes: "
-                         "give WorkloadOptions.tokenizer instead")
+        raise ValueError(
+            "the workload was built with a length_fn, which cannot reach the locust processes: "
+            "give WorkloadOptions.tokenizer instead"
+        )
     if target.endpoint == "chat" and not isinstance(workload.spec(0).prompt, str):
         raise ValueError("the chat endpoint needs text prompts: use the sharegpt workload or endpoint='completions'")
     config = {"level": spec.to_dict(), "target": target.to_dict(), "workload": workload.options.to_dict()}
     with tempfile.TemporaryDirectory(prefix="llmbench-loadgen-") as logdir:
-        procs: list[LocustProcess] = []       # filled as they start: a Ctrl-C while starting stops those
+        procs: list[LocustProcess] = []  # filled as they start: a Ctrl-C while starting stops those
         loop = None
         try:
             _start_processes(spec, config, logdir, master_bind, procs)
             tokenizer = config["workload"].get("tokenizer")
-            loop = _LevelLoop(spec, procs, on_records, on_progress,
-                              ClientTokenCounter(tokenizer).records if tokenizer else records_without_counting)
+            loop = _LevelLoop(
+                spec,
+                procs,
+                on_records,
+                on_progress,
+                ClientTokenCounter(tokenizer).records if tokenizer else records_without_counting,
+            )
             return loop.run()
         finally:
             # After a clean end the processes are already quitting: let them, rather than interrupt them.
@@ -77,6 +87,7 @@ def run_level(spec: LevelSpec, target: TargetSpec,
 
 
 # ----- processes ----------------------------------------------------------------------------
+
 
 class LocustProcess(subprocess.Popen):
     """A locust process, with its command, its log file (the first's stderr; a worker's whole output)
@@ -87,8 +98,9 @@ class LocustProcess(subprocess.Popen):
     log_tail: str = ""
 
 
-def _start_processes(spec: LevelSpec, config: dict, logdir: str, master_bind: str | None,
-                     procs: list[LocustProcess]) -> None:
+def _start_processes(
+    spec: LevelSpec, config: dict, logdir: str, master_bind: str | None, procs: list[LocustProcess]
+) -> None:
     """Start the level's locust processes, appending each to `procs` as soon as it exists."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
@@ -99,7 +111,7 @@ def _start_processes(spec: LevelSpec, config: dict, logdir: str, master_bind: st
     if spec.workers == 1 and master_bind is None:
         cmds = [base + ["--local"]]
     else:
-        host, port = (master_bind.rsplit(":", 1) if master_bind else ("127.0.0.1", str(free_port())))
+        host, port = master_bind.rsplit(":", 1) if master_bind else ("127.0.0.1", str(free_port()))
         cmds = [base + ["--master", "--bind-host", host, "--port", port, "--expect-workers", str(spec.workers)]]
         if master_bind is None:
             cmds += [base + ["--worker", "--master-host", "127.0.0.1", "--port", port, "--once"]] * spec.workers
@@ -111,7 +123,7 @@ def _start_processes(spec: LevelSpec, config: dict, logdir: str, master_bind: st
             p = LocustProcess(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, **common)
         p.log, p.cmd = log, cmd
         procs.append(p)
-        if n == 0 and p.stdin is not None:         # a pipe: always, for the first
+        if n == 0 and p.stdin is not None:  # a pipe: always, for the first
             p.stdin.write(json.dumps(config).encode())
             p.stdin.close()
 
@@ -147,17 +159,18 @@ def _read_tail(f, n: int = 3000) -> str:
     return f.read().decode("utf-8", "replace")
 
 
-
-
 def arrivals_note(offered: int, achieved: int, window_s: float, lag_p99_s: float | None) -> str:
     """Open loop: the arrival rate the plan (or the trace) offered inside the window against the
     one the client achieved (requests that left inside it)."""
     lag = f", send lag P99 {lag_p99_s * 1000:.1f} ms" if lag_p99_s is not None else ""
-    return (f"arrivals: offered {offered / window_s:.2f} req/s (planned in the window), achieved "
-            f"{achieved / window_s:.2f} req/s (sent in it){lag}")
+    return (
+        f"arrivals: offered {offered / window_s:.2f} req/s (planned in the window), achieved "
+        f"{achieved / window_s:.2f} req/s (sent in it){lag}"
+    )
 
 
 # ----- the parent's loop --------------------------------------------------------------------
+
 
 class _LevelLoop:
     def __init__(self, spec: LevelSpec, procs: list[LocustProcess], on_records, on_progress, make_records):
@@ -165,17 +178,16 @@ class _LevelLoop:
         self.make_records = make_records
         self.tally = LevelTally(spec)
         self.fail_fast = FailFast()
-        self.failed_fast: str | None = None      # why the level was stopped: all its first requests failed
-        self.saturation = (SaturationRule(spec.saturation_ttft_s) if spec.open_loop and spec.saturation_ttft_s
-                           else None)
-        self.over_capacity: str | None = None    # why the level was stopped: its queue kept growing
-        self.offered = 0                         # open loop: requests planned inside the window
+        self.failed_fast: str | None = None  # why the level was stopped: all its first requests failed
+        self.saturation = SaturationRule(spec.saturation_ttft_s) if spec.open_loop and spec.saturation_ttft_s else None
+        self.over_capacity: str | None = None  # why the level was stopped: its queue kept growing
+        self.offered = 0  # open loop: requests planned inside the window
         self.plan: dict | None = None
         self.worker_done: dict[str, dict] = {}
         self.sent_reported: int | None = None
         self.in_flight = 0
         self.unreadable_lines = 0
-        self.stopped_at: float | None = None     # when the level was stopped before its end
+        self.stopped_at: float | None = None  # when the level was stopped before its end
         self.end: dict | None = None
         self.error: str | None = None
         self.lines: queue.Queue = queue.Queue()
@@ -184,7 +196,7 @@ class _LevelLoop:
     def _read_lines(self, stream) -> None:
         for line in stream:
             self.lines.put(line)
-        self.lines.put(None)          # EOF: the master/local process is gone
+        self.lines.put(None)  # EOF: the master/local process is gone
 
     def run(self) -> LevelResult:
         t0 = time.time()
@@ -227,8 +239,12 @@ class _LevelLoop:
                 self.failed_fast = self.fail_fast.reason()
                 if self.failed_fast is not None:
                     self._interrupt(reason="failed_fast")
-            if self.saturation is not None and self.end is None and self.over_capacity is None \
-                    and self.failed_fast is None:
+            if (
+                self.saturation is not None
+                and self.end is None
+                and self.over_capacity is None
+                and self.failed_fast is None
+            ):
                 self.over_capacity = self.saturation.reason()
                 if self.over_capacity is not None:
                     self._interrupt(reason="over_capacity")
@@ -291,15 +307,20 @@ class _LevelLoop:
         elif plan is None:
             phase = "starting"
         else:
-            phase = ("warmup" if now < plan["window_start"] else
-                     "measuring" if now < plan["window_end"] else "draining")
+            phase = "warmup" if now < plan["window_start"] else "measuring" if now < plan["window_end"] else "draining"
         return LevelProgress(
-            level_id=self.spec.level_id, phase=phase,
+            level_id=self.spec.level_id,
+            phase=phase,
             elapsed_s=max(0.0, now - plan["t_start"]) if plan else 0.0,
-            window_remaining_s=max(0.0, plan["window_end"] - max(now, plan["window_start"])) if plan
+            window_remaining_s=max(0.0, plan["window_end"] - max(now, plan["window_start"]))
+            if plan
             else self.spec.duration_s,
-            sent=max(self.sent_reported or 0, self.tally.finished), in_flight=self.in_flight,
-            finished=self.tally.finished, ok=self.tally.ok, errors=self.tally.errors)
+            sent=max(self.sent_reported or 0, self.tally.finished),
+            in_flight=self.in_flight,
+            finished=self.tally.finished,
+            ok=self.tally.ok,
+            errors=self.tally.errors,
+        )
 
     def _result(self, wall_s: float) -> LevelResult:
         sent_reported = sum(d["sent"] for d in self.worker_done.values()) if self.worker_done else self.sent_reported
@@ -308,14 +329,19 @@ class _LevelLoop:
         r.unreadable_lines = self.unreadable_lines
         if self.plan:
             # The last plan the coordinator published: a sized level's moved times, and why they ended.
-            r.t_start, r.window_start, r.window_end = self.plan["t_start"], self.plan["window_start"], self.plan["window_end"]
+            r.t_start, r.window_start, r.window_end = (
+                self.plan["t_start"],
+                self.plan["window_start"],
+                self.plan["window_end"],
+            )
             r.warmup_end, r.window_end_by = self.plan["warmup_end"], self.plan["window_end_by"]
             if self.spec.open_loop:
                 # A level stopped early offered its arrivals over the part of the window it ran.
                 ran_until = min(r.window_end, self.stopped_at or r.window_end)
                 if ran_until > r.window_start:
-                    r.arrivals_note = arrivals_note(self.offered, r.in_window, ran_until - r.window_start,
-                                                    r.send_lag_p99_s)
+                    r.arrivals_note = arrivals_note(
+                        self.offered, r.in_window, ran_until - r.window_start, r.send_lag_p99_s
+                    )
         if self.failed_fast is not None:
             r.end_reason, r.failure = "failed_fast", self.failed_fast
         elif self.over_capacity is not None:

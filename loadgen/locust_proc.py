@@ -38,7 +38,7 @@ from loadgen.session import MSG_CONFIG, LevelSession, attach_worker_side
 from loadgen.specs import LevelSpec
 
 DEFAULT_MASTER_PORT = 5557
-LEAD_LOCAL_S = 0.2            # from spawned users to the first request: time for the plan to arrive
+LEAD_LOCAL_S = 0.2  # from spawned users to the first request: time for the plan to arrive
 LEAD_DISTRIBUTED_S = 0.5
 USER_CLASSES: list[type[User]] = [ClosedLoopUser, OpenLoopPacer]
 
@@ -64,8 +64,14 @@ def run_local(config: dict, out: JsonLinesOut) -> str:
         runner.quit()
 
 
-def run_master(config: dict, out: JsonLinesOut, bind_host: str = "*", bind_port: int = DEFAULT_MASTER_PORT,
-               expect_workers: int = 1, connect_timeout_s: float = 60.0) -> str:
+def run_master(
+    config: dict,
+    out: JsonLinesOut,
+    bind_host: str = "*",
+    bind_port: int = DEFAULT_MASTER_PORT,
+    expect_workers: int = 1,
+    connect_timeout_s: float = 60.0,
+) -> str:
     level = LevelSpec(**config["level"])
     env = LevelEnvironment(user_classes=USER_CLASSES, host=config["target"]["url"])
     runner = env.create_master_runner(master_bind_host=bind_host, master_bind_port=bind_port)
@@ -75,8 +81,9 @@ def run_master(config: dict, out: JsonLinesOut, bind_host: str = "*", bind_port:
         deadline = time.time() + connect_timeout_s
         while runner.worker_count < expect_workers:
             if time.time() > deadline:
-                raise TimeoutError(f"{runner.worker_count} of {expect_workers} locust workers connected "
-                                   f"in {connect_timeout_s:g} s")
+                raise TimeoutError(
+                    f"{runner.worker_count} of {expect_workers} locust workers connected in {connect_timeout_s:g} s"
+                )
             gevent.sleep(0.05)
         workers = sorted(runner.clients.keys(), key=runner.get_worker_index)[:expect_workers]
         # A worker registers its message handlers just after it connects, so a config sent in
@@ -86,8 +93,9 @@ def run_master(config: dict, out: JsonLinesOut, bind_host: str = "*", bind_port:
             if time.time() > deadline + connect_timeout_s:
                 raise TimeoutError(f"only {len(coordinator.ready)} of {expect_workers} workers set up the level")
             for index, client_id in enumerate(workers):
-                runner.send_message(MSG_CONFIG, {**config, "worker_index": index, "n_workers": expect_workers},
-                                    client_id=client_id)
+                runner.send_message(
+                    MSG_CONFIG, {**config, "worker_index": index, "n_workers": expect_workers}, client_id=client_id
+                )
             coordinator.all_ready.wait(timeout=1.0)
         user_class = OpenLoopPacer if level.open_loop else ClosedLoopUser
         return coordinator.run(user_class, user_count_for(level, expect_workers), LEAD_DISTRIBUTED_S)
@@ -104,9 +112,9 @@ def run_worker(master_host: str, master_port: int = DEFAULT_MASTER_PORT, once: b
         except ConnectionError:
             if once:
                 raise
-            continue                   # no master yet: keep waiting for the next level
+            continue  # no master yet: keep waiting for the next level
         attach_worker_side(runner, make_session=lambda cfg, r=runner: LevelSession(cfg, r))
-        runner.greenlet.join()         # until the master says quit
+        runner.greenlet.join()  # until the master says quit
         if once:
             return
 

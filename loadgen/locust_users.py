@@ -36,51 +36,71 @@ from loadgen.sse import MAX_ERROR_CHARS, StreamResult, read_sse_stream, short_of
 from loadgen.workloads import RequestSpec
 from rundir import RequestRecord
 
-CONNECT_ERROR_BACKOFF_S = 0.05   # a closed-loop user does not spin on a refusing server
-DRAIN_AFTER_DONE_S = 1.0         # reading past [DONE] to the end of the body, to reuse the connection
-SEND_CLOCK_MARK = "llmbench_send_clock"   # the attribute that marks gevent's sendall as wrapped (once)
+CONNECT_ERROR_BACKOFF_S = 0.05  # a closed-loop user does not spin on a refusing server
+DRAIN_AFTER_DONE_S = 1.0  # reading past [DONE] to the end of the body, to reuse the connection
+SEND_CLOCK_MARK = "llmbench_send_clock"  # the attribute that marks gevent's sendall as wrapped (once)
 
 
-def stream_request(user: FastHttpUser, s: LevelSession, spec: RequestSpec, body: bytes,
-                   t_scheduled: float) -> RequestRecord | None:
+def stream_request(
+    user: FastHttpUser, s: LevelSession, spec: RequestSpec, body: bytes, t_scheduled: float
+) -> RequestRecord | None:
     """Send one request (None when the level no longer sends) and record it when it ends."""
     t_decided = time.time()
     if not s.may_send(t_decided):
         return None
     level = s.level
-    rec = RequestRecord(level_id=level.level_id, concurrency=level.concurrency, request_rate=level.request_rate,
-                        target_input_len=spec.target_input_len, target_output_len=spec.target_output_len,
-                        t_scheduled=t_scheduled, t_sent=t_decided, t_first_token=None, t_done=None,
-                        status="ok", in_window=s.in_window(t_decided),
-                        client_prompt_tokens=spec.client_prompt_tokens if spec.client_prompt_tokens is not None
-                        else len(spec.prompt) if isinstance(spec.prompt, list) else (spec.target_input_len or None))
+    rec = RequestRecord(
+        level_id=level.level_id,
+        concurrency=level.concurrency,
+        request_rate=level.request_rate,
+        target_input_len=spec.target_input_len,
+        target_output_len=spec.target_output_len,
+        t_scheduled=t_scheduled,
+        t_sent=t_decided,
+        t_first_token=None,
+        t_done=None,
+        status="ok",
+        in_window=s.in_window(t_decided),
+        client_prompt_tokens=spec.client_prompt_tokens
+        if spec.client_prompt_tokens is not None
+        else len(spec.prompt)
+        if isinstance(spec.prompt, list)
+        else (spec.target_input_len or None),
+    )
     resp, stream = None, StreamResult()
     sent = _SentMark(s, rec, stream)
     me = gevent.getcurrent()
     deadline = RequestDeadline(f"no complete answer in {level.request_timeout_s:g} s")
-    replica = s.pick_replica()         # counted in flight from here: the finally below ends it
+    replica = s.pick_replica()  # counted in flight from here: the finally below ends it
     where, rec.replica = s.target.replica_destination(replica) if replica is not None else (s.target.path, None)
-    me.llmbench_on_send = sent         # from here on, the finally below always reports it finished
+    me.llmbench_on_send = sent  # from here on, the finally below always reports it finished
     try:
         with gevent.Timeout(level.request_timeout_s, deadline):
             # locust annotates `data` as str | dict; it sends bytes as they are (the body, encoded once).
-            resp = user.client.request("POST", where, data=body, headers=s.headers,  # type: ignore[arg-type]
-                                       stream=True, catch_response=True, name=s.target.path)
+            resp = user.client.request(
+                "POST",
+                where,
+                data=body,  # type: ignore[arg-type]
+                headers=s.headers,
+                stream=True,
+                catch_response=True,
+                name=s.target.path,
+            )
             _read_response(s, resp, rec, stream, spec)
     except GreenletExit:
-        _take_stream(rec, stream.digest())   # what arrived before the cut
+        _take_stream(rec, stream.digest())  # what arrived before the cut
         rec.status, rec.t_done, rec.error = "cancelled", time.time(), "cut off when the level stopped"
         raise
-    except RequestDeadline as exc:     # raised outside the reads (e.g. while draining past [DONE])
+    except RequestDeadline as exc:  # raised outside the reads (e.g. while draining past [DONE])
         if rec.t_done is None:
             _fail(rec, "timeout", str(exc))
     finally:
         me.llmbench_on_send = None
         s.replica_done(replica)
-        sent(t_decided)                # no byte was written (connect failed, cut off): sent when decided
-        raw: Any = getattr(resp, "_response", None)      # geventhttpclient's response (untyped): read line by line
+        sent(t_decided)  # no byte was written (connect failed, cut off): sent when decided
+        raw: Any = getattr(resp, "_response", None)  # geventhttpclient's response (untyped): read line by line
         if raw is not None:
-            raw.release()              # back to the pool when the body was read to its end, else closed
+            raw.release()  # back to the pool when the body was read to its end, else closed
         rec.derive()
         s.request_finished(rec, "".join(stream.text_parts))
         _report_to_locust(user, s, rec)
@@ -120,7 +140,7 @@ def _install_send_clock() -> None:
             mark(time.time())
         return inner(self, data, flags)
 
-    setattr(sendall, SEND_CLOCK_MARK, True)    # marks the wrapper: installed once per process
+    setattr(sendall, SEND_CLOCK_MARK, True)  # marks the wrapper: installed once per process
     cls.sendall = sendall
 
 
@@ -129,8 +149,8 @@ _install_send_clock()
 
 def _read_response(s: LevelSession, resp, rec: RequestRecord, stream: StreamResult, spec: RequestSpec) -> None:
     error = getattr(resp, "error", None)
-    raw: Any = getattr(resp, "_response", None)      # geventhttpclient's response (untyped): read line by line
-    if error is not None:              # no HTTP response (every status is a response, see _LevelUser)
+    raw: Any = getattr(resp, "_response", None)  # geventhttpclient's response (untyped): read line by line
+    if error is not None:  # no HTTP response (every status is a response, see _LevelUser)
         kind, text = classify_request_error(error)
         if is_refused(error):
             s.note_refused()
@@ -138,7 +158,7 @@ def _read_response(s: LevelSession, resp, rec: RequestRecord, stream: StreamResu
         return
     s.note_response()
     rec.http_status = resp.status_code
-    rec.replica = rec.replica or _replica(resp, s.target.replica_header)   # the client's own pick comes first
+    rec.replica = rec.replica or _replica(resp, s.target.replica_header)  # the client's own pick comes first
     if rec.http_status != 200:
         detail = _read_error_body(raw)
         _fail(rec, "http_status", f"HTTP {rec.http_status}: {detail}" if detail else f"HTTP {rec.http_status}")
@@ -173,7 +193,7 @@ def _replica(resp, header: str | None) -> str | None:
     if not header or headers is None:
         return None
     value = headers.get(header)
-    if isinstance(value, list):        # a repeated header: the first one
+    if isinstance(value, list):  # a repeated header: the first one
         value = value[0] if value else None
     return (str(value).strip() or None) if value is not None else None
 
@@ -203,9 +223,17 @@ def _report_to_locust(user: FastHttpUser, s: LevelSession, rec: RequestRecord) -
     """Keep locust's own statistics meaningful (e2e time, failures), for anyone watching them."""
     exc = None if rec.status == "ok" else Exception(f"{rec.status}/{rec.error_kind}: {rec.error}")
     e2e_ms = 1000.0 * (rec.e2e_s or 0.0)
-    user.environment.events.request.fire(request_type="POST", name=s.target.path, response_time=e2e_ms,
-                                         response_length=0, exception=exc, context={}, response=None,
-                                         start_time=rec.t_sent, url=s.target.path)
+    user.environment.events.request.fire(
+        request_type="POST",
+        name=s.target.path,
+        response_time=e2e_ms,
+        response_length=0,
+        exception=exc,
+        context={},
+        response=None,
+        start_time=rec.t_sent,
+        url=s.target.path,
+    )
 
 
 class _LevelUser(FastHttpUser):
@@ -250,7 +278,7 @@ class ClosedLoopUser(_LevelUser):
             rec = s.inflight.spawn(stream_request, self, s, spec, body, time.time()).get()
             if not warm and isinstance(rec, RequestRecord):
                 warm = True
-                s.user_warm()          # this user has finished a request: one step to steady state
+                s.user_warm()  # this user has finished a request: one step to steady state
             # A request the session cancelled comes back as the GreenletExit that killed it.
             if isinstance(rec, RequestRecord) and rec.error_kind == "connect":
                 gevent.sleep(CONNECT_ERROR_BACKOFF_S)
@@ -274,8 +302,8 @@ class OpenLoopPacer(_LevelUser):
         plan = ArrivalPlan(rate, s.level.burstiness, seed=s.level.seed, stream=s.worker_index)
         gaps = plan.times(s.current_plan.t_start)
         while True:
-            request = s.next_request()             # prepared before its time comes
-            if request is None:                    # a trace played once: its last request is out
+            request = s.next_request()  # prepared before its time comes
+            if request is None:  # a trace played once: its last request is out
                 break
             spec, body = request
             # A trace's request carries its own send time; otherwise the next drawn arrival.
@@ -286,6 +314,6 @@ class OpenLoopPacer(_LevelUser):
             if not s.may_send(max(t_planned, time.time())):
                 break
             while len(s.inflight) >= s.level.max_in_flight and s.sending:
-                gevent.sleep(0.001)                # at the cap: this shows up as send lag
+                gevent.sleep(0.001)  # at the cap: this shows up as send lag
             s.inflight.spawn(stream_request, self, s, spec, body, t_planned)
         self._idle_until_stopped()

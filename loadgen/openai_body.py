@@ -16,7 +16,7 @@ from loadgen.workloads import RequestSpec
 # refuses it keeps include_usage; it is named before stream_options so a refusal naming both
 # ("stream_options.continuous_usage_stats") drops only it.
 OPTIONAL_FIELDS = ("ignore_eos", "min_tokens", "continuous_usage_stats", "stream_options")
-NESTED_FIELDS = {"continuous_usage_stats": "stream_options"}     # optional field -> the object holding it
+NESTED_FIELDS = {"continuous_usage_stats": "stream_options"}  # optional field -> the object holding it
 
 
 def request_dict(spec: RequestSpec, target: TargetSpec, stream: bool = True) -> dict:
@@ -68,9 +68,12 @@ def request_body(spec: RequestSpec, target: TargetSpec) -> bytes:
 
 
 def request_headers(target: TargetSpec) -> dict[str, str]:
-    headers = {"Content-Type": "application/json", "Accept": "text/event-stream",
-               # A compressed event stream cannot be read line by line as it arrives.
-               "Accept-Encoding": "identity"}
+    headers = {
+        "Content-Type": "application/json",
+        "Accept": "text/event-stream",
+        # A compressed event stream cannot be read line by line as it arrives.
+        "Accept-Encoding": "identity",
+    }
     if target.api_key:
         headers["Authorization"] = f"Bearer {target.api_key}"
     return headers

@@ -17,11 +17,11 @@ from dataclasses import dataclass
 
 from loadgen.specs import LevelSpec
 
-DRAIN_GRACE_S = 1.0          # past the last in-window request's own deadline
+DRAIN_GRACE_S = 1.0  # past the last in-window request's own deadline
 
 # How the warm-up ended / the window ended: chosen by the user, by the sizing rule, or at the bound.
-WARMUP_ENDS = ("fixed", "steady", "max")      # fixed: --warmup; steady: every user had finished a request
-WINDOW_ENDS = ("fixed", "samples", "max")     # fixed: --duration; samples: the sample target was reached
+WARMUP_ENDS = ("fixed", "steady", "max")  # fixed: --warmup; steady: every user had finished a request
+WINDOW_ENDS = ("fixed", "samples", "max")  # fixed: --duration; samples: the sample target was reached
 
 
 @dataclass
@@ -29,7 +29,7 @@ class Plan:
     t_start: float
     window_start: float
     window_end: float
-    hard_deadline: float     # every in-window request has finished or timed out by now
+    hard_deadline: float  # every in-window request has finished or timed out by now
     warmup_end: str = "fixed"
     window_end_by: str = "fixed"
 
@@ -44,14 +44,21 @@ class Plan:
         steady, sized = level.steady_warmup, level.sample_target is not None
         window_start = t_start + (level.bound_s if steady else level.warmup_s)
         window_end = window_start + (level.bound_s if sized else level.duration_s)
-        return cls(t_start, window_start, window_end, _deadline(window_end, level),
-                   "max" if steady else "fixed", "max" if sized else "fixed")
+        return cls(
+            t_start,
+            window_start,
+            window_end,
+            _deadline(window_end, level),
+            "max" if steady else "fixed",
+            "max" if sized else "fixed",
+        )
 
     def window_starting(self, t: float, level: LevelSpec) -> "Plan":
         """The warm-up is over (steady state) at t: the window starts then, its bound with it."""
         end = t + (level.bound_s if self.window_end_by == "max" else level.duration_s)
-        return dataclasses.replace(self, window_start=t, window_end=end, hard_deadline=_deadline(end, level),
-                                   warmup_end="steady")
+        return dataclasses.replace(
+            self, window_start=t, window_end=end, hard_deadline=_deadline(end, level), warmup_end="steady"
+        )
 
     def window_ending(self, t: float, level: LevelSpec) -> "Plan":
         """The window holds its sample target: it ends at t."""

@@ -26,10 +26,12 @@ import numpy as np
 
 from rundir.text_calibration import TextCalibration
 
-CALIBRATION_KEY = "extra"        # where run.json keeps a sizer's calibration (docs/run-format.md)
+CALIBRATION_KEY = "extra"  # where run.json keeps a sizer's calibration (docs/run-format.md)
 
 # Short, frequent English words: one token in most tokenizers with a vocabulary of 30k or more.
-ENGLISH_WORDS = tuple(dict.fromkeys("""
+ENGLISH_WORDS = tuple(
+    dict.fromkeys(
+        """
 time year people way day man thing woman life child world school state family student group
 country problem hand part place case week company system program question work government number
 night point home water room mother area money story fact month lot right study book eye job word
@@ -44,18 +46,20 @@ form event official matter center couple site project activity star table need c
 cost industry figure street image phone data picture practice piece land product doctor wall
 patient worker news test movie north love support technology step baby computer type attention
 film tree source organization hair window evidence population truth rule river
-""".split()))
+""".split()
+    )
+)
 
 
 @dataclass
 class TextSizer:
     """How to write a prompt of n tokens, as plain JSON (it travels to the locust processes)."""
 
-    words: list[str]                     # the pool, in its canonical order
-    tokens_per_word: float = 1.0         # mean over the pool (exactly 1 for a vocabulary pool)
-    overhead_tokens: float = 0.0         # what the server adds to every prompt (BOS, chat template)
-    source: str = "built-in estimate"    # tokenizer | server usage | server /tokenize | built-in estimate
-    exact: bool = False                  # counts known exactly (a vocabulary pool), not fitted
+    words: list[str]  # the pool, in its canonical order
+    tokens_per_word: float = 1.0  # mean over the pool (exactly 1 for a vocabulary pool)
+    overhead_tokens: float = 0.0  # what the server adds to every prompt (BOS, chat template)
+    source: str = "built-in estimate"  # tokenizer | server usage | server /tokenize | built-in estimate
+    exact: bool = False  # counts known exactly (a vocabulary pool), not fitted
     # The server's counts behind it (loadgen.calibration), for run.json; written under the key
     # `extra`, as it always has been (docs/run-format.md).
     calibration: TextCalibration = field(default_factory=TextCalibration)
@@ -107,7 +111,7 @@ def vocabulary_pool(tokenizer_file: str, max_words: int = 400) -> list[str]:
 
     tok = Tokenizer.from_file(tokenizer_file)
     words: list[str] = []
-    for tid in sorted(tok.get_vocab().values()):        # by id: in BPE, earlier merges are commoner pieces
+    for tid in sorted(tok.get_vocab().values()):  # by id: in BPE, earlier merges are commoner pieces
         text = tok.decode([tid])
         word = text[1:] if text.startswith(" ") else ""
         if len(word) < 2 or not word.isascii() or not word.isalpha():
@@ -120,7 +124,7 @@ def vocabulary_pool(tokenizer_file: str, max_words: int = 400) -> list[str]:
         return []
     sample = "".join(" " + w for w in words)
     if len(tok.encode(sample, add_special_tokens=False).ids) != len(words):
-        return []            # this tokenizer merges across spaces: no exact pool
+        return []  # this tokenizer merges across spaces: no exact pool
     return words
 
 
@@ -132,9 +136,8 @@ def sizer_for_tokenizer(tokenizer_file: str) -> TextSizer | None:
     if not words:
         return None
     tok = Tokenizer.from_file(tokenizer_file)
-    specials = len(tok.encode(" " + words[0]).ids) - 1     # BOS/EOS its post-processor adds
-    return TextSizer(words=words, tokens_per_word=1.0, overhead_tokens=float(specials), source="tokenizer",
-                     exact=True)
+    specials = len(tok.encode(" " + words[0]).ids) - 1  # BOS/EOS its post-processor adds
+    return TextSizer(words=words, tokens_per_word=1.0, overhead_tokens=float(specials), source="tokenizer", exact=True)
 
 
 def estimated_sizer() -> TextSizer:

@@ -26,13 +26,13 @@ CLIENT_LB_POLICIES = ("round-robin", "least-outstanding")
 
 @dataclass
 class ReplicaBalancer:
-    size: int                          # replicas driven directly
+    size: int  # replicas driven directly
     policy: str = "round-robin"
-    worker_index: int = 0              # this locust process among the level's workers
+    worker_index: int = 0  # this locust process among the level's workers
     n_workers: int = 1
-    in_flight: list[int] = field(default_factory=list)   # this process's requests in flight, per replica
-    _started: int = 0                  # this process's requests so far (round-robin's count)
-    _next: int = -1                    # where least-outstanding's tie-break starts looking (-1: worker_index)
+    in_flight: list[int] = field(default_factory=list)  # this process's requests in flight, per replica
+    _started: int = 0  # this process's requests so far (round-robin's count)
+    _next: int = -1  # where least-outstanding's tie-break starts looking (-1: worker_index)
 
     def __post_init__(self) -> None:
         if self.size < 1:
@@ -52,7 +52,7 @@ class ReplicaBalancer:
         """The replica of the next request, counted in flight until `finished(index)`."""
         if self.policy == "least-outstanding":
             order = [(self._next + k) % self.size for k in range(self.size)]
-            chosen = min(order, key=lambda i: self.in_flight[i])   # min() keeps the first of equals
+            chosen = min(order, key=lambda i: self.in_flight[i])  # min() keeps the first of equals
             self._next = (chosen + 1) % self.size
         else:
             chosen = (self.worker_index + self.n_workers * self._started) % self.size

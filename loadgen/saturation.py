@@ -42,11 +42,11 @@ MIN_SAMPLES = 24
 MIN_SPAN_S = 2.0
 RATIO = 2.0
 MIN_T = 4.0
-CHECK_EVERY = 4              # re-evaluate after this many new samples (the fit is O(n))
-FAST_SAMPLES = 9             # with the in-flight count growing too
+CHECK_EVERY = 4  # re-evaluate after this many new samples (the fit is O(n))
+FAST_SAMPLES = 9  # with the in-flight count growing too
 FAST_SPAN_S = 0.5
 QUEUE_MIN_SPAN_S = 2.0
-LATE_FACTOR = 2.0            # no first token after this many times the bound: late
+LATE_FACTOR = 2.0  # no first token after this many times the bound: late
 LATE_SAMPLES = 3
 
 
@@ -60,7 +60,7 @@ class SaturationRule:
     sent: list[float] = field(default_factory=list)
     ttft: list[float] = field(default_factory=list)
     in_flight: list[tuple[float, int]] = field(default_factory=list)
-    late: int = 0                    # the latest count of late requests in flight (see above)
+    late: int = 0  # the latest count of late requests in flight (see above)
     _since_check: int = 0
     _verdict: str | None = None
 
@@ -89,9 +89,11 @@ def late_verdict(rule: SaturationRule) -> str | None:
     queue = _queue_growth(rule.in_flight)
     if queue is None or rule.late < LATE_SAMPLES:
         return None
-    return (f"{rule.late} requests in flight had waited over {LATE_FACTOR * rule.ttft_bound_s * 1000:g} ms "
-            f"({LATE_FACTOR:g}x the {rule.ttft_bound_s * 1000:g} ms bound) with no first token; "
-            f"requests in flight {queue}")
+    return (
+        f"{rule.late} requests in flight had waited over {LATE_FACTOR * rule.ttft_bound_s * 1000:g} ms "
+        f"({LATE_FACTOR:g}x the {rule.ttft_bound_s * 1000:g} ms bound) with no first token; "
+        f"requests in flight {queue}"
+    )
 
 
 def verdict(sent: np.ndarray, ttft: np.ndarray, rule: SaturationRule) -> str | None:
@@ -108,9 +110,11 @@ def verdict(sent: np.ndarray, ttft: np.ndarray, rule: SaturationRule) -> str | N
     slope, t_stat = _slope(t, y)
     if slope <= 0 or t_stat < rule.min_t:
         return None
-    words = (f"TTFT rose from {first * 1000:.0f} ms (median of the first third) to {last * 1000:.0f} ms "
-             f"(last third) over {t[-1]:.1f} s of sends, +{slope * 1000:.0f} ms per second (t = {t_stat:.0f}), "
-             f"past the {rule.ttft_bound_s * 1000:g} ms bound")
+    words = (
+        f"TTFT rose from {first * 1000:.0f} ms (median of the first third) to {last * 1000:.0f} ms "
+        f"(last third) over {t[-1]:.1f} s of sends, +{slope * 1000:.0f} ms per second (t = {t_stat:.0f}), "
+        f"past the {rule.ttft_bound_s * 1000:g} ms bound"
+    )
     return words + (f"; requests in flight {queue}" if queue else "")
 
 

@@ -34,22 +34,22 @@ from loadgen.token_count import COMPLETION_TEXT_KEY
 from loadgen.workloads import RequestSpec, make_workload
 from rundir import RequestRecord
 
-MSG_CONFIG = "llmbench_config"            # coordinator -> worker: level, target, workload, worker index
-MSG_READY = "llmbench_ready"              # worker -> coordinator: session built
-MSG_PLAN = "llmbench_plan"                # coordinator -> workers: the timeline
-MSG_WINDOW = "llmbench_window"            # coordinator -> workers: the timeline, moved (a sized level)
-MSG_STOP = "llmbench_stop"                # coordinator -> workers: stop, cancel in-flight, report done
-MSG_RECORDS = "llmbench_records"          # worker -> coordinator: finished records and counters
-MSG_DRAINED = "llmbench_drained"          # worker -> coordinator: my in-window requests have all finished
+MSG_CONFIG = "llmbench_config"  # coordinator -> worker: level, target, workload, worker index
+MSG_READY = "llmbench_ready"  # worker -> coordinator: session built
+MSG_PLAN = "llmbench_plan"  # coordinator -> workers: the timeline
+MSG_WINDOW = "llmbench_window"  # coordinator -> workers: the timeline, moved (a sized level)
+MSG_STOP = "llmbench_stop"  # coordinator -> workers: stop, cancel in-flight, report done
+MSG_RECORDS = "llmbench_records"  # worker -> coordinator: finished records and counters
+MSG_DRAINED = "llmbench_drained"  # worker -> coordinator: my in-window requests have all finished
 MSG_SERVER_DEAD = "llmbench_server_dead"  # worker -> coordinator: the target keeps refusing connections
-MSG_DONE = "llmbench_done"                # worker -> coordinator: last word of the level
+MSG_DONE = "llmbench_done"  # worker -> coordinator: last word of the level
 
-FLUSH_INTERVAL_S = 0.1       # records leave the process at most this long after they finish
-COUNTER_INTERVAL_S = 0.5     # counters (for progress bars) are sent at least this often
-MAX_RECORDS_PER_MESSAGE = 200    # a record with a long ITL list is ~10-20 kB of msgpack
-DEAD_AFTER_REFUSALS = 5      # consecutive refused connections ...
-DEAD_AFTER_S = 0.5           # ... spanning at least this long: the server is gone
-DEAD_SERVER_GRACE_S = 1.0    # in-flight requests of a dead server get this long to fail on their own
+FLUSH_INTERVAL_S = 0.1  # records leave the process at most this long after they finish
+COUNTER_INTERVAL_S = 0.5  # counters (for progress bars) are sent at least this often
+MAX_RECORDS_PER_MESSAGE = 200  # a record with a long ITL list is ~10-20 kB of msgpack
+DEAD_AFTER_REFUSALS = 5  # consecutive refused connections ...
+DEAD_AFTER_S = 0.5  # ... spanning at least this long: the server is gone
+DEAD_SERVER_GRACE_S = 1.0  # in-flight requests of a dead server get this long to fail on their own
 
 
 class LevelSession:
@@ -67,7 +67,7 @@ class LevelSession:
         self.plan: Plan | None = None
         self.plan_ready, self.stop_requested, self.finished = Event(), Event(), Event()
         self._plan_moved = Event()
-        self.warm_users = 0                   # users that have finished at least one request (sizing)
+        self.warm_users = 0  # users that have finished at least one request (sizing)
         self.stop_reason: str | None = None
         self.sending = True
         self.inflight = Group()
@@ -78,11 +78,14 @@ class LevelSession:
         self.cpu_percent: float | None = None
         self._k = 0
         # Replicas driven directly: this process's balancer over them (its greenlets share the counts).
-        self.balancer = (ReplicaBalancer(len(self.target.replica_urls), self.target.lb_policy, self.worker_index,
-                                         self.n_workers) if self.target.replica_urls else None)
+        self.balancer = (
+            ReplicaBalancer(len(self.target.replica_urls), self.target.lb_policy, self.worker_index, self.n_workers)
+            if self.target.replica_urls
+            else None
+        )
         self._outbox: list[dict] = []
-        self._open: dict[int, tuple] = {}     # sent and not finished, by id(record): (t_sent, StreamResult, record)
-        self._fast_first_token = False        # some request had its first token within the TTFT bound
+        self._open: dict[int, tuple] = {}  # sent and not finished, by id(record): (t_sent, StreamResult, record)
+        self._fast_first_token = False  # some request had its first token within the TTFT bound
         self._refused, self._refused_since = 0, 0.0
         self._dead_reported = False
 
@@ -143,11 +146,13 @@ class LevelSession:
             return 0
         opened = [(t_sent, stream) for t_sent, stream, *_record in self._open.values()]
         self._fast_first_token = self._fast_first_token or any(
-            stream.t_first_token is not None and stream.t_first_token - t_sent <= bound for t_sent, stream in opened)
+            stream.t_first_token is not None and stream.t_first_token - t_sent <= bound for t_sent, stream in opened
+        )
         if not self._fast_first_token:
             return 0
-        return sum(1 for t_sent, stream in opened
-                   if stream.t_first_token is None and now - t_sent > LATE_FACTOR * bound)
+        return sum(
+            1 for t_sent, stream in opened if stream.t_first_token is None and now - t_sent > LATE_FACTOR * bound
+        )
 
     def request_finished(self, record: RequestRecord, completion_text: str = "") -> None:
         self._open.pop(id(record), None)
@@ -175,12 +180,14 @@ class LevelSession:
         if self._refused == 0:
             self._refused_since = now
         self._refused += 1
-        if (self._refused >= DEAD_AFTER_REFUSALS and now - self._refused_since >= DEAD_AFTER_S
-                and not self._dead_reported):
+        if (
+            self._refused >= DEAD_AFTER_REFUSALS
+            and now - self._refused_since >= DEAD_AFTER_S
+            and not self._dead_reported
+        ):
             self._dead_reported = True
-            self.sending = False        # at once; the coordinator's stop follows
-            self.runner.send_message(MSG_SERVER_DEAD, {"worker_id": self.worker_id,
-                                                       "refusals": self._refused})
+            self.sending = False  # at once; the coordinator's stop follows
+            self.runner.send_message(MSG_SERVER_DEAD, {"worker_id": self.worker_id, "refusals": self._refused})
 
     # ----- driven by messages --------------------------------------------------------------
     def set_plan(self, plan: dict) -> None:
@@ -215,7 +222,7 @@ class LevelSession:
         self._sleep_until(lambda p: p.window_start)
         cpu0, t0 = _cpu_s(proc), time.time()
         self._sleep_until(lambda p: p.window_end)
-        plan = self.current_plan   # the window is over: its plan moves no more
+        plan = self.current_plan  # the window is over: its plan moves no more
         t1 = time.time()
         if t1 - t0 > 0.05:
             self.cpu_percent = 100.0 * (_cpu_s(proc) - cpu0) / (t1 - t0)
@@ -230,12 +237,19 @@ class LevelSession:
         self.sending = False
         if self.stop_reason == "server_died":
             self.inflight.join(timeout=DEAD_SERVER_GRACE_S)
-        self.inflight.kill(block=True, timeout=5.0)   # each killed request records itself as cancelled
+        self.inflight.kill(block=True, timeout=5.0)  # each killed request records itself as cancelled
         self._flush()
-        self.runner.send_message(MSG_DONE, {
-            "worker_id": self.worker_id, "sent": self.sent, "cancelled": self.cancelled,
-            "cpu_percent": self.cpu_percent, "pacers": self.pacers,
-            "stop_reason": self.stop_reason or "deadline"})
+        self.runner.send_message(
+            MSG_DONE,
+            {
+                "worker_id": self.worker_id,
+                "sent": self.sent,
+                "cancelled": self.cancelled,
+                "cpu_percent": self.cpu_percent,
+                "pacers": self.pacers,
+                "stop_reason": self.stop_reason or "deadline",
+            },
+        )
         self.finished.set()
 
     def _sleep_until(self, when) -> None:
@@ -258,11 +272,18 @@ class LevelSession:
     def _flush(self) -> None:
         while True:
             batch, self._outbox = self._outbox[:MAX_RECORDS_PER_MESSAGE], self._outbox[MAX_RECORDS_PER_MESSAGE:]
-            self.runner.send_message(MSG_RECORDS, {"worker_id": self.worker_id, "records": batch,
-                                                   "sent": self.sent, "in_flight": len(self.inflight),
-                                                   "warm_users": self.warm_users,
-                                                   "window_in_flight": self.in_window_inflight,
-                                                   "late": self.late_first_tokens(time.time())})
+            self.runner.send_message(
+                MSG_RECORDS,
+                {
+                    "worker_id": self.worker_id,
+                    "records": batch,
+                    "sent": self.sent,
+                    "in_flight": len(self.inflight),
+                    "warm_users": self.warm_users,
+                    "window_in_flight": self.in_window_inflight,
+                    "late": self.late_first_tokens(time.time()),
+                },
+            )
             if not self._outbox:
                 return
 

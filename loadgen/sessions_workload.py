@@ -51,8 +51,15 @@ def sessions_specs(o):
                 n_words += reply_words
         n_in = (turn + 1) * o.input_len + turn * o.output_len
         count = int(round(sizer.expected_tokens(n_words))) if sizer.exact else None
-        return RequestSpec("".join(m["content"] for m in messages), n_in, o.output_len, o.output_len,
-                           dict(o.extra_body), client_prompt_tokens=count, messages=messages,
-                           extra_meta={"session": conv, "turn": turn})
+        return RequestSpec(
+            "".join(m["content"] for m in messages),
+            n_in,
+            o.output_len,
+            o.output_len,
+            dict(o.extra_body),
+            client_prompt_tokens=count,
+            messages=messages,
+            extra_meta={"session": conv, "turn": turn},
+        )
 
     return Workload(o, make, None)

@@ -69,7 +69,7 @@ def _first_exchange(convs: list) -> tuple[str, str | None] | None:
         if not isinstance(prompt, str) or not prompt.strip():
             return None
         reply = None
-        for later in convs[k + 1:]:
+        for later in convs[k + 1 :]:
             if isinstance(later, dict) and later.get("from") in ASSISTANT and isinstance(later.get("value"), str):
                 reply = later["value"]
                 break

@@ -32,7 +32,7 @@ class LevelSizer:
         self.level, self.user_count = level, user_count
         self.warm_users: dict[str, int] = {}
         self.window_in_flight: dict[str, int] = {}
-        self.window_ok = 0                  # in-window records that finished ok
+        self.window_ok = 0  # in-window records that finished ok
 
     @property
     def active(self) -> bool:
@@ -51,10 +51,19 @@ class LevelSizer:
     def decide(self, plan: Plan, now: float) -> Plan | None:
         """The plan moved by what is known at `now`, or None when nothing changes."""
         level = self.level
-        if (level.steady_warmup and plan.warmup_end == "max" and now + ANNOUNCE_LEAD_S < plan.window_start
-                and sum(self.warm_users.values()) >= self.user_count):
+        if (
+            level.steady_warmup
+            and plan.warmup_end == "max"
+            and now + ANNOUNCE_LEAD_S < plan.window_start
+            and sum(self.warm_users.values()) >= self.user_count
+        ):
             return plan.window_starting(max(now + ANNOUNCE_LEAD_S, plan.t_start + level.warmup_s), level)
-        if (level.sample_target is not None and plan.window_end_by == "max" and plan.window_start <= now
-                and now + ANNOUNCE_LEAD_S < plan.window_end and self.held() >= level.sample_target):
+        if (
+            level.sample_target is not None
+            and plan.window_end_by == "max"
+            and plan.window_start <= now
+            and now + ANNOUNCE_LEAD_S < plan.window_end
+            and self.held() >= level.sample_target
+        ):
             return plan.window_ending(max(now + ANNOUNCE_LEAD_S, plan.window_start + level.duration_s), level)
         return None

@@ -28,15 +28,15 @@ class TargetSpec:
     url: str
     model: str
     api_key: str | None = None
-    endpoint: str = "completions"      # completions | chat (chat needs text prompts)
-    send_ignore_eos: bool = True       # vLLM/SGLang/refengine extension; turn off for servers that reject it
-    omit_fields: list[str] = field(default_factory=list)   # request fields the preflight found refused
+    endpoint: str = "completions"  # completions | chat (chat needs text prompts)
+    send_ignore_eos: bool = True  # vLLM/SGLang/refengine extension; turn off for servers that reject it
+    omit_fields: list[str] = field(default_factory=list)  # request fields the preflight found refused
     replica_header: str | None = None  # response header naming the replica that served (RequestRecord.replica)
     # Replicas driven directly: the client balances the requests over these base URLs by lb_policy
     # (loadgen.replica_balancer) and each record names the replica by its index in this list, as the
     # server probe's per_engine does (docs/probes.md). Empty: every request goes to url.
     replica_urls: list[str] = field(default_factory=list)
-    lb_policy: str = "round-robin"     # round-robin | least-outstanding, over replica_urls
+    lb_policy: str = "round-robin"  # round-robin | least-outstanding, over replica_urls
 
     def __post_init__(self) -> None:
         if self.endpoint not in ENDPOINTS:
@@ -80,27 +80,27 @@ class LevelSpec:
 
     level_id: str
     concurrency: int | None = None
-    request_rate: float | None = None      # requests/s over all workers
-    burstiness: float = 1.0                # gamma shape of inter-arrival gaps; 1 = Poisson, <1 burstier
+    request_rate: float | None = None  # requests/s over all workers
+    burstiness: float = 1.0  # gamma shape of inter-arrival gaps; 1 = Poisson, <1 burstier
     input_len: int = 512
     output_len: int = 128
     warmup_s: float = 5.0
     duration_s: float = 30.0
-    request_timeout_s: float = 120.0       # connect + whole stream, per request
-    workers: int = 1                       # locust processes; >1 runs a master and N workers
+    request_timeout_s: float = 120.0  # connect + whole stream, per request
+    workers: int = 1  # locust processes; >1 runs a master and N workers
     seed: int = 0
-    drain: str = "keep_load"               # keep_load | stop_sending (see above)
-    max_in_flight: int = 10_000            # open loop, per worker: more arrivals wait (and show as send lag)
-    fail_fast: bool = True                 # stop the level when its first requests all fail (loadgen.fail_fast)
+    drain: str = "keep_load"  # keep_load | stop_sending (see above)
+    max_in_flight: int = 10_000  # open loop, per worker: more arrivals wait (and show as send lag)
+    fail_fast: bool = True  # stop the level when its first requests all fail (loadgen.fail_fast)
     # Open loop: stop the level early when its queue keeps growing and TTFT is already past this
     # bound (loadgen.saturation); None never stops it.
     saturation_ttft_s: float | None = None
     # A trace workload's time scale at this level (a capacity search over a trace's rate sets one
     # per level); None: the workload's own trace_speed.
     trace_speed: float | None = None
-    steady_warmup: bool = False            # closed loop: warm up until every user has finished a request
-    sample_target: int | None = None       # end the window once it holds this many requests; None: duration_s
-    max_duration_s: float | None = None    # bound of a steady warm-up and of a sized window (each)
+    steady_warmup: bool = False  # closed loop: warm up until every user has finished a request
+    sample_target: int | None = None  # end the window once it holds this many requests; None: duration_s
+    max_duration_s: float | None = None  # bound of a steady warm-up and of a sized window (each)
 
     def __post_init__(self) -> None:
         if (self.concurrency is None) == (self.request_rate is None):
@@ -131,10 +131,13 @@ class LevelSpec:
             return
         if self.max_duration_s is None:
             raise ValueError("a sized level needs max_duration_s, its bound")
-        if self.max_duration_s < max(self.warmup_s if self.steady_warmup else 0.0,
-                                     self.duration_s if self.sample_target is not None else 0.0):
-            raise ValueError(f"max_duration_s ({self.max_duration_s:g} s) must be at least the minimum warm-up "
-                             f"({self.warmup_s:g} s) and window ({self.duration_s:g} s) it bounds")
+        if self.max_duration_s < max(
+            self.warmup_s if self.steady_warmup else 0.0, self.duration_s if self.sample_target is not None else 0.0
+        ):
+            raise ValueError(
+                f"max_duration_s ({self.max_duration_s:g} s) must be at least the minimum warm-up "
+                f"({self.warmup_s:g} s) and window ({self.duration_s:g} s) it bounds"
+            )
 
     @property
     def bound_s(self) -> float:
@@ -156,14 +159,14 @@ class LevelProgress:
     """A snapshot for progress bars, sent every ~0.5 s while a level runs."""
 
     level_id: str
-    phase: str                 # starting | warmup | measuring | draining | done
-    elapsed_s: float           # since the level's load started
+    phase: str  # starting | warmup | measuring | draining | done
+    elapsed_s: float  # since the level's load started
     window_remaining_s: float  # of the measured window (0 once it is over)
-    sent: int                  # as last reported by the workers
+    sent: int  # as last reported by the workers
     in_flight: int
-    finished: int              # records received
+    finished: int  # records received
     ok: int
-    errors: int                # error + timeout records
+    errors: int  # error + timeout records
 
 
 @dataclass
@@ -176,30 +179,30 @@ class LevelResult:
     in_window: int = 0
     in_window_ok: int = 0
     ok: int = 0
-    errors_by_kind: dict[str, int] = field(default_factory=dict)   # error_kind -> count (timeouts included)
+    errors_by_kind: dict[str, int] = field(default_factory=dict)  # error_kind -> count (timeouts included)
     timeouts: int = 0
     cancelled: int = 0
-    t_start: float | None = None           # epoch seconds: the load started (the warm-up began)
+    t_start: float | None = None  # epoch seconds: the load started (the warm-up began)
     window_start: float | None = None
     window_end: float | None = None
-    client_cpu_percent: float | None = None                 # busiest load-generator process, mean over the window
+    client_cpu_percent: float | None = None  # busiest load-generator process, mean over the window
     client_cpu_by_worker: dict[str, float] = field(default_factory=dict)
-    send_lag_p50_s: float | None = None     # over in-window requests
+    send_lag_p50_s: float | None = None  # over in-window requests
     send_lag_p99_s: float | None = None
     fell_behind: bool = False
     fell_behind_reasons: list[str] = field(default_factory=list)
     server_died: bool = False
-    warmup_end: str = "fixed"              # fixed | steady | max (loadgen.plan)
-    window_end_by: str = "fixed"           # fixed | samples | max (loadgen.plan)
-    end_reason: str = "complete"           # complete | server_died | deadline | interrupted | failed_fast | over_capacity
-    over_capacity: str | None = None       # over_capacity: the evidence that the queue kept growing
-    arrivals_note: str | None = None       # open loop: offered against achieved arrival rate in the window
-    failure: str | None = None             # failed_fast: the server's own message of the commonest failure
+    warmup_end: str = "fixed"  # fixed | steady | max (loadgen.plan)
+    window_end_by: str = "fixed"  # fixed | samples | max (loadgen.plan)
+    end_reason: str = "complete"  # complete | server_died | deadline | interrupted | failed_fast | over_capacity
+    over_capacity: str | None = None  # over_capacity: the evidence that the queue kept growing
+    arrivals_note: str | None = None  # open loop: offered against achieved arrival rate in the window
+    failure: str | None = None  # failed_fast: the server's own message of the commonest failure
     worker_ids: list[str] = field(default_factory=list)
-    records_missing: int = 0               # sent per the workers' counters minus records received
-    unreadable_lines: int = 0              # lines from the locust process that were not JSON (records lost)
+    records_missing: int = 0  # sent per the workers' counters minus records received
+    unreadable_lines: int = 0  # lines from the locust process that were not JSON (records lost)
     wall_s: float = 0.0
-    client_log_tail: str = ""              # end of the locust processes' logs when the level hit its deadline
+    client_log_tail: str = ""  # end of the locust processes' logs when the level hit its deadline
 
     @property
     def errors(self) -> int:

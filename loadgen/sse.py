@@ -52,22 +52,22 @@ MAX_ERROR_CHARS = 500
 class StreamResult:
     t_first_token: float | None = None
     t_last_token: float | None = None
-    t_done: float | None = None            # when [DONE] arrived, or when the stream failed
-    token_chunks: int = 0                  # chunks that carried generated output (not a token count)
+    t_done: float | None = None  # when [DONE] arrived, or when the stream failed
+    token_chunks: int = 0  # chunks that carried generated output (not a token count)
     first_token_source: str | None = None  # chunk | end (module docstring)
-    text_parts: list[str] = field(default_factory=list)   # the streamed output text, for the client tokenizer
+    text_parts: list[str] = field(default_factory=list)  # the streamed output text, for the client tokenizer
     itl_s: list[float] = field(default_factory=list)
-    prompt_tokens: int | None = None       # server usage
+    prompt_tokens: int | None = None  # server usage
     completion_tokens: int | None = None
     finish_reason: str | None = None
     saw_done: bool = False
-    ended_without_done: bool = False       # the response ended cleanly, no [DONE] (judged in digest)
-    error_kind: str | None = None          # None when the stream completed
+    ended_without_done: bool = False  # the response ended cleanly, no [DONE] (judged in digest)
+    error_kind: str | None = None  # None when the stream completed
     error: str | None = None
-    pending: list[tuple[float, bytes]] = field(default_factory=list)   # (arrival, data payload), not yet parsed
-    t_made: float | None = None            # first chunk with a finish_reason or usage tokens > 0
-    _usage_out: int = 0                    # completion_tokens of the last usage seen (continuous usage)
-    _continuous: bool | None = None        # does the stream carry usage in every chunk? (first choice chunk)
+    pending: list[tuple[float, bytes]] = field(default_factory=list)  # (arrival, data payload), not yet parsed
+    t_made: float | None = None  # first chunk with a finish_reason or usage tokens > 0
+    _usage_out: int = 0  # completion_tokens of the last usage seen (continuous usage)
+    _continuous: bool | None = None  # does the stream carry usage in every chunk? (first choice chunk)
 
     @property
     def ok(self) -> bool:
@@ -84,13 +84,17 @@ class StreamResult:
                 break
         if self.ended_without_done and self.error_kind is None:
             self.ended_without_done = False
-            if self.finish_reason:             # finished, just without the [DONE] sentinel
+            if self.finish_reason:  # finished, just without the [DONE] sentinel
                 self.saw_done = True
             else:
                 _fail(self, self.t_done or time.time(), "stream_broken", "stream ended without data: [DONE]")
         if self.saw_done and self.error_kind is None and not self.finish_reason:
-            _fail(self, self.t_done or time.time(), "cut_off",
-                  f"cut off by the server: [DONE] without a finish_reason after {self._tokens_words()}")
+            _fail(
+                self,
+                self.t_done or time.time(),
+                "cut_off",
+                f"cut off by the server: [DONE] without a finish_reason after {self._tokens_words()}",
+            )
         if self.ok and self.t_first_token is None:
             # Finished, but no chunk showed when a token came: the first chunk that shows one was
             # made bounds it from above; a TTFT from it is late, never early (module docstring).
@@ -113,14 +117,20 @@ def short_of_fixed_length(r: StreamResult, fixed_len: int | None) -> str | None:
         return None
     if r.completion_tokens is not None and r.completion_tokens >= fixed_len:
         return None
-    got = f"{r.completion_tokens} of {fixed_len} tokens" if r.completion_tokens is not None \
+    got = (
+        f"{r.completion_tokens} of {fixed_len} tokens"
+        if r.completion_tokens is not None
         else f"{r.token_chunks} token-carrying chunks (no usage) of {fixed_len} tokens"
-    return (f"cut off by the server: finish_reason {r.finish_reason!r} after {got}, though the request "
-            "fixed the output length")
+    )
+    return (
+        f"cut off by the server: finish_reason {r.finish_reason!r} after {got}, though the request "
+        "fixed the output length"
+    )
 
 
-def read_sse_stream(readline: Callable[[], bytes], clock: Callable[[], float] = time.time,
-                    result: StreamResult | None = None) -> StreamResult:
+def read_sse_stream(
+    readline: Callable[[], bytes], clock: Callable[[], float] = time.time, result: StreamResult | None = None
+) -> StreamResult:
     """Read to [DONE], the end of the stream or a failure, then digest. Fills `result` in place when
     given, so that a caller whose read is cut off still has the lines that had arrived."""
     r = result if result is not None else StreamResult()
@@ -201,11 +211,12 @@ def _carries_token(choice: dict) -> bool:
         return True
     logprobs = choice.get("logprobs")
     if isinstance(logprobs, dict) and (logprobs.get("content") or logprobs.get("tokens")):
-        return True                        # one entry per token, even when its text is empty
+        return True  # one entry per token, even when its text is empty
     delta = choice.get("delta")
     if isinstance(delta, dict):
-        return bool(delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
-                    or delta.get("tool_calls"))
+        return bool(
+            delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning") or delta.get("tool_calls")
+        )
     return False
 
 
@@ -226,7 +237,7 @@ def _error_message(obj: dict) -> str | None:
         if isinstance(err, dict):
             return str(err.get("message") or err)[:MAX_ERROR_CHARS]
         return str(err)[:MAX_ERROR_CHARS]
-    if obj.get("object") == "error":           # vLLM's ErrorResponse shape
+    if obj.get("object") == "error":  # vLLM's ErrorResponse shape
         return str(obj.get("message") or obj)[:MAX_ERROR_CHARS]
     return None
 

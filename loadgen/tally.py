@@ -9,7 +9,7 @@ import numpy as np
 from loadgen.specs import LevelResult, LevelSpec
 from rundir import RequestRecord
 
-SEND_LAG_P99_LIMIT_S = 0.050     # open loop: later than this at P99 and the offered rate was not offered
+SEND_LAG_P99_LIMIT_S = 0.050  # open loop: later than this at P99 and the offered rate was not offered
 CLIENT_CPU_LIMIT_PERCENT = 90.0  # a load-generator process this busy delays its own timestamps
 
 
@@ -60,8 +60,9 @@ class LevelTally:
         r.fell_behind_reasons = fell_behind_reasons(self.level, r.send_lag_p99_s, cpu)
         if self.level.open_loop:
             idle = sorted(w for w, d in worker_done.items() if d.get("pacers") == 0)
-            r.fell_behind_reasons += [f"load generator {w} ran no pacer: its share of the rate was not offered"
-                                      for w in idle]
+            r.fell_behind_reasons += [
+                f"load generator {w} ran no pacer: its share of the rate was not offered" for w in idle
+            ]
         r.fell_behind = bool(r.fell_behind_reasons)
         return r
 
@@ -70,10 +71,14 @@ def fell_behind_reasons(level: LevelSpec, send_lag_p99_s: float | None, cpu_by_w
     """The client kept up unless: open loop with send lag P99 > 50 ms, or any load process > 90% CPU."""
     reasons = []
     if level.open_loop and send_lag_p99_s is not None and send_lag_p99_s > SEND_LAG_P99_LIMIT_S:
-        reasons.append(f"send lag P99 {1000 * send_lag_p99_s:.1f} ms > {1000 * SEND_LAG_P99_LIMIT_S:.0f} ms: "
-                       f"requests left later than planned")
+        reasons.append(
+            f"send lag P99 {1000 * send_lag_p99_s:.1f} ms > {1000 * SEND_LAG_P99_LIMIT_S:.0f} ms: "
+            f"requests left later than planned"
+        )
     for worker, cpu in sorted(cpu_by_worker.items()):
         if cpu > CLIENT_CPU_LIMIT_PERCENT:
-            reasons.append(f"load generator {worker} at {cpu:.0f}% CPU > {CLIENT_CPU_LIMIT_PERCENT:.0f}%: "
-                           f"add workers (LevelSpec.workers)")
+            reasons.append(
+                f"load generator {worker} at {cpu:.0f}% CPU > {CLIENT_CPU_LIMIT_PERCENT:.0f}%: "
+                f"add workers (LevelSpec.workers)"
+            )
     return reasons

@@ -32,10 +32,10 @@ class Reply:
     """One answer: the HTTP status and the server's own error message, or the stream as read."""
 
     status: int
-    message: str = ""                  # the server's error text (its JSON "message"/"detail"), or ""
+    message: str = ""  # the server's error text (its JSON "message"/"detail"), or ""
     stream: StreamResult | None = None
-    json: dict = field(default_factory=dict)   # a non-streaming answer's body
-    timed_out: bool = False            # accepted, and no answer (or no end of the stream) in time
+    json: dict = field(default_factory=dict)  # a non-streaming answer's body
+    timed_out: bool = False  # accepted, and no answer (or no end of the stream) in time
 
     @property
     def ok(self) -> bool:
@@ -67,8 +67,9 @@ class TargetClient:
     def __init__(self, target: TargetSpec, timeout_s: float = 120.0):
         headers = {"Authorization": f"Bearer {target.api_key}"} if target.api_key else {}
         self.target = target
-        self.http = httpx.Client(base_url=target.url, headers=headers,
-                                 timeout=httpx.Timeout(timeout_s, connect=CONNECT_TIMEOUT_S))
+        self.http = httpx.Client(
+            base_url=target.url, headers=headers, timeout=httpx.Timeout(timeout_s, connect=CONNECT_TIMEOUT_S)
+        )
 
     def close(self) -> None:
         self.http.close()
@@ -83,8 +84,9 @@ class TargetClient:
         """The transport error in words: no connection, no answer in time, or a connection that broke."""
         name = f"{type(exc).__name__}: {exc}"
         if isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout)):
-            return TargetError(f"could not connect to {self.target.url} ({name}); "
-                               "is the server running and the URL right?")
+            return TargetError(
+                f"could not connect to {self.target.url} ({name}); is the server running and the URL right?"
+            )
         if isinstance(exc, httpx.TimeoutException):
             return TargetTimeout(f"{self.target.url}: {self.no_answer_words(exc)}")
         return TargetError(f"{self.target.url}: the connection broke before the server answered ({name})")
@@ -92,10 +94,13 @@ class TargetClient:
     def no_answer_words(self, exc: Exception) -> str:
         """'the server accepted the request and did not answer within 120 s (ReadTimeout)'."""
         t = self.http.timeout
-        limit = t.write if isinstance(exc, httpx.WriteTimeout) else t.pool if isinstance(exc, httpx.PoolTimeout) \
-            else t.read
-        return (f"the server accepted the request and did not answer within {limit:g} s ({type(exc).__name__}); "
-                "it is running but slow or stuck on this request")
+        limit = (
+            t.write if isinstance(exc, httpx.WriteTimeout) else t.pool if isinstance(exc, httpx.PoolTimeout) else t.read
+        )
+        return (
+            f"the server accepted the request and did not answer within {limit:g} s ({type(exc).__name__}); "
+            "it is running but slow or stuck on this request"
+        )
 
     def get_json(self, path: str) -> tuple[int, dict | str]:
         try:
@@ -126,8 +131,9 @@ class TargetClient:
     def stream(self, path: str, body: dict) -> Reply:
         """A streaming request, read with the sweep's own SSE reader."""
         try:
-            with self.http.stream("POST", path, json=body,
-                                  headers={"Accept": "text/event-stream", "Accept-Encoding": "identity"}) as resp:
+            with self.http.stream(
+                "POST", path, json=body, headers={"Accept": "text/event-stream", "Accept-Encoding": "identity"}
+            ) as resp:
                 if resp.status_code != 200:
                     resp.read()
                     return Reply(resp.status_code, error_text(resp))
@@ -145,8 +151,10 @@ class TargetClient:
     def served_models(self) -> list[dict]:
         status, data = self.get_json("/v1/models")
         if status in (401, 403):
-            raise TargetError(f"{self.target.url} refused the credentials (HTTP {status}: {data}); "
-                              "pass --api-key KEY or set OPENAI_API_KEY")
+            raise TargetError(
+                f"{self.target.url} refused the credentials (HTTP {status}: {data}); "
+                "pass --api-key KEY or set OPENAI_API_KEY"
+            )
         if status != 200 or not isinstance(data, dict):
             return []
         return [m for m in data.get("data") or [] if isinstance(m, dict) and m.get("id")]

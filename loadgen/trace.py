@@ -33,12 +33,12 @@ import numpy as np
 
 from loadgen.errors import WorkloadError
 
-DEFAULT_BLOCK_SIZE = 512        # tokens per hash id in Mooncake's traces
+DEFAULT_BLOCK_SIZE = 512  # tokens per hash id in Mooncake's traces
 
 
 @dataclass
 class TraceRow:
-    t_s: float                  # seconds from the trace's first request
+    t_s: float  # seconds from the trace's first request
     input_len: int
     output_len: int
     hash_ids: list[int] = field(default_factory=list)
@@ -47,7 +47,7 @@ class TraceRow:
 @dataclass
 class Trace:
     rows: list[TraceRow]
-    source: str                 # mooncake | azure
+    source: str  # mooncake | azure
 
     @property
     def span_s(self) -> float:
@@ -73,8 +73,10 @@ def load_trace(path: str | Path, limit: int | None = None) -> Trace:
     elif "TIMESTAMP" in head and "ContextTokens" in head:
         rows, source = _azure(p), "azure"
     else:
-        raise WorkloadError(f"{p}: not a Mooncake JSONL trace (objects with timestamp, input_length, output_length, "
-                            "hash_ids) nor an Azure CSV trace (TIMESTAMP, ContextTokens, GeneratedTokens)")
+        raise WorkloadError(
+            f"{p}: not a Mooncake JSONL trace (objects with timestamp, input_length, output_length, "
+            "hash_ids) nor an Azure CSV trace (TIMESTAMP, ContextTokens, GeneratedTokens)"
+        )
     if not rows:
         raise WorkloadError(f"{p}: the trace has no requests")
     rows.sort(key=lambda r: r.t_s)
@@ -92,8 +94,14 @@ def _mooncake(p: Path) -> list[TraceRow]:
             continue
         try:
             d = json.loads(line)
-            rows.append(TraceRow(float(d["timestamp"]) / 1000.0, max(1, int(d["input_length"])),
-                                 max(1, int(d["output_length"])), [int(h) for h in d.get("hash_ids", [])]))
+            rows.append(
+                TraceRow(
+                    float(d["timestamp"]) / 1000.0,
+                    max(1, int(d["input_length"])),
+                    max(1, int(d["output_length"])),
+                    [int(h) for h in d.get("hash_ids", [])],
+                )
+            )
         except (ValueError, KeyError, TypeError) as exc:
             raise WorkloadError(f"{p}:{n}: not a Mooncake trace line ({type(exc).__name__}: {exc})") from None
     return rows
@@ -104,8 +112,11 @@ def _azure(p: Path) -> list[TraceRow]:
     with open(p, encoding="utf-8", newline="") as f:
         for n, d in enumerate(csv.DictReader(f), 2):
             try:
-                rows.append(TraceRow(_seconds(d["TIMESTAMP"]), max(1, int(d["ContextTokens"])),
-                                     max(1, int(d["GeneratedTokens"]))))
+                rows.append(
+                    TraceRow(
+                        _seconds(d["TIMESTAMP"]), max(1, int(d["ContextTokens"])), max(1, int(d["GeneratedTokens"]))
+                    )
+                )
             except (ValueError, KeyError, TypeError) as exc:
                 raise WorkloadError(f"{p}:{n}: not an Azure trace row ({type(exc).__name__}: {exc})") from None
     return rows
@@ -119,7 +130,7 @@ def _seconds(stamp: str) -> float:
         pass
     date, _, frac = s.partition(".")
     base = datetime.strptime(date, "%Y-%m-%d %H:%M:%S").timestamp()
-    return base + (float("0." + frac.rstrip("Z")) if frac else 0.0)    # 7 fractional digits: beyond strptime
+    return base + (float("0." + frac.rstrip("Z")) if frac else 0.0)  # 7 fractional digits: beyond strptime
 
 
 def block_rng(seed: int, hash_id: int, salt: int) -> np.random.Generator:

@@ -39,8 +39,15 @@ def trace_specs(o, trace: Trace | None = None):
             count = len(prompt)
         else:
             prompt, count = _text(o, sizer, r, i, cycle)
-        return RequestSpec(prompt, r.input_len, r.output_len, r.output_len, dict(o.extra_body),
-                           client_prompt_tokens=count, arrival_s=(cycle * span + r.t_s) / o.trace_speed)
+        return RequestSpec(
+            prompt,
+            r.input_len,
+            r.output_len,
+            r.output_len,
+            dict(o.extra_body),
+            client_prompt_tokens=count,
+            arrival_s=(cycle * span + r.t_s) / o.trace_speed,
+        )
 
     # Played once unless told to cycle (docs/workloads.md, "Replay"): the stream ends with the trace.
     return Workload(o, make, None, length=None if o.trace_loop else len(rows))
@@ -53,8 +60,14 @@ def trace_replay(workload: WorkloadSpec, level, sent: int | None = None) -> Trac
         raise WorkloadError("the trace workload needs dataset_path (a Mooncake .jsonl or Azure .csv trace)")
     trace = load_trace(workload.dataset_path, workload.trace_limit)
     speed = level.trace_speed if level.trace_speed is not None else workload.trace_speed
-    return TraceReplay(requests=len(trace.rows), span_s=trace.span_s, speed=speed,
-                       level_s=level.warmup_s + level.duration_s, cycled_by=workload.trace_loop, sent=sent)
+    return TraceReplay(
+        requests=len(trace.rows),
+        span_s=trace.span_s,
+        speed=speed,
+        level_s=level.warmup_s + level.duration_s,
+        cycled_by=workload.trace_loop,
+        sent=sent,
+    )
 
 
 def _blocks(o, r: TraceRow) -> list[tuple[int | None, int]]:

@@ -35,8 +35,15 @@ from rundir.record_json import plain
 from rundir.workload_spec import PROMPT_FORMATS, WORKLOAD_KINDS, WorkloadSpec
 
 KINDS = WORKLOAD_KINDS
-__all__ = ["KINDS", "RequestSpec", "Workload", "WorkloadError", "WorkloadOptions", "level_workload_factory",
-           "make_workload"]
+__all__ = [
+    "KINDS",
+    "RequestSpec",
+    "Workload",
+    "WorkloadError",
+    "WorkloadOptions",
+    "level_workload_factory",
+    "make_workload",
+]
 
 
 @dataclass(frozen=True)
@@ -80,15 +87,18 @@ def make_workload(options: WorkloadOptions | dict, length_fn: Callable[[str], in
 def level_workload_factory(**options: Any) -> Callable[[Any], Workload]:
     """A run_level workload_factory: these options, with input_len, output_len and seed from the level
     (and a trace's speed, where the level sets one)."""
+
     def factory(level) -> Workload:
         own = {"input_len": level.input_len, "output_len": level.output_len, "seed": level.seed}
         if level.trace_speed is not None:
             own["trace_speed"] = level.trace_speed
         return make_workload(WorkloadOptions(**{**options, **own}))
+
     return factory
 
 
 # ----- generators -----------------------------------------------------------------------------
+
 
 def _rng(o: WorkloadOptions, i: int, stream: int = 0) -> np.random.Generator:
     # SeedSequence of plain ints: the same stream in every process (unlike hash()).
@@ -150,14 +160,18 @@ def _mixed_spec(o: WorkloadOptions, prompts: _Prompts, i: int) -> RequestSpec:
 def _shared_prefix(o: WorkloadOptions, prompts: _Prompts) -> Workload:
     suffix_len = o.suffix_len if o.suffix_len is not None else o.input_len - o.prefix_len
     if suffix_len < 1:
-        raise WorkloadError(f"shared_prefix needs suffix_len >= 1 "
-                            f"(input_len {o.input_len} - prefix_len {o.prefix_len})")
+        raise WorkloadError(
+            f"shared_prefix needs suffix_len >= 1 (input_len {o.input_len} - prefix_len {o.prefix_len})"
+        )
     text = o.prompt_format == "text"
     # Text: the prefix carries the server's constant (BOS, template), the suffix is words only.
     n_prefix_words, n_suffix_words = prompts.words_for(o.prefix_len), prompts.words_for(suffix_len, False)
     # One of the two, by prompt format (each prefix from its own generator: the same in either list).
-    text_prefixes = [text_of_words(prompts.sizer, n_prefix_words, _rng(o, p, stream=1))
-                     for p in range(o.num_prefixes)] if text else []
+    text_prefixes = (
+        [text_of_words(prompts.sizer, n_prefix_words, _rng(o, p, stream=1)) for p in range(o.num_prefixes)]
+        if text
+        else []
+    )
     id_prefixes = [] if text else [_tokens(_rng(o, p, stream=1), o, o.prefix_len) for p in range(o.num_prefixes)]
     count = prompts.count(n_prefix_words + n_suffix_words) if text else None
     n_groups = o.num_prefixes * o.suffixes_per_prefix
@@ -169,8 +183,14 @@ def _shared_prefix(o: WorkloadOptions, prompts: _Prompts) -> Workload:
         rng = _rng(o, p * o.suffixes_per_prefix + j, stream=2)
         n_out = _spread(_rng(o, i, stream=3), o.output_len, o.output_len_spread)
         if text:
-            return RequestSpec(text_prefixes[p] + text_of_words(prompts.sizer, n_suffix_words, rng), o.prefix_len + suffix_len,
-                               n_out, n_out, dict(o.extra_body), client_prompt_tokens=count)
+            return RequestSpec(
+                text_prefixes[p] + text_of_words(prompts.sizer, n_suffix_words, rng),
+                o.prefix_len + suffix_len,
+                n_out,
+                n_out,
+                dict(o.extra_body),
+                client_prompt_tokens=count,
+            )
         prompt = id_prefixes[p] + _tokens(rng, o, suffix_len)
         return RequestSpec(prompt, len(prompt), n_out, n_out, dict(o.extra_body), client_prompt_tokens=len(prompt))
 

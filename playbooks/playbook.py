@@ -188,9 +188,22 @@ class PlaybookRun:
 
     def to_dict(self) -> dict:
         """For summary.json / the HTML report."""
-        return {"playbook": self.playbook.name, "title": self.playbook.title, "counts": self.counts(),
-                "steps": [{"id": r.step.id, "section": r.step.section, "title": r.step.title, "mode": r.step.mode,
-                           "status": r.status.value, "evidence": r.evidence} for r in self.results()]}
+        return {
+            "playbook": self.playbook.name,
+            "title": self.playbook.title,
+            "counts": self.counts(),
+            "steps": [
+                {
+                    "id": r.step.id,
+                    "section": r.step.section,
+                    "title": r.step.title,
+                    "mode": r.step.mode,
+                    "status": r.status.value,
+                    "evidence": r.evidence,
+                }
+                for r in self.results()
+            ],
+        }
 
 
 def _first_sentence(body: str) -> str:

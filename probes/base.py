@@ -28,24 +28,24 @@ class ProbeInputError(ValueError):
 class ProbeContext:
     """What probes may need to know about the run they observe."""
 
-    out_dir: Path                       # the run directory; rows go to out_dir/probes/<name>.jsonl
-    target_url: str | None = None       # base URL of the server (server, tcp, capture probes)
+    out_dir: Path  # the run directory; rows go to out_dir/probes/<name>.jsonl
+    target_url: str | None = None  # base URL of the server (server, tcp, capture probes)
     # A fleet's own /metrics pages, one per replica in replica order: the server probe reads these
     # instead of the target's one page (llmbench sweep --replica-metrics). Empty: target_url's.
     replica_metrics: list[str] = field(default_factory=list)
-    server_pid: int | None = None       # the server process when it is local (host, stacks probes)
+    server_pid: int | None = None  # the server process when it is local (host, stacks probes)
     # The other replicas' server processes, when a fleet's replicas are driven directly and are local
     # (llmbench sweep --target URL1,URL2): their CPU is the server's, not another process's.
     replica_pids: list[int] = field(default_factory=list)
     # The load generator's processes (host probe's client_cpu_cores); None = this process and its
     # descendants other than the server's tree (the sweep and its locust children).
     client_pids: list[int] | None = None
-    interval_s: float = 1.0             # sampling interval of every probe unless it overrides it
-    capture_port: int | None = None     # TCP port the capture probe keeps (default: the target's)
-    capture_iface: str | None = None    # interface to sniff (default: lo for a loopback target)
-    capture_max_packets: int = 20000    # the capture stops at whichever limit comes first
+    interval_s: float = 1.0  # sampling interval of every probe unless it overrides it
+    capture_port: int | None = None  # TCP port the capture probe keeps (default: the target's)
+    capture_iface: str | None = None  # interface to sniff (default: lo for a loopback target)
+    capture_max_packets: int = 20000  # the capture stops at whichever limit comes first
     capture_max_s: float | None = 600.0  # None: no duration limit of its own (it ends with the probe)
-    stacks_record: bool = False         # also run `py-spy record` into a speedscope file
+    stacks_record: bool = False  # also run `py-spy record` into a speedscope file
 
 
 class Probe:

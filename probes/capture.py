@@ -25,7 +25,7 @@ def default_iface(url: str | None) -> str | None:
     host = urlparse(url).hostname if url else None
     if host in ("127.0.0.1", "localhost", "::1") or (host or "").startswith("127."):
         return "lo"
-    return None     # scapy's default route interface
+    return None  # scapy's default route interface
 
 
 class CaptureProbe(Probe):
@@ -39,7 +39,7 @@ class CaptureProbe(Probe):
         self.sniffer = None
         self.writer = None
         self.count = 0
-        self.stopped: str | None = None     # why the capture ended before the probe did (None: capturing)
+        self.stopped: str | None = None  # why the capture ended before the probe did (None: capturing)
 
     def check(self) -> None:
         if self.port is None:
@@ -56,8 +56,9 @@ class CaptureProbe(Probe):
         try:
             conf.L2socket(iface=self.iface).close()
         except (OSError, PermissionError) as exc:
-            raise ProbeUnavailable(f"cannot open a capture socket on {self.iface or 'the default interface'}: {exc}") \
-                from None
+            raise ProbeUnavailable(
+                f"cannot open a capture socket on {self.iface or 'the default interface'}: {exc}"
+            ) from None
         writer = self.writer = PcapWriter(str(self.path), append=False, sync=True)
         port = self.port
 
@@ -71,17 +72,21 @@ class CaptureProbe(Probe):
 
         kwargs = {"iface": self.iface} if self.iface else {}
         # AsyncSniffer takes no timeout (scapy 2.6+): the duration limit is enforced by sample().
-        self.sniffer = AsyncSniffer(L2socket=conf.L2socket, lfilter=keep, prn=write, store=False,
-                                    count=self.ctx.capture_max_packets, **kwargs)
+        self.sniffer = AsyncSniffer(
+            L2socket=conf.L2socket, lfilter=keep, prn=write, store=False, count=self.ctx.capture_max_packets, **kwargs
+        )
         self.started = time.monotonic()
         self.sniffer.start()
 
     def sample(self) -> dict:
         if self.stopped is None:
             self.stopped = self._why_stopped()
-        return {"t": time.time(), "packets": self.count,
-                "limit_reached": self.stopped is not None and self.stopped.endswith(" limit"),
-                "stopped": self.stopped}
+        return {
+            "t": time.time(),
+            "packets": self.count,
+            "limit_reached": self.stopped is not None and self.stopped.endswith(" limit"),
+            "stopped": self.stopped,
+        }
 
     def _why_stopped(self) -> str | None:
         """The reason the capture is over, or None while it goes on. The sniffer's `running` flag
@@ -89,7 +94,7 @@ class CaptureProbe(Probe):
         any reason; it was read as "limit reached" (48 packets of a 20,000 limit)."""
         limit = self.ctx.capture_max_packets
         if limit and self.count >= limit:
-            return "packet limit"                     # the sniffer stopped itself on its count
+            return "packet limit"  # the sniffer stopped itself on its count
         thread = self.sniffer.thread if self.sniffer is not None else None
         if thread is not None and not thread.is_alive():
             why = getattr(self.sniffer, "exception", None)
@@ -114,11 +119,16 @@ class CaptureProbe(Probe):
             return None
         if self.sniffer.running:
             self._stop_sniffer()
-        if self.writer is not None:         # opened with the sniffer
+        if self.writer is not None:  # opened with the sniffer
             self.writer.close()
         from probes.pcap_analysis import analyze_pcap
 
         report = analyze_pcap(str(self.path))
-        return {"packets": self.count, "limit_reached": bool(self.stopped and self.stopped.endswith(" limit")),
-                "stopped": self.stopped, "pcap_file": self.path.name,
-                "capture_duplicates": report.capture_duplicates, **report.totals()}
+        return {
+            "packets": self.count,
+            "limit_reached": bool(self.stopped and self.stopped.endswith(" limit")),
+            "stopped": self.stopped,
+            "pcap_file": self.path.name,
+            "capture_duplicates": report.capture_duplicates,
+            **report.totals(),
+        }

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from probes.comm_table import OPS, CommRow, make_row
 from rundir.ports import free_port
 
-DTYPE_BYTES = 4     # float32: gloo's fastest path, and what nccl-tests uses by default
+DTYPE_BYTES = 4  # float32: gloo's fastest path, and what nccl-tests uses by default
 
 
 @dataclass
@@ -43,7 +43,7 @@ def _buffers(op: str, size: int, n: int, rank: int, device):
     import torch
     import torch.distributed as dist
 
-    count = max(size // DTYPE_BYTES // n * n, n)      # divisible by n for the per-rank splits
+    count = max(size // DTYPE_BYTES // n * n, n)  # divisible by n for the per-rank splits
     full = torch.ones(count, dtype=torch.float32, device=device)
     part = torch.ones(count // n, dtype=torch.float32, device=device)
     if op == "all_reduce":
@@ -63,6 +63,7 @@ def _buffers(op: str, size: int, n: int, rank: int, device):
             reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, full, nxt), dist.P2POp(dist.irecv, recv, prv)])
             for r in reqs:
                 r.wait()
+
         return count, sendrecv
     raise ValueError(op)
 
@@ -91,10 +92,10 @@ def run_rank(spec: CommSpec, rank: int, n: int, local_rank: int) -> list[CommRow
     dist.all_gather_object(gathered, [m[3] for m in measured])
     if rank != 0:
         return None
-    return [make_row(op, count * DTYPE_BYTES, count, "float32", n, [g[i] for g in gathered])
-            for i, (op, _size, count, _t) in enumerate(measured)]
-
-
+    return [
+        make_row(op, count * DTYPE_BYTES, count, "float32", n, [g[i] for g in gathered])
+        for i, (op, _size, count, _t) in enumerate(measured)
+    ]
 
 
 def _spawned(local_rank: int, spec: CommSpec, n: int, port: int, out_path: str) -> None:

@@ -18,7 +18,7 @@ import statistics
 from dataclasses import dataclass
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "sendrecv")
-STRAGGLER_RATIO = 1.10     # a rank this much slower than the median rank is reported
+STRAGGLER_RATIO = 1.10  # a rank this much slower than the median rank is reported
 
 
 def bus_factor(op: str, n: int) -> float:
@@ -35,14 +35,14 @@ def bus_factor(op: str, n: int) -> float:
 class CommRow:
     op: str
     size_bytes: int
-    count: int                 # elements, as nccl-tests' "count" column
+    count: int  # elements, as nccl-tests' "count" column
     dtype: str
-    redop: str                 # "sum" or "none"
-    time_us: float             # the slowest rank's mean time per iteration
+    redop: str  # "sum" or "none"
+    time_us: float  # the slowest rank's mean time per iteration
     algbw_gbs: float
     busbw_gbs: float
     rank_times_us: list[float]
-    straggler_rank: int | None = None   # a rank > STRAGGLER_RATIO × the median rank's time
+    straggler_rank: int | None = None  # a rank > STRAGGLER_RATIO × the median rank's time
 
 
 def make_row(op: str, size_bytes: int, count: int, dtype: str, n: int, rank_times_s: list[float]) -> CommRow:
@@ -50,12 +50,19 @@ def make_row(op: str, size_bytes: int, count: int, dtype: str, n: int, rank_time
     algbw = size_bytes / t / 1e9 if t > 0 else 0.0
     med = statistics.median(rank_times_s)
     slowest = max(range(len(rank_times_s)), key=lambda r: rank_times_s[r])
-    straggler = slowest if len(rank_times_s) > 2 and med > 0 and rank_times_s[slowest] > STRAGGLER_RATIO * med \
-        else None
-    return CommRow(op=op, size_bytes=size_bytes, count=count, dtype=dtype,
-                   redop="sum" if op in ("all_reduce", "reduce_scatter") else "none",
-                   time_us=t * 1e6, algbw_gbs=algbw, busbw_gbs=algbw * bus_factor(op, n),
-                   rank_times_us=[x * 1e6 for x in rank_times_s], straggler_rank=straggler)
+    straggler = slowest if len(rank_times_s) > 2 and med > 0 and rank_times_s[slowest] > STRAGGLER_RATIO * med else None
+    return CommRow(
+        op=op,
+        size_bytes=size_bytes,
+        count=count,
+        dtype=dtype,
+        redop="sum" if op in ("all_reduce", "reduce_scatter") else "none",
+        time_us=t * 1e6,
+        algbw_gbs=algbw,
+        busbw_gbs=algbw * bus_factor(op, n),
+        rank_times_us=[x * 1e6 for x in rank_times_s],
+        straggler_rank=straggler,
+    )
 
 
 def plateau(rows: list[CommRow]) -> dict:

@@ -41,11 +41,17 @@ def fleet_snapshot(pages: dict[str, Snapshot], per_engine: bool = True) -> Snaps
     for snap in snaps:
         for name, samples in snap.by_name.items():
             by_name.setdefault(name, []).extend(samples)
-    return Snapshot(engine=next(iter(engines)) if len(engines) == 1 else "unknown", values=values,
-                    histograms=histograms, metric_count=sum(s.metric_count for s in snaps),
-                    info=snaps[0].info if snaps else {}, by_name=by_name,
-                    per_engine={name: {k: snap.values[k] for k in PER_ENGINE if k in snap.values}
-                                for name, snap in pages.items()} if per_engine else {})
+    return Snapshot(
+        engine=next(iter(engines)) if len(engines) == 1 else "unknown",
+        values=values,
+        histograms=histograms,
+        metric_count=sum(s.metric_count for s in snaps),
+        info=snaps[0].info if snaps else {},
+        by_name=by_name,
+        per_engine={name: {k: snap.values[k] for k in PER_ENGINE if k in snap.values} for name, snap in pages.items()}
+        if per_engine
+        else {},
+    )
 
 
 class ReplicaPages:
@@ -56,7 +62,7 @@ class ReplicaPages:
         if not urls:
             raise ValueError("a fleet's pages: at least one URL")
         self.urls = list(urls)
-        self.latest: list[Snapshot | None] = [None] * len(urls)   # each replica's last page read
+        self.latest: list[Snapshot | None] = [None] * len(urls)  # each replica's last page read
         self.first_error: list[str | None] = [None] * len(urls)
 
     def scraped(self, fresh: list[Snapshot | None], errors: dict[int, str]) -> tuple[Snapshot, Snapshot | None]:
@@ -69,8 +75,9 @@ class ReplicaPages:
             if self.first_error[i] is None:
                 self.first_error[i] = why
         both = [i for i, snap in enumerate(fresh) if snap is not None and self.latest[i] is not None]
-        cur = fleet_snapshot({str(i): snap for i, snap in enumerate(fresh) if i in both and snap is not None},
-                             per_engine=False)
+        cur = fleet_snapshot(
+            {str(i): snap for i, snap in enumerate(fresh) if i in both and snap is not None}, per_engine=False
+        )
         prev_pages = {str(i): snap for i in both if (snap := self.latest[i]) is not None}
         prev = fleet_snapshot(prev_pages, per_engine=False) if prev_pages else None
         for i, snap in enumerate(fresh):
@@ -80,5 +87,8 @@ class ReplicaPages:
 
     def never_read(self) -> list[str]:
         """Each replica none of whose pages was read, in words (the probe's shortfall)."""
-        return [f"replica {i} ({url}) was never read ({why or 'no scrape reached it'})"
-                for i, (url, snap, why) in enumerate(zip(self.urls, self.latest, self.first_error)) if snap is None]
+        return [
+            f"replica {i} ({url}) was never read ({why or 'no scrape reached it'})"
+            for i, (url, snap, why) in enumerate(zip(self.urls, self.latest, self.first_error))
+            if snap is None
+        ]

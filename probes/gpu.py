@@ -16,12 +16,20 @@ from probes.base import Probe, ProbeUnavailable
 
 # Clock event ("throttle") reason bits, nvml.h nvmlClocksEventReason*.
 THROTTLE_BITS = {
-    0x1: "gpu_idle", 0x2: "applications_clocks_setting", 0x4: "sw_power_cap", 0x8: "hw_slowdown",
-    0x10: "sync_boost", 0x20: "sw_thermal_slowdown", 0x40: "hw_thermal_slowdown",
-    0x80: "hw_power_brake_slowdown", 0x100: "display_clock_setting", 0x200: "board_limit", 0x400: "reliability",
+    0x1: "gpu_idle",
+    0x2: "applications_clocks_setting",
+    0x4: "sw_power_cap",
+    0x8: "hw_slowdown",
+    0x10: "sync_boost",
+    0x20: "sw_thermal_slowdown",
+    0x40: "hw_thermal_slowdown",
+    0x80: "hw_power_brake_slowdown",
+    0x100: "display_clock_setting",
+    0x200: "board_limit",
+    0x400: "reliability",
 }
-NVLINK_TX, NVLINK_RX = 138, 139      # NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX/RX: cumulative KiB, all links
-XID_EVENT = 8                        # nvmlEventTypeXidCriticalError
+NVLINK_TX, NVLINK_RX = 138, 139  # NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX/RX: cumulative KiB, all links
+XID_EVENT = 8  # nvmlEventTypeXidCriticalError
 
 
 def decode_throttle(mask: int) -> list[str]:
@@ -63,9 +71,14 @@ class GpuProbe(Probe):
         for i in range(count):
             h = nv.nvmlDeviceGetHandleByIndex(i)
             self.handles.append(h)
-            self.static.append({"index": i, "name": _text(self._try(nv.nvmlDeviceGetName, h)),
-                                "uuid": _text(self._try(nv.nvmlDeviceGetUUID, h)),
-                                "power_limit_w": _mw(self._try(nv.nvmlDeviceGetEnforcedPowerLimit, h))})
+            self.static.append(
+                {
+                    "index": i,
+                    "name": _text(self._try(nv.nvmlDeviceGetName, h)),
+                    "uuid": _text(self._try(nv.nvmlDeviceGetUUID, h)),
+                    "power_limit_w": _mw(self._try(nv.nvmlDeviceGetEnforcedPowerLimit, h)),
+                }
+            )
         self._register_xid()
 
     def _register_xid(self) -> None:
@@ -75,7 +88,7 @@ class GpuProbe(Probe):
             for h in self.handles:
                 nv.nvmlDeviceRegisterEvents(h, XID_EVENT, self.events)
         except nv.NVMLError:
-            self.events = None         # not supported (e.g. some VMs, MIG): XID stays unknown
+            self.events = None  # not supported (e.g. some VMs, MIG): XID stays unknown
 
     def _try(self, fn, *args):
         """NVML call, or None when this GPU does not support it (NotSupported, NoPermission...)."""
@@ -96,12 +109,14 @@ class GpuProbe(Probe):
             mem = self._try(nv.nvmlDeviceGetMemoryInfo, h)
             g["mem_used_bytes"] = getattr(mem, "used", None)
             g["mem_total_bytes"] = getattr(mem, "total", None)
-            g["sm_clock_mhz"] = self._try(nv.nvmlDeviceGetClockInfo, h, 1)    # NVML_CLOCK_SM
-            g["mem_clock_mhz"] = self._try(nv.nvmlDeviceGetClockInfo, h, 2)   # NVML_CLOCK_MEM
+            g["sm_clock_mhz"] = self._try(nv.nvmlDeviceGetClockInfo, h, 1)  # NVML_CLOCK_SM
+            g["mem_clock_mhz"] = self._try(nv.nvmlDeviceGetClockInfo, h, 2)  # NVML_CLOCK_MEM
             g["power_w"] = _mw(self._try(nv.nvmlDeviceGetPowerUsage, h))
-            g["temp_c"] = self._try(nv.nvmlDeviceGetTemperature, h, 0)        # NVML_TEMPERATURE_GPU
-            reasons = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
-                nv.nvmlDeviceGetCurrentClocksThrottleReasons
+            g["temp_c"] = self._try(nv.nvmlDeviceGetTemperature, h, 0)  # NVML_TEMPERATURE_GPU
+            reasons = (
+                getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None)
+                or nv.nvmlDeviceGetCurrentClocksThrottleReasons
+            )
             mask = self._try(reasons, h)
             g["throttle_mask"] = mask
             g["throttle_reasons"] = decode_throttle(mask) if mask is not None else None
@@ -131,10 +146,10 @@ class GpuProbe(Probe):
         if self.events is None:
             return []
         nv, out = self.nvml, []
-        for _ in range(64):              # bounded: a storm of XIDs must not stall the sampler
+        for _ in range(64):  # bounded: a storm of XIDs must not stall the sampler
             try:
                 ev = nv.nvmlEventSetWait_v2(self.events, 0)
-            except nv.NVMLError:         # NVML_ERROR_TIMEOUT: no event pending
+            except nv.NVMLError:  # NVML_ERROR_TIMEOUT: no event pending
                 break
             idx = next((i for i, h in enumerate(self.handles) if h == ev.device), None)
             out.append({"gpu": idx, "xid": int(ev.eventData)})
@@ -152,7 +167,7 @@ class GpuProbe(Probe):
 
 
 def _mw(value) -> float | None:
-    return None if value is None else round(value / 1000.0, 3)    # NVML reports milliwatts
+    return None if value is None else round(value / 1000.0, 3)  # NVML reports milliwatts
 
 
 def _text(value) -> str | None:

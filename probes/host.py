@@ -41,18 +41,23 @@ class HostProbe(Probe):
         self.sys_root = Path(sys_root)
         self.pid = ctx.server_pid
         self._prev_cpus: dict | None = None
-        self._prev_proc: tuple[float, int] | None = None   # (monotonic, utime+stime ticks)
+        self._prev_proc: tuple[float, int] | None = None  # (monotonic, utime+stime ticks)
         self._tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
         self._page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
         self._node_of_cpu: dict[int, str] = {}
         self._n = 0
         self._pid_gone = False
-        self._procs = ProcessCpuTracker(self.proc, self.pid, getattr(ctx, "client_pids", None), self._tick,
-                                        list(getattr(ctx, "replica_pids", None) or []))
+        self._procs = ProcessCpuTracker(
+            self.proc,
+            self.pid,
+            getattr(ctx, "client_pids", None),
+            self._tick,
+            list(getattr(ctx, "replica_pids", None) or []),
+        )
         self._prev_t: float | None = None
         self._prev_psi: float | None = None
         self._prev_steal: tuple[int, int] | None = None
-        self._prev_sched: tuple[float, int, int] | None = None   # (monotonic, run ns, wait ns) of the server
+        self._prev_sched: tuple[float, int, int] | None = None  # (monotonic, run ns, wait ns) of the server
 
     def check(self) -> None:
         if not sys.platform.startswith("linux"):
@@ -63,8 +68,8 @@ class HostProbe(Probe):
             raise ProbeUnavailable(f"cannot read {self.proc / 'stat'}: {exc.strerror or exc}") from None
         self._node_of_cpu = self._numa_nodes()
         if self.pid is not None:
-            self._server({})             # baseline of the server's CPU ticks
-        self._contention({}, 0.0)        # baselines of the per-process ticks, PSI and steal
+            self._server({})  # baseline of the server's CPU ticks
+        self._contention({}, 0.0)  # baselines of the per-process ticks, PSI and steal
 
     def _numa_nodes(self) -> dict[int, str]:
         out: dict[int, str] = {}
@@ -92,7 +97,7 @@ class HostProbe(Probe):
             row["cpu_per_core_pct"] = [pct[k] for k in cores]
         self._prev_cpus = cpus
         if "cpu_pct" not in row:
-            return None                  # the first sample only sets the baselines
+            return None  # the first sample only sets the baselines
         self._memory(row)
         if self.pid is not None and not self._pid_gone:
             self._server(row)
@@ -111,14 +116,14 @@ class HostProbe(Probe):
         by_proc = self._procs.sample(dt_s, uptime)
         if by_proc is not None:
             if by_proc.server_cpu_cores is not None and not self._pid_gone:
-                row["server_cpu_cores"] = by_proc.server_cpu_cores     # the server's whole process tree
+                row["server_cpu_cores"] = by_proc.server_cpu_cores  # the server's whole process tree
             row["client_cpu_cores"] = by_proc.client_cpu_cores
             row["others_cpu_cores"] = by_proc.others_cpu_cores
             row["top_others"] = by_proc.top_others
         try:
             psi = procfs.parse_pressure(read_text(self.proc / "pressure/cpu"))
         except OSError:
-            psi = {}                     # kernels without PSI (or containers that hide it)
+            psi = {}  # kernels without PSI (or containers that hide it)
         if "some_avg10" in psi:
             row["cpu_pressure_some_avg10"] = psi["some_avg10"]
         total = psi.get("some_total_us")
@@ -143,7 +148,7 @@ class HostProbe(Probe):
             try:
                 got = procfs.parse_schedstat(read_text(base / "task" / tid / "schedstat"))
             except OSError:
-                continue                   # exited while we listed, or no schedstats in this kernel
+                continue  # exited while we listed, or no schedstats in this kernel
             if got is not None:
                 run_ns, wait_ns = run_ns + got[0], wait_ns + got[1]
         prev, self._prev_sched = self._prev_sched, (now, run_ns, wait_ns)
@@ -172,7 +177,7 @@ class HostProbe(Probe):
         try:
             st = procfs.parse_pid_stat(read_text(base / "stat"))
         except OSError:
-            self._pid_gone = True          # the server exited; say so once in the series
+            self._pid_gone = True  # the server exited; say so once in the series
             row["server_gone"] = True
             return
         if st is None:
@@ -197,4 +202,4 @@ class HostProbe(Probe):
                 if self._node_of_cpu:
                     row["server_mem_by_node_bytes"] = procfs.parse_numa_maps(read_text(base / "numa_maps"), self._page)
             except OSError:
-                pass     # numa_maps needs ptrace rights on another user's process: keep the rest
+                pass  # numa_maps needs ptrace rights on another user's process: keep the rest

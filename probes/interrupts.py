@@ -27,13 +27,13 @@ _DEVICE_PATTERNS = [
 
 @dataclass
 class IrqLine:
-    irq: str                 # "36", or "LOC" for architecture rows
-    counts: list[int]        # per CPU
-    name: str                # the device/queue name (last field), or the description
+    irq: str  # "36", or "LOC" for architecture rows
+    counts: list[int]  # per CPU
+    name: str  # the device/queue name (last field), or the description
     chip: str = ""
-    device: str = ""         # grouped name, e.g. "mlx5_comp@pci:0000:3b:00.0", "ens5", "virtio2"
+    device: str = ""  # grouped name, e.g. "mlx5_comp@pci:0000:3b:00.0", "ens5", "virtio2"
     nic: bool = False
-    numeric: bool = field(default=False)   # a real IRQ number (has /proc/irq/N/smp_affinity_list)
+    numeric: bool = field(default=False)  # a real IRQ number (has /proc/irq/N/smp_affinity_list)
 
 
 def classify(name: str) -> tuple[str, bool]:
@@ -42,7 +42,7 @@ def classify(name: str) -> tuple[str, bool]:
         m = pattern.match(name)
         if m:
             device = m.group(1)
-            if m.re.groups >= 3:            # mlx5: keep the PCI address, it tells the port apart
+            if m.re.groups >= 3:  # mlx5: keep the PCI address, it tells the port apart
                 device = f"{device}@{m.group(3)}"
             return device, nic
     return name, False
@@ -67,7 +67,7 @@ def parse_interrupts(text: str) -> tuple[int, list[IrqLine]]:
             counts.append(int(tok))
         if not counts:
             continue
-        desc = tokens[len(counts):]
+        desc = tokens[len(counts) :]
         counts += [0] * (ncpu - len(counts))
         irq = head.strip()
         numeric = irq.isdigit()
@@ -99,7 +99,7 @@ def summarize(ncpu: int, deltas: list[IrqLine]) -> dict:
     devices: dict[str, dict] = {}
     for d in deltas:
         if not d.numeric:
-            continue                      # LOC, RES, ... are not device interrupts
+            continue  # LOC, RES, ... are not device interrupts
         total = sum(d.counts)
         for i, v in enumerate(d.counts[:ncpu]):
             per_cpu[i] += v

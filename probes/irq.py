@@ -58,6 +58,6 @@ class IrqProbe(Probe):
             try:
                 aff = read_text(self.proc / "irq" / x.irq / "smp_affinity_list").strip()
             except OSError:
-                aff = None      # gone, or not readable without root
+                aff = None  # gone, or not readable without root
             out[x.irq] = {"name": x.name, "affinity": aff}
         return out

@@ -30,8 +30,13 @@ def listening_pid(url: str) -> int | None:
     except (psutil.AccessDenied, OSError):
         return None
     for c in conns:
-        if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port and c.pid \
-                and (c.laddr.ip in addresses or c.laddr.ip in ANY_ADDRESS):
+        if (
+            c.status == psutil.CONN_LISTEN
+            and c.laddr
+            and c.laddr.port == port
+            and c.pid
+            and (c.laddr.ip in addresses or c.laddr.ip in ANY_ADDRESS)
+        ):
             return c.pid
     return None
 
@@ -42,6 +47,6 @@ def _local_addresses(host: str) -> set[str]:
         infos = socket.getaddrinfo(host, None)
     except OSError:
         return set()
-    resolved = {str(i[4][0]) for i in infos}       # the address of each (IPv4 and IPv6 alike: a str)
+    resolved = {str(i[4][0]) for i in infos}  # the address of each (IPv4 and IPv6 alike: a str)
     mine = {a.address for addrs in psutil.net_if_addrs().values() for a in addrs}
     return {a for a in resolved if ipaddress.ip_address(a.split("%")[0]).is_loopback or a in mine}

@@ -8,14 +8,36 @@ from __future__ import annotations
 import re
 
 # Counters the tcp probe turns into per-interval deltas. Names as the kernel writes them.
-SNMP_KEYS = ("Tcp.OutSegs", "Tcp.InSegs", "Tcp.RetransSegs", "Tcp.InErrs", "Tcp.OutRsts", "Tcp.ActiveOpens",
-             "Tcp.PassiveOpens", "Tcp.AttemptFails", "Tcp.EstabResets")
-NETSTAT_KEYS = ("TcpExt.TCPOrigDataSent", "TcpExt.TCPTimeouts", "TcpExt.TCPLostRetransmit",
-                "TcpExt.TCPSynRetrans", "TcpExt.TCPFastRetrans", "TcpExt.TCPSlowStartRetrans",
-                "TcpExt.TCPLossProbes", "TcpExt.TCPSpuriousRTOs", "TcpExt.TCPRetransFail",
-                "TcpExt.TCPBacklogDrop", "TcpExt.ListenOverflows", "TcpExt.ListenDrops",
-                "TcpExt.TCPDSACKRecv", "TcpExt.TCPRcvQDrop", "TcpExt.TCPZeroWindowDrop",
-                "TcpExt.TCPToZeroWindowAdv", "TcpExt.TCPFromZeroWindowAdv")
+SNMP_KEYS = (
+    "Tcp.OutSegs",
+    "Tcp.InSegs",
+    "Tcp.RetransSegs",
+    "Tcp.InErrs",
+    "Tcp.OutRsts",
+    "Tcp.ActiveOpens",
+    "Tcp.PassiveOpens",
+    "Tcp.AttemptFails",
+    "Tcp.EstabResets",
+)
+NETSTAT_KEYS = (
+    "TcpExt.TCPOrigDataSent",
+    "TcpExt.TCPTimeouts",
+    "TcpExt.TCPLostRetransmit",
+    "TcpExt.TCPSynRetrans",
+    "TcpExt.TCPFastRetrans",
+    "TcpExt.TCPSlowStartRetrans",
+    "TcpExt.TCPLossProbes",
+    "TcpExt.TCPSpuriousRTOs",
+    "TcpExt.TCPRetransFail",
+    "TcpExt.TCPBacklogDrop",
+    "TcpExt.ListenOverflows",
+    "TcpExt.ListenDrops",
+    "TcpExt.TCPDSACKRecv",
+    "TcpExt.TCPRcvQDrop",
+    "TcpExt.TCPZeroWindowDrop",
+    "TcpExt.TCPToZeroWindowAdv",
+    "TcpExt.TCPFromZeroWindowAdv",
+)
 
 
 def parse_counter_pairs(text: str) -> dict[str, int]:
@@ -28,8 +50,13 @@ def parse_counter_pairs(text: str) -> dict[str, int]:
             header = None
             continue
         tokens = rest.split()
-        if header is not None and header[0] == prefix and len(header[1]) == len(tokens) and tokens \
-                and all(_is_int(t) for t in tokens):
+        if (
+            header is not None
+            and header[0] == prefix
+            and len(header[1]) == len(tokens)
+            and tokens
+            and all(_is_int(t) for t in tokens)
+        ):
             for key, value in zip(header[1], tokens):
                 out[f"{prefix}.{key}"] = int(value)
             header = None
@@ -42,8 +69,10 @@ def _is_int(tok: str) -> bool:
     return tok.lstrip("-").isdigit()
 
 
-_SS_FIELD = re.compile(r"\b(retrans|rtt|lost|bytes_retrans|cwnd|unacked|rto|backoff|bytes_acked|bytes_received)"
-                       r":([\d.]+)(?:/([\d.]+))?")
+_SS_FIELD = re.compile(
+    r"\b(retrans|rtt|lost|bytes_retrans|cwnd|unacked|rto|backoff|bytes_acked|bytes_received)"
+    r":([\d.]+)(?:/([\d.]+))?"
+)
 
 
 _NETIDS = {"tcp", "tcp6", "mptcp", "udp", "raw", "sctp"}
@@ -63,7 +92,7 @@ def parse_ss(text: str) -> list[dict]:
             continue
         parts = line.split()
         if len(parts) >= 6 and parts[0] in _NETIDS:
-            parts = parts[1:]              # `ss -i` without -t prints the Netid column first
+            parts = parts[1:]  # `ss -i` without -t prints the Netid column first
         # "ESTAB 0 0 local peer" (with state) or "0 0 local peer" (with a state filter)
         if len(parts) >= 5 and not parts[0].isdigit():
             state, local, peer = parts[0], parts[3], parts[4]

@@ -20,12 +20,18 @@ from probes.gpu import NVLINK_RX, NVLINK_TX, XID_EVENT
 CALLS = [  # (function, extra args, how to store the answer)
     ("nvmlDeviceGetUtilizationRates", (), lambda u: {"gpu": u.gpu, "memory": u.memory}),
     ("nvmlDeviceGetMemoryInfo", (), lambda m: {"used": m.used, "total": m.total, "free": m.free}),
-    ("nvmlDeviceGetClockInfo", (1,), int), ("nvmlDeviceGetClockInfo", (2,), int),
-    ("nvmlDeviceGetPowerUsage", (), int), ("nvmlDeviceGetTemperature", (0,), int),
+    ("nvmlDeviceGetClockInfo", (1,), int),
+    ("nvmlDeviceGetClockInfo", (2,), int),
+    ("nvmlDeviceGetPowerUsage", (), int),
+    ("nvmlDeviceGetTemperature", (0,), int),
     ("nvmlDeviceGetCurrentClocksEventReasons", (), int),
-    ("nvmlDeviceGetPcieThroughput", (0,), int), ("nvmlDeviceGetPcieThroughput", (1,), int),
-    ("nvmlDeviceGetFieldValues", ([NVLINK_TX, NVLINK_RX],),
-     lambda vs: [{"nvmlReturn": v.nvmlReturn, "ullVal": v.value.ullVal} for v in vs]),
+    ("nvmlDeviceGetPcieThroughput", (0,), int),
+    ("nvmlDeviceGetPcieThroughput", (1,), int),
+    (
+        "nvmlDeviceGetFieldValues",
+        ([NVLINK_TX, NVLINK_RX],),
+        lambda vs: [{"nvmlReturn": v.nvmlReturn, "ullVal": v.value.ullVal} for v in vs],
+    ),
 ]
 
 
@@ -43,9 +49,14 @@ def record(samples: int, interval_s: float, nv: Any = None) -> dict:
         except nv.NVMLError:
             return "NotSupported"
 
-    devices = [{"nvmlDeviceGetName": [call("nvmlDeviceGetName", h, store=_text)],
-                "nvmlDeviceGetUUID": [call("nvmlDeviceGetUUID", h, store=_text)],
-                "nvmlDeviceGetEnforcedPowerLimit": [call("nvmlDeviceGetEnforcedPowerLimit", h)]} for h in handles]
+    devices = [
+        {
+            "nvmlDeviceGetName": [call("nvmlDeviceGetName", h, store=_text)],
+            "nvmlDeviceGetUUID": [call("nvmlDeviceGetUUID", h, store=_text)],
+            "nvmlDeviceGetEnforcedPowerLimit": [call("nvmlDeviceGetEnforcedPowerLimit", h)],
+        }
+        for h in handles
+    ]
     events = nv.nvmlEventSetCreate()
     for h in handles:
         try:
@@ -63,13 +74,17 @@ def record(samples: int, interval_s: float, nv: Any = None) -> dict:
                 ev = nv.nvmlEventSetWait_v2(events, 0)
             except nv.NVMLError:
                 break
-            this_round.append({"device": handles.index(ev.device) if ev.device in handles else None,
-                               "eventData": int(ev.eventData)})
+            this_round.append(
+                {"device": handles.index(ev.device) if ev.device in handles else None, "eventData": int(ev.eventData)}
+            )
         xid_rounds.append(this_round)
         time.sleep(interval_s)
     nv.nvmlShutdown()
-    return {"about": f"Recorded with probes/nvml_record.py on {len(handles)} GPU(s), {samples} samples.",
-            "devices": devices, "xid_events": xid_rounds}
+    return {
+        "about": f"Recorded with probes/nvml_record.py on {len(handles)} GPU(s), {samples} samples.",
+        "devices": devices,
+        "xid_events": xid_rounds,
+    }
 
 
 def _text(v):

@@ -25,17 +25,21 @@ from typing import Any
 from probes.base import ProbeInputError
 
 DUPLICATE_WINDOW_S = 0.002
-_MAGIC = {b"\xd4\xc3\xb2\xa1": ("<", 1e-6), b"\xa1\xb2\xc3\xd4": (">", 1e-6),
-          b"\x4d\x3c\xb2\xa1": ("<", 1e-9), b"\xa1\xb2\x3c\x4d": (">", 1e-9)}
+_MAGIC = {
+    b"\xd4\xc3\xb2\xa1": ("<", 1e-6),
+    b"\xa1\xb2\xc3\xd4": (">", 1e-6),
+    b"\x4d\x3c\xb2\xa1": ("<", 1e-9),
+    b"\xa1\xb2\x3c\x4d": (">", 1e-9),
+}
 
 
 @dataclass
 class FlowStats:
-    flow: str                     # "src:port > dst:port"
+    flow: str  # "src:port > dst:port"
     packets: int = 0
     data_packets: int = 0
     payload_bytes: int = 0
-    retransmissions: int = 0      # all of them, fast and spurious included
+    retransmissions: int = 0  # all of them, fast and spurious included
     fast_retransmissions: int = 0
     spurious_retransmissions: int = 0
     dup_acks: int = 0
@@ -52,23 +56,33 @@ class PcapReport:
     flows: list[FlowStats] = field(default_factory=list)
 
     def totals(self) -> dict:
-        keys = ("retransmissions", "fast_retransmissions", "spurious_retransmissions", "dup_acks", "zero_windows",
-                "keepalives", "data_packets")
+        keys = (
+            "retransmissions",
+            "fast_retransmissions",
+            "spurious_retransmissions",
+            "dup_acks",
+            "zero_windows",
+            "keepalives",
+            "data_packets",
+        )
         return {k: sum(getattr(f, k) for f in self.flows) for k in keys}
 
     def to_dict(self) -> dict:
-        return {**{k: v for k, v in asdict(self).items() if k != "flows"}, "totals": self.totals(),
-                "flows": [asdict(f) for f in self.flows]}
+        return {
+            **{k: v for k, v in asdict(self).items() if k != "flows"},
+            "totals": self.totals(),
+            "flows": [asdict(f) for f in self.flows],
+        }
 
 
 @dataclass
 class _Dir:
     stats: FlowStats
-    next_seq: int | None = None      # highest seq + len seen
-    max_ack: int | None = None       # highest ACK this side sent (acknowledges the other side)
+    next_seq: int | None = None  # highest seq + len seen
+    max_ack: int | None = None  # highest ACK this side sent (acknowledges the other side)
     last_ack: int | None = None
     last_win: int | None = None
-    dup_ack_count: int = 0           # consecutive duplicate ACKs for last_ack
+    dup_ack_count: int = 0  # consecutive duplicate ACKs for last_ack
 
 
 def read_pcap(path: str):
@@ -133,8 +147,10 @@ def analyze_pcap(path: str) -> PcapReport:
             recent = {k: v for k, v in recent.items() if t - v <= DUPLICATE_WINDOW_S}
         report.tcp_packets += 1
         _account(dirs, ip, ip[TCP])
-    report.flows = sorted((d.stats for d in dirs.values()),
-                          key=lambda s: (-s.retransmissions, -s.dup_acks, -s.zero_windows, -s.packets, s.flow))
+    report.flows = sorted(
+        (d.stats for d in dirs.values()),
+        key=lambda s: (-s.retransmissions, -s.dup_acks, -s.zero_windows, -s.packets, s.flow),
+    )
     return report
 
 
@@ -196,15 +212,22 @@ def _account(dirs: dict, ip, tcp) -> None:
         s.payload_bytes += plen
     if tcp.window == 0 and not control:
         s.zero_windows += 1
-    keepalive = (d.next_seq is not None and plen <= 1 and not control
-                 and _seq_diff(seq, d.next_seq) == -1)
+    keepalive = d.next_seq is not None and plen <= 1 and not control and _seq_diff(seq, d.next_seq) == -1
     if keepalive:
         s.keepalives += 1
     elif d.next_seq is not None and seglen and not rst:
         _count_retransmission(s, d.next_seq, peer, seq, seglen)
     # Wireshark's duplicate ACK also needs seq == next expected (a keep-alive is not one).
-    dup_ack = (ack_flag and seglen == 0 and not rst and not keepalive and d.next_seq == seq
-               and d.last_ack == tcp.ack and d.last_win == tcp.window and tcp.window != 0)
+    dup_ack = (
+        ack_flag
+        and seglen == 0
+        and not rst
+        and not keepalive
+        and d.next_seq == seq
+        and d.last_ack == tcp.ack
+        and d.last_win == tcp.window
+        and tcp.window != 0
+    )
     end = (seq + seglen) & 0xFFFFFFFF
     if not keepalive and (d.next_seq is None or _seq_diff(end, d.next_seq) > 0):
         d.next_seq = end

@@ -25,8 +25,8 @@ from pathlib import Path
 
 from probes import procfs
 
-TOP_OTHERS = 10              # busiest other processes named per sample
-MIN_NAMED_CORES = 0.05       # ... when they take at least this share of a core
+TOP_OTHERS = 10  # busiest other processes named per sample
+MIN_NAMED_CORES = 0.05  # ... when they take at least this share of a core
 
 
 @dataclass
@@ -34,8 +34,8 @@ class ProcSample:
     pid: int
     ppid: int
     comm: str
-    ticks: int                  # utime + stime
-    start_ticks: int | None     # starttime since boot, ticks (to count a new process from its start)
+    ticks: int  # utime + stime
+    start_ticks: int | None  # starttime since boot, ticks (to count a new process from its start)
 
 
 @dataclass
@@ -45,7 +45,7 @@ class CpuByProcess:
     server_cpu_cores: float | None
     client_cpu_cores: float
     others_cpu_cores: float
-    top_others: list[dict]      # [{pid, comm, cpu_cores}], busiest first
+    top_others: list[dict]  # [{pid, comm, cpu_cores}], busiest first
 
 
 def read_processes(proc: Path) -> dict[int, ProcSample]:
@@ -61,7 +61,7 @@ def read_processes(proc: Path) -> dict[int, ProcSample]:
             with open(proc / name / "stat", encoding="utf-8", errors="replace") as f:
                 text = f.read()
         except OSError:
-            continue                     # exited while we listed
+            continue  # exited while we listed
         st = procfs.parse_pid_stat(text)
         if st is None:
             continue
@@ -72,7 +72,7 @@ def read_processes(proc: Path) -> dict[int, ProcSample]:
 def _start(text: str) -> int | None:
     f = text.rpartition(")")[2].split()
     try:
-        return int(f[19])                # field 22: starttime
+        return int(f[19])  # field 22: starttime
     except (IndexError, ValueError):
         return None
 
@@ -93,8 +93,14 @@ def descendants(roots: set[int], procs: dict[int, ProcSample]) -> set[int]:
 
 
 class ProcessCpuTracker:
-    def __init__(self, proc: Path, server_pid: int | None, client_pids: list[int] | None, tick_hz: int,
-                 replica_pids: list[int] | None = None):
+    def __init__(
+        self,
+        proc: Path,
+        server_pid: int | None,
+        client_pids: list[int] | None,
+        tick_hz: int,
+        replica_pids: list[int] | None = None,
+    ):
         self.proc = proc
         self.server_pid = server_pid
         # The server's roots: its process and any other local replica of a fleet driven directly.
@@ -109,7 +115,7 @@ class ProcessCpuTracker:
         prev, self._prev = self._prev, {p.pid: p.ticks for p in procs.values()}
         boot_prev, self._boot_ticks_prev = self._boot_ticks_prev, (uptime_s * self.tick_hz if uptime_s else None)
         if prev is None or dt_s <= 0:
-            return None                  # the first call only sets the baselines
+            return None  # the first call only sets the baselines
         server = descendants(self.server_roots, procs) if self.server_roots else set()
         client = descendants(self.client_roots, procs) - server
         per_pid: dict[int, float] = {}
@@ -117,9 +123,9 @@ class ProcessCpuTracker:
             if p.pid in prev:
                 d = p.ticks - prev[p.pid]
             elif p.start_ticks is not None and boot_prev is not None and p.start_ticks >= boot_prev:
-                d = p.ticks                      # born during this interval: all its ticks are new
+                d = p.ticks  # born during this interval: all its ticks are new
             else:
-                continue                         # pid reuse or unknown start: skip rather than over-count
+                continue  # pid reuse or unknown start: skip rather than over-count
             if d > 0:
                 per_pid[p.pid] = d / self.tick_hz / dt_s
         server_cores = sum(v for pid, v in per_pid.items() if pid in server) if self.server_roots else None
@@ -127,6 +133,8 @@ class ProcessCpuTracker:
         others = {pid: v for pid, v in per_pid.items() if pid not in server and pid not in client}
         top = sorted(others.items(), key=lambda kv: -kv[1])[:TOP_OTHERS]
         return CpuByProcess(
-            None if server_cores is None else round(server_cores, 4), round(client_cores, 4),
+            None if server_cores is None else round(server_cores, 4),
+            round(client_cores, 4),
             round(sum(others.values()), 4),
-            [{"pid": pid, "comm": procs[pid].comm, "cpu_cores": round(v, 3)} for pid, v in top if v >= MIN_NAMED_CORES])
+            [{"pid": pid, "comm": procs[pid].comm, "cpu_cores": round(v, 3)} for pid, v in top if v >= MIN_NAMED_CORES],
+        )

@@ -77,8 +77,15 @@ def parse_pid_stat(text: str) -> dict | None:
     f = rest.split()
     # f[0] is field 3 (state); field k of proc(5) is f[k - 3].
     try:
-        return {"comm": head.partition("(")[2], "ppid": int(f[1]), "utime": int(f[11]), "stime": int(f[12]),
-                "num_threads": int(f[17]), "rss_pages": int(f[21]), "last_cpu": int(f[36])}
+        return {
+            "comm": head.partition("(")[2],
+            "ppid": int(f[1]),
+            "utime": int(f[11]),
+            "stime": int(f[12]),
+            "num_threads": int(f[17]),
+            "rss_pages": int(f[21]),
+            "last_cpu": int(f[36]),
+        }
     except (IndexError, ValueError):
         return None
 

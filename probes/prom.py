@@ -28,8 +28,11 @@ CANONICAL = {
     # engines that only export a hit-rate gauge (SGLang; vLLM v0)
     "prefix_cache_hit_rate_gauge": ["sglang:cache_hit_rate", "vllm:gpu_prefix_cache_hit_rate"],
     "prompt_tokens_total": ["vllm:prompt_tokens_total", "sglang:prompt_tokens_total", "tgi_request_input_length_sum"],
-    "generation_tokens_total": ["vllm:generation_tokens_total", "sglang:generation_tokens_total",
-                                "tgi_request_generated_tokens_sum"],
+    "generation_tokens_total": [
+        "vllm:generation_tokens_total",
+        "sglang:generation_tokens_total",
+        "tgi_request_generated_tokens_sum",
+    ],
 }
 # histograms (seconds): canonical -> candidate family names
 HISTOGRAMS = {
@@ -39,9 +42,13 @@ HISTOGRAMS = {
     # token) -> decode (first token to finish). The standing-tail diagnosis reads these.
     "prefill_time": ["vllm:request_prefill_time_seconds"],
     "decode_time": ["vllm:request_decode_time_seconds"],
-    "itl": ["vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds",
-            "sglang:inter_token_latency_seconds", "sglang:time_per_output_token_seconds",
-            "tgi_request_mean_time_per_token_duration"],
+    "itl": [
+        "vllm:inter_token_latency_seconds",
+        "vllm:time_per_output_token_seconds",
+        "sglang:inter_token_latency_seconds",
+        "sglang:time_per_output_token_seconds",
+        "tgi_request_mean_time_per_token_duration",
+    ],
     "e2e": ["vllm:e2e_request_latency_seconds", "sglang:e2e_request_latency_seconds", "tgi_request_duration"],
 }
 QUANTILES = (0.5, 0.9, 0.99)
@@ -54,18 +61,18 @@ INFO_METRICS = ("vllm:cache_config_info", "refengine:quantization_info")
 
 @dataclass
 class Histogram:
-    buckets: dict[float, float] = field(default_factory=dict)   # le -> cumulative count (+inf included)
+    buckets: dict[float, float] = field(default_factory=dict)  # le -> cumulative count (+inf included)
     count: float = 0.0
     sum: float = 0.0
 
 
 @dataclass
 class Snapshot:
-    engine: str                                # refengine | vllm | sglang | tgi | unknown
-    values: dict[str, float]                   # canonical gauges/counters present on the page
-    histograms: dict[str, Histogram]           # canonical histograms present on the page
-    metric_count: int = 0                      # samples on the page
-    info: dict[str, dict[str, str]] = field(default_factory=dict)   # INFO_METRICS name -> labels
+    engine: str  # refengine | vllm | sglang | tgi | unknown
+    values: dict[str, float]  # canonical gauges/counters present on the page
+    histograms: dict[str, Histogram]  # canonical histograms present on the page
+    metric_count: int = 0  # samples on the page
+    info: dict[str, dict[str, str]] = field(default_factory=dict)  # INFO_METRICS name -> labels
     by_name: dict[str, list[tuple[dict[str, str], float]]] = field(default_factory=dict)  # raw samples of note
     # A data-parallel server (vLLM's DP engines, a refengine fleet's front): the PER_ENGINE gauges of
     # each `engine` label value, when the page has two or more; {} otherwise.
@@ -81,13 +88,13 @@ ENGINE_LABEL = "engine"
 class _Page:
     """The samples of one page added up by name, before the canonical names are picked."""
 
-    sums: dict[str, float] = field(default_factory=dict)       # sample name -> sum over its label sets
-    maxima: dict[str, float] = field(default_factory=dict)     # sample name -> max over its label sets
+    sums: dict[str, float] = field(default_factory=dict)  # sample name -> sum over its label sets
+    maxima: dict[str, float] = field(default_factory=dict)  # sample name -> max over its label sets
     hists: dict[str, Histogram] = field(default_factory=dict)  # family name -> its histogram
     info: dict[str, dict[str, str]] = field(default_factory=dict)
     by_name: dict[str, list[tuple[dict[str, str], float]]] = field(default_factory=dict)
-    engines: dict[str, dict[str, float]] = field(default_factory=dict)   # engine label -> sample name -> sum
-    count: int = 0                                             # samples read, NaN ones included
+    engines: dict[str, dict[str, float]] = field(default_factory=dict)  # engine label -> sample name -> sum
+    count: int = 0  # samples read, NaN ones included
 
     def add(self, family, s) -> None:
         self.count += 1
@@ -126,21 +133,34 @@ def parse_metrics(text: str) -> Snapshot:
                 page.add(family, s)
     except Exception as exc:  # noqa: BLE001 - any parser error (ValueError, IndexError, ...) means bad input
         raise ValueError(f"not Prometheus text format ({type(exc).__name__}: {exc})") from None
-    values = {canon: page.maxima[name] if canon in MAX_OVER_LABELS else page.sums[name]
-              for canon, name in _first_present(CANONICAL, lambda n: n in page.sums).items()}
+    values = {
+        canon: page.maxima[name] if canon in MAX_OVER_LABELS else page.sums[name]
+        for canon, name in _first_present(CANONICAL, lambda n: n in page.sums).items()
+    }
     # Only with buckets: a summary, or a counter whose name ends in _count or _sum, is no histogram.
-    histograms = {canon: page.hists[name] for canon, name in
-                  _first_present(HISTOGRAMS, lambda n: n in page.hists and page.hists[n].buckets).items()}
-    return Snapshot(engine=_engine(page.sums), values=values, histograms=histograms, metric_count=page.count,
-                    info=page.info, by_name=page.by_name, per_engine=_per_engine(page))
+    histograms = {
+        canon: page.hists[name]
+        for canon, name in _first_present(HISTOGRAMS, lambda n: n in page.hists and page.hists[n].buckets).items()
+    }
+    return Snapshot(
+        engine=_engine(page.sums),
+        values=values,
+        histograms=histograms,
+        metric_count=page.count,
+        info=page.info,
+        by_name=page.by_name,
+        per_engine=_per_engine(page),
+    )
 
 
 def _per_engine(page: _Page) -> dict[str, dict[str, float]]:
     if len(page.engines) < 2:
         return {}
     names = _first_present({k: CANONICAL[k] for k in PER_ENGINE}, lambda n: n in page.sums)
-    return {engine: {canon: samples[name] for canon, name in names.items() if name in samples}
-            for engine, samples in page.engines.items()}
+    return {
+        engine: {canon: samples[name] for canon, name in names.items() if name in samples}
+        for engine, samples in page.engines.items()
+    }
 
 
 def _add_histogram_sample(hists, family: str, name: str, labels: dict, value: float) -> None:
@@ -171,8 +191,11 @@ def histogram_delta(prev: Histogram | None, cur: Histogram) -> Histogram:
     """What was observed between two scrapes (a server restart resets counters: take cur as is)."""
     if prev is None or cur.count < prev.count:
         return cur
-    return Histogram({le: max(c - prev.buckets.get(le, 0.0), 0.0) for le, c in cur.buckets.items()},
-                     cur.count - prev.count, cur.sum - prev.sum)
+    return Histogram(
+        {le: max(c - prev.buckets.get(le, 0.0), 0.0) for le, c in cur.buckets.items()},
+        cur.count - prev.count,
+        cur.sum - prev.sum,
+    )
 
 
 @dataclass(frozen=True)
@@ -189,9 +212,9 @@ class QuantileEstimate:
     """
 
     q: float
-    lo: float                 # the bucket's lower edge (0 for the first bucket)
-    hi: float                 # its upper edge (inf for the +Inf bucket)
-    value: float | None       # interpolated within [lo, hi]; None where only a bound is known
+    lo: float  # the bucket's lower edge (0 for the first bucket)
+    hi: float  # its upper edge (inf for the +Inf bucket)
+    value: float | None  # interpolated within [lo, hi]; None where only a bound is known
 
     @property
     def below(self) -> float | None:
@@ -218,7 +241,7 @@ def quantile_estimate(h: Histogram, q: float) -> QuantileEstimate | None:
             if math.isinf(le):
                 finite = prev_le if prev_le is not None else 0.0
                 return QuantileEstimate(q, finite, le, None)
-            if prev_le is None:                       # the first bucket: only "< le" is known
+            if prev_le is None:  # the first bucket: only "< le" is known
                 return QuantileEstimate(q, 0.0, le, None)
             return QuantileEstimate(q, prev_le, le, prev_le + (le - prev_le) * (rank - prev_c) / (c - prev_c))
         prev_le, prev_c = le, c

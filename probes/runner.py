@@ -26,11 +26,11 @@ class ProbeStats:
     samples: int = 0
     rows: int = 0
     errors: int = 0
-    cpu_s: float = 0.0                  # thread CPU time spent inside sample() (not children like `ss`)
+    cpu_s: float = 0.0  # thread CPU time spent inside sample() (not children like `ss`)
     wall_s: float = 0.0
     error_messages: list[str] = field(default_factory=list)
-    failure: str | None = None          # the probe's own word that its rows measured nothing (Probe.failure)
-    shortfall: str | None = None        # what it measured only in part (Probe.shortfall)
+    failure: str | None = None  # the probe's own word that its rows measured nothing (Probe.failure)
+    shortfall: str | None = None  # what it measured only in part (Probe.shortfall)
 
 
 class _ProbeThread(threading.Thread):
@@ -100,7 +100,7 @@ class ProbeSet:
                 self.availability[name] = f"unavailable: {exc}"
                 self.log(f"probe {name} cannot run here: {exc}")
                 continue
-            out = JsonlAppender(RunDir(self.ctx.out_dir).probe_file(name))    # the run-directory contract
+            out = JsonlAppender(RunDir(self.ctx.out_dir).probe_file(name))  # the run-directory contract
             thread = _ProbeThread(probe, out, self.log)
             self.threads.append(thread)
             self.availability[name] = "ok"
@@ -143,10 +143,18 @@ class ProbeSet:
         return stats
 
     def _write_cost(self, stats: dict[str, ProbeStats]) -> None:
-        cost = {name: {"samples": s.samples, "rows": s.rows, "errors": s.errors, "cpu_s": round(s.cpu_s, 4),
-                       "wall_s": round(s.wall_s, 3),
-                       "cpu_per_wall_s": round(s.cpu_s / s.wall_s, 5) if s.wall_s else None,
-                       "error_messages": s.error_messages[:5]} for name, s in stats.items()}
+        cost = {
+            name: {
+                "samples": s.samples,
+                "rows": s.rows,
+                "errors": s.errors,
+                "cpu_s": round(s.cpu_s, 4),
+                "wall_s": round(s.wall_s, 3),
+                "cpu_per_wall_s": round(s.cpu_s / s.wall_s, 5) if s.wall_s else None,
+                "error_messages": s.error_messages[:5],
+            }
+            for name, s in stats.items()
+        }
         RunDir(self.ctx.out_dir).write_json(RunDir(self.ctx.out_dir).probe_cost_json, cost)
 
     def __enter__(self) -> "ProbeSet":
@@ -157,14 +165,27 @@ class ProbeSet:
         self.stop()
 
 
-def sweep_probe_set(names: list[str], run_path, target_url: str | None, server_pid: int | None,
-                    interval_s: float, log: Log = print, replica_metrics: list[str] | None = None,
-                    replica_pids: list[int] | None = None) -> ProbeSet | None:
+def sweep_probe_set(
+    names: list[str],
+    run_path,
+    target_url: str | None,
+    server_pid: int | None,
+    interval_s: float,
+    log: Log = print,
+    replica_metrics: list[str] | None = None,
+    replica_pids: list[int] | None = None,
+) -> ProbeSet | None:
     """The ProbeSet a sweep runs around its levels (None when no probe was asked for); replica_metrics:
     a fleet's own /metrics pages, one per replica, for the server probe; replica_pids: the other local
     replicas' server processes of a fleet driven directly, for the host probe."""
     if not names:
         return None
-    ctx = ProbeContext(out_dir=run_path, target_url=target_url, server_pid=server_pid, interval_s=interval_s,
-                       replica_metrics=list(replica_metrics or []), replica_pids=list(replica_pids or []))
+    ctx = ProbeContext(
+        out_dir=run_path,
+        target_url=target_url,
+        server_pid=server_pid,
+        interval_s=interval_s,
+        replica_metrics=list(replica_metrics or []),
+        replica_pids=list(replica_pids or []),
+    )
     return ProbeSet(names, ctx, log=log)

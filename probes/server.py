@@ -28,7 +28,7 @@ from probes.fleet_pages import ReplicaPages, fleet_snapshot
 from probes.prom import QUANTILES, QuantileEstimate, Snapshot, histogram_delta, parse_metrics, quantile_estimate
 
 COUNTERS = ("prompt_tokens", "generation_tokens", "preemptions")
-GAUGES = ("kv_usage", "running", "waiting", "preemptions_total", "retracted")   # recorded as read
+GAUGES = ("kv_usage", "running", "waiting", "preemptions_total", "retracted")  # recorded as read
 
 
 class ServerProbe(Probe):
@@ -45,8 +45,8 @@ class ServerProbe(Probe):
         self._prev: Snapshot | None = None
         self._prev_t = 0.0
         self._warned: set[str] = set()
-        self.pages = 0                        # scrapes that gave a page with known metric names
-        self.first_error: str | None = None   # why the first failed scrape failed
+        self.pages = 0  # scrapes that gave a page with known metric names
+        self.first_error: str | None = None  # why the first failed scrape failed
 
     def check(self) -> None:
         if not self.ctx.target_url and self.fleet is None:
@@ -141,9 +141,9 @@ class ServerProbe(Probe):
         if prev is not None and dt > 0:
             row.update(_counter_deltas(cur.values, prev, dt))
         row["prefix_cache_hit_rate"] = self._hit_rate(cur.values if prev is not None else now.values, prev)
-        if now.per_engine:        # a data-parallel server or a fleet's pages: each engine's queue and KV cache
+        if now.per_engine:  # a data-parallel server or a fleet's pages: each engine's queue and KV cache
             row["per_engine"] = now.per_engine
-        if prev is not None:      # the first scrape holds the whole history, not an interval
+        if prev is not None:  # the first scrape holds the whole history, not an interval
             row.update(_histogram_fields(cur, prev))
         return row
 
@@ -170,7 +170,7 @@ def _counter_deltas(v: dict, prev: Snapshot, dt: float) -> dict:
         cur_v, old_v = v.get(f"{name}_total"), prev.values.get(f"{name}_total")
         if cur_v is None or old_v is None:
             continue
-        d = cur_v - old_v if cur_v >= old_v else cur_v     # counter reset
+        d = cur_v - old_v if cur_v >= old_v else cur_v  # counter reset
         out[name] = d
         if name != "preemptions":
             out[f"{name.replace('_tokens', '')}_tok_s"] = round(d / dt, 3)

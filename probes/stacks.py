@@ -33,10 +33,20 @@ def parse_dump(text: str) -> list[dict]:
     for th in data:
         if not isinstance(th, dict):
             continue
-        frames = [f"{f.get('name', '?')} ({f.get('short_filename') or f.get('filename', '?')}:{f.get('line', '?')})"
-                  for f in th.get("frames") or [] if isinstance(f, dict)]
-        threads.append({"thread_id": th.get("thread_id"), "name": th.get("thread_name"),
-                        "active": th.get("active"), "owns_gil": th.get("owns_gil"), "frames": frames})
+        frames = [
+            f"{f.get('name', '?')} ({f.get('short_filename') or f.get('filename', '?')}:{f.get('line', '?')})"
+            for f in th.get("frames") or []
+            if isinstance(f, dict)
+        ]
+        threads.append(
+            {
+                "thread_id": th.get("thread_id"),
+                "name": th.get("thread_name"),
+                "active": th.get("active"),
+                "owns_gil": th.get("owns_gil"),
+                "frames": frames,
+            }
+        )
     return threads
 
 
@@ -61,18 +71,34 @@ class StacksProbe(Probe):
         res = self._dump()
         if res.returncode != 0:
             why = (res.stderr or res.stdout).strip().splitlines()
-            raise ProbeUnavailable(f"py-spy cannot read pid {self.pid}: {why[-1] if why else res.returncode} "
-                                   "(needs root or ptrace permission)")
+            raise ProbeUnavailable(
+                f"py-spy cannot read pid {self.pid}: {why[-1] if why else res.returncode} "
+                "(needs root or ptrace permission)"
+            )
         if self.ctx.stacks_record:
             self.recorder = subprocess.Popen(
-                [self.py_spy, "record", "--pid", str(self.pid), "--format", "speedscope", "-o",
-                 str(self.record_file), "--rate", "50", "--nonblocking"],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                [
+                    self.py_spy,
+                    "record",
+                    "--pid",
+                    str(self.pid),
+                    "--format",
+                    "speedscope",
+                    "-o",
+                    str(self.record_file),
+                    "--rate",
+                    "50",
+                    "--nonblocking",
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
 
     def _dump(self) -> subprocess.CompletedProcess:
         assert self.py_spy is not None, "check() found py-spy before anything runs it"
-        return subprocess.run([self.py_spy, "dump", "--pid", str(self.pid), "--json"],
-                              capture_output=True, text=True, timeout=30)
+        return subprocess.run(
+            [self.py_spy, "dump", "--pid", str(self.pid), "--json"], capture_output=True, text=True, timeout=30
+        )
 
     def sample(self) -> dict:
         t0 = time.time()
@@ -88,15 +114,17 @@ class StacksProbe(Probe):
         if self.recorder is None:
             return None
         if self.recorder.poll() is None:
-            self.recorder.send_signal(signal.SIGINT)       # py-spy writes its file on Ctrl-C
+            self.recorder.send_signal(signal.SIGINT)  # py-spy writes its file on Ctrl-C
             try:
                 self.recorder.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 self.recorder.kill()
                 self.recorder.wait()
         ok = self.record_file.exists()
-        return {"record_file": self.record_file.name if ok else None,
-                **({} if ok else {"error": "py-spy record wrote no file (target exited early?)"})}
+        return {
+            "record_file": self.record_file.name if ok else None,
+            **({} if ok else {"error": "py-spy record wrote no file (target exited early?)"}),
+        }
 
 
 def _venv_bin(name: str) -> str | None:

@@ -47,7 +47,7 @@ class TcpProbe(Probe):
         self._prev: dict[str, int] | None = None
         self._prev_t = 0.0
         self._ss_warned = False
-        self._conn_prev: dict[tuple[str, str], int] | None = None    # (local, peer) -> retrans_total
+        self._conn_prev: dict[tuple[str, str], int] | None = None  # (local, peer) -> retrans_total
 
     def check(self) -> None:
         if not sys.platform.startswith("linux"):
@@ -57,14 +57,14 @@ class TcpProbe(Probe):
         except OSError as exc:
             raise ProbeUnavailable(f"cannot read {self.proc}/net/snmp: {exc.strerror or exc}") from None
         if self.port is not None and self.ss:
-            self._connections({}, self.ss)        # baseline: connections already open count from here, new ones whole
+            self._connections({}, self.ss)  # baseline: connections already open count from here, new ones whole
 
     def _counters(self) -> dict[str, int]:
         values = parse_counter_pairs(read_text(self.proc / "net/snmp"))
         try:
             values.update(parse_counter_pairs(read_text(self.proc / "net/netstat")))
         except OSError:
-            pass       # older kernels / containers: the Tcp: counters still tell retransmits
+            pass  # older kernels / containers: the Tcp: counters still tell retransmits
         return values
 
     def sample(self) -> dict | None:
@@ -87,8 +87,12 @@ class TcpProbe(Probe):
 
     def _connections(self, row: dict, ss: str) -> None:
         try:
-            res = subprocess.run([ss, "-tinH", "state", "established", f"( dport = :{self.port} )"],
-                                 capture_output=True, text=True, timeout=5)
+            res = subprocess.run(
+                [ss, "-tinH", "state", "established", f"( dport = :{self.port} )"],
+                capture_output=True,
+                text=True,
+                timeout=5,
+            )
         except (OSError, subprocess.TimeoutExpired) as exc:
             if not self._ss_warned:
                 row["ss_error"] = str(exc)

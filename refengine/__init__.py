@@ -15,13 +15,14 @@ def __getattr__(name):
     # LLM pulls in torch and the model code; keep `import refengine` cheap for the core's users.
     if name == "LLM":
         from refengine.llm import LLM
+
         return LLM
     if name == "LLMEngine":
         from refengine.engine import LLMEngine
+
         return LLMEngine
     raise AttributeError(name)
 
 
-__all__ = ["LLM", "LLMEngine", "EngineArgs", "SamplingParams", "RequestOutput", "CompletionOutput",
-           "RefEngineError"]
+__all__ = ["LLM", "LLMEngine", "EngineArgs", "SamplingParams", "RequestOutput", "CompletionOutput", "RefEngineError"]
 __version__ = "0.1.0"

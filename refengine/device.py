@@ -37,15 +37,23 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
 @dataclass(frozen=True)
 class DeviceSetup:
     device: torch.device
-    dtype: torch.dtype            # the model's compute dtype
-    quant: QuantConfig            # FP8 weights (or none) and the precision policy
-    kv_cache_dtype: torch.dtype   # the KV cache's own dtype (float8_e4m3fn for an FP8 cache)
+    dtype: torch.dtype  # the model's compute dtype
+    quant: QuantConfig  # FP8 weights (or none) and the precision policy
+    kv_cache_dtype: torch.dtype  # the KV cache's own dtype (float8_e4m3fn for an FP8 cache)
 
 
 def resolve_device_setup(args, model_dir: str | Path) -> DeviceSetup:
     """Device, dtype, quantization and KV-cache dtype from `EngineArgs` and the checkpoint's format."""
     device = resolve_device(args.device)
     dtype = resolve_dtype(args.dtype, device)
-    quant = QuantConfig.resolve(args.quantization, args.fp8_weight_scales, args.quantization_skip,
-                                args.kv_cache_dtype, args.calculate_kv_scales, model_dir, dtype, device)
+    quant = QuantConfig.resolve(
+        args.quantization,
+        args.fp8_weight_scales,
+        args.quantization_skip,
+        args.kv_cache_dtype,
+        args.calculate_kv_scales,
+        model_dir,
+        dtype,
+        device,
+    )
     return DeviceSetup(device, dtype, quant, resolve_kv_cache_dtype(args.kv_cache_dtype, dtype))

@@ -44,6 +44,7 @@ from refengine.tokenizer import load_tokenizer
 
 log = logging.getLogger(__name__)
 
+
 @dataclass
 class EngineStats:
     """Live counters for the server's /metrics (vLLM semantics: prefix counts are in tokens)."""
@@ -73,16 +74,22 @@ class LLMEngine:
         self.model_config = load_model_config(self.model_dir)
         self.tokenizer = load_tokenizer(self.model_dir if args.tokenizer is None else resolve_model(args.tokenizer))
         setup = resolve_device_setup(args, self.model_dir)
-        self.device, self.dtype, self.quant, self.kv_cache_dtype = (setup.device, setup.dtype, setup.quant,
-                                                                    setup.kv_cache_dtype)
+        self.device, self.dtype, self.quant, self.kv_cache_dtype = (
+            setup.device,
+            setup.dtype,
+            setup.quant,
+            setup.kv_cache_dtype,
+        )
         self.max_model_len = self._resolve_max_model_len()
         self.parallel_config = ParallelConfig.from_engine_args(args)
         validate_layout(self.model_config, self.parallel_config)
         self.scheduler_config = args.scheduler_config(self.max_model_len)
         self.cache_config = CacheConfig(
-            block_size=args.block_size, num_blocks=self.num_kv_blocks(),
+            block_size=args.block_size,
+            num_blocks=self.num_kv_blocks(),
             enable_prefix_caching=args.enable_prefix_caching and args.kv_layout == "paged",
-            kv_layout=args.kv_layout)
+            kv_layout=args.kv_layout,
+        )
         self._check_kv_holds_one_request()
         torch.manual_seed(args.seed)
         if self.device.type == "cpu":
@@ -96,7 +103,7 @@ class LLMEngine:
         self._ids = itertools.count()
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0
-        self.tokens_processed_total = 0   # every token a forward pass computed, recompute included
+        self.tokens_processed_total = 0  # every token a forward pass computed, recompute included
         self.num_steps = 0
 
     # ----- configuration -------------------------------------------------------------------
@@ -107,7 +114,8 @@ class LLMEngine:
         if self.args.max_model_len > limit:
             raise RefEngineError(
                 f"max_model_len={self.args.max_model_len} exceeds the model's max_position_embeddings ({limit}); "
-                f"use max_model_len <= {limit}")
+                f"use max_model_len <= {limit}"
+            )
         return self.args.max_model_len
 
     def num_kv_blocks(self, kv_dtype: torch.dtype | None = None) -> int:
@@ -123,17 +131,28 @@ class LLMEngine:
         args = self.args
         if self.parallel_config.world_size == 1:
             extra = {"moe": self._moe_parallel()} if self.model_config.num_experts else {}
-            model = load_model(self.model_dir, self.model_config, self.dtype, self.device, quantization=self.quant,
-                               **extra)
-            kv_caches = allocate_kv_caches(self.model_config, self.cache_config.num_blocks, args.block_size,
-                                           self.kv_cache_dtype, self.device)
+            model = load_model(
+                self.model_dir, self.model_config, self.dtype, self.device, quantization=self.quant, **extra
+            )
+            kv_caches = allocate_kv_caches(
+                self.model_config, self.cache_config.num_blocks, args.block_size, self.kv_cache_dtype, self.device
+            )
             self.quant_memory = finish_quantized_model(self, model)  # FP8 KV calibration, bytes saved, policy log
             return UniprocExecutor(ModelRunner(model, kv_caches, args.block_size, self.device, args.seed))
         if args.calculate_kv_scales:
-            raise RefEngineError("calculate_kv_scales runs in one process only; drop it or use "
-                                 "tensor_parallel_size=pipeline_parallel_size=1")
-        spec = WorkerSpec(args, str(self.model_dir), self.dtype, self.device.type, self.cache_config.num_blocks,
-                          quant=self.quant, kv_cache_dtype=self.kv_cache_dtype)
+            raise RefEngineError(
+                "calculate_kv_scales runs in one process only; drop it or use "
+                "tensor_parallel_size=pipeline_parallel_size=1"
+            )
+        spec = WorkerSpec(
+            args,
+            str(self.model_dir),
+            self.dtype,
+            self.device.type,
+            self.cache_config.num_blocks,
+            quant=self.quant,
+            kv_cache_dtype=self.kv_cache_dtype,
+        )
         executor = DistributedExecutor(spec, self.model_config, self.parallel_config)
         self.quant_memory = finish_quantized_model(self, executor.runner.model)  # the driver's shard
         return executor
@@ -154,7 +173,8 @@ class LLMEngine:
             raise RefEngineError(
                 f"the KV cache has {have} blocks ({have * self.args.block_size} tokens) but one request of "
                 f"max_model_len={self.max_model_len} needs {need} blocks; lower max_model_len to "
-                f"{have * self.args.block_size} or raise the KV budget (kv_cache_memory_bytes / num_gpu_blocks_override)")
+                f"{have * self.args.block_size} or raise the KV budget (kv_cache_memory_bytes / num_gpu_blocks_override)"
+            )
 
     # ----- requests ------------------------------------------------------------------------
     def encode_prompt(self, prompt: str | list[int]) -> tuple[str | None, list[int]]:
@@ -176,10 +196,17 @@ class LLMEngine:
         if len(ids) >= self.max_model_len:
             raise RefEngineError(
                 f"the prompt has {len(ids)} tokens but max_model_len is {self.max_model_len} (room is needed for "
-                f"at least one generated token); shorten the prompt or raise max_model_len")
+                f"at least one generated token); shorten the prompt or raise max_model_len"
+            )
 
-    def add_request(self, prompt: str | list[int], params: SamplingParams | None = None,
-                    request_id: str | None = None, priority: int = 0, arrival_time: float | None = None) -> str:
+    def add_request(
+        self,
+        prompt: str | list[int],
+        params: SamplingParams | None = None,
+        request_id: str | None = None,
+        priority: int = 0,
+        arrival_time: float | None = None,
+    ) -> str:
         """arrival_time (time.monotonic()): when the request reached the server; default now. The
         server passes the moment it admitted the request, so its queue time includes the wait for
         the engine thread to take it in (a step may be running)."""
@@ -244,13 +271,20 @@ class LLMEngine:
     def stats(self) -> EngineStats:
         s = self.scheduler.stats()
         return EngineStats(
-            num_running=s.num_running, num_waiting=s.num_waiting, kv_usage=s.kv_usage,
-            num_blocks=self.cache_config.num_blocks, block_size=self.cache_config.block_size,
-            num_preemptions_total=s.num_preemptions_total, prefix_cache_queries=s.prefix_cache_queries,
-            prefix_cache_hits=s.prefix_cache_hits, prompt_tokens_total=self.prompt_tokens_total,
+            num_running=s.num_running,
+            num_waiting=s.num_waiting,
+            kv_usage=s.kv_usage,
+            num_blocks=self.cache_config.num_blocks,
+            block_size=self.cache_config.block_size,
+            num_preemptions_total=s.num_preemptions_total,
+            prefix_cache_queries=s.prefix_cache_queries,
+            prefix_cache_hits=s.prefix_cache_hits,
+            prompt_tokens_total=self.prompt_tokens_total,
             generation_tokens_total=self.generation_tokens_total,
-            tokens_processed_total=self.tokens_processed_total, num_steps=self.num_steps,
-            **self._moe_stats())
+            tokens_processed_total=self.tokens_processed_total,
+            num_steps=self.num_steps,
+            **self._moe_stats(),
+        )
 
     def _moe_stats(self) -> dict:
         # Every rank routes (or, under expert parallelism, all-gathers) every token's expert choice.

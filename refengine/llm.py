@@ -41,9 +41,13 @@ class LLM:
     def get_tokenizer(self):
         return self.llm_engine.tokenizer
 
-    def generate(self, prompts, sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
-                 priority: Sequence[int] | None = None,
-                 progress: Callable[[int, int], None] | None = None) -> list[RequestOutput]:
+    def generate(
+        self,
+        prompts,
+        sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
+        priority: Sequence[int] | None = None,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> list[RequestOutput]:
         """Run every prompt to completion; outputs come back in the order of the prompts.
 
         `progress(done, total)` is called as requests finish (the CLI hangs a progress bar on it).

@@ -44,7 +44,7 @@ class OutputProcessor:
         if state.detokenizer is not None and not state.stopped_by_string:
             delta = state.detokenizer.step(new_token_ids) if new_token_ids else ""
             if request.is_finished():
-                delta += state.detokenizer.flush()   # emit a held-back partial character at the end
+                delta += state.detokenizer.flush()  # emit a held-back partial character at the end
             before = len(state.text)
             candidate = state.text + delta
             stops = request.sampling_params.stop_strings
@@ -55,18 +55,23 @@ class OutputProcessor:
                 state.stopped_by_string = hit_stop = True
             new_text = candidate[before:]
             state.text = candidate
-        if (request.status == RequestStatus.FINISHED_STOPPED and state.stop_reason is None
-                and request.output_token_ids):
+        if request.status == RequestStatus.FINISHED_STOPPED and state.stop_reason is None and request.output_token_ids:
             last = request.output_token_ids[-1]
             state.stop_reason = None if last == request.eos_token_id else last
         finished = request.is_finished() or hit_stop
         reason = RequestStatus.FINISHED_STOPPED.finish_reason if hit_stop else request.status.finish_reason
         out = RequestOutput(
-            request_id=request.request_id, prompt=state.prompt, prompt_token_ids=request.prompt_token_ids,
+            request_id=request.request_id,
+            prompt=state.prompt,
+            prompt_token_ids=request.prompt_token_ids,
             outputs=[CompletionOutput(0, state.text, list(state.token_ids), reason, state.stop_reason)],
-            finished=finished, new_token_ids=list(new_token_ids), new_text=new_text,
-            num_cached_tokens=request.num_cached_tokens, num_preemptions=request.num_preemptions,
-            timestamps=request.timestamps)
+            finished=finished,
+            new_token_ids=list(new_token_ids),
+            new_text=new_text,
+            num_cached_tokens=request.num_cached_tokens,
+            num_preemptions=request.num_preemptions,
+            timestamps=request.timestamps,
+        )
         if finished:
             self.drop(request.request_id)
         return out, hit_stop

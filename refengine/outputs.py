@@ -12,7 +12,7 @@ class CompletionOutput:
     index: int
     text: str
     token_ids: list[int]
-    finish_reason: str | None = None   # "stop", "length", "abort" or None while running
+    finish_reason: str | None = None  # "stop", "length", "abort" or None while running
     stop_reason: str | int | None = None  # the stop string or stop token that ended it
 
 

@@ -18,8 +18,8 @@ from refengine.errors import RefEngineError
 # distribution is uniform to float32 precision anyway; a larger value is a mistake, not a request.
 MIN_TEMPERATURE = 0.01
 MAX_TEMPERATURE = 100.0
-INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
-SEED_MIN, SEED_MAX = INT64_MIN, 2 ** 64 - 1          # what torch.Generator.manual_seed accepts
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+SEED_MIN, SEED_MAX = INT64_MIN, 2**64 - 1  # what torch.Generator.manual_seed accepts
 MAX_STOP_STRINGS = 64
 MAX_STOP_TOKEN_IDS = 1024
 
@@ -44,7 +44,7 @@ def _integer(name: str, value, lo: int = INT64_MIN, hi: int = INT64_MAX) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise SamplingParamError(name, f"{name} must be an integer, got {type(value).__name__}")
     if not lo <= value <= hi:
-        shown = value if abs(value) < 10 ** 30 else f"an integer of {len(str(abs(value)))} digits"
+        shown = value if abs(value) < 10**30 else f"an integer of {len(str(abs(value)))} digits"
         raise SamplingParamError(name, f"{name} must be in [{lo}, {hi}], got {shown}")
     return value
 
@@ -103,11 +103,14 @@ class SamplingParams:
     def _validate_sampling(self) -> None:
         _integer("n", self.n)
         if self.n != 1:
-            raise SamplingParamError("n", f"n={self.n} is not supported; refengine generates one sequence per request (n=1)")
+            raise SamplingParamError(
+                "n", f"n={self.n} is not supported; refengine generates one sequence per request (n=1)"
+            )
         t = _finite("temperature", self.temperature)
         if not 0 <= t <= MAX_TEMPERATURE:
-            raise SamplingParamError("temperature", f"temperature must be in [0, {MAX_TEMPERATURE:g}] (0 is greedy), "
-                                     f"got {t}")
+            raise SamplingParamError(
+                "temperature", f"temperature must be in [0, {MAX_TEMPERATURE:g}] (0 is greedy), got {t}"
+            )
         p = _finite("top_p", self.top_p)
         if not 0 < p <= 1:
             raise SamplingParamError("top_p", f"top_p must be in (0, 1], got {p}")
@@ -122,8 +125,9 @@ class SamplingParams:
         if _integer("min_tokens", self.min_tokens) < 0:
             raise SamplingParamError("min_tokens", f"min_tokens must be >= 0, got {self.min_tokens}")
         if self.max_tokens is not None and self.min_tokens > self.max_tokens:
-            raise SamplingParamError("min_tokens", f"min_tokens ({self.min_tokens}) must not exceed max_tokens "
-                                     f"({self.max_tokens})")
+            raise SamplingParamError(
+                "min_tokens", f"min_tokens ({self.min_tokens}) must not exceed max_tokens ({self.max_tokens})"
+            )
 
     def _validate_stops(self) -> None:
         if len(self.stop_strings) > MAX_STOP_STRINGS:
@@ -131,8 +135,9 @@ class SamplingParams:
         if any(not isinstance(s, str) or not s for s in self.stop_strings):
             raise SamplingParamError("stop", "stop strings must be non-empty strings")
         if len(self.stop_ids) > MAX_STOP_TOKEN_IDS:
-            raise SamplingParamError("stop_token_ids", f"at most {MAX_STOP_TOKEN_IDS} stop_token_ids, "
-                                     f"got {len(self.stop_ids)}")
+            raise SamplingParamError(
+                "stop_token_ids", f"at most {MAX_STOP_TOKEN_IDS} stop_token_ids, got {len(self.stop_ids)}"
+            )
         for t in self.stop_ids:
             _integer("stop_token_ids", t)
 

@@ -45,8 +45,10 @@ class Tokenizer:
         self.add_bos_token = bool(config.get("add_bos_token", self.bos_token_id is not None))
         template = config.get("chat_template")
         if isinstance(template, list):  # [{"name": "default", "template": ...}, ...]
-            template = next((t["template"] for t in template if t.get("name") == "default"),
-                            template[0]["template"] if template else None)
+            template = next(
+                (t["template"] for t in template if t.get("name") == "default"),
+                template[0]["template"] if template else None,
+            )
         self.chat_template: str | None = template
 
     @property
@@ -84,13 +86,19 @@ class Tokenizer:
         """Render messages with the model's Jinja chat template; encode the result with add_bos=False
         (templates write the BOS themselves)."""
         if not self.chat_template:
-            raise RefEngineError("this model's tokenizer_config.json has no chat_template; "
-                                 "use /v1/completions with a plain prompt instead")
+            raise RefEngineError(
+                "this model's tokenizer_config.json has no chat_template; "
+                "use /v1/completions with a plain prompt instead"
+            )
         import jinja2  # only needed for chat
+
         env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True)
         return env.from_string(self.chat_template).render(
-            messages=messages, add_generation_prompt=add_generation_prompt,
-            bos_token=self.bos_token or "", eos_token=self.eos_token or "")
+            messages=messages,
+            add_generation_prompt=add_generation_prompt,
+            bos_token=self.bos_token or "",
+            eos_token=self.eos_token or "",
+        )
 
 
 def load_tokenizer(model_dir: str | Path) -> Tokenizer | None:
@@ -130,20 +138,20 @@ class IncrementalDetokenizer:
     def step(self, new_ids: list[int]) -> str:
         """Add generated ids; return the text they complete (may be "" while a character is partial)."""
         self.tokens.extend(new_ids)
-        prefix_text = self._decode(self.tokens[self.prefix_offset:self.read_offset])
-        new_text = self._decode(self.tokens[self.prefix_offset:])
+        prefix_text = self._decode(self.tokens[self.prefix_offset : self.read_offset])
+        new_text = self._decode(self.tokens[self.prefix_offset :])
         if len(new_text) <= len(prefix_text) or new_text.endswith(REPLACEMENT_CHAR):
             return ""  # nothing complete yet: keep the window open
-        delta = new_text[len(prefix_text):]
+        delta = new_text[len(prefix_text) :]
         self.prefix_offset, self.read_offset = self.read_offset, len(self.tokens)
         self.text += delta
         return delta
 
     def flush(self) -> str:
         """At the end of generation: emit whatever is held back (even if it ends in U+FFFD)."""
-        prefix_text = self._decode(self.tokens[self.prefix_offset:self.read_offset])
-        new_text = self._decode(self.tokens[self.prefix_offset:])
-        delta = new_text[len(prefix_text):] if len(new_text) > len(prefix_text) else ""
+        prefix_text = self._decode(self.tokens[self.prefix_offset : self.read_offset])
+        new_text = self._decode(self.tokens[self.prefix_offset :])
+        delta = new_text[len(prefix_text) :] if len(new_text) > len(prefix_text) else ""
         self.prefix_offset, self.read_offset = self.read_offset, len(self.tokens)
         self.text += delta
         return delta

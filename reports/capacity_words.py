@@ -16,8 +16,7 @@ def capacity_headline(a: CapacityAnswer) -> str:
     what = "max concurrency" if a.axis == "concurrency" else "max request rate"
     unit = "" if a.axis == "concurrency" else " req/s"
     if a.capacity is None:
-        return (f"{what} within SLO: none (the lowest load tried missed it; bounded by {a.bounded_by})"
-                + _failures(a))
+        return f"{what} within SLO: none (the lowest load tried missed it; bounded by {a.bounded_by})" + _failures(a)
     out = f"{what} within SLO: {a.capacity:g}{unit}"
     if a.trace_rate:
         out += f", the trace at {a.capacity / a.trace_rate:.3g}x its own speed"
@@ -53,6 +52,8 @@ def _not_established(a: CapacityAnswer) -> str:
         return f"a point estimate: no load was clearly within the SLO at {a.confidence:.0%}"
     counts = sorted({v.n for v in few})
     span = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
-    return (f"a point estimate, not established at {a.confidence:.0%}: a P99 within its bound needs "
-            f"{min_n_for_in(0.99)} requests with none over it, the loads had {span}; lengthen --duration "
-            "or raise --repeats")
+    return (
+        f"a point estimate, not established at {a.confidence:.0%}: a P99 within its bound needs "
+        f"{min_n_for_in(0.99)} requests with none over it, the loads had {span}; lengthen --duration "
+        "or raise --repeats"
+    )

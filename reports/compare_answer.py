@@ -23,17 +23,34 @@ def compare_answer(c: Comparison) -> list[AnswerItem]:
         if by_metric:
             order = list(dict.fromkeys(d.metric for lc in c.levels for d in lc.deltas))
             lines = [f"{metric}: {', '.join(by_metric[metric])}" for metric in order if metric in by_metric]
-            items.append(AnswerItem(f"B is {verdict} than A", f"on {len(by_metric)} metric(s), "
-                                    f"{n[verdict]} level-metric pair(s).", tone, lines))
+            items.append(
+                AnswerItem(
+                    f"B is {verdict} than A",
+                    f"on {len(by_metric)} metric(s), {n[verdict]} level-metric pair(s).",
+                    tone,
+                    lines,
+                )
+            )
     if not items:
-        items.append(AnswerItem("Verdict", "B and A are within noise on every shared metric and level "
-                                f"({n['within noise']} pairs).", "good" if c.levels else "neutral"))
+        items.append(
+            AnswerItem(
+                "Verdict",
+                f"B and A are within noise on every shared metric and level ({n['within noise']} pairs).",
+                "good" if c.levels else "neutral",
+            )
+        )
     else:
-        items.append(AnswerItem("Within noise", f"{n['within noise']} level-metric pair(s); "
-                                f"{n['n/a']} without data.", "neutral"))
+        items.append(
+            AnswerItem("Within noise", f"{n['within noise']} level-metric pair(s); {n['n/a']} without data.", "neutral")
+        )
     if c.only_a or c.only_b:
-        items.append(AnswerItem("Not compared", f"only in A: {', '.join(c.only_a) or '—'}; only in B: "
-                                f"{', '.join(c.only_b) or '—'}.", "warn"))
+        items.append(
+            AnswerItem(
+                "Not compared",
+                f"only in A: {', '.join(c.only_a) or '—'}; only in B: {', '.join(c.only_b) or '—'}.",
+                "warn",
+            )
+        )
     return items
 
 

@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 from reports.evidence_units import evidence_name, fmt_evidence
 
-MAX_NUMBER_SENTENCES = 3        # plus where it lies and the next step: five lines at most
+MAX_NUMBER_SENTENCES = 3  # plus where it lies and the next step: five lines at most
 
 
 def seconds(v: float) -> str:
@@ -54,17 +54,30 @@ def where_sentence(finding: dict, metric: str) -> str:
     if kind == "throughout":
         levels = ", ".join((finding.get("evidence") or {}).get("throughout_levels") or []) or "its levels"
         shared = ", ".join((finding.get("evidence") or {}).get("baseline_lived_through_it") or [])
-        also = (f"; the baseline lived through it too with no standing tail, so what {shared} added over the "
-                "baseline is not its doing") if shared else ""
-        return _sentence(f"it held through the whole of {levels}{held}: no stretch of the run without it to "
-                         f"compare with{also}")
-    if kind == "added":             # a router's time (analyzers/triage/fleet/router.py)
-        return _sentence(f"it is {share:.0%} of what the slowest {metric.upper()} requests waited: time spent on "
-                         "the way to the replicas" if isinstance(share, (int, float)) else
-                         "it is time spent on the way to the replicas")
+        also = (
+            (
+                f"; the baseline lived through it too with no standing tail, so what {shared} added over the "
+                "baseline is not its doing"
+            )
+            if shared
+            else ""
+        )
+        return _sentence(
+            f"it held through the whole of {levels}{held}: no stretch of the run without it to compare with{also}"
+        )
+    if kind == "added":  # a router's time (analyzers/triage/fleet/router.py)
+        return _sentence(
+            f"it is {share:.0%} of what the slowest {metric.upper()} requests waited: time spent on "
+            "the way to the replicas"
+            if isinstance(share, (int, float))
+            else "it is time spent on the way to the replicas"
+        )
     if kind == "differential" or not n:
-        return _sentence(f"it explains {share:.0%} of the {metric.upper()} tail requests"
-                         if isinstance(share, (int, float)) else f"it is a condition of the {metric.upper()} tail")
+        return _sentence(
+            f"it explains {share:.0%} of the {metric.upper()} tail requests"
+            if isinstance(share, (int, float))
+            else f"it is a condition of the {metric.upper()} tail"
+        )
     return _sentence(f"it coincides with {explains} of the {_plural(n, 'spike window')}{held}")
 
 
@@ -74,10 +87,15 @@ def _failures(ev: dict, metric: str) -> list[str]:
         return []
     kinds = ev.get("by_kind") or {}
     how = ", ".join(f"{c} {k.replace('_', ' ')}" for k, c in kinds.items())
-    who = f"replica {ev['replica']} failed {failed:.0f} of its {n:.0f} requests" if ev.get("replica") else \
-        f"{failed:.0f} of {n:.0f} requests failed"
+    who = (
+        f"replica {ev['replica']} failed {failed:.0f} of its {n:.0f} requests"
+        if ev.get("replica")
+        else f"{failed:.0f} of {n:.0f} requests failed"
+    )
     rate = _num(ev, "others_failure_rate")
-    out = [who + (f" ({how})" if how else "") + (f", the other replicas {rate:.1%} of theirs" if rate is not None else "")]
+    out = [
+        who + (f" ({how})" if how else "") + (f", the other replicas {rate:.1%} of theirs" if rate is not None else "")
+    ]
     if ev.get("sample_error"):
         out.append(f"one of them said: {ev['sample_error']}")
     return out
@@ -87,17 +105,24 @@ def _differential(ev: dict, metric: str) -> list[str]:
     tail, exposed, body = _num(ev, "tail_requests"), _num(ev, "tail_exposed"), _num(ev, "body_exposed")
     if tail is None or exposed is None or body is None:
         return []
-    lived = "were long prompts" if "long_prompt_share" in ev else "lived through it"     # a property, not a time
+    lived = "were long prompts" if "long_prompt_share" in ev else "lived through it"  # a property, not a time
     if "busier_share" in ev:
         lived = "were sent to a clearly busier replica"
     # A hot replica's shares of the tail and of the requests (_fleet) say it already.
-    out = [] if "replica_shares" in ev else [f"{round(exposed * tail)} of the {tail:.0f} slowest requests {lived}, "
-                                             f"against {body:.0%} of the other requests"]
+    out = (
+        []
+        if "replica_shares" in ev
+        else [
+            f"{round(exposed * tail)} of the {tail:.0f} slowest requests {lived}, "
+            f"against {body:.0%} of the other requests"
+        ]
+    )
     with_s, without_s = _num(ev, "percentile_with_s"), _num(ev, "percentile_without_s")
     q, level = _num(ev, "counterfactual_quantile"), ev.get("counterfactual_level")
     if with_s is not None and without_s is not None and level and q is not None:
-        out.append(f"without it, {level}'s {metric.upper()} P{q:g} would be {seconds(without_s)} instead of "
-                   f"{seconds(with_s)}")
+        out.append(
+            f"without it, {level}'s {metric.upper()} P{q:g} would be {seconds(without_s)} instead of {seconds(with_s)}"
+        )
     return out
 
 
@@ -108,28 +133,43 @@ def _fleet(ev: dict, metric: str) -> list[str]:
     out = []
     if replica is not None and replica in shares and ratio is not None:
         mine = shares[replica]
-        out.append(f"replica {replica} served {mine['tail_share']:.0%} of the tail and {mine['request_share']:.0%} "
-                   "of the requests")
+        out.append(
+            f"replica {replica} served {mine['tail_share']:.0%} of the tail and {mine['request_share']:.0%} "
+            "of the requests"
+        )
         its, theirs = _num(ev, "latency_median_s"), _num(ev, "others_latency_median_s")
         n, m = _num(ev, "in_flight_median"), _num(ev, "others_in_flight_median")
-        medians = (f" (median {seconds(its)} with {n:.0f} in flight, theirs {seconds(theirs)} with {m:.0f})"
-                   if its is not None and theirs is not None and n is not None and m is not None else "")
+        medians = (
+            f" (median {seconds(its)} with {n:.0f} in flight, theirs {seconds(theirs)} with {m:.0f})"
+            if its is not None and theirs is not None and n is not None and m is not None
+            else ""
+        )
         residence = _num(ev, "residence_per_work_vs_others")
         if ev.get("slowness_from") == "residence" and residence is not None:
             # Judged by Little's law (analyzers/triage/fleet/hot_replica.py): its loads and the others' did not meet.
-            out.append(f"sent no more requests and no heavier ones, each stayed on it {residence:.1f}x as long as "
-                       f"the others' did on theirs{medians}; at the loads the others had, {ratio:.1f}x")
+            out.append(
+                f"sent no more requests and no heavier ones, each stayed on it {residence:.1f}x as long as "
+                f"the others' did on theirs{medians}; at the loads the others had, {ratio:.1f}x"
+            )
         else:
             out.append(f"at the same load its {metric.upper()} was {ratio:.1f}x the other replicas'{medians}")
     own, light = _num(ev, "tail_own_outstanding_median"), _num(ev, "tail_lightest_outstanding_median")
     if own is not None and light is not None:
-        held = (f"{ev['tail_own_in_flight_median']:.0f} requests and " if _num(ev, "tail_own_in_flight_median")
-                is not None else "")
-        light_held = (f"{ev['tail_lightest_in_flight_median']:.0f} and " if _num(ev, "tail_lightest_in_flight_median")
-                      is not None else "")
-        out.append(f"the slowest requests went to a replica holding {held}{own:,.0f} outstanding tokens (median) "
-                   f"while another held {light_held}{light:,.0f}" + (f", as {ev['routing']} chose" if ev.get("routing")
-                                                                     else ""))
+        held = (
+            f"{ev['tail_own_in_flight_median']:.0f} requests and "
+            if _num(ev, "tail_own_in_flight_median") is not None
+            else ""
+        )
+        light_held = (
+            f"{ev['tail_lightest_in_flight_median']:.0f} and "
+            if _num(ev, "tail_lightest_in_flight_median") is not None
+            else ""
+        )
+        out.append(
+            f"the slowest requests went to a replica holding {held}{own:,.0f} outstanding tokens (median) "
+            f"while another held {light_held}{light:,.0f}"
+            + (f", as {ev['routing']} chose" if ev.get("routing") else "")
+        )
     return out
 
 
@@ -140,8 +180,9 @@ def _phases(ev: dict, metric: str) -> list[str]:
     levels = ", ".join(ev.get("levels") or []) or "the slow levels"
     split = ", ".join(f"{k} {seconds(v)}" for k, v in parts.items())
     largest = f"; {ev['dominant_part']} is the largest part" if ev.get("dominant_part") and len(parts) > 1 else ""
-    return [f"in {levels}, a request's mean {metric.upper()} of {seconds(sum(parts.values()))} splits into "
-            f"{split}{largest}"]
+    return [
+        f"in {levels}, a request's mean {metric.upper()} of {seconds(sum(parts.values()))} splits into {split}{largest}"
+    ]
 
 
 def _server(ev: dict, metric: str) -> list[str]:
@@ -156,8 +197,9 @@ def _server(ev: dict, metric: str) -> list[str]:
     if waiting is not None:
         words.append(f"{waiting:.1f} waiting")
     kv, pre = _num(s, "kv_usage_max"), _num(s, "preemptions")
-    kv_words = (f"; the KV cache peaked at {kv:.0%} full" if kv is not None else "") + \
-        (f", with {_plural(int(pre), 'preemption')}" if kv is not None and pre is not None else "")
+    kv_words = (f"; the KV cache peaked at {kv:.0%} full" if kv is not None else "") + (
+        f", with {_plural(int(pre), 'preemption')}" if kv is not None and pre is not None else ""
+    )
     return ["the server had " + " and ".join(words) + " on average" + kv_words]
 
 
@@ -166,11 +208,16 @@ def _host(ev: dict, metric: str) -> list[str]:
     busy, cores = _num(h, "cpu_pct"), _num(h, "cores")
     if busy is None:
         return []
-    who = [f"the server {h['server_cpu_cores']:.2g} cores" if _num(h, "server_cpu_cores") is not None else "",
-           f"other processes {h['others_cpu_cores']:.2g}" if _num(h, "others_cpu_cores") is not None else ""]
+    who = [
+        f"the server {h['server_cpu_cores']:.2g} cores" if _num(h, "server_cpu_cores") is not None else "",
+        f"other processes {h['others_cpu_cores']:.2g}" if _num(h, "others_cpu_cores") is not None else "",
+    ]
     used = ", ".join(w for w in who if w)
-    return [f"the host's CPU was {busy:.0f}% busy" + (f" over {cores:.0f} cores" if cores else "")
-            + (f" ({used})" if used else "")]
+    return [
+        f"the host's CPU was {busy:.0f}% busy"
+        + (f" over {cores:.0f} cores" if cores else "")
+        + (f" ({used})" if used else "")
+    ]
 
 
 def _client_lag(ev: dict, metric: str) -> list[str]:
@@ -178,9 +225,11 @@ def _client_lag(ev: dict, metric: str) -> list[str]:
     if lag is None:
         return []
     late, spikes = _num(ev, "spikes_sent_late"), _num(ev, "spikes")
-    return [f"the load generator sent requests {seconds(lag)} late at P99"
-            + (f", over its limit of {seconds(limit)}" if limit is not None else "")
-            + (f"; {late:.0f} of the {spikes:.0f} spike requests left late" if late is not None and spikes else "")]
+    return [
+        f"the load generator sent requests {seconds(lag)} late at P99"
+        + (f", over its limit of {seconds(limit)}" if limit is not None else "")
+        + (f"; {late:.0f} of the {spikes:.0f} spike requests left late" if late is not None and spikes else "")
+    ]
 
 
 def _bursts(ev: dict, metric: str) -> list[str]:
@@ -188,23 +237,39 @@ def _bursts(ev: dict, metric: str) -> list[str]:
     if n is None or judged is None:
         return []
     where = ", ".join(ev.get("levels") or [])
-    return [f"{n:.0f} of the {judged:.0f} streams judged arrived in one burst" + (f" (in {where})" if where else "")
-            + ": the client read them late, so their latencies are its own"]
+    return [
+        f"{n:.0f} of the {judged:.0f} streams judged arrived in one burst"
+        + (f" (in {where})" if where else "")
+        + ": the client read them late, so their latencies are its own"
+    ]
 
 
 _SIDE = re.compile(r"^(?P<name>.+?)_(?:in_)?(?P<side>spikes|calm)(?P<unit>_lt_s|_gt_s|_s|_pct|_bytes|_ms)?$")
 
 
 # What a figure is called in a sentence, where its key's words would not say it.
-NAMES = {"retrans": "TCP retransmitted segments", "retrans_per_s": "TCP retransmits", "cpu_pct": "the host's CPU",
-         "busiest_core_cpu_pct": "the busiest core", "server_cpu_cores": "the server's CPU (cores)",
-         "client_cpu_cores": "the load generator's CPU (cores)", "others_cpu_cores": "all other processes' CPU (cores)",
-         "other_cpu_cores": "other processes' CPU (cores)", "waiting_mean": "requests waiting (mean)",
-         "queue_time_mean_s": "the server's mean queue time", "queue_time_p99_s": "the server's queue-time P99",
-         "queue_time_p99_lt_s": "the server's queue-time P99", "queue_time_p99_gt_s": "the server's queue-time P99",
-         "preemptions": "preemptions", "preemptions_per_s": "preemptions", "throttled_share": "GPU samples throttled",
-         "ncpu": "CPUs", "cores": "cores", "busiest_core": "the busiest core (cpu)"}
-MIN_CONTRAST = 0.1       # a figure that moved less than this between spikes and calm is no evidence
+NAMES = {
+    "retrans": "TCP retransmitted segments",
+    "retrans_per_s": "TCP retransmits",
+    "cpu_pct": "the host's CPU",
+    "busiest_core_cpu_pct": "the busiest core",
+    "server_cpu_cores": "the server's CPU (cores)",
+    "client_cpu_cores": "the load generator's CPU (cores)",
+    "others_cpu_cores": "all other processes' CPU (cores)",
+    "other_cpu_cores": "other processes' CPU (cores)",
+    "waiting_mean": "requests waiting (mean)",
+    "queue_time_mean_s": "the server's mean queue time",
+    "queue_time_p99_s": "the server's queue-time P99",
+    "queue_time_p99_lt_s": "the server's queue-time P99",
+    "queue_time_p99_gt_s": "the server's queue-time P99",
+    "preemptions": "preemptions",
+    "preemptions_per_s": "preemptions",
+    "throttled_share": "GPU samples throttled",
+    "ncpu": "CPUs",
+    "cores": "cores",
+    "busiest_core": "the busiest core (cpu)",
+}
+MIN_CONTRAST = 0.1  # a figure that moved less than this between spikes and calm is no evidence
 
 
 def _value(key: str, v: Any) -> str:
@@ -224,7 +289,7 @@ def _name(key: str) -> str:
 
 def _contrast(spikes: Any, calm: Any) -> float:
     if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (spikes, calm)):
-        return 1.0                     # a bound ("< 300 ms"): say it
+        return 1.0  # a bound ("< 300 ms"): say it
     top = max(abs(spikes), abs(calm))
     return abs(spikes - calm) / top if top else 0.0
 
@@ -236,13 +301,16 @@ def _spikes_vs_calm(ev: dict, metric: str) -> list[str]:
         m = _SIDE.match(key)
         if m and v is not None:
             pairs.setdefault(m["name"] + (m["unit"] or ""), {})[m["side"]] = v
-    both = [(k, p) for k, p in pairs.items() if {"spikes", "calm"} <= p.keys()
-            and _contrast(p["spikes"], p["calm"]) >= MIN_CONTRAST]
+    both = [
+        (k, p)
+        for k, p in pairs.items()
+        if {"spikes", "calm"} <= p.keys() and _contrast(p["spikes"], p["calm"]) >= MIN_CONTRAST
+    ]
     both.sort(key=lambda kp: -_contrast(kp[1]["spikes"], kp[1]["calm"]))
     out, seen = _neighbours(ev.get("top_others_spikes") or []), set()
     for k, p in both:
         said = (_value(k, p["spikes"]), _value(k, p["calm"]))
-        if said not in seen:           # two names for one figure (others, other): say it once
+        if said not in seen:  # two names for one figure (others, other): say it once
             seen.add(said)
             out.append(f"{_name(k)}: {said[0]} in the spike windows, {said[1]} in the calm")
     return out
@@ -254,8 +322,11 @@ def _neighbours(top: list) -> list[str]:
     for p in top[:3]:
         if isinstance(p, dict) and {"comm", "pid"} <= p.keys():
             spikes, calm = p.get("cpu_cores_spikes", p.get("cpu_cores")), p.get("cpu_cores_calm")
-            named.append(f"{p['comm']} (pid {p['pid']})" + (f" {spikes:.2g} cores" if spikes is not None else "")
-                         + (f" vs {calm:.2g} in the calm" if calm is not None else ""))
+            named.append(
+                f"{p['comm']} (pid {p['pid']})"
+                + (f" {spikes:.2g} cores" if spikes is not None else "")
+                + (f" vs {calm:.2g} in the calm" if calm is not None else "")
+            )
     return ["in the spike windows the CPU went to " + "; ".join(named)] if named else []
 
 
@@ -265,13 +336,15 @@ def _condition(ev: dict, metric: str) -> list[str]:
     cores, wait = _num(ev, "neighbour_cores_throughout"), _num(ev, "waited_share_throughout")
     if cores is not None:
         whose = "the server's threads" if ev.get("waited_field") == "server_cpu_wait_share" else "some task"
-        out.append(f"other processes held {cores:.2g} cores"
-                   + (f", and {whose} waited for a CPU {wait:.0%} of the time" if wait is not None else ""))
-    for key, seconds_key, what in (("retrans_throughout", None, "TCP segments were retransmitted on the "
-                                    "target's connections"),
-                                   ("retrans_when_held", "retrans_seconds", "TCP segments were retransmitted on "
-                                    "the target's connections"),
-                                   ("preemptions_when_held", "preemption_seconds", "requests were preempted")):
+        out.append(
+            f"other processes held {cores:.2g} cores"
+            + (f", and {whose} waited for a CPU {wait:.0%} of the time" if wait is not None else "")
+        )
+    for key, seconds_key, what in (
+        ("retrans_throughout", None, "TCP segments were retransmitted on the target's connections"),
+        ("retrans_when_held", "retrans_seconds", "TCP segments were retransmitted on the target's connections"),
+        ("preemptions_when_held", "preemption_seconds", "requests were preempted"),
+    ):
         n = _num(ev, key)
         if n is not None:
             span = _num(ev, seconds_key) if seconds_key else None
@@ -282,7 +355,7 @@ def _condition(ev: dict, metric: str) -> list[str]:
 def _router(ev: dict, metric: str) -> list[str]:
     """Each level where the router's gap was found: the client's TTFT mean against the replicas' own."""
     levels = ev.get("levels")
-    if not isinstance(levels, dict):       # a standing finding's levels are a list of ids
+    if not isinstance(levels, dict):  # a standing finding's levels are a list of ids
         return []
     out = []
     for level in ev.get("router_levels") or []:
@@ -290,8 +363,10 @@ def _router(ev: dict, metric: str) -> list[str]:
         client, own, gap, rtt = (_num(g, k) for k in ("client_ttft_mean_s", "replicas_ttft_mean_s", "gap_s", "rtt_s"))
         if client is not None and own is not None and gap is not None:
             trip = f", less the {seconds(rtt)} round trip to the router" if rtt is not None else ""
-            out.append(f"in {level} the client's TTFT mean was {seconds(client)} and the replicas' own "
-                       f"{seconds(own)}{trip}: {seconds(gap)} in the router")
+            out.append(
+                f"in {level} the client's TTFT mean was {seconds(client)} and the replicas' own "
+                f"{seconds(own)}{trip}: {seconds(gap)} in the router"
+            )
     return out[:2]
 
 
@@ -302,21 +377,42 @@ def _long_prompts(ev: dict, metric: str) -> list[str]:
     return [f"{_plural(int(n), 'long prompt')} of about {tokens:,.0f} tokens (median) shared the server"]
 
 
-BUILDERS: list[Callable[[dict, str], list[str]]] = [_failures, _fleet, _router, _condition, _differential, _phases,
-                                                   _server, _host, _client_lag, _bursts, _spikes_vs_calm, _long_prompts]
-KNOWN = re.compile(r"^(failed|requests|by_kind|dominant_kind|sample_error|tail_\w+|body_\w+|relative_risk|"
-                   r"exposed_latency_vs_unexposed|counterfactual_\w+|percentile_\w+|parts_s|levels|dominant_part|"
-                   r"server|host|limits|send_lag_p99_s|limit_s|spikes_sent_late|spikes|long_prompt\w*|burst_\w+|"
-                   r"neighbour_\w+|waited_\w+|throughout_levels|baseline_lived_through_it|retrans_\w+|preemption\w*|rto_\w+|"
-                   r"replica\w*|latency_vs_others_same_load|same_load_\w+|residence_\w+|slowness_from|in_flight_median|others_\w+|latency_median_s|"
-                   r"busier_share|typical_request_tokens|output_tokens_p99_over_median|routing|by_replica|failure_rate|"
-                   r"router\w*|levels_not_judged)$")
+BUILDERS: list[Callable[[dict, str], list[str]]] = [
+    _failures,
+    _fleet,
+    _router,
+    _condition,
+    _differential,
+    _phases,
+    _server,
+    _host,
+    _client_lag,
+    _bursts,
+    _spikes_vs_calm,
+    _long_prompts,
+]
+KNOWN = re.compile(
+    r"^(failed|requests|by_kind|dominant_kind|sample_error|tail_\w+|body_\w+|relative_risk|"
+    r"exposed_latency_vs_unexposed|counterfactual_\w+|percentile_\w+|parts_s|levels|dominant_part|"
+    r"server|host|limits|send_lag_p99_s|limit_s|spikes_sent_late|spikes|long_prompt\w*|burst_\w+|"
+    r"neighbour_\w+|waited_\w+|throughout_levels|baseline_lived_through_it|retrans_\w+|preemption\w*|rto_\w+|"
+    r"replica\w*|latency_vs_others_same_load|same_load_\w+|residence_\w+|slowness_from|in_flight_median|others_\w+|latency_median_s|"
+    r"busier_share|typical_request_tokens|output_tokens_p99_over_median|routing|by_replica|failure_rate|"
+    r"router\w*|levels_not_judged)$"
+)
 
 
 def _others(ev: dict, metric: str) -> list[str]:
     """The figures no builder speaks of, named with their units (at most three)."""
-    rest = [(k, v) for k, v in ev.items() if not KNOWN.match(k) and not _SIDE.match(k)
-            and isinstance(v, (int, float, str)) and not isinstance(v, bool) and v != ""]
+    rest = [
+        (k, v)
+        for k, v in ev.items()
+        if not KNOWN.match(k)
+        and not _SIDE.match(k)
+        and isinstance(v, (int, float, str))
+        and not isinstance(v, bool)
+        and v != ""
+    ]
     return ["also measured: " + ", ".join(f"{_name(k)} {_value(k, v)}" for k, v in rest[:3])] if rest else []
 
 

@@ -15,15 +15,16 @@ def _value(metric: str, v: float) -> str:
 def regression_words(r: Regression) -> str:
     if r.b is None or r.rel is None:
         return f"{r.level_id} {r.metric} {_value(r.metric, r.a)} -> unbounded ({r.note})"
-    return (f"{r.level_id} {r.metric} {_value(r.metric, r.a)} -> {_value(r.metric, r.b)} ({r.rel:+.1%}, "
-            f"95% interval of the change excludes 0)")
+    return (
+        f"{r.level_id} {r.metric} {_value(r.metric, r.a)} -> {_value(r.metric, r.b)} ({r.rel:+.1%}, "
+        f"95% interval of the change excludes 0)"
+    )
 
 
 def gate_line(g: GateResult) -> str:
     """The one-line reason a build failed or passed."""
     if not g.failed:
-        return (f"no regression beyond {g.tolerance:.0%} in {g.checked} checks of "
-                f"{', '.join(g.metrics)}")
+        return f"no regression beyond {g.tolerance:.0%} in {g.checked} checks of {', '.join(g.metrics)}"
     worst = max(g.regressions, key=lambda r: float("inf") if r.rel is None else abs(r.rel))
     more = f" and {len(g.regressions) - 1} more" if len(g.regressions) > 1 else ""
     return f"regression beyond {g.tolerance:.0%}: {regression_words(worst)}{more}"
@@ -56,8 +57,14 @@ def step_summary(comparisons: list[Comparison], g: GateResult) -> str:
     lines = [f"### llmbench compare: {'FAILED' if g.failed else 'passed'}", "", gate_line(g), ""]
     if g.regressions:
         lines += ["| level | metric | A | B | change |", "| --- | --- | --- | --- | --- |"]
-        lines += [f"| {r.level_id} | {r.metric} | {_value(r.metric, r.a)} | "
-                  + (f"{_value(r.metric, r.b)} | {r.rel:+.1%} |" if r.b is not None and r.rel is not None
-                     else "unbounded | failed requests |") for r in g.regressions]
+        lines += [
+            f"| {r.level_id} | {r.metric} | {_value(r.metric, r.a)} | "
+            + (
+                f"{_value(r.metric, r.b)} | {r.rel:+.1%} |"
+                if r.b is not None and r.rel is not None
+                else "unbounded | failed requests |"
+            )
+            for r in g.regressions
+        ]
     lines.append(f"\nruns: {', '.join(f'{c.run_b} vs {c.run_a}' for c in comparisons)}")
     return "\n".join(lines) + "\n"

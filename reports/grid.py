@@ -31,7 +31,7 @@ JUSTIFY: tuple[Justify, ...] = ("left", "right", "center")
 
 @dataclass(frozen=True)
 class Column:
-    name: str                          # the header; "\n" splits it on purpose
+    name: str  # the header; "\n" splits it on purpose
     justify: Justify = "left"
     # May a cell wrap between its words? Default: left-aligned text wraps, right-aligned figures
     # do not ("640 MiB" stays on one line). Nothing ever breaks inside a word.
@@ -55,7 +55,7 @@ class Grid:
     columns: list[Column]
     rows: list[list[Cell]] = field(default_factory=list)
     caption: str = ""
-    dense: bool = False                # no borders, no padding: a space between columns
+    dense: bool = False  # no borders, no padding: a space between columns
     # Figures read apart without borders: when the boxed table does not fit, try it dense first.
     box_optional: bool = False
 
@@ -91,7 +91,9 @@ def column_bounds(grid: Grid, index: int) -> tuple[int, int, int]:
     `natural` the header does too."""
     col = grid.columns[index]
     cells = [_text(row[index]).plain for row in grid.rows]
-    least = max([_longest_word(col.name)] + [(_longest_word if col.wraps else _longest_line)(c) for c in cells], default=1)
+    least = max(
+        [_longest_word(col.name)] + [(_longest_word if col.wraps else _longest_line)(c) for c in cells], default=1
+    )
     one_line = max([least] + [_longest_line(c) for c in cells])
     return max(least, 1), max(one_line, 1), max(one_line, _longest_line(col.name), 1)
 
@@ -99,7 +101,7 @@ def column_bounds(grid: Grid, index: int) -> tuple[int, int, int]:
 def _overhead(grid: Grid) -> int:
     """Columns of borders and padding the table adds to its cells' widths (see _table)."""
     n = len(grid.columns)
-    return n - 1 if grid.dense else 3 * n + 1           # dense: one space apart; else "│ a │ b │"
+    return n - 1 if grid.dense else 3 * n + 1  # dense: one space apart; else "│ a │ b │"
 
 
 def needed_width(grid: Grid) -> int:
@@ -128,10 +130,17 @@ def _widths(grid: Grid, width: int) -> list[int] | None:
 
 
 def _table(grid: Grid, widths: list[int]) -> Table:
-    table = Table(title=Text(grid.title) if grid.title else None, title_justify="left", caption_justify="left",
-                  caption=Text(grid.caption) if grid.caption else None,
-                  box=box.SIMPLE_HEAD if grid.dense else box.HEAVY_HEAD, show_edge=not grid.dense,
-                  padding=(0, 0) if grid.dense else (0, 1), pad_edge=not grid.dense, expand=False)
+    table = Table(
+        title=Text(grid.title) if grid.title else None,
+        title_justify="left",
+        caption_justify="left",
+        caption=Text(grid.caption) if grid.caption else None,
+        box=box.SIMPLE_HEAD if grid.dense else box.HEAVY_HEAD,
+        show_edge=not grid.dense,
+        padding=(0, 0) if grid.dense else (0, 1),
+        pad_edge=not grid.dense,
+        expand=False,
+    )
     for col, w in zip(grid.columns, widths):
         # Widths hold every cell of a column that does not wrap on one line already; wrapping stays
         # allowed so that its header may take two lines.
@@ -139,7 +148,7 @@ def _table(grid: Grid, widths: list[int]) -> Table:
     keys = [_group_key(grid, row) for row in grid.rows]
     for k, row in enumerate(grid.rows):
         cells = [_text(c) for c in row]
-        if k and keys[k] and keys[k] == keys[k - 1]:        # the group's value once, on its first row
+        if k and keys[k] and keys[k] == keys[k - 1]:  # the group's value once, on its first row
             cells = [Text("") if grid.columns[i].group else c for i, c in enumerate(cells)]
         last_of_group = bool(keys[k]) and (k + 1 == len(keys) or keys[k + 1] != keys[k])
         table.add_row(*cells, end_section=last_of_group)
@@ -169,9 +178,12 @@ def _blocks(grid: Grid, console: Console) -> Group:
         if group and group != heading:
             heading = group
             out.append(Text(group, style="bold underline"))
-        fields = [(col.name.replace("\n", " "), _text(cell)) for col, cell in zip(grid.columns, row)
-                  if not col.group and _text(cell).plain.strip()]
-        if len(fields) > 1 and fields[0][0] == "#":          # a numbered row: "1. fix: paged KV cache"
+        fields = [
+            (col.name.replace("\n", " "), _text(cell))
+            for col, cell in zip(grid.columns, row)
+            if not col.group and _text(cell).plain.strip()
+        ]
+        if len(fields) > 1 and fields[0][0] == "#":  # a numbered row: "1. fix: paged KV cache"
             fields = [(f"{fields[0][1].plain}. {fields[1][0]}", fields[1][1])] + fields[2:]
         for n, (key, value) in enumerate(fields):
             line = Text.assemble((f"{key}: ", "bold" if n == 0 else "dim"), value)
@@ -186,8 +198,11 @@ def layout(grids: Grid | Sequence[Grid], console: Console) -> RenderableType:
     options = [grids] if isinstance(grids, Grid) else list(grids)
     if not options:
         raise ValueError("layout needs at least one grid")
-    tries = [g for grid in options
-             for g in ([grid, dataclasses.replace(grid, dense=True)] if grid.box_optional and not grid.dense else [grid])]
+    tries = [
+        g
+        for grid in options
+        for g in ([grid, dataclasses.replace(grid, dense=True)] if grid.box_optional and not grid.dense else [grid])
+    ]
     for grid in tries:
         widths = _widths(grid, console.width)
         if widths is not None and _tallest_cell(grid, widths) <= MAX_CELL_LINES:
@@ -195,7 +210,7 @@ def layout(grids: Grid | Sequence[Grid], console: Console) -> RenderableType:
     return _blocks(options[0], console)
 
 
-MAX_CELL_LINES = 10     # a cell wrapped into more lines than this reads better as a block of "key: value"
+MAX_CELL_LINES = 10  # a cell wrapped into more lines than this reads better as a block of "key: value"
 
 
 def _tallest_cell(grid: Grid, widths: list[int]) -> int:

@@ -16,8 +16,13 @@ from importlib.resources import files
 
 from jinja2 import DictLoader, Environment, select_autoescape
 
-_TEMPLATES = {"base": "base.html", "macros": "macros.html", "report": "report.html", "compare": "compare.html",
-              "runs": "runs.html"}
+_TEMPLATES = {
+    "base": "base.html",
+    "macros": "macros.html",
+    "report": "report.html",
+    "compare": "compare.html",
+    "runs": "runs.html",
+}
 
 
 def _read(name: str) -> str:
@@ -36,5 +41,7 @@ def hover_script() -> str:
 
 @functools.lru_cache(maxsize=None)
 def environment() -> Environment:
-    return Environment(loader=DictLoader({key: _read(name) for key, name in _TEMPLATES.items()}),
-                       autoescape=select_autoescape(default=True, default_for_string=True))
+    return Environment(
+        loader=DictLoader({key: _read(name) for key, name in _TEMPLATES.items()}),
+        autoescape=select_autoescape(default=True, default_for_string=True),
+    )

@@ -35,12 +35,16 @@ def sizing_line(level_id: str, meta: LevelMeta, n: int, max_s: float | None) -> 
     """The sweep's line for a level whose warm-up or window was sized; None for a fixed level."""
     if meta.warmup_end in (None, "fixed") and meta.window_end_by in (None, "fixed"):
         return None
-    warm = {"steady": f"warm-up {_s(meta.warmup_s)} to steady state",
-            "max": f"warm-up stopped at --max-duration {_s(max_s)} before every user had finished a request"
-            }.get(meta.warmup_end or "")
+    warm = {
+        "steady": f"warm-up {_s(meta.warmup_s)} to steady state",
+        "max": f"warm-up stopped at --max-duration {_s(max_s)} before every user had finished a request",
+    }.get(meta.warmup_end or "")
     bound = bound_words(meta, n, max_s)
     if bound is not None:
         return f"{level_id}: {bound}" + (f" ({warm})" if warm else "")
-    sized = (f"sized for {_percentile_sized_for(meta.sample_target)}" if meta.window_end_by == "samples"
-             and meta.sample_target is not None else "--duration")
+    sized = (
+        f"sized for {_percentile_sized_for(meta.sample_target)}"
+        if meta.window_end_by == "samples" and meta.sample_target is not None
+        else "--duration"
+    )
     return f"{level_id}: {n} requests in {_s(meta.window_s)} ({sized}" + (f"; {warm})" if warm else ")")

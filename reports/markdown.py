@@ -48,8 +48,12 @@ def md_answer(items: list[AnswerItem]) -> list[str]:
 
 
 def render_report_md(s: RunSummary, diagnosis: dict | None = None) -> str:
-    out = [f"# llmbench report: {md(s.info.run_id)}", "",
-           f"{md(s.info.status)} · model {md(s.info.target.model)} · SLO {md(s.slos.describe())}", ""]
+    out = [
+        f"# llmbench report: {md(s.info.run_id)}",
+        "",
+        f"{md(s.info.status)} · model {md(s.info.target.model)} · SLO {md(s.slos.describe())}",
+        "",
+    ]
     out += ["## Answer", ""] + md_answer(build_answer(s, diagnosis))
     findings = [f for f in s.finding_groups if f.severity != "benign"]
     benign = [f for f in s.finding_groups if f.severity == "benign"]
@@ -64,11 +68,13 @@ def render_report_md(s: RunSummary, diagnosis: dict | None = None) -> str:
         out += ["", "## Capacity search", ""] + md_table(CAPACITY_HEADER, capacity_rows(capacity)) + [md(CAPACITY_NOTE)]
     out += ["", "## Summary", ""] + md_table(tables.SUMMARY_HEADER, tables.summary_rows(s))
     if s.classes:
-        out += ["", "### Request classes (per prompt length)", ""] + md_table(tables.SUMMARY_HEADER,
-                                                                             tables.summary_rows(s, s.classes))
+        out += ["", "### Request classes (per prompt length)", ""] + md_table(
+            tables.SUMMARY_HEADER, tables.summary_rows(s, s.classes)
+        )
     if s.replicas:
-        out += ["", "### Replicas (which one served each request)", ""] + md_table(tables.REPLICA_HEADER,
-                                                                                tables.replica_rows(s))
+        out += ["", "### Replicas (which one served each request)", ""] + md_table(
+            tables.REPLICA_HEADER, tables.replica_rows(s)
+        )
     out += ["\\* P99 from fewer than 100 samples (unreliable). Figures: see report.html.", ""]
     if s.prediction is not None and s.prediction.levels:
         said = [scope_line(s.prediction), offline_line(s.prediction), unpredicted_line(s.prediction)]
@@ -76,18 +82,32 @@ def render_report_md(s: RunSummary, diagnosis: dict | None = None) -> str:
         out += md_table(HTML_HEADER, html_rows(s.prediction)) + [md(band_caption()), ""]
     out += ["## Scaling", ""] + md_table(tables.SCALING_HEADER, tables.scaling_rows(s))
     errors = tables.error_rows(s)
-    out += ["## Errors", ""] + (md_table(["level", "kind", "count", "rate", "first error text"], errors)
-                                if errors else ["No errors or timeouts in any measured window.", ""])
+    out += ["## Errors", ""] + (
+        md_table(["level", "kind", "count", "rate", "first error text"], errors)
+        if errors
+        else ["No errors or timeouts in any measured window.", ""]
+    )
     if diagnosis:
-        out += ["## Diagnosis: why the tail is bad", "", f"**{md(diagnosis['headline'])}** "
-                f"({diagnosis['metric'].upper()} tail, {len(diagnosis['spike_windows'])} spike windows; `llmdiag p99`)", ""]
+        out += [
+            "## Diagnosis: why the tail is bad",
+            "",
+            f"**{md(diagnosis['headline'])}** "
+            f"({diagnosis['metric'].upper()} tail, {len(diagnosis['spike_windows'])} spike windows; `llmdiag p99`)",
+            "",
+        ]
         if diagnosis["findings"]:
-            out += md_table(["#", "category", "severity", "finding", "next step"],
-                            [[str(i), f["category"], f["severity"], f["title"], f["next_step"]]
-                             for i, f in enumerate(diagnosis["findings"], 1)]) + [""]
+            out += md_table(
+                ["#", "category", "severity", "finding", "next step"],
+                [
+                    [str(i), f["category"], f["severity"], f["title"], f["next_step"]]
+                    for i, f in enumerate(diagnosis["findings"], 1)
+                ],
+            ) + [""]
     out += ["## All percentiles", ""] + md_table(tables.DETAIL_HEADER, tables.detail_rows(s))
     out += ["### What was sent and received", ""] + md_table(
-        ["level", "target in/out", "prompt tokens mean (min–max)", "output tokens mean (min–max)"], tables.length_rows(s))
+        ["level", "target in/out", "prompt tokens mean (min–max)", "output tokens mean (min–max)"],
+        tables.length_rows(s),
+    )
     out += ["## Run configuration and target", ""] + md_table(["", ""], [list(r) for r in tables.config_rows(s.info)])
     return "\n".join(out + _definitions())
 
@@ -97,14 +117,30 @@ def render_compare_md(comparisons: list[Comparison], min_effect: float = MIN_EFF
     for c in comparisons:
         n = c.counts()
         out += [f"## A = {md(c.run_a)} · B = {md(c.run_b)}", "", "### Verdict", ""] + md_answer(compare_answer(c))
-        out += [f"{n['better']} better, {n['worse']} worse, {n['within noise']} within noise (B − A with its 95% "
-                f"bootstrap interval; within noise: the interval contains 0 or the change is under "
-                f"{min_effect * 100:g}%).", ""]
+        out += [
+            f"{n['better']} better, {n['worse']} worse, {n['within noise']} within noise (B − A with its 95% "
+            f"bootstrap interval; within noise: the interval contains 0 or the change is under "
+            f"{min_effect * 100:g}%).",
+            "",
+        ]
         if c.only_a or c.only_b:
-            out += [f"Skipped levels: only in A: {md(', '.join(c.only_a) or '—')}; "
-                    f"only in B: {md(', '.join(c.only_b) or '—')}.", ""]
-        rows = [[lc.level_id if i == 0 else "", d.metric, fmt_value(d.metric, d.a), fmt_value(d.metric, d.b),
-                 fmt_delta(d), fmt_ci(d.metric, d.ci), verdict_words(d)]
-                for lc in c.levels for i, d in enumerate(lc.deltas)]
+            out += [
+                f"Skipped levels: only in A: {md(', '.join(c.only_a) or '—')}; "
+                f"only in B: {md(', '.join(c.only_b) or '—')}.",
+                "",
+            ]
+        rows = [
+            [
+                lc.level_id if i == 0 else "",
+                d.metric,
+                fmt_value(d.metric, d.a),
+                fmt_value(d.metric, d.b),
+                fmt_delta(d),
+                fmt_ci(d.metric, d.ci),
+                verdict_words(d),
+            ]
+            for lc in c.levels
+            for i, d in enumerate(lc.deltas)
+        ]
         out += md_table(["level", "metric", "A", "B", "B − A", "95% CI of B − A", "verdict"], rows)
     return "\n".join(out + _definitions())

@@ -13,12 +13,20 @@ STATUS_STYLE = {Status.PASSED: "green", Status.FAILED: "bold red", Status.UNCHEC
 
 
 def playbook_grid(run: PlaybookRun) -> Grid:
-    grid = Grid(f"playbook {run.playbook.name}: {run.playbook.title}",
-                [Column("section", group=True), Column("step", wrap=False), Column("check"), Column("status"),
-                 Column("evidence")])
+    grid = Grid(
+        f"playbook {run.playbook.name}: {run.playbook.title}",
+        [
+            Column("section", group=True),
+            Column("step", wrap=False),
+            Column("check"),
+            Column("status"),
+            Column("evidence"),
+        ],
+    )
     for r in run.results():
-        grid.add_row(r.step.section, r.step.id, r.step.title, Text(r.status.value, style=STATUS_STYLE[r.status]),
-                     r.evidence)
+        grid.add_row(
+            r.step.section, r.step.id, r.step.title, Text(r.status.value, style=STATUS_STYLE[r.status]), r.evidence
+        )
     return grid
 
 
@@ -26,5 +34,7 @@ def print_playbook(run: PlaybookRun, console: Console) -> None:
     """The steps in playbook order, then the count of each status."""
     print_grid(console, playbook_grid(run))
     c = run.counts()
-    console.print(f"[dim]{c['passed']} passed, {c['failed']} failed, {c['could not be checked']} could not be "
-                  f"checked, {c['manual']} manual (see playbooks/{run.playbook.name}.md)[/]")
+    console.print(
+        f"[dim]{c['passed']} passed, {c['failed']} failed, {c['could not be checked']} could not be "
+        f"checked, {c['manual']} manual (see playbooks/{run.playbook.name}.md)[/]"
+    )

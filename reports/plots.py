@@ -32,18 +32,24 @@ if TYPE_CHECKING:
 MAX_POINTS = 4000
 MAX_CDF_POINTS = 400
 _salt = itertools.count()
-STYLE: dict[RcKeyType, Any] = {"svg.fonttype": "none", "font.size": 9, "axes.grid": True, "grid.alpha": 0.3,
-                                "axes.spines.top": False, "axes.spines.right": False, "figure.dpi": 96}
+STYLE: dict[RcKeyType, Any] = {
+    "svg.fonttype": "none",
+    "font.size": 9,
+    "axes.grid": True,
+    "grid.alpha": 0.3,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "figure.dpi": 96,
+}
 
 
 def to_svg(fig, tight: bool = True) -> str:
     buf = io.StringIO()
     with plt.rc_context({"svg.hashsalt": f"fig{next(_salt)}"}):
-        fig.savefig(buf, format="svg", bbox_inches="tight" if tight else None,
-                    metadata={"Date": None, "Creator": None})
+        fig.savefig(buf, format="svg", bbox_inches="tight" if tight else None, metadata={"Date": None, "Creator": None})
     plt.close(fig)
     svg = buf.getvalue()
-    svg = svg[svg.index("<svg"):]                              # drop the XML prolog and DOCTYPE
+    svg = svg[svg.index("<svg") :]  # drop the XML prolog and DOCTYPE
     return re.sub(r"<metadata>.*?</metadata>", "", svg, flags=re.S)
 
 
@@ -59,8 +65,12 @@ def scaling_figure(levels: list[LevelStats], series_key: str) -> str:
         x = [lv.load for lv in levels]
         xlabel = "concurrency" if levels[0].concurrency is not None else "request rate (req/s)"
         tput = [lv.output_tok_s for lv in levels]
-        err = np.array([[t - (lv.output_tok_s_ci or [t, t])[0], (lv.output_tok_s_ci or [t, t])[1] - t]
-                        for t, lv in zip(tput, levels)]).T
+        err = np.array(
+            [
+                [t - (lv.output_tok_s_ci or [t, t])[0], (lv.output_tok_s_ci or [t, t])[1] - t]
+                for t, lv in zip(tput, levels)
+            ]
+        ).T
         ax[0, 0].errorbar(x, tput, yerr=np.clip(err, 0, None), marker="o", capsize=3)
         ax[0, 0].set(title="output tokens/s (95% CI)", xlabel=xlabel)
         for a, metric, qs in ((ax[0, 1], "ttft", ("p50", "p95", "p99")), (ax[0, 2], "tpot", ("p50", "p95", "p99"))):
@@ -80,7 +90,10 @@ def latency_throughput_figure(levels: list[LevelStats]) -> str:
     """The latency–throughput curve: what each extra token/s costs in tail latency."""
     with plt.rc_context(STYLE):
         fig, ax = figure(2)
-        for a, metric, q, title in ((ax[0, 0], "ttft", "p99", "TTFT P99 (ms)"), (ax[0, 1], "tpot", "p95", "TPOT P95 (ms)")):
+        for a, metric, q, title in (
+            (ax[0, 0], "ttft", "p99", "TTFT P99 (ms)"),
+            (ax[0, 1], "tpot", "p95", "TPOT P95 (ms)"),
+        ):
             pts = [(lv.output_tok_s, _ms(getattr(lv, metric).p[q]), load_label(lv)) for lv in levels]
             pts = [p for p in pts if p[1] is not None]
             if pts:
@@ -122,14 +135,31 @@ def mark_time(ax_list, axis: TimeAxis, label_levels: bool = True) -> None:
     for i, a in enumerate(ax_list):
         for name, start, end in axis.levels:
             for x in (start, end):
-                a.axvline(x, color="#8a93a6", linewidth=0.6, linestyle=(0, (3, 3)), zorder=0,
-                          gid=f"level-edge-{next(_salt)}")
+                a.axvline(
+                    x, color="#8a93a6", linewidth=0.6, linestyle=(0, (3, 3)), zorder=0, gid=f"level-edge-{next(_salt)}"
+                )
             if label_levels and i == 0:
-                a.text((start + end) / 2, 1.0, name, transform=a.get_xaxis_transform(), ha="center", va="bottom",
-                       fontsize=6.5, color="#4a5163", clip_on=False)
+                a.text(
+                    (start + end) / 2,
+                    1.0,
+                    name,
+                    transform=a.get_xaxis_transform(),
+                    ha="center",
+                    va="bottom",
+                    fontsize=6.5,
+                    color="#4a5163",
+                    clip_on=False,
+                )
         for start, end in axis.spikes:
-            a.axvspan(start, max(end, start + (axis.xlim[1] - axis.xlim[0]) / 1500), color="tab:red", alpha=0.18,
-                      linewidth=0, zorder=0, gid=f"spike-window-{next(_salt)}")     # the report's tests find these
+            a.axvspan(
+                start,
+                max(end, start + (axis.xlim[1] - axis.xlim[0]) / 1500),
+                color="tab:red",
+                alpha=0.18,
+                linewidth=0,
+                zorder=0,
+                gid=f"spike-window-{next(_salt)}",
+            )  # the report's tests find these
 
 
 def _hover(fig, axes, t: np.ndarray, panels: list[tuple[str, dict[str, np.ndarray]]], axis: TimeAxis) -> dict:
@@ -138,13 +168,27 @@ def _hover(fig, axes, t: np.ndarray, panels: list[tuple[str, dict[str, np.ndarra
     if t.size > MAX_HOVER_POINTS:
         idx = np.linspace(0, t.size - 1, MAX_HOVER_POINTS).round().astype(int)
     hover_panels: list[dict] = []
-    out = {"x0": axis.xlim[0], "x1": axis.xlim[1], "l": AXES_LEFT, "r": AXES_RIGHT,
-           "t": [round(float(x), 3) for x in t[idx]], "panels": hover_panels}
+    out = {
+        "x0": axis.xlim[0],
+        "x1": axis.xlim[1],
+        "l": AXES_LEFT,
+        "r": AXES_RIGHT,
+        "t": [round(float(x), 3) for x in t[idx]],
+        "panels": hover_panels,
+    }
     for a, (title, lines) in zip(axes, panels):
         box = a.get_position()
-        hover_panels.append({"title": title, "y0": round(box.y0, 4), "y1": round(box.y1, 4), "lines": {
-            k: [None if not np.isfinite(v) else float(f"{v:.4g}") for v in np.asarray(vals, float)[idx]]
-            for k, vals in lines.items()}})
+        hover_panels.append(
+            {
+                "title": title,
+                "y0": round(box.y0, 4),
+                "y1": round(box.y1, 4),
+                "lines": {
+                    k: [None if not np.isfinite(v) else float(f"{v:.4g}") for v in np.asarray(vals, float)[idx]]
+                    for k, vals in lines.items()
+                },
+            }
+        )
     return out
 
 
@@ -161,7 +205,10 @@ def timeline_figure(table: RequestTable, summary: RunSummary, axis: TimeAxis) ->
     with plt.rc_context(STYLE):
         fig, ax = figure(1, 2, height=2.4, sharex=True)
         ok = status == "ok"
-        for a, col, title in ((ax[0, 0], "ttft_s", "TTFT (s) by send time"), (ax[1, 0], "e2e_s", "E2E (s) by send time")):
+        for a, col, title in (
+            (ax[0, 0], "ttft_s", "TTFT (s) by send time"),
+            (ax[1, 0], "e2e_s", "E2E (s) by send time"),
+        ):
             y = df[col].to_numpy()[idx]
             # Rasterized (a PNG inside the SVG): thousands of points stay a few tens of KB.
             a.scatter(sent[ok], y[ok], s=4, alpha=0.5, label="ok", rasterized=True)
@@ -203,8 +250,7 @@ def series_figure(t: np.ndarray, panels: dict[str, dict[str, np.ndarray]], title
                 a.legend(fontsize=6, ncol=min(4, len(lines)), loc="upper right")
         mark_time(ax[:, 0], axis)
         ax[-1, 0].set(xlim=axis.xlim, xlabel="seconds since the run started")
-        fig.subplots_adjust(left=AXES_LEFT, right=AXES_RIGHT, top=1 - 0.45 / height, bottom=0.45 / height,
-                            hspace=0.7)
+        fig.subplots_adjust(left=AXES_LEFT, right=AXES_RIGHT, top=1 - 0.45 / height, bottom=0.45 / height, hspace=0.7)
         fig.suptitle(title, fontsize=9, y=1 - 0.06 / height)
         hover = _hover(fig, ax[:, 0], t, list(panels.items()), axis)
         return TimeFigure(to_svg(fig, tight=False), hover)

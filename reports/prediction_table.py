@@ -22,8 +22,11 @@ from reports.prediction_words import (
 from rundir.prediction import PREDICTED_METRICS
 
 # The HTML table: one column per metric and side (predicted, measured, departure).
-HTML_HEADER = ["level", "load"] + [f"{METRIC_NAMES[k]}{'' if k == 'output_tok_s' else ' ms'} {side}"
-                                   for k in PREDICTED_METRICS for side in ("predicted", "measured", "departure")]
+HTML_HEADER = ["level", "load"] + [
+    f"{METRIC_NAMES[k]}{'' if k == 'output_tok_s' else ' ms'} {side}"
+    for k in PREDICTED_METRICS
+    for side in ("predicted", "measured", "departure")
+]
 
 
 def _cell(c: MetricCheck) -> str:
@@ -38,11 +41,18 @@ def prediction_grid(check: PredictionCheck) -> list[Grid]:
 
 
 def _layout(check: PredictionCheck, compact: bool) -> Grid:
-    columns = [Column("level"), Column("load", "right")] + [
-        Column(METRIC_NAMES[k].replace(" ", "\n", 1) + " ms", "right") for k in PREDICTED_METRICS[:-1]] + [
-        Column("output\ntok/s", "right")]
-    grid = Grid(f'predicted / measured (departure), profile "{check.profile_name}"', columns, dense=compact,
-                box_optional=True, caption=band_caption() + " ! = beyond the band.")
+    columns = (
+        [Column("level"), Column("load", "right")]
+        + [Column(METRIC_NAMES[k].replace(" ", "\n", 1) + " ms", "right") for k in PREDICTED_METRICS[:-1]]
+        + [Column("output\ntok/s", "right")]
+    )
+    grid = Grid(
+        f'predicted / measured (departure), profile "{check.profile_name}"',
+        columns,
+        dense=compact,
+        box_optional=True,
+        caption=band_caption() + " ! = beyond the band.",
+    )
     for lv in check.levels:
         load = load_words(lv.concurrency, lv.request_rate)
         cells: list[str | Text] = [lv.level_id, load.removeprefix("concurrency ") if compact else load]
@@ -60,8 +70,11 @@ def html_rows(check: PredictionCheck) -> list[list[str]]:
         row = [lv.level_id, load_words(lv.concurrency, lv.request_rate)]
         for k in PREDICTED_METRICS:
             c = lv.check(k)
-            row += [value_text(k, c.predicted), value_text(k, c.measured),
-                    departure_text(c.departure) + (" !" if c.beyond else "")]
+            row += [
+                value_text(k, c.predicted),
+                value_text(k, c.measured),
+                departure_text(c.departure) + (" !" if c.beyond else ""),
+            ]
         rows.append(row)
     return rows
 

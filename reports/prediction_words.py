@@ -5,8 +5,13 @@ from __future__ import annotations
 
 from analyzers.plan.departures import DEPARTURE_BAND, Departure, PredictionCheck
 
-METRIC_NAMES = {"ttft_p50_s": "TTFT P50", "ttft_p99_s": "TTFT P99", "tpot_p50_s": "TPOT P50",
-                "tpot_p95_s": "TPOT P95", "output_tok_s": "output tok/s"}
+METRIC_NAMES = {
+    "ttft_p50_s": "TTFT P50",
+    "ttft_p99_s": "TTFT P99",
+    "tpot_p50_s": "TPOT P50",
+    "tpot_p95_s": "TPOT P95",
+    "output_tok_s": "output tok/s",
+}
 
 
 def value_text(metric: str, v: float | None) -> str:
@@ -36,29 +41,43 @@ def _whose(check: PredictionCheck) -> str:
 
 def scope_line(check: PredictionCheck) -> str:
     """Whose machine the profile describes (said once, above the comparison)."""
-    what = f'"{check.profile_name}" ({check.profile_source}' + (f", from {check.profile_host})"
-                                                                 if check.profile_host else ")")
+    what = f'"{check.profile_name}" ({check.profile_source}' + (
+        f", from {check.profile_host})" if check.profile_host else ")"
+    )
     if check.scope == "this_machine":
         line = f"Predicted from the profile {what}: this machine, which ran the embedded engine."
         if check.fitted_here:
             line += " The profile was fitted to this very run: agreement here is the fit's, not a prediction's."
         return line
     if check.scope == "other_machine":
-        why = "a published GPU's datasheet" if check.profile_source == "published" else (
-            f"measured on {check.profile_host}, not here" if check.profile_host else "it does not say where it was measured")
-        return (f"The profile {what} is not this machine's ({why}), and the embedded engine ran here: the predicted "
-                "column is what that machine would do, not a check of this run, so no departure is a finding.")
-    return (f"The target is external: the profile {what} is an assumption about the hardware serving it (nothing in "
-            "the run says which), so a departure says that assumption is wrong as much as that something outside "
-            "the model slows the target.")
+        why = (
+            "a published GPU's datasheet"
+            if check.profile_source == "published"
+            else (
+                f"measured on {check.profile_host}, not here"
+                if check.profile_host
+                else "it does not say where it was measured"
+            )
+        )
+        return (
+            f"The profile {what} is not this machine's ({why}), and the embedded engine ran here: the predicted "
+            "column is what that machine would do, not a check of this run, so no departure is a finding."
+        )
+    return (
+        f"The target is external: the profile {what} is an assumption about the hardware serving it (nothing in "
+        "the run says which), so a departure says that assumption is wrong as much as that something outside "
+        "the model slows the target."
+    )
 
 
 def band_caption() -> str:
     bands = " and ".join(f"{METRIC_NAMES[k]} ±{v:.0%}" for k, v in DEPARTURE_BAND.items())
-    return ("Predicted / measured, departure = measured ÷ predicted − 1 (TPOT above, or tok/s below, the prediction "
-            f"is slower). A finding needs {bands} (the model's held-out error is about 12% on both, "
-            "bench/RESULTS.md); TTFT (held-out errors to −81%: the simulated queue starts early) and TPOT P95 (a "
-            "tail; the simulation has no noise) are shown, never a finding.")
+    return (
+        "Predicted / measured, departure = measured ÷ predicted − 1 (TPOT above, or tok/s below, the prediction "
+        f"is slower). A finding needs {bands} (the model's held-out error is about 12% on both, "
+        "bench/RESULTS.md); TTFT (held-out errors to −81%: the simulated queue starts early) and TPOT P95 (a "
+        "tail; the simulation has no noise) are shown, never a finding."
+    )
 
 
 def departure_sentence(d: Departure, check: PredictionCheck) -> str:
@@ -67,11 +86,16 @@ def departure_sentence(d: Departure, check: PredictionCheck) -> str:
     name = METRIC_NAMES[d.metric]
     way = "above" if d.departure > 0 else "below"
     u = unit(d.metric)
-    text = (f"{name} {abs(d.departure):.0%} {way} what {_whose(check)} predicts at {load_words(d.concurrency, d.request_rate)} "
-            f"({d.level_id}: {value_text(d.metric, d.measured)}{u} measured, {value_text(d.metric, d.predicted)}{u} "
-            f"predicted; band ±{d.band:.0%})")
-    text += _verdict(check, "it") if d.slower else \
-        ": faster than the model allows; the profile overstates what this machine's operators cost."
+    text = (
+        f"{name} {abs(d.departure):.0%} {way} what {_whose(check)} predicts at {load_words(d.concurrency, d.request_rate)} "
+        f"({d.level_id}: {value_text(d.metric, d.measured)}{u} measured, {value_text(d.metric, d.predicted)}{u} "
+        f"predicted; band ±{d.band:.0%})"
+    )
+    text += (
+        _verdict(check, "it")
+        if d.slower
+        else ": faster than the model allows; the profile overstates what this machine's operators cost."
+    )
     if d.invalid:
         text += " The level itself is no valid measurement (its note says why): the cause may be the client's."
     return text
@@ -79,8 +103,9 @@ def departure_sentence(d: Departure, check: PredictionCheck) -> str:
 
 def _verdict(check: PredictionCheck, what: str) -> str:
     """Slower than predicted: something outside the model, or (not this machine) the profile itself."""
-    return (f": something outside the model slows {what}"
-            + ("." if check.scope == "this_machine" else " (or the profile is not of the hardware that served it)."))
+    return f": something outside the model slows {what}" + (
+        "." if check.scope == "this_machine" else " (or the profile is not of the hardware that served it)."
+    )
 
 
 def every_level_sentence(ds: list[Departure], check: PredictionCheck) -> str:
@@ -89,11 +114,17 @@ def every_level_sentence(ds: list[Departure], check: PredictionCheck) -> str:
     d0 = ds[0]
     way = "above" if d0.departure > 0 else "below"
     lo, hi = min(ds, key=lambda d: abs(d.departure)), max(ds, key=lambda d: abs(d.departure))
-    spread = (f"{abs(lo.departure):.0%} at {load_words(lo.concurrency, lo.request_rate)} to {abs(hi.departure):.0%} "
-              f"at {load_words(hi.concurrency, hi.request_rate)}")
-    text = (f"{METRIC_NAMES[d0.metric]} {way} what {_whose(check)} predicts at every level, {len(ds)} of {len(ds)} "
-            f"({spread}; band ±{d0.band:.0%}): the same departure everywhere is the profile's, not one level's")
-    text += _verdict(check, "every step") if d0.slower else ": the profile overstates what this machine's operators cost."
+    spread = (
+        f"{abs(lo.departure):.0%} at {load_words(lo.concurrency, lo.request_rate)} to {abs(hi.departure):.0%} "
+        f"at {load_words(hi.concurrency, hi.request_rate)}"
+    )
+    text = (
+        f"{METRIC_NAMES[d0.metric]} {way} what {_whose(check)} predicts at every level, {len(ds)} of {len(ds)} "
+        f"({spread}; band ±{d0.band:.0%}): the same departure everywhere is the profile's, not one level's"
+    )
+    text += (
+        _verdict(check, "every step") if d0.slower else ": the profile overstates what this machine's operators cost."
+    )
     if any(d.invalid for d in ds):
         text += " Some of these levels are no valid measurement (their notes say why): the cause may be the client's."
     return text
@@ -120,13 +151,18 @@ def departure_sentences(check: PredictionCheck) -> list[str]:
 
 def offline_line(check: PredictionCheck) -> str | None:
     """A calibrated-only profile that predicts this machine too fast: the likely cause, said once."""
-    if check.profile_source != "measured" or check.scope != "this_machine" \
-            or not any(d.slower for d in check.departures):
+    if (
+        check.profile_source != "measured"
+        or check.scope != "this_machine"
+        or not any(d.slower for d in check.departures)
+    ):
         return None
-    return ("The profile was calibrated offline (`llmdiag calibrate` without --serve): it does not see what the "
-            "HTTP server adds to every step and request (docs/planning.md), a known part of such a departure; "
-            "`llmdiag calibrate --serve`, or a profile fitted to a run (`llmdiag plan --predict-sweep RUN --fit ...`), "
-            "learns it.")
+    return (
+        "The profile was calibrated offline (`llmdiag calibrate` without --serve): it does not see what the "
+        "HTTP server adds to every step and request (docs/planning.md), a known part of such a departure; "
+        "`llmdiag calibrate --serve`, or a profile fitted to a run (`llmdiag plan --predict-sweep RUN --fit ...`), "
+        "learns it."
+    )
 
 
 def unpredicted_line(check: PredictionCheck) -> str | None:

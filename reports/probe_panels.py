@@ -18,17 +18,25 @@ import numpy as np
 
 from analyzers.probe_series import ProbeSeries
 
-GiB = 2.0 ** 30
+GiB = 2.0**30
 # NVML's clock-event (throttle) reason bits, by the names nvidia-smi prints.
-THROTTLE_BITS = {0x1: "GPU idle", 0x2: "applications clocks setting", 0x4: "SW power cap", 0x8: "HW slowdown",
-                 0x10: "sync boost", 0x20: "SW thermal slowdown", 0x40: "HW thermal slowdown",
-                 0x80: "HW power brake", 0x100: "display clock setting"}
+THROTTLE_BITS = {
+    0x1: "GPU idle",
+    0x2: "applications clocks setting",
+    0x4: "SW power cap",
+    0x8: "HW slowdown",
+    0x10: "sync boost",
+    0x20: "SW thermal slowdown",
+    0x40: "HW thermal slowdown",
+    0x80: "HW power brake",
+    0x100: "display clock setting",
+}
 
 
 @dataclass
 class Panels:
-    panels: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)   # "title (unit)" -> lines
-    used: set[str] = field(default_factory=set)                               # fields shown (or implied)
+    panels: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)  # "title (unit)" -> lines
+    used: set[str] = field(default_factory=set)  # fields shown (or implied)
 
     def add(self, title: str, lines: Mapping[str, np.ndarray | None], used: list[str]) -> None:
         self.used.update(used)
@@ -45,6 +53,7 @@ def panels_for(name: str) -> Callable[[Builder], Builder]:
     def register(fn: Builder) -> Builder:
         BUILDERS[name] = fn
         return fn
+
     return register
 
 
@@ -81,19 +90,30 @@ def server_panels(s: ProbeSeries) -> Panels:
     p.add("requests (count)", {"running": _get(s, "running"), "waiting": _get(s, "waiting")}, ["running", "waiting"])
     p.add("preemptions (/s)", {"preemptions": _rate(s, "preemptions")}, ["preemptions", "preemptions_total"])
     p.add("prefix-cache hit rate (%)", {"hit rate": _get(s, "prefix_cache_hit_rate", 100)}, ["prefix_cache_hit_rate"])
-    p.add("server token throughput (tok/s)", {"prompt": _get(s, "prompt_tok_s"), "generation": _get(s, "generation_tok_s")},
-          ["prompt_tok_s", "generation_tok_s", "prompt_tokens", "generation_tokens"])
+    p.add(
+        "server token throughput (tok/s)",
+        {"prompt": _get(s, "prompt_tok_s"), "generation": _get(s, "generation_tok_s")},
+        ["prompt_tok_s", "generation_tok_s", "prompt_tokens", "generation_tokens"],
+    )
     means = {_hist_label(k[: -len("_mean_s")]): s.numeric[k] * 1000 for k in sorted(s.numeric) if k.endswith("_mean_s")}
     p.add("server-side mean latency per scrape interval (ms, sum/count)", dict(list(means.items())[:6]), [])
     p.add("server-side P99 latency per scrape interval (ms)", _p99_lines(s), [])
-    for key, title, scale in (("running", "running requests per replica (count)", 1),
-                              ("waiting", "waiting requests per replica (count)", 1),
-                              ("kv_usage", "KV cache usage per replica (%)", 100)):
-        found = _indexed(s, rf"per_engine\.(\d+)\.{key}")   # a data-parallel server (probes/prom.py)
+    for key, title, scale in (
+        ("running", "running requests per replica (count)", 1),
+        ("waiting", "waiting requests per replica (count)", 1),
+        ("kv_usage", "KV cache usage per replica (%)", 100),
+    ):
+        found = _indexed(s, rf"per_engine\.(\d+)\.{key}")  # a data-parallel server (probes/prom.py)
         if found:
             p.add(title, {f"replica {i}": _get(s, k, scale) for i, k in found}, [k for _, k in found])
-    p.used.update({"up", "scrape_s"} | {k for k in s.numeric if re.fullmatch(
-        r"\w+_(count|mean_s|p\d+_s|p\d+_lt_s|p\d+_gt_s|p\d+_bucket_s\.[01])", k)})
+    p.used.update(
+        {"up", "scrape_s"}
+        | {
+            k
+            for k in s.numeric
+            if re.fullmatch(r"\w+_(count|mean_s|p\d+_s|p\d+_lt_s|p\d+_gt_s|p\d+_bucket_s\.[01])", k)
+        }
+    )
     return p
 
 
@@ -124,15 +144,26 @@ def tcp_panels(s: ProbeSeries) -> Panels:
     if conns is not None:
         conn_rate = np.clip(np.r_[np.nan, np.diff(conns)], 0, None) / _dt(s)
     p.add("target connections' retransmits (/s)", {"target connections": conn_rate}, ["conns_retrans_total"])
-    p.add("target connections' RTT (ms)", {"mean": _get(s, "conns_rtt_ms_mean"), "max": _get(s, "conns_rtt_ms_max")},
-          ["conns_rtt_ms_mean", "conns_rtt_ms_max"])
-    p.add("target connections (count)", {"established": _get(s, "conns"), "lost": _get(s, "conns_lost")},
-          ["conns", "conns_lost"])
-    p.add("host-wide TCP retransmits (/s, context)", {"retransmitted segments": _rate(s, "Tcp.RetransSegs"),
-                                                      "timeouts": _rate(s, "TcpExt.TCPTimeouts")},
-          ["Tcp.RetransSegs", "TcpExt.TCPTimeouts", "retrans_rate", "retrans_per_data"])
-    p.add("host-wide TCP segments (/s)", {"out": _rate(s, "Tcp.OutSegs"), "in": _rate(s, "Tcp.InSegs")},
-          ["Tcp.OutSegs", "Tcp.InSegs", "dt_s"])
+    p.add(
+        "target connections' RTT (ms)",
+        {"mean": _get(s, "conns_rtt_ms_mean"), "max": _get(s, "conns_rtt_ms_max")},
+        ["conns_rtt_ms_mean", "conns_rtt_ms_max"],
+    )
+    p.add(
+        "target connections (count)",
+        {"established": _get(s, "conns"), "lost": _get(s, "conns_lost")},
+        ["conns", "conns_lost"],
+    )
+    p.add(
+        "host-wide TCP retransmits (/s, context)",
+        {"retransmitted segments": _rate(s, "Tcp.RetransSegs"), "timeouts": _rate(s, "TcpExt.TCPTimeouts")},
+        ["Tcp.RetransSegs", "TcpExt.TCPTimeouts", "retrans_rate", "retrans_per_data"],
+    )
+    p.add(
+        "host-wide TCP segments (/s)",
+        {"out": _rate(s, "Tcp.OutSegs"), "in": _rate(s, "Tcp.InSegs")},
+        ["Tcp.OutSegs", "Tcp.InSegs", "dt_s"],
+    )
     return p
 
 
@@ -143,8 +174,11 @@ def irq_panels(s: ProbeSeries) -> Panels:
     p.add("NIC interrupts per core (/s)", {f"cpu {i}": _rate(s, k) for i, k in nic}, [k for _, k in nic])
     every = _indexed(s, r"irq_per_cpu\.(\d+)")
     p.add("all device interrupts per core (/s)", {f"cpu {i}": _rate(s, k) for i, k in every}, [k for _, k in every])
-    p.add("NIC interrupts on the busiest core (%)", {"share": _get(s, "nic_busiest_share", 100)},
-          ["nic_busiest_share", "nic_busiest_cpu", "nic_irq_total", "dt_s", "ncpu"])
+    p.add(
+        "NIC interrupts on the busiest core (%)",
+        {"share": _get(s, "nic_busiest_share", 100)},
+        ["nic_busiest_share", "nic_busiest_cpu", "nic_irq_total", "dt_s", "ncpu"],
+    )
     return p
 
 
@@ -152,14 +186,29 @@ def irq_panels(s: ProbeSeries) -> Panels:
 def host_panels(s: ProbeSeries) -> Panels:
     p = Panels()
     cores = _indexed(s, r"cpu_per_core_pct\.(\d+)")
-    p.add("CPU per core (% busy)", {"all cores": _get(s, "cpu_pct"), **{f"cpu {i}": _get(s, k) for i, k in cores}},
-          ["cpu_pct"] + [k for _, k in cores])
-    p.add("CPU per process (cores)", {"server": _get(s, "server_cpu_cores"), "client": _get(s, "client_cpu_cores"),
-                                      "others": _get(s, "others_cpu_cores")},
-          ["server_cpu_cores", "client_cpu_cores", "others_cpu_cores"])
-    p.add("memory (GiB)", {"host used": _get(s, "mem_used_bytes", 1 / GiB), "server RSS": _get(s, "server_rss_bytes", 1 / GiB),
-                           "client RSS": _get(s, "client_rss_bytes", 1 / GiB)},
-          ["mem_used_bytes", "mem_available_bytes", "server_rss_bytes", "client_rss_bytes"])
+    p.add(
+        "CPU per core (% busy)",
+        {"all cores": _get(s, "cpu_pct"), **{f"cpu {i}": _get(s, k) for i, k in cores}},
+        ["cpu_pct"] + [k for _, k in cores],
+    )
+    p.add(
+        "CPU per process (cores)",
+        {
+            "server": _get(s, "server_cpu_cores"),
+            "client": _get(s, "client_cpu_cores"),
+            "others": _get(s, "others_cpu_cores"),
+        },
+        ["server_cpu_cores", "client_cpu_cores", "others_cpu_cores"],
+    )
+    p.add(
+        "memory (GiB)",
+        {
+            "host used": _get(s, "mem_used_bytes", 1 / GiB),
+            "server RSS": _get(s, "server_rss_bytes", 1 / GiB),
+            "client RSS": _get(s, "client_rss_bytes", 1 / GiB),
+        },
+        ["mem_used_bytes", "mem_available_bytes", "server_rss_bytes", "client_rss_bytes"],
+    )
     return p
 
 
@@ -182,7 +231,7 @@ def gpu_panels(s: ProbeSeries) -> Panels:
     for i, key in _indexed(s, r"gpus\.(\d+)\.throttle_mask"):
         mask = np.nan_to_num(s.numeric[key]).astype(np.int64)
         for bit, name in THROTTLE_BITS.items():
-            if bit != 0x1 and (mask & bit).any():            # "idle" is not a throttle
+            if bit != 0x1 and (mask & bit).any():  # "idle" is not a throttle
                 throttle[f"GPU {i}: {name}"] = ((mask & bit) > 0).astype(float)
     p.add("throttle reasons (1 = active)", throttle, used("throttle_mask", "index", "throttle_reasons"))
     return p

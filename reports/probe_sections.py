@@ -27,26 +27,38 @@ MAX_LINES_PER_PANEL = 8
 @dataclass
 class Section:
     title: str
-    intro: str                                   # plain text; the template escapes it
+    intro: str  # plain text; the template escapes it
     figures: list[TimeFigure] = field(default_factory=list)
     text_fields: dict[str, list[str]] = field(default_factory=dict)
-    constants: dict[str, str] = field(default_factory=dict)   # numeric fields that never changed
-    omitted: list[str] = field(default_factory=list)          # what was not drawn, in words
-    all_fields: list[TimeFigure] = field(default_factory=list)   # collapsed: the fields not curated
-    all_constants: dict[str, str] = field(default_factory=dict)        # collapsed: per-index constants
+    constants: dict[str, str] = field(default_factory=dict)  # numeric fields that never changed
+    omitted: list[str] = field(default_factory=list)  # what was not drawn, in words
+    all_fields: list[TimeFigure] = field(default_factory=list)  # collapsed: the fields not curated
+    all_constants: dict[str, str] = field(default_factory=dict)  # collapsed: per-index constants
 
 
 INTROS = {
-    "server": ("server metrics", "The server's own /metrics (vLLM names): KV-cache usage, running and waiting "
-               "requests, preemptions, prefix-cache hits. Waiting requests and preemptions that rise with latency "
-               "point at scheduling."),
-    "tcp": ("network: TCP", "Retransmits and RTT of the target's own connections, then host-wide counters as "
-            "context. The P99 checklist starts here: retransmits that line up with latency spikes point at the "
-            "network before scheduling or the host."),
-    "irq": ("network: NIC interrupts", "Interrupts per core. A NIC whose interrupts all land on one core can cap "
-            "throughput and add tail latency (the seed's 40→120 ms TPOT case)."),
-    "host": ("host: CPU and memory", "CPU per core and per process (server, load-generator client, everything "
-             "else), and memory. A busy core or a client short of CPU shows here."),
+    "server": (
+        "server metrics",
+        "The server's own /metrics (vLLM names): KV-cache usage, running and waiting "
+        "requests, preemptions, prefix-cache hits. Waiting requests and preemptions that rise with latency "
+        "point at scheduling.",
+    ),
+    "tcp": (
+        "network: TCP",
+        "Retransmits and RTT of the target's own connections, then host-wide counters as "
+        "context. The P99 checklist starts here: retransmits that line up with latency spikes point at the "
+        "network before scheduling or the host.",
+    ),
+    "irq": (
+        "network: NIC interrupts",
+        "Interrupts per core. A NIC whose interrupts all land on one core can cap "
+        "throughput and add tail latency (the seed's 40→120 ms TPOT case).",
+    ),
+    "host": (
+        "host: CPU and memory",
+        "CPU per core and per process (server, load-generator client, everything "
+        "else), and memory. A busy core or a client short of CPU shows here.",
+    ),
     "gpu": ("GPU", "Utilization, memory, power, clocks and throttle reasons per GPU (NVML)."),
 }
 
@@ -56,10 +68,11 @@ def render_probe(series: ProbeSeries, axis: TimeAxis) -> Section:
     if panels is None:
         return generic_section(series, axis)
     title, intro = INTROS.get(series.name, (f"probe: {series.name}", ""))
-    section = Section(title, f"{intro} {len(series)} samples of probes/{series.name}.jsonl.",
-                      text_fields=dict(series.text))
+    section = Section(
+        title, f"{intro} {len(series)} samples of probes/{series.name}.jsonl.", text_fields=dict(series.text)
+    )
     drawn = {}
-    for name, lines in panels.panels.items():      # a panel whose every line is flat is a constant
+    for name, lines in panels.panels.items():  # a panel whose every line is flat is a constant
         flat = {k: _constant(v) for k, v in lines.items()}
         if all(c is not None for c in flat.values()):
             for k, c in flat.items():
@@ -72,7 +85,7 @@ def render_probe(series: ProbeSeries, axis: TimeAxis) -> Section:
     for key, values in series.numeric.items():
         const = _constant(values)
         if const is not None:
-            if key not in panels.used:          # shown by a panel (or its constant) already
+            if key not in panels.used:  # shown by a panel (or its constant) already
                 target = section.all_constants if "." in key else section.constants
                 target[key] = _fmt_const(key, const)
             rest.pop(key, None)
@@ -87,18 +100,22 @@ def _constant(values: np.ndarray) -> float | None:
 
 
 def _fmt_const(key: str, v: float) -> str:
-    if key.endswith("_bytes") and v >= 2 ** 20:
-        return f"{v / 2 ** 30:.2f} GiB"
+    if key.endswith("_bytes") and v >= 2**20:
+        return f"{v / 2**30:.2f} GiB"
     return f"{v:g}"
 
 
 def generic_section(series: ProbeSeries, axis: TimeAxis, title: str | None = None, intro: str | None = None) -> Section:
-    section = Section(title or f"probe: {series.name}",
-                      intro or f"{len(series)} samples of probes/{series.name}.jsonl; every numeric field over "
-                               "time, on the timeline's clock.", text_fields=dict(series.text))
+    section = Section(
+        title or f"probe: {series.name}",
+        intro
+        or f"{len(series)} samples of probes/{series.name}.jsonl; every numeric field over "
+        "time, on the timeline's clock.",
+        text_fields=dict(series.text),
+    )
     for key, values in series.numeric.items():
         const = _constant(values)
-        if const is not None:                  # a constant says one thing: print it, don't plot it
+        if const is not None:  # a constant says one thing: print it, don't plot it
             section.constants[key] = _fmt_const(key, const)
     section.figures, section.omitted = _generic_figures(series, axis, section.title)
     return section
@@ -118,7 +135,7 @@ def _generic_figures(series: ProbeSeries, axis: TimeAxis, title: str) -> tuple[l
             break
         if len(keys) > MAX_LINES_PER_PANEL:
             omitted.append(f"{group}: {len(keys) - MAX_LINES_PER_PANEL} of {len(keys)} fields not drawn")
-        panels[group] = {k[len(group) + 1:] or k: series.numeric[k] for k in keys[:MAX_LINES_PER_PANEL]}
+        panels[group] = {k[len(group) + 1 :] or k: series.numeric[k] for k in keys[:MAX_LINES_PER_PANEL]}
     if not panels:
         return [], omitted
     return [plots.series_figure(series.t - axis.t0, panels, title, axis)], omitted

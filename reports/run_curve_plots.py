@@ -28,19 +28,28 @@ def _load_text(curve: RunCurve, p: CurvePoint) -> str:
 
 def _draw(a, curve: RunCurve, color, pts: list[tuple[float, float, CurvePoint]], annotate: bool):
     """One run's line, its levels filled (SLO met) or hollow (missed, or no verdict)."""
-    line, = a.plot([x for x, _, _ in pts], [y for _, y, _ in pts], color=color, linewidth=1.4, label=curve.label)
+    (line,) = a.plot([x for x, _, _ in pts], [y for _, y, _ in pts], color=color, linewidth=1.4, label=curve.label)
     for x, y, p in pts:
         a.plot([x], [y], marker="o", markersize=5, color=color, markerfacecolor=color if p.slo_met else "white")
         if annotate:
-            a.annotate(_load_text(curve, p), (x, y), textcoords="offset points", xytext=(4, 3), fontsize=6.5,
-                       color=color)
+            a.annotate(
+                _load_text(curve, p), (x, y), textcoords="offset points", xytext=(4, 3), fontsize=6.5, color=color
+            )
     return line
 
 
 def _legend(fig, lines) -> None:
-    fig.legend(lines, [ln.get_label() for ln in lines], loc="upper left", bbox_to_anchor=(0.06, -0.02),
-               fontsize=7.5, frameon=False, title="filled: the level met its run's SLO; hollow: it did not",
-               title_fontsize=7.5, alignment="left")
+    fig.legend(
+        lines,
+        [ln.get_label() for ln in lines],
+        loc="upper left",
+        bbox_to_anchor=(0.06, -0.02),
+        fontsize=7.5,
+        frameon=False,
+        title="filled: the level met its run's SLO; hollow: it did not",
+        title_fontsize=7.5,
+        alignment="left",
+    )
 
 
 def throughput_latency_figure(curves: list[RunCurve]) -> str:
@@ -51,8 +60,9 @@ def throughput_latency_figure(curves: list[RunCurve]) -> str:
         for i, curve in enumerate(curves):
             drawn = []
             for a, attr in ((ax[0, 0], "ttft_p99_s"), (ax[0, 1], "tpot_p95_s")):
-                pts = [(p.output_tok_s, getattr(p, attr) * 1000, p) for p in curve.plotted
-                       if getattr(p, attr) is not None]
+                pts = [
+                    (p.output_tok_s, getattr(p, attr) * 1000, p) for p in curve.plotted if getattr(p, attr) is not None
+                ]
                 if pts:
                     drawn.append(_draw(a, curve, _COLORS[i % len(_COLORS)], pts, annotate=True))
             lines += drawn[:1]
@@ -74,9 +84,12 @@ def frontier_figure(curves: list[RunCurve]) -> str:
                 lines.append(_draw(a, curve, _COLORS[i % len(_COLORS)], pts, annotate=True))
                 xs += [x for x, _, _ in pts]
                 ys += [y for _, y, _ in pts]
-        a.set(title="throughput per replica against per-user speed (up and to the right is better)",
-              xlabel="per-user output tokens/s (1 / TPOT P50)", ylabel="output tokens/s per replica")
-        a.set_xlim(0, max(xs) * 1.12)          # from zero, with room for the load labels
+        a.set(
+            title="throughput per replica against per-user speed (up and to the right is better)",
+            xlabel="per-user output tokens/s (1 / TPOT P50)",
+            ylabel="output tokens/s per replica",
+        )
+        a.set_xlim(0, max(xs) * 1.12)  # from zero, with room for the load labels
         a.set_ylim(0, max(ys) * 1.12)
         _legend(fig, lines)
         return to_svg(fig)

@@ -41,15 +41,25 @@ def lengths(lv: LevelStats) -> tuple[str, str]:
 
     def one(mean, target):
         return f"~{mean:.0f}" if mean is not None else str(target)
+
     return one(lv.prompt_tokens_mean, lv.input_len), one(lv.output_tokens_mean, lv.output_len)
 
 
 # Notes abbreviated in the narrow layout (with a legend), so that a note stays one whole word or two.
-SHORT_NOTES = {"over SLO (no successful requests)": "over, 0 ok", "nothing measured": "none",
-               "at target · near ceiling": "target, ceil", "over SLO · near ceiling": "over, ceil",
-               "near ceiling": "ceiling", "at target": "target", "over SLO": "over", "normal": "normal"}
-CAPTION = ("* P99 from fewer than 100 samples. Percentiles over requests sent in each level's measured window; "
-           "tok/s and req/s over what arrived in it")
+SHORT_NOTES = {
+    "over SLO (no successful requests)": "over, 0 ok",
+    "nothing measured": "none",
+    "at target · near ceiling": "target, ceil",
+    "over SLO · near ceiling": "over, ceil",
+    "near ceiling": "ceiling",
+    "at target": "target",
+    "over SLO": "over",
+    "normal": "normal",
+}
+CAPTION = (
+    "* P99 from fewer than 100 samples. Percentiles over requests sent in each level's measured window; "
+    "tok/s and req/s over what arrived in it"
+)
 
 
 def summary_table(levels: list[LevelStats], notes: dict[str, str], title: str = "sweep summary") -> list[Grid]:
@@ -61,10 +71,23 @@ def summary_table(levels: list[LevelStats], notes: dict[str, str], title: str = 
 
 def _summary_layout(levels: list[LevelStats], notes: dict[str, str], title: str, compact: bool) -> Grid:
     load_header = "concurrency" if all(lv.concurrency is not None for lv in levels) else "load"
-    shown = {lv.level_id: (SHORT_NOTES.get(notes.get(lv.level_id, ""), notes.get(lv.level_id, "")) if compact
-                           else notes.get(lv.level_id, "")) for lv in levels}
-    names = [load_header if not compact else load_header[:4], "in/out\nlen", "output\ntok/s", "TTFT ms\nP50/P99",
-             "TPOT ms\nP50/P95", "E2E\nP99 s", "req/s"]
+    shown = {
+        lv.level_id: (
+            SHORT_NOTES.get(notes.get(lv.level_id, ""), notes.get(lv.level_id, ""))
+            if compact
+            else notes.get(lv.level_id, "")
+        )
+        for lv in levels
+    }
+    names = [
+        load_header if not compact else load_header[:4],
+        "in/out\nlen",
+        "output\ntok/s",
+        "TTFT ms\nP50/P99",
+        "TPOT ms\nP50/P95",
+        "E2E\nP99 s",
+        "req/s",
+    ]
     if not compact:
         names += ["goodput", "n (ok)"]
     names += ["errors" if not compact else "err\n%", "SLO"]
@@ -72,19 +95,34 @@ def _summary_layout(levels: list[LevelStats], notes: dict[str, str], title: str,
     grid = Grid(title, columns, dense=compact, box_optional=True)
     for lv in levels:
         errors = lv.n_error + lv.n_timeout
-        slo = {True: Text("met", style="green"), False: Text("miss" if compact else "missed", style="red"),
-               None: Text("—")}[lv.slo_met]
-        ttft = f"{_ms(lv.ttft.p['p50'])}/{_ms(lv.ttft.p['p99'])}" + ("*" if lv.ttft.n and not lv.ttft.p99_reliable else "")
+        slo = {
+            True: Text("met", style="green"),
+            False: Text("miss" if compact else "missed", style="red"),
+            None: Text("—"),
+        }[lv.slo_met]
+        ttft = f"{_ms(lv.ttft.p['p50'])}/{_ms(lv.ttft.p['p99'])}" + (
+            "*" if lv.ttft.n and not lv.ttft.p99_reliable else ""
+        )
         e2e = "—" if lv.e2e.p["p99"] is None else f"{lv.e2e.p['p99']:.2f}"
-        row: list[str | Text] = [load_label(lv), "/".join(lengths(lv)), tok_s_text(lv), ttft,
-                                 f"{_ms(lv.tpot.p['p50'])}/{_ms(lv.tpot.p['p95'])}", e2e, f"{lv.req_s:.2f}"]
+        row: list[str | Text] = [
+            load_label(lv),
+            "/".join(lengths(lv)),
+            tok_s_text(lv),
+            ttft,
+            f"{_ms(lv.tpot.p['p50'])}/{_ms(lv.tpot.p['p95'])}",
+            e2e,
+            f"{lv.req_s:.2f}",
+        ]
         if not compact:
             row += [f"{lv.goodput_req_s:.2f}", f"{lv.n_in_window} ({lv.n_ok})"]
         err = (f"{lv.error_rate:.0%}" if compact else f"{errors} ({lv.error_rate:.0%})") if errors else "0"
         row += [Text(err, style="red" if errors else ""), slo, shown[lv.level_id]]
         grid.add_row(*row)
-    grid.caption = CAPTION + ("; goodput and counts: see the report." if compact else
-                              "; goodput = requests/s that met every SLO.") + _legend(levels, shown, compact)
+    grid.caption = (
+        CAPTION
+        + ("; goodput and counts: see the report." if compact else "; goodput = requests/s that met every SLO.")
+        + _legend(levels, shown, compact)
+    )
     return grid
 
 
@@ -127,16 +165,37 @@ def compare_table(c: Comparison) -> list[Grid]:
 
 
 def _compare_layout(c: Comparison, with_ci: bool) -> Grid:
-    columns = [Column("level", group=True), Column("metric"), Column("A", "right"), Column("B", "right"),
-               Column("B − A", "right")] + ([Column("95% CI of B − A", "right")] if with_ci else []) + [Column("verdict")]
-    grid = Grid(f"A = {c.run_a}   B = {c.run_b}", columns, dense=not with_ci, box_optional=True,
-                caption="" if with_ci else "95% intervals of B − A: compare.html.")
+    columns = (
+        [
+            Column("level", group=True),
+            Column("metric"),
+            Column("A", "right"),
+            Column("B", "right"),
+            Column("B − A", "right"),
+        ]
+        + ([Column("95% CI of B − A", "right")] if with_ci else [])
+        + [Column("verdict")]
+    )
+    grid = Grid(
+        f"A = {c.run_a}   B = {c.run_b}",
+        columns,
+        dense=not with_ci,
+        box_optional=True,
+        caption="" if with_ci else "95% intervals of B − A: compare.html.",
+    )
     colour = {"better": "green", "worse": "red", "within noise": "dim", "n/a": "dim"}
     for lc in c.levels:
         for d in lc.deltas:
             ci = [fmt_ci(d.metric, d.ci)] if with_ci else []
-            grid.add_row(lc.level_id, d.metric, fmt_value(d.metric, d.a), fmt_value(d.metric, d.b), fmt_delta(d),
-                         *ci, Text(verdict_words(d), style=colour[d.verdict]))
+            grid.add_row(
+                lc.level_id,
+                d.metric,
+                fmt_value(d.metric, d.a),
+                fmt_value(d.metric, d.b),
+                fmt_delta(d),
+                *ci,
+                Text(verdict_words(d), style=colour[d.verdict]),
+            )
     return grid
 
 
@@ -170,6 +229,8 @@ def fmt_delta(d) -> str:
 def fmt_ci(metric: str, ci: list[float] | None) -> str:
     if not ci:
         return "—"
+
     def one(x):
         return ("−" if x < 0 else "") + fmt_value(metric, abs(x))
+
     return f"[{one(ci[0])}, {one(ci[1])}]"

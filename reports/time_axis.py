@@ -18,13 +18,13 @@ MAX_HOVER_POINTS = 600
 
 @dataclass
 class TimeAxis:
-    t0: float                                    # the run's start, epoch seconds
-    xlim: tuple[float, float]                    # seconds since t0, shared by every time-axis figure
-    levels: list[tuple[str, float, float]] = field(default_factory=list)   # (level, window start, end) since t0
-    spikes: list[tuple[float, float]] = field(default_factory=list)        # spike windows since t0
+    t0: float  # the run's start, epoch seconds
+    xlim: tuple[float, float]  # seconds since t0, shared by every time-axis figure
+    levels: list[tuple[str, float, float]] = field(default_factory=list)  # (level, window start, end) since t0
+    spikes: list[tuple[float, float]] = field(default_factory=list)  # spike windows since t0
 
 
 @dataclass
 class TimeFigure:
     svg: str
-    hover: dict | None = None                    # {"x0", "x1", "l", "r", "t": [...], "panels": [...]}
+    hover: dict | None = None  # {"x0", "x1", "l", "r", "t": [...], "panels": [...]}

@@ -10,8 +10,11 @@ from __future__ import annotations
 
 from rundir.trace_replay import TraceReplay
 
-_WHY = {"--trace-loop": "--trace-loop", "--duration": "--duration longer than the trace",
-        "capacity": "a capacity level lasts --warmup + --duration at every load"}
+_WHY = {
+    "--trace-loop": "--trace-loop",
+    "--duration": "--duration longer than the trace",
+    "capacity": "a capacity level lasts --warmup + --duration at every load",
+}
 
 
 def _s(seconds: float) -> str:

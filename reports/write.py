@@ -13,7 +13,7 @@ from analyzers.summary import RunSummary, analyze_run
 from rundir import RunDir, files
 from rundir.atomic import atomic_write
 
-_write = atomic_write              # a reader never sees half a report
+_write = atomic_write  # a reader never sees half a report
 
 
 def write_reports(run: RunDir, slos: "Slos | dict | None" = None) -> tuple[RunSummary, dict[str, Path]]:
@@ -42,8 +42,9 @@ def read_diagnosis(run: RunDir) -> dict | None:
         return None
 
 
-def write_compare(runs: list[RunDir], out_dir: Path, slos: "Slos | dict | None" = None,
-                  min_effect: float = MIN_EFFECT) -> tuple[list[Comparison], dict[str, Path]]:
+def write_compare(
+    runs: list[RunDir], out_dir: Path, slos: "Slos | dict | None" = None, min_effect: float = MIN_EFFECT
+) -> tuple[list[Comparison], dict[str, Path]]:
     """Compare every run after the first against the first (the baseline)."""
     from reports.html import render_compare
     from reports.markdown import render_compare_md

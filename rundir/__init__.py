@@ -19,6 +19,21 @@ from rundir.trace_replay import TraceReplay
 from rundir.version import __version__
 from rundir.workload_spec import WorkloadSpec
 
-__all__ = ["ERROR_KINDS", "REQUEST_STATUSES", "RUN_STATUSES", "SCHEMA_VERSION", "LevelMeta", "RequestRecord", "RunDir",
-           "RunDirError", "RunInfo", "SloSpec", "SweepInfo", "TargetInfo", "TraceReplay", "WorkloadSpec", "__version__",
-           "json_default"]
+__all__ = [
+    "ERROR_KINDS",
+    "REQUEST_STATUSES",
+    "RUN_STATUSES",
+    "SCHEMA_VERSION",
+    "LevelMeta",
+    "RequestRecord",
+    "RunDir",
+    "RunDirError",
+    "RunInfo",
+    "SloSpec",
+    "SweepInfo",
+    "TargetInfo",
+    "TraceReplay",
+    "WorkloadSpec",
+    "__version__",
+    "json_default",
+]

@@ -28,12 +28,12 @@ class CapacitySearch:
     """The search's options as recorded (llmbench.capacity.search.SearchSpec adds its arithmetic),
     so that `llmbench capacity --resume` replays the same search."""
 
-    axis: str = "concurrency"         # concurrency | rate
+    axis: str = "concurrency"  # concurrency | rate
     start: float = 1.0
-    limit: float = 1024.0             # the highest load the bracket tries
-    resolution: float = 1.0           # concurrency: absolute step; rate: relative (0.1 = 10 %)
-    repeats: int = 3                  # measurements of each boundary load, first included
-    max_extra: int = 4                # more loads the confirmation may add around the boundary
+    limit: float = 1024.0  # the highest load the bracket tries
+    resolution: float = 1.0  # concurrency: absolute step; rate: relative (0.1 = 10 %)
+    repeats: int = 3  # measurements of each boundary load, first included
+    max_extra: int = 4  # more loads the confirmation may add around the boundary
     # A trace's mean request rate at speed 1 (--workload trace, rate axis only): a load of L req/s
     # replays the trace at speed L / trace_rate, so its arrivals keep the trace's own shape.
     trace_rate: float | None = None
@@ -50,8 +50,8 @@ class CapacityProbe:
 
     level_id: str
     load: float
-    phase: str                        # bracket | bisect | confirm
-    met: bool | None = None           # the level's own verdict
+    phase: str  # bracket | bisect | confirm
+    met: bool | None = None  # the level's own verdict
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -65,23 +65,23 @@ class LoadVerdict:
 
     load: float
     level_ids: list[str]
-    verdict: str                                  # in | out | unclear
-    point_met: bool                               # the pooled point estimates (failures counted) meet every bound
-    n: int                                        # pooled requests counted: sent in the window, cancelled aside
-    ttft_p99_s: float | None                      # the successful requests' P99 (the failures are counted beside)
+    verdict: str  # in | out | unclear
+    point_met: bool  # the pooled point estimates (failures counted) meet every bound
+    n: int  # pooled requests counted: sent in the window, cancelled aside
+    ttft_p99_s: float | None  # the successful requests' P99 (the failures are counted beside)
     ttft_p99_ci: list[float] | None
     tpot_p95_s: float | None
     tpot_p95_ci: list[float] | None
-    goodput_req_s: float                          # mean over the load's levels
+    goodput_req_s: float  # mean over the load's levels
     output_tok_s: float
-    reasons: list[str] = field(default_factory=list)   # why `out` when no percentile says so; how many failed
+    reasons: list[str] = field(default_factory=list)  # why `out` when no percentile says so; how many failed
     over_bound: dict[str, int] = field(default_factory=dict)  # what the verdict rests on: {"TTFT P99": 0, ...}
-                                                  # requests (of n) over each bound
+    # requests (of n) over each bound
     # ... how clustered they were: the design effect by which the test was widened (1: as independent)
     design_effect: dict[str, float] = field(default_factory=dict)
-    too_few: bool = False                         # unclear only for want of requests (none over a bound)
-    failed: int = 0                               # of n: errors and timeouts (over the bounds they never reached)
-    failed_no_token: int = 0                      # ... of which without a first token
+    too_few: bool = False  # unclear only for want of requests (none over a bound)
+    failed: int = 0  # of n: errors and timeouts (over the bounds they never reached)
+    failed_no_token: int = 0  # ... of which without a first token
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -93,18 +93,18 @@ class LoadVerdict:
 class CapacityAnswer:
     """The highest load within the SLO, with its interval (analyzers/capacity/answer.py)."""
 
-    axis: str                                     # concurrency | rate
-    capacity: float | None                        # None: not even the lowest load met the SLO
+    axis: str  # concurrency | rate
+    capacity: float | None  # None: not even the lowest load met the SLO
     low: float | None
     high: float | None
     lowest_out: float | None
-    bounded_by: str                               # slo | client | errors | limit | none
+    bounded_by: str  # slo | client | errors | limit | none
     goodput_req_s: float | None
     output_tok_s: float | None
     loads: list[LoadVerdict]
     confidence: float = 0.95
-    trace_rate: float | None = None               # a trace's own mean req/s: the answer is also a speed
-    headline: str | None = None                   # the answer in words, as printed (reports/capacity_words.py)
+    trace_rate: float | None = None  # a trace's own mean req/s: the answer is also a speed
+    headline: str | None = None  # the answer in words, as printed (reports/capacity_words.py)
     # The target's replicas (run.json's target.replicas): the answer is the fleet's; per replica it is / N
     # (analyzers/capacity/replicas.py). busiest_share: at the capacity's load, the largest share of its
     # requests one replica served (1/N is even; None: one replica, or no record named its replica).

@@ -28,7 +28,7 @@ def run_requests(run: RunDir) -> pd.DataFrame:
     """One run's records as a frame with the export's columns (itl_s as a column of lists)."""
     table = load_cached(run)
     df = table.df.copy()
-    cuts = np.cumsum(df["n_itl"].to_numpy())[:-1]           # row k's gaps end where row k+1's begin
+    cuts = np.cumsum(df["n_itl"].to_numpy())[:-1]  # row k's gaps end where row k+1's begin
     df["itl_s"] = [gaps.tolist() for gaps in np.split(table.itl, cuts)] if len(df) else []
     closed = df["concurrency"].notna()
     df["load"] = df["concurrency"].where(closed, df["request_rate"])

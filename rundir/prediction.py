@@ -29,10 +29,10 @@ class ProfileRef:
     """Which machine profile predicted (analyzers/plan/profile.py's MachineProfile, by its identity)."""
 
     name: str
-    source: str                        # measured | published | fitted
-    host: str = ""                     # where a measured profile was measured ("" : it does not say)
+    source: str  # measured | published | fitted
+    host: str = ""  # where a measured profile was measured ("" : it does not say)
     created: str = ""
-    path: str = ""                     # the file or published name it was given as (--profile)
+    path: str = ""  # the file or published name it was given as (--profile)
     assumptions: list[str] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -52,9 +52,9 @@ class PredictedLevel:
     tpot_p95_s: float | None
     output_tok_s: float | None
     req_s: float | None = None
-    mean_batch: float | None = None    # running requests per engine step, over the window's steps
+    mean_batch: float | None = None  # running requests per engine step, over the window's steps
     preemptions: int = 0
-    n_requests: int = 0                # simulated requests sent inside the window
+    n_requests: int = 0  # simulated requests sent inside the window
     notes: list[str] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -67,11 +67,11 @@ class PredictionRecord:
     """prediction.json: the profile, whose machine it describes, the engine simulated, every level."""
 
     profile: ProfileRef
-    scope: str                         # this_machine | other_machine | assumed
+    scope: str  # this_machine | other_machine | assumed
     levels: list[PredictedLevel]
-    engine: dict[str, Any] = field(default_factory=dict)   # tp, pp, max_num_seqs, ... as simulated
-    notes: list[str] = field(default_factory=list)         # the simulation's own (extrapolations, defaults)
-    created: float = 0.0                                   # epoch seconds
+    engine: dict[str, Any] = field(default_factory=dict)  # tp, pp, max_num_seqs, ... as simulated
+    notes: list[str] = field(default_factory=list)  # the simulation's own (extrapolations, defaults)
+    created: float = 0.0  # epoch seconds
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

@@ -25,7 +25,7 @@ class ReadReport:
     """What a reader skipped, for the user (the report shows it)."""
 
     path: str
-    unreadable: list[int] = field(default_factory=list)     # line numbers (1-based) not counted
+    unreadable: list[int] = field(default_factory=list)  # line numbers (1-based) not counted
     torn_last_line: bool = False
 
     def add(self, line_no: int) -> None:
@@ -34,7 +34,9 @@ class ReadReport:
     def warnings(self) -> list[str]:
         if not self.unreadable:
             return []
-        named = ", ".join(map(str, self.unreadable[:MAX_LINES_NAMED])) + (" ..." if len(self.unreadable) > MAX_LINES_NAMED else "")
+        named = ", ".join(map(str, self.unreadable[:MAX_LINES_NAMED])) + (
+            " ..." if len(self.unreadable) > MAX_LINES_NAMED else ""
+        )
         return [f"{self.path}: {len(self.unreadable)} line(s) could not be read and are not counted (line {named})"]
 
 
@@ -50,23 +52,31 @@ def check_columns(df: pd.DataFrame, line_numbers: np.ndarray, path: str) -> None
         col = df[name]
         bad = col.notna() & ~col.map(lambda v: isinstance(v, str) or (isinstance(v, float) and v != v))
         _raise_first(bad, df, name, line_numbers, path, "a string")
-    _raise_first(~df["status"].isin(REQUEST_STATUSES), df, "status", line_numbers, path,
-                 "one of " + ", ".join(REQUEST_STATUSES))
+    _raise_first(
+        ~df["status"].isin(REQUEST_STATUSES), df, "status", line_numbers, path, "one of " + ", ".join(REQUEST_STATUSES)
+    )
     kinds = df["error_kind"]
-    _raise_first(kinds.notna() & ~kinds.isin(ERROR_KINDS), df, "error_kind", line_numbers, path,
-                 "one of " + ", ".join(ERROR_KINDS))
+    _raise_first(
+        kinds.notna() & ~kinds.isin(ERROR_KINDS),
+        df,
+        "error_kind",
+        line_numbers,
+        path,
+        "one of " + ", ".join(ERROR_KINDS),
+    )
     win = df["in_window"]
-    _raise_first(win.notna() & ~win.map(lambda v: isinstance(v, bool)), df, "in_window", line_numbers, path,
-                 "true or false")
+    _raise_first(
+        win.notna() & ~win.map(lambda v: isinstance(v, bool)), df, "in_window", line_numbers, path, "true or false"
+    )
 
 
-def _raise_first(bad: pd.Series, df: pd.DataFrame, name: str, line_numbers: np.ndarray, path: str,
-                 expected: str) -> None:
+def _raise_first(
+    bad: pd.Series, df: pd.DataFrame, name: str, line_numbers: np.ndarray, path: str, expected: str
+) -> None:
     if not bad.any():
         return
     i = int(np.flatnonzero(bad.to_numpy())[0])
-    raise RunDirError(f"{path}:{int(line_numbers[i])}: field {name!r} must be {expected}, "
-                      f"got {df[name].iat[i]!r}")
+    raise RunDirError(f"{path}:{int(line_numbers[i])}: field {name!r} must be {expected}, got {df[name].iat[i]!r}")
 
 
 def check_gaps(gaps: list[Any], line_numbers: np.ndarray, path: str) -> None:

@@ -35,8 +35,11 @@ def record_to_dict(obj: Any, omit_when_none: tuple[str, ...] = ()) -> dict[str, 
     """A record as plain JSON values, its `extra` keys back beside its fields (nested records too);
     a field named in `omit_when_none` is left out while it is None (the key stays absent, as
     before it existed)."""
-    d = {f.name: plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)
-         if f.name != EXTRA and not (f.name in omit_when_none and getattr(obj, f.name) is None)}
+    d = {
+        f.name: plain(getattr(obj, f.name))
+        for f in dataclasses.fields(obj)
+        if f.name != EXTRA and not (f.name in omit_when_none and getattr(obj, f.name) is None)
+    }
     return {**plain(getattr(obj, EXTRA, {})), **d}
 
 

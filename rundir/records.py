@@ -30,17 +30,17 @@ class RequestRecord:
     request_rate: float | None
     target_input_len: int
     target_output_len: int
-    t_scheduled: float                 # when the plan wanted it sent
-    t_sent: float                      # when the request left the client
-    t_first_token: float | None        # first chunk that carries a generated token
-    t_done: float | None               # stream ended (or failed)
-    status: str                        # ok | error | timeout | cancelled
-    in_window: bool                    # sent inside the level's measured window
-    prompt_tokens: int | None = None           # server usage
-    completion_tokens: int | None = None       # server usage
-    client_prompt_tokens: int | None = None    # client tokenizer (or the token ids sent)
+    t_scheduled: float  # when the plan wanted it sent
+    t_sent: float  # when the request left the client
+    t_first_token: float | None  # first chunk that carries a generated token
+    t_done: float | None  # stream ended (or failed)
+    status: str  # ok | error | timeout | cancelled
+    in_window: bool  # sent inside the level's measured window
+    prompt_tokens: int | None = None  # server usage
+    completion_tokens: int | None = None  # server usage
+    client_prompt_tokens: int | None = None  # client tokenizer (or the token ids sent)
     client_completion_tokens: int | None = None  # client tokenizer count of the streamed text
-    client_token_chunks: int | None = None     # token-carrying chunks received (not a token count)
+    client_token_chunks: int | None = None  # token-carrying chunks received (not a token count)
     ttft_s: float | None = None
     tpot_s: float | None = None
     e2e_s: float | None = None
@@ -49,11 +49,11 @@ class RequestRecord:
     error_kind: str | None = None
     http_status: int | None = None
     worker_id: str | None = None
-    send_lag_s: float = 0.0            # t_sent - t_scheduled: how far the client fell behind its plan
-    max_tokens: int | None = None      # as sent: a `length` finish means exactly this many tokens
-    finish_reason: str | None = None   # the stream's last choice finish_reason
-    first_token_source: str | None = None     # chunk | end (loadgen/sse.py: end is an upper bound)
-    output_tokens_source: str | None = None   # usage | length | tokenizer | chunks (derive())
+    send_lag_s: float = 0.0  # t_sent - t_scheduled: how far the client fell behind its plan
+    max_tokens: int | None = None  # as sent: a `length` finish means exactly this many tokens
+    finish_reason: str | None = None  # the stream's last choice finish_reason
+    first_token_source: str | None = None  # chunk | end (loadgen/sse.py: end is an upper bound)
+    output_tokens_source: str | None = None  # usage | length | tokenizer | chunks (derive())
     # Which replica of a fleet served it: the router's response header (--replica-header), or the
     # URL the client picked when it balances over several itself; None with a single server.
     replica: str | None = None
@@ -114,5 +114,6 @@ FLOAT_COLUMNS = _columns_of("int", "int | None", "float", "float | None")
 TEXT_COLUMNS = _columns_of("str", "str | None")
 BOOL_COLUMNS = _columns_of("bool")
 LIST_COLUMNS = _columns_of("list[float]")
-assert set(FLOAT_COLUMNS + TEXT_COLUMNS + BOOL_COLUMNS + LIST_COLUMNS) == RECORD_FIELDS, \
+assert set(FLOAT_COLUMNS + TEXT_COLUMNS + BOOL_COLUMNS + LIST_COLUMNS) == RECORD_FIELDS, (
     "every RequestRecord field has a column kind"
+)

@@ -104,7 +104,7 @@ class RunDir:
                 try:
                     level = json.loads(line).get("level_id")
                 except (json.JSONDecodeError, AttributeError):
-                    continue     # a torn last line from the crash
+                    continue  # a torn last line from the crash
                 (keep if level in keep_levels else aside).append(line if line.endswith("\n") else line + "\n")
         if aside:
             with open(self.requests_interrupted_jsonl, "a", encoding="utf-8") as f:
@@ -145,7 +145,7 @@ class RunDir:
                 try:
                     yield RequestRecord.from_dict(json.loads(line))
                 except (json.JSONDecodeError, TypeError, ValueError):
-                    continue   # a torn last line of a run that was killed mid-write
+                    continue  # a torn last line of a run that was killed mid-write
 
     def read_summary(self) -> dict[str, Any] | None:
         """summary.json, or None when there is none or it is not one (it is derived: recomputed anyway)."""

@@ -28,7 +28,7 @@ DEFAULT_TTFT_P99_S = 1.5
 DEFAULT_TPOT_P95_S = 0.050
 DEFAULT_WARMUP_S = 5.0
 DEFAULT_DURATION_S = 20.0
-DEFAULT_MAX_DURATION_S = 60.0         # bound of a sized warm-up and of a sized window, each (docs/metrics.md)
+DEFAULT_MAX_DURATION_S = 60.0  # bound of a sized warm-up and of a sized window, each (docs/metrics.md)
 DEFAULT_REQUEST_TIMEOUT_S = 180.0
 
 
@@ -62,16 +62,16 @@ class TargetInfo:
     # Several replicas driven directly (--target URL1,URL2): the client balances over them (lb_policy);
     # url is the first (the preflight's). Empty: every request goes to url.
     urls: list[str] = field(default_factory=list)
-    kind: str = "external"                 # embedded | external
-    endpoint: str = "completions"          # completions | chat
-    ignore_eos: bool = True                # whether the sweep asks the server to ignore EOS
-    engine_args: list[str] = field(default_factory=list)    # embedded: extra `llmbench serve` flags
+    kind: str = "external"  # embedded | external
+    endpoint: str = "completions"  # completions | chat
+    ignore_eos: bool = True  # whether the sweep asks the server to ignore EOS
+    engine_args: list[str] = field(default_factory=list)  # embedded: extra `llmbench serve` flags
     server_threads: int | None = None
     # The response header naming the replica that served each request (RequestRecord.replica); None: not read.
     replica_header: str | None = None
-    pid: int | None = None                 # the server's process, when known (host and stacks probes)
-    engine_facts: dict[str, Any] = field(default_factory=dict)   # the target's own account (/metrics)
-    omit_fields: list[str] = field(default_factory=list)   # request fields the target refused (left out)
+    pid: int | None = None  # the server's process, when known (host and stacks probes)
+    engine_facts: dict[str, Any] = field(default_factory=dict)  # the target's own account (/metrics)
+    omit_fields: list[str] = field(default_factory=list)  # request fields the target refused (left out)
     adaptations: list[dict[str, Any]] = field(default_factory=list)  # what the preflight changed, and why
     # Engine replicas behind the URL (a load balancer over N engines): per-replica throughput divides by it.
     replicas: int = 1
@@ -82,7 +82,7 @@ class TargetInfo:
     # The /metrics pages the server probe read, one per replica, in replica order (--replica-metrics;
     # by default each of `urls`' own): per_engine's key i is the i-th. Empty: url's own page.
     replica_metrics: list[str] = field(default_factory=list)
-    preflight_done: bool = False           # this run's requests are settled: a resumed sweep sends the same
+    preflight_done: bool = False  # this run's requests are settled: a resumed sweep sends the same
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -91,14 +91,20 @@ class TargetInfo:
         if not isinstance(self.replicas, int) or self.replicas < 1:
             raise ValueError(f"target replicas must be an integer >= 1, got {self.replicas!r}")
         if self.urls and (len(self.urls) < 2 or self.urls[0] != self.url or self.replicas != len(self.urls)):
-            raise ValueError(f"target urls are the replicas driven directly, the first being url: {self.urls} "
-                             f"with url {self.url!r} and {self.replicas} replicas")
+            raise ValueError(
+                f"target urls are the replicas driven directly, the first being url: {self.urls} "
+                f"with url {self.url!r} and {self.replicas} replicas"
+            )
         if self.lb_policy is not None and (self.replicas < 2 or not (self.urls or self.kind == "embedded")):
-            raise ValueError(f"target lb_policy {self.lb_policy!r} is ours to apply only over replicas driven "
-                             f"directly or the embedded fleet, not {self.replicas} replica(s) of a {self.kind} target")
+            raise ValueError(
+                f"target lb_policy {self.lb_policy!r} is ours to apply only over replicas driven "
+                f"directly or the embedded fleet, not {self.replicas} replica(s) of a {self.kind} target"
+            )
         if self.replica_metrics and len(self.replica_metrics) != self.replicas:
-            raise ValueError(f"target replica_metrics lists a page per replica: {len(self.replica_metrics)} pages "
-                             f"for {self.replicas} replicas")
+            raise ValueError(
+                f"target replica_metrics lists a page per replica: {len(self.replica_metrics)} pages "
+                f"for {self.replicas} replicas"
+            )
 
 
 @dataclass
@@ -118,12 +124,12 @@ class SweepInfo:
     # seed, which come from each level (rundir/workload_spec.py).
     workload: WorkloadSpec = field(default_factory=WorkloadSpec)
     seed: int = 0
-    probe_only: bool = False               # `llmdiag probe`: probes, no load
+    probe_only: bool = False  # `llmdiag probe`: probes, no load
     # Sizing (docs/metrics.md, "Sizing a level"); the defaults are a fixed timeline, as recorded
     # before sizing existed. warmup_s and duration_s are then the minimums.
-    steady_warmup: bool = False            # closed loop: warm up until every user has finished a request
-    sample_target: int | None = None       # a window ends once it holds this many requests
-    max_duration_s: float | None = None    # bound of a sized warm-up and of a sized window, each
+    steady_warmup: bool = False  # closed loop: warm up until every user has finished a request
+    sample_target: int | None = None  # a window ends once it holds this many requests
+    max_duration_s: float | None = None  # bound of a sized warm-up and of a sized window, each
     # `llmbench capacity`: its search, probes and answer (None: not a capacity run), and whether
     # open-loop levels may be stopped early when their queue keeps growing.
     capacity: CapacityRecord | None = None
@@ -169,22 +175,22 @@ class LevelMeta:
     """What the sweep knew of a level that its records do not say (run.json's `level_meta`), so
     that `llmbench report` rebuilds the same summary from the files alone."""
 
-    window_s: float | None = None          # the measured window's length
-    window_start: float | None = None      # its bounds, epoch seconds
+    window_s: float | None = None  # the measured window's length
+    window_start: float | None = None  # its bounds, epoch seconds
     window_end: float | None = None
-    nominal_s: float | None = None         # the window it was planned for (--duration)
-    notes: list[str] = field(default_factory=list)   # the client's own findings (fell behind, records missing)
-    cut_short: bool = False                # it ended before its window did (Ctrl-C, the target gone)
-    over_capacity: str | None = None       # why it was stopped early: its queue kept growing
-    warmup_s: float | None = None          # the warm-up it really had (a steady one's length varies)
-    warmup_end: str | None = None          # fixed (--warmup) | steady | max (at --max-duration)
-    window_end_by: str | None = None       # fixed (--duration) | samples (sample_target reached) | max
-    sample_target: int | None = None       # the requests its window was sized for (None: fixed)
-    trace: TraceReplay | None = None       # --workload trace: played once, in part, or cycled (and why)
+    nominal_s: float | None = None  # the window it was planned for (--duration)
+    notes: list[str] = field(default_factory=list)  # the client's own findings (fell behind, records missing)
+    cut_short: bool = False  # it ended before its window did (Ctrl-C, the target gone)
+    over_capacity: str | None = None  # why it was stopped early: its queue kept growing
+    warmup_s: float | None = None  # the warm-up it really had (a steady one's length varies)
+    warmup_end: str | None = None  # fixed (--warmup) | steady | max (at --max-duration)
+    window_end_by: str | None = None  # fixed (--duration) | samples (sample_target reached) | max
+    sample_target: int | None = None  # the requests its window was sized for (None: fixed)
+    trace: TraceReplay | None = None  # --workload trace: played once, in part, or cycled (and why)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.trace = TraceReplay.of(self.trace)      # run.json holds it as an object
+        self.trace = TraceReplay.of(self.trace)  # run.json holds it as an object
         if self.window_s is not None and not self.window_s >= 0:
             raise ValueError(f"a level's window must not be negative, got {self.window_s!r}")
         if not isinstance(self.notes, list):
@@ -204,15 +210,18 @@ class RunInfo:
     status: str = "running"
     started: float = field(default_factory=time.time)
     finished: float | None = None
-    probes: dict[str, Any] = field(default_factory=dict)   # probe name -> "ok" or why it could not run
+    probes: dict[str, Any] = field(default_factory=dict)  # probe name -> "ok" or why it could not run
     levels_done: list[str] = field(default_factory=list)
-    level_meta: dict[str, LevelMeta] = field(default_factory=dict)      # level id -> what the records do not say
+    level_meta: dict[str, LevelMeta] = field(default_factory=dict)  # level id -> what the records do not say
 
     def __post_init__(self) -> None:
         if self.status not in RUN_STATUSES:
             raise ValueError(f"status must be one of {RUN_STATUSES}, got {self.status!r}")
-        if not isinstance(self.target, TargetInfo) or not isinstance(self.sweep, SweepInfo) \
-                or not isinstance(self.slos, SloSpec):
+        if (
+            not isinstance(self.target, TargetInfo)
+            or not isinstance(self.sweep, SweepInfo)
+            or not isinstance(self.slos, SloSpec)
+        ):
             raise TypeError("RunInfo takes TargetInfo, SweepInfo and SloSpec (use RunInfo.from_dict for JSON)")
         if not all(isinstance(m, LevelMeta) for m in self.level_meta.values()):
             raise TypeError("RunInfo.level_meta holds LevelMeta (use RunInfo.from_dict for JSON)")

@@ -27,10 +27,10 @@ from rundir.run_dir import RunDir
 
 @dataclass
 class RequestTable:
-    df: pd.DataFrame        # one row per request; numeric columns are float64 with NaN for null
-    itl: np.ndarray         # every inter-token gap of every request, in row order
-    itl_row: np.ndarray     # the df row (position) each gap belongs to
-    read: ReadReport | None = None     # lines the reader could not use (from a file only)
+    df: pd.DataFrame  # one row per request; numeric columns are float64 with NaN for null
+    itl: np.ndarray  # every inter-token gap of every request, in row order
+    itl_row: np.ndarray  # the df row (position) each gap belongs to
+    read: ReadReport | None = None  # lines the reader could not use (from a file only)
 
     @property
     def warnings(self) -> list[str]:
@@ -38,8 +38,9 @@ class RequestTable:
 
     # ----- building -------------------------------------------------------------------------
     @classmethod
-    def from_dicts(cls, rows: list[dict[str, Any]], line_numbers: np.ndarray | None = None,
-                   path: str = "records") -> "RequestTable":
+    def from_dicts(
+        cls, rows: list[dict[str, Any]], line_numbers: np.ndarray | None = None, path: str = "records"
+    ) -> "RequestTable":
         """Columns straight from parsed JSON objects (unknown keys are ignored, missing ones null).
         A field of the wrong type raises RunDirError naming `path` and the line."""
         # pandas' own list-of-dicts conversion is several times faster than one comprehension per column.
@@ -49,7 +50,7 @@ class RequestTable:
             check_columns(df, lines, path)
         gaps = [g if g.__class__ is list else () for g in df.pop("itl_s").to_numpy()]
         for name in FLOAT_COLUMNS:
-            df[name] = pd.to_numeric(df[name], errors="coerce").astype(float)   # null -> NaN
+            df[name] = pd.to_numeric(df[name], errors="coerce").astype(float)  # null -> NaN
         df["in_window"] = df["in_window"].fillna(False).astype(bool)
         lengths = np.fromiter(map(len, gaps), dtype=np.int64, count=len(gaps))
         try:
@@ -98,7 +99,7 @@ class RequestTable:
                             if line.endswith("\n"):
                                 read.add(no)
                             else:
-                                read.torn_last_line = True     # the run was killed mid-write
+                                read.torn_last_line = True  # the run was killed mid-write
             finally:
                 if gc_was_on:
                     gc.enable()
@@ -112,9 +113,11 @@ class RequestTable:
         if len(parts) == 1:
             return parts[0]
         offsets = np.cumsum([0] + [len(p.df) for p in parts[:-1]])
-        return cls(df=pd.concat([p.df for p in parts], ignore_index=True),
-                   itl=np.concatenate([p.itl for p in parts]),
-                   itl_row=np.concatenate([p.itl_row + off for p, off in zip(parts, offsets)]))
+        return cls(
+            df=pd.concat([p.df for p in parts], ignore_index=True),
+            itl=np.concatenate([p.itl for p in parts]),
+            itl_row=np.concatenate([p.itl_row + off for p, off in zip(parts, offsets)]),
+        )
 
     # ----- reading --------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -143,8 +146,12 @@ def derive_columns(df: pd.DataFrame) -> pd.DataFrame:
     length = df["max_tokens"].where(df["finish_reason"] == "length")
     out = pd.Series(np.nan, index=df.index)
     source = pd.Series(None, index=df.index, dtype=object)
-    for name, col in (("usage", df["completion_tokens"]), ("length", length),
-                      ("tokenizer", df["client_completion_tokens"]), ("chunks", df["client_token_chunks"])):
+    for name, col in (
+        ("usage", df["completion_tokens"]),
+        ("length", length),
+        ("tokenizer", df["client_completion_tokens"]),
+        ("chunks", df["client_token_chunks"]),
+    ):
         take = out.isna() & col.notna()
         out[take], source[take] = col[take], name
     df["out_tokens"] = out.fillna(0.0)

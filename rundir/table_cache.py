@@ -23,8 +23,8 @@ from rundir.records import FLOAT_COLUMNS, TEXT_COLUMNS
 from rundir.run_dir import RunDir
 from rundir.table import RequestTable, derive_columns
 
-CACHE_VERSION = 4                    # bump when the columns change
-MIN_RECORDS_TO_CACHE = 20_000        # small runs parse faster than a cache file is worth
+CACHE_VERSION = 4  # bump when the columns change
+MIN_RECORDS_TO_CACHE = 20_000  # small runs parse faster than a cache file is worth
 
 
 def cache_path(run: RunDir) -> Path:
@@ -48,20 +48,25 @@ def load_cached(run: RunDir) -> RequestTable:
                 if np.array_equal(z["key"], key):
                     return _from_npz(z)
         except (OSError, KeyError, ValueError, zipfile.BadZipFile):
-            pass                                  # unreadable cache: parse the JSON instead
+            pass  # unreadable cache: parse the JSON instead
     table = RequestTable.load(run)
     if len(table) >= MIN_RECORDS_TO_CACHE:
         try:
             _write(path, table, key)
         except OSError:
-            pass                                  # a read-only run directory: no cache, same result
+            pass  # a read-only run directory: no cache, same result
     return table
 
 
 def _write(path: Path, table: RequestTable, key: np.ndarray) -> None:
     path.parent.mkdir(exist_ok=True)
-    arrays = {"key": key, "itl": table.itl, "itl_row": table.itl_row,
-              "in_window": table.df["in_window"].to_numpy(), "n_itl": table.df["n_itl"].to_numpy()}
+    arrays = {
+        "key": key,
+        "itl": table.itl,
+        "itl_row": table.itl_row,
+        "in_window": table.df["in_window"].to_numpy(),
+        "n_itl": table.df["n_itl"].to_numpy(),
+    }
     for name in FLOAT_COLUMNS:
         arrays[f"f_{name}"] = table.df[name].to_numpy(dtype=float)
     for name in TEXT_COLUMNS:
@@ -73,10 +78,10 @@ def _write(path: Path, table: RequestTable, key: np.ndarray) -> None:
     os.replace(tmp, path)
 
 
-def _from_npz(z: Any) -> RequestTable:   # an NpzFile
+def _from_npz(z: Any) -> RequestTable:  # an NpzFile
     cols: dict[str, object] = {name: z[f"f_{name}"] for name in FLOAT_COLUMNS}
     for name in TEXT_COLUMNS:
-        uniques = np.append(z[f"u_{name}"].astype(object), np.array([None], dtype=object))   # code -1 -> None
+        uniques = np.append(z[f"u_{name}"].astype(object), np.array([None], dtype=object))  # code -1 -> None
         cols[name] = uniques[z[f"c_{name}"]]
     cols["in_window"] = z["in_window"]
     df = pd.DataFrame(cols)

@@ -17,7 +17,7 @@ class LengthCheck:
 
     requested: int
     counted: int
-    relative_error: float                 # |counted - requested| / requested, rounded to 4 places
+    relative_error: float  # |counted - requested| / requested, rounded to 4 places
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -43,7 +43,7 @@ class TextCalibration:
     """What the calibration measured; each part is absent when that way was not taken."""
 
     check: LengthCheck | None = None
-    fit_counts: dict[int, int] | None = None    # words in a fitting prompt -> the server's count of it
+    fit_counts: dict[int, int] | None = None  # words in a fitting prompt -> the server's count of it
     uniform_pool: UniformPool | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -58,6 +58,10 @@ class TextCalibration:
         d = d or {}
         check, fits, pool = d.get("check"), d.get("fit_counts"), d.get("uniform_pool")
         # JSON object keys are strings: the fitting prompts' word counts come back as ints.
-        return record_from_dict(cls, d, check=None if check is None else record_from_dict(LengthCheck, check),
-                                fit_counts=None if fits is None else {int(k): int(v) for k, v in fits.items()},
-                                uniform_pool=None if pool is None else record_from_dict(UniformPool, pool))
+        return record_from_dict(
+            cls,
+            d,
+            check=None if check is None else record_from_dict(LengthCheck, check),
+            fit_counts=None if fits is None else {int(k): int(v) for k, v in fits.items()},
+            uniform_pool=None if pool is None else record_from_dict(UniformPool, pool),
+        )

@@ -20,12 +20,12 @@ TRACE_PLAYS = ("once", "part", "cycled")
 
 @dataclass(frozen=True)
 class TraceReplay:
-    requests: int                  # the trace's requests (after --trace-limit)
-    span_s: float                  # one pass at speed 1: first to last arrival plus one mean gap
-    speed: float                   # the time scale (2: twice as fast)
-    level_s: float                 # the warm-up and window the level was planned for
-    cycled_by: str | None = None   # TRACE_LOOP_REASONS; None: played at most once
-    sent: int | None = None        # requests the level sent (its records), once it ran
+    requests: int  # the trace's requests (after --trace-limit)
+    span_s: float  # one pass at speed 1: first to last arrival plus one mean gap
+    speed: float  # the time scale (2: twice as fast)
+    level_s: float  # the warm-up and window the level was planned for
+    cycled_by: str | None = None  # TRACE_LOOP_REASONS; None: played at most once
+    sent: int | None = None  # requests the level sent (its records), once it ran
 
     def __post_init__(self) -> None:
         if self.requests < 1 or not self.span_s > 0 or not self.speed > 0 or not self.level_s > 0:

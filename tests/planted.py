@@ -10,12 +10,13 @@ import numpy as np
 
 from rundir import RequestRecord, RunDir, RunInfo
 
-T0 = 1_800_000_000.0          # a fixed epoch, so windows are easy to read in failures
+T0 = 1_800_000_000.0  # a fixed epoch, so windows are easy to read in failures
 BASE_TTFT_S, TPOT_S, OUT = 0.100, 0.020, 32
 
 
-def base_records(n: int = 600, concurrency: int = 8, seed: int = 0, prompt: int = 256,
-                 long_every: int = 0, long_prompt: int = 4096) -> list[RequestRecord]:
+def base_records(
+    n: int = 600, concurrency: int = 8, seed: int = 0, prompt: int = 256, long_every: int = 0, long_prompt: int = 4096
+) -> list[RequestRecord]:
     """Closed loop: `concurrency` users sending back to back with TTFT ~ 100 ms +- a little."""
     rng = np.random.default_rng(seed)
     recs, clocks = [], [T0 + 0.01 * u for u in range(concurrency)]
@@ -25,11 +26,22 @@ def base_records(n: int = 600, concurrency: int = 8, seed: int = 0, prompt: int 
         is_long = bool(long_every) and i % long_every == long_every - 1
         ttft = BASE_TTFT_S * (1 + 0.1 * rng.random()) + (0.5 if is_long else 0.0)
         e2e = ttft + TPOT_S * (OUT - 1)
-        r = RequestRecord(level_id="c8", concurrency=concurrency, request_rate=None,
-                          target_input_len=long_prompt if is_long else prompt, target_output_len=OUT,
-                          t_scheduled=t_sent, t_sent=t_sent, t_first_token=t_sent + ttft, t_done=t_sent + e2e,
-                          status="ok", in_window=True, prompt_tokens=long_prompt if is_long else prompt,
-                          completion_tokens=OUT, itl_s=[TPOT_S] * (OUT - 1))
+        r = RequestRecord(
+            level_id="c8",
+            concurrency=concurrency,
+            request_rate=None,
+            target_input_len=long_prompt if is_long else prompt,
+            target_output_len=OUT,
+            t_scheduled=t_sent,
+            t_sent=t_sent,
+            t_first_token=t_sent + ttft,
+            t_done=t_sent + e2e,
+            status="ok",
+            in_window=True,
+            prompt_tokens=long_prompt if is_long else prompt,
+            completion_tokens=OUT,
+            itl_s=[TPOT_S] * (OUT - 1),
+        )
         recs.append(r.derive())
         clocks[u] = t_sent + e2e + 0.001
     return recs
@@ -52,19 +64,38 @@ def delay(r: RequestRecord, extra_s: float) -> None:
     r.derive()
 
 
-REMOTE_URL = "http://10.99.0.5:8000"     # a target across the network (not this host)
+REMOTE_URL = "http://10.99.0.5:8000"  # a target across the network (not this host)
 
 
-def write_run(path: Path, records: list[RequestRecord], probes: dict[str, list[dict]] | None = None,
-              url: str = REMOTE_URL, slos: dict | None = None, target: dict | None = None) -> RunDir:
+def write_run(
+    path: Path,
+    records: list[RequestRecord],
+    probes: dict[str, list[dict]] | None = None,
+    url: str = REMOTE_URL,
+    slos: dict | None = None,
+    target: dict | None = None,
+) -> RunDir:
     """`target`: fields of run.json's target over the default (an external server at `url`)."""
     run = RunDir(path)
     t_end = max(r.t_done for r in records)
     levels = list(dict.fromkeys(r.level_id for r in records))
-    run.create(RunInfo.from_dict(dict(
-        run_id=path.name, command=["planted"], target={"url": url, "model": "m",
-        "kind": "external", **(target or {})}, sweep={}, slos=slos or {"ttft_p99_s": 1.5, "tpot_p95_s": 0.05}, host={},
-        tool_version="test", status="complete", started=T0, finished=t_end, levels_done=levels)))
+    run.create(
+        RunInfo.from_dict(
+            dict(
+                run_id=path.name,
+                command=["planted"],
+                target={"url": url, "model": "m", "kind": "external", **(target or {})},
+                sweep={},
+                slos=slos or {"ttft_p99_s": 1.5, "tpot_p95_s": 0.05},
+                host={},
+                tool_version="test",
+                status="complete",
+                started=T0,
+                finished=t_end,
+                levels_done=levels,
+            )
+        )
+    )
     run.append_records(records)
     for name, rows in (probes or {}).items():
         f = run.probe_file(name)
@@ -79,14 +110,42 @@ def clean_probes(t_start: float, t_end: float, ncpu: int = 8) -> dict[str, list[
     out: dict[str, list[dict]] = {"tcp": [], "irq": [], "host": [], "server": []}
     for t in np.arange(t_start, t_end + 1.0, 1.0):
         t = float(t)
-        out["tcp"].append({"t": t, "dt_s": 1.0, "Tcp.OutSegs": 1000, "Tcp.RetransSegs": 0, "TcpExt.TCPTimeouts": 0,
-                           "conns": 8, "conns_retrans": 0, "conns_rto": 0})
-        out["irq"].append({"t": t, "dt_s": 1.0, "ncpu": ncpu, "nic_irq_total": 2000, "nic_busiest_share": 0.16,
-                           "nic_busiest_cpu": int(rng.integers(ncpu))})
-        out["host"].append({"t": t, "cpu_pct": 40.0, "cpu_per_core_pct": [40.0] * ncpu, "server_cpu_cores": 3.0,
-                            "client_cpu_cores": 0.1, "others_cpu_cores": 0.1, "top_others": []})
-        out["server"].append({"t": t, "up": 1, "kv_usage": 0.5, "running": 8, "waiting": 0, "preemptions": 0,
-                              "preemptions_total": 0})
+        out["tcp"].append(
+            {
+                "t": t,
+                "dt_s": 1.0,
+                "Tcp.OutSegs": 1000,
+                "Tcp.RetransSegs": 0,
+                "TcpExt.TCPTimeouts": 0,
+                "conns": 8,
+                "conns_retrans": 0,
+                "conns_rto": 0,
+            }
+        )
+        out["irq"].append(
+            {
+                "t": t,
+                "dt_s": 1.0,
+                "ncpu": ncpu,
+                "nic_irq_total": 2000,
+                "nic_busiest_share": 0.16,
+                "nic_busiest_cpu": int(rng.integers(ncpu)),
+            }
+        )
+        out["host"].append(
+            {
+                "t": t,
+                "cpu_pct": 40.0,
+                "cpu_per_core_pct": [40.0] * ncpu,
+                "server_cpu_cores": 3.0,
+                "client_cpu_cores": 0.1,
+                "others_cpu_cores": 0.1,
+                "top_others": [],
+            }
+        )
+        out["server"].append(
+            {"t": t, "up": 1, "kv_usage": 0.5, "running": 8, "waiting": 0, "preemptions": 0, "preemptions_total": 0}
+        )
     return out
 
 

@@ -17,13 +17,25 @@ import threading
 import time
 from dataclasses import dataclass
 
-SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD, signal.SIGPIPE, signal.SIGUSR1,
-           signal.SIGUSR2, signal.SIGALRM)
+SIGNALS = (
+    signal.SIGINT,
+    signal.SIGTERM,
+    signal.SIGHUP,
+    signal.SIGCHLD,
+    signal.SIGPIPE,
+    signal.SIGUSR1,
+    signal.SIGUSR2,
+    signal.SIGALRM,
+)
 
 
-class _SigAction(ctypes.Structure):          # glibc's struct sigaction on Linux
-    _fields_ = [("handler", ctypes.c_void_p), ("mask", ctypes.c_ulong * 16), ("flags", ctypes.c_int),
-                ("restorer", ctypes.c_void_p)]
+class _SigAction(ctypes.Structure):  # glibc's struct sigaction on Linux
+    _fields_ = [
+        ("handler", ctypes.c_void_p),
+        ("mask", ctypes.c_ulong * 16),
+        ("flags", ctypes.c_int),
+        ("restorer", ctypes.c_void_p),
+    ]
 
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -66,17 +78,21 @@ def _is_resource_tracker(pid: int) -> bool:
 
 @dataclass(frozen=True)
 class ProcessState:
-    handlers: tuple            # Python-level handler of each of SIGNALS
-    dispositions: tuple        # the kernel's disposition of each
-    mask: str                  # the main thread's blocked signals
-    threads: frozenset         # (ident, name) of live threads
-    children: frozenset        # child pids
+    handlers: tuple  # Python-level handler of each of SIGNALS
+    dispositions: tuple  # the kernel's disposition of each
+    mask: str  # the main thread's blocked signals
+    threads: frozenset  # (ident, name) of live threads
+    children: frozenset  # child pids
 
     @classmethod
     def capture(cls) -> "ProcessState":
-        return cls(tuple(signal.getsignal(s) for s in SIGNALS), tuple(_disposition(s) for s in SIGNALS),
-                   _main_thread_mask(), frozenset((t.ident, t.name) for t in threading.enumerate() if t.is_alive()),
-                   _children())
+        return cls(
+            tuple(signal.getsignal(s) for s in SIGNALS),
+            tuple(_disposition(s) for s in SIGNALS),
+            _main_thread_mask(),
+            frozenset((t.ident, t.name) for t in threading.enumerate() if t.is_alive()),
+            _children(),
+        )
 
     def changes_since(self, before: "ProcessState") -> list[str]:
         out = []

@@ -33,27 +33,38 @@ MODEL = "slot-model"
 
 class SlotServer:
     def __init__(self, slots: int, prefill_ms: float, itl_ms: float):
-        self.slots = asyncio.Semaphore(slots)      # FIFO: asyncio wakes waiters in order
+        self.slots = asyncio.Semaphore(slots)  # FIFO: asyncio wakes waiters in order
         self.prefill_s, self.itl_s = prefill_ms / 1000.0, itl_ms / 1000.0
         self.waiting = self.max_waiting = self.served = 0
-        self.prompts: list[str] = []               # every prompt, in arrival order (trace tests read them)
-        self.arrivals: list[float] = []            # epoch seconds
+        self.prompts: list[str] = []  # every prompt, in arrival order (trace tests read them)
+        self.arrivals: list[float] = []  # epoch seconds
 
     async def generate(self, request: Request) -> Response:
         body = await request.json()
         self.arrivals.append(time.time())
         chat = request.url.path.endswith("/chat/completions")
-        text = ("\n".join(m.get("content", "") for m in body.get("messages", [])) if chat
-                else str(body.get("prompt", "")))
+        text = (
+            "\n".join(m.get("content", "") for m in body.get("messages", [])) if chat else str(body.get("prompt", ""))
+        )
         self.prompts.append(text)
         n = max(1, int(body.get("max_tokens") or 16))
-        usage = {"prompt_tokens": len(text.split()) + 1, "completion_tokens": n,
-                 "total_tokens": len(text.split()) + 1 + n}
+        usage = {
+            "prompt_tokens": len(text.split()) + 1,
+            "completion_tokens": n,
+            "total_tokens": len(text.split()) + 1 + n,
+        }
         with_usage = bool((body.get("stream_options") or {}).get("include_usage"))
         if not body.get("stream"):
             await asyncio.sleep(self.prefill_s)
-            return JSONResponse({"id": "x", "object": "text_completion", "model": MODEL, "usage": usage,
-                                 "choices": [{"index": 0, "text": " w" * n, "finish_reason": "length"}]})
+            return JSONResponse(
+                {
+                    "id": "x",
+                    "object": "text_completion",
+                    "model": MODEL,
+                    "usage": usage,
+                    "choices": [{"index": 0, "text": " w" * n, "finish_reason": "length"}],
+                }
+            )
         return StreamingResponse(self._stream(n, chat, usage if with_usage else None), media_type="text/event-stream")
 
     async def _stream(self, n: int, chat: bool, usage: dict | None):
@@ -67,8 +78,13 @@ class SlotServer:
                 if delay > 0:
                     await asyncio.sleep(delay)
                 piece = {"delta": {"content": " w"}} if chat else {"text": " w"}
-                yield "data: " + json.dumps({"choices": [{"index": 0, **piece,
-                                                          "finish_reason": "length" if k == n - 1 else None}]}) + "\n\n"
+                yield (
+                    "data: "
+                    + json.dumps(
+                        {"choices": [{"index": 0, **piece, "finish_reason": "length" if k == n - 1 else None}]}
+                    )
+                    + "\n\n"
+                )
             self.served += 1
         if usage:
             yield "data: " + json.dumps({"choices": [], "usage": usage}) + "\n\n"
@@ -94,9 +110,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--itl-ms", type=float, default=25.0)
     a = ap.parse_args(argv)
     s = SlotServer(a.slots, a.prefill_ms, a.itl_ms)
-    app = Starlette(routes=[Route("/v1/completions", s.generate, methods=["POST"]),
-                            Route("/v1/chat/completions", s.generate, methods=["POST"]),
-                            Route("/v1/models", s.models), Route("/health", s.health), Route("/seen", s.seen)])
+    app = Starlette(
+        routes=[
+            Route("/v1/completions", s.generate, methods=["POST"]),
+            Route("/v1/chat/completions", s.generate, methods=["POST"]),
+            Route("/v1/models", s.models),
+            Route("/health", s.health),
+            Route("/seen", s.seen),
+        ]
+    )
     uvicorn.run(app, host="127.0.0.1", port=a.port, log_level="warning", access_log=False, backlog=4096)
 
 

@@ -22,9 +22,22 @@ class SlotServerProc:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen([sys.executable, os.path.join(HERE, "slot_server.py"), "--port", str(self.port),
-                                      "--slots", str(slots), "--prefill-ms", str(prefill_ms), "--itl-ms", str(itl_ms)],
-                                     stdout=self.log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                os.path.join(HERE, "slot_server.py"),
+                "--port",
+                str(self.port),
+                "--slots",
+                str(slots),
+                "--prefill-ms",
+                str(prefill_ms),
+                "--itl-ms",
+                str(itl_ms),
+            ],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             try:

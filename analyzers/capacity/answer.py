@@ -51,8 +51,9 @@ def answer_in(sweep: SweepInfo) -> CapacityAnswer | None:
     return sweep.capacity.answer if sweep.capacity is not None else None
 
 
-def judge_loads(table: RequestTable, loads: dict[float, list[str]], stats: dict[str, LevelStats],
-                slos: Slos, seed: int = 0) -> list[LoadVerdict]:
+def judge_loads(
+    table: RequestTable, loads: dict[float, list[str]], stats: dict[str, LevelStats], slos: Slos, seed: int = 0
+) -> list[LoadVerdict]:
     """One verdict per load, from the pooled records of its levels (ordered by load)."""
     df = table.df
     level_col = df["level_id"].to_numpy()
@@ -68,10 +69,10 @@ def judge_loads(table: RequestTable, loads: dict[float, list[str]], stats: dict[
         rng = np.random.default_rng([seed, i])
         dists, checks, point = {}, [], True
         for name, column, _key, q, bound in _bounds(slos):
-            dists[column] = Distribution.of(df[column].to_numpy()[rows], rng)      # shown: the successful ones
-            values = sample.column(column)                                          # judged: failures counted
+            dists[column] = Distribution.of(df[column].to_numpy()[rows], rng)  # shown: the successful ones
+            values = sample.column(column)  # judged: failures counted
             known = ~np.isnan(values)
-            if known.any() or column == "ttft_s":          # TTFT is always judged: none at all is `out`
+            if known.any() or column == "ttft_s":  # TTFT is always judged: none at all is `out`
                 # with send times: widened by the clustering of the requests over the bound
                 sent_at = None if sample.sent_at is None else sample.sent_at[known]
                 checks.append(check_bound(name, values[known], q, bound, sent_at, floors.get(name, 1.0)))
@@ -83,18 +84,34 @@ def judge_loads(table: RequestTable, loads: dict[float, list[str]], stats: dict[
         levels_met = all(stats[lid].slo_met for lid in ids)
         clearly_out = ttft.n == 0 or any(c.verdict == "out" for c in checks)
         clearly_in = all(c.verdict == "in" for c in checks)
-        verdict = ("out" if clearly_out or invalid else "in" if clearly_in and levels_met else "unclear")
+        verdict = "out" if clearly_out or invalid else "in" if clearly_in and levels_met else "unclear"
         good = [stats[lid].goodput_req_s for lid in ids]
         tok = [stats[lid].output_tok_s for lid in ids]
         failures = sample.failure_summary()
-        out.append(LoadVerdict(load, ids, verdict, point and not invalid, sample.n, ttft.p["p99"], ttft.ci.get("p99"),
-                               tpot.p["p95"], tpot.ci.get("p95"), float(np.mean(good)) if good else 0.0,
-                               float(np.mean(tok)) if tok else 0.0, invalid + ([failures] if failures else []),
-                               over_bound={c.name: c.over for c in checks},
-                               design_effect={c.name: round(c.design_effect, 2) for c in checks},
-                               too_few=verdict == "unclear" and not invalid and levels_met
-                               and all(c.verdict == "in" or c.too_few for c in checks),
-                               failed=sample.failed, failed_no_token=sample.no_token))
+        out.append(
+            LoadVerdict(
+                load,
+                ids,
+                verdict,
+                point and not invalid,
+                sample.n,
+                ttft.p["p99"],
+                ttft.ci.get("p99"),
+                tpot.p["p95"],
+                tpot.ci.get("p95"),
+                float(np.mean(good)) if good else 0.0,
+                float(np.mean(tok)) if tok else 0.0,
+                invalid + ([failures] if failures else []),
+                over_bound={c.name: c.over for c in checks},
+                design_effect={c.name: round(c.design_effect, 2) for c in checks},
+                too_few=verdict == "unclear"
+                and not invalid
+                and levels_met
+                and all(c.verdict == "in" or c.too_few for c in checks),
+                failed=sample.failed,
+                failed_no_token=sample.no_token,
+            )
+        )
     return out
 
 
@@ -106,8 +123,10 @@ def _pooled_levels(table: RequestTable, every: list[str], stats: dict[str, Level
     every = [lid for lid in every if lid in stats]
     ids = [lid for lid in every if not _client_behind(stats[lid])] or every
     sent = df["in_window"].to_numpy() & np.isin(df["level_id"].to_numpy(), ids)
-    return ids, SloSample.of(df["status"].to_numpy()[sent], *(df[c].to_numpy()[sent] for c in (
-        "ttft_s", "tpot_s", "e2e_s", "target_output_len", "t_sent")))
+    return ids, SloSample.of(
+        df["status"].to_numpy()[sent],
+        *(df[c].to_numpy()[sent] for c in ("ttft_s", "tpot_s", "e2e_s", "target_output_len", "t_sent")),
+    )
 
 
 def _search_clustering(samples: list[SloSample], slos: Slos) -> dict[str, float]:
@@ -147,7 +166,7 @@ def _invalid_reasons(levels: list[LevelStats]) -> list[str]:
             reasons.append(f"{lv.level_id}: errors {lv.error_rate:.0%}")
         if any(n.startswith(OVER_CAPACITY_WORDS) for n in lv.notes):
             reasons.append(f"{lv.level_id}: over capacity, stopped early")
-        if lv.slo_met is None and not _client_behind(lv):      # a client behind has no verdict either
+        if lv.slo_met is None and not _client_behind(lv):  # a client behind has no verdict either
             reasons.append(f"{lv.level_id}: no verdict (cut short)")
     return reasons
 
@@ -165,8 +184,9 @@ def capacity_answer(axis: str, verdicts: list[LoadVerdict], limit_reached: bool)
     # established, so none is claimed; the lowest load measured would be a claim nothing supports).
     low = max((v.load for v in below if v.verdict == "in" and v.load <= best.load), default=None)
     high = max(v.load for v in below)
-    return CapacityAnswer(axis, best.load, low, max(high, best.load), lowest_out, bounded,
-                          best.goodput_req_s, best.output_tok_s, verdicts)
+    return CapacityAnswer(
+        axis, best.load, low, max(high, best.load), lowest_out, bounded, best.goodput_req_s, best.output_tok_s, verdicts
+    )
 
 
 def _bounded_by(verdicts: list[LoadVerdict], lowest_out: float | None, limit_reached: bool) -> str:

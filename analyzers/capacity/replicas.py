@@ -26,12 +26,12 @@ class PerReplica:
     """The fleet's answer divided by its replicas (the fleet's / N, at the measured balance)."""
 
     replicas: int
-    axis: str                          # concurrency | rate
-    capacity: float | None             # users or req/s per replica
+    axis: str  # concurrency | rate
+    capacity: float | None  # users or req/s per replica
     low: float | None
     high: float | None
-    rate_req_s: float | None           # requests/s one replica carried within the SLO (see the module)
-    busiest_share: float | None        # at the answer's load: the largest share one replica served
+    rate_req_s: float | None  # requests/s one replica carried within the SLO (see the module)
+    busiest_share: float | None  # at the answer's load: the largest share one replica served
 
     def __post_init__(self) -> None:
         if self.replicas < 1:
@@ -46,10 +46,10 @@ class ReplicasFor:
 
     target_rate: float
     measured_replicas: int
-    per_replica_req_s: float | None    # None: the search established no rate within the SLO
+    per_replica_req_s: float | None  # None: the search established no rate within the SLO
     replicas: int | None
-    fewest: int | None                 # from the interval's high end (rate axis), else None
-    most: int | None                   # from its low end
+    fewest: int | None  # from the interval's high end (rate axis), else None
+    most: int | None  # from its low end
 
     def __post_init__(self) -> None:
         if not self.target_rate > 0:
@@ -73,7 +73,7 @@ def busiest_share(table: RequestTable, level_ids: list[str]) -> float | None:
     """The largest share of the levels' in-window requests that one replica served (None: no record names one)."""
     df = table.df
     rows = df["in_window"].to_numpy(bool) & np.isin(df["level_id"].to_numpy(), level_ids)
-    names = [n for n in df["replica"].to_numpy(object)[rows] if n is not None and n == n]    # n == n: not NaN
+    names = [n for n in df["replica"].to_numpy(object)[rows] if n is not None and n == n]  # n == n: not NaN
     if not names:
         return None
     _, counts = np.unique(np.array([str(n) for n in names]), return_counts=True)
@@ -85,6 +85,7 @@ def per_replica(answer: CapacityAnswer) -> PerReplica:
 
     def each(v: float | None) -> float | None:
         return None if v is None else v / n
+
     rate = answer.capacity if answer.axis == "rate" else answer.goodput_req_s
     share = answer.busiest_share if n > 1 else None
     return PerReplica(n, answer.axis, each(answer.capacity), each(answer.low), each(answer.high), each(rate), share)
@@ -93,6 +94,13 @@ def per_replica(answer: CapacityAnswer) -> PerReplica:
 def replicas_for(target_rate: float, each: PerReplica) -> ReplicasFor:
     def count(per: float | None) -> int | None:
         return None if per is None or per <= 0 else max(1, math.ceil(target_rate / per - 1e-9))
+
     interval = each.axis == "rate"
-    return ReplicasFor(target_rate, each.replicas, each.rate_req_s, count(each.rate_req_s),
-                       count(each.high) if interval else None, count(each.low) if interval else None)
+    return ReplicasFor(
+        target_rate,
+        each.replicas,
+        each.rate_req_s,
+        count(each.rate_req_s),
+        count(each.high) if interval else None,
+        count(each.low) if interval else None,
+    )

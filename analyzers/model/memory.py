@@ -37,17 +37,24 @@ from dataclasses import dataclass, replace
 from analyzers.diagnosis_error import DiagnosisError
 from analyzers.model.presets import ModelShape
 
-GiB = 1024 ** 3
-MiB = 1024 ** 2
+GiB = 1024**3
+MiB = 1024**2
 DTYPE_BYTES = {"fp32": 4.0, "fp16": 2.0, "bf16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
-_DTYPE_ALIASES = {"float32": "fp32", "float16": "fp16", "half": "fp16", "bfloat16": "bf16", "fp8_e4m3": "fp8",
-                  "fp8_e5m2": "fp8", "float8": "fp8"}
+_DTYPE_ALIASES = {
+    "float32": "fp32",
+    "float16": "fp16",
+    "half": "fp16",
+    "bfloat16": "bf16",
+    "fp8_e4m3": "fp8",
+    "fp8_e5m2": "fp8",
+    "float8": "fp8",
+}
 
-CUDA_CONTEXT_BYTES = 512 * MiB        # CUDA context + cuBLAS workspaces (vLLM's "non-torch memory")
-CUDA_GRAPH_BYTES = 512 * MiB          # vLLM's captured decode graphs; typically 0.2-1 GiB
-NCCL_WORKSPACE_BYTES = 256 * MiB      # NCCL channels/proxy buffers (+ vLLM's custom all-reduce)
-FRAGMENTATION_FRACTION = 0.10         # of the transient peak
-HEADROOM = 0.20                       # the seed's 20% margin on the computed concurrency
+CUDA_CONTEXT_BYTES = 512 * MiB  # CUDA context + cuBLAS workspaces (vLLM's "non-torch memory")
+CUDA_GRAPH_BYTES = 512 * MiB  # vLLM's captured decode graphs; typically 0.2-1 GiB
+NCCL_WORKSPACE_BYTES = 256 * MiB  # NCCL channels/proxy buffers (+ vLLM's custom all-reduce)
+FRAGMENTATION_FRACTION = 0.10  # of the transient peak
+HEADROOM = 0.20  # the seed's 20% margin on the computed concurrency
 ASSUMPTIONS = (
     f"CUDA context + cuBLAS workspaces: {CUDA_CONTEXT_BYTES / GiB:.2f} GiB per GPU",
     f"CUDA graphs: {CUDA_GRAPH_BYTES / GiB:.2f} GiB per GPU (0 with --enforce-eager)",
@@ -75,7 +82,7 @@ class ServingPlan:
     tp: int = 1
     pp: int = 1
     weight_dtype: str = "bf16"
-    kv_dtype: str = "auto"                  # auto: 16-bit (vLLM's default whatever the weights)
+    kv_dtype: str = "auto"  # auto: 16-bit (vLLM's default whatever the weights)
     max_model_len: int = 4096
     concurrency: int = 32
     gpu_memory_gib: float = 80.0
@@ -85,20 +92,25 @@ class ServingPlan:
     max_num_seqs: int = 256
     request_tokens: int | None = None
     cuda_graphs: bool = True
-    kv_layout: str = "paged"                # or "contiguous": reserve max_model_len per request
+    kv_layout: str = "paged"  # or "contiguous": reserve max_model_len per request
 
     def __post_init__(self) -> None:
-        checks = [(self.tp >= 1, "tp must be >= 1"), (self.pp >= 1, "pp must be >= 1"),
-                  (self.max_model_len >= 1, "max_model_len must be >= 1"),
-                  (self.concurrency >= 1, "concurrency must be >= 1"),
-                  (self.gpu_memory_gib > 0, "gpu memory must be > 0 GiB"),
-                  (0 < self.gpu_memory_utilization <= 1, "gpu_memory_utilization must be in (0, 1]"),
-                  (self.block_size >= 1, "block_size must be >= 1"),
-                  (self.max_num_batched_tokens >= 1, "max_num_batched_tokens must be >= 1"),
-                  (self.max_num_seqs >= 1, "max_num_seqs must be >= 1"),
-                  (self.request_tokens is None or 1 <= self.request_tokens <= self.max_model_len,
-                   "request_tokens must be in [1, max_model_len]"),
-                  (self.kv_layout in ("paged", "contiguous"), "kv_layout must be paged or contiguous")]
+        checks = [
+            (self.tp >= 1, "tp must be >= 1"),
+            (self.pp >= 1, "pp must be >= 1"),
+            (self.max_model_len >= 1, "max_model_len must be >= 1"),
+            (self.concurrency >= 1, "concurrency must be >= 1"),
+            (self.gpu_memory_gib > 0, "gpu memory must be > 0 GiB"),
+            (0 < self.gpu_memory_utilization <= 1, "gpu_memory_utilization must be in (0, 1]"),
+            (self.block_size >= 1, "block_size must be >= 1"),
+            (self.max_num_batched_tokens >= 1, "max_num_batched_tokens must be >= 1"),
+            (self.max_num_seqs >= 1, "max_num_seqs must be >= 1"),
+            (
+                self.request_tokens is None or 1 <= self.request_tokens <= self.max_model_len,
+                "request_tokens must be in [1, max_model_len]",
+            ),
+            (self.kv_layout in ("paged", "contiguous"), "kv_layout must be paged or contiguous"),
+        ]
         for ok, message in checks:
             if not ok:
                 raise DiagnosisError(message)
@@ -142,7 +154,7 @@ class MemoryEstimate:
     cuda_context: float
     cuda_graphs: float
     fragmentation: float
-    kv_budget: float                        # what is left for KV (negative: the model does not load)
+    kv_budget: float  # what is left for KV (negative: the model does not load)
     kv_bytes_per_token_gpu: float
     num_blocks: int
 
@@ -153,8 +165,14 @@ class MemoryEstimate:
 
     @property
     def non_kv(self) -> float:
-        return (self.weights + self.activations + self.comm_buffers + self.cuda_context + self.cuda_graphs
-                + self.fragmentation)
+        return (
+            self.weights
+            + self.activations
+            + self.comm_buffers
+            + self.cuda_context
+            + self.cuda_graphs
+            + self.fragmentation
+        )
 
     @property
     def block_bytes(self) -> float:
@@ -169,8 +187,9 @@ class MemoryEstimate:
 
     def max_concurrency(self, tokens: int | None = None) -> int:
         """vLLM's figure: blocks // ceil(tokens / block_size); contiguous KV reserves max_model_len."""
-        tokens = self.plan.max_model_len if self.plan.kv_layout == "contiguous" else (
-            tokens or self.plan.tokens_per_request)
+        tokens = (
+            self.plan.max_model_len if self.plan.kv_layout == "contiguous" else (tokens or self.plan.tokens_per_request)
+        )
         return self.num_blocks // self.blocks_per_request(tokens)
 
     def safe_concurrency(self, tokens: int | None = None) -> int:
@@ -226,7 +245,7 @@ def weights_per_gpu(shape: ModelShape, plan: ServingPlan) -> float:
     kv_out = kv_heads_per_gpu(shape, tp) * hd
     attn = h * (q_out + 2 * kv_out) + q_out * h
     mlp = shape.num_experts * 3 * h * shape.intermediate_size / tp
-    high_precision = 2 * h + (h * shape.num_experts if shape.is_moe else 0)     # norms, router
+    high_precision = 2 * h + (h * shape.num_experts if shape.is_moe else 0)  # norms, router
     if shape.qkv_bias:
         high_precision += q_out + 2 * kv_out
     layers = -(-shape.num_layers // plan.pp)
@@ -234,9 +253,10 @@ def weights_per_gpu(shape: ModelShape, plan: ServingPlan) -> float:
     if plan.pp == 1:
         vocab = vocab_matrix * (1 if shape.tie_word_embeddings else 2) + h
     else:
-        vocab = vocab_matrix + h            # first stage: embedding; last: lm_head (or a tied copy) + norm
-    return (layers * ((attn + mlp) * plan.weight_bytes + high_precision * plan.compute_bytes)
-            + vocab * plan.compute_bytes)
+        vocab = vocab_matrix + h  # first stage: embedding; last: lm_head (or a tied copy) + norm
+    return (
+        layers * ((attn + mlp) * plan.weight_bytes + high_precision * plan.compute_bytes) + vocab * plan.compute_bytes
+    )
 
 
 def activations_per_gpu(shape: ModelShape, plan: ServingPlan) -> float:
@@ -268,11 +288,24 @@ def estimate_memory(shape: ModelShape, plan: ServingPlan) -> MemoryEstimate:
     usable = total * plan.gpu_memory_utilization
     activations = activations_per_gpu(shape, plan)
     comm = comm_buffers_per_gpu(shape, plan)
-    parts = dict(weights=weights_per_gpu(shape, plan), activations=activations, comm_buffers=comm,
-                 cuda_context=float(CUDA_CONTEXT_BYTES), cuda_graphs=float(CUDA_GRAPH_BYTES if plan.cuda_graphs else 0),
-                 fragmentation=FRAGMENTATION_FRACTION * (activations + comm))
+    parts = dict(
+        weights=weights_per_gpu(shape, plan),
+        activations=activations,
+        comm_buffers=comm,
+        cuda_context=float(CUDA_CONTEXT_BYTES),
+        cuda_graphs=float(CUDA_GRAPH_BYTES if plan.cuda_graphs else 0),
+        fragmentation=FRAGMENTATION_FRACTION * (activations + comm),
+    )
     kv_budget = usable - sum(parts.values())
     per_token = kv_bytes_per_token_per_gpu(shape, plan)
     blocks = max(0, math.floor(kv_budget / (per_token * plan.block_size)))
-    return MemoryEstimate(shape=shape, plan=plan, total=total, usable=usable, kv_budget=kv_budget,
-                          kv_bytes_per_token_gpu=per_token, num_blocks=blocks, **parts)
+    return MemoryEstimate(
+        shape=shape,
+        plan=plan,
+        total=total,
+        usable=usable,
+        kv_budget=kv_budget,
+        kv_bytes_per_token_gpu=per_token,
+        num_blocks=blocks,
+        **parts,
+    )

@@ -31,22 +31,33 @@ class ModelShape:
     num_heads: int
     num_kv_heads: int
     head_dim: int
-    intermediate_size: int          # per expert for MoE models
+    intermediate_size: int  # per expert for MoE models
     vocab_size: int
     tie_word_embeddings: bool = False
     qkv_bias: bool = False
-    num_experts: int = 1            # 1 = dense MLP
+    num_experts: int = 1  # 1 = dense MLP
     experts_per_token: int = 1
     max_position_embeddings: int = DEFAULT_MAX_POSITION_EMBEDDINGS
 
     def __post_init__(self) -> None:
-        for field_name in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim",
-                           "intermediate_size", "vocab_size", "num_experts", "experts_per_token"):
+        for field_name in (
+            "hidden_size",
+            "num_layers",
+            "num_heads",
+            "num_kv_heads",
+            "head_dim",
+            "intermediate_size",
+            "vocab_size",
+            "num_experts",
+            "experts_per_token",
+        ):
             if getattr(self, field_name) < 1:
                 raise DiagnosisError(f"model {self.name!r}: {field_name} must be >= 1")
         if self.num_heads % self.num_kv_heads:
-            raise DiagnosisError(f"model {self.name!r}: num_heads ({self.num_heads}) must be a multiple of "
-                                 f"num_kv_heads ({self.num_kv_heads})")
+            raise DiagnosisError(
+                f"model {self.name!r}: num_heads ({self.num_heads}) must be a multiple of "
+                f"num_kv_heads ({self.num_kv_heads})"
+            )
         if self.experts_per_token > self.num_experts:
             raise DiagnosisError(f"model {self.name!r}: experts_per_token > num_experts")
 
@@ -67,7 +78,7 @@ class ModelShape:
         return self.num_experts * per_expert + router
 
     def layer_params(self) -> int:
-        return self.attention_params() + self.mlp_params() + 2 * self.hidden_size   # two RMSNorms
+        return self.attention_params() + self.mlp_params() + 2 * self.hidden_size  # two RMSNorms
 
     def embedding_params(self) -> int:
         return self.vocab_size * self.hidden_size
@@ -76,8 +87,9 @@ class ModelShape:
         return 0 if self.tie_word_embeddings else self.vocab_size * self.hidden_size
 
     def num_parameters(self) -> int:
-        return (self.embedding_params() + self.num_layers * self.layer_params() + self.hidden_size
-                + self.lm_head_params())
+        return (
+            self.embedding_params() + self.num_layers * self.layer_params() + self.hidden_size + self.lm_head_params()
+        )
 
     def active_parameters(self) -> int:
         """Parameters one token touches (MoE: only its top-k experts)."""
@@ -91,25 +103,74 @@ class ModelShape:
 
 # Published config.json numbers (Hugging Face model cards of the base models).
 PRESETS: dict[str, ModelShape] = {
-    "llama-3-8b": ModelShape("llama-3-8b", hidden_size=4096, num_layers=32, num_heads=32, num_kv_heads=8,
-                             head_dim=128, intermediate_size=14336, vocab_size=128256,
-                             max_position_embeddings=8192),
-    "llama-3-70b": ModelShape("llama-3-70b", hidden_size=8192, num_layers=80, num_heads=64, num_kv_heads=8,
-                              head_dim=128, intermediate_size=28672, vocab_size=128256,
-                              max_position_embeddings=8192),
-    "qwen2-7b": ModelShape("qwen2-7b", hidden_size=3584, num_layers=28, num_heads=28, num_kv_heads=4,
-                           head_dim=128, intermediate_size=18944, vocab_size=152064, qkv_bias=True,
-                           max_position_embeddings=131072),
-    "qwen2-72b": ModelShape("qwen2-72b", hidden_size=8192, num_layers=80, num_heads=64, num_kv_heads=8,
-                            head_dim=128, intermediate_size=29568, vocab_size=152064, qkv_bias=True,
-                            max_position_embeddings=131072),
-    "mixtral-8x7b": ModelShape("mixtral-8x7b", hidden_size=4096, num_layers=32, num_heads=32, num_kv_heads=8,
-                               head_dim=128, intermediate_size=14336, vocab_size=32000, num_experts=8,
-                               experts_per_token=2, max_position_embeddings=32768),
+    "llama-3-8b": ModelShape(
+        "llama-3-8b",
+        hidden_size=4096,
+        num_layers=32,
+        num_heads=32,
+        num_kv_heads=8,
+        head_dim=128,
+        intermediate_size=14336,
+        vocab_size=128256,
+        max_position_embeddings=8192,
+    ),
+    "llama-3-70b": ModelShape(
+        "llama-3-70b",
+        hidden_size=8192,
+        num_layers=80,
+        num_heads=64,
+        num_kv_heads=8,
+        head_dim=128,
+        intermediate_size=28672,
+        vocab_size=128256,
+        max_position_embeddings=8192,
+    ),
+    "qwen2-7b": ModelShape(
+        "qwen2-7b",
+        hidden_size=3584,
+        num_layers=28,
+        num_heads=28,
+        num_kv_heads=4,
+        head_dim=128,
+        intermediate_size=18944,
+        vocab_size=152064,
+        qkv_bias=True,
+        max_position_embeddings=131072,
+    ),
+    "qwen2-72b": ModelShape(
+        "qwen2-72b",
+        hidden_size=8192,
+        num_layers=80,
+        num_heads=64,
+        num_kv_heads=8,
+        head_dim=128,
+        intermediate_size=29568,
+        vocab_size=152064,
+        qkv_bias=True,
+        max_position_embeddings=131072,
+    ),
+    "mixtral-8x7b": ModelShape(
+        "mixtral-8x7b",
+        hidden_size=4096,
+        num_layers=32,
+        num_heads=32,
+        num_kv_heads=8,
+        head_dim=128,
+        intermediate_size=14336,
+        vocab_size=32000,
+        num_experts=8,
+        experts_per_token=2,
+        max_position_embeddings=32768,
+    ),
 }
 # Spellings people type: "Llama-3-70B", "meta-llama/Meta-Llama-3-70B", "llama3-70b", "Qwen/Qwen2-7B".
-_ALIASES = {"meta-llama-3-8b": "llama-3-8b", "llama3-8b": "llama-3-8b", "meta-llama-3-70b": "llama-3-70b",
-            "llama3-70b": "llama-3-70b", "mixtral-8x7b-v0.1": "mixtral-8x7b"}
+_ALIASES = {
+    "meta-llama-3-8b": "llama-3-8b",
+    "llama3-8b": "llama-3-8b",
+    "meta-llama-3-70b": "llama-3-70b",
+    "llama3-70b": "llama-3-70b",
+    "mixtral-8x7b-v0.1": "mixtral-8x7b",
+}
 
 
 def _normalise(name: str) -> str:
@@ -123,11 +184,20 @@ def shape_from_model_config(mc: ModelConfig, name: str) -> ModelShape:
     """The shapes of a refengine ModelConfig (dense: num_experts 0 there, 1 here)."""
     moe = mc.num_experts > 1
     return ModelShape(
-        name=name, hidden_size=mc.hidden_size, num_layers=mc.num_hidden_layers, num_heads=mc.num_attention_heads,
-        num_kv_heads=mc.num_key_value_heads, head_dim=mc.head_dim, intermediate_size=mc.intermediate_size,
-        vocab_size=mc.vocab_size, tie_word_embeddings=mc.tie_word_embeddings, qkv_bias=mc.attention_bias,
-        num_experts=mc.num_experts if moe else 1, experts_per_token=(mc.num_experts_per_tok or 1) if moe else 1,
-        max_position_embeddings=mc.max_position_embeddings)
+        name=name,
+        hidden_size=mc.hidden_size,
+        num_layers=mc.num_hidden_layers,
+        num_heads=mc.num_attention_heads,
+        num_kv_heads=mc.num_key_value_heads,
+        head_dim=mc.head_dim,
+        intermediate_size=mc.intermediate_size,
+        vocab_size=mc.vocab_size,
+        tie_word_embeddings=mc.tie_word_embeddings,
+        qkv_bias=mc.attention_bias,
+        num_experts=mc.num_experts if moe else 1,
+        experts_per_token=(mc.num_experts_per_tok or 1) if moe else 1,
+        max_position_embeddings=mc.max_position_embeddings,
+    )
 
 
 def shape_from_hf_config(cfg: dict, name: str = "config.json") -> ModelShape:
@@ -161,11 +231,13 @@ def resolve_model(spec: str) -> ModelShape:
     if path.is_dir():
         path = path / "config.json"
     if not path.is_file():
-        raise DiagnosisError(f"unknown model {spec!r}: give a preset ({', '.join(PRESETS)}), a refengine model "
-                             "(tiny, tiny-test) or a path to a Hugging Face config.json")
+        raise DiagnosisError(
+            f"unknown model {spec!r}: give a preset ({', '.join(PRESETS)}), a refengine model "
+            "(tiny, tiny-test) or a path to a Hugging Face config.json"
+        )
     try:
         cfg = read_config_json(path)
     except RefEngineError as e:
         raise DiagnosisError(str(e)) from None
-    shape = shape_from_hf_config(cfg, name=str(path))          # reads text_config wrappers itself
-    return replace(shape, name=config_model_name(cfg, shape.num_parameters()))   # not the folder's name
+    shape = shape_from_hf_config(cfg, name=str(path))  # reads text_config wrappers itself
+    return replace(shape, name=config_model_name(cfg, shape.num_parameters()))  # not the folder's name

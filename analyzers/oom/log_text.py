@@ -24,24 +24,28 @@ _ANSI = re.compile(r"(?:\x1b|\^\[)\[[0-9;]*[A-Za-z]")
 # One prefix at the start of a line; applied repeatedly, since they nest
 # ("vllm-1  | (EngineCore pid=98) ERROR 06-30 13:53:19 [core.py:515] ...").
 _PREFIXES = [
-    re.compile(r"^>\s?"),                                                           # a Markdown quote
-    re.compile(r"^\[\d{4}-\d\d-\d\dT[\d:.]+Z?\]\s*"),                           # CI timestamp
-    re.compile(r"^\d{4}-\d\d-\d\d[ T][\d:.,]+Z?\s+\[\w+\]\s+\([^)]*\)\s*"),      # lemonade-style "(Process)"
-    re.compile(r"^[A-Z][a-z]{2} +\d+ [\d:]+ \S+ [\w.-]+\[\d+\]:\s*"),             # journald
-    re.compile(r"^[\w.-]+-\d+\s+\|\s?"),                                          # docker compose service
-    re.compile(r"^\((?:EngineCore(?:_\w+)?|VllmWorker(?:Process)?|APIServer|RayWorkerWrapper|"
-               r"Worker(?:_\w+)?|train_\w+|\w+)(?: rank=\d+)? pid=\d+(?:, ip=[\d.]+)?\)\s*"),
-    re.compile(r"^(?:INFO|WARNING|ERROR|DEBUG|CRITICAL)\s+\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?\s+"
-               r"(?:\[[\w./:-]+\]\s*|[\w.]+:\d+\]\s*)?"),                          # vLLM logger
-    re.compile(r"^\[rank\d+\]:\s*"),                                             # torchrun
-    re.compile(r"^\d+: (?=\S)"),                                                  # srun/mpirun rank
-    re.compile(r"^\[\d{4}-\d\d-\d\d [\d:]+(?: \w+\d*)*\]\s*"),                    # SGLang "[date TP0]"
+    re.compile(r"^>\s?"),  # a Markdown quote
+    re.compile(r"^\[\d{4}-\d\d-\d\dT[\d:.]+Z?\]\s*"),  # CI timestamp
+    re.compile(r"^\d{4}-\d\d-\d\d[ T][\d:.,]+Z?\s+\[\w+\]\s+\([^)]*\)\s*"),  # lemonade-style "(Process)"
+    re.compile(r"^[A-Z][a-z]{2} +\d+ [\d:]+ \S+ [\w.-]+\[\d+\]:\s*"),  # journald
+    re.compile(r"^[\w.-]+-\d+\s+\|\s?"),  # docker compose service
+    re.compile(
+        r"^\((?:EngineCore(?:_\w+)?|VllmWorker(?:Process)?|APIServer|RayWorkerWrapper|"
+        r"Worker(?:_\w+)?|train_\w+|\w+)(?: rank=\d+)? pid=\d+(?:, ip=[\d.]+)?\)\s*"
+    ),
+    re.compile(
+        r"^(?:INFO|WARNING|ERROR|DEBUG|CRITICAL)\s+\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?\s+"
+        r"(?:\[[\w./:-]+\]\s*|[\w.]+:\d+\]\s*)?"
+    ),  # vLLM logger
+    re.compile(r"^\[rank\d+\]:\s*"),  # torchrun
+    re.compile(r"^\d+: (?=\S)"),  # srun/mpirun rank
+    re.compile(r"^\[\d{4}-\d\d-\d\d [\d:]+(?: \w+\d*)*\]\s*"),  # SGLang "[date TP0]"
 ]
 
 
 def strip_line(line: str) -> str:
     line = _ANSI.sub("", line).rstrip("\r")
-    for _ in range(6):                   # nested prefixes, a bounded number of times
+    for _ in range(6):  # nested prefixes, a bounded number of times
         before = line
         for p in _PREFIXES:
             line = p.sub("", line)

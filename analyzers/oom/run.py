@@ -20,16 +20,16 @@ from analyzers.triage.tail_windows import Window, merge
 from rundir import RunDir
 from rundir.table import RequestTable
 
-KV_FULL = 0.95               # KV usage at or above this is "full"
-GPU_MEM_FULL = 0.95          # GPU memory used / total at or above this is "full"
+KV_FULL = 0.95  # KV usage at or above this is "full"
+GPU_MEM_FULL = 0.95  # GPU memory used / total at or above this is "full"
 OOM_ERROR = re.compile(r"out of memory|\bOOM\b|KV cache|no available memory|cache blocks", re.IGNORECASE)
 
 
 @dataclass
 class PressureEpisode:
-    kind: str                # kv_full | preemption | gpu_memory | oom_error
+    kind: str  # kv_full | preemption | gpu_memory | oom_error
     window: Window
-    levels: list[str]        # load levels running at the time
+    levels: list[str]  # load levels running at the time
     detail: str
 
 
@@ -95,15 +95,25 @@ def memory_pressure(run: RunDir) -> MemoryPressure:
     if server is not None and "kv_usage" in server.numeric:
         kv = server.numeric["kv_usage"]
         mp.kv_usage_max = float(np.nanmax(kv)) if np.isfinite(kv).any() else None
-        mp.episodes += _episodes(server, np.nan_to_num(kv) >= KV_FULL, "kv_full", spans,
-                                 lambda w: f"KV cache >= {KV_FULL:.0%} for {w.seconds:.0f} s")
+        mp.episodes += _episodes(
+            server,
+            np.nan_to_num(kv) >= KV_FULL,
+            "kv_full",
+            spans,
+            lambda w: f"KV cache >= {KV_FULL:.0%} for {w.seconds:.0f} s",
+        )
     else:
         mp.evidence_missing.append("KV usage (server probe)")
     if server is not None and "preemptions" in server.numeric:
         pre = np.nan_to_num(server.numeric["preemptions"])
         mp.preemptions = float(pre.sum())
-        mp.episodes += _episodes(server, pre > 0, "preemption", spans,
-                                 lambda w: f"{pre[(server.t > w.start) & (server.t <= w.end)].sum():.0f} preemptions")
+        mp.episodes += _episodes(
+            server,
+            pre > 0,
+            "preemption",
+            spans,
+            lambda w: f"{pre[(server.t > w.start) & (server.t <= w.end)].sum():.0f} preemptions",
+        )
     else:
         mp.evidence_missing.append("preemptions (server probe)")
     gpu = read_probe(run.probe_file("gpu"), "gpu")
@@ -111,8 +121,13 @@ def memory_pressure(run: RunDir) -> MemoryPressure:
     if gpu is not None and used:
         share = np.nanmax(np.stack([gpu.numeric[k] / gpu.numeric[k.replace("used", "total")] for k in used]), axis=0)
         mp.gpu_mem_share_max = float(np.nanmax(share))
-        mp.episodes += _episodes(gpu, np.nan_to_num(share) >= GPU_MEM_FULL, "gpu_memory", spans,
-                                 lambda w: f"GPU memory >= {GPU_MEM_FULL:.0%} of total")
+        mp.episodes += _episodes(
+            gpu,
+            np.nan_to_num(share) >= GPU_MEM_FULL,
+            "gpu_memory",
+            spans,
+            lambda w: f"GPU memory >= {GPU_MEM_FULL:.0%} of total",
+        )
     else:
         mp.evidence_missing.append("GPU memory (gpu probe)")
     if len(table):

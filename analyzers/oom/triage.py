@@ -13,9 +13,14 @@ from analyzers.model.memory import GiB, MemoryEstimate
 from analyzers.oom.fixes import suggest_fixes
 from playbooks.playbook import CannotCheck, PlaybookRun
 
-_FIX_STEPS = {1: "oom.fix.paged-kv", 2: "oom.fix.max-model-len", 3: "oom.fix.long-requests",
-              4: "oom.fix.concurrency-cap", 5: "oom.fix.quantize"}
-TRANSIENT_SHARE = 0.25       # activations + buffers above this share of the KV budget fail oom.activations
+_FIX_STEPS = {
+    1: "oom.fix.paged-kv",
+    2: "oom.fix.max-model-len",
+    3: "oom.fix.long-requests",
+    4: "oom.fix.concurrency-cap",
+    5: "oom.fix.quantize",
+}
+TRANSIENT_SHARE = 0.25  # activations + buffers above this share of the KV budget fail oom.activations
 
 
 def _need_model(est):
@@ -30,24 +35,28 @@ class _Evidence:
 
     est: MemoryEstimate | None
     findings: list | None
-    ramp: Any                          # the ramp result, None without --ramp
+    ramp: Any  # the ramp result, None without --ramp
 
     def weights(self):
         e = _need_model(self.est)
-        return e.loads, (f"weights {e.weights / GiB:.1f} GiB/GPU; all but KV {e.non_kv / GiB:.1f} of "
-                         f"{e.usable / GiB:.1f} GiB usable")
+        return e.loads, (
+            f"weights {e.weights / GiB:.1f} GiB/GPU; all but KV {e.non_kv / GiB:.1f} of {e.usable / GiB:.1f} GiB usable"
+        )
 
     def kv(self):
         e = _need_model(self.est)
-        return e.fits_with_headroom, (f"{e.plan.concurrency} requested; KV holds {e.max_concurrency()}, "
-                                      f"{e.safe_concurrency()} with 20% headroom")
+        return e.fits_with_headroom, (
+            f"{e.plan.concurrency} requested; KV holds {e.max_concurrency()}, {e.safe_concurrency()} with 20% headroom"
+        )
 
     def activations(self):
         e = _need_model(self.est)
         transient = e.activations + e.comm_buffers + e.fragmentation
         ok = e.loads and transient <= TRANSIENT_SHARE * e.kv_budget
-        return ok, (f"activations {e.activations / GiB:.2f} + comm {e.comm_buffers / GiB:.2f} + fragmentation "
-                    f"{e.fragmentation / GiB:.2f} GiB vs KV budget {max(e.kv_budget, 0) / GiB:.2f} GiB")
+        return ok, (
+            f"activations {e.activations / GiB:.2f} + comm {e.comm_buffers / GiB:.2f} + fragmentation "
+            f"{e.fragmentation / GiB:.2f} GiB vs KV budget {max(e.kv_budget, 0) / GiB:.2f} GiB"
+        )
 
     def _torch_findings(self):
         if self.findings is None:
@@ -77,9 +86,11 @@ class _Evidence:
             ok = first.ok > 0 and first.errors == 0
             return ok, f"ramp level {first.concurrency}: {first.ok} ok, {first.errors} errors"
         e = _need_model(self.est)
-        return e.loads and e.holds_one_request, (f"model: one request of {e.plan.max_model_len:,} tokens needs "
-                                                 f"{e.blocks_per_request(e.plan.max_model_len)} blocks, "
-                                                 f"the cache has {e.num_blocks:,}")
+        return e.loads and e.holds_one_request, (
+            f"model: one request of {e.plan.max_model_len:,} tokens needs "
+            f"{e.blocks_per_request(e.plan.max_model_len)} blocks, "
+            f"the cache has {e.num_blocks:,}"
+        )
 
     def ramp_check(self):
         ramp = self.ramp
@@ -106,8 +117,16 @@ def _note_fixes(run: PlaybookRun, est: MemoryEstimate) -> None:
 
 def mark_oom_playbook(run: PlaybookRun, est: MemoryEstimate | None, findings: list | None, ramp) -> None:
     ev = _Evidence(est, findings, ramp)
-    run.run({"oom.weights": ev.weights, "oom.kv": ev.kv, "oom.activations": ev.activations,
-             "oom.fragmentation": ev.fragmentation, "oom.log": ev.log, "oom.concurrency-1": ev.concurrency_1,
-             "oom.ramp": ev.ramp_check})
+    run.run(
+        {
+            "oom.weights": ev.weights,
+            "oom.kv": ev.kv,
+            "oom.activations": ev.activations,
+            "oom.fragmentation": ev.fragmentation,
+            "oom.log": ev.log,
+            "oom.concurrency-1": ev.concurrency_1,
+            "oom.ramp": ev.ramp_check,
+        }
+    )
     if est is not None:
         _note_fixes(run, est)

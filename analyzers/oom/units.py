@@ -16,9 +16,19 @@ from dataclasses import dataclass
 
 from analyzers.diagnosis_error import DiagnosisError
 
-GiB = 1024 ** 3
-_UNITS = {"": GiB, "g": GiB, "gib": GiB, "gb": 1e9, "m": 1024 ** 2, "mib": 1024 ** 2, "mb": 1e6,
-          "t": 1024 ** 4, "tib": 1024 ** 4, "tb": 1e12}
+GiB = 1024**3
+_UNITS = {
+    "": GiB,
+    "g": GiB,
+    "gib": GiB,
+    "gb": 1e9,
+    "m": 1024**2,
+    "mib": 1024**2,
+    "mb": 1e6,
+    "t": 1024**4,
+    "tib": 1024**4,
+    "tb": 1e12,
+}
 _SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$")
 
 
@@ -29,8 +39,10 @@ def parse_gpu_memory(text: str | float) -> float:
     else:
         m = _SIZE.match(str(text))
         if not m or m.group(2).lower() not in _UNITS:
-            raise DiagnosisError(f"--gpu-memory {text!r}: give GiB (80) or a size with a unit: 80GiB, 80GB "
-                                 "(10^9 bytes), 24576MiB, 80000MB")
+            raise DiagnosisError(
+                f"--gpu-memory {text!r}: give GiB (80) or a size with a unit: 80GiB, 80GB "
+                "(10^9 bytes), 24576MiB, 80000MB"
+            )
         value, unit = float(m.group(1)), m.group(2).lower()
     gib = value * _UNITS[unit] / GiB
     if not gib > 0:
@@ -50,13 +62,15 @@ def kv_figures(shape, plan, est) -> list[KvFigure]:
     whole = shape.kv_bytes_per_token(plan.kv_bytes)
     gpu = est.kv_bytes_per_token_gpu
     n, c = plan.max_model_len, plan.concurrency
-    return [KvFigure("per token", whole, gpu),
-            KvFigure(f"per request of {n:,} tokens (max_model_len)", whole * n, gpu * n),
-            KvFigure(f"{c} concurrent requests of {n:,} tokens", whole * n * c, gpu * n * c)]
+    return [
+        KvFigure("per token", whole, gpu),
+        KvFigure(f"per request of {n:,} tokens (max_model_len)", whole * n, gpu * n),
+        KvFigure(f"{c} concurrent requests of {n:,} tokens", whole * n * c, gpu * n * c),
+    ]
 
 
 def human_bytes(b: float) -> str:
-    for unit, size in (("GiB", GiB), ("MiB", 1024 ** 2), ("KiB", 1024)):
+    for unit, size in (("GiB", GiB), ("MiB", 1024**2), ("KiB", 1024)):
         if b >= size:
             v = b / size
             return f"{v:,.0f} {unit}" if v == int(v) else f"{v:,.2f} {unit}"

@@ -42,8 +42,15 @@ class CalibrationGrid:
     head_dim: int = 64
 
     def __post_init__(self) -> None:
-        for name in ("ms", "sizes", "decode_batches", "decode_contexts", "prefill_tokens", "elementwise_tokens",
-                     "overhead_batches"):
+        for name in (
+            "ms",
+            "sizes",
+            "decode_batches",
+            "decode_contexts",
+            "prefill_tokens",
+            "elementwise_tokens",
+            "overhead_batches",
+        ):
             values = getattr(self, name)
             if len(values) < 2 or list(values) != sorted(set(values)) or values[0] < 1:
                 raise DiagnosisError(f"calibration grid {name} needs at least two increasing values >= 1")
@@ -63,7 +70,7 @@ def timed(fn: Callable[[], object], repeats: int, min_total_s: float = 0.05, max
     return min(out)
 
 
-WEIGHTS_WORKING_SET = 256 << 20     # bytes of distinct weights a size's matmuls rotate through
+WEIGHTS_WORKING_SET = 256 << 20  # bytes of distinct weights a size's matmuls rotate through
 MAX_WEIGHTS = 64
 
 
@@ -76,23 +83,27 @@ def measure_matmul(grid: CalibrationGrid) -> MatmulTable:
     import torch
 
     from refengine.model.layers.linear import ColumnParallelLinear
+
     times = [[0.0] * len(grid.sizes) for _ in grid.ms]
     with torch.inference_mode():
         for j, s in enumerate(grid.sizes):
-            layers = [ColumnParallelLinear(s, s, params_dtype=torch.float32)
-                      for _ in range(max(1, min(MAX_WEIGHTS, WEIGHTS_WORKING_SET // (s * s * 4))))]
-            for layer in layers:           # real values: uninitialized memory may hold slow denormals
-                weight = layer.weight          # registered by the layer's quant method: nn.Module's getattr
+            layers = [
+                ColumnParallelLinear(s, s, params_dtype=torch.float32)
+                for _ in range(max(1, min(MAX_WEIGHTS, WEIGHTS_WORKING_SET // (s * s * 4))))
+            ]
+            for layer in layers:  # real values: uninitialized memory may hold slow denormals
+                weight = layer.weight  # registered by the layer's quant method: nn.Module's getattr
                 assert isinstance(weight, torch.Tensor)
                 weight.normal_(0, 0.02)
             for i, m in enumerate(grid.ms):
                 x = torch.randn(m, s)
-                for layer in layers:       # the first call packs the weight (refengine's CPU linear)
+                for layer in layers:  # the first call packs the weight (refengine's CPU linear)
                     layer(x)
                 rotation = itertools.cycle(layers)
 
                 def call(x: torch.Tensor = x, rotation: Iterator[ColumnParallelLinear] = rotation) -> object:
                     return next(rotation)(x)
+
                 times[i][j] = max(timed(call, grid.repeats), 1e-7)
             del layers
     return MatmulTable(list(grid.ms), list(grid.sizes), monotone(times))
@@ -116,6 +127,7 @@ def _attention(grid: CalibrationGrid, seqs: list[tuple[int, int]]) -> float:
 
     from refengine.attention.metadata import build_attention_metadata
     from refengine.model.layers.attention import Attention
+
     bs = 16
     blocks, tables = 0, []
     for start, n in seqs:
@@ -124,7 +136,7 @@ def _attention(grid: CalibrationGrid, seqs: list[tuple[int, int]]) -> float:
         blocks += need
     cache = torch.zeros(2, blocks, bs, grid.kv_heads, grid.head_dim)
     meta = build_attention_metadata([(s, n, t) for (s, n), t in zip(seqs, tables)], bs)
-    layer = Attention(grid.heads, grid.head_dim, grid.head_dim ** -0.5, grid.kv_heads)
+    layer = Attention(grid.heads, grid.head_dim, grid.head_dim**-0.5, grid.kv_heads)
     t = sum(n for _, n in seqs)
     q = torch.randn(t, grid.heads * grid.head_dim)
     k, v = torch.randn(t, grid.kv_heads * grid.head_dim), torch.randn(t, grid.kv_heads * grid.head_dim)
@@ -150,6 +162,7 @@ def measure_elementwise(grid: CalibrationGrid, hidden: int = 1024) -> tuple[Line
     from refengine.model.layers.activation import SiluAndMul
     from refengine.model.layers.norm import RMSNorm
     from refengine.model.layers.rotary import RotaryEmbedding
+
     norm, act = RMSNorm(hidden), SiluAndMul()
     rope = RotaryEmbedding(grid.head_dim, 4096, 10000.0)
     inter = int(hidden * 2.75)
@@ -164,6 +177,7 @@ def measure_elementwise(grid: CalibrationGrid, hidden: int = 1024) -> tuple[Line
             rope(pos, q, k)
             norm(a, b)
             act(g)
+
         with torch.inference_mode():
             xs.append(float(t) * hidden)
             ys.append(timed(layer, grid.repeats))
@@ -176,14 +190,17 @@ def measure_step_overhead(grid: CalibrationGrid, model_time: Callable[[int, int]
     from refengine.config import EngineArgs
     from refengine.engine import LLMEngine
     from refengine.sampling_params import SamplingParams
+
     engine = LLMEngine(EngineArgs(model=OVERHEAD_MODEL, max_model_len=1024, enable_prefix_caching=False))
     prompt_len, steps = 32, 24
     xs, ys = [], []
     for b in grid.overhead_batches:
         for i in range(b):
-            engine.add_request([17 + (i * 7 + j) % 1000 for j in range(prompt_len)],
-                               SamplingParams(max_tokens=steps + 1, ignore_eos=True))
-        engine.step()                                      # the prefill
+            engine.add_request(
+                [17 + (i * 7 + j) % 1000 for j in range(prompt_len)],
+                SamplingParams(max_tokens=steps + 1, ignore_eos=True),
+            )
+        engine.step()  # the prefill
         times = []
         for _ in range(steps):
             t0 = time.perf_counter()
@@ -191,9 +208,9 @@ def measure_step_overhead(grid: CalibrationGrid, model_time: Callable[[int, int]
             times.append(time.perf_counter() - t0)
         while engine.has_unfinished_requests():
             engine.step()
-        step_s = min(times[2:])         # the least disturbed step, as every other point
+        step_s = min(times[2:])  # the least disturbed step, as every other point
         xs.append(float(b))
-        ys.append(max(1e-6, step_s - model_time(b, prompt_len + steps // 2)))   # a floor: fits are relative
+        ys.append(max(1e-6, step_s - model_time(b, prompt_len + steps // 2)))  # a floor: fits are relative
     return LinearCost.fit(xs, ys), list(zip(xs, ys))
 
 
@@ -202,9 +219,14 @@ def roofline_of(table: MatmulTable, dtype_bytes: int = 4) -> Roofline:
     best = max(2.0 * m * s * s / table.times[i][j] for i, m in enumerate(table.ms) for j, s in enumerate(table.sizes))
     j = len(table.sizes) - 1
     s = table.sizes[j]
-    bw = s * s * dtype_bytes / table.times[0][j]          # one row through the biggest weight: memory bound
-    return Roofline(peak_flops=best, mem_bw_bytes_s=bw, compute_efficiency=1.0, memory_efficiency=1.0,
-                    launch_s=min(min(row) for row in table.times))
+    bw = s * s * dtype_bytes / table.times[0][j]  # one row through the biggest weight: memory bound
+    return Roofline(
+        peak_flops=best,
+        mem_bw_bytes_s=bw,
+        compute_efficiency=1.0,
+        memory_efficiency=1.0,
+        launch_s=min(min(row) for row in table.times),
+    )
 
 
 def collective_of(rows: list[dict]) -> CollectiveCost | None:
@@ -216,8 +238,12 @@ def collective_of(rows: list[dict]) -> CollectiveCost | None:
     return CollectiveCost(latency_s=small["time_us"] * 1e-6, bus_bw_bytes_s=max(big["busbw_gbs"], 1e-3) * 1e9)
 
 
-def calibrate(grid: CalibrationGrid, comm_rows: list[dict] | None = None, name: str = "this machine",
-              progress: Callable[[str], None] = lambda _: None) -> MachineProfile:
+def calibrate(
+    grid: CalibrationGrid,
+    comm_rows: list[dict] | None = None,
+    name: str = "this machine",
+    progress: Callable[[str], None] = lambda _: None,
+) -> MachineProfile:
     """Every measurement above, into a measured profile."""
     import datetime
     import platform
@@ -226,6 +252,7 @@ def calibrate(grid: CalibrationGrid, comm_rows: list[dict] | None = None, name: 
 
     from analyzers.model.presets import resolve_model
     from analyzers.plan.step_model import StepModel, StepShape
+
     progress("matmul grid")
     table = measure_matmul(grid)
     progress("attention")
@@ -233,24 +260,50 @@ def calibrate(grid: CalibrationGrid, comm_rows: list[dict] | None = None, name: 
     progress("elementwise")
     elementwise, el_points = measure_elementwise(grid)
     collective = collective_of(comm_rows or []) or CollectiveCost(latency_s=0.0, bus_bw_bytes_s=1e12)
-    provisional = MachineProfile(name=name, source="measured", dtype_bytes=4, roofline=roofline_of(table),
-                                 step_overhead=LinearCost(0.0, 0.0), collective=collective, matmul=table,
-                                 attention_decode=decode, attention_prefill=prefill, elementwise=elementwise)
+    provisional = MachineProfile(
+        name=name,
+        source="measured",
+        dtype_bytes=4,
+        roofline=roofline_of(table),
+        step_overhead=LinearCost(0.0, 0.0),
+        collective=collective,
+        matmul=table,
+        attention_decode=decode,
+        attention_prefill=prefill,
+        elementwise=elementwise,
+    )
     model = StepModel(resolve_model(OVERHEAD_MODEL), provisional)
     progress("engine step overhead")
     overhead, ov_points = measure_step_overhead(
-        grid, lambda b, ctx: model.step_cost(StepShape(((1, ctx),) * b, b)).total_s)
-    assumptions = [f"measured on {platform.node()} ({platform.machine()}, torch {torch.__version__}, "
-                   f"{torch.get_num_threads()} threads), float32",
-                   f"attention measured at {grid.heads} heads, {grid.kv_heads} KV heads, head dim {grid.head_dim}; "
-                   "other shapes scale by the elements read and the work",
-                   "elementwise measured at hidden 1024 (intermediate 2.75 x hidden); other sizes scale by tokens x hidden",
-                   f"step overhead: the engine's decode steps on {OVERHEAD_MODEL} beyond its predicted model time",
-                   "collectives: " + ("the comm probe's all-reduce (gloo)" if comm_rows else
-                                      "not measured (--no-comm): free, which is wrong under TP/PP > 1")]
+        grid, lambda b, ctx: model.step_cost(StepShape(((1, ctx),) * b, b)).total_s
+    )
+    assumptions = [
+        f"measured on {platform.node()} ({platform.machine()}, torch {torch.__version__}, "
+        f"{torch.get_num_threads()} threads), float32",
+        f"attention measured at {grid.heads} heads, {grid.kv_heads} KV heads, head dim {grid.head_dim}; "
+        "other shapes scale by the elements read and the work",
+        "elementwise measured at hidden 1024 (intermediate 2.75 x hidden); other sizes scale by tokens x hidden",
+        f"step overhead: the engine's decode steps on {OVERHEAD_MODEL} beyond its predicted model time",
+        "collectives: "
+        + (
+            "the comm probe's all-reduce (gloo)"
+            if comm_rows
+            else "not measured (--no-comm): free, which is wrong under TP/PP > 1"
+        ),
+    ]
     return MachineProfile(
-        name=name, source="measured", dtype_bytes=4, roofline=provisional.roofline, step_overhead=overhead,
-        collective=collective, matmul=table, attention_decode=decode, attention_prefill=prefill,
-        elementwise=elementwise, assumptions=assumptions, host=platform.node(),
+        name=name,
+        source="measured",
+        dtype_bytes=4,
+        roofline=provisional.roofline,
+        step_overhead=overhead,
+        collective=collective,
+        matmul=table,
+        attention_decode=decode,
+        attention_prefill=prefill,
+        elementwise=elementwise,
+        assumptions=assumptions,
+        host=platform.node(),
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        measured_points={"attention": att_points, "elementwise": el_points, "step_overhead": ov_points})
+        measured_points={"attention": att_points, "elementwise": el_points, "step_overhead": ov_points},
+    )

@@ -35,13 +35,13 @@ LATENCY_METRICS = ("ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p95_s")
 
 @dataclass
 class MetricCheck:
-    metric: str                        # one of rundir.prediction.PREDICTED_METRICS
+    metric: str  # one of rundir.prediction.PREDICTED_METRICS
     predicted: float | None
     measured: float | None
-    departure: float | None            # measured / predicted - 1; None where either is missing or zero
-    band: float | None                 # DEPARTURE_BAND's, None: this metric is shown, never a finding
-    beyond: bool                       # outside the band (either way)
-    slower: bool | None                # the measurement is slower than predicted (None: no departure)
+    departure: float | None  # measured / predicted - 1; None where either is missing or zero
+    band: float | None  # DEPARTURE_BAND's, None: this metric is shown, never a finding
+    beyond: bool  # outside the band (either way)
+    slower: bool | None  # the measurement is slower than predicted (None: no departure)
 
 
 @dataclass
@@ -50,8 +50,8 @@ class LevelCheck:
     concurrency: int | None
     request_rate: float | None
     checks: list[MetricCheck]
-    measured: bool                     # the level measured something (requests in its window)
-    invalid: bool                      # the level is no valid measurement (its notes say why)
+    measured: bool  # the level measured something (requests in its window)
+    invalid: bool  # the level is no valid measurement (its notes say why)
     predicted_notes: list[str] = field(default_factory=list)
 
     def check(self, metric: str) -> MetricCheck:
@@ -71,7 +71,7 @@ class Departure:
     departure: float
     band: float
     slower: bool
-    invalid: bool                      # the level itself is no valid measurement: the client may be the cause
+    invalid: bool  # the level itself is no valid measurement: the client may be the cause
 
 
 @dataclass
@@ -79,12 +79,12 @@ class PredictionCheck:
     profile_name: str
     profile_source: str
     profile_host: str
-    scope: str                         # rundir.prediction.PROFILE_SCOPES
+    scope: str  # rundir.prediction.PROFILE_SCOPES
     levels: list[LevelCheck]
     departures: list[Departure]
-    not_predicted: list[str]           # measured levels the prediction has no row for
-    notes: list[str]                   # the prediction's own (extrapolations, the engine's defaults)
-    fitted_here: bool = False          # the profile was fitted to this very run: agreement is the fit's
+    not_predicted: list[str]  # measured levels the prediction has no row for
+    notes: list[str]  # the prediction's own (extrapolations, the engine's defaults)
+    fitted_here: bool = False  # the profile was fitted to this very run: agreement is the fit's
     bands: dict[str, float] = field(default_factory=lambda: dict(DEPARTURE_BAND))
 
     def to_dict(self) -> dict[str, Any]:
@@ -93,8 +93,14 @@ class PredictionCheck:
 
 def _departure(metric: str, predicted: float | None, measured: float | None) -> MetricCheck:
     band = DEPARTURE_BAND.get(metric)
-    if predicted is None or measured is None or predicted <= 0 or measured <= 0 \
-            or not math.isfinite(predicted) or not math.isfinite(measured):
+    if (
+        predicted is None
+        or measured is None
+        or predicted <= 0
+        or measured <= 0
+        or not math.isfinite(predicted)
+        or not math.isfinite(measured)
+    ):
         return MetricCheck(metric, predicted, measured, None, band, False, None)
     ratio = measured / predicted
     slower = ratio > 1 if metric in LATENCY_METRICS else ratio < 1
@@ -103,8 +109,13 @@ def _departure(metric: str, predicted: float | None, measured: float | None) -> 
 
 
 def _measured(lv: LevelStats) -> dict[str, float | None]:
-    return {"ttft_p50_s": lv.ttft.p.get("p50"), "ttft_p99_s": lv.ttft.p.get("p99"), "tpot_p50_s": lv.tpot.p.get("p50"),
-            "tpot_p95_s": lv.tpot.p.get("p95"), "output_tok_s": lv.output_tok_s if lv.n_in_window else None}
+    return {
+        "ttft_p50_s": lv.ttft.p.get("p50"),
+        "ttft_p99_s": lv.ttft.p.get("p99"),
+        "tpot_p50_s": lv.tpot.p.get("p50"),
+        "tpot_p95_s": lv.tpot.p.get("p95"),
+        "output_tok_s": lv.output_tok_s if lv.n_in_window else None,
+    }
 
 
 def check_prediction(record: PredictionRecord, levels: list[LevelStats], run_id: str = "") -> PredictionCheck:
@@ -120,15 +131,48 @@ def check_prediction(record: PredictionRecord, levels: list[LevelStats], run_id:
         measured = _measured(lv)
         checks = [_departure(k, pred.metrics()[k], measured[k]) for k in PREDICTED_METRICS]
         invalid = any(n.startswith(INVALID_PREFIX) for n in lv.notes)
-        rows.append(LevelCheck(lv.level_id, lv.concurrency, lv.request_rate, checks, lv.n_in_window > 0, invalid,
-                               list(pred.notes)))
+        rows.append(
+            LevelCheck(
+                lv.level_id, lv.concurrency, lv.request_rate, checks, lv.n_in_window > 0, invalid, list(pred.notes)
+            )
+        )
         for c in checks:
-            if c.beyond and lv.n_in_window > 0 and record.scope != "other_machine" and c.predicted is not None and c.measured is not None \
-                    and c.departure is not None:
-                departures.append(Departure(lv.level_id, lv.concurrency, lv.request_rate, c.metric, c.predicted,
-                                            c.measured, c.departure, c.band or 0.0, bool(c.slower), invalid))
+            if (
+                c.beyond
+                and lv.n_in_window > 0
+                and record.scope != "other_machine"
+                and c.predicted is not None
+                and c.measured is not None
+                and c.departure is not None
+            ):
+                departures.append(
+                    Departure(
+                        lv.level_id,
+                        lv.concurrency,
+                        lv.request_rate,
+                        c.metric,
+                        c.predicted,
+                        c.measured,
+                        c.departure,
+                        c.band or 0.0,
+                        bool(c.slower),
+                        invalid,
+                    )
+                )
     # analyzers/plan/fit.py's own words for a profile fitted to a run
-    fitted_here = record.profile.source == "fitted" and bool(run_id) and any(
-        a.startswith(f"fitted to run {run_id} (") for a in record.profile.assumptions)
-    return PredictionCheck(record.profile.name, record.profile.source, record.profile.host, record.scope, rows,
-                           departures, missing, list(record.notes), fitted_here)
+    fitted_here = (
+        record.profile.source == "fitted"
+        and bool(run_id)
+        and any(a.startswith(f"fitted to run {run_id} (") for a in record.profile.assumptions)
+    )
+    return PredictionCheck(
+        record.profile.name,
+        record.profile.source,
+        record.profile.host,
+        record.scope,
+        rows,
+        departures,
+        missing,
+        list(record.notes),
+        fitted_here,
+    )

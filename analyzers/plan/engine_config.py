@@ -31,6 +31,7 @@ class EngineSetup:
 def engine_args_from_flags(model: str, flags: list[str]) -> EngineArgs:
     """EngineArgs from `llmbench serve` flags, parsed by the server's own parser."""
     from refengine.server.cli import build_parser, engine_args_from
+
     parser = build_parser()
     try:
         ns = parser.parse_args(["--model", model, *flags])
@@ -68,8 +69,10 @@ def parse_what_if(text: str) -> dict:
         if not sep or not value.strip():
             raise DiagnosisError(f"--what-if takes name=value pairs separated by commas, got {item!r}")
         if name not in fields or name == "model":
-            raise DiagnosisError(f"--what-if: unknown engine argument {name!r}; e.g. max_num_seqs, "
-                                 "max_num_batched_tokens, enable_chunked_prefill, tensor_parallel_size")
+            raise DiagnosisError(
+                f"--what-if: unknown engine argument {name!r}; e.g. max_num_seqs, "
+                "max_num_batched_tokens, enable_chunked_prefill, tensor_parallel_size"
+            )
         out[name] = _coerce(fields[name], value.strip())
     if not out:
         raise DiagnosisError("--what-if is empty; give name=value pairs such as max_num_seqs=64")
@@ -83,30 +86,37 @@ def with_changes(args: EngineArgs, changes: dict) -> EngineArgs:
         raise DiagnosisError(f"--what-if: {exc}") from None
 
 
-def resolve_engine(args: EngineArgs, shape: ModelShape, kv_bytes_per_element: int,
-                   recorded_blocks: int | None = None) -> EngineSetup:
+def resolve_engine(
+    args: EngineArgs, shape: ModelShape, kv_bytes_per_element: int, recorded_blocks: int | None = None
+) -> EngineSetup:
     """The configs the engine would resolve from these arguments, for this model."""
     notes: list[str] = []
     max_len = args.max_model_len or shape.max_position_embeddings
     tp, pp = args.tensor_parallel_size, args.pipeline_parallel_size
     if args.quantization == "fp8" or args.kv_cache_dtype == "fp8":
         notes.append("fp8: priced at the profile's compute dtype (no FP8 speed-up modelled)")
-    if pp > 1 and (args.pipeline_schedule == "micro-batch" or
-                   (args.pipeline_schedule == "auto" and args.pipeline_micro_batches)):
+    if pp > 1 and (
+        args.pipeline_schedule == "micro-batch" or (args.pipeline_schedule == "auto" and args.pipeline_micro_batches)
+    ):
         notes.append("PP micro-batch schedule simulated as the batch queue (both keep PP batches in the pipeline)")
     if args.batching == "static" or args.kv_layout == "contiguous":
         notes.append("static batching / contiguous KV: the scheduler's own ablation modes, simulated as they run")
     try:
         sched = args.scheduler_config(max_len)
         blocks = recorded_blocks or args.num_gpu_blocks_override or _blocks(args, shape, kv_bytes_per_element)
-        cache = CacheConfig(block_size=args.block_size, num_blocks=blocks,
-                            enable_prefix_caching=args.enable_prefix_caching and args.kv_layout == "paged",
-                            kv_layout=args.kv_layout)
+        cache = CacheConfig(
+            block_size=args.block_size,
+            num_blocks=blocks,
+            enable_prefix_caching=args.enable_prefix_caching and args.kv_layout == "paged",
+            kv_layout=args.kv_layout,
+        )
     except RefEngineError as exc:
         raise DiagnosisError(str(exc)) from None
     if cache.num_blocks * cache.block_size < max_len:
-        raise DiagnosisError(f"the KV cache ({cache.num_blocks} blocks of {cache.block_size}) does not hold one "
-                             f"request of max_model_len {max_len}")
+        raise DiagnosisError(
+            f"the KV cache ({cache.num_blocks} blocks of {cache.block_size}) does not hold one "
+            f"request of max_model_len {max_len}"
+        )
     return EngineSetup(args=args, scheduler=sched, cache=cache, tp=tp, pp=pp, notes=tuple(notes))
 
 

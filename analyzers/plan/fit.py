@@ -39,11 +39,12 @@ class FitResult:
     request_overhead_before_s: float
 
 
-PRIOR_WEIGHT = 0.1     # how strongly the profile's own factors hold where the run does not decide them
+PRIOR_WEIGHT = 0.1  # how strongly the profile's own factors hold where the run does not decide them
 
 
-def solve_factors(points: list[tuple[float, float, float]], a: float, b: float,
-                  fit_scale: bool = True) -> tuple[float, float, float]:
+def solve_factors(
+    points: list[tuple[float, float, float]], a: float, b: float, fit_scale: bool = True
+) -> tuple[float, float, float]:
     """(c, B, y) points -> (s, a, b) >= 0 of y = s x c + a + b x B, in relative error (each row over its y),
     with weak prior rows pulling towards s = 1 and the given a, b, so that two or three levels give a
     well-posed answer. Non-negative least squares by trying every set of factors held at zero."""
@@ -59,7 +60,7 @@ def solve_factors(points: list[tuple[float, float, float]], a: float, b: float,
     rows += [[w, 0, 0], [0, w / y_mean, 0], [0, 0, w * batch_mean / y_mean]]
     rhs += [w, w * a / y_mean, w * b * batch_mean / y_mean]
     m, v = np.array(rows), np.array(rhs)
-    fixed = np.array([0.0 if fit_scale else 1.0, 0.0, 0.0])    # s = 1: operators as measured
+    fixed = np.array([0.0 if fit_scale else 1.0, 0.0, 0.0])  # s = 1: operators as measured
     free = [0, 1, 2] if fit_scale else [1, 2]
     best: tuple[float, np.ndarray] | None = None
     for mask in itertools.product((True, False), repeat=len(free)):
@@ -72,7 +73,7 @@ def solve_factors(points: list[tuple[float, float, float]], a: float, b: float,
         err = float(np.sum((m @ x - v) ** 2))
         if best is None or err < best[0]:
             best = (err, x)
-    assert best is not None          # every free factor at zero is always feasible
+    assert best is not None  # every free factor at zero is always feasible
     s, a, b = best[1]
     return max(float(s), 0.01), float(a), float(b)
 
@@ -98,8 +99,14 @@ def _tpot_target(m: dict) -> float | None:
     return m.get("tpot_mean_s") if m.get("tpot_mean_s") is not None else m.get("tpot_p50_s")
 
 
-def fit_profile(profile: MachineProfile, predict: Predictor, measured: dict[str, dict], run_id: str,
-                passes: int = 2, fit_scale: bool = True) -> FitResult:
+def fit_profile(
+    profile: MachineProfile,
+    predict: Predictor,
+    measured: dict[str, dict],
+    run_id: str,
+    passes: int = 2,
+    fit_scale: bool = True,
+) -> FitResult:
     """`predict(profile)` simulates the fitted levels; `measured[level_id]` holds their metrics.
     `fit_scale=False` keeps the operators as measured (a model too small to say what they cost)."""
     if not measured:
@@ -107,26 +114,41 @@ def fit_profile(profile: MachineProfile, predict: Predictor, measured: dict[str,
     fitted = profile
     for _ in range(passes):
         preds = [p for p in predict(fitted) if p.level_id in measured]
-        pts = [(p.mean_compute_s, p.mean_batch, y) for p in preds
-               if p.mean_compute_s > 0 and (y := _tpot_target(measured[p.level_id])) is not None]
+        pts = [
+            (p.mean_compute_s, p.mean_batch, y)
+            for p in preds
+            if p.mean_compute_s > 0 and (y := _tpot_target(measured[p.level_id])) is not None
+        ]
         if not pts:
             raise DiagnosisError("nothing to fit: no fitted level has a measured TPOT")
         ov = fitted.step_overhead
         scale, a, b = solve_factors(pts, ov.fixed_s, ov.per_unit_s, fit_scale)
-        fitted = dataclasses.replace(fitted, compute_scale=fitted.compute_scale * scale, step_overhead=LinearCost(
-            a, b, ov.lo, max(ov.hi, max(x for _, x, _ in pts))))
+        fitted = dataclasses.replace(
+            fitted,
+            compute_scale=fitted.compute_scale * scale,
+            step_overhead=LinearCost(a, b, ov.lo, max(ov.hi, max(x for _, x, _ in pts))),
+        )
     preds = [p for p in predict(fitted) if p.level_id in measured]
     r0, r1 = fitted.request_overhead_s, fitted.request_overhead_per_running_s
-    pts2 = [(p.mean_batch, max(0.0, r0 + r1 * p.mean_batch + measured[p.level_id]["ttft_p50_s"] - p.ttft_p50_s))
-            for p in preds if p.ttft_p50_s is not None and measured[p.level_id].get("ttft_p50_s") is not None]
+    pts2 = [
+        (p.mean_batch, max(0.0, r0 + r1 * p.mean_batch + measured[p.level_id]["ttft_p50_s"] - p.ttft_p50_s))
+        for p in preds
+        if p.ttft_p50_s is not None and measured[p.level_id].get("ttft_p50_s") is not None
+    ]
     if pts2:
         r0, r1 = nonneg_line(pts2)
     ov = fitted.step_overhead
     fitted = dataclasses.replace(
-        fitted, source="fitted", request_overhead_s=r0, request_overhead_per_running_s=r1,
-        assumptions=[*profile.assumptions,
-                     f"fitted to run {run_id} ({', '.join(sorted(measured))}): operators x "
-                     f"{fitted.compute_scale:.2f}, step overhead {ov.fixed_s * 1e3:.2f} ms + "
-                     f"{ov.per_unit_s * 1e6:.0f} us/request, request overhead {r0 * 1e3:.1f} ms + "
-                     f"{r1 * 1e3:.2f} ms per running request"])
+        fitted,
+        source="fitted",
+        request_overhead_s=r0,
+        request_overhead_per_running_s=r1,
+        assumptions=[
+            *profile.assumptions,
+            f"fitted to run {run_id} ({', '.join(sorted(measured))}): operators x "
+            f"{fitted.compute_scale:.2f}, step overhead {ov.fixed_s * 1e3:.2f} ms + "
+            f"{ov.per_unit_s * 1e6:.0f} us/request, request overhead {r0 * 1e3:.1f} ms + "
+            f"{r1 * 1e3:.2f} ms per running request",
+        ],
+    )
     return FitResult(fitted, sorted(measured), profile.step_overhead, profile.request_overhead_s)

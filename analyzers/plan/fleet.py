@@ -63,10 +63,10 @@ class FleetLoad:
 class FleetResult:
     policy: str
     replicas: int
-    simulated: int                      # replicas simulated (round robin may sample; the others all)
-    result: SimResult                   # the simulated replicas' records pooled
-    routed: list[int]                   # window requests each simulated replica served
-    stopped_early: bool = False         # past FleetLoad.stop_past_ttft_s: its percentiles are partial
+    simulated: int  # replicas simulated (round robin may sample; the others all)
+    result: SimResult  # the simulated replicas' records pooled
+    routed: list[int]  # window requests each simulated replica served
+    stopped_early: bool = False  # past FleetLoad.stop_past_ttft_s: its percentiles are partial
 
     def __post_init__(self) -> None:
         if not 1 <= self.simulated <= self.replicas or len(self.routed) != self.simulated:
@@ -78,8 +78,14 @@ class FleetResult:
 
     def good_req_s(self, slo_ttft_s: float, slo_tpot_s: float) -> float:
         """The fleet's goodput: window requests per second that met both bounds, over all replicas."""
-        good = sum(1 for r in self.result.in_window if r.ttft_s is not None and r.ttft_s <= slo_ttft_s
-                   and r.t_done is not None and (r.tpot_s is None or r.tpot_s <= slo_tpot_s))
+        good = sum(
+            1
+            for r in self.result.in_window
+            if r.ttft_s is not None
+            and r.ttft_s <= slo_ttft_s
+            and r.t_done is not None
+            and (r.tpot_s is None or r.tpot_s <= slo_tpot_s)
+        )
         lo, hi = self.result.window
         return good / (hi - lo) * self.replicas / self.simulated
 
@@ -94,8 +100,15 @@ def poisson_times(rate: float, seed: int) -> Iterator[float]:
     return itertools.accumulate(g / rate for g in unit_gaps(seed))
 
 
-def simulate_fleet(make_sim: Callable[[], Simulator], policy: str, replicas: int, load: FleetLoad,
-                   lengths: LengthsFn, sample: int | None = None, max_steps: int = 2_000_000) -> FleetResult:
+def simulate_fleet(
+    make_sim: Callable[[], Simulator],
+    policy: str,
+    replicas: int,
+    load: FleetLoad,
+    lengths: LengthsFn,
+    sample: int | None = None,
+    max_steps: int = 2_000_000,
+) -> FleetResult:
     """`replicas` engines (each from `make_sim`) serving `load` under `policy`; `sample` (round robin
     and even split only: their replicas do not interact) simulates that many of them."""
     if policy not in FLEET_POLICIES:
@@ -115,8 +128,10 @@ def simulate_fleet(make_sim: Callable[[], Simulator], policy: str, replicas: int
         stopped = _route(runs, LoadBalancer(replicas, policy), load, max_steps, late)
     results = [run.result(max_steps) for run in runs]
     if stopped:
-        results[0].notes.add(f"stopped early: more window requests waited past {load.stop_past_ttft_s:g} s for a "
-                             "first token than a P99 within it allows")
+        results[0].notes.add(
+            f"stopped early: more window requests waited past {load.stop_past_ttft_s:g} s for a "
+            "first token than a P99 within it allows"
+        )
     return FleetResult(policy, replicas, n_sim, _pooled(results), [len(r.in_window) for r in results], stopped)
 
 
@@ -128,8 +143,13 @@ def _replica_run(sim: Simulator, k: int, load: FleetLoad, lengths: LengthsFn) ->
 
 def _even_split_run(sim: Simulator, k: int, replicas: int, load: FleetLoad, lengths: LengthsFn) -> EngineRun:
     """Replica k of an even split: its own Poisson stream at rate / N, its j-th request the stream's k + jN-th."""
-    spec = LoadSpec(load.warmup_s, load.duration_s, arrivals=poisson_times(load.rate / replicas, load.seed * 7919 + k),
-                    drain_limit_s=load.drain_limit_s, seed=k)
+    spec = LoadSpec(
+        load.warmup_s,
+        load.duration_s,
+        arrivals=poisson_times(load.rate / replicas, load.seed * 7919 + k),
+        drain_limit_s=load.drain_limit_s,
+        seed=k,
+    )
     return EngineRun(sim, spec, lambda j: lengths(k + j * replicas), None)
 
 
@@ -150,7 +170,10 @@ class _LateWatch:
         late = 0
         for run in runs:
             for r in run.records.values():
-                if lo <= r.t_sent < hi and (r.t_first_token if r.t_first_token is not None else run.now) - r.t_sent > self.bound:
+                if (
+                    lo <= r.t_sent < hi
+                    and (r.t_first_token if r.t_first_token is not None else run.now) - r.t_sent > self.bound
+                ):
                     late += 1
         return late > self.allowed
 
@@ -172,7 +195,7 @@ def _route(runs: list[EngineRun], balancer: LoadBalancer, load: FleetLoad, max_s
     Replicas beyond the simulated ones (a round-robin sample) get their arrivals dropped unsimulated."""
     end = load.warmup_s + load.duration_s
     every = frozenset(range(balancer.size))
-    done_seen = [0] * len(runs)           # per replica: finished requests already counted as ended
+    done_seen = [0] * len(runs)  # per replica: finished requests already counted as ended
     for i, t in enumerate(poisson_times(load.rate, load.seed)):
         if t >= end:
             break
@@ -180,11 +203,11 @@ def _route(runs: list[EngineRun], balancer: LoadBalancer, load: FleetLoad, max_s
             for k, run in enumerate(runs):
                 run.advance(t, max_steps, more_coming=True)
                 times = run.done_times
-                while done_seen[k] < len(times) and times[done_seen[k]] <= t:   # responses ended by t
+                while done_seen[k] < len(times) and times[done_seen[k]] <= t:  # responses ended by t
                     balancer.finished(k)
                     done_seen[k] += 1
         pick = balancer.pick(every)
-        assert pick is not None          # every replica is eligible
+        assert pick is not None  # every replica is eligible
         balancer.started(pick)
         if pick < len(runs):
             if balancer.policy != "least-outstanding":
@@ -200,7 +223,14 @@ def _pooled(results: list[SimResult]) -> SimResult:
     records: list[SimRecord] = [r for res in results for r in res.records]
     n = len(results)
     notes = set().union(*(res.notes for res in results))
-    return SimResult(records, results[0].window, sum(r.tokens_in_window for r in results),
-                     sum(r.steps for r in results), sum(r.preemptions for r in results), notes,
-                     sum(r.mean_batch for r in results) / n, sum(r.mean_compute_s for r in results) / n,
-                     sum(r.mean_overhead_s for r in results) / n)
+    return SimResult(
+        records,
+        results[0].window,
+        sum(r.tokens_in_window for r in results),
+        sum(r.steps for r in results),
+        sum(r.preemptions for r in results),
+        notes,
+        sum(r.mean_batch for r in results) / n,
+        sum(r.mean_compute_s for r in results) / n,
+        sum(r.mean_overhead_s for r in results) / n,
+    )

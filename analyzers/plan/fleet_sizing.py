@@ -40,12 +40,12 @@ class SizingSpec:
     target_rate: float
     slo_ttft_s: float
     slo_tpot_s: float
-    max_replicas: int                   # the search's bound: least-outstanding's cost grows with it
+    max_replicas: int  # the search's bound: least-outstanding's cost grows with it
     # Shorter than a level's 20 s + 60 s: a replica fills in seconds, and at hundreds of requests/s a 20 s
     # window holds thousands (docs/planning.md, "A fleet").
     warmup_s: float = 5.0
     duration_s: float = 20.0
-    round_robin_sample: int = 1         # round-robin replicas simulated (exact in distribution, fleet.py)
+    round_robin_sample: int = 1  # round-robin replicas simulated (exact in distribution, fleet.py)
 
     def __post_init__(self) -> None:
         if not self.target_rate > 0:
@@ -61,18 +61,18 @@ class SizingSpec:
 class ReplicaCapacity:
     """One replica alone (no router): the highest rate it serves within the SLO."""
 
-    rate: float | None                  # None: not even the lowest rate tried
-    lowest_miss: float | None           # the lowest rate tried that missed
-    saturated_req_s: float              # its throughput with every seat taken (the bracket's top)
+    rate: float | None  # None: not even the lowest rate tried
+    lowest_miss: float | None  # the lowest rate tried that missed
+    saturated_req_s: float  # its throughput with every seat taken (the bracket's top)
     tried: dict[float, bool] = field(default_factory=dict)
 
 
 @dataclass
 class PolicyCount:
     policy: str
-    replicas: int | None                # None: more than max_replicas
-    at: FleetResult | None              # the fleet at that count
-    below: FleetResult | None           # at one fewer (None at one replica, or beyond the bound)
+    replicas: int | None  # None: more than max_replicas
+    at: FleetResult | None  # the fleet at that count
+    below: FleetResult | None  # at one fewer (None at one replica, or beyond the bound)
     tried: dict[int, bool] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -87,7 +87,7 @@ class FleetSizing:
     spec: SizingSpec
     gpus_per_replica: int
     one_replica: ReplicaCapacity
-    counts: list[PolicyCount]           # the policy asked for first
+    counts: list[PolicyCount]  # the policy asked for first
 
     def gpus(self, count: PolicyCount) -> int | None:
         return None if count.replicas is None else count.replicas * self.gpus_per_replica
@@ -103,8 +103,9 @@ def serves(fleet: FleetResult, spec: SizingSpec) -> bool:
 def one_replica_capacity(make_sim: Callable[[], Simulator], lengths: LengthsFn, spec: SizingSpec) -> ReplicaCapacity:
     """Bracket from the saturated throughput (halving, or doubling when it meets), then bisect to 10%."""
     seats = make_sim().scheduler_config.max_num_seqs
-    saturated = summarize("saturated", make_sim().run(LoadSpec(spec.warmup_s, spec.duration_s, concurrency=2 * seats),
-                                                       lengths)).req_s
+    saturated = summarize(
+        "saturated", make_sim().run(LoadSpec(spec.warmup_s, spec.duration_s, concurrency=2 * seats), lengths)
+    ).req_s
     if not saturated > 0:
         raise DiagnosisError("one replica finished no request in the simulated window: it cannot serve this load")
     tried: dict[float, bool] = {}
@@ -117,14 +118,14 @@ def one_replica_capacity(make_sim: Callable[[], Simulator], lengths: LengthsFn, 
     lo: float | None = None
     miss: float | None = None
     rate = saturated
-    for _ in range(7):                  # halve until a rate meets it
+    for _ in range(7):  # halve until a rate meets it
         if met(rate):
             lo = rate
             break
         miss, rate = rate, rate / 2
     if lo is None:
         return ReplicaCapacity(None, min(tried), saturated, tried)
-    for _ in range(6 if miss is None else 0):     # met at saturation: double until a rate misses it
+    for _ in range(6 if miss is None else 0):  # met at saturation: double until a rate misses it
         if not met(2 * lo):
             miss = 2 * lo
             break
@@ -158,8 +159,9 @@ def fewest(meets: Callable[[int], bool], start: int, max_replicas: int) -> tuple
     return None, tried
 
 
-def replicas_needed(make_sim: Callable[[], Simulator], lengths: LengthsFn, spec: SizingSpec, policy: str,
-                    start: int) -> PolicyCount:
+def replicas_needed(
+    make_sim: Callable[[], Simulator], lengths: LengthsFn, spec: SizingSpec, policy: str, start: int
+) -> PolicyCount:
     fleets: dict[int, FleetResult] = {}
 
     def meets(n: int) -> bool:
@@ -171,8 +173,9 @@ def replicas_needed(make_sim: Callable[[], Simulator], lengths: LengthsFn, spec:
     return PolicyCount(policy, n, fleets.get(n) if n else None, fleets.get(n - 1) if n else None, tried)
 
 
-def size_fleet(make_sim: Callable[[], Simulator], lengths: LengthsFn, spec: SizingSpec, policies: list[str],
-               gpus_per_replica: int) -> FleetSizing:
+def size_fleet(
+    make_sim: Callable[[], Simulator], lengths: LengthsFn, spec: SizingSpec, policies: list[str], gpus_per_replica: int
+) -> FleetSizing:
     """One replica's capacity, then the count under each policy (each search starting at the last's count)."""
     one = one_replica_capacity(make_sim, lengths, spec)
     per_replica = one.rate or one.saturated_req_s

@@ -17,31 +17,45 @@ _PEAKS = {
     "a100": (312e12, 2.039e12, 230e9, "A100 SXM 80GB: 312 TFLOP/s BF16 dense, 2.04 TB/s HBM2e, NVLink 3 600 GB/s"),
     "mi300x": (1307e12, 5.3e12, 300e9, "MI300X: 1307 TFLOP/s BF16 dense, 5.3 TB/s HBM3, Infinity Fabric 896 GB/s"),
 }
-COMPUTE_EFFICIENCY = 0.6      # large GEMMs reach 60-75% of the dense peak; small ones far less (roofline covers)
-MEMORY_EFFICIENCY = 0.8       # decode reads of weights and KV reach ~80% of HBM bandwidth
-LAUNCH_S = 8e-6               # per kernel, without CUDA graphs
-STEP_OVERHEAD = LinearCost(fixed_s=2e-3, per_unit_s=20e-6)   # scheduler, inputs, sampler: a vLLM-like engine
+COMPUTE_EFFICIENCY = 0.6  # large GEMMs reach 60-75% of the dense peak; small ones far less (roofline covers)
+MEMORY_EFFICIENCY = 0.8  # decode reads of weights and KV reach ~80% of HBM bandwidth
+LAUNCH_S = 8e-6  # per kernel, without CUDA graphs
+STEP_OVERHEAD = LinearCost(fixed_s=2e-3, per_unit_s=20e-6)  # scheduler, inputs, sampler: a vLLM-like engine
 COLLECTIVE_LATENCY_S = 15e-6  # a small NCCL all-reduce inside one node
 
 
 def published_profile(name: str) -> MachineProfile:
     key = name.lower()
     if key not in _PEAKS:
-        raise DiagnosisError(f"no published profile {name!r}; choose from {', '.join(sorted(_PEAKS))} or give a "
-                             "profile file (llmdiag calibrate --out FILE)")
+        raise DiagnosisError(
+            f"no published profile {name!r}; choose from {', '.join(sorted(_PEAKS))} or give a "
+            "profile file (llmdiag calibrate --out FILE)"
+        )
     flops, bw, bus, sheet = _PEAKS[key]
     return MachineProfile(
-        name=key, source="published", dtype_bytes=2,
-        roofline=Roofline(peak_flops=flops, mem_bw_bytes_s=bw, compute_efficiency=COMPUTE_EFFICIENCY,
-                          memory_efficiency=MEMORY_EFFICIENCY, launch_s=LAUNCH_S),
-        step_overhead=STEP_OVERHEAD, collective=CollectiveCost(COLLECTIVE_LATENCY_S, bus),
-        assumptions=[sheet, f"compute efficiency {COMPUTE_EFFICIENCY:.0%} of the dense peak",
-                     f"memory efficiency {MEMORY_EFFICIENCY:.0%} of HBM bandwidth",
-                     f"{LAUNCH_S * 1e6:.0f} us per kernel launch (no CUDA graphs)",
-                     f"step overhead {STEP_OVERHEAD.fixed_s * 1e3:.1f} ms + {STEP_OVERHEAD.per_unit_s * 1e6:.0f} us "
-                     "per request (scheduler, inputs, sampler)",
-                     f"in-node all-reduce bus bandwidth {bus / 1e9:.0f} GB/s, latency "
-                     f"{COLLECTIVE_LATENCY_S * 1e6:.0f} us (nccl-tests-like)"])
+        name=key,
+        source="published",
+        dtype_bytes=2,
+        roofline=Roofline(
+            peak_flops=flops,
+            mem_bw_bytes_s=bw,
+            compute_efficiency=COMPUTE_EFFICIENCY,
+            memory_efficiency=MEMORY_EFFICIENCY,
+            launch_s=LAUNCH_S,
+        ),
+        step_overhead=STEP_OVERHEAD,
+        collective=CollectiveCost(COLLECTIVE_LATENCY_S, bus),
+        assumptions=[
+            sheet,
+            f"compute efficiency {COMPUTE_EFFICIENCY:.0%} of the dense peak",
+            f"memory efficiency {MEMORY_EFFICIENCY:.0%} of HBM bandwidth",
+            f"{LAUNCH_S * 1e6:.0f} us per kernel launch (no CUDA graphs)",
+            f"step overhead {STEP_OVERHEAD.fixed_s * 1e3:.1f} ms + {STEP_OVERHEAD.per_unit_s * 1e6:.0f} us "
+            "per request (scheduler, inputs, sampler)",
+            f"in-node all-reduce bus bandwidth {bus / 1e9:.0f} GB/s, latency "
+            f"{COLLECTIVE_LATENCY_S * 1e6:.0f} us (nccl-tests-like)",
+        ],
+    )
 
 
 def published_names() -> list[str]:

@@ -9,11 +9,18 @@ from rundir import RunDir
 def level_metrics(level: dict) -> dict[str, float | None]:
     """summary.json's level -> ttft_p50_s, ttft_p99_s, tpot_p50_s, tpot_p95_s, output_tok_s, and
     tpot_mean_s (what the fit holds the step time to: throughput follows the mean, not the median)."""
+
     def p(dist: str, q: str) -> float | None:
         return ((level.get(dist) or {}).get("p") or {}).get(q)
-    out = {"ttft_p50_s": p("ttft", "p50"), "ttft_p99_s": p("ttft", "p99"), "tpot_p50_s": p("tpot", "p50"),
-           "tpot_p95_s": p("tpot", "p95"), "output_tok_s": level.get("output_tok_s"),
-           "tpot_mean_s": (level.get("tpot") or {}).get("mean")}
+
+    out = {
+        "ttft_p50_s": p("ttft", "p50"),
+        "ttft_p99_s": p("ttft", "p99"),
+        "tpot_p50_s": p("tpot", "p50"),
+        "tpot_p95_s": p("tpot", "p95"),
+        "output_tok_s": level.get("output_tok_s"),
+        "tpot_mean_s": (level.get("tpot") or {}).get("mean"),
+    }
     return out
 
 

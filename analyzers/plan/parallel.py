@@ -31,8 +31,8 @@ class Cluster:
     nodes: int = 1
     gpus_per_node: int = 8
     gpu_memory_gib: float = 80.0
-    intra_node_gbps: float = 450.0      # GB/s per GPU (NVLink 4: ~450 GB/s each way)
-    inter_node_gbps: float = 50.0       # GB/s per GPU (400 Gb/s InfiniBand/RoCE NIC per GPU)
+    intra_node_gbps: float = 450.0  # GB/s per GPU (NVLink 4: ~450 GB/s each way)
+    inter_node_gbps: float = 50.0  # GB/s per GPU (400 Gb/s InfiniBand/RoCE NIC per GPU)
 
     def __post_init__(self) -> None:
         if self.nodes < 1 or self.gpus_per_node < 1:
@@ -65,9 +65,9 @@ class Candidate:
     replicas: int
     tp_crosses_nodes: bool
     ep: bool
-    allreduce_bytes: float          # one all-reduce (there are two per layer)
-    allreduce_s: float              # one all-reduce at the bandwidth its TP group sees
-    comm_s_per_step: float          # TP all-reduces + EP all-to-alls + PP sends, fullest stage
+    allreduce_bytes: float  # one all-reduce (there are two per layer)
+    allreduce_s: float  # one all-reduce at the bandwidth its TP group sees
+    comm_s_per_step: float  # TP all-reduces + EP all-to-alls + PP sends, fullest stage
     micro_batches: int
     bubble: float
     meets_target: bool
@@ -86,8 +86,15 @@ class Candidate:
 
     def sort_key(self) -> tuple:
         quantized = self.estimate.plan.weight_bytes < self.estimate.plan.compute_bytes
-        return (not self.meets_target, self.tp_crosses_nodes, self.gpus_per_replica, quantized, self.pp,
-                self.comm_s_per_step, -self.safe_total)
+        return (
+            not self.meets_target,
+            self.tp_crosses_nodes,
+            self.gpus_per_replica,
+            quantized,
+            self.pp,
+            self.comm_s_per_step,
+            -self.safe_total,
+        )
 
 
 def _powers_of_two(limit: int) -> list[int]:
@@ -98,8 +105,9 @@ def _powers_of_two(limit: int) -> list[int]:
     return out
 
 
-def candidate(shape: ModelShape, cluster: Cluster, base: ServingPlan, tp: int, pp: int, weight_dtype: str,
-              micro_batches: int) -> Candidate | None:
+def candidate(
+    shape: ModelShape, cluster: Cluster, base: ServingPlan, tp: int, pp: int, weight_dtype: str, micro_batches: int
+) -> Candidate | None:
     """Price one (TP, PP, dtype); None if the split is impossible or the model does not load."""
     plan = base.with_(tp=tp, pp=pp, weight_dtype=weight_dtype, gpu_memory_gib=cluster.gpu_memory_gib)
     try:
@@ -123,14 +131,26 @@ def candidate(shape: ModelShape, cluster: Cluster, base: ServingPlan, tp: int, p
     comm += (pp - 1) * one / (pp_bw * 1e9)
     mb = max(1, min(micro_batches, est.max_concurrency()))
     replicas = cluster.gpus // (tp * pp)
-    return Candidate(tp=tp, pp=pp, weight_dtype=weight_dtype, estimate=est, replicas=replicas,
-                     tp_crosses_nodes=crosses, ep=ep, allreduce_bytes=one, allreduce_s=ar_s, comm_s_per_step=comm,
-                     micro_batches=mb, bubble=pipeline_bubble(pp, mb) if pp > 1 else 0.0,
-                     meets_target=est.safe_concurrency() * replicas >= base.concurrency)
+    return Candidate(
+        tp=tp,
+        pp=pp,
+        weight_dtype=weight_dtype,
+        estimate=est,
+        replicas=replicas,
+        tp_crosses_nodes=crosses,
+        ep=ep,
+        allreduce_bytes=one,
+        allreduce_s=ar_s,
+        comm_s_per_step=comm,
+        micro_batches=mb,
+        bubble=pipeline_bubble(pp, mb) if pp > 1 else 0.0,
+        meets_target=est.safe_concurrency() * replicas >= base.concurrency,
+    )
 
 
-def rank_plans(shape: ModelShape, cluster: Cluster, base: ServingPlan, micro_batches: int = 16,
-               quantize: bool = True) -> list[Candidate]:
+def rank_plans(
+    shape: ModelShape, cluster: Cluster, base: ServingPlan, micro_batches: int = 16, quantize: bool = True
+) -> list[Candidate]:
     """Every TP x PP (powers of two, within the cluster) in the given dtype, plus fp8 if the weights
     are 16-bit and `quantize`; feasible ones ranked best first."""
     dtypes = [base.weight_dtype] + (["fp8"] if quantize and base.weight_bytes > 1 else [])
@@ -146,6 +166,7 @@ def rank_plans(shape: ModelShape, cluster: Cluster, base: ServingPlan, micro_bat
 
 def decision_steps(shape: ModelShape, cluster: Cluster, ranked: list[Candidate], weight_dtype: str) -> list[str]:
     """The seed's procedure, narrated with the candidates it found."""
+
     def first(pred) -> Candidate | None:
         return next((c for c in ranked if pred(c)), None)
 
@@ -155,12 +176,16 @@ def decision_steps(shape: ModelShape, cluster: Cluster, ranked: list[Candidate],
     one_q = first(lambda c: c.gpus_per_replica == 1)
     if one:
         target_met = one.meets_target
-        steps.append(f"1. one card: fits in {one.weight_dtype} ({one.estimate.max_concurrency()} requests/card, "
-                     f"{one.replicas} replicas{', meets the target' if target_met else ', below the target'})")
+        steps.append(
+            f"1. one card: fits in {one.weight_dtype} ({one.estimate.max_concurrency()} requests/card, "
+            f"{one.replicas} replicas{', meets the target' if target_met else ', below the target'})"
+        )
     elif one_q:
         target_met = one_q.meets_target
-        steps.append(f"1. one card: only quantized ({one_q.weight_dtype}), {one_q.estimate.max_concurrency()} "
-                     "requests/card; check quality first")
+        steps.append(
+            f"1. one card: only quantized ({one_q.weight_dtype}), {one_q.estimate.max_concurrency()} "
+            "requests/card; check quality first"
+        )
     else:
         steps.append("1. one card: does not fit, even quantized")
     in_node = lambda c: c.pp == 1 and 1 < c.tp <= cluster.gpus_per_node  # noqa: E731
@@ -168,19 +193,28 @@ def decision_steps(shape: ModelShape, cluster: Cluster, ranked: list[Candidate],
     if target_met:
         steps.append("2. TP inside a node: not needed (one card per replica meets the target)")
     else:
-        steps.append(f"2. TP inside a node: TP{tp.tp} ({tp.weight_dtype}, {tp.estimate.max_concurrency()} requests/"
-                     f"replica{'' if tp.meets_target else ', below the target'})" if tp else
-                     f"2. TP inside a node: no TP <= {cluster.gpus_per_node} loads the model")
+        steps.append(
+            f"2. TP inside a node: TP{tp.tp} ({tp.weight_dtype}, {tp.estimate.max_concurrency()} requests/"
+            f"replica{'' if tp.meets_target else ', below the target'})"
+            if tp
+            else f"2. TP inside a node: no TP <= {cluster.gpus_per_node} loads the model"
+        )
         target_met = bool(tp and tp.meets_target)
     pp = first(lambda c: c.pp > 1 and not c.tp_crosses_nodes and c.meets_target)
     if target_met:
         steps.append("3. PP across nodes: not needed")
     else:
-        steps.append(f"3. PP: TP{pp.tp} PP{pp.pp} ({pp.weight_dtype}, bubble {pp.bubble:.0%} at "
-                     f"{pp.micro_batches} micro-batches)" if pp else "3. PP: no plan meets the target; add GPUs")
+        steps.append(
+            f"3. PP: TP{pp.tp} PP{pp.pp} ({pp.weight_dtype}, bubble {pp.bubble:.0%} at "
+            f"{pp.micro_batches} micro-batches)"
+            if pp
+            else "3. PP: no plan meets the target; add GPUs"
+        )
     if shape.is_moe:
-        steps.append(f"4. EP for MoE: {shape.num_experts} experts (top-{shape.experts_per_token}) spread over "
-                     "the TP group; all-to-all per layer counted in the comm time")
+        steps.append(
+            f"4. EP for MoE: {shape.num_experts} experts (top-{shape.experts_per_token}) spread over "
+            "the TP group; all-to-all per layer counted in the comm time"
+        )
     else:
         steps.append("4. EP: dense model, not applicable")
     return steps

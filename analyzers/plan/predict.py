@@ -43,11 +43,11 @@ class LevelPrediction:
     output_tok_s: float
     req_s: float
     n_requests: int
-    mean_batch: float                  # requests per step, averaged over the window's steps
-    mean_compute_s: float              # a window step's operators
-    mean_overhead_s: float             # a window step's engine overhead
+    mean_batch: float  # requests per step, averaged over the window's steps
+    mean_compute_s: float  # a window step's operators
+    mean_overhead_s: float  # a window step's engine overhead
     preemptions: int
-    unfinished: int                    # window requests still running when the simulation stopped
+    unfinished: int  # window requests still running when the simulation stopped
     notes: list[str] = field(default_factory=list)
 
     def metrics(self) -> dict[str, float | None]:
@@ -72,30 +72,50 @@ def summarize(level_id: str, result: SimResult) -> LevelPrediction:
         notes.append(f"{len(window)} simulated requests in the window: its P99 rests on fewer than 100")
     unfinished = sum(1 for r in window if r.t_done is None)
     if unfinished:
-        notes.append(f"{unfinished} window requests unfinished when the simulation stopped: over capacity, and "
-                     "the percentiles leave them out (they are lower bounds)")
+        notes.append(
+            f"{unfinished} window requests unfinished when the simulation stopped: over capacity, and "
+            "the percentiles leave them out (they are lower bounds)"
+        )
     return LevelPrediction(
-        level_id=level_id, ttft_p50_s=_pct(ttft, 50), ttft_p99_s=_pct(ttft, 99), tpot_p50_s=_pct(tpot, 50),
-        tpot_p95_s=_pct(tpot, 95), output_tok_s=result.output_tok_s, req_s=done / (hi - lo), n_requests=len(window),
-        mean_batch=result.mean_batch, mean_compute_s=result.mean_compute_s,
-        mean_overhead_s=result.mean_overhead_s, preemptions=result.preemptions,
-        unfinished=unfinished, notes=notes)
+        level_id=level_id,
+        ttft_p50_s=_pct(ttft, 50),
+        ttft_p99_s=_pct(ttft, 99),
+        tpot_p50_s=_pct(tpot, 50),
+        tpot_p95_s=_pct(tpot, 95),
+        output_tok_s=result.output_tok_s,
+        req_s=done / (hi - lo),
+        n_requests=len(window),
+        mean_batch=result.mean_batch,
+        mean_compute_s=result.mean_compute_s,
+        mean_overhead_s=result.mean_overhead_s,
+        preemptions=result.preemptions,
+        unfinished=unfinished,
+        notes=notes,
+    )
 
 
-def predict_level(sim: Simulator, level: LevelLoad, lengths: LengthsFn,
-                  arrivals: Iterator[float] | None = None) -> LevelPrediction:
+def predict_level(
+    sim: Simulator, level: LevelLoad, lengths: LengthsFn, arrivals: Iterator[float] | None = None
+) -> LevelPrediction:
     """Simulate the level; an open-loop level needs its arrival times (seconds from its start)."""
     if level.request_rate is not None and arrivals is None:
         raise DiagnosisError(f"level {level.level_id}: an open-loop level needs its arrival times")
-    load = LoadSpec(warmup_s=level.warmup_s, duration_s=level.duration_s, concurrency=level.concurrency,
-                    arrivals=arrivals if level.concurrency is None else None)
+    load = LoadSpec(
+        warmup_s=level.warmup_s,
+        duration_s=level.duration_s,
+        concurrency=level.concurrency,
+        arrivals=arrivals if level.concurrency is None else None,
+    )
     return summarize(level.level_id, sim.run(load, lengths))
 
 
 def within_slo(pred: LevelPrediction, slo_ttft_s: float, slo_tpot_s: float) -> bool:
     """TTFT P99 and TPOT P95 within their bounds (a level without TTFTs is not)."""
-    return (pred.ttft_p99_s is not None and pred.ttft_p99_s <= slo_ttft_s
-            and (pred.tpot_p95_s is None or pred.tpot_p95_s <= slo_tpot_s))
+    return (
+        pred.ttft_p99_s is not None
+        and pred.ttft_p99_s <= slo_ttft_s
+        and (pred.tpot_p95_s is None or pred.tpot_p95_s <= slo_tpot_s)
+    )
 
 
 def relative_errors(predicted: dict[str, float | None], measured: dict[str, float | None]) -> dict[str, float | None]:

@@ -62,6 +62,7 @@ class LinearCost:
 
         def residual(a: float, b: float) -> float:
             return sum((a * r0 + b * r1 - 1) ** 2 for r0, r1 in rows)
+
         s00 = sum(r0 * r0 for r0, _ in rows)
         s01 = sum(r0 * r1 for r0, r1 in rows)
         s11 = sum(r1 * r1 for _, r1 in rows)
@@ -80,20 +81,30 @@ class LinearCost:
 class Roofline:
     """The analytic fallback: time = max(FLOP / (peak x eff), bytes / (bandwidth x eff)) + launch."""
 
-    peak_flops: float                 # FLOP/s of the dtype the model computes in
+    peak_flops: float  # FLOP/s of the dtype the model computes in
     mem_bw_bytes_s: float
     compute_efficiency: float = 0.6
     memory_efficiency: float = 0.8
-    launch_s: float = 5e-6            # per kernel (GPU launch, or a CPU op's dispatch)
+    launch_s: float = 5e-6  # per kernel (GPU launch, or a CPU op's dispatch)
 
     def __post_init__(self) -> None:
-        if self.peak_flops <= 0 or self.mem_bw_bytes_s <= 0 or not (0 < self.compute_efficiency <= 1) \
-                or not (0 < self.memory_efficiency <= 1) or self.launch_s < 0:
+        if (
+            self.peak_flops <= 0
+            or self.mem_bw_bytes_s <= 0
+            or not (0 < self.compute_efficiency <= 1)
+            or not (0 < self.memory_efficiency <= 1)
+            or self.launch_s < 0
+        ):
             raise DiagnosisError(f"a roofline needs positive peaks and efficiencies in (0, 1], got {self}")
 
     def seconds(self, flops: float, nbytes: float) -> float:
-        return max(flops / (self.peak_flops * self.compute_efficiency),
-                   nbytes / (self.mem_bw_bytes_s * self.memory_efficiency)) + self.launch_s
+        return (
+            max(
+                flops / (self.peak_flops * self.compute_efficiency),
+                nbytes / (self.mem_bw_bytes_s * self.memory_efficiency),
+            )
+            + self.launch_s
+        )
 
 
 @dataclass(frozen=True)
@@ -105,8 +116,12 @@ class MatmulTable:
     times: list[list[float]]
 
     def __post_init__(self) -> None:
-        if len(self.ms) < 2 or len(self.sizes) < 2 or len(self.times) != len(self.ms) \
-                or any(len(row) != len(self.sizes) for row in self.times):
+        if (
+            len(self.ms) < 2
+            or len(self.sizes) < 2
+            or len(self.times) != len(self.ms)
+            or any(len(row) != len(self.sizes) for row in self.times)
+        ):
             raise DiagnosisError("a matmul table needs a grid of at least 2 x 2 with a time for every point")
         if sorted(self.ms) != self.ms or sorted(self.sizes) != self.sizes or min(min(r) for r in self.times) <= 0:
             raise DiagnosisError("a matmul table's axes must be increasing and its times positive")
@@ -119,8 +134,10 @@ class MatmulTable:
         # Outside the grid: scale the edge by the FLOP ratio (exact for large M, an upper bound for small).
         scale = (m / mm) * (s * s) / (ss * ss)
         if notes is not None and (m > self.ms[-1] or s > self.sizes[-1] * 1.001):
-            notes.add(f"matmuls beyond the measured grid (M <= {self.ms[-1]}, size <= {self.sizes[-1]}): "
-                      "scaled by FLOP from its edge")
+            notes.add(
+                f"matmuls beyond the measured grid (M <= {self.ms[-1]}, size <= {self.sizes[-1]}): "
+                "scaled by FLOP from its edge"
+            )
         return t * scale if scale > 1 else t
 
 
@@ -132,15 +149,16 @@ def _measured_on(assumptions: list[str]) -> str:
 
 def _bilinear(xs: list[int], ys: list[int], zs: list[list[float]], x: float, y: float) -> float:
     """log(z) interpolated in (log x, log y)."""
+
     def bracket(axis: list[int], v: float) -> tuple[int, float]:
         i = max(0, min(len(axis) - 2, next((j for j in range(len(axis) - 1) if v <= axis[j + 1]), len(axis) - 2)))
         lo, hi = math.log(axis[i]), math.log(axis[i + 1])
         return i, (math.log(v) - lo) / (hi - lo) if hi > lo else 0.0
+
     i, fx = bracket(xs, x)
     j, fy = bracket(ys, y)
     z = [[math.log(zs[a][b]) for b in (j, j + 1)] for a in (i, i + 1)]
-    return (z[0][0] * (1 - fx) * (1 - fy) + z[1][0] * fx * (1 - fy) + z[0][1] * (1 - fx) * fy
-            + z[1][1] * fx * fy)
+    return z[0][0] * (1 - fx) * (1 - fy) + z[1][0] * fx * (1 - fy) + z[0][1] * (1 - fx) * fy + z[1][1] * fx * fy
 
 
 @dataclass(frozen=True)
@@ -164,22 +182,22 @@ class CollectiveCost:
 @dataclass(frozen=True)
 class MachineProfile:
     name: str
-    source: str                                   # measured | published | fitted
-    dtype_bytes: int                              # the element size the model computes in
+    source: str  # measured | published | fitted
+    dtype_bytes: int  # the element size the model computes in
     roofline: Roofline
-    step_overhead: LinearCost                     # per step, by requests in the step
+    step_overhead: LinearCost  # per step, by requests in the step
     collective: CollectiveCost
     matmul: MatmulTable | None = None
-    attention_decode: LinearCost | None = None    # by KV elements read
-    attention_prefill: LinearCost | None = None   # by tokens x context x heads x head_dim
-    elementwise: LinearCost | None = None         # per layer, by tokens x hidden
-    request_overhead_s: float = 0.0               # once per request, on its TTFT ...
-    request_overhead_per_running_s: float = 0.0   # ... plus this per request the server is running then
-    compute_scale: float = 1.0                    # multiplies every operator's time (fitted to a run)
+    attention_decode: LinearCost | None = None  # by KV elements read
+    attention_prefill: LinearCost | None = None  # by tokens x context x heads x head_dim
+    elementwise: LinearCost | None = None  # per layer, by tokens x hidden
+    request_overhead_s: float = 0.0  # once per request, on its TTFT ...
+    request_overhead_per_running_s: float = 0.0  # ... plus this per request the server is running then
+    compute_scale: float = 1.0  # multiplies every operator's time (fitted to a run)
     assumptions: list[str] = field(default_factory=list)
     created: str = ""
-    host: str = ""                                # the machine a measured profile measured (platform.node()); "" unknown
-    measured_points: dict = field(default_factory=dict)     # what a calibration measured, for the record
+    host: str = ""  # the machine a measured profile measured (platform.node()); "" unknown
+    measured_points: dict = field(default_factory=dict)  # what a calibration measured, for the record
     schema_version: int = PROFILE_SCHEMA
 
     def __post_init__(self) -> None:
@@ -201,20 +219,29 @@ class MachineProfile:
         if not isinstance(d, dict) or d.get("schema_version") != PROFILE_SCHEMA:
             raise DiagnosisError(f"not a machine profile of schema {PROFILE_SCHEMA} (llmdiag calibrate writes one)")
         try:
+
             def linear(key: str) -> LinearCost | None:
                 return LinearCost(**d[key]) if d.get(key) else None
-            return cls(name=d["name"], source=d["source"], dtype_bytes=d["dtype_bytes"],
-                       roofline=Roofline(**d["roofline"]), step_overhead=LinearCost(**d["step_overhead"]),
-                       collective=CollectiveCost(**d["collective"]),
-                       matmul=MatmulTable(**d["matmul"]) if d.get("matmul") else None,
-                       request_overhead_s=d.get("request_overhead_s", 0.0),
-                       request_overhead_per_running_s=d.get("request_overhead_per_running_s", 0.0),
-                       compute_scale=d.get("compute_scale", 1.0), assumptions=list(d.get("assumptions", [])),
-                       created=d.get("created", ""),
-                       host=d.get("host") or _measured_on(d.get("assumptions", [])),
-                       measured_points=d.get("measured_points", {}),
-                       attention_decode=linear("attention_decode"), attention_prefill=linear("attention_prefill"),
-                       elementwise=linear("elementwise"))
+
+            return cls(
+                name=d["name"],
+                source=d["source"],
+                dtype_bytes=d["dtype_bytes"],
+                roofline=Roofline(**d["roofline"]),
+                step_overhead=LinearCost(**d["step_overhead"]),
+                collective=CollectiveCost(**d["collective"]),
+                matmul=MatmulTable(**d["matmul"]) if d.get("matmul") else None,
+                request_overhead_s=d.get("request_overhead_s", 0.0),
+                request_overhead_per_running_s=d.get("request_overhead_per_running_s", 0.0),
+                compute_scale=d.get("compute_scale", 1.0),
+                assumptions=list(d.get("assumptions", [])),
+                created=d.get("created", ""),
+                host=d.get("host") or _measured_on(d.get("assumptions", [])),
+                measured_points=d.get("measured_points", {}),
+                attention_decode=linear("attention_decode"),
+                attention_prefill=linear("attention_prefill"),
+                elementwise=linear("elementwise"),
+            )
         except (KeyError, TypeError) as exc:
             raise DiagnosisError(f"the machine profile lacks or mistypes a field: {exc}") from None
 

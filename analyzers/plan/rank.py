@@ -45,35 +45,52 @@ class TargetLoad:
 @dataclass
 class RankedPlan:
     candidate: Candidate
-    variation: str                  # the engine arguments changed (--what-if), "" for the baseline
+    variation: str  # the engine arguments changed (--what-if), "" for the baseline
     prediction: LevelPrediction
-    goodput_req_s: float            # all replicas
-    output_tok_s: float             # all replicas
-    slo_met: bool                   # TTFT P99 and TPOT P95 within the SLO
+    goodput_req_s: float  # all replicas
+    output_tok_s: float  # all replicas
+    slo_met: bool  # TTFT P99 and TPOT P95 within the SLO
 
 
 def _replica_profile(profile: MachineProfile, cluster: Cluster, c: Candidate) -> MachineProfile:
     if not c.tp_crosses_nodes:
         return profile
-    return dataclasses.replace(profile, collective=CollectiveCost(profile.collective.latency_s,
-                                                                  cluster.inter_node_gbps * 1e9))
+    return dataclasses.replace(
+        profile, collective=CollectiveCost(profile.collective.latency_s, cluster.inter_node_gbps * 1e9)
+    )
 
 
-def replica_simulator(shape: ModelShape, cluster: Cluster, c: Candidate, profile: MachineProfile,
-                      args: EngineArgs) -> Simulator:
+def replica_simulator(
+    shape: ModelShape, cluster: Cluster, c: Candidate, profile: MachineProfile, args: EngineArgs
+) -> Simulator:
     """One replica of the plan: its KV blocks from the memory model, its TP collectives at the bandwidth its
     TP group sees, refengine's scheduler with the engine arguments."""
     sched = args.scheduler_config(c.estimate.plan.max_model_len)
-    cache = CacheConfig(block_size=c.estimate.plan.block_size, num_blocks=max(1, c.estimate.num_blocks),
-                        enable_prefix_caching=args.enable_prefix_caching)
-    return Simulator(StepModel(shape, _replica_profile(profile, cluster, c), c.tp, c.pp,
-                               weight_bytes=c.estimate.plan.weight_bytes), sched, cache, profile.request_overhead_s,
-                     request_overhead_per_running_s=profile.request_overhead_per_running_s)
+    cache = CacheConfig(
+        block_size=c.estimate.plan.block_size,
+        num_blocks=max(1, c.estimate.num_blocks),
+        enable_prefix_caching=args.enable_prefix_caching,
+    )
+    return Simulator(
+        StepModel(shape, _replica_profile(profile, cluster, c), c.tp, c.pp, weight_bytes=c.estimate.plan.weight_bytes),
+        sched,
+        cache,
+        profile.request_overhead_s,
+        request_overhead_per_running_s=profile.request_overhead_per_running_s,
+    )
 
 
-def rank_by_goodput(shape: ModelShape, cluster: Cluster, candidates: list[Candidate], profile: MachineProfile,
-                    args: EngineArgs, load: TargetLoad, slo_ttft_s: float, slo_tpot_s: float,
-                    variation: str = "") -> list[RankedPlan]:
+def rank_by_goodput(
+    shape: ModelShape,
+    cluster: Cluster,
+    candidates: list[Candidate],
+    profile: MachineProfile,
+    args: EngineArgs,
+    load: TargetLoad,
+    slo_ttft_s: float,
+    slo_tpot_s: float,
+    variation: str = "",
+) -> list[RankedPlan]:
     out = []
     for c in candidates:
         sim = replica_simulator(shape, cluster, c, profile, args)
@@ -81,13 +98,20 @@ def rank_by_goodput(shape: ModelShape, cluster: Cluster, candidates: list[Candid
         rate = None if load.request_rate is None else load.request_rate / c.replicas
         level = LevelLoad(c.label, load.warmup_s, load.duration_s, concurrency=users, request_rate=rate)
         arrivals = None if rate is None else _poisson(rate)
-        result = sim.run(LoadSpec(load.warmup_s, load.duration_s, concurrency=users, arrivals=arrivals),
-                         lambda i: (random_prompt(load.input_len, 0, i), load.output_len))
+        result = sim.run(
+            LoadSpec(load.warmup_s, load.duration_s, concurrency=users, arrivals=arrivals),
+            lambda i: (random_prompt(load.input_len, 0, i), load.output_len),
+        )
         pred = summarize(level.level_id, result)
-        good = sum(1 for r in result.in_window if r.ttft_s is not None and r.ttft_s <= slo_ttft_s
-                   and (r.tpot_s is None or r.tpot_s <= slo_tpot_s))
+        good = sum(
+            1
+            for r in result.in_window
+            if r.ttft_s is not None and r.ttft_s <= slo_ttft_s and (r.tpot_s is None or r.tpot_s <= slo_tpot_s)
+        )
         met = within_slo(pred, slo_ttft_s, slo_tpot_s)
-        out.append(RankedPlan(c, variation, pred, good / load.duration_s * c.replicas, pred.output_tok_s * c.replicas, met))
+        out.append(
+            RankedPlan(c, variation, pred, good / load.duration_s * c.replicas, pred.output_tok_s * c.replicas, met)
+        )
     order = {id(c): i for i, c in enumerate(candidates)}
     return sorted(out, key=lambda p: (-p.goodput_req_s, order[id(p.candidate)]))
 
@@ -95,4 +119,3 @@ def rank_by_goodput(shape: ModelShape, cluster: Cluster, candidates: list[Candid
 def _poisson(rate: float):
     rng = random.Random(f"plan-rank/{rate}")
     return itertools.accumulate(rng.expovariate(rate) for _ in itertools.count())
-

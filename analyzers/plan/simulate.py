@@ -32,9 +32,9 @@ from refengine.core.scheduler import Scheduler
 from refengine.request import Request
 from refengine.sampling_params import SamplingParams
 
-SAMPLED_TOKEN = 7       # any id: requests ignore EOS and stop at max_tokens, as the sweep asks
+SAMPLED_TOKEN = 7  # any id: requests ignore EOS and stop at max_tokens, as the sweep asks
 
-LengthsFn = Callable[[int], tuple[list[int], int]]    # request index -> (prompt token ids, output tokens)
+LengthsFn = Callable[[int], tuple[list[int], int]]  # request index -> (prompt token ids, output tokens)
 
 
 @dataclass(frozen=True)
@@ -45,8 +45,8 @@ class LoadSpec:
     duration_s: float
     concurrency: int | None = None
     arrivals: Iterator[float] | None = None
-    drain_limit_s: float = 600.0        # the window's requests may run this long past its end
-    seed: int = 0                       # the request overheads' jitter
+    drain_limit_s: float = 600.0  # the window's requests may run this long past its end
+    seed: int = 0  # the request overheads' jitter
 
     @property
     def stagger_s(self) -> float:
@@ -94,13 +94,13 @@ class SimRecord:
 class SimResult:
     records: list[SimRecord]
     window: tuple[float, float]
-    tokens_in_window: int               # output tokens whose step ended inside the window
+    tokens_in_window: int  # output tokens whose step ended inside the window
     steps: int
     preemptions: int
     notes: set[str]
-    mean_batch: float = 0.0             # requests per step over the window's steps
-    mean_compute_s: float = 0.0         # a window step's model time (its operators)
-    mean_overhead_s: float = 0.0        # a window step's engine overhead
+    mean_batch: float = 0.0  # requests per step over the window's steps
+    mean_compute_s: float = 0.0  # a window step's model time (its operators)
+    mean_overhead_s: float = 0.0  # a window step's engine overhead
 
     @property
     def in_window(self) -> list[SimRecord]:
@@ -113,17 +113,24 @@ class SimResult:
 
 
 class Simulator:
-    def __init__(self, model: StepModel, scheduler_config: SchedulerConfig, cache_config: CacheConfig,
-                 request_overhead_s: float = 0.0, batches_in_flight: int | None = None,
-                 request_overhead_per_running_s: float = 0.0):
+    def __init__(
+        self,
+        model: StepModel,
+        scheduler_config: SchedulerConfig,
+        cache_config: CacheConfig,
+        request_overhead_s: float = 0.0,
+        batches_in_flight: int | None = None,
+        request_overhead_per_running_s: float = 0.0,
+    ):
         self.model, self.scheduler_config, self.cache_config = model, scheduler_config, cache_config
         self.request_overhead_s = request_overhead_s
         self.request_overhead_per_running_s = request_overhead_per_running_s
         # The batch queue's depth: PP by default (refengine's), 1 to run a pipeline without overlap.
         self.batches_in_flight = batches_in_flight or model.pp
 
-    def run(self, load: LoadSpec, lengths: LengthsFn, max_steps: int = 2_000_000,
-            trace: list[SchedulerOutput] | None = None) -> SimResult:
+    def run(
+        self, load: LoadSpec, lengths: LengthsFn, max_steps: int = 2_000_000, trace: list[SchedulerOutput] | None = None
+    ) -> SimResult:
         """`trace`, if given, receives every non-empty SchedulerOutput in order (for tests and debugging)."""
         return EngineRun(self, load, lengths, trace).go(max_steps)
 
@@ -136,27 +143,28 @@ class EngineRun:
         self.sim, self.load, self.lengths, self.trace = sim, load, lengths, trace
         self.now = 0.0
         depth = sim.batches_in_flight
-        self.scheduler = Scheduler(sim.scheduler_config, sim.cache_config, clock=lambda: self.now,
-                                   max_batches_in_flight=depth)
+        self.scheduler = Scheduler(
+            sim.scheduler_config, sim.cache_config, clock=lambda: self.now, max_batches_in_flight=depth
+        )
         self.depth = depth
         self.index = itertools.count()
         self.records: dict[str, SimRecord] = {}
         self.rng = random.Random(f"plan/{load.seed}")
-        self.requests: dict[str, Request] = {}      # sent, not yet at the server
-        self.arrivals: list[tuple[float, int, str]] = []     # heap of (time at the server, index, id)
+        self.requests: dict[str, Request] = {}  # sent, not yet at the server
+        self.arrivals: list[tuple[float, int, str]] = []  # heap of (time at the server, index, id)
         self.next_open = next(load.arrivals, None) if load.arrivals is not None else None
         self.tokens_in_window = 0
         self.steps = 0
         self.window_steps = 0
-        self.window_open = 0                        # window requests not finished yet
+        self.window_open = 0  # window requests not finished yet
         self.window_batch = 0
         self.window_compute = 0.0
         self.window_overhead = 0.0
-        self.costs: dict[int, StepCost] = {}        # step id -> its cost, until it lands
+        self.costs: dict[int, StepCost] = {}  # step id -> its cost, until it lands
         self.notes: set[str] = set()
         self.pending: collections.deque[tuple[float, SchedulerOutput]] = collections.deque()  # (lands at, batch)
         self.stage_free = 0.0
-        self.done_times: list[float] = []           # when each request finished, in order (a router counts them)
+        self.done_times: list[float] = []  # when each request finished, in order (a router counts them)
 
     # ---- clients ----------------------------------------------------------------------------
     def send(self, t: float, index: int | None = None) -> None:
@@ -164,9 +172,11 @@ class EngineRun:
         i = next(self.index) if index is None else index
         prompt, n_out = self.lengths(i)
         if not 0 < len(prompt) < self.scheduler.max_model_len:
-            raise DiagnosisError(f"request {i} has a prompt of {len(prompt)} tokens; the engine refuses any not "
-                                 f"shorter than max_model_len {self.scheduler.max_model_len} (raise it, or shorten "
-                                 "the workload's prompts)")
+            raise DiagnosisError(
+                f"request {i} has a prompt of {len(prompt)} tokens; the engine refuses any not "
+                f"shorter than max_model_len {self.scheduler.max_model_len} (raise it, or shorten "
+                "the workload's prompts)"
+            )
         rid = str(i)
         self.records[rid] = SimRecord(t_sent=t, prompt_tokens=len(prompt), output_tokens=n_out)
         lo, hi = self.load.window
@@ -176,8 +186,9 @@ class EngineRun:
         # server in the same microsecond.
         mean = self.sim.request_overhead_s + self.sim.request_overhead_per_running_s * self.scheduler.num_running
         arrive = t + mean * 2 * self.rng.random()
-        request = Request(rid, prompt, SamplingParams(max_tokens=n_out, ignore_eos=True), eos_token_id=None,
-                          arrival_time=arrive)
+        request = Request(
+            rid, prompt, SamplingParams(max_tokens=n_out, ignore_eos=True), eos_token_id=None, arrival_time=arrive
+        )
         heapq.heappush(self.arrivals, (arrive, i, rid))
         self.requests[rid] = request
 
@@ -194,8 +205,11 @@ class EngineRun:
             self.scheduler.add_request(self.requests.pop(rid))
 
     def next_event(self) -> float | None:
-        times = [t for t in (self.arrivals[0][0] if self.arrivals else None,
-                             self.next_open if self.sending() else None) if t is not None]
+        times = [
+            t
+            for t in (self.arrivals[0][0] if self.arrivals else None, self.next_open if self.sending() else None)
+            if t is not None
+        ]
         return min(times) if times else None
 
     # ---- the engine loop --------------------------------------------------------------------
@@ -214,12 +228,12 @@ class EngineRun:
             self.take_in()
             if not self.scheduler.has_unfinished_requests():
                 nxt = self.next_event()
-                if nxt is None or nxt > until:     # idle until after `until`: a router may send before then
+                if nxt is None or nxt > until:  # idle until after `until`: a router may send before then
                     break
                 self.now = max(self.now, nxt)
                 continue
             if not self.step():
-                nxt = self.next_event()       # nothing fits and nothing in flight: wait for the world
+                nxt = self.next_event()  # nothing fits and nothing in flight: wait for the world
                 if nxt is None and not more_coming:
                     raise DiagnosisError("the simulated engine cannot schedule anything (KV cache too small?)")
                 if nxt is None or nxt > until:
@@ -231,10 +245,18 @@ class EngineRun:
     def result(self, max_steps: int) -> SimResult:
         if self.steps >= max_steps:
             self.notes.add(f"stopped after {max_steps} simulated steps")
-        n = self.window_steps or 1          # per-step means over the window's steps (0 without any)
-        return SimResult(list(self.records.values()), self.load.window, self.tokens_in_window, self.steps,
-                         self.scheduler.num_preemptions_total, self.notes, self.window_batch / n,
-                         self.window_compute / n, self.window_overhead / n)
+        n = self.window_steps or 1  # per-step means over the window's steps (0 without any)
+        return SimResult(
+            list(self.records.values()),
+            self.load.window,
+            self.tokens_in_window,
+            self.steps,
+            self.scheduler.num_preemptions_total,
+            self.notes,
+            self.window_batch / n,
+            self.window_compute / n,
+            self.window_overhead / n,
+        )
 
     def _window_done(self) -> bool:
         return self.window_open == 0
@@ -284,16 +306,18 @@ class EngineRun:
                 rec.t_first_token = self.now
             if request.is_finished():
                 rec.t_done = self.now
-                rec.output_tokens = request.num_output_tokens      # max_model_len may stop it short
+                rec.output_tokens = request.num_output_tokens  # max_model_len may stop it short
                 self.window_open -= lo <= rec.t_sent < hi
                 rec.preemptions = request.num_preemptions
                 self.done_times.append(self.now)
                 if self.load.concurrency is not None and self.sending():
-                    self.send(self.now)      # the user's next request, at once (closed loop)
+                    self.send(self.now)  # the user's next request, at once (closed loop)
 
 
 def _shape(sched: SchedulerOutput) -> StepShape:
-    return StepShape(tuple((r.num_tokens, r.end_pos) for r in sched.requests), sum(1 for r in sched.requests if r.sample))
+    return StepShape(
+        tuple((r.num_tokens, r.end_pos) for r in sched.requests), sum(1 for r in sched.requests if r.sample)
+    )
 
 
 def random_prompt(n: int, seed: int, i: int, vocab: int = 32_000) -> list[int]:

@@ -46,16 +46,17 @@ class StepShape:
 
 @dataclass
 class StepCost:
-    total_s: float                     # schedule to outputs, every stage in turn, plus the overhead
-    stage_s: float                     # the slowest pipeline stage (what a full pipeline issues at)
+    total_s: float  # schedule to outputs, every stage in turn, plus the overhead
+    stage_s: float  # the slowest pipeline stage (what a full pipeline issues at)
     overhead_s: float
-    parts: dict[str, float]            # seconds by operator kind, summed over every stage
-    notes: set[str] = field(default_factory=set)   # extrapolations beyond the profile's measurements
+    parts: dict[str, float]  # seconds by operator kind, summed over every stage
+    notes: set[str] = field(default_factory=set)  # extrapolations beyond the profile's measurements
 
 
 class StepModel:
-    def __init__(self, shape: ModelShape, profile: MachineProfile, tp: int = 1, pp: int = 1,
-                 weight_bytes: float | None = None):
+    def __init__(
+        self, shape: ModelShape, profile: MachineProfile, tp: int = 1, pp: int = 1, weight_bytes: float | None = None
+    ):
         if tp < 1 or pp < 1:
             raise DiagnosisError("TP and PP must be >= 1")
         if shape.num_heads % tp:
@@ -63,7 +64,7 @@ class StepModel:
         if pp > shape.num_layers:
             raise DiagnosisError(f"{shape.name}: {shape.num_layers} layers do not fill {pp} pipeline stages")
         self.shape, self.profile, self.tp, self.pp = shape, profile, tp, pp
-        self.stage_layers = -(-shape.num_layers // pp)      # the widest stage sets the pace
+        self.stage_layers = -(-shape.num_layers // pp)  # the widest stage sets the pace
         # Bytes per weight element the roofline reads (FP8 weights: 1); a measured table is its own dtype's.
         self.weight_bytes = profile.dtype_bytes if weight_bytes is None else weight_bytes
 
@@ -87,11 +88,17 @@ class StepModel:
         work = float(sum(n * ctx for n, ctx in prefill)) * heads * s.head_dim
         t = 0.0
         if decode:
-            t += (p.attention_decode.seconds(kv_elems, notes, "decode attention KV elements") if p.attention_decode
-                  else p.roofline.seconds(2.0 * kv_elems * heads / kv_heads, kv_elems * p.dtype_bytes))
+            t += (
+                p.attention_decode.seconds(kv_elems, notes, "decode attention KV elements")
+                if p.attention_decode
+                else p.roofline.seconds(2.0 * kv_elems * heads / kv_heads, kv_elems * p.dtype_bytes)
+            )
         if prefill:
-            t += (p.attention_prefill.seconds(work, notes, "prefill attention work") if p.attention_prefill
-                  else p.roofline.seconds(2.0 * work, 0.0))
+            t += (
+                p.attention_prefill.seconds(work, notes, "prefill attention work")
+                if p.attention_prefill
+                else p.roofline.seconds(2.0 * work, 0.0)
+            )
         return t
 
     def elementwise_s(self, tokens: int, notes: set[str]) -> float:
@@ -114,8 +121,12 @@ class StepModel:
             mlp += self.matmul_s(t, s.hidden_size, s.num_experts, notes)
             notes.add("MoE: the experts' rows priced as one grouped matmul (perfect balance, no dispatch cost)")
         comm = 2 * self.profile.collective.seconds("all_reduce", t * s.hidden_size * self.profile.dtype_bytes, tp)
-        return {"matmul": mm + mlp, "attention": self.attention_s(step, notes),
-                "elementwise": self.elementwise_s(t, notes), "tp_comm": comm}
+        return {
+            "matmul": mm + mlp,
+            "attention": self.attention_s(step, notes),
+            "elementwise": self.elementwise_s(t, notes),
+            "tp_comm": comm,
+        }
 
     def step_cost(self, step: StepShape) -> StepCost:
         notes: set[str] = set()

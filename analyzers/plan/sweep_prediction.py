@@ -41,33 +41,54 @@ class SweepPrediction:
     def to_dict(self) -> dict:
         ov = self.profile.step_overhead
         return {
-            "run_id": self.run_id, "model": self.model,
-            "profile": {"name": self.profile.name, "source": self.profile.source,
-                        "assumptions": self.profile.assumptions,
-                        "step_overhead_s": [ov.fixed_s, ov.per_unit_s],
-                        "request_overhead_s": [self.profile.request_overhead_s,
-                                               self.profile.request_overhead_per_running_s],
-                        "compute_scale": self.profile.compute_scale},
-            "engine": {"tp": self.setup.tp, "pp": self.setup.pp, "max_num_seqs": self.setup.scheduler.max_num_seqs,
-                       "max_num_batched_tokens": self.setup.scheduler.max_num_batched_tokens,
-                       "enable_chunked_prefill": self.setup.scheduler.enable_chunked_prefill,
-                       "kv_blocks": self.setup.cache.num_blocks, "block_size": self.setup.cache.block_size,
-                       "notes": list(self.setup.notes)},
-            "fit": None if self.fit is None else {
+            "run_id": self.run_id,
+            "model": self.model,
+            "profile": {
+                "name": self.profile.name,
+                "source": self.profile.source,
+                "assumptions": self.profile.assumptions,
+                "step_overhead_s": [ov.fixed_s, ov.per_unit_s],
+                "request_overhead_s": [self.profile.request_overhead_s, self.profile.request_overhead_per_running_s],
+                "compute_scale": self.profile.compute_scale,
+            },
+            "engine": {
+                "tp": self.setup.tp,
+                "pp": self.setup.pp,
+                "max_num_seqs": self.setup.scheduler.max_num_seqs,
+                "max_num_batched_tokens": self.setup.scheduler.max_num_batched_tokens,
+                "enable_chunked_prefill": self.setup.scheduler.enable_chunked_prefill,
+                "kv_blocks": self.setup.cache.num_blocks,
+                "block_size": self.setup.cache.block_size,
+                "notes": list(self.setup.notes),
+            },
+            "fit": None
+            if self.fit is None
+            else {
                 "levels": self.fit.fitted_levels,
-                "step_overhead_before_s": [self.fit.step_overhead_before.fixed_s,
-                                           self.fit.step_overhead_before.per_unit_s],
-                "request_overhead_before_s": self.fit.request_overhead_before_s},
-            "levels": self.rows, "median_abs_error": self.error_summary}
+                "step_overhead_before_s": [
+                    self.fit.step_overhead_before.fixed_s,
+                    self.fit.step_overhead_before.per_unit_s,
+                ],
+                "request_overhead_before_s": self.fit.request_overhead_before_s,
+            },
+            "levels": self.rows,
+            "median_abs_error": self.error_summary,
+        }
 
 
-def _predict_all(shape: ModelShape, setup: EngineSetup, levels: list[LevelInput]
-                 ) -> Callable[[MachineProfile], list[LevelPrediction]]:
+def _predict_all(
+    shape: ModelShape, setup: EngineSetup, levels: list[LevelInput]
+) -> Callable[[MachineProfile], list[LevelPrediction]]:
     def run(profile: MachineProfile) -> list[LevelPrediction]:
-        sim = Simulator(StepModel(shape, profile, setup.tp, setup.pp), setup.scheduler, setup.cache,
-                        profile.request_overhead_s,
-                        request_overhead_per_running_s=profile.request_overhead_per_running_s)
+        sim = Simulator(
+            StepModel(shape, profile, setup.tp, setup.pp),
+            setup.scheduler,
+            setup.cache,
+            profile.request_overhead_s,
+            request_overhead_per_running_s=profile.request_overhead_per_running_s,
+        )
         return [predict_level(sim, lv.load, lv.lengths, lv.arrivals()) for lv in levels]
+
     return run
 
 
@@ -85,31 +106,56 @@ def median_abs_errors(rows: list[dict], role: str) -> dict[str, float | None]:
     return out
 
 
-def predict_sweep(run_id: str, shape: ModelShape, profile: MachineProfile, setup: EngineSetup,
-                  levels: list[LevelInput], measured: dict[str, dict], fit_levels: list[str] | None = None,
-                  fit_scale: bool = True) -> SweepPrediction:
+def predict_sweep(
+    run_id: str,
+    shape: ModelShape,
+    profile: MachineProfile,
+    setup: EngineSetup,
+    levels: list[LevelInput],
+    measured: dict[str, dict],
+    fit_levels: list[str] | None = None,
+    fit_scale: bool = True,
+) -> SweepPrediction:
     fit = None
     if fit_levels:
         unknown = sorted(set(fit_levels) - {lv.load.level_id for lv in levels})
         if unknown:
-            raise DiagnosisError(f"--fit: no level {unknown[0]!r} in this run; its levels: "
-                                 f"{', '.join(lv.load.level_id for lv in levels)}")
+            raise DiagnosisError(
+                f"--fit: no level {unknown[0]!r} in this run; its levels: "
+                f"{', '.join(lv.load.level_id for lv in levels)}"
+            )
         missing = [lid for lid in fit_levels if lid not in measured]
         if missing:
             raise DiagnosisError(f"--fit: level {missing[0]!r} has no measurement in this run")
         fit_inputs = [lv for lv in levels if lv.load.level_id in fit_levels]
-        fit = fit_profile(profile, _predict_all(shape, setup, fit_inputs),
-                          {lid: measured[lid] for lid in fit_levels}, run_id, fit_scale=fit_scale)
+        fit = fit_profile(
+            profile,
+            _predict_all(shape, setup, fit_inputs),
+            {lid: measured[lid] for lid in fit_levels},
+            run_id,
+            fit_scale=fit_scale,
+        )
         profile = fit.profile
     rows = []
     for pred in _predict_all(shape, setup, levels)(profile):
         meas = measured.get(pred.level_id)
-        rows.append({"level_id": pred.level_id,
-                     "role": _role(pred.level_id, fit_levels, measured),
-                     "predicted": {**pred.metrics(), "req_s": pred.req_s, "mean_batch": pred.mean_batch,
-                                   "preemptions": pred.preemptions, "n_requests": pred.n_requests,
-                                   "notes": pred.notes},
-                     "measured": meas, "error": relative_errors(pred.metrics(), meas) if meas else None})
-    summary = {role: median_abs_errors(rows, role) for role in ("fitted", "predicted")
-               if any(r["role"] == role for r in rows)}
+        rows.append(
+            {
+                "level_id": pred.level_id,
+                "role": _role(pred.level_id, fit_levels, measured),
+                "predicted": {
+                    **pred.metrics(),
+                    "req_s": pred.req_s,
+                    "mean_batch": pred.mean_batch,
+                    "preemptions": pred.preemptions,
+                    "n_requests": pred.n_requests,
+                    "notes": pred.notes,
+                },
+                "measured": meas,
+                "error": relative_errors(pred.metrics(), meas) if meas else None,
+            }
+        )
+    summary = {
+        role: median_abs_errors(rows, role) for role in ("fitted", "predicted") if any(r["role"] == role for r in rows)
+    }
     return SweepPrediction(run_id, shape.name, profile, setup, rows, fit, summary)

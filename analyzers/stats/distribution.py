@@ -17,12 +17,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 PERCENTILES = (50, 90, 95, 99, 99.9)
-CI_PERCENTILES = (95, 99)              # the tail percentiles that carry an interval
+CI_PERCENTILES = (95, 99)  # the tail percentiles that carry an interval
 MIN_SAMPLES_FOR_P99 = 100
 BOOTSTRAP_RESAMPLES = 1000
 EXACT_BOOTSTRAP_MAX_N = 5000
 CI_LEVEL = 0.95
-_BATCH_CELLS = 2_000_000               # resample cells per batch: bounds memory at ~16 MB
+_BATCH_CELLS = 2_000_000  # resample cells per batch: bounds memory at ~16 MB
 
 
 def pname(q: float) -> str:
@@ -33,9 +33,9 @@ def pname(q: float) -> str:
 class Distribution:
     n: int
     mean: float | None
-    p: dict[str, float | None]                       # "p50", "p90", "p95", "p99", "p99.9"
+    p: dict[str, float | None]  # "p50", "p90", "p95", "p99", "p99.9"
     p99_reliable: bool
-    ci: dict[str, list[float] | None] = field(default_factory=dict)   # "p95"/"p99" -> [low, high] (95%)
+    ci: dict[str, list[float] | None] = field(default_factory=dict)  # "p95"/"p99" -> [low, high] (95%)
 
     @classmethod
     def of(cls, values, rng: np.random.Generator | None = None) -> "Distribution":
@@ -49,8 +49,13 @@ class Distribution:
         if rng is not None:
             draws = percentile_draws(arr, CI_PERCENTILES, rng)
             ci = {pname(q): interval(draws[:, i]) for i, q in enumerate(CI_PERCENTILES)}
-        return cls(int(arr.size), float(arr.mean()), {pname(q): float(v) for q, v in zip(PERCENTILES, qs)},
-                   arr.size >= MIN_SAMPLES_FOR_P99, ci)
+        return cls(
+            int(arr.size),
+            float(arr.mean()),
+            {pname(q): float(v) for q, v in zip(PERCENTILES, qs)},
+            arr.size >= MIN_SAMPLES_FOR_P99,
+            ci,
+        )
 
 
 def _clean(values) -> np.ndarray:
@@ -61,8 +66,9 @@ def _clean(values) -> np.ndarray:
     return arr[~np.isnan(arr)]
 
 
-def percentile_draws(values: np.ndarray, qs=CI_PERCENTILES, rng: np.random.Generator | None = None,
-                     resamples: int = BOOTSTRAP_RESAMPLES) -> np.ndarray:
+def percentile_draws(
+    values: np.ndarray, qs=CI_PERCENTILES, rng: np.random.Generator | None = None, resamples: int = BOOTSTRAP_RESAMPLES
+) -> np.ndarray:
     """Bootstrap draws of the percentiles `qs` of `values`: an array (resamples, len(qs))."""
     rng = rng if rng is not None else np.random.default_rng(0)
     arr = _clean(values)
@@ -82,8 +88,9 @@ def percentile_draws(values: np.ndarray, qs=CI_PERCENTILES, rng: np.random.Gener
     return out
 
 
-def sum_draws(per_slice: np.ndarray, rng: np.random.Generator | None = None,
-              resamples: int = BOOTSTRAP_RESAMPLES) -> np.ndarray:
+def sum_draws(
+    per_slice: np.ndarray, rng: np.random.Generator | None = None, resamples: int = BOOTSTRAP_RESAMPLES
+) -> np.ndarray:
     """Block bootstrap of a total: resample the time slices' amounts (with replacement) and add them up.
     Throughput's uncertainty is how unevenly the work fell over time, which slices capture and a
     per-request resample (every request the same length) would not."""

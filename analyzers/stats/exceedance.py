@@ -41,19 +41,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
-ALPHA = 0.05                     # one-sided: the answer's 95%
-BLOCKS = 20                      # batch means: blocks of a level's requests in send order (at least 10 each)
+ALPHA = 0.05  # one-sided: the answer's 95%
+BLOCKS = 20  # batch means: blocks of a level's requests in send order (at least 10 each)
 
 
 @dataclass(frozen=True)
 class BoundCheck:
-    name: str                    # "TTFT P99"
-    quantile: float              # 0.99
+    name: str  # "TTFT P99"
+    quantile: float  # 0.99
     bound_s: float
     n: int
-    over: int                    # requests past the bound
-    verdict: str                 # in | out | unclear
-    design_effect: float = 1.0   # how many requests one independent draw counts as (1: as independent)
+    over: int  # requests past the bound
+    verdict: str  # in | out | unclear
+    design_effect: float = 1.0  # how many requests one independent draw counts as (1: as independent)
 
     def __post_init__(self) -> None:
         if not 0 < self.quantile < 1 or not 0 <= self.over <= self.n:
@@ -74,8 +74,14 @@ def min_n_for_in(quantile: float) -> int:
     return math.ceil(math.log(ALPHA) / math.log(quantile))
 
 
-def check_bound(name: str, values: np.ndarray, quantile: float, bound_s: float,
-                sent_at: np.ndarray | None = None, design_effect_floor: float = 1.0) -> BoundCheck:
+def check_bound(
+    name: str,
+    values: np.ndarray,
+    quantile: float,
+    bound_s: float,
+    sent_at: np.ndarray | None = None,
+    design_effect_floor: float = 1.0,
+) -> BoundCheck:
     """`sent_at`: each value's send time, for the design effect (see the top); None: independent draws.
     `design_effect_floor`: the clustering measured elsewhere in the search (pooled_design_effect)."""
     n = int(values.size)
@@ -119,7 +125,7 @@ def pooled_design_effect(levels_in_order: list[np.ndarray]) -> float:
             past = past.astype(float)
             if shift:
                 half = past.size // blocks // 2
-                past, blocks = past[half:past.size - (past.size // blocks - half)], blocks - 1
+                past, blocks = past[half : past.size - (past.size // blocks - half)], blocks - 1
                 if blocks < 2:
                     continue
             counts = np.array([b.sum() for b in np.array_split(past, blocks)])
@@ -136,7 +142,9 @@ def _binom_cdf(k: int, n: int, p: float) -> float:
     if k >= n:
         return 1.0
     log_p, log_q = math.log(p), math.log1p(-p)
-    terms = [math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * log_p + (n - i) * log_q
-             for i in range(k + 1)]
+    terms = [
+        math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * log_p + (n - i) * log_q
+        for i in range(k + 1)
+    ]
     top = max(terms)
     return min(1.0, math.exp(top) * sum(math.exp(t - top) for t in terms))

@@ -22,11 +22,11 @@ from rundir.table import RequestTable
 class ReplicaShare:
     level_id: str
     replica: str
-    requests: int                  # in-window requests it served (any status)
+    requests: int  # in-window requests it served (any status)
     ok: int
-    ttft_p99_s: float | None       # over its ok requests; None without any
-    request_share: float           # of the level's in-window requests that name a replica
-    token_share: float             # of their output tokens
+    ttft_p99_s: float | None  # over its ok requests; None without any
+    request_share: float  # of the level's in-window requests that name a replica
+    token_share: float  # of their output tokens
 
     def __post_init__(self) -> None:
         if not 0 <= self.ok <= self.requests:
@@ -52,7 +52,7 @@ def level_replicas(table: RequestTable, rows: np.ndarray, level_id: str) -> list
     df = table.df
     win = df["in_window"].to_numpy(bool)[rows]
     names = df["replica"].to_numpy(object)[rows]
-    named = win & np.array([n is not None and n == n for n in names], dtype=bool)   # n == n: not NaN
+    named = win & np.array([n is not None and n == n for n in names], dtype=bool)  # n == n: not NaN
     if not named.any():
         return []
     ok = (df["status"].to_numpy(object)[rows] == "ok") & named
@@ -64,16 +64,26 @@ def level_replicas(table: RequestTable, rows: np.ndarray, level_id: str) -> list
         mine = named & (names == name)
         ttfts = ttft[ok & mine]
         ttfts = ttfts[np.isfinite(ttfts)]
-        out.append(ReplicaShare(
-            level_id=level_id, replica=name, requests=int(mine.sum()), ok=int((ok & mine).sum()),
-            ttft_p99_s=float(np.percentile(ttfts, 99, method="linear")) if ttfts.size else None,
-            request_share=int(mine.sum()) / total_requests,
-            token_share=float(tokens[mine].sum()) / total_tokens if total_tokens > 0 else 0.0))
+        out.append(
+            ReplicaShare(
+                level_id=level_id,
+                replica=name,
+                requests=int(mine.sum()),
+                ok=int((ok & mine).sum()),
+                ttft_p99_s=float(np.percentile(ttfts, 99, method="linear")) if ttfts.size else None,
+                request_share=int(mine.sum()) / total_requests,
+                token_share=float(tokens[mine].sum()) / total_tokens if total_tokens > 0 else 0.0,
+            )
+        )
     return out
 
 
 def run_replicas(table: RequestTable, level_order: list[str]) -> list[ReplicaShare]:
     """Every level's replicas, levels in `level_order`."""
     by_level = table.level_rows()
-    return [share for level_id in level_order if level_id in by_level
-            for share in level_replicas(table, by_level[level_id], level_id)]
+    return [
+        share
+        for level_id in level_order
+        if level_id in by_level
+        for share in level_replicas(table, by_level[level_id], level_id)
+    ]

@@ -14,7 +14,7 @@ import numpy as np
 
 from rundir.table import RequestTable
 
-MAX_CLASSES = 4          # more distinct lengths than this is a length spread, not classes
+MAX_CLASSES = 4  # more distinct lengths than this is a length spread, not classes
 
 
 def class_id(level_id: str, input_len: int) -> str:

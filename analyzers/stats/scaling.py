@@ -30,17 +30,17 @@ CEILING_EFFICIENCY = 0.25
 @dataclass
 class ScalingPoint:
     level_id: str
-    linearity: float | None       # tput / (tput of the series' lowest load × load ratio); 1 = linear
-    efficiency: float | None      # vs the level below in the series (see the module doc)
+    linearity: float | None  # tput / (tput of the series' lowest load × load ratio); 1 = linear
+    efficiency: float | None  # vs the level below in the series (see the module doc)
     note: str
 
 
 @dataclass
 class Series:
-    key: str                      # e.g. "concurrency · in 512 · out 128"
-    level_ids: list[str]          # ordered by load
-    knee: str | None              # the last level that still scaled, or None if every step scaled
-    best_within_slo: str | None   # the highest load that met the SLO
+    key: str  # e.g. "concurrency · in 512 · out 128"
+    level_ids: list[str]  # ordered by load
+    knee: str | None  # the last level that still scaled, or None if every step scaled
+    best_within_slo: str | None  # the highest load that met the SLO
 
 
 def series_of(levels: list[LevelStats]) -> dict[str, list[LevelStats]]:
@@ -61,14 +61,17 @@ def analyze_scaling(levels: list[LevelStats]) -> tuple[dict[str, ScalingPoint], 
         knee: str | None = None
         prev: LevelStats | None = None
         for lv in group:
-            if lv.n_in_window == 0:            # nothing measured: no point on the curve
+            if lv.n_in_window == 0:  # nothing measured: no point on the curve
                 points[lv.level_id] = ScalingPoint(lv.level_id, None, None, _note(lv, best, False))
                 continue
-            linearity = (lv.output_tok_s / (base.output_tok_s * lv.load / base.load)
-                         if base is not None and lv.load > 0 else None)
+            linearity = (
+                lv.output_tok_s / (base.output_tok_s * lv.load / base.load)
+                if base is not None and lv.load > 0
+                else None
+            )
             eff = _efficiency(prev, lv)
             flat = eff is not None and eff < CEILING_EFFICIENCY
-            if flat and knee is None and prev is not None:     # (flat: an efficiency, so a previous level)
+            if flat and knee is None and prev is not None:  # (flat: an efficiency, so a previous level)
                 knee = prev.level_id
             points[lv.level_id] = ScalingPoint(lv.level_id, linearity, eff, _note(lv, best, flat))
             prev = lv

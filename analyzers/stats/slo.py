@@ -22,8 +22,8 @@ from rundir import SloSpec
 # A level where more than this share of its requests failed is not a measurement of the server
 # serving its load: it never meets the SLO, so it is never the highest load within it.
 MAX_VALID_ERROR_RATE = 0.05
-FAILED = ("error", "timeout")          # failures of the server; `cancelled` (the client stopped it) is not one
-COUNTED = ("ok", *FAILED)              # what an SLO verdict counts
+FAILED = ("error", "timeout")  # failures of the server; `cancelled` (the client stopped it) is not one
+COUNTED = ("ok", *FAILED)  # what an SLO verdict counts
 # (name, column, quantile as a percent) of each bound; E2E only when its SLO is set
 _BOUNDS = (("TTFT P99", "ttft_s", 99.0), ("TPOT P95", "tpot_s", 95.0), ("E2E P99", "e2e_s", 99.0))
 
@@ -52,7 +52,7 @@ def tail_percentile_draws(values: np.ndarray, qs, draw) -> np.ndarray:
     return _unbounded(draw(np.where(finite, v, _SENTINEL), qs), v[finite])
 
 
-_SENTINEL = 1e300                      # +inf for numpy's interpolation, which turns inf − inf into NaN
+_SENTINEL = 1e300  # +inf for numpy's interpolation, which turns inf − inf into NaN
 
 
 def _unbounded(x, finite: np.ndarray):
@@ -75,21 +75,34 @@ class SloSample:
     ttft: np.ndarray
     tpot: np.ndarray
     e2e: np.ndarray
-    failed_at: np.ndarray               # a failed request's time to failure (NaN: not failed, or not known)
+    failed_at: np.ndarray  # a failed request's time to failure (NaN: not failed, or not known)
     n_ok: int
     no_token: int
     mid_stream: int
-    sent_at: np.ndarray | None = None   # each request's send time (epoch s), when the caller knows it
+    sent_at: np.ndarray | None = None  # each request's send time (epoch s), when the caller knows it
 
     @classmethod
-    def of(cls, status: np.ndarray, ttft_s: np.ndarray, tpot_s: np.ndarray, e2e_s: np.ndarray,
-           target_output_len: np.ndarray | None = None, t_sent: np.ndarray | None = None) -> "SloSample":
+    def of(
+        cls,
+        status: np.ndarray,
+        ttft_s: np.ndarray,
+        tpot_s: np.ndarray,
+        e2e_s: np.ndarray,
+        target_output_len: np.ndarray | None = None,
+        t_sent: np.ndarray | None = None,
+    ) -> "SloSample":
         """From the columns of the requests sent in the window (any status: the cancelled are left out)."""
         status = np.asarray(status)
         keep = np.isin(status, COUNTED)
-        status, ttft_s, tpot_s, e2e_s = status[keep], *(np.asarray(c, dtype=float)[keep] for c in (ttft_s, tpot_s, e2e_s))
-        asked = np.full(status.size, np.nan) if target_output_len is None \
+        status, ttft_s, tpot_s, e2e_s = (
+            status[keep],
+            *(np.asarray(c, dtype=float)[keep] for c in (ttft_s, tpot_s, e2e_s)),
+        )
+        asked = (
+            np.full(status.size, np.nan)
+            if target_output_len is None
             else np.asarray(target_output_len, dtype=float)[keep]
+        )
         failed = np.isin(status, FAILED)
         no_token = failed & np.isnan(ttft_s)
         mid = failed & ~no_token
@@ -97,9 +110,16 @@ class SloSample:
         tpot = np.where(status == "ok", tpot_s, np.nan)
         tpot = np.where(mid & ~(asked == 1), math.inf, tpot)
         e2e = np.where(failed, math.inf, e2e_s)
-        return cls(ttft, tpot, e2e, np.where(failed, e2e_s, np.nan), int((status == "ok").sum()),
-                   int(no_token.sum()), int(mid.sum()),
-                   None if t_sent is None else np.asarray(t_sent, dtype=float)[keep])
+        return cls(
+            ttft,
+            tpot,
+            e2e,
+            np.where(failed, e2e_s, np.nan),
+            int((status == "ok").sum()),
+            int(no_token.sum()),
+            int(mid.sum()),
+            None if t_sent is None else np.asarray(t_sent, dtype=float)[keep],
+        )
 
     @property
     def n(self) -> int:
@@ -131,8 +151,9 @@ class SloSample:
     def failure_words(self, name: str) -> str:
         """'the 23 requests that failed without a first token' (those the values of `name` count as +inf)."""
         k = self.failures_in(name)
-        what = {"ttft_s": "that failed without a first token", "tpot_s": "cut off mid-stream",
-                "e2e_s": "that failed"}[name]
+        what = {"ttft_s": "that failed without a first token", "tpot_s": "cut off mid-stream", "e2e_s": "that failed"}[
+            name
+        ]
         return f"the {k} request{'s' if k != 1 else ''} {what}"
 
     def failure_summary(self) -> str:
@@ -187,8 +208,9 @@ class Slos(SloSpec):
             ok &= ~np.isnan(e2e) & (e2e <= self.e2e_p99_s)
         return ok
 
-    def level_verdict(self, n_in_window: int, sample: SloSample,
-                      error_rate: float = 0.0) -> tuple[bool | None, list[str]]:
+    def level_verdict(
+        self, n_in_window: int, sample: SloSample, error_rate: float = 0.0
+    ) -> tuple[bool | None, list[str]]:
         """(met?, the bounds it broke in words) on `sample` (the requests sent in the window, failures
         counted, SloSample). None: nothing was measured."""
         if n_in_window == 0:
@@ -211,8 +233,11 @@ class Slos(SloSpec):
         value = sample.percentile(col, q)
         assert value is not None
         if not sample.failures_in(col):
-            fmt = {"ttft_s": f"{value * 1000:.0f} ms > {bound * 1000:g} ms",
-                   "tpot_s": f"{value * 1000:.1f} ms > {bound * 1000:g} ms", "e2e_s": f"{value:.2f} s > {bound:g} s"}
+            fmt = {
+                "ttft_s": f"{value * 1000:.0f} ms > {bound * 1000:g} ms",
+                "tpot_s": f"{value * 1000:.1f} ms > {bound * 1000:g} ms",
+                "e2e_s": f"{value:.2f} s > {bound:g} s",
+            }
             return f"{name} {fmt[col]}"
         limit = f"{bound * 1000:g} ms" if col != "e2e_s" else f"{bound:g} s"
         if math.isinf(value):

@@ -20,12 +20,12 @@ from analyzers.stats.latency import LevelStats
 @dataclass(frozen=True)
 class SloReach:
     level_id: str
-    n: int                              # requests the TTFT P99 rests on (successful, in the window)
-    p99_reliable: bool                  # n >= MIN_SAMPLES_FOR_P99
-    ttft_p99_s: float | None            # None with ttft_unbounded: no TTFT bound is met
+    n: int  # requests the TTFT P99 rests on (successful, in the window)
+    p99_reliable: bool  # n >= MIN_SAMPLES_FOR_P99
+    ttft_p99_s: float | None  # None with ttft_unbounded: no TTFT bound is met
     ttft_unbounded: bool
-    tpot_p95_s: float | None            # None: no request had two tokens
-    e2e_p99_s: float | None = None      # only when the SLO bounds E2E
+    tpot_p95_s: float | None  # None: no request had two tokens
+    e2e_p99_s: float | None = None  # only when the SLO bounds E2E
 
 
 def slo_reach(lv: LevelStats, with_e2e: bool = False) -> SloReach | None:
@@ -34,5 +34,12 @@ def slo_reach(lv: LevelStats, with_e2e: bool = False) -> SloReach | None:
     if lv.n_in_window == 0 or lv.n_ok == 0 or lv.slo_met is None:
         return None
     ttft = lv.ttft_p99_with_failures_s if lv.ttft_p99_with_failures_s is not None else lv.ttft.p.get("p99")
-    return SloReach(lv.level_id, lv.ttft.n, lv.ttft.p99_reliable, None if lv.ttft_p99_unbounded else ttft,
-                    lv.ttft_p99_unbounded, lv.tpot.p.get("p95"), lv.e2e.p.get("p99") if with_e2e else None)
+    return SloReach(
+        lv.level_id,
+        lv.ttft.n,
+        lv.ttft.p99_reliable,
+        None if lv.ttft_p99_unbounded else ttft,
+        lv.ttft_p99_unbounded,
+        lv.tpot.p.get("p95"),
+        lv.e2e.p.get("p99") if with_e2e else None,
+    )

@@ -34,8 +34,8 @@ from analyzers.stats.slo import Slos
 from analyzers.stats.window import Window
 from rundir.table import RequestTable
 
-THROUGHPUT_SLICES = 20          # time slices of the measured window for the block bootstrap
-MIN_SLICE_S = 0.25              # ... but no slice shorter than this (a short window gets fewer)
+THROUGHPUT_SLICES = 20  # time slices of the measured window for the block bootstrap
+MIN_SLICE_S = 0.25  # ... but no slice shorter than this (a short window gets fewer)
 RATES = ("output tok/s", "total tok/s", "requests/s", "goodput req/s")
 
 
@@ -89,9 +89,9 @@ def token_arrivals(table: RequestTable, rows: np.ndarray) -> tuple[np.ndarray, n
         gaps, gap_row = table.itl[sel], table.itl_row[sel]
         if gaps.size:
             cs = np.cumsum(gaps)
-            starts = np.r_[True, gap_row[1:] != gap_row[:-1]]       # gaps are stored in row order
+            starts = np.r_[True, gap_row[1:] != gap_row[:-1]]  # gaps are stored in row order
             group_start = np.maximum.accumulate(np.where(starts, np.arange(gaps.size), 0))
-            offset = (cs - gaps)[group_start]            # the gaps of earlier records
+            offset = (cs - gaps)[group_start]  # the gaps of earlier records
             pos = np.full(n, -1)
             pos[rows] = np.arange(rows.size)
             local = pos[gap_row]
@@ -107,8 +107,14 @@ def token_arrivals(table: RequestTable, rows: np.ndarray) -> tuple[np.ndarray, n
     return np.concatenate(times), np.concatenate(weights)
 
 
-def level_rates(table: RequestTable, rows: np.ndarray, window: Window, slos: Slos,
-                rng: np.random.Generator, resamples: int = BOOTSTRAP_RESAMPLES) -> Rates:
+def level_rates(
+    table: RequestTable,
+    rows: np.ndarray,
+    window: Window,
+    slos: Slos,
+    rng: np.random.Generator,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+) -> Rates:
     """The rates of one level (or request class): `rows` are all its records."""
     df = table.df
     status = df["status"].to_numpy()[rows]
@@ -136,8 +142,14 @@ def level_rates(table: RequestTable, rows: np.ndarray, window: Window, slos: Slo
         return np.bincount(s, weights=None if w is None else w[inside], minlength=k).astype(float)
 
     out_s = per_slice(tok_t, tok_w)
-    slices = {"output tok/s": out_s, "total tok/s": out_s + per_slice(t_first, prompt),
-              "requests/s": per_slice(t_done), "goodput req/s": per_slice(t_done[good])}
+    slices = {
+        "output tok/s": out_s,
+        "total tok/s": out_s + per_slice(t_first, prompt),
+        "requests/s": per_slice(t_done),
+        "goodput req/s": per_slice(t_done[good]),
+    }
     idx = rng.integers(0, k, size=(resamples, k))
-    return Rates({name: float(v.sum()) / seconds for name, v in slices.items()},
-                 {name: v[idx].sum(axis=1) / seconds for name, v in slices.items()})
+    return Rates(
+        {name: float(v.sum()) / seconds for name, v in slices.items()},
+        {name: v[idx].sum(axis=1) / seconds for name, v in slices.items()},
+    )

@@ -9,7 +9,7 @@ import numpy as np
 
 from rundir.records import ESTIMATED_SOURCES
 
-TOKENIZER_DIFF_NOTE = 0.05      # a mean client-tokenizer difference this large gets a note
+TOKENIZER_DIFF_NOTE = 0.05  # a mean client-tokenizer difference this large gets a note
 # A re-tokenized count may differ from the server's honestly (loadgen/token_count.py): an output
 # length judged by it is "other than asked" only beyond this.
 TOKENIZER_LENGTH_SLACK = 0.05
@@ -17,15 +17,15 @@ TOKENIZER_LENGTH_SLACK = 0.05
 
 @dataclass
 class TokenAccounting:
-    mismatches: int                        # usage vs streamed chunks, either way
-    tokenizer_differs: int                 # usage vs the client tokenizer
-    tokenizer_diff_mean: float | None      # mean (client - server) / server
-    prompt_mismatches: int                 # prompt usage vs the client's count
-    unhonoured: int                        # output length other than requested
+    mismatches: int  # usage vs streamed chunks, either way
+    tokenizer_differs: int  # usage vs the client tokenizer
+    tokenizer_diff_mean: float | None  # mean (client - server) / server
+    prompt_mismatches: int  # prompt usage vs the client's count
+    unhonoured: int  # output length other than requested
     notes: list[str] = field(default_factory=list)
-    multi_token_chunks: int = 0            # of `mismatches`: fewer chunks than usage tokens (benign)
-    longer: int = 0                        # of `unhonoured`: more tokens than asked
-    estimated: int = 0                     # output counts that are estimates (docs/metrics.md)
+    multi_token_chunks: int = 0  # of `mismatches`: fewer chunks than usage tokens (benign)
+    longer: int = 0  # of `unhonoured`: more tokens than asked
+    estimated: int = 0  # output counts that are estimates (docs/metrics.md)
 
 
 def account_tokens(col: dict[str, np.ndarray], ok: np.ndarray, requested_output_len: int) -> TokenAccounting:
@@ -43,19 +43,32 @@ def account_tokens(col: dict[str, np.ndarray], ok: np.ndarray, requested_output_
     estimated = int((ok & np.isin(col["output_tokens_source"], ESTIMATED_SOURCES)).sum())
     notes = []
     if unhonoured:
-        how = ", ".join(w for k, w in ((shorter, f"{shorter} shorter: the server stopped before max_tokens"),
-                                       (longer, f"{longer} longer: it did not honour max_tokens")) if k)
-        notes.append(f"{unhonoured} requests did not get the requested {requested_output_len} "
-                     f"output tokens by the server's count ({how})")
+        how = ", ".join(
+            w
+            for k, w in (
+                (shorter, f"{shorter} shorter: the server stopped before max_tokens"),
+                (longer, f"{longer} longer: it did not honour max_tokens"),
+            )
+            if k
+        )
+        notes.append(
+            f"{unhonoured} requests did not get the requested {requested_output_len} "
+            f"output tokens by the server's count ({how})"
+        )
     if estimated:
-        notes.append(f"output token counts of {estimated} of {int(ok.sum())} requests are estimates (token-carrying "
-                     "chunks: no usage, no length finish, no client tokenizer), and so are TPOT, the output "
-                     "lengths and token throughput; pass --tokenizer for a count")
+        notes.append(
+            f"output token counts of {estimated} of {int(ok.sum())} requests are estimates (token-carrying "
+            "chunks: no usage, no length finish, no client tokenizer), and so are TPOT, the output "
+            "lengths and token throughput; pass --tokenizer for a count"
+        )
     if mismatches > multi:
-        notes.append(f"{mismatches - multi} requests streamed more token chunks than the server's usage counts "
-                     "(usage, or the stream, is wrong)")
-    return TokenAccounting(mismatches, tok_differs, tok_diff, prompt_mismatches, unhonoured, notes, multi,
-                           longer, estimated)
+        notes.append(
+            f"{mismatches - multi} requests streamed more token chunks than the server's usage counts "
+            "(usage, or the stream, is wrong)"
+        )
+    return TokenAccounting(
+        mismatches, tok_differs, tok_diff, prompt_mismatches, unhonoured, notes, multi, longer, estimated
+    )
 
 
 def _other_lengths(col: dict[str, np.ndarray], ok: np.ndarray) -> tuple[int, int]:

@@ -18,20 +18,20 @@ from analyzers.triage.tail_windows import Window
 CATEGORIES = ("server", "fleet", "network", "scheduling", "host", "client")
 SEVERITIES = ("high", "medium", "low")
 KINDS = ("spike", "standing", "differential", "throughout", "added")
-OWN_SHARE = ("differential", "added")     # kinds that measure their own share of the tail
+OWN_SHARE = ("differential", "added")  # kinds that measure their own share of the tail
 STATUSES = ("failed", "passed", "unchecked")
 
 
 @dataclass
 class Finding:
-    check_id: str                       # the playbook step this check automates, e.g. "p99.sched.long-prefill"
+    check_id: str  # the playbook step this check automates, e.g. "p99.sched.long-prefill"
     category: str
     severity: str
-    title: str                          # one line, plain words
-    evidence: dict[str, Any]            # the numbers behind it
-    explains: list[Window]              # spike windows where the evidence coincides
-    spike_windows: int                  # spike windows in this check's scope (e.g. those of short requests)
-    next_step: str                      # what to do or look at next
+    title: str  # one line, plain words
+    evidence: dict[str, Any]  # the numbers behind it
+    explains: list[Window]  # spike windows where the evidence coincides
+    spike_windows: int  # spike windows in this check's scope (e.g. those of short requests)
+    next_step: str  # what to do or look at next
     # "spike": tied to spike windows; "standing": a level slow throughout; "differential": a condition
     # that separates the tail from the body, request by request (analyzers/triage/exposure.py);
     # "throughout": a condition that held for whole levels (analyzers/triage/throughout.py); "added":
@@ -64,12 +64,12 @@ class Finding:
 class CheckResult:
     check_id: str
     category: str
-    title: str                          # what was checked
+    title: str  # what was checked
     status: str
-    detail: str                         # why it passed, failed, or could not be checked
+    detail: str  # why it passed, failed, or could not be checked
     finding: Finding | None = None
     numbers: dict[str, Any] = field(default_factory=dict)
-    context: str | None = None          # what was seen that is not the target's problem (host-wide counters ...)
+    context: str | None = None  # what was seen that is not the target's problem (host-wide counters ...)
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
@@ -82,25 +82,29 @@ def unchecked(check_id: str, category: str, title: str, why: str) -> CheckResult
     return CheckResult(check_id, category, title, "unchecked", why)
 
 
-def passed(check_id: str, category: str, title: str, why: str, context: str | None = None,
-           **numbers: Any) -> CheckResult:
+def passed(
+    check_id: str, category: str, title: str, why: str, context: str | None = None, **numbers: Any
+) -> CheckResult:
     return CheckResult(check_id, category, title, "passed", why, numbers=numbers, context=context)
 
 
 def failed(finding: Finding, title: str, detail: str) -> CheckResult:
-    return CheckResult(finding.check_id, finding.category, title, "failed", detail, finding=finding,
-                       numbers=dict(finding.evidence))
+    return CheckResult(
+        finding.check_id, finding.category, title, "failed", detail, finding=finding, numbers=dict(finding.evidence)
+    )
 
 
-COVERAGE_STEP = 0.1          # coverages this close are a tie, broken by the seed's order
-CONTEXT_SHARE = 0.2          # a finding explaining less of the tail than this is context, not a cause
+COVERAGE_STEP = 0.1  # coverages this close are a tie, broken by the seed's order
+CONTEXT_SHARE = 0.2  # a finding explaining less of the tail than this is context, not a cause
 
 
 def rank(findings: list[Finding]) -> list[Finding]:
     """The one that explains more of the tail first (in steps of COVERAGE_STEP); then the seed's
     order (server, fleet, network, scheduling, host, client); then severity."""
-    return sorted(findings, key=lambda f: (-round(f.coverage / COVERAGE_STEP), CATEGORIES.index(f.category),
-                                           SEVERITIES.index(f.severity)))
+    return sorted(
+        findings,
+        key=lambda f: (-round(f.coverage / COVERAGE_STEP), CATEGORIES.index(f.category), SEVERITIES.index(f.severity)),
+    )
 
 
 def split_causes(findings: list[Finding]) -> tuple[list[Finding], list[Finding]]:

@@ -21,10 +21,10 @@ class SampleSplit:
     """A probe's rows inside the measured span, split into spike and calm intervals."""
 
     series: ProbeSeries
-    start: np.ndarray          # interval start of each kept row
-    end: np.ndarray            # = the row's t
-    spike: np.ndarray          # bool: the interval overlaps a spike window
-    keep: np.ndarray           # the rows (of series) kept: those inside the measured span
+    start: np.ndarray  # interval start of each kept row
+    end: np.ndarray  # = the row's t
+    spike: np.ndarray  # bool: the interval overlaps a spike window
+    keep: np.ndarray  # the rows (of series) kept: those inside the measured span
 
     @property
     def n_spike(self) -> int:

@@ -34,12 +34,12 @@ import numpy as np
 from analyzers.triage.tail_windows import METRIC_SPANS, TAIL_QUANTILE, Window, merge
 from rundir.table import RequestTable
 
-EXPOSED_SHARE = 0.5        # a condition in time exposes a request that it covered this much of
-MIN_TAIL = 3               # fewer tail requests than this prove nothing
-MIN_ATTRIBUTABLE = 0.4     # explains at least this share of the tail ...
-MIN_RISK = 2.0             # ... exposed requests are at least twice as likely to be in the tail ...
-MIN_EFFECT = 1.3           # ... and at least 1.3x as slow as their level's unexposed median
-MIN_UNEXPOSED = 5          # a level's counterfactual percentile needs this many unexposed requests
+EXPOSED_SHARE = 0.5  # a condition in time exposes a request that it covered this much of
+MIN_TAIL = 3  # fewer tail requests than this prove nothing
+MIN_ATTRIBUTABLE = 0.4  # explains at least this share of the tail ...
+MIN_RISK = 2.0  # ... exposed requests are at least twice as likely to be in the tail ...
+MIN_EFFECT = 1.3  # ... and at least 1.3x as slow as their level's unexposed median
+MIN_UNEXPOSED = 5  # a level's counterfactual percentile needs this many unexposed requests
 
 
 @dataclass
@@ -48,41 +48,56 @@ class Differential:
     n_body: int
     tail_exposed: float
     body_exposed: float
-    excess_exposed: float                 # share of the tail's latency above the median that exposed requests carry
+    excess_exposed: float  # share of the tail's latency above the median that exposed requests carry
     relative_risk: float
     attributable: float
-    effect: float | None                  # median of exposed latency / its level's unexposed median
-    level_id: str | None                  # the level the counterfactual is stated for
-    quantile: float                       # 99: the percentile of the counterfactual
-    with_s: float | None                  # that level's percentile over all its requests
-    without_s: float | None               # ... over its unexposed requests
+    effect: float | None  # median of exposed latency / its level's unexposed median
+    level_id: str | None  # the level the counterfactual is stated for
+    quantile: float  # 99: the percentile of the counterfactual
+    with_s: float | None  # that level's percentile over all its requests
+    without_s: float | None  # ... over its unexposed requests
     exposed_tail_rows: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0, dtype=int))
 
     @property
     def separates(self) -> bool:
-        return (self.n_tail >= MIN_TAIL and self.attributable >= MIN_ATTRIBUTABLE
-                and self.relative_risk >= MIN_RISK and (self.effect or 0.0) >= MIN_EFFECT)
+        return (
+            self.n_tail >= MIN_TAIL
+            and self.attributable >= MIN_ATTRIBUTABLE
+            and self.relative_risk >= MIN_RISK
+            and (self.effect or 0.0) >= MIN_EFFECT
+        )
 
     def evidence(self) -> dict:
-        return dict(tail_requests=self.n_tail, body_requests=self.n_body, tail_exposed=round(self.tail_exposed, 3),
-                    body_exposed=round(self.body_exposed, 3), tail_excess_exposed=round(self.excess_exposed, 3),
-                    relative_risk=round(self.relative_risk, 2),
-                    tail_explained=round(self.attributable, 3),
-                    exposed_latency_vs_unexposed=None if self.effect is None else round(self.effect, 2),
-                    counterfactual_level=self.level_id, counterfactual_quantile=self.quantile,
-                    percentile_with_s=self.with_s, percentile_without_s=self.without_s)
+        return dict(
+            tail_requests=self.n_tail,
+            body_requests=self.n_body,
+            tail_exposed=round(self.tail_exposed, 3),
+            body_exposed=round(self.body_exposed, 3),
+            tail_excess_exposed=round(self.excess_exposed, 3),
+            relative_risk=round(self.relative_risk, 2),
+            tail_explained=round(self.attributable, 3),
+            exposed_latency_vs_unexposed=None if self.effect is None else round(self.effect, 2),
+            counterfactual_level=self.level_id,
+            counterfactual_quantile=self.quantile,
+            percentile_with_s=self.with_s,
+            percentile_without_s=self.without_s,
+        )
 
     def words(self, metric: str, condition: str, lived: str = "lived through it") -> str:
         """'9 of the 11 slowest TTFTs (over each level's P90) lived through it, 93% of their latency above
         the median, vs 4% of the other requests; without <condition>, c4's TTFT P99 would be 35 ms
         instead of 64 ms'."""
         n = round(self.tail_exposed * self.n_tail)
-        out = (f"{n} of the {self.n_tail} slowest {metric.upper()}s (over each level's P90) {lived}, "
-               f"{self.excess_exposed:.0%} of their latency above the median, vs {self.body_exposed:.0%} of the "
-               "other requests")
+        out = (
+            f"{n} of the {self.n_tail} slowest {metric.upper()}s (over each level's P90) {lived}, "
+            f"{self.excess_exposed:.0%} of their latency above the median, vs {self.body_exposed:.0%} of the "
+            "other requests"
+        )
         if self.with_s is not None and self.without_s is not None:
-            out += (f"; without {condition}, {self.level_id}'s {metric.upper()} P{self.quantile:g} would be "
-                    f"{_ms(self.without_s)} instead of {_ms(self.with_s)}")
+            out += (
+                f"; without {condition}, {self.level_id}'s {metric.upper()} P{self.quantile:g} would be "
+                f"{_ms(self.without_s)} instead of {_ms(self.with_s)}"
+            )
         return out
 
 
@@ -107,14 +122,19 @@ def time_exposure(starts: np.ndarray, ends: np.ndarray, cond: list[Window]) -> n
     return np.clip(np.nan_to_num(share), 0.0, 1.0)
 
 
-def differential(values: np.ndarray, rows_by_level: dict[str, np.ndarray], measured: np.ndarray,
-                 exposed: np.ndarray, quantile: float = 99.0) -> Differential:
+def differential(
+    values: np.ndarray,
+    rows_by_level: dict[str, np.ndarray],
+    measured: np.ndarray,
+    exposed: np.ndarray,
+    quantile: float = 99.0,
+) -> Differential:
     """Tail (above each level's TAIL_QUANTILE) against body on `exposed`, over the `measured` rows."""
     tail = np.zeros(values.shape, dtype=bool)
     body = np.zeros(values.shape, dtype=bool)
-    excess = np.zeros(values.shape)                            # latency above the level's median
+    excess = np.zeros(values.shape)  # latency above the level's median
     ratios: list[np.ndarray] = []
-    best: tuple[int, str, float, float] | None = None        # (exposed tail count, level, with, without)
+    best: tuple[int, str, float, float] | None = None  # (exposed tail count, level, with, without)
     for level_id, rows in rows_by_level.items():
         rows = rows[measured[rows]]
         if rows.size == 0:
@@ -139,13 +159,28 @@ def differential(values: np.ndarray, rows_by_level: dict[str, np.ndarray], measu
     risk = _relative_risk(tail, body, exposed)
     total_excess = float(excess[tail].sum())
     excess_exposed = float(excess[tail & exposed].sum()) / total_excess if total_excess > 0 else tail_exposed
-    attributable = excess_exposed * (risk - 1.0) / risk if risk > 1.0 and np.isfinite(risk) else \
-        (excess_exposed if risk == float("inf") else 0.0)
+    attributable = (
+        excess_exposed * (risk - 1.0) / risk
+        if risk > 1.0 and np.isfinite(risk)
+        else (excess_exposed if risk == float("inf") else 0.0)
+    )
     effect = float(np.median(np.concatenate(ratios))) if ratios else None
     best_level, with_s, without_s = (best[1], best[2], best[3]) if best else (None, None, None)
-    return Differential(n_tail, n_body, tail_exposed, body_exposed, excess_exposed, risk, attributable, effect,
-                        best_level, quantile,
-                        with_s, without_s, np.flatnonzero(tail & exposed))
+    return Differential(
+        n_tail,
+        n_body,
+        tail_exposed,
+        body_exposed,
+        excess_exposed,
+        risk,
+        attributable,
+        effect,
+        best_level,
+        quantile,
+        with_s,
+        without_s,
+        np.flatnonzero(tail & exposed),
+    )
 
 
 def _relative_risk(tail: np.ndarray, body: np.ndarray, exposed: np.ndarray) -> float:
@@ -154,7 +189,7 @@ def _relative_risk(tail: np.ndarray, body: np.ndarray, exposed: np.ndarray) -> f
     if not e.any():
         return 0.0
     if not u.any():
-        return 1.0               # everyone lived through it: no contrast, nothing told apart
+        return 1.0  # everyone lived through it: no contrast, nothing told apart
     risk_e = float(tail[e].mean())
     risk_u = float(tail[u].mean())
     if risk_u == 0.0:
@@ -164,8 +199,13 @@ def _relative_risk(tail: np.ndarray, body: np.ndarray, exposed: np.ndarray) -> f
 
 def exposed_windows(starts: np.ndarray, ends: np.ndarray, rows: np.ndarray) -> list[Window]:
     """The merged latency windows of `rows`: what the report's timeline shades for a finding."""
-    return merge([Window(float(starts[i]), float(max(ends[i], starts[i]))) for i in rows
-                  if np.isfinite(starts[i]) and np.isfinite(ends[i])])
+    return merge(
+        [
+            Window(float(starts[i]), float(max(ends[i], starts[i])))
+            for i in rows
+            if np.isfinite(starts[i]) and np.isfinite(ends[i])
+        ]
+    )
 
 
 @dataclass
@@ -174,8 +214,8 @@ class InTime:
     needs to name the requests and seconds it rests on."""
 
     diff: Differential
-    seconds: float                        # how long the condition held, merged
-    windows: list[Window]                 # the exposed tail requests' own latency windows (the timeline's shading)
+    seconds: float  # how long the condition held, merged
+    windows: list[Window]  # the exposed tail requests' own latency windows (the timeline's shading)
 
 
 def differential_in_time(table: RequestTable, metric: str, cond: list[Window]) -> InTime | None:

@@ -25,14 +25,22 @@ FAIL_ID, FAIL_TITLE = "p99.failures", "failed requests are not the tail"
 TAIL_Q = 0.99
 FAILED_STATUSES = ("error", "timeout")
 
-WORDS = {"cut_off": "cut off by the server", "timeout": "timed out", "http_status": "refused with an HTTP error",
-         "connect": "could not connect", "stream_broken": "broken mid-stream", "bad_payload": "answered with bad payload"}
+WORDS = {
+    "cut_off": "cut off by the server",
+    "timeout": "timed out",
+    "http_status": "refused with an HTTP error",
+    "connect": "could not connect",
+    "stream_broken": "broken mid-stream",
+    "bad_payload": "answered with bad payload",
+}
 NEXT = {
-    "cut_off": ("the server ended streams without a finish_reason: a server that interrupts a running request "
-                "when a new one arrives (llama-cpp-python's server does by default: --interrupt_requests False), "
-                "a proxy's stream timeout, or a crash; the server's log says which"),
+    "cut_off": (
+        "the server ended streams without a finish_reason: a server that interrupts a running request "
+        "when a new one arrives (llama-cpp-python's server does by default: --interrupt_requests False), "
+        "a proxy's stream timeout, or a crash; the server's log says which"
+    ),
     "timeout": "requests outlived --request-timeout: the load is beyond capacity, or the server stalled (see the "
-               "standing and stall findings); raise the timeout only if such latencies are acceptable",
+    "standing and stall findings); raise the timeout only if such latencies are acceptable",
     "http_status": "the server refused requests: read the error samples (rate limits, queue full, context length)",
     "connect": "the server refused connections or was down: its process, its connection limit, the port",
     "stream_broken": "streams broke mid-answer: the server's log, a proxy in between, or resets on the network",
@@ -66,7 +74,7 @@ def tail_filled(table: RequestTable, counted: np.ndarray, failures: np.ndarray) 
     tail_total = explained = 0
     for level in dict.fromkeys(levels[counted]):
         mine = counted & (levels == level)
-        tail = max(1, math.ceil(round((1.0 - TAIL_Q) * int(mine.sum()), 9)))   # 0.01 * 1000 is 10.000000000000002
+        tail = max(1, math.ceil(round((1.0 - TAIL_Q) * int(mine.sum()), 9)))  # 0.01 * 1000 is 10.000000000000002
         tail_total += tail
         explained += min(tail, int((failures & mine).sum()))
     return tail_total, explained
@@ -79,8 +87,14 @@ def failure_kinds(table: RequestTable, failures: np.ndarray) -> tuple[Counter, s
     error_kinds = df["error_kind"].to_numpy(object)[failures]
     kinds = Counter(_kind(k, s) for k, s in zip(error_kinds, status))
     top_kind, _ = kinds.most_common(1)[0]
-    sample = next((e for e, k, s in zip(df["error"].to_numpy(object)[failures], error_kinds, status)
-                   if _kind(k, s) == top_kind and isinstance(e, str)), "")
+    sample = next(
+        (
+            e
+            for e, k, s in zip(df["error"].to_numpy(object)[failures], error_kinds, status)
+            if _kind(k, s) == top_kind and isinstance(e, str)
+        ),
+        "",
+    )
     return kinds, sample
 
 
@@ -98,14 +112,30 @@ def check_failures(table: RequestTable, metric: str) -> CheckResult:
     n_failed, n = int(failures.sum()), int(counted.sum())
     what = kinds_words(kinds)
     share = explained / tail_total if tail_total else 0.0
-    title = (f"{n_failed} of {n} requests failed ({what}): a failed request's {metric.upper()} is unbounded, so "
-             f"they are {share:.0%} of the tail")
-    finding = Finding(FAIL_ID, "server", "high", title,
-                      {"failed": n_failed, "requests": n, "by_kind": dict(kinds), "dominant_kind": top_kind,
-                       "sample_error": sample[:200],
-                       "tail_requests": tail_total, "tail_failed": explained},
-                      explains=[], spike_windows=0, next_step=NEXT.get(top_kind, NEXT["stream_broken"]),
-                      kind="differential", tail_share=share)
+    title = (
+        f"{n_failed} of {n} requests failed ({what}): a failed request's {metric.upper()} is unbounded, so "
+        f"they are {share:.0%} of the tail"
+    )
+    finding = Finding(
+        FAIL_ID,
+        "server",
+        "high",
+        title,
+        {
+            "failed": n_failed,
+            "requests": n,
+            "by_kind": dict(kinds),
+            "dominant_kind": top_kind,
+            "sample_error": sample[:200],
+            "tail_requests": tail_total,
+            "tail_failed": explained,
+        },
+        explains=[],
+        spike_windows=0,
+        next_step=NEXT.get(top_kind, NEXT["stream_broken"]),
+        kind="differential",
+        tail_share=share,
+    )
     return failed(finding, FAIL_TITLE, title)
 
 

@@ -32,18 +32,18 @@ SLO_STAT = {"ttft": ("ttft_p99_s", 99.0), "tpot": ("tpot_p95_s", 95.0), "e2e": (
 @dataclass
 class LevelLoad:
     level_id: str
-    load: float | None             # concurrency, or request rate for open-loop levels
-    n: int                         # successful measured requests
-    window: Window                 # first send .. last completion of the level's measured requests
+    load: float | None  # concurrency, or request rate for open-loop levels
+    n: int  # successful measured requests
+    window: Window  # first send .. last completion of the level's measured requests
     p50: float
-    slo_stat: float                # the statistic the SLO bounds (P99, or P95 for TPOT)
+    slo_stat: float  # the statistic the SLO bounds (P99, or P95 for TPOT)
     slo_bound: float | None
     baseline_level: str | None
     baseline_p50: float | None
     standing: bool
-    why: str                       # "misses the SLO ..." / "median N x the baseline ..." / ""
-    tail_rows: np.ndarray          # table rows of this level's standing-tail requests (empty if not standing)
-    unfinished: bool = False       # no request finished: p50 and slo_stat are lower bounds (time until cut off)
+    why: str  # "misses the SLO ..." / "median N x the baseline ..." / ""
+    tail_rows: np.ndarray  # table rows of this level's standing-tail requests (empty if not standing)
+    unfinished: bool = False  # no request finished: p50 and slo_stat are lower bounds (time until cut off)
 
     @property
     def misses_slo(self) -> bool:
@@ -88,14 +88,34 @@ def level_loads(table: RequestTable, info: RunInfo | None, metric: str) -> list[
         if bound is not None and stat > bound:
             why = f"{metric.upper()} P{q:g} {_ms(stat)} misses the SLO of {_ms(bound)}"
             tail = rows[v > bound]
-        elif base is not None and level_id != base[0] and base_p50 is not None and \
-                p50 >= STANDING_RATIO * base_p50 and p50 - base_p50 >= MIN_EXCESS_S[metric]:
-            why = (f"{metric.upper()} median {_ms(p50)} is {p50 / base_p50:.1f}x the unloaded baseline's "
-                   f"{_ms(base_p50)} ({base[0]})")
+        elif (
+            base is not None
+            and level_id != base[0]
+            and base_p50 is not None
+            and p50 >= STANDING_RATIO * base_p50
+            and p50 - base_p50 >= MIN_EXCESS_S[metric]
+        ):
+            why = (
+                f"{metric.upper()} median {_ms(p50)} is {p50 / base_p50:.1f}x the unloaded baseline's "
+                f"{_ms(base_p50)} ({base[0]})"
+            )
             tail = rows[v > STANDING_RATIO * base_p50]
-        out.append(LevelLoad(level_id, load, int(rows.size),
-                             Window(float(np.nanmin(t_sent[rows])), float(np.nanmax(t_done[rows]))),
-                             p50, stat, bound, base[0] if base else None, base_p50, bool(why), why, tail))
+        out.append(
+            LevelLoad(
+                level_id,
+                load,
+                int(rows.size),
+                Window(float(np.nanmin(t_sent[rows])), float(np.nanmax(t_done[rows]))),
+                p50,
+                stat,
+                bound,
+                base[0] if base else None,
+                base_p50,
+                bool(why),
+                why,
+                tail,
+            )
+        )
     # A level in which no request finished is the worst tail of all: every request was cut off (the
     # level ended) or timed out; how long they had waited is a lower bound of their latency.
     for level_id, rows, load in unfinished:
@@ -105,13 +125,29 @@ def level_loads(table: RequestTable, info: RunInfo | None, metric: str) -> list[
         first = (df["t_first_token"].to_numpy(float)[rows] - t_sent[rows]) if "t_first_token" in df else np.empty(0)
         first = first[np.isfinite(first)]
         # Streams cut off mid-answer are not streams that never answered: say which it was.
-        answered = (f"; {first.size} had their first token (TTFT median {_ms(float(np.median(first)))})"
-                    if first.size else " without an answer")
-        why = (f"no request finished: all {rows.size} were cut off or timed out, after {_ms(p50)} (median)"
-               f"{answered}")
-        out.append(LevelLoad(level_id, load, 0, Window(float(np.nanmin(t_sent[rows])), float(np.nanmax(t_done[rows]))),
-                             p50, float(np.nanmax(waited)) if waited.size else p50, bound,
-                             base[0] if base else None, base_p50, True, why, rows, unfinished=True))
+        answered = (
+            f"; {first.size} had their first token (TTFT median {_ms(float(np.median(first)))})"
+            if first.size
+            else " without an answer"
+        )
+        why = f"no request finished: all {rows.size} were cut off or timed out, after {_ms(p50)} (median){answered}"
+        out.append(
+            LevelLoad(
+                level_id,
+                load,
+                0,
+                Window(float(np.nanmin(t_sent[rows])), float(np.nanmax(t_done[rows]))),
+                p50,
+                float(np.nanmax(waited)) if waited.size else p50,
+                bound,
+                base[0] if base else None,
+                base_p50,
+                True,
+                why,
+                rows,
+                unfinished=True,
+            )
+        )
     return out
 
 

@@ -51,7 +51,7 @@ from rundir.table import RequestTable
 
 PROBES = ("tcp", "irq", "server", "host", "gpu")
 WINDOWS_ID = "p99.windows"
-STANDING_STEP = "p99.standing"      # the playbook step every standing-tail cause marks
+STANDING_STEP = "p99.standing"  # the playbook step every standing-tail cause marks
 
 
 @dataclass
@@ -60,10 +60,10 @@ class P99Diagnosis:
     metric: str
     tails: TailWindows
     checks: list[CheckResult]
-    findings: list[Finding]          # ranked causes, most likely first
-    context: list[Finding] = field(default_factory=list)    # findings that explain little of the tail
-    levels: list[LevelLoad] = field(default_factory=list)   # each level's standing-tail verdict
-    tail_requests: int = 0           # spike requests and standing-tail requests together
+    findings: list[Finding]  # ranked causes, most likely first
+    context: list[Finding] = field(default_factory=list)  # findings that explain little of the tail
+    levels: list[LevelLoad] = field(default_factory=list)  # each level's standing-tail verdict
+    tail_requests: int = 0  # spike requests and standing-tail requests together
 
     @property
     def notes(self) -> list[str]:
@@ -79,17 +79,45 @@ class P99Diagnosis:
 
     def to_dict(self) -> dict:
         t = self.tails
-        return {"run_id": self.run_id, "metric": self.metric, "headline": self.headline,
-                "span": asdict(t.span), "spike_windows": [asdict(w) for w in t.spikes],
-                "spike_seconds": t.spike_s, "calm_seconds": t.calm_s, "levels": [asdict(lv) for lv in t.levels],
-                "findings": [dict(asdict(f), coverage=f.coverage) for f in self.findings],
-                "context": [dict(asdict(f), coverage=f.coverage) for f in self.context],
-                "notes": self.notes, "tail_requests": self.tail_requests,
-                "standing_levels": [{"level_id": lv.level_id, "load": lv.load, "n": lv.n, "p50": lv.p50,
-                                     "slo_stat": lv.slo_stat, "slo_bound": lv.slo_bound, "why": lv.why,
-                                     "tail_requests": int(lv.tail_rows.size)} for lv in self.levels if lv.standing],
-                "checks": [{"check_id": c.check_id, "category": c.category, "title": c.title, "status": c.status,
-                            "detail": c.detail, "context": c.context} for c in self.checks]}
+        return {
+            "run_id": self.run_id,
+            "metric": self.metric,
+            "headline": self.headline,
+            "span": asdict(t.span),
+            "spike_windows": [asdict(w) for w in t.spikes],
+            "spike_seconds": t.spike_s,
+            "calm_seconds": t.calm_s,
+            "levels": [asdict(lv) for lv in t.levels],
+            "findings": [dict(asdict(f), coverage=f.coverage) for f in self.findings],
+            "context": [dict(asdict(f), coverage=f.coverage) for f in self.context],
+            "notes": self.notes,
+            "tail_requests": self.tail_requests,
+            "standing_levels": [
+                {
+                    "level_id": lv.level_id,
+                    "load": lv.load,
+                    "n": lv.n,
+                    "p50": lv.p50,
+                    "slo_stat": lv.slo_stat,
+                    "slo_bound": lv.slo_bound,
+                    "why": lv.why,
+                    "tail_requests": int(lv.tail_rows.size),
+                }
+                for lv in self.levels
+                if lv.standing
+            ],
+            "checks": [
+                {
+                    "check_id": c.check_id,
+                    "category": c.category,
+                    "title": c.title,
+                    "status": c.status,
+                    "detail": c.detail,
+                    "context": c.context,
+                }
+                for c in self.checks
+            ],
+        }
 
 
 def diagnose_p99(run: RunDir, metric: str = "ttft") -> P99Diagnosis:
@@ -111,24 +139,43 @@ def diagnose_p99(run: RunDir, metric: str = "ttft") -> P99Diagnosis:
         series["server"] = None
     p = {name: split_samples(series[name], tails) for name in PROBES}
     # The embedded engine is the sweep's own subprocess on this host (its URL is not recorded).
-    locality = "this host (the embedded engine)" if info.target.kind == "embedded" else \
-        target_locality(info.target.url, (info.host or {}).get("hostname"))
+    locality = (
+        "this host (the embedded engine)"
+        if info.target.kind == "embedded"
+        else target_locality(info.target.url, (info.host or {}).get("hostname"))
+    )
     levels = level_loads(table, info, metric)
     top_others = read_top_others(run.probe_file("host"))
     rows = table.level_rows()
-    phases = {lv.level_id: level_phases(table, lv.level_id, lv.tail_rows if lv.unfinished else
-                                        rows[lv.level_id][_ok(table, metric)[rows[lv.level_id]]],
-                                        lv.window, series["server"], series["host"], top_others)
-              for lv in levels if lv.standing or lv.level_id == lv.baseline_level}
+    phases = {
+        lv.level_id: level_phases(
+            table,
+            lv.level_id,
+            lv.tail_rows if lv.unfinished else rows[lv.level_id][_ok(table, metric)[rows[lv.level_id]]],
+            lv.window,
+            series["server"],
+            series["host"],
+            top_others,
+        )
+        for lv in levels
+        if lv.standing or lv.level_id == lv.baseline_level
+    }
     limits = engine_limits(info.target.engine_args, info.target.kind == "embedded", info.target.replicas)
     checks = [
-        check_failures(table, metric), *check_fleet(table, tails, info.target, series["server"], series["tcp"]),
-        check_retransmits(p["tcp"], tails, locality, level_windows(table, metric), table), check_irq_affinity(p["irq"], p["host"], tails, locality),
-        check_link_saturation(), check_collectives(),
-        check_hol_blocking(table, ttft), check_long_prompts(table, tails), check_preemptions(p["server"], tails, server_absent, table),
-        check_queueing(p["server"], tails, server_absent), check_batch_size(p["server"], tails, server_absent),
+        check_failures(table, metric),
+        *check_fleet(table, tails, info.target, series["server"], series["tcp"]),
+        check_retransmits(p["tcp"], tails, locality, level_windows(table, metric), table),
+        check_irq_affinity(p["irq"], p["host"], tails, locality),
+        check_link_saturation(),
+        check_collectives(),
+        check_hol_blocking(table, ttft),
+        check_long_prompts(table, tails),
+        check_preemptions(p["server"], tails, server_absent, table),
+        check_queueing(p["server"], tails, server_absent),
+        check_batch_size(p["server"], tails, server_absent),
         *check_standing(metric, levels, phases, limits, locality is not None),
-        check_cpu(p["host"], tails, top_others, table), check_gpu_throttle(p["gpu"], tails),
+        check_cpu(p["host"], tails, top_others, table),
+        check_gpu_throttle(p["gpu"], tails),
         check_send_lag(table, ttft, series["server"]),
     ]
     found = [c.finding for c in checks if c.finding is not None]
@@ -166,17 +213,31 @@ def _last_resort_yields(findings: list[Finding]) -> None:
     the queue that formed behind its slower steps in that level is its consequence too (queueing or
     saturation found in other levels stands; an admission limit or a full KV cache has findings of
     its own, which do not yield)."""
-    separating = [f for f in findings if f.kind == "differential" and (f.tail_share or 0.0) >= CONTEXT_SHARE
-                  and not is_consequence_of_load(f)]
-    held = [w for f in findings if f.kind == "throughout" and f.category == "host"
-            and (f.tail_share or 0.0) >= CONTEXT_SHARE for w in f.explains]
+    separating = [
+        f
+        for f in findings
+        if f.kind == "differential" and (f.tail_share or 0.0) >= CONTEXT_SHARE and not is_consequence_of_load(f)
+    ]
+    held = [
+        w
+        for f in findings
+        if f.kind == "throughout" and f.category == "host" and (f.tail_share or 0.0) >= CONTEXT_SHARE
+        for w in f.explains
+    ]
     # The requests a long prefill held up, or a neighbour or preemptions slowed, waited: that queue
     # is the cause's, where it lies in the cause's own requests' windows.
     queue_causes = [w for f in separating if f.category in ("fleet", "scheduling", "host") for w in f.explains]
     for f in findings:
-        if f.check_id == SATURATION_ID and separating or \
-                f.check_id in (SATURATION_ID, QUEUE_ID) and held and _inside(f.explains, held) or \
-                f.check_id == QUEUE_ID and queue_causes and _inside(f.explains, queue_causes, QUEUE_INSIDE):
+        if (
+            f.check_id == SATURATION_ID
+            and separating
+            or f.check_id in (SATURATION_ID, QUEUE_ID)
+            and held
+            and _inside(f.explains, held)
+            or f.check_id == QUEUE_ID
+            and queue_causes
+            and _inside(f.explains, queue_causes, QUEUE_INSIDE)
+        ):
             f.tail_share = 0.0
 
 
@@ -190,16 +251,23 @@ def _baseline_lived_through_it(findings: list[Finding], levels: list[LevelLoad])
         if f.kind != "throughout":
             continue
         held = set(f.evidence.get("throughout_levels") or ())
-        shared = [lv for lv in levels if lv.standing and lv.level_id in held and lv.baseline_level is not None
-                  and lv.baseline_level in held and lv.baseline_level != lv.level_id
-                  and not by_id[lv.baseline_level].standing]
+        shared = [
+            lv
+            for lv in levels
+            if lv.standing
+            and lv.level_id in held
+            and lv.baseline_level is not None
+            and lv.baseline_level in held
+            and lv.baseline_level != lv.level_id
+            and not by_id[lv.baseline_level].standing
+        ]
         if not shared:
             continue
         f.explains = [w for w in f.explains if not _inside([w], [lv.window for lv in shared], 0.5)]
         f.evidence["baseline_lived_through_it"] = [lv.level_id for lv in shared]
 
 
-QUEUE_INSIDE = 0.5      # the queue's spike windows lie this much in a separating cause's requests' windows
+QUEUE_INSIDE = 0.5  # the queue's spike windows lie this much in a separating cause's requests' windows
 
 
 def _inside(windows: list[Window], held: list[Window], share: float = 0.8) -> bool:
@@ -216,8 +284,9 @@ def _ok(table: RequestTable, metric: str) -> np.ndarray:
     return (df["status"] == "ok").to_numpy() & df["in_window"].to_numpy() & df[col].notna().to_numpy()
 
 
-def _set_tail_shares(table: RequestTable, metric: str, tails: TailWindows, levels: list[LevelLoad],
-                     findings: list[Finding]) -> int:
+def _set_tail_shares(
+    table: RequestTable, metric: str, tails: TailWindows, levels: list[LevelLoad], findings: list[Finding]
+) -> int:
     """Each finding's share of the run's tail: the spike requests and the standing levels' tail
     requests whose own latency window overlaps a window the finding explains."""
     tail = np.union1d(tails.spike_rows, tail_rows(levels)).astype(int)
@@ -228,7 +297,7 @@ def _set_tail_shares(table: RequestTable, metric: str, tails: TailWindows, level
     starts = np.where(np.isfinite(starts), starts, table.df["t_sent"].to_numpy(float)[tail])
     ends = np.where(np.isfinite(ends), ends, table.df["t_done"].to_numpy(float)[tail])
     for f in findings:
-        if f.kind not in OWN_SHARE:        # a differential or added finding measured its own share of the tail
+        if f.kind not in OWN_SHARE:  # a differential or added finding measured its own share of the tail
             f.tail_share = float(overlaps(starts, ends, f.explains).mean()) if tail.size else 0.0
     return int(tail.size)
 
@@ -240,8 +309,11 @@ def mark_playbook(diag: P99Diagnosis):
     run = PlaybookRun(load_playbook("p99"))
     t = diag.tails
     small = [lv.level_id for lv in t.levels if lv.n < MIN_SAMPLES_FOR_P99]
-    windows = (f"{len(t.spikes)} spike window(s), {t.spike_s:.1f} s of {t.span.seconds:.1f} s"
-               if t.spikes else "no spikes: every level's tail is within its threshold")
+    windows = (
+        f"{len(t.spikes)} spike window(s), {t.spike_s:.1f} s of {t.span.seconds:.1f} s"
+        if t.spikes
+        else "no spikes: every level's tail is within its threshold"
+    )
     if small:
         windows += f"; P99 from < {MIN_SAMPLES_FOR_P99} samples in {', '.join(small)} (unreliable)"
     run.passed(WINDOWS_ID, windows)

@@ -21,7 +21,7 @@ from analyzers.server_quantiles import weighted_mean, worst_quantile
 from analyzers.triage.tail_windows import Window
 from rundir.table import RequestTable
 
-STALL_GAP_FACTOR = 10.0        # an inter-token gap this many times the level's median is a stall
+STALL_GAP_FACTOR = 10.0  # an inter-token gap this many times the level's median is a stall
 
 
 @dataclass
@@ -30,15 +30,15 @@ class LevelPhases:
     n: int
     ttft_mean_s: float
     ttft_p99_s: float
-    decode_mean_s: float                       # E2E - TTFT, from the records
+    decode_mean_s: float  # E2E - TTFT, from the records
     e2e_mean_s: float
     tpot_mean_s: float | None
     out_tokens_mean: float
     in_tokens_mean: float
     itl_median_s: float | None
-    stall_share: float | None                  # share of inter-token gaps >= STALL_GAP_FACTOR x median
-    server: dict[str, float | None] = field(default_factory=dict)   # server probe over the window
-    host: dict = field(default_factory=dict)     # host probe over the window (top_others: the busiest others)
+    stall_share: float | None  # share of inter-token gaps >= STALL_GAP_FACTOR x median
+    server: dict[str, float | None] = field(default_factory=dict)  # server probe over the window
+    host: dict = field(default_factory=dict)  # host probe over the window (top_others: the busiest others)
 
     @property
     def queue_s(self) -> float | None:
@@ -130,21 +130,29 @@ def _sum(series: ProbeSeries, keep: np.ndarray, name: str) -> float | None:
 
 def server_state(series: ProbeSeries | None, w: Window, observed: Window | None = None) -> dict[str, float | None]:
     keep = window_rows(series, w)
-    if keep is None or series is None:        # (no rows without a series)
+    if keep is None or series is None:  # (no rows without a series)
         return {}
     s = series
     fin = window_rows(series, observed) if observed is not None else keep
     fin = keep if fin is None else fin
-    out = {f"{h}_mean_s": weighted_mean(s.numeric, h, fin) for h in ("queue_time", "prefill_time", "decode_time", "ttft")}
+    out = {
+        f"{h}_mean_s": weighted_mean(s.numeric, h, fin) for h in ("queue_time", "prefill_time", "decode_time", "ttft")
+    }
     # The worst interval's queue-time P99, as a number or as the bound its bucket gives (a P99 in
     # vLLM's first bucket is only "< 300 ms": analyzers/server_quantiles.py).
     p99 = worst_quantile(s.numeric, "queue_time_p99", fin)
     out.update(p99.evidence("queue_time_p99_max") if p99 is not None else {})
-    out.update(ttft_count=_sum(s, fin, "ttft_count"),
-               running_mean=_mean(s, keep, "running"), running_max=_max(s, keep, "running"),
-               waiting_mean=_mean(s, keep, "waiting"), waiting_max=_max(s, keep, "waiting"),
-               kv_usage_mean=_mean(s, keep, "kv_usage"), kv_usage_max=_max(s, keep, "kv_usage"),
-               preemptions=_sum(s, keep, "preemptions"), retracted_max=_max(s, keep, "retracted"))
+    out.update(
+        ttft_count=_sum(s, fin, "ttft_count"),
+        running_mean=_mean(s, keep, "running"),
+        running_max=_max(s, keep, "running"),
+        waiting_mean=_mean(s, keep, "waiting"),
+        waiting_max=_max(s, keep, "waiting"),
+        kv_usage_mean=_mean(s, keep, "kv_usage"),
+        kv_usage_max=_max(s, keep, "kv_usage"),
+        preemptions=_sum(s, keep, "preemptions"),
+        retracted_max=_max(s, keep, "retracted"),
+    )
     running, waiting = s.numeric.get("running"), s.numeric.get("waiting")
     if running is not None and waiting is not None:
         # The batch while requests waited: a level's first and last scrapes (ramp-up, drain) see
@@ -169,8 +177,9 @@ def server_state(series: ProbeSeries | None, w: Window, observed: Window | None 
     return out
 
 
-def busiest_others(series: ProbeSeries, keep: np.ndarray, top_others: dict[float, list[dict]] | None,
-                   n: int = 3) -> list[dict]:
+def busiest_others(
+    series: ProbeSeries, keep: np.ndarray, top_others: dict[float, list[dict]] | None, n: int = 3
+) -> list[dict]:
     """The other processes that took the most CPU over the window: [{pid, comm, cpu_cores}] (means)."""
     acc: dict[int, list] = {}
     rows = int(keep.sum())
@@ -185,17 +194,21 @@ def busiest_others(series: ProbeSeries, keep: np.ndarray, top_others: dict[float
 
 def host_state(series: ProbeSeries | None, w: Window, top_others: dict[float, list[dict]] | None = None) -> dict:
     keep = window_rows(series, w)
-    if keep is None or series is None:        # (no rows without a series)
+    if keep is None or series is None:  # (no rows without a series)
         return {}
     s = series
     ncores = len([k for k in s.numeric if k.startswith("cpu_per_core_pct.")]) or None
-    return dict(cores=ncores, top_others=busiest_others(s, keep, top_others), cpu_pct=_mean(s, keep, "cpu_pct"),
-                server_cpu_cores=_mean(s, keep, "server_cpu_cores"),
-                client_cpu_cores=_mean(s, keep, "client_cpu_cores"),
-                others_cpu_cores=_mean(s, keep, "others_cpu_cores"),
-                cpu_pressure_some_avg10=_mean(s, keep, "cpu_pressure_some_avg10"),
-                cpu_pressure_some_share=_mean(s, keep, "cpu_pressure_some_share"),
-                cpu_steal_pct=_mean(s, keep, "cpu_steal_pct"))
+    return dict(
+        cores=ncores,
+        top_others=busiest_others(s, keep, top_others),
+        cpu_pct=_mean(s, keep, "cpu_pct"),
+        server_cpu_cores=_mean(s, keep, "server_cpu_cores"),
+        client_cpu_cores=_mean(s, keep, "client_cpu_cores"),
+        others_cpu_cores=_mean(s, keep, "others_cpu_cores"),
+        cpu_pressure_some_avg10=_mean(s, keep, "cpu_pressure_some_avg10"),
+        cpu_pressure_some_share=_mean(s, keep, "cpu_pressure_some_share"),
+        cpu_steal_pct=_mean(s, keep, "cpu_steal_pct"),
+    )
 
 
 def observed_window(table: RequestTable, rows: np.ndarray, w: Window) -> Window:
@@ -209,9 +222,15 @@ def observed_window(table: RequestTable, rows: np.ndarray, w: Window) -> Window:
     return Window(float(starts.min()) - 0.5, float(np.nanmax(done)) + 0.5) if starts.size else w
 
 
-def level_phases(table: RequestTable, level_id: str, rows: np.ndarray, w: Window,
-                 server: ProbeSeries | None, host: ProbeSeries | None,
-                 top_others: dict[float, list[dict]] | None = None) -> LevelPhases:
+def level_phases(
+    table: RequestTable,
+    level_id: str,
+    rows: np.ndarray,
+    w: Window,
+    server: ProbeSeries | None,
+    host: ProbeSeries | None,
+    top_others: dict[float, list[dict]] | None = None,
+) -> LevelPhases:
     """`w` is the level's span (gauges, host); the server's histograms are read over the span from
     the level's first first token to its last finish: servers observe TTFT at the first token
     (vLLM, refengine: queue and prefill time too) and the rest when a request finishes."""
@@ -231,8 +250,18 @@ def level_phases(table: RequestTable, level_id: str, rows: np.ndarray, w: Window
     gaps = table.gaps_of(mask)
     med = float(np.median(gaps)) if gaps.size else None
     stalls = float((gaps >= STALL_GAP_FACTOR * med).mean()) if gaps.size and med else None
-    return LevelPhases(level_id, int(rows.size), _nanmean(ttft), _nanpct(ttft, 99), _nanmean(e2e - ttft), _nanmean(e2e),
-                       float(tpot.mean()) if tpot.size else None,
-                       _nanmean(df["out_tokens"].to_numpy(float)[rows]),
-                       _nanmean(df["in_tokens"].to_numpy(float)[rows]), med, stalls,
-                       server_state(server, w, observed), host_state(host, w, top_others))
+    return LevelPhases(
+        level_id,
+        int(rows.size),
+        _nanmean(ttft),
+        _nanpct(ttft, 99),
+        _nanmean(e2e - ttft),
+        _nanmean(e2e),
+        float(tpot.mean()) if tpot.size else None,
+        _nanmean(df["out_tokens"].to_numpy(float)[rows]),
+        _nanmean(df["in_tokens"].to_numpy(float)[rows]),
+        med,
+        stalls,
+        server_state(server, w, observed),
+        host_state(host, w, top_others),
+    )

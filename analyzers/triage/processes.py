@@ -14,9 +14,9 @@ from pathlib import Path
 
 from analyzers.triage.evidence import SampleSplit
 
-SPIKING_LIFT = 2.0            # a process busy in the spikes at this many times its calm use ...
-SPIKING_EXTRA = 0.05          # ... and at least this many cores more (many small burners add up:
-                              # the check sums what the spiking processes took together)
+SPIKING_LIFT = 2.0  # a process busy in the spikes at this many times its calm use ...
+SPIKING_EXTRA = 0.05  # ... and at least this many cores more (many small burners add up:
+# the check sums what the spiking processes took together)
 
 
 def read_top_others(path: Path) -> dict[float, list[dict]]:
@@ -45,13 +45,24 @@ def per_process(rows: dict[float, list[dict]], host: SampleSplit) -> list[dict]:
             if isinstance(p, dict) and "pid" in p:
                 entry = acc.setdefault(int(p["pid"]), [str(p.get("comm", "?")), 0.0, 0.0])
                 entry[1 if is_spike else 2] += float(p.get("cpu_cores") or 0.0)
-    out = [{"pid": pid, "comm": comm, "cpu_cores_spikes": round(s / n_spike, 3) if n_spike else 0.0,
-            "cpu_cores_calm": round(c / n_calm, 3) if n_calm else 0.0} for pid, (comm, s, c) in acc.items()]
+    out = [
+        {
+            "pid": pid,
+            "comm": comm,
+            "cpu_cores_spikes": round(s / n_spike, 3) if n_spike else 0.0,
+            "cpu_cores_calm": round(c / n_calm, 3) if n_calm else 0.0,
+        }
+        for pid, (comm, s, c) in acc.items()
+    ]
     return sorted(out, key=lambda p: -p["cpu_cores_spikes"])
 
 
 def spiking(processes: list[dict]) -> list[dict]:
     """The processes that took clearly more CPU in the spikes than in the calm."""
-    out = [p for p in processes if p["cpu_cores_spikes"] >= SPIKING_LIFT * p["cpu_cores_calm"]
-           and p["cpu_cores_spikes"] - p["cpu_cores_calm"] >= SPIKING_EXTRA]
+    out = [
+        p
+        for p in processes
+        if p["cpu_cores_spikes"] >= SPIKING_LIFT * p["cpu_cores_calm"]
+        and p["cpu_cores_spikes"] - p["cpu_cores_calm"] >= SPIKING_EXTRA
+    ]
     return sorted(out, key=lambda p: -(p["cpu_cores_spikes"] - p["cpu_cores_calm"]))

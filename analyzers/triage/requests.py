@@ -29,15 +29,15 @@ from analyzers.triage.exposure import differential, exposed_windows
 from analyzers.triage.tail_windows import TailWindows, Window, merge, spike_mask
 from rundir.table import RequestTable
 
-LONG_PROMPT_FACTOR = 4.0      # a long prompt is at least this many times the run's median prompt
-MIN_SPIKES = 3                # fewer short spikes than this prove nothing either way
-HOL_MIN_SHARE = 0.5           # at least half of the short spikes were released by a long prefill ...
-HOL_MIN_RISK = 2.0            # ... and a released short request is at least twice as likely to spike
-RELEASE_STEPS = 2.0           # "right after": within this many median inter-token gaps
+LONG_PROMPT_FACTOR = 4.0  # a long prompt is at least this many times the run's median prompt
+MIN_SPIKES = 3  # fewer short spikes than this prove nothing either way
+HOL_MIN_SHARE = 0.5  # at least half of the short spikes were released by a long prefill ...
+HOL_MIN_RISK = 2.0  # ... and a released short request is at least twice as likely to spike
+RELEASE_STEPS = 2.0  # "right after": within this many median inter-token gaps
 MIN_RELEASE_S = 0.005
-SAME_STEP_S = 0.010           # first tokens of one engine step reach the client this close together
-SEND_LAG_FLOOR_S = 0.010      # send lag under this is noise on any machine
-SEND_LAG_SHARE = 0.10         # ... and above this share of the TTFT P50 distorts TTFT
+SAME_STEP_S = 0.010  # first tokens of one engine step reach the client this close together
+SEND_LAG_FLOOR_S = 0.010  # send lag under this is noise on any machine
+SEND_LAG_SHARE = 0.10  # ... and above this share of the TTFT P50 distorts TTFT
 
 HOL_ID, HOL_TITLE = "p99.sched.long-prefill", "long prefills blocking short requests (head-of-line)"
 LAG_ID, LAG_TITLE = "p99.client-lag", "the load generator kept its schedule"
@@ -63,9 +63,13 @@ def check_hol_blocking(table: RequestTable, ttft: TailWindows) -> CheckResult:
         return unchecked(HOL_ID, "scheduling", HOL_TITLE, "no prompt token counts in the records")
     is_long, median = long_prompts(tokens, ok)
     if not is_long.any():
-        return passed(HOL_ID, "scheduling", HOL_TITLE,
-                      f"no long prompts: every prompt is under {LONG_PROMPT_FACTOR:g}x the median of "
-                      f"{median:.0f} tokens", max_prompt_tokens=float(tokens[ok].max()))
+        return passed(
+            HOL_ID,
+            "scheduling",
+            HOL_TITLE,
+            f"no long prompts: every prompt is under {LONG_PROMPT_FACTOR:g}x the median of {median:.0f} tokens",
+            max_prompt_tokens=float(tokens[ok].max()),
+        )
     t_sent, t_first = df["t_sent"].to_numpy(float), df["t_first_token"].to_numpy(float)
     long_rows = np.flatnonzero(is_long)
     # The short requests' own tail: long prompts are slow to their first token by nature, and would
@@ -78,9 +82,13 @@ def check_hol_blocking(table: RequestTable, ttft: TailWindows) -> CheckResult:
     spike, _ = spike_mask(df["ttft_s"].to_numpy(float), table.level_rows(), short_measured)
     short_spikes, short_calm = np.flatnonzero(spike), np.flatnonzero(short_measured & ~spike)
     if short_spikes.size < MIN_SPIKES:
-        return passed(HOL_ID, "scheduling", HOL_TITLE,
-                      f"{short_spikes.size} short requests in the TTFT tail (< {MIN_SPIKES}): nothing to explain",
-                      short_spikes=int(short_spikes.size))
+        return passed(
+            HOL_ID,
+            "scheduling",
+            HOL_TITLE,
+            f"{short_spikes.size} short requests in the TTFT tail (< {MIN_SPIKES}): nothing to explain",
+            short_spikes=int(short_spikes.size),
+        )
 
     long_done = t_first[long_rows]
     # "Right after": the first step or two after the long prefill, and a step that prefills the
@@ -92,46 +100,67 @@ def check_hol_blocking(table: RequestTable, ttft: TailWindows) -> CheckResult:
     # A short prompt prefilled in the same step as the long one gets its first token in the same
     # flush, a few ms before or after the long one's: that is being blocked too.
     same_step_s = max(SAME_STEP_S, 0.5 * step_s)
-    crossed = holds_a_point(np.maximum(t_sent[short], t_first[short] - release_s), t_first[short] + same_step_s,
-                            long_done)
+    crossed = holds_a_point(
+        np.maximum(t_sent[short], t_first[short] - release_s), t_first[short] + same_step_s, long_done
+    )
     is_spike = np.arange(short.size) < short_spikes.size
     spike_hit = crossed[is_spike]
     spike_share = float(spike_hit.mean())
     risk_crossed = float(is_spike[crossed].mean()) if crossed.any() else 0.0
     risk_not = float(is_spike[~crossed].mean()) if (~crossed).any() else 0.0
     relative_risk = risk_crossed / risk_not if risk_not > 0 else (float("inf") if risk_crossed > 0 else 0.0)
-    evidence: dict[str, Any] = dict(long_prompts=int(long_rows.size), long_prompt_tokens_median=float(np.median(tokens[long_rows])),
-                                    short_prompt_tokens_median=float(np.median(tokens[ok & ~is_long])),
-                                    short_spikes=int(short_spikes.size), release_window_s=release_s,
-                                    short_spikes_released_by_long_prefill=spike_share,
-                                    spike_rate_when_released=risk_crossed, spike_rate_otherwise=risk_not,
-                                    relative_risk=relative_risk,
-                                    short_spike_ttft_p50_s=float(np.median(ttft_s[short_spikes])),
-                                    short_calm_ttft_p50_s=float(np.median(ttft_s[short_calm])) if short_calm.size else None)
+    evidence: dict[str, Any] = dict(
+        long_prompts=int(long_rows.size),
+        long_prompt_tokens_median=float(np.median(tokens[long_rows])),
+        short_prompt_tokens_median=float(np.median(tokens[ok & ~is_long])),
+        short_spikes=int(short_spikes.size),
+        release_window_s=release_s,
+        short_spikes_released_by_long_prefill=spike_share,
+        spike_rate_when_released=risk_crossed,
+        spike_rate_otherwise=risk_not,
+        relative_risk=relative_risk,
+        short_spike_ttft_p50_s=float(np.median(ttft_s[short_spikes])),
+        short_calm_ttft_p50_s=float(np.median(ttft_s[short_calm])) if short_calm.size else None,
+    )
     if (~crossed).sum() == 0:
-        return unchecked(HOL_ID, "scheduling", HOL_TITLE, "every short request was released by a long prefill: "
-                         "nothing to compare against (run a lighter level)")
+        return unchecked(
+            HOL_ID,
+            "scheduling",
+            HOL_TITLE,
+            "every short request was released by a long prefill: nothing to compare against (run a lighter level)",
+        )
     if spike_share < HOL_MIN_SHARE or relative_risk < HOL_MIN_RISK:
-        return passed(HOL_ID, "scheduling", HOL_TITLE,
-                      f"{spike_share:.0%} of short TTFT spikes got their first token right after a long prefill; "
-                      f"{_risk_words(relative_risk)}: no head-of-line pattern", **evidence)
+        return passed(
+            HOL_ID,
+            "scheduling",
+            HOL_TITLE,
+            f"{spike_share:.0%} of short TTFT spikes got their first token right after a long prefill; "
+            f"{_risk_words(relative_risk)}: no head-of-line pattern",
+            **evidence,
+        )
     blocked = short_spikes[spike_hit]
     scope = merge([Window(t_sent[i], t_first[i]) for i in short_spikes])
     explains = [w for w in scope if np.any((t_sent[blocked] <= w.end) & (t_first[blocked] >= w.start))]
     severity = "high" if spike_share >= 0.8 and relative_risk >= 2 * HOL_MIN_RISK else "medium"
     finding = Finding(
-        HOL_ID, "scheduling", severity,
+        HOL_ID,
+        "scheduling",
+        severity,
         f"{spike_share:.0%} of short requests in the TTFT tail got their first token right after a long prompt "
         f"(~{evidence['long_prompt_tokens_median']:.0f} tokens) finished prefilling; {_risk_words(relative_risk)}",
-        evidence, explains, len(scope),
+        evidence,
+        explains,
+        len(scope),
         "enable chunked prefill (--enable-chunked-prefill with a --max-num-batched-tokens budget) or cap long "
         "prefills (--long-prefill-token-threshold), or schedule short jobs first (--scheduling-policy sjf); "
-        "then compare the runs with `llmbench compare`")
+        "then compare the runs with `llmbench compare`",
+    )
     return failed(finding, HOL_TITLE, finding.title)
 
 
-def _hol_by_exposure(table: RequestTable, ttft: TailWindows, short_measured: np.ndarray, long_rows: np.ndarray,
-                     evidence: dict) -> CheckResult | None:
+def _hol_by_exposure(
+    table: RequestTable, ttft: TailWindows, short_measured: np.ndarray, long_rows: np.ndarray, evidence: dict
+) -> CheckResult | None:
     """Head-of-line blocking as what each short request lived through: a long prompt still waiting for
     its first token when the short one arrived (analyzers/triage/exposure.py). Taken at the arrival,
     an instant, so a slow request is not more exposed for having waited longer. This finds the
@@ -143,7 +172,7 @@ def _hol_by_exposure(table: RequestTable, ttft: TailWindows, short_measured: np.
     l_sent, l_first = t_sent[long_rows][order], t_first[long_rows][order]
     exposed = np.zeros(len(df), dtype=bool)
     for i in np.flatnonzero(short_measured):
-        k = np.searchsorted(l_sent, t_sent[i], side="right")        # long requests sent at or before it
+        k = np.searchsorted(l_sent, t_sent[i], side="right")  # long requests sent at or before it
         exposed[i] = bool(np.any(l_first[:k] > t_sent[i]))
     diff = differential(df["ttft_s"].to_numpy(float), table.level_rows(), short_measured, exposed)
     if not diff.separates:
@@ -151,14 +180,21 @@ def _hol_by_exposure(table: RequestTable, ttft: TailWindows, short_measured: np.
     long_tokens = float(np.median(df["in_tokens"].to_numpy(float)[long_rows]))
     ev = dict(evidence, **diff.evidence(), long_prompts=int(long_rows.size), long_prompt_tokens_median=long_tokens)
     finding = Finding(
-        HOL_ID, "scheduling", "high" if diff.attributable >= 0.6 else "medium",
+        HOL_ID,
+        "scheduling",
+        "high" if diff.attributable >= 0.6 else "medium",
         f"long prefills blocked short requests: short requests that arrived while a long prompt "
         f"(~{long_tokens:.0f} tokens) was waiting for its first token are the TTFT tail; "
         + diff.words("ttft", "a long prefill ahead of them"),
-        ev, exposed_windows(t_sent, t_first, diff.exposed_tail_rows), len(ttft.spikes),
+        ev,
+        exposed_windows(t_sent, t_first, diff.exposed_tail_rows),
+        len(ttft.spikes),
         "enable chunked prefill (--enable-chunked-prefill with a --max-num-batched-tokens budget) or cap long "
         "prefills (--long-prefill-token-threshold), or schedule short jobs first (--scheduling-policy sjf); "
-        "then compare the runs with `llmbench compare`", kind="differential", tail_share=diff.attributable)
+        "then compare the runs with `llmbench compare`",
+        kind="differential",
+        tail_share=diff.attributable,
+    )
     return failed(finding, HOL_TITLE, finding.title)
 
 
@@ -195,8 +231,11 @@ def _check_burst_reads(table: RequestTable, ttft: TailWindows, server: ProbeSeri
             failing.append(f"{level_id} ({reads.bursts} of {reads.judged})")
             burst_rows.append(ok[v == 1])
     if not failing:
-        why = (f"{bursts} of {judged} streams arrived in one burst" if judged else
-               f"no stream had {MIN_CHUNKS} chunks or more: whether the client read them late cannot be judged")
+        why = (
+            f"{bursts} of {judged} streams arrived in one burst"
+            if judged
+            else f"no stream had {MIN_CHUNKS} chunks or more: whether the client read them late cannot be judged"
+        )
         return passed(LAG_ID, "client", LAG_TITLE, why, burst_streams=bursts, burst_judged=judged)
     rows = np.concatenate(burst_rows)
     df = table.df
@@ -205,11 +244,18 @@ def _check_burst_reads(table: RequestTable, ttft: TailWindows, server: ProbeSeri
     sent, done = df["t_sent"].to_numpy(float)[rows], df["t_done"].to_numpy(float)[rows]
     explains = merge([Window(s, e) for s, e in zip(sent, done) if np.isfinite(e)])
     evidence = dict(burst_streams=int(rows.size), burst_judged=judged, levels=failing)
-    finding = Finding(LAG_ID, "client", "high",
-                      f"the client fell behind the server: streams arrived in one burst in {', '.join(failing)}; "
-                      "their TTFT/TPOT are the client's own lag, not measured", evidence, explains, len(explains),
-                      "pin the server and the client to separate cores (taskset), or run the client on another "
-                      "machine, and re-run before trusting any latency")
+    finding = Finding(
+        LAG_ID,
+        "client",
+        "high",
+        f"the client fell behind the server: streams arrived in one burst in {', '.join(failing)}; "
+        "their TTFT/TPOT are the client's own lag, not measured",
+        evidence,
+        explains,
+        len(explains),
+        "pin the server and the client to separate cores (taskset), or run the client on another "
+        "machine, and re-run before trusting any latency",
+    )
     return failed(finding, LAG_TITLE, finding.title)
 
 
@@ -224,18 +270,31 @@ def _check_lag(table: RequestTable, ttft: TailWindows) -> CheckResult:
     ttft_p50 = float(np.nanmedian(ttft_ok)) if ttft_ok.size else 0.0
     limit = max(SEND_LAG_FLOOR_S, SEND_LAG_SHARE * ttft_p50)
     if p99 <= limit:
-        return passed(LAG_ID, "client", LAG_TITLE, f"send lag P99 {1e3 * p99:.1f} ms (limit {1e3 * limit:.1f} ms)",
-                      send_lag_p99_s=p99)
+        return passed(
+            LAG_ID,
+            "client",
+            LAG_TITLE,
+            f"send lag P99 {1e3 * p99:.1f} ms (limit {1e3 * limit:.1f} ms)",
+            send_lag_p99_s=p99,
+        )
     spikes = ttft.spike_rows
     late = spikes[lag[spikes] > limit] if spikes.size else spikes
     t_sent, t_sched = df["t_sent"].to_numpy(float), df["t_scheduled"].to_numpy(float)
     explains = ttft.windows_hit(t_sched[late], t_sent[late]) if late.size else []
-    evidence = dict(send_lag_p99_s=p99, limit_s=limit, ttft_p50_s=ttft_p50,
-                    spikes_sent_late=int(late.size), spikes=int(spikes.size))
-    finding = Finding(LAG_ID, "client", "high" if late.size else "medium",
-                      f"the client sent requests late (send lag P99 {1e3 * p99:.0f} ms): part of the measured "
-                      "tail is the load generator's own", evidence, explains, len(ttft.spikes),
-                      "add load-generator workers (--workers N, or remote workers) and re-run before trusting the P99")
+    evidence = dict(
+        send_lag_p99_s=p99, limit_s=limit, ttft_p50_s=ttft_p50, spikes_sent_late=int(late.size), spikes=int(spikes.size)
+    )
+    finding = Finding(
+        LAG_ID,
+        "client",
+        "high" if late.size else "medium",
+        f"the client sent requests late (send lag P99 {1e3 * p99:.0f} ms): part of the measured "
+        "tail is the load generator's own",
+        evidence,
+        explains,
+        len(ttft.spikes),
+        "add load-generator workers (--workers N, or remote workers) and re-run before trusting the P99",
+    )
     return failed(finding, LAG_TITLE, finding.title)
 
 

@@ -18,12 +18,14 @@ import numpy as np
 
 from rundir.table import RequestTable
 
-TAIL_RATIO = 1.5          # a spike is at least this many times its level's median
-TAIL_QUANTILE = 90.0      # ... and above this percentile of its level (at most 10% are spikes)
-MERGE_GAP_S = 0.25        # windows closer than this are one episode
-METRIC_SPANS = {"ttft": ("t_sent", "t_first_token", "ttft_s"),
-                "tpot": ("t_first_token", "t_done", "tpot_s"),
-                "e2e": ("t_sent", "t_done", "e2e_s")}
+TAIL_RATIO = 1.5  # a spike is at least this many times its level's median
+TAIL_QUANTILE = 90.0  # ... and above this percentile of its level (at most 10% are spikes)
+MERGE_GAP_S = 0.25  # windows closer than this are one episode
+METRIC_SPANS = {
+    "ttft": ("t_sent", "t_first_token", "ttft_s"),
+    "tpot": ("t_first_token", "t_done", "tpot_s"),
+    "e2e": ("t_sent", "t_done", "e2e_s"),
+}
 
 
 @dataclass(frozen=True)
@@ -43,23 +45,23 @@ class Window:
 @dataclass
 class LevelTail:
     level_id: str
-    n: int                    # successful measured requests
+    n: int  # successful measured requests
     p50: float
     p99: float
-    threshold: float          # latency above which a request counts as a spike
+    threshold: float  # latency above which a request counts as a spike
     n_spikes: int
 
 
 @dataclass
 class TailWindows:
     metric: str
-    span: Window                                  # first send .. last completion of the measured requests
+    span: Window  # first send .. last completion of the measured requests
     spikes: list[Window]
     calm: list[Window]
     levels: list[LevelTail]
-    spike_rows: np.ndarray                        # table rows of the spike requests
-    calm_rows: np.ndarray                         # measured ok rows that are not spikes
-    per_request: dict[int, Window] = field(default_factory=dict)   # spike row -> its own window
+    spike_rows: np.ndarray  # table rows of the spike requests
+    calm_rows: np.ndarray  # measured ok rows that are not spikes
+    per_request: dict[int, Window] = field(default_factory=dict)  # spike row -> its own window
 
     @property
     def spike_s(self) -> float:
@@ -104,8 +106,9 @@ def complement(span: Window, windows: list[Window]) -> list[Window]:
     return [w for w in out if w.seconds > 0]
 
 
-def spike_mask(values: np.ndarray, rows_by_level: dict[str, np.ndarray],
-               eligible: np.ndarray) -> tuple[np.ndarray, list[LevelTail]]:
+def spike_mask(
+    values: np.ndarray, rows_by_level: dict[str, np.ndarray], eligible: np.ndarray
+) -> tuple[np.ndarray, list[LevelTail]]:
     """Which eligible rows are spikes of their level (module docstring), and each level's tail."""
     spike = np.zeros(values.shape, dtype=bool)
     levels: list[LevelTail] = []
@@ -135,10 +138,20 @@ def find_tail_windows(table: RequestTable, metric: str = "ttft") -> TailWindows:
     spike_rows = np.flatnonzero(spike)
     per_request = {int(i): Window(starts[i], ends[i]) for i in spike_rows}
     if measured.any():
-        span = Window(float(np.nanmin(df["t_sent"].to_numpy(float)[measured])),
-                      float(np.nanmax(df["t_done"].to_numpy(float)[measured])))
+        span = Window(
+            float(np.nanmin(df["t_sent"].to_numpy(float)[measured])),
+            float(np.nanmax(df["t_done"].to_numpy(float)[measured])),
+        )
     else:
         span = Window(0.0, 0.0)
     spikes = merge(list(per_request.values()))
-    return TailWindows(metric=metric, span=span, spikes=spikes, calm=complement(span, spikes), levels=levels,
-                       spike_rows=spike_rows, calm_rows=np.flatnonzero(measured & ~spike), per_request=per_request)
+    return TailWindows(
+        metric=metric,
+        span=span,
+        spikes=spikes,
+        calm=complement(span, spikes),
+        levels=levels,
+        spike_rows=spike_rows,
+        calm_rows=np.flatnonzero(measured & ~spike),
+        per_request=per_request,
+    )

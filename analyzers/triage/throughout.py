@@ -22,16 +22,16 @@ from analyzers.triage.evidence import SampleSplit
 from analyzers.triage.tail_windows import METRIC_SPANS, Window
 from rundir.table import RequestTable
 
-THROUGHOUT_SHARE = 0.8      # the condition held in at least this share of a level's probe intervals
-MIN_INTERVALS = 3           # fewer probe intervals inside a level prove nothing
+THROUGHOUT_SHARE = 0.8  # the condition held in at least this share of a level's probe intervals
+MIN_INTERVALS = 3  # fewer probe intervals inside a level prove nothing
 
 
 @dataclass(frozen=True)
 class HeldLevel:
     level_id: str
-    window: Window              # the level's measured window: first send .. last completion
-    share: float                # of its probe intervals, the share where the condition held
-    rows: np.ndarray            # the kept probe rows (of the SampleSplit) inside the window
+    window: Window  # the level's measured window: first send .. last completion
+    share: float  # of its probe intervals, the share where the condition held
+    rows: np.ndarray  # the kept probe rows (of the SampleSplit) inside the window
 
     def words(self) -> str:
         return f"{self.level_id} ({self.share:.0%} of its {self.window.seconds:.0f} s)"
@@ -71,5 +71,7 @@ def held_throughout(split: SampleSplit, mask: np.ndarray, windows: dict[str, Win
     return out
 
 
-NO_CONTRAST = ("every request of the level lived through it, so the run holds no stretch without it to measure "
-               "the difference against")
+NO_CONTRAST = (
+    "every request of the level lived through it, so the run holds no stretch without it to measure "
+    "the difference against"
+)

@@ -24,7 +24,7 @@ BLOCK = 512
 def mooncake_rows(n: int, rate: float, seed: int = 0) -> list[dict]:
     rng = random.Random(seed)
     t, rows, next_id = 0.0, [], 1000
-    docs = [list(range(d * 100, d * 100 + rng.randint(1, 4))) for d in range(5)]   # shared leading blocks
+    docs = [list(range(d * 100, d * 100 + rng.randint(1, 4))) for d in range(5)]  # shared leading blocks
     for _ in range(n):
         t += rng.expovariate(rate)
         shared = docs[rng.randrange(len(docs))]
@@ -32,8 +32,14 @@ def mooncake_rows(n: int, rate: float, seed: int = 0) -> list[dict]:
         next_id += len(own)
         blocks = shared + own
         input_len = (len(blocks) - 1) * BLOCK + rng.randint(16, BLOCK)
-        rows.append({"timestamp": int(round(t * 1000)), "input_length": input_len,
-                     "output_length": rng.randint(8, 256), "hash_ids": blocks})
+        rows.append(
+            {
+                "timestamp": int(round(t * 1000)),
+                "input_length": input_len,
+                "output_length": rng.randint(8, 256),
+                "hash_ids": blocks,
+            }
+        )
     return rows
 
 
@@ -43,8 +49,10 @@ def azure_rows(n: int, rate: float, seed: int = 1) -> list[dict]:
     t, rows = 0.0, []
     for _ in range(n):
         t += rng.expovariate(rate)
-        stamp = (t0 + timedelta(seconds=t)).strftime("%Y-%m-%d %H:%M:%S.%f") + "0"   # 7 digits, as Azure's
-        rows.append({"TIMESTAMP": stamp, "ContextTokens": rng.randint(32, 2048), "GeneratedTokens": rng.randint(8, 300)})
+        stamp = (t0 + timedelta(seconds=t)).strftime("%Y-%m-%d %H:%M:%S.%f") + "0"  # 7 digits, as Azure's
+        rows.append(
+            {"TIMESTAMP": stamp, "ContextTokens": rng.randint(32, 2048), "GeneratedTokens": rng.randint(8, 300)}
+        )
     return rows
 
 

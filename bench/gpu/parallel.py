@@ -31,20 +31,36 @@ def random_checkpoints(root: str) -> dict[str, str]:
     from transformers import LlamaConfig, LlamaForCausalLM, MixtralConfig, MixtralForCausalLM
 
     torch.manual_seed(0)
-    common = dict(vocab_size=250, hidden_size=64, intermediate_size=96, num_attention_heads=4, num_key_value_heads=2,
-                  max_position_embeddings=256, initializer_range=0.08)
+    common = dict(
+        vocab_size=250,
+        hidden_size=64,
+        intermediate_size=96,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        initializer_range=0.08,
+    )
     dirs = {"llama": f"{root}/llama", "mixtral": f"{root}/mixtral"}
     LlamaForCausalLM(LlamaConfig(num_hidden_layers=4, **common)).save_pretrained(dirs["llama"])
-    MixtralForCausalLM(MixtralConfig(num_hidden_layers=2, num_local_experts=4, num_experts_per_tok=2,
-                                     **common)).save_pretrained(dirs["mixtral"])
+    MixtralForCausalLM(
+        MixtralConfig(num_hidden_layers=2, num_local_experts=4, num_experts_per_tok=2, **common)
+    ).save_pretrained(dirs["mixtral"])
     return dirs
 
 
 def greedy_tokens(model: str, **kw) -> list[list[int]]:
     from refengine import LLM, SamplingParams
 
-    llm = LLM(model=model, device=DEVICE["device"], dtype="float32", max_model_len=128, num_gpu_blocks_override=64,
-              block_size=4, seed=0, **kw)
+    llm = LLM(
+        model=model,
+        device=DEVICE["device"],
+        dtype="float32",
+        max_model_len=128,
+        num_gpu_blocks_override=64,
+        block_size=4,
+        seed=0,
+        **kw,
+    )
     try:
         prompts = [[5 + i, 17, 42 + 3 * i, 7] * (1 + i % 3) for i in range(6)]
         outs = llm.generate(prompts, SamplingParams(max_tokens=8, temperature=0, ignore_eos=True))
@@ -59,17 +75,23 @@ def equality_rows(n_gpus: int) -> list[dict]:
     rows = []
     with tempfile.TemporaryDirectory() as root:
         dirs = random_checkpoints(root)
-        cases = [("TP2 llama", "llama", dict(tensor_parallel_size=2)),
-                 ("PP2 MB2 llama", "llama", dict(pipeline_parallel_size=2, pipeline_micro_batches=2)),
-                 ("TP2 mixtral (sharded experts)", "mixtral", dict(tensor_parallel_size=2)),
-                 ("EP2 mixtral (all_to_all)", "mixtral", dict(tensor_parallel_size=2, enable_expert_parallel=True))]
+        cases = [
+            ("TP2 llama", "llama", dict(tensor_parallel_size=2)),
+            ("PP2 MB2 llama", "llama", dict(pipeline_parallel_size=2, pipeline_micro_batches=2)),
+            ("TP2 mixtral (sharded experts)", "mixtral", dict(tensor_parallel_size=2)),
+            ("EP2 mixtral (all_to_all)", "mixtral", dict(tensor_parallel_size=2, enable_expert_parallel=True)),
+        ]
         want = {name: greedy_tokens(path) for name, path in dirs.items()}
         for label, model, layout in cases:
             t = time.perf_counter()
             got = greedy_tokens(dirs[model], distributed_backend=DEVICE["backend"], **layout)
-            rows.append({"check": f"{label} == 1 GPU (greedy)",
-                         "result": "equal" if got == want[model] else "DIFFERENT",
-                         "seconds": round(time.perf_counter() - t, 1)})
+            rows.append(
+                {
+                    "check": f"{label} == 1 GPU (greedy)",
+                    "result": "equal" if got == want[model] else "DIFFERENT",
+                    "seconds": round(time.perf_counter() - t, 1),
+                }
+            )
     return rows
 
 
@@ -78,8 +100,14 @@ def bench(n: int, prompt: int, output: int, **layout) -> dict:
 
     rng = random.Random(0)
     prompts = [[rng.randrange(7, 4096) for _ in range(prompt)] for _ in range(n)]
-    llm = LLM(model="tiny", device=DEVICE["device"], max_model_len=prompt + output + 16, seed=0,
-              num_gpu_blocks_override=n * (-(-(prompt + output) // 16)) + 16, **layout)
+    llm = LLM(
+        model="tiny",
+        device=DEVICE["device"],
+        max_model_len=prompt + output + 16,
+        seed=0,
+        num_gpu_blocks_override=n * (-(-(prompt + output) // 16)) + 16,
+        **layout,
+    )
     engine = llm.llm_engine
     try:
         llm.generate(prompts[:2], SamplingParams(max_tokens=2, temperature=0, ignore_eos=True))  # warm-up
@@ -93,8 +121,12 @@ def bench(n: int, prompt: int, output: int, **layout) -> dict:
         wall = time.perf_counter() - t
         tokens = sum(len(o.outputs[0].token_ids) for o in outs)
         short = {"tensor_parallel_size": "TP", "pipeline_parallel_size": "PP"}
-        row = {"layout": " x ".join(f"{short[k]}{v}" for k, v in layout.items()) or "1 GPU",
-               "tok_s": round(tokens / wall, 1), "wall_s": round(wall, 2), "dtype": str(engine.dtype)}
+        row = {
+            "layout": " x ".join(f"{short[k]}{v}" for k, v in layout.items()) or "1 GPU",
+            "tok_s": round(tokens / wall, 1),
+            "wall_s": round(wall, 2),
+            "dtype": str(engine.dtype),
+        }
         if timed:
             stats = engine.executor.collect_stats()
             row["comm_ms_per_step"] = [round(1e3 * s["comm_s"] / max(1, s["steps"]), 3) for s in stats]
@@ -107,8 +139,11 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--json", default=None)
-    ap.add_argument("--cpu-dry-run", action="store_true", help="run the same code on CPU with gloo, as if 2 "
-                    "devices existed: checks the script, measures nothing")
+    ap.add_argument(
+        "--cpu-dry-run",
+        action="store_true",
+        help="run the same code on CPU with gloo, as if 2 devices existed: checks the script, measures nothing",
+    )
     args = ap.parse_args()
     if args.cpu_dry_run:
         DEVICE.update(device="cpu", backend="gloo")
@@ -124,8 +159,10 @@ def main() -> int:
     n, prompt, output = (8, 64, 16) if args.quick else (64, 256, 128)
     benches = [bench(n, prompt, output)]
     if n_gpus >= 2:
-        benches += [bench(n, prompt, output, tensor_parallel_size=2),
-                    bench(n, prompt, output, pipeline_parallel_size=2)]
+        benches += [
+            bench(n, prompt, output, tensor_parallel_size=2),
+            bench(n, prompt, output, pipeline_parallel_size=2),
+        ]
     print(f"\n{'check':<50}result")
     for r in checks:
         print(f"{r['check']:<50}{r['result']}")

@@ -29,23 +29,38 @@ def capacity(
     slo_ttft: float = typer.Option(DEFAULT_TTFT_P99_S, help="SLO: TTFT P99 in seconds."),
     slo_tpot: float = typer.Option(DEFAULT_TPOT_P95_S, help="SLO: TPOT P95 in seconds."),
     slo_e2e: Optional[float] = typer.Option(None, help="SLO: E2E P99 in seconds (default: none)."),
-    by: Optional[str] = typer.Option(None, help="Search concurrency (closed loop) or rate (open loop, requests/s). "
-                                     "Default: concurrency; rate for --workload trace (the trace faster or slower)."),
-    start: Optional[float] = typer.Option(None, help="First load of the bracket (default 1; a trace's own mean "
-                                          "rate for --workload trace)."),
-    max_load: Optional[float] = typer.Option(None, help="Highest load the bracket tries (default 1024 users or "
-                                             "1000 req/s)."),
-    resolution: Optional[float] = typer.Option(None, help="Stop bisecting when the bracket is this narrow: users for "
-                                               "concurrency (default 1), a fraction for rate (default 0.1 = 10%)."),
-    repeats: int = typer.Option(3, min=1, help="Measurements of each boundary load (the first included), pooled "
-                                "for the answer's interval."),
-    json_out: bool = typer.Option(False, "--json", help="Print the search and the answer as JSON on stdout "
-                                  "(everything else goes to stderr)."),
-    peak_rate: Optional[float] = typer.Option(None, help="Also say how many replicas this request rate (req/s) "
-                                              "needs, from the capacity per replica (the fleet's / its replicas); "
-                                              "`llmdiag plan --peak-rate` predicts it per balancing policy."),
-    stop_over_capacity: bool = typer.Option(True, help="Stop an open-loop level early when its queue keeps growing "
-                                            "past the TTFT SLO (marked over capacity)."),
+    by: Optional[str] = typer.Option(
+        None,
+        help="Search concurrency (closed loop) or rate (open loop, requests/s). "
+        "Default: concurrency; rate for --workload trace (the trace faster or slower).",
+    ),
+    start: Optional[float] = typer.Option(
+        None, help="First load of the bracket (default 1; a trace's own mean rate for --workload trace)."
+    ),
+    max_load: Optional[float] = typer.Option(
+        None, help="Highest load the bracket tries (default 1024 users or 1000 req/s)."
+    ),
+    resolution: Optional[float] = typer.Option(
+        None,
+        help="Stop bisecting when the bracket is this narrow: users for "
+        "concurrency (default 1), a fraction for rate (default 0.1 = 10%).",
+    ),
+    repeats: int = typer.Option(
+        3, min=1, help="Measurements of each boundary load (the first included), pooled for the answer's interval."
+    ),
+    json_out: bool = typer.Option(
+        False, "--json", help="Print the search and the answer as JSON on stdout (everything else goes to stderr)."
+    ),
+    peak_rate: Optional[float] = typer.Option(
+        None,
+        help="Also say how many replicas this request rate (req/s) "
+        "needs, from the capacity per replica (the fleet's / its replicas); "
+        "`llmdiag plan --peak-rate` predicts it per balancing policy.",
+    ),
+    stop_over_capacity: bool = typer.Option(
+        True,
+        help="Stop an open-loop level early when its queue keeps growing past the TTFT SLO (marked over capacity).",
+    ),
     input_len: str = typer.Option("128", help="Prompt length in tokens."),
     output_len: str = typer.Option("64", help="Output length in tokens (max_tokens with ignore_eos)."),
     input_len_spread: float = workload_flags.INPUT_LEN_SPREAD,
@@ -72,15 +87,22 @@ def capacity(
     engine_arg: list[str] = typer.Option([], help="Extra flag for the embedded engine, repeatable."),
     server_threads: Optional[int] = typer.Option(None, min=1, help="torch threads of the embedded engine."),
     data_parallel_size: int = target_options.DATA_PARALLEL_SIZE,
-    replicas: int = typer.Option(1, min=1, help="Engine replicas behind --target (a load balancer over N engines): "
-                                 "the answer is the fleet's, and also given per replica."),
+    replicas: int = typer.Option(
+        1,
+        min=1,
+        help="Engine replicas behind --target (a load balancer over N engines): "
+        "the answer is the fleet's, and also given per replica.",
+    ),
     replica_header: str = target_options.REPLICA_HEADER,
     lb_policy: Optional[str] = target_options.LB_POLICY,
     replica_metrics: Optional[str] = target_options.REPLICA_METRICS,
     out: Optional[Path] = typer.Option(None, help="Run directory (default ./runs/<timestamp>-capacity-<model>)."),
-    resume: Optional[Path] = typer.Option(None, help="Continue an interrupted capacity run directory: the search, "
-                                          "SLO, workload and target are the ones in its run.json; the levels it "
-                                          "measured are kept and the search goes on from them."),
+    resume: Optional[Path] = typer.Option(
+        None,
+        help="Continue an interrupted capacity run directory: the search, "
+        "SLO, workload and target are the ones in its run.json; the levels it "
+        "measured are kept and the search goes on from them.",
+    ),
     label: Optional[str] = typer.Option(None, help="Label in the default run directory name."),
     tokenizer: Optional[Path] = typer.Option(None, help="tokenizer.json (or model directory) of the target's model."),
     seed: int = typer.Option(0, help="Seed of the workload (a repeated level adds its repeat number)."),
@@ -97,9 +119,20 @@ def capacity(
         raise typer.BadParameter(f"a request rate is > 0 req/s, got {peak_rate:g}", param_hint="--peak-rate")
     values = dict(locals())
     console = make_console(stderr=json_out)
-    values.update(concurrency=None, request_rate=None,
-                  label=label or f"capacity-{model or ('tiny' if target is None else 'target')}")
+    values.update(
+        concurrency=None,
+        request_rate=None,
+        label=label or f"capacity-{model or ('tiny' if target is None else 'target')}",
+    )
     args = SweepArgs(**{k: v for k, v in values.items() if k in SweepArgs.__dataclass_fields__})
-    c = CapacityArgs(by=by, start=start, max_load=max_load, resolution=resolution, repeats=repeats,
-                     json_out=json_out, stop_over_capacity=stop_over_capacity, peak_rate=peak_rate)
+    c = CapacityArgs(
+        by=by,
+        start=start,
+        max_load=max_load,
+        resolution=resolution,
+        repeats=repeats,
+        json_out=json_out,
+        stop_over_capacity=stop_over_capacity,
+        peak_rate=peak_rate,
+    )
     run_capacity(args, c, console)

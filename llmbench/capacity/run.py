@@ -32,14 +32,14 @@ from rundir.table import RequestTable
 
 @dataclass
 class CapacityArgs:
-    by: str | None                    # None: concurrency, or rate for a trace
+    by: str | None  # None: concurrency, or rate for a trace
     start: float | None
     max_load: float | None
     resolution: float | None
     repeats: int
     json_out: bool
     stop_over_capacity: bool
-    peak_rate: float | None = None    # --peak-rate: the replicas this rate needs, from the per-replica answer
+    peak_rate: float | None = None  # --peak-rate: the replicas this rate needs, from the per-replica answer
 
 
 def search_spec(c: CapacityArgs, trace_rate: float | None = None) -> SearchSpec:
@@ -47,14 +47,21 @@ def search_spec(c: CapacityArgs, trace_rate: float | None = None) -> SearchSpec:
     by rate from its own rate."""
     axis = c.by or ("rate" if trace_rate is not None else "concurrency")
     if trace_rate is not None and axis != "rate":
-        raise typer.BadParameter("a trace sends at its own times, so it is searched by rate (the trace replayed "
-                                 "faster or slower): use --by rate", param_hint="--by")
+        raise typer.BadParameter(
+            "a trace sends at its own times, so it is searched by rate (the trace replayed "
+            "faster or slower): use --by rate",
+            param_hint="--by",
+        )
     rate = axis == "rate"
     try:
-        return SearchSpec(axis=axis, start=c.start or (float(f"{trace_rate:.3g}") if trace_rate else 1.0),
-                          limit=c.max_load or (1000.0 if rate else 1024.0),
-                          resolution=c.resolution if c.resolution is not None else (0.1 if rate else 1.0),
-                          repeats=c.repeats, trace_rate=trace_rate)
+        return SearchSpec(
+            axis=axis,
+            start=c.start or (float(f"{trace_rate:.3g}") if trace_rate else 1.0),
+            limit=c.max_load or (1000.0 if rate else 1024.0),
+            resolution=c.resolution if c.resolution is not None else (0.1 if rate else 1.0),
+            repeats=c.repeats,
+            trace_rate=trace_rate,
+        )
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
 
@@ -65,7 +72,7 @@ def _trace_rate(a: SweepArgs) -> float | None:
         return None
     try:
         return sweep_trace(a).mean_rate()
-    except ValueError as exc:             # no --dataset, no such file, not a trace
+    except ValueError as exc:  # no --dataset, no such file, not a trace
         raise typer.BadParameter(str(exc), param_hint="--dataset") from None
 
 
@@ -102,7 +109,7 @@ def run_capacity(a: SweepArgs, c: CapacityArgs, console: Console) -> None:
         first = search.key(search.start)
         a.concurrency, a.request_rate = (f"{first:g}", None) if search.axis == "concurrency" else (None, f"{first:g}")
         speed = search.trace_speed(first)
-        if speed is not None:                    # a trace level is named by its rate, sent at its speed
+        if speed is not None:  # a trace level is named by its rate, sent at its speed
             # Every load's level lasts --warmup + --duration, whatever its speed: the trace cycles
             # to fill it (or plays its first part), and each level's record says which.
             a.request_rate, a.trace_speed, a.trace_loop = None, speed, "capacity"
@@ -111,15 +118,16 @@ def run_capacity(a: SweepArgs, c: CapacityArgs, console: Console) -> None:
     plans: list[CapacityPlan] = []
 
     def factory(run: RunDir, info: RunInfo) -> CapacityPlan:
-        plan: CapacityPlan = CapacityPlan(search, spec_of(info).levels()[0],
-                                          judge=lambda probes: _unclear(run, info, plan))
+        plan: CapacityPlan = CapacityPlan(
+            search, spec_of(info).levels()[0], judge=lambda probes: _unclear(run, info, plan)
+        )
         plans.append(plan)
         return plan
 
     exit_code = 0
     try:
         execute_sweep(run, info, a, probe_names, console, plan_factory=factory)
-    except typer.Exit as exc:          # stopped (fail fast, target gone): answer with what was measured
+    except typer.Exit as exc:  # stopped (fail fast, target gone): answer with what was measured
         exit_code = exc.exit_code
     if not plans or not run.exists():
         raise typer.Exit(code=exit_code or 1)
@@ -127,14 +135,15 @@ def run_capacity(a: SweepArgs, c: CapacityArgs, console: Console) -> None:
     info = run.read_info()
     answer = answer_of(run, info, plan)
     if exit_code and answer.bounded_by in ("none", "slo") and answer.lowest_out is None:
-        answer.bounded_by = "errors"    # the search was stopped by failures, not by a verdict
+        answer.bounded_by = "errors"  # the search was stopped by failures, not by a verdict
     answer.headline = capacity_headline(answer)
-    record = CapacityRecord(search=info.sweep.capacity.search if info.sweep.capacity else None,
-                            probes=list(plan.probes), answer=answer)
+    record = CapacityRecord(
+        search=info.sweep.capacity.search if info.sweep.capacity else None, probes=list(plan.probes), answer=answer
+    )
     info.sweep.capacity = record
     run.write_info(info)
     run.write_json(run.path / CAPACITY_JSON, record.to_dict())
-    write_reports(run)              # the sweep wrote them before the answer existed; they lead with it
+    write_reports(run)  # the sweep wrote them before the answer existed; they lead with it
     each = per_replica(answer)
     need = replicas_for(c.peak_rate, each) if c.peak_rate is not None else None
     if c.json_out:
@@ -152,16 +161,23 @@ def recorded_search(info: RunInfo, path) -> SearchSpec:
     """The search a capacity run directory recorded (its options, not this command line's)."""
     record = info.sweep.capacity
     # A search this version could not read is kept, unread, in the record's extra (rundir/capacity.py).
-    fields = (record_to_dict(record.search) if record.search is not None else record.extra.get("search")) \
-        if record is not None else None
+    fields = (
+        (record_to_dict(record.search) if record.search is not None else record.extra.get("search"))
+        if record is not None
+        else None
+    )
     if not isinstance(fields, dict):
-        raise typer.BadParameter(f"{path} is not a `llmbench capacity` run (run.json has no search); a sweep "
-                                 "resumes with `llmbench sweep --resume`", param_hint="--resume")
+        raise typer.BadParameter(
+            f"{path} is not a `llmbench capacity` run (run.json has no search); a sweep "
+            "resumes with `llmbench sweep --resume`",
+            param_hint="--resume",
+        )
     try:
         return SearchSpec(**fields)
     except (TypeError, ValueError) as exc:
-        raise typer.BadParameter(f"{path}: the search recorded in run.json is unreadable ({exc})",
-                                 param_hint="--resume") from None
+        raise typer.BadParameter(
+            f"{path}: the search recorded in run.json is unreadable ({exc})", param_hint="--resume"
+        ) from None
 
 
 def _unclear(run: RunDir, info: RunInfo, plan: CapacityPlan) -> set[float]:

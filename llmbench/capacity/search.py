@@ -95,7 +95,7 @@ class CapacityPlan:
                 if p.met is None and p.level_id in stats:
                     p.met = bool(stats[p.level_id].slo_met)
             if any(p.level_id not in stats for p in self.probes):
-                return None               # the last level did not finish (stopped, gone): the search ends
+                return None  # the last level did not finish (stopped, gone): the search ends
             nxt = self._decide()
             if nxt is None:
                 return None
@@ -111,8 +111,9 @@ class CapacityPlan:
     def note(self, info: RunInfo) -> None:
         # Copies: the record is what was decided so far, not the probes' later verdicts.
         record = info.sweep.capacity or CapacityRecord()
-        info.sweep.capacity = dataclasses.replace(record, search=dataclasses.replace(self.search),
-                                                  probes=[dataclasses.replace(p) for p in self.probes])
+        info.sweep.capacity = dataclasses.replace(
+            record, search=dataclasses.replace(self.search), probes=[dataclasses.replace(p) for p in self.probes]
+        )
 
     # ----- the search --------------------------------------------------------------------------
     def verdicts(self) -> dict[float, list[bool]]:
@@ -132,12 +133,12 @@ class CapacityPlan:
     def _decide(self) -> tuple[float, str] | None:
         s, v = self.search, self.verdicts()
         lo, hi = self.bracket()
-        if hi is None:                               # still bracketing
+        if hi is None:  # still bracketing
             nxt = s.key(s.start if lo is None else lo * 2)
             if lo is not None and lo >= s.limit:
-                return None                          # met the SLO up to the limit
+                return None  # met the SLO up to the limit
             return (min(nxt, s.key(s.limit)), "bracket")
-        if lo is None:                               # nothing met it yet: halve down to the floor
+        if lo is None:  # nothing met it yet: halve down to the floor
             down = max(s.key(hi / 2), s.floor())
             return None if down >= hi or hi <= s.floor() else (down, "bracket")
         if s.apart(lo, hi):
@@ -173,11 +174,14 @@ class CapacityPlan:
         t = self.template
         base = f"c{int(load)}" if self.search.axis == "concurrency" else f"r{load:g}"
         level_id = f"{base}-in{t.input_len}-out{t.output_len}" + (f"-r{n + 1}" if n else "")
-        spec = dataclasses.replace(t, level_id=level_id,
-                                   concurrency=int(load) if self.search.axis == "concurrency" else None,
-                                   request_rate=load if self.search.axis == "rate" else None,
-                                   trace_speed=self.search.trace_speed(load),
-                                   seed=t.seed + n)       # a repeat is a fresh sample, not the same requests
+        spec = dataclasses.replace(
+            t,
+            level_id=level_id,
+            concurrency=int(load) if self.search.axis == "concurrency" else None,
+            request_rate=load if self.search.axis == "rate" else None,
+            trace_speed=self.search.trace_speed(load),
+            seed=t.seed + n,
+        )  # a repeat is a fresh sample, not the same requests
         self.probes.append(CapacityProbe(level_id, load, phase))
         self._levels.append(spec)
         return spec

@@ -11,21 +11,35 @@ from llmbench.cli_common import make_console, user_errors
 console = make_console()
 
 
-
 def calibrate(
     out: Path = typer.Option(..., "--out", "-o", help="Where to write the profile (JSON; `llmdiag plan --profile`)."),
     name: str = typer.Option("this machine", "--name", help="The profile's name, as predictions quote it."),
-    quick: bool = typer.Option(False, "--quick", help="A small grid (seconds, not a minute): enough to check the "
-                               "command; predictions beyond it are extrapolated and say so."),
-    max_tokens: int = typer.Option(2048, "--max-tokens", help="Largest step (tokens) the matmul grid measures; "
-                                   "set it to the engine's max_num_batched_tokens."),
-    no_comm: bool = typer.Option(False, "--no-comm", help="Skip the collective benchmark (then TP/PP "
-                                 "communication is priced as free, and the profile says so)."),
-    comm_nprocs: int = typer.Option(2, "--comm-nprocs", help="Local processes the collective benchmark runs "
-                                    "(gloo on CPU)."),
-    serve: bool = typer.Option(False, "--serve", help="Also sweep the bundled server (tiny-test, concurrency 1 "
-                               "and 8, ~30 s) and fit the profile to it: what serving adds to every step "
-                               "(HTTP streaming) and to every request (docs/planning.md)."),
+    quick: bool = typer.Option(
+        False,
+        "--quick",
+        help="A small grid (seconds, not a minute): enough to check the "
+        "command; predictions beyond it are extrapolated and say so.",
+    ),
+    max_tokens: int = typer.Option(
+        2048,
+        "--max-tokens",
+        help="Largest step (tokens) the matmul grid measures; set it to the engine's max_num_batched_tokens.",
+    ),
+    no_comm: bool = typer.Option(
+        False,
+        "--no-comm",
+        help="Skip the collective benchmark (then TP/PP communication is priced as free, and the profile says so).",
+    ),
+    comm_nprocs: int = typer.Option(
+        2, "--comm-nprocs", help="Local processes the collective benchmark runs (gloo on CPU)."
+    ),
+    serve: bool = typer.Option(
+        False,
+        "--serve",
+        help="Also sweep the bundled server (tiny-test, concurrency 1 "
+        "and 8, ~30 s) and fit the profile to it: what serving adds to every step "
+        "(HTTP streaming) and to every request (docs/planning.md).",
+    ),
 ) -> None:
     """Measure this machine with refengine's own layers (matmuls on a grid of shapes, paged attention,
     norms/RoPE/activation, the engine's per-step overhead) and the comm probe's all-reduce, and write a
@@ -38,9 +52,16 @@ def calibrate(
         if max_tokens < 2 or comm_nprocs < 2:
             raise DiagnosisError("--max-tokens and --comm-nprocs must be >= 2")
         if quick:
-            grid = CalibrationGrid(ms=(1, 16, 256), sizes=(64, 512), decode_batches=(1, 8), decode_contexts=(64, 256),
-                                   prefill_tokens=(32, 128), elementwise_tokens=(1, 64), overhead_batches=(1, 4),
-                                   repeats=2)
+            grid = CalibrationGrid(
+                ms=(1, 16, 256),
+                sizes=(64, 512),
+                decode_batches=(1, 8),
+                decode_contexts=(64, 256),
+                prefill_tokens=(32, 128),
+                elementwise_tokens=(1, 64),
+                overhead_batches=(1, 4),
+                repeats=2,
+            )
         else:
             ms = tuple(sorted({m for m in (1, 4, 16, 64, 256, 1024) if m < max_tokens} | {max_tokens}))
             grid = CalibrationGrid(ms=ms)
@@ -54,10 +75,15 @@ def calibrate(
             profile.save(out)
     ov = profile.step_overhead
     # Without the comm probe the collective is a placeholder (free): say so, never print it as a figure.
-    comm = ("all-reduce not measured (--no-comm: free in predictions, wrong under TP/PP > 1)" if no_comm else
-            f"all-reduce {profile.collective.bus_bw_bytes_s / 1e9:.2f} GB/s bus bandwidth")
-    console.print(f"wrote {out}: step overhead {ov.fixed_s * 1e3:.2f} ms + {ov.per_unit_s * 1e6:.0f} us/request, "
-                  f"best matmul {profile.roofline.peak_flops / 1e9:.0f} GFLOP/s, {comm}")
+    comm = (
+        "all-reduce not measured (--no-comm: free in predictions, wrong under TP/PP > 1)"
+        if no_comm
+        else f"all-reduce {profile.collective.bus_bw_bytes_s / 1e9:.2f} GB/s bus bandwidth"
+    )
+    console.print(
+        f"wrote {out}: step overhead {ov.fixed_s * 1e3:.2f} ms + {ov.per_unit_s * 1e6:.0f} us/request, "
+        f"best matmul {profile.roofline.peak_flops / 1e9:.0f} GFLOP/s, {comm}"
+    )
 
 
 def _fit_to_served(profile_path: Path, quick: bool):
@@ -69,20 +95,44 @@ def _fit_to_served(profile_path: Path, quick: bool):
 
     from analyzers.diagnosis_error import DiagnosisError
     from llmbench.diag.plan_predict import predict_run
+
     console.print("[dim]sweeping the bundled server (tiny-test) to fit what serving adds[/]")
     with tempfile.TemporaryDirectory(prefix="llmdiag-calibrate-") as tmp:
         run = Path(tmp) / "served"
         warmup, duration = ("1", "3") if quick else ("2", "6")
-        proc = subprocess.run([sys.executable, "-m", "llmbench.cli", "sweep", "--model", "tiny-test", "--concurrency",
-                               "1,8", "--input-len", "128", "--output-len", "32", "--warmup", warmup, "--duration",
-                               duration, "--out", str(run)], capture_output=True, text=True)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "llmbench.cli",
+                "sweep",
+                "--model",
+                "tiny-test",
+                "--concurrency",
+                "1,8",
+                "--input-len",
+                "128",
+                "--output-len",
+                "32",
+                "--warmup",
+                warmup,
+                "--duration",
+                duration,
+                "--out",
+                str(run),
+            ],
+            capture_output=True,
+            text=True,
+        )
         if proc.returncode != 0:
             raise DiagnosisError(f"the served sweep failed ({proc.returncode}): {proc.stderr.strip()[-300:]}")
         # tiny-test's operators are too small to say what operators cost: only the overheads are fitted.
         result = predict_run(run, str(profile_path), "all", None, fit_scale=False)
     ov = result.profile.step_overhead
-    console.print(f"[dim]fitted to the served sweep: step overhead {ov.fixed_s * 1e3:.2f} ms + "
-                  f"{ov.per_unit_s * 1e6:.0f} us/request, operators x {result.profile.compute_scale:.2f}[/]")
+    console.print(
+        f"[dim]fitted to the served sweep: step overhead {ov.fixed_s * 1e3:.2f} ms + "
+        f"{ov.per_unit_s * 1e6:.0f} us/request, operators x {result.profile.compute_scale:.2f}[/]"
+    )
     return result.profile
 
 
@@ -90,6 +140,7 @@ def _comm_rows(nprocs: int, quick: bool) -> list[dict]:
     from dataclasses import asdict
 
     from probes.comm import CommSpec, run_local
+
     console.print("[dim]measuring all-reduce (the comm probe)[/]")
     sizes = (1 << 10, 1 << 20) if quick else (1 << 10, 1 << 16, 1 << 20, 1 << 23)
     spec = CommSpec(backend="gloo", ops=("all_reduce",), sizes=sizes, iters=5 if quick else 20, warmup=2)

@@ -18,20 +18,30 @@ console = make_console()
 
 
 def p99(
-    run: Optional[Path] = typer.Argument(None, help="A run directory written by `llmbench sweep` (with --live: "
-                                         "where to write the observation, default ./runs/<timestamp>-p99-live)."),
+    run: Optional[Path] = typer.Argument(
+        None,
+        help="A run directory written by `llmbench sweep` (with --live: "
+        "where to write the observation, default ./runs/<timestamp>-p99-live).",
+    ),
     metric: str = typer.Option("ttft", help="Which tail to explain: ttft, tpot or e2e."),
-    live: bool = typer.Option(False, help="Observe a running server first: a light closed-loop load with every "
-                              "probe that can run here, for --duration, then diagnose that run."),
+    live: bool = typer.Option(
+        False,
+        help="Observe a running server first: a light closed-loop load with every "
+        "probe that can run here, for --duration, then diagnose that run.",
+    ),
     target: Optional[str] = typer.Option(None, help="--live: base URL of the server (loopback or your own hosts)."),
-    model: Optional[str] = typer.Option(None, help="--live: the model name the server serves (default: the one "
-                                        "its /v1/models lists)."),
+    model: Optional[str] = typer.Option(
+        None, help="--live: the model name the server serves (default: the one its /v1/models lists)."
+    ),
     duration: str = typer.Option("60s", help="--live: how long to observe, e.g. 60s or 5m."),
     concurrency: int = typer.Option(2, min=1, help="--live: concurrent requests of the light load."),
     input_len: int = typer.Option(128, min=1, help="--live: prompt tokens of the light load."),
     output_len: int = typer.Option(32, min=1, help="--live: output tokens of the light load."),
-    tokenizer: Optional[Path] = typer.Option(None, help="--live: tokenizer.json (or its directory) of the served "
-                                             "model, for exact prompt sizing (without it the server's own count sizes them)."),
+    tokenizer: Optional[Path] = typer.Option(
+        None,
+        help="--live: tokenizer.json (or its directory) of the served "
+        "model, for exact prompt sizing (without it the server's own count sizes them).",
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print the diagnosis as JSON instead of tables."),
     save: bool = typer.Option(True, help="Also write diagnosis_p99.json into the run directory (the report shows it)."),
 ) -> None:
@@ -70,9 +80,27 @@ def _observe(out: Path | None, target, model, duration, concurrency, input_len, 
     if not target:
         raise DiagnosisError("--live needs --target URL")
     out = out or default_run_dir("p99-live")
-    cmd = [sys.executable, "-m", "llmbench.cli", "sweep", "--target", target, *(["--model", model] if model else []),
-           "--concurrency", str(concurrency), "--input-len", str(input_len), "--output-len", str(output_len),
-           "--warmup", "2s", "--duration", duration, "--out", str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "llmbench.cli",
+        "sweep",
+        "--target",
+        target,
+        *(["--model", model] if model else []),
+        "--concurrency",
+        str(concurrency),
+        "--input-len",
+        str(input_len),
+        "--output-len",
+        str(output_len),
+        "--warmup",
+        "2s",
+        "--duration",
+        duration,
+        "--out",
+        str(out),
+    ]
     if tokenizer:
         cmd += ["--tokenizer", str(tokenizer)]
     console.print(f"observing {target} for {duration} (concurrency {concurrency}) into {out}")
@@ -92,7 +120,7 @@ def _refresh_report(run: Path, quiet: bool = False) -> None:
     except Exception as exc:  # noqa: BLE001 - a report that cannot be drawn must not hide the diagnosis above
         err_console.print(f"[yellow]report not refreshed: {type(exc).__name__}: {exc}[/]")
         return
-    if not quiet:                 # --json keeps stdout pure JSON
+    if not quiet:  # --json keeps stdout pure JSON
         console.print(f"report with the diagnosis: {paths['html']}")
 
 
@@ -100,12 +128,20 @@ def _print_tail(diag) -> None:
     from reports.grid import Column, Grid, print_grid
 
     t = diag.tails
-    grid = Grid(f"{diag.metric.upper()} tail of run {diag.run_id}",
-                [Column("level", wrap=False)] + [Column(c, "right") for c in ("requests", "P50 ms", "P99 ms",
-                                                                               "spike above ms", "spikes")])
+    grid = Grid(
+        f"{diag.metric.upper()} tail of run {diag.run_id}",
+        [Column("level", wrap=False)]
+        + [Column(c, "right") for c in ("requests", "P50 ms", "P99 ms", "spike above ms", "spikes")],
+    )
     for lv in t.levels:
-        grid.add_row(lv.level_id, str(lv.n), f"{1e3 * lv.p50:.0f}", f"{1e3 * lv.p99:.0f}", f"{1e3 * lv.threshold:.0f}",
-                     str(lv.n_spikes))
+        grid.add_row(
+            lv.level_id,
+            str(lv.n),
+            f"{1e3 * lv.p50:.0f}",
+            f"{1e3 * lv.p99:.0f}",
+            f"{1e3 * lv.threshold:.0f}",
+            str(lv.n_spikes),
+        )
     print_grid(console, grid)
     console.print(f"{len(t.spikes)} spike window(s) covering {t.spike_s:.1f} s of the {t.span.seconds:.1f} s measured")
 
@@ -121,15 +157,23 @@ def _print_findings(diag, data: dict) -> None:
     if not diag.findings:
         console.print(Text(diag.headline, style="green"))
     else:
-        grid = Grid(f"Findings, most likely cause first ({diag.tail_requests} tail requests)",
-                    [Column("#", "right"), Column("category", wrap=False), Column("severity", wrap=False),
-                     Column("finding"), Column("share of the tail"), Column("next step")])
+        grid = Grid(
+            f"Findings, most likely cause first ({diag.tail_requests} tail requests)",
+            [
+                Column("#", "right"),
+                Column("category", wrap=False),
+                Column("severity", wrap=False),
+                Column("finding"),
+                Column("share of the tail"),
+                Column("next step"),
+            ],
+        )
         for i, f in enumerate(diag.findings, 1):
             grid.add_row(str(i), f.category, f.severity, f.title, f"{f.coverage:.0%} ({f.kind})", f.next_step)
         print_grid(console, grid)
         for i, f in enumerate(data["findings"], 1):
             console.print(Text(f"Evidence for #{i}:", style="bold"))
-            for line in evidence_sentences(f, diag.metric)[:-1]:       # the next step is in the table
+            for line in evidence_sentences(f, diag.metric)[:-1]:  # the next step is in the table
                 print_hanging(console, Text(f"· {line}"), indent=2)
     for f in diag.context:
         console.print(Text(f"context ({f.coverage:.0%} of the tail): {f.title}", style="dim"))

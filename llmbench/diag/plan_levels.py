@@ -26,6 +26,7 @@ def _lengths(level: LevelSpec, workload: WorkloadSpec) -> LengthsFn:
             return list(spec.prompt), spec.max_tokens
         n_in = spec.client_prompt_tokens or spec.target_input_len or level.input_len
         return random_prompt(n_in, level.seed, i), spec.max_tokens
+
     return lengths
 
 
@@ -34,8 +35,13 @@ def _arrivals(level: LevelSpec) -> Callable[[], Iterator[float] | None]:
         if level.request_rate is None:
             return None
         per_worker = level.request_rate / level.workers
-        return heapq.merge(*(ArrivalPlan(per_worker, level.burstiness, seed=level.seed, stream=k).times(0.0)
-                             for k in range(level.workers)))
+        return heapq.merge(
+            *(
+                ArrivalPlan(per_worker, level.burstiness, seed=level.seed, stream=k).times(0.0)
+                for k in range(level.workers)
+            )
+        )
+
     return make
 
 
@@ -50,7 +56,12 @@ def planned_levels(sweep: SweepInfo, overrides: dict | None = None) -> list[Leve
         raise DiagnosisError(f"the sweep's spec: {exc}") from None
     out = []
     for lv in spec.levels():
-        load = LevelLoad(level_id=lv.level_id, warmup_s=lv.warmup_s, duration_s=lv.duration_s,
-                         concurrency=lv.concurrency, request_rate=lv.request_rate)
+        load = LevelLoad(
+            level_id=lv.level_id,
+            warmup_s=lv.warmup_s,
+            duration_s=lv.duration_s,
+            concurrency=lv.concurrency,
+            request_rate=lv.request_rate,
+        )
         out.append(LevelInput(load, _lengths(lv, sweep.workload), _arrivals(lv)))
     return out

@@ -30,8 +30,17 @@ def _read_run(path: Path):
         raise DiagnosisError(f"cannot read {run.run_json}: {exc}") from None
 
 
-KV_SIZING = {"kv_cache_memory_bytes", "num_gpu_blocks_override", "block_size", "kv_cache_dtype", "dtype",
-             "tensor_parallel_size", "pipeline_parallel_size", "pipeline_layer_partition", "quantization"}
+KV_SIZING = {
+    "kv_cache_memory_bytes",
+    "num_gpu_blocks_override",
+    "block_size",
+    "kv_cache_dtype",
+    "dtype",
+    "tensor_parallel_size",
+    "pipeline_parallel_size",
+    "pipeline_layer_partition",
+    "quantization",
+}
 
 
 def _recorded_blocks(facts: dict) -> int | None:
@@ -42,8 +51,14 @@ def _recorded_blocks(facts: dict) -> int | None:
         return None
 
 
-def predict_run(path: Path, profile_arg: str, fit: str | None, what_if: str | None,
-                extra_concurrency: list[int] | None = None, fit_scale: bool = True) -> SweepPrediction:
+def predict_run(
+    path: Path,
+    profile_arg: str,
+    fit: str | None,
+    what_if: str | None,
+    extra_concurrency: list[int] | None = None,
+    fit_scale: bool = True,
+) -> SweepPrediction:
     """The run's levels (and, with `extra_concurrency`, levels it did not run at those concurrencies,
     the same lengths and timeline), predicted; fitted first to the `fit` levels."""
     run, info = _read_run(path)
@@ -58,20 +73,32 @@ def predict_run(path: Path, profile_arg: str, fit: str | None, what_if: str | No
     blocks = None if KV_SIZING & set(changes) else _recorded_blocks(info.target.engine_facts)
     setup = resolve_engine(args, shape, profile.dtype_bytes, blocks)
     if info.target.kind != "embedded":
-        setup = dataclasses.replace(setup, notes=(*setup.notes, "an external engine, simulated with refengine's "
-                                                  "scheduler and default engine arguments (its own are not recorded)"))
+        setup = dataclasses.replace(
+            setup,
+            notes=(
+                *setup.notes,
+                "an external engine, simulated with refengine's "
+                "scheduler and default engine arguments (its own are not recorded)",
+            ),
+        )
     levels = planned_levels(info.sweep)
     if extra_concurrency:
         if not info.sweep.concurrency:
             raise DiagnosisError("--extra-concurrency needs a closed-loop run (this one ran request rates)")
         known = {lv.load.level_id for lv in levels}
-        levels += [lv for lv in planned_levels(info.sweep, {"concurrency": sorted(set(extra_concurrency))})
-                   if lv.load.level_id not in known]
+        levels += [
+            lv
+            for lv in planned_levels(info.sweep, {"concurrency": sorted(set(extra_concurrency))})
+            if lv.load.level_id not in known
+        ]
     measured = measured_levels(run)
     fit_levels = None
     if fit:
-        fit_levels = [lv.load.level_id for lv in levels if lv.load.level_id in measured] if fit == "all" \
+        fit_levels = (
+            [lv.load.level_id for lv in levels if lv.load.level_id in measured]
+            if fit == "all"
             else [x.strip() for x in fit.split(",") if x.strip()]
+        )
     return predict_sweep(info.run_id, shape, profile, setup, levels, measured, fit_levels, fit_scale)
 
 
@@ -91,17 +118,20 @@ def _cell(pred: dict, meas: dict | None, err: dict | None, key: str) -> str:
 
 def print_prediction(result: SweepPrediction, console: Console) -> None:
     d = result.to_dict()
-    console.print(f"[bold]{result.run_id}[/]: {result.model}, profile {result.profile.name} ({result.profile.source}); "
-                  f"TP{result.setup.tp} PP{result.setup.pp}, max_num_seqs {result.setup.scheduler.max_num_seqs}, "
-                  f"{result.setup.cache.num_blocks} KV blocks")
+    console.print(
+        f"[bold]{result.run_id}[/]: {result.model}, profile {result.profile.name} ({result.profile.source}); "
+        f"TP{result.setup.tp} PP{result.setup.pp}, max_num_seqs {result.setup.scheduler.max_num_seqs}, "
+        f"{result.setup.cache.num_blocks} KV blocks"
+    )
     table = Table(title="predicted / measured (error); ms, output tok/s", title_justify="left")
     table.add_column("level", no_wrap=True)
     table.add_column("role")
     for k in METRICS:
         table.add_column(k.replace("_s", "").replace("_", " "), justify="right")
     for row in d["levels"]:
-        table.add_row(row["level_id"], row["role"],
-                      *(_cell(row["predicted"], row["measured"], row["error"], k) for k in METRICS))
+        table.add_row(
+            row["level_id"], row["role"], *(_cell(row["predicted"], row["measured"], row["error"], k) for k in METRICS)
+        )
     console.print(table)
     for role, errs in d["median_abs_error"].items():
         parts = ", ".join(f"{k} {v:.0%}" for k, v in errs.items() if v is not None)

@@ -16,9 +16,17 @@ from refengine.config import EngineArgs
 from refengine.errors import RefEngineError
 
 
-def predicted_ranking(shape: ModelShape, cluster: Cluster, candidates: list[Candidate], profile_arg: str,
-                      load: TargetLoad, slo_ttft_s: float, slo_tpot_s: float, max_num_batched_tokens: int,
-                      what_ifs: list[str]) -> list[RankedPlan]:
+def predicted_ranking(
+    shape: ModelShape,
+    cluster: Cluster,
+    candidates: list[Candidate],
+    profile_arg: str,
+    load: TargetLoad,
+    slo_ttft_s: float,
+    slo_tpot_s: float,
+    max_num_batched_tokens: int,
+    what_ifs: list[str],
+) -> list[RankedPlan]:
     profile = resolve_profile(profile_arg)
     try:
         base = EngineArgs(model=shape.name, max_num_batched_tokens=max_num_batched_tokens)
@@ -26,7 +34,7 @@ def predicted_ranking(shape: ModelShape, cluster: Cluster, candidates: list[Cand
         raise DiagnosisError(str(exc)) from None
     variations = [("", base)] + [(w, with_changes(base, parse_what_if(w))) for w in what_ifs]
     max_len = candidates[0].estimate.plan.max_model_len if candidates else shape.max_position_embeddings
-    for label, args in variations:          # every variation checked before any simulation runs
+    for label, args in variations:  # every variation checked before any simulation runs
         try:
             args.scheduler_config(max_len)
         except RefEngineError as exc:
@@ -41,30 +49,55 @@ def _ms(v: float | None) -> str:
     return "-" if v is None else f"{v * 1e3:.0f}"
 
 
-def print_ranking(ranked: list[RankedPlan], load: TargetLoad, slo_ttft_s: float, slo_tpot_s: float,
-                  profile_arg: str, console: Console) -> None:
-    what = (f"{load.concurrency} concurrent requests" if load.concurrency is not None
-            else f"{load.request_rate:g} requests/s")
-    table = Table(title=f"predicted at {what} of {load.input_len}/{load.output_len} tokens ({profile_arg}); "
-                        f"SLO TTFT P99 <= {slo_ttft_s * 1e3:g} ms, TPOT P95 <= {slo_tpot_s * 1e3:g} ms",
-                  title_justify="left")
-    for col in ("#", "plan", "what-if", "goodput req/s", "output tok/s", "TTFT P50/P99 ms", "TPOT P50/P95 ms",
-                "SLO", "preempt"):
-        table.add_column(col, justify="left" if col in ("plan", "what-if", "SLO") else "right",
-                         no_wrap=col == "plan")
+def print_ranking(
+    ranked: list[RankedPlan], load: TargetLoad, slo_ttft_s: float, slo_tpot_s: float, profile_arg: str, console: Console
+) -> None:
+    what = (
+        f"{load.concurrency} concurrent requests"
+        if load.concurrency is not None
+        else f"{load.request_rate:g} requests/s"
+    )
+    table = Table(
+        title=f"predicted at {what} of {load.input_len}/{load.output_len} tokens ({profile_arg}); "
+        f"SLO TTFT P99 <= {slo_ttft_s * 1e3:g} ms, TPOT P95 <= {slo_tpot_s * 1e3:g} ms",
+        title_justify="left",
+    )
+    for col in (
+        "#",
+        "plan",
+        "what-if",
+        "goodput req/s",
+        "output tok/s",
+        "TTFT P50/P99 ms",
+        "TPOT P50/P95 ms",
+        "SLO",
+        "preempt",
+    ):
+        table.add_column(col, justify="left" if col in ("plan", "what-if", "SLO") else "right", no_wrap=col == "plan")
     for i, r in enumerate(ranked, 1):
         p = r.prediction
-        table.add_row(str(i), f"{r.candidate.label} {r.candidate.weight_dtype}", r.variation or "-",
-                      f"{r.goodput_req_s:.2f}", f"{r.output_tok_s:,.0f}",
-                      f"{_ms(p.ttft_p50_s)}/{_ms(p.ttft_p99_s)}", f"{_ms(p.tpot_p50_s)}/{_ms(p.tpot_p95_s)}",
-                      "met" if r.slo_met else "missed", str(p.preemptions))
+        table.add_row(
+            str(i),
+            f"{r.candidate.label} {r.candidate.weight_dtype}",
+            r.variation or "-",
+            f"{r.goodput_req_s:.2f}",
+            f"{r.output_tok_s:,.0f}",
+            f"{_ms(p.ttft_p50_s)}/{_ms(p.ttft_p99_s)}",
+            f"{_ms(p.tpot_p50_s)}/{_ms(p.tpot_p95_s)}",
+            "met" if r.slo_met else "missed",
+            str(p.preemptions),
+        )
     console.print(table)
     notes = sorted({n for r in ranked for n in r.prediction.notes if "simulated requests" not in n})
     thin = sum(1 for r in ranked if r.prediction.n_requests < 100)
     if thin:
-        notes.append(f"{thin} of {len(ranked)} predictions rest on fewer than 100 simulated requests: their P99 is rough")
+        notes.append(
+            f"{thin} of {len(ranked)} predictions rest on fewer than 100 simulated requests: their P99 is rough"
+        )
     for note in notes:
         console.print(f"[dim]note: {note}[/]")
-    console.print("[dim]each replica simulated with refengine's scheduler at its share of the load; step times "
-                  "from the profile's per-operator model (docs/planning.md). A prediction, not a measurement: "
-                  "sweep the top plans before choosing.[/]")
+    console.print(
+        "[dim]each replica simulated with refengine's scheduler at its share of the load; step times "
+        "from the profile's per-operator model (docs/planning.md). A prediction, not a measurement: "
+        "sweep the top plans before choosing.[/]"
+    )

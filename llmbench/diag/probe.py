@@ -31,17 +31,22 @@ def clean_errors():
 
 
 def probe(
-    probes: str = typer.Option("default", help="Comma list of gpu, server, host, irq, tcp, capture, stacks; "
-                               "'default' (gpu,server,host,irq,tcp), 'all' or 'none'."),
+    probes: str = typer.Option(
+        "default",
+        help="Comma list of gpu, server, host, irq, tcp, capture, stacks; "
+        "'default' (gpu,server,host,irq,tcp), 'all' or 'none'.",
+    ),
     duration: str = typer.Option("60s", help="How long to record, e.g. 60s, 5m."),
     out: Path = typer.Option(..., help="Run directory to create; analyzers and reports read it like a sweep's."),
-    target: Optional[str] = typer.Option(None, help="Base URL of the server being observed (server, tcp, capture "
-                                         "probes), e.g. http://127.0.0.1:8000."),
+    target: Optional[str] = typer.Option(
+        None, help="Base URL of the server being observed (server, tcp, capture probes), e.g. http://127.0.0.1:8000."
+    ),
     pid: Optional[int] = typer.Option(None, help="PID of the local server process (host and stacks probes)."),
     interval: float = typer.Option(1.0, help="Seconds between samples (stacks dumps every 5 s regardless)."),
     capture_port: Optional[int] = typer.Option(None, help="TCP port to capture (default: the target's port)."),
-    capture_iface: Optional[str] = typer.Option(None, help="Interface to capture on (default lo for a loopback "
-                                                "target)."),
+    capture_iface: Optional[str] = typer.Option(
+        None, help="Interface to capture on (default lo for a loopback target)."
+    ),
     capture_max_packets: int = typer.Option(20000, help="Stop capturing after this many packets."),
     stacks_record: bool = typer.Option(False, help="Also run `py-spy record` into probes/stacks.speedscope.json."),
 ) -> None:
@@ -63,20 +68,35 @@ def probe(
         run = RunDir(out)
         if run.path.exists():
             raise ValueError(f"{run.path} exists; choose another --out")
-        info = RunInfo(run_id=run.path.name, command=sys.argv,
-                       target=TargetInfo(url=target, model=None, kind="external", pid=pid),
-                       sweep=SweepInfo(probe_only=True, duration_s=seconds), slos=SloSpec(), host=host_facts())
+        info = RunInfo(
+            run_id=run.path.name,
+            command=sys.argv,
+            target=TargetInfo(url=target, model=None, kind="external", pid=pid),
+            sweep=SweepInfo(probe_only=True, duration_s=seconds),
+            slos=SloSpec(),
+            host=host_facts(),
+        )
         run.create(info)
-    ctx = ProbeContext(out_dir=run.path, target_url=target, server_pid=pid, interval_s=interval,
-                       capture_port=capture_port, capture_iface=capture_iface,
-                       # The recording's end ends the capture: a duration limit equal to it would
-                       # fire at the last sample and read as "limit reached" (probes/capture.py).
-                       capture_max_packets=capture_max_packets, capture_max_s=None, stacks_record=stacks_record)
+    ctx = ProbeContext(
+        out_dir=run.path,
+        target_url=target,
+        server_pid=pid,
+        interval_s=interval,
+        capture_port=capture_port,
+        capture_iface=capture_iface,
+        # The recording's end ends the capture: a duration limit equal to it would
+        # fire at the last sample and read as "limit reached" (probes/capture.py).
+        capture_max_packets=capture_max_packets,
+        capture_max_s=None,
+        stacks_record=stacks_record,
+    )
     pset = ProbeSet(names, ctx, log=lambda m: console.print(m, style="yellow", highlight=False, markup=False))
     info.probes = pset.start()
     run.write_info(info)
-    console.print(f"recording {', '.join(n for n, s in info.probes.items() if s == 'ok') or 'nothing'} "
-                  f"for {seconds:g} s into [bold]{run.path}[/]")
+    console.print(
+        f"recording {', '.join(n for n, s in info.probes.items() if s == 'ok') or 'nothing'} "
+        f"for {seconds:g} s into [bold]{run.path}[/]"
+    )
     try:
         with terminate_as_interrupt(), console.status("recording ... (Ctrl-C stops early, keeping what was recorded)"):
             time.sleep(seconds)
@@ -85,24 +105,34 @@ def probe(
         info.status = "interrupted"
     finally:
         stats = pset.stop()
-        info.probes = pset.outcome(stats)         # a probe that measured nothing is "failed: ...", not "ok"
+        info.probes = pset.outcome(stats)  # a probe that measured nothing is "failed: ...", not "ok"
         info.finished = time.time()
         if info.status == "running":
             info.status = "interrupted"
         run.write_info(info)
-    table = Grid("probes", [Column("probe", wrap=False), Column("status")] +
-                 [Column(c, "right") for c in ("rows", "errors", "CPU % of a core")])
+    table = Grid(
+        "probes",
+        [Column("probe", wrap=False), Column("status")]
+        + [Column(c, "right") for c in ("rows", "errors", "CPU % of a core")],
+    )
     for name, status in info.probes.items():
         s = stats.get(name)
-        table.add_row(name, status, str(s.rows) if s else "—", str(s.errors) if s else "—",
-                      f"{100 * s.cpu_s / s.wall_s:.2f}" if s and s.wall_s else "—")
+        table.add_row(
+            name,
+            status,
+            str(s.rows) if s else "—",
+            str(s.errors) if s else "—",
+            f"{100 * s.cpu_s / s.wall_s:.2f}" if s and s.wall_s else "—",
+        )
     print_grid(console, table)
 
 
 def comm(
     backend: str = typer.Option("gloo", help="gloo (CPU tensors) or nccl (GPU tensors)."),
-    ops: str = typer.Option("all_reduce,all_gather,reduce_scatter,all_to_all,sendrecv",
-                            help="Comma list of all_reduce, all_gather, reduce_scatter, all_to_all, sendrecv."),
+    ops: str = typer.Option(
+        "all_reduce,all_gather,reduce_scatter,all_to_all,sendrecv",
+        help="Comma list of all_reduce, all_gather, reduce_scatter, all_to_all, sendrecv.",
+    ),
     min_bytes: str = typer.Option("1K", help="Smallest message (nccl-tests -b), e.g. 1K."),
     max_bytes: str = typer.Option("64M", help="Largest message (nccl-tests -e), e.g. 64M."),
     step_factor: int = typer.Option(2, help="Multiply the size by this between steps (nccl-tests -f)."),
@@ -118,9 +148,13 @@ def comm(
     with clean_errors():
         if step_factor < 2:
             raise ValueError("--step-factor must be >= 2")
-        spec = CommSpec(backend=backend, ops=tuple(o for o in ops.replace(" ", "").split(",") if o),
-                        sizes=tuple(size_steps(parse_size(min_bytes), parse_size(max_bytes), step_factor)),
-                        iters=iters, warmup=warmup)
+        spec = CommSpec(
+            backend=backend,
+            ops=tuple(o for o in ops.replace(" ", "").split(",") if o),
+            sizes=tuple(size_steps(parse_size(min_bytes), parse_size(max_bytes), step_factor)),
+            iters=iters,
+            warmup=warmup,
+        )
         if backend == "nccl":
             import torch
 
@@ -146,26 +180,41 @@ def print_comm_table(rows, n: int, backend: str, json_out: Path | None) -> None:
     plateaus = {}
     for op in dict.fromkeys(r.op for r in rows):
         op_rows = [r for r in rows if r.op == op]
-        table = Grid(f"{op} — {n} ranks, {backend}",
-                     [Column(col, "right") for col in ("size", "count", "type", "redop", "time", "algbw", "busbw",
-                                                       "skew")], box_optional=True,
-                     caption="size B · count elements · time us (slowest rank) · algbw, busbw GB/s (10^9 B/s) · "
-                             "skew = slowest / median rank time")
+        table = Grid(
+            f"{op} — {n} ranks, {backend}",
+            [Column(col, "right") for col in ("size", "count", "type", "redop", "time", "algbw", "busbw", "skew")],
+            box_optional=True,
+            caption="size B · count elements · time us (slowest rank) · algbw, busbw GB/s (10^9 B/s) · "
+            "skew = slowest / median rank time",
+        )
         for r in op_rows:
             med = sorted(r.rank_times_us)[len(r.rank_times_us) // 2]
             strag = f"rank {r.straggler_rank}" if r.straggler_rank is not None else ""
-            table.add_row(str(r.size_bytes), str(r.count), r.dtype, r.redop, f"{r.time_us:.1f}", f"{r.algbw_gbs:.3f}",
-                          f"{r.busbw_gbs:.3f}", f"{max(r.rank_times_us) / med:.2f} {strag}".strip())
+            table.add_row(
+                str(r.size_bytes),
+                str(r.count),
+                r.dtype,
+                r.redop,
+                f"{r.time_us:.1f}",
+                f"{r.algbw_gbs:.3f}",
+                f"{r.busbw_gbs:.3f}",
+                f"{max(r.rank_times_us) / med:.2f} {strag}".strip(),
+            )
         print_grid(console, table)
         plateaus[op] = plateau(op_rows)
         p = plateaus[op]
-        console.print(f"{op}: large-message plateau busbw {p['busbw_gbs']:.3f} GB/s, reached at "
-                      f"{human_bytes(p['reached_at_bytes'])}B")
+        console.print(
+            f"{op}: large-message plateau busbw {p['busbw_gbs']:.3f} GB/s, reached at "
+            f"{human_bytes(p['reached_at_bytes'])}B"
+        )
     if json_out is not None:
         from dataclasses import asdict
 
-        json_out.write_text(json.dumps({"ranks": n, "backend": backend, "rows": [asdict(r) for r in rows],
-                                        "plateau": plateaus}, indent=2))
+        json_out.write_text(
+            json.dumps(
+                {"ranks": n, "backend": backend, "rows": [asdict(r) for r in rows], "plateau": plateaus}, indent=2
+            )
+        )
 
 
 def pcap(
@@ -184,19 +233,38 @@ def pcap(
         console.print_json(json.dumps(report.to_dict()))
         return
     # A flow ("10.0.0.1:443 <-> 10.0.0.2:51234") wraps only at its spaces: no address is split.
-    table = Grid(f"{file} — {report.tcp_packets} TCP packets in {len(report.flows)} flows",
-                 [Column("flow")] + [Column(col, "right") for col in ("pkts", "data", "retr", "fast", "spur", "dupack",
-                                                                     "0win", "kalive")], dense=True)
+    table = Grid(
+        f"{file} — {report.tcp_packets} TCP packets in {len(report.flows)} flows",
+        [Column("flow")]
+        + [Column(col, "right") for col in ("pkts", "data", "retr", "fast", "spur", "dupack", "0win", "kalive")],
+        dense=True,
+    )
     for f in report.flows[:top]:
-        table.add_row(f.flow, str(f.packets), str(f.data_packets), str(f.retransmissions), str(f.fast_retransmissions),
-                      str(f.spurious_retransmissions), str(f.dup_acks), str(f.zero_windows), str(f.keepalives))
+        table.add_row(
+            f.flow,
+            str(f.packets),
+            str(f.data_packets),
+            str(f.retransmissions),
+            str(f.fast_retransmissions),
+            str(f.spurious_retransmissions),
+            str(f.dup_acks),
+            str(f.zero_windows),
+            str(f.keepalives),
+        )
     print_grid(console, table)
-    console.print("[dim]retr = retransmissions (fast / spurious among them), dupack = duplicate ACKs, 0win = zero "
-                  "windows, kalive = keep-alives (Wireshark's definitions)[/]")
+    console.print(
+        "[dim]retr = retransmissions (fast / spurious among them), dupack = duplicate ACKs, 0win = zero "
+        "windows, kalive = keep-alives (Wireshark's definitions)[/]"
+    )
     t = report.totals()
-    console.print(f"total: {t['retransmissions']} retransmissions ({t['fast_retransmissions']} fast, "
-                  f"{t['spurious_retransmissions']} spurious), {t['dup_acks']} duplicate ACKs, "
-                  f"{t['zero_windows']} zero windows; {report.capture_duplicates} capture duplicates dropped")
+    console.print(
+        f"total: {t['retransmissions']} retransmissions ({t['fast_retransmissions']} fast, "
+        f"{t['spurious_retransmissions']} spurious), {t['dup_acks']} duplicate ACKs, "
+        f"{t['zero_windows']} zero windows; {report.capture_duplicates} capture duplicates dropped"
+    )
     if report.truncated:
-        err_console.print(f"[yellow]warning:[/] the file is truncated: {report.truncated}; "
-                          f"results cover the {report.packets_read} packets before it", highlight=False)
+        err_console.print(
+            f"[yellow]warning:[/] the file is truncated: {report.truncated}; "
+            f"results cover the {report.packets_read} packets before it",
+            highlight=False,
+        )

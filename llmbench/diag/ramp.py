@@ -39,13 +39,24 @@ def _fit_prompt(prompt_tokens: int, max_tokens: int, max_model_len: int | None, 
     if max_model_len is None or prompt_tokens + max_tokens <= max_model_len:
         return prompt_tokens
     fitted = max(1, max_model_len - max_tokens - 1)
-    console.print(f"[yellow]the server's max_model_len is {max_model_len}: ramp prompts of {fitted} tokens, "
-                  f"not {prompt_tokens}[/]")
+    console.print(
+        f"[yellow]the server's max_model_len is {max_model_len}: ramp prompts of {fitted} tokens, "
+        f"not {prompt_tokens}[/]"
+    )
     return fitted
 
 
-def ramp_mode(console: Console, target: str, prompt_tokens: int, max_tokens: int, levels_text: str,
-              level_seconds: float, served_model: str | None, api_key: str | None, estimate) -> RampResult:
+def ramp_mode(
+    console: Console,
+    target: str,
+    prompt_tokens: int,
+    max_tokens: int,
+    levels_text: str,
+    level_seconds: float,
+    served_model: str | None,
+    api_key: str | None,
+    estimate,
+) -> RampResult:
     levels = _levels(levels_text)
     tspec = TargetSpec(url=target.rstrip("/"), model=served_model or "", api_key=api_key)
     try:
@@ -53,9 +64,10 @@ def ramp_mode(console: Console, target: str, prompt_tokens: int, max_tokens: int
             if not tspec.model:
                 tspec.model = client.resolve_model()
             prompt_tokens = _fit_prompt(prompt_tokens, max_tokens, client.max_model_len(), console)
-            check_metrics(tspec.url, server_gauges, api_key)     # before the preflight spends a request
-            settled = settle_requests(client, WorkloadSpec(kind="random", prompt_format="text"), prompt_tokens,
-                                      max_tokens, 0, False, console)
+            check_metrics(tspec.url, server_gauges, api_key)  # before the preflight spends a request
+            settled = settle_requests(
+                client, WorkloadSpec(kind="random", prompt_format="text"), prompt_tokens, max_tokens, 0, False, console
+            )
     except (TargetError, RampError) as exc:
         raise DiagnosisError(str(exc)) from None
     sizer, settled_target = settled.sizer, settled.target
@@ -67,24 +79,55 @@ def ramp_mode(console: Console, target: str, prompt_tokens: int, max_tokens: int
         return request_dict(RequestSpec(prompt, prompt_tokens, max_tokens, max_tokens), settled_target, stream=False)
 
     try:
-        spec = RampSpec(target=tspec.url, prompt_tokens=prompt_tokens, max_tokens=max_tokens, levels=levels,
-                        level_seconds=level_seconds, model=tspec.model, api_key=api_key)
+        spec = RampSpec(
+            target=tspec.url,
+            prompt_tokens=prompt_tokens,
+            max_tokens=max_tokens,
+            levels=levels,
+            level_seconds=level_seconds,
+            model=tspec.model,
+            api_key=api_key,
+        )
     except RampError as exc:
         raise DiagnosisError(str(exc)) from None
     facts = engine_facts(tspec.url, api_key).get("cache_config", {})
     if facts:
-        console.print(f"the server's KV cache: {facts.get('num_gpu_blocks', '?')} blocks of "
-                      f"{facts.get('block_size', '?')} tokens ({facts.get('cache_dtype', 'dtype not published')})")
-    table = Grid(f"KV ramp against {spec.target} ({spec.request_tokens} tokens per request)",
-                 [Column(col, "right" if col != "saturated by" else "left") for col in
-                  ("concurrency", "ok", "errors", "max running", "held at", "max KV usage", "preemptions", "saturated by")])
+        console.print(
+            f"the server's KV cache: {facts.get('num_gpu_blocks', '?')} blocks of "
+            f"{facts.get('block_size', '?')} tokens ({facts.get('cache_dtype', 'dtype not published')})"
+        )
+    table = Grid(
+        f"KV ramp against {spec.target} ({spec.request_tokens} tokens per request)",
+        [
+            Column(col, "right" if col != "saturated by" else "left")
+            for col in (
+                "concurrency",
+                "ok",
+                "errors",
+                "max running",
+                "held at",
+                "max KV usage",
+                "preemptions",
+                "saturated by",
+            )
+        ],
+    )
 
     def on_level(lv) -> None:
         kv = "n/a" if lv.max_kv_usage is None else f"{lv.max_kv_usage:.0%}"
-        console.print(f"[dim]level {lv.concurrency}: {lv.ok} ok, {lv.errors} errors, running <= {lv.max_running}, "
-                      f"KV {kv}[/]")
-        table.add_row(str(lv.concurrency), str(lv.ok), str(lv.errors), str(lv.max_running),
-                      str(lv.plateau_running or "-"), kv, f"{lv.preemptions:g}", "; ".join(lv.saturation()))
+        console.print(
+            f"[dim]level {lv.concurrency}: {lv.ok} ok, {lv.errors} errors, running <= {lv.max_running}, KV {kv}[/]"
+        )
+        table.add_row(
+            str(lv.concurrency),
+            str(lv.ok),
+            str(lv.errors),
+            str(lv.max_running),
+            str(lv.plateau_running or "-"),
+            kv,
+            f"{lv.preemptions:g}",
+            "; ".join(lv.saturation()),
+        )
 
     try:
         result = asyncio.run(run_ramp(spec, server_gauges, make_body, on_level))
@@ -102,16 +145,25 @@ def _print_outcome(console: Console, result: RampResult, spec: RampSpec, estimat
     est, block_size = result.estimate, result.block_size
     reserved = (result.num_blocks or 0) - (result.usable_blocks or 0)
     held_back = f", {reserved} reserved by {result.engine}" if reserved else ""
-    if est is not None and block_size is not None:          # (an estimate implies a block size)
-        est_text = (f"{est} (server: {result.num_blocks} blocks of {block_size}{held_back}; "
-                    f"{-(-spec.request_tokens // block_size)} blocks per request)")
+    if est is not None and block_size is not None:  # (an estimate implies a block size)
+        est_text = (
+            f"{est} (server: {result.num_blocks} blocks of {block_size}{held_back}; "
+            f"{-(-spec.request_tokens // block_size)} blocks per request)"
+        )
     else:
         est_text = "n/a (the server exposes no vllm:cache_config_info)"
     observed = "not reached" if result.observed_capacity is None else result.observed_capacity
     console.print(f"observed KV capacity: {observed} concurrent requests; estimate {est_text}")
     if estimate is not None:
-        console.print(f"memory model ({estimate.shape.name}, its own assumptions, not the server's): "
-                      f"{estimate.max_concurrency(spec.request_tokens)} requests of {spec.request_tokens} tokens")
+        console.print(
+            f"memory model ({estimate.shape.name}, its own assumptions, not the server's): "
+            f"{estimate.max_concurrency(spec.request_tokens)} requests of {spec.request_tokens} tokens"
+        )
     if any(t != spec.max_tokens for t in result.completion_tokens_seen):
-        console.print(Text(f"note: the server returned {sorted(result.completion_tokens_seen)} completion tokens, "
-                           f"not {spec.max_tokens}: it may not honour ignore_eos", style="yellow"))
+        console.print(
+            Text(
+                f"note: the server returned {sorted(result.completion_tokens_seen)} completion tokens, "
+                f"not {spec.max_tokens}: it may not honour ignore_eos",
+                style="yellow",
+            )
+        )

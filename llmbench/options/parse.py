@@ -13,8 +13,9 @@ def parse_list(text: str | None, kind=int, name: str = "value") -> list:
         return []
     items = text.replace(" ", "").split(",")
     if not text.strip() or any(not x for x in items):
-        raise typer.BadParameter(f"must be a comma-separated list of numbers like 1,8,32, got {text!r}",
-                                 param_hint=name)
+        raise typer.BadParameter(
+            f"must be a comma-separated list of numbers like 1,8,32, got {text!r}", param_hint=name
+        )
     try:
         return [kind(x) for x in items]
     except ValueError:

@@ -38,7 +38,7 @@ BUILTIN_TEXTS = (
     "She opened the letter slowly, afraid of what it might say about the decision of the committee.",
     "Photosynthesis converts light energy into chemical energy that is stored in glucose molecules.",
     "The meeting was moved to Thursday because half of the team was travelling to the conference.",
-    "def add(a, b):\n    \"\"\"Return the sum of two numbers.\"\"\"\n    return a + b\n",
+    'def add(a, b):\n    """Return the sum of two numbers."""\n    return a + b\n',
     "Interest rates rose for the third time this year, and analysts expect housing prices to cool.",
     "A paged KV cache divides memory into fixed-size blocks so that requests can grow without copying.",
     "After the rain stopped, the children ran outside to look for frogs in the puddles near the school.",
@@ -52,12 +52,12 @@ BUILTIN_TEXTS = (
 class QualityThresholds:
     """Pass/fail limits. Defaults suit a trained checkpoint in FP8 with per-channel scales."""
 
-    max_mean_kl: float = 0.02         # nats; well-behaved FP8 lands around 1e-3..1e-2
-    max_max_kl: float = 1.0           # nats; one position may move, not collapse
+    max_mean_kl: float = 0.02  # nats; well-behaved FP8 lands around 1e-3..1e-2
+    max_max_kl: float = 1.0  # nats; one position may move, not collapse
     min_top1_agreement: float = 0.85
-    max_ppl_ratio: float = 1.05       # quantized perplexity at most 5% above the reference
-    max_relative_kl: float = 0.1      # near-uniform reference: mean KL / reference information
-    near_uniform_nats: float = 1.0    # reference information below this = near-uniform (random weights)
+    max_ppl_ratio: float = 1.05  # quantized perplexity at most 5% above the reference
+    max_relative_kl: float = 0.1  # near-uniform reference: mean KL / reference information
+    near_uniform_nats: float = 1.0  # reference information below this = near-uniform (random weights)
 
 
 @dataclass
@@ -69,10 +69,10 @@ class QualityResult:
     top1_agreement: float
     ppl_ref: float
     ppl_quant: float
-    greedy_match_mean: float          # tokens before the first difference, mean over prompts
-    greedy_match_fraction: float      # the same over the tokens generated
+    greedy_match_mean: float  # tokens before the first difference, mean over prompts
+    greedy_match_fraction: float  # the same over the tokens generated
     greedy_tokens: int
-    ref_information: float            # mean KL(p_ref || uniform) in nats
+    ref_information: float  # mean KL(p_ref || uniform) in nats
     thresholds: QualityThresholds
     checks: dict[str, bool] = field(default_factory=dict)
 
@@ -94,18 +94,25 @@ class QualityResult:
 
     def judge(self) -> "QualityResult":
         t = self.thresholds
-        if self.near_uniform:   # see the module docstring: absolute KL and top-1 say nothing here
+        if self.near_uniform:  # see the module docstring: absolute KL and top-1 say nothing here
             self.checks = {"relative_kl": self.relative_kl <= t.max_relative_kl}
         else:
-            self.checks = {"mean_kl": self.mean_kl <= t.max_mean_kl,
-                           "top1_agreement": self.top1_agreement >= t.min_top1_agreement}
+            self.checks = {
+                "mean_kl": self.mean_kl <= t.max_mean_kl,
+                "top1_agreement": self.top1_agreement >= t.min_top1_agreement,
+            }
         self.checks["max_kl"] = self.max_kl <= t.max_max_kl
         self.checks["ppl_ratio"] = self.ppl_ratio <= t.max_ppl_ratio
         return self
 
     def as_dict(self) -> dict:
-        return {**asdict(self), "ppl_ratio": self.ppl_ratio, "relative_kl": self.relative_kl,
-                "near_uniform": self.near_uniform, "passed": self.passed}
+        return {
+            **asdict(self),
+            "ppl_ratio": self.ppl_ratio,
+            "relative_kl": self.relative_kl,
+            "near_uniform": self.near_uniform,
+            "passed": self.passed,
+        }
 
 
 def load_prompts(dataset: str | Path | None) -> list[str]:
@@ -146,8 +153,8 @@ def compare_positions(ref: torch.Tensor, quant: torch.Tensor, ids: list[int]) ->
     """Per-position statistics of two [T, V] logit tensors for the token sequence `ids`."""
     lp_ref, lp_q = torch.log_softmax(ref, -1), torch.log_softmax(quant, -1)
     p_ref = lp_ref.exp()
-    kl = (p_ref * (lp_ref - lp_q)).sum(-1).clamp(min=0.0)   # rounding can give -1e-9
-    info = math.log(ref.shape[-1]) + (p_ref * lp_ref).sum(-1)   # log V - H(p_ref)
+    kl = (p_ref * (lp_ref - lp_q)).sum(-1).clamp(min=0.0)  # rounding can give -1e-9
+    info = math.log(ref.shape[-1]) + (p_ref * lp_ref).sum(-1)  # log V - H(p_ref)
     nxt = torch.tensor(ids[1:], dtype=torch.long)
     return {
         "kl": kl,
@@ -168,9 +175,15 @@ def greedy_match_length(a: list[int], b: list[int]) -> int:
     return n
 
 
-def run_quality_check(ref_llm, quant_llm, prompts: list[str], thresholds: QualityThresholds | None = None,
-                      greedy_tokens: int = 32, max_prompt_tokens: int = 256,
-                      progress: Callable[[int, int], None] | None = None) -> QualityResult:
+def run_quality_check(
+    ref_llm,
+    quant_llm,
+    prompts: list[str],
+    thresholds: QualityThresholds | None = None,
+    greedy_tokens: int = 32,
+    max_prompt_tokens: int = 256,
+    progress: Callable[[int, int], None] | None = None,
+) -> QualityResult:
     """Score every prompt with both models, then compare greedy continuations; judge against thresholds."""
     from refengine import SamplingParams
 
@@ -178,8 +191,10 @@ def run_quality_check(ref_llm, quant_llm, prompts: list[str], thresholds: Qualit
     engine = ref_llm.llm_engine
     limit = min(max_prompt_tokens, engine.max_model_len - greedy_tokens - 1)
     if limit < 2:
-        raise RefEngineError(f"max_model_len {engine.max_model_len} leaves no room for a prompt plus "
-                             f"{greedy_tokens} greedy tokens; lower --greedy-tokens")
+        raise RefEngineError(
+            f"max_model_len {engine.max_model_len} leaves no room for a prompt plus "
+            f"{greedy_tokens} greedy tokens; lower --greedy-tokens"
+        )
     token_lists = [engine.encode_prompt(p)[1][:limit] for p in prompts]
     token_lists = [ids for ids in token_lists if len(ids) >= 2]
     if not token_lists:
@@ -198,18 +213,27 @@ def run_quality_check(ref_llm, quant_llm, prompts: list[str], thresholds: Qualit
     params = SamplingParams(max_tokens=greedy_tokens, temperature=0.0, ignore_eos=True)
     outs_r = ref_llm.generate([list(t) for t in token_lists], params)
     outs_q = quant_llm.generate([list(t) for t in token_lists], params)
-    matches = [greedy_match_length(list(a.outputs[0].token_ids), list(b.outputs[0].token_ids))
-               for a, b in zip(outs_r, outs_q)]
+    matches = [
+        greedy_match_length(list(a.outputs[0].token_ids), list(b.outputs[0].token_ids)) for a, b in zip(outs_r, outs_q)
+    ]
     if progress:
         progress(total, total)
     kl, top1 = torch.cat(kls), torch.cat(same).float()
     match_mean = sum(matches) / len(matches)
     return QualityResult(
-        num_prompts=len(token_lists), num_positions=int(kl.numel()), mean_kl=float(kl.mean()),
-        max_kl=float(kl.max()), top1_agreement=float(top1.mean()),
-        ppl_ref=math.exp(float(torch.cat(nll_r).mean())), ppl_quant=math.exp(float(torch.cat(nll_q).mean())),
-        greedy_match_mean=match_mean, greedy_match_fraction=match_mean / greedy_tokens, greedy_tokens=greedy_tokens,
-        ref_information=float(torch.cat(info).mean()), thresholds=thresholds).judge()
+        num_prompts=len(token_lists),
+        num_positions=int(kl.numel()),
+        mean_kl=float(kl.mean()),
+        max_kl=float(kl.max()),
+        top1_agreement=float(top1.mean()),
+        ppl_ref=math.exp(float(torch.cat(nll_r).mean())),
+        ppl_quant=math.exp(float(torch.cat(nll_q).mean())),
+        greedy_match_mean=match_mean,
+        greedy_match_fraction=match_mean / greedy_tokens,
+        greedy_tokens=greedy_tokens,
+        ref_information=float(torch.cat(info).mean()),
+        thresholds=thresholds,
+    ).judge()
 
 
 def sabotage_fp8_scales(llm, factor: float) -> int:

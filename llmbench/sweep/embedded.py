@@ -18,16 +18,23 @@ from rundir.ports import free_port
 
 
 class EmbeddedServer:
-    def __init__(self, model: str = "tiny", engine_args: list[str] | None = None, startup_timeout_s: float = 300.0,
-                 threads: int | None = None, data_parallel_size: int = 1, lb_policy: str | None = None):
+    def __init__(
+        self,
+        model: str = "tiny",
+        engine_args: list[str] | None = None,
+        startup_timeout_s: float = 300.0,
+        threads: int | None = None,
+        data_parallel_size: int = 1,
+        lb_policy: str | None = None,
+    ):
         if data_parallel_size < 1:
             raise ValueError(f"data_parallel_size must be at least 1, got {data_parallel_size}")
         if lb_policy is not None and data_parallel_size < 2:
             raise ValueError(f"an lb policy ({lb_policy}) balances a fleet: data_parallel_size is {data_parallel_size}")
         self.model = model
-        self.data_parallel_size = data_parallel_size   # > 1: replicas behind the engine's own front
-        self.lb_policy = lb_policy                     # the front's (None: its default)
-        self.threads = threads       # torch intra-op threads of the server (None: torch's default, one per core)
+        self.data_parallel_size = data_parallel_size  # > 1: replicas behind the engine's own front
+        self.lb_policy = lb_policy  # the front's (None: its default)
+        self.threads = threads  # torch intra-op threads of the server (None: torch's default, one per core)
         self.engine_args = list(engine_args or [])
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -39,15 +46,24 @@ class EmbeddedServer:
     def command(self) -> list[str]:
         fleet = ["--data-parallel-size", str(self.data_parallel_size)] if self.data_parallel_size > 1 else []
         fleet += ["--lb-policy", self.lb_policy] if self.lb_policy is not None else []
-        return [sys.executable, "-m", "refengine.server", "--model", self.model, "--port", str(self.port),
-                *fleet, *self.engine_args]
+        return [
+            sys.executable,
+            "-m",
+            "refengine.server",
+            "--model",
+            self.model,
+            "--port",
+            str(self.port),
+            *fleet,
+            *self.engine_args,
+        ]
 
     def start(self) -> "EmbeddedServer":
         env = os.environ.copy()
         if self.threads is not None:
             if self.threads < 1:
                 raise ValueError(f"server threads must be at least 1, got {self.threads}")
-            env["OMP_NUM_THREADS"] = str(self.threads)     # torch sizes its intra-op pool from it
+            env["OMP_NUM_THREADS"] = str(self.threads)  # torch sizes its intra-op pool from it
         self.proc = subprocess.Popen(self.command, stdout=self.log, stderr=subprocess.STDOUT, env=env)
         deadline = time.monotonic() + self.startup_timeout_s
         while time.monotonic() < deadline:

@@ -57,11 +57,11 @@ class LevelPlan(Protocol):
 
     def next_level(self, stats: dict[str, LevelStats]) -> LevelSpec | None: ...
 
-    def issued(self) -> list[LevelSpec]: ...          # every level handed out so far, in order
+    def issued(self) -> list[LevelSpec]: ...  # every level handed out so far, in order
 
-    def note(self, info: RunInfo) -> None: ...        # record the plan's state in run.json
+    def note(self, info: RunInfo) -> None: ...  # record the plan's state in run.json
 
-    resume_command: str                               # what continues an interrupted run of this plan
+    resume_command: str  # what continues an interrupted run of this plan
 
 
 class FixedPlan:
@@ -71,7 +71,7 @@ class FixedPlan:
 
     def __init__(self, levels: list[LevelSpec], done: list[str] | None = None):
         self.levels = levels
-        self.done = set(done or [])         # finished in an earlier attempt (resume): skipped
+        self.done = set(done or [])  # finished in an earlier attempt (resume): skipped
 
     def next_level(self, stats: dict[str, LevelStats]) -> LevelSpec | None:
         return next((lv for lv in self.levels if lv.level_id not in stats and lv.level_id not in self.done), None)
@@ -84,13 +84,16 @@ class FixedPlan:
 
 
 def host_facts() -> dict:
-    return {"hostname": socket.gethostname(), "platform": platform.platform(), "python": sys.version.split()[0],
-            "cpus": __import__("os").cpu_count()}
+    return {
+        "hostname": socket.gethostname(),
+        "platform": platform.platform(),
+        "python": sys.version.split()[0],
+        "cpus": __import__("os").cpu_count(),
+    }
 
 
 def new_run_info(run_id: str, spec: SweepSpec, target: TargetInfo, slos: SloSpec) -> RunInfo:
-    return RunInfo(run_id=run_id, command=sys.argv, target=target, sweep=spec,
-                   slos=slos, host=host_facts())
+    return RunInfo(run_id=run_id, command=sys.argv, target=target, sweep=spec, slos=slos, host=host_facts())
 
 
 @dataclass
@@ -98,9 +101,9 @@ class _SweepState:
     """What the level loop leaves behind: every level's stats so far, and why it stopped early."""
 
     stats: dict[str, LevelStats]
-    interrupted: bool = False       # Ctrl-C
-    stopped: str | None = None      # a level whose requests all failed
-    gone: str | None = None         # the target stopped answering
+    interrupted: bool = False  # Ctrl-C
+    stopped: str | None = None  # a level whose requests all failed
+    gone: str | None = None  # the target stopped answering
 
     @property
     def status(self) -> str:
@@ -111,8 +114,9 @@ class _SweepState:
         if self.gone:
             raise TargetGone(f"{self.gone}; the run directory keeps what was measured: {resume} once it is back")
         if self.stopped:
-            raise SweepStopped(f"{self.stopped}\nthe run directory keeps what was measured; fix the cause, then "
-                               f"{resume}")
+            raise SweepStopped(
+                f"{self.stopped}\nthe run directory keeps what was measured; fix the cause, then {resume}"
+            )
         if self.interrupted:
             raise KeyboardInterrupt
 
@@ -121,16 +125,20 @@ def _start(run: RunDir, info: RunInfo, probes) -> dict[str, LevelStats]:
     """Mark the run running, start the probes, and return the stats of the levels an earlier attempt finished."""
     info.status = "running"
     if probes is not None:
-        info.probes.update(probes.start())     # name -> "ok" or why it cannot run here
+        info.probes.update(probes.start())  # name -> "ok" or why it cannot run here
     run.write_info(info)
     # Records of a level that did not finish would mix two attempts: set them aside (kept, not lost).
     run.set_aside_records(keep_levels=set(info.levels_done))
-    return {s["level_id"]: LevelStats.from_dict(s) for s in (run.read_summary() or {}).get("levels", [])
-            if s["level_id"] in info.levels_done}
+    return {
+        s["level_id"]: LevelStats.from_dict(s)
+        for s in (run.read_summary() or {}).get("levels", [])
+        if s["level_id"] in info.levels_done
+    }
 
 
-def _carry_on(m: MeasuredLevel, state: _SweepState, info: RunInfo, target_alive: Callable[[], bool],
-              console: Console) -> bool:
+def _carry_on(
+    m: MeasuredLevel, state: _SweepState, info: RunInfo, target_alive: Callable[[], bool], console: Console
+) -> bool:
     """Whether the sweep goes on after this level; if not, `state` says why."""
     level_id = m.level.level_id
     if m.result.failure is not None:
@@ -140,35 +148,50 @@ def _carry_on(m: MeasuredLevel, state: _SweepState, info: RunInfo, target_alive:
     if m.result.server_died or not target_alive():
         state.gone = f"the target stopped answering during {level_id}"
         console.print(f"[red]{state.gone}; stopping the sweep (resume with --resume)[/]")
-        if not m.cut_short:          # it died after the level's last request: still not a full level
+        if not m.cut_short:  # it died after the level's last request: still not a full level
             mark_cut_short(m.lv, m.window.seconds, m.level.duration_s)
             info.level_meta[level_id].cut_short = True
         return False
     return True
 
 
-def _finish(run: RunDir, info: RunInfo, plan: LevelPlan, state: _SweepState, slos: SloSpec,
-            console: Console, profile: str | None = None) -> list[LevelStats]:
+def _finish(
+    run: RunDir,
+    info: RunInfo,
+    plan: LevelPlan,
+    state: _SweepState,
+    slos: SloSpec,
+    console: Console,
+    profile: str | None = None,
+) -> list[LevelStats]:
     """Write the final run.json, summary and reports, and show them; returns the levels in plan order."""
     info.status = state.status
     info.finished = time.time()
     plan.note(info)
     run.write_info(info)
     ordered = _write_summary(run, info, plan.issued(), state.stats, slos)
-    if profile is not None:             # --profile: every level predicted, for the report to hold against it
+    if profile is not None:  # --profile: every level predicted, for the report to hold against it
         predict_at_end(run, profile, console)
     summary = _write_reports(run, console) or summary_of_levels(info, slos, ordered)
     print_grid(console, run_summary_table(summary, title=f"run {info.run_id} ({info.status})"))
     print_prediction(console, summary.prediction)
-    if isinstance(plan, FixedPlan):     # a search's caller states its own answer (llmbench capacity)
-        print_answer(console, build_answer(summary, read_diagnosis(run)))      # the answer first, as the report
+    if isinstance(plan, FixedPlan):  # a search's caller states its own answer (llmbench capacity)
+        print_answer(console, build_answer(summary, read_diagnosis(run)))  # the answer first, as the report
     return ordered
 
 
-def run_sweep(spec: SweepSpec, run: RunDir, target: TargetSpec, console: Console,
-              target_alive: Callable[[], bool] = lambda: True, slos: SloSpec | None = None,
-              master_bind: str | None = None, probes=None, plan: LevelPlan | None = None,
-              profile: str | None = None) -> list[LevelStats]:
+def run_sweep(
+    spec: SweepSpec,
+    run: RunDir,
+    target: TargetSpec,
+    console: Console,
+    target_alive: Callable[[], bool] = lambda: True,
+    slos: SloSpec | None = None,
+    master_bind: str | None = None,
+    probes=None,
+    plan: LevelPlan | None = None,
+    profile: str | None = None,
+) -> list[LevelStats]:
     """Run the levels not yet done in `run` (all of them for a new run). Returns every level's stats.
     `probes` (a probes.runner.ProbeSet) samples from before the first level to after the last.
     `plan` chooses the levels (default: the spec's grid, FixedPlan). `profile`: a machine profile
@@ -180,15 +203,20 @@ def run_sweep(spec: SweepSpec, run: RunDir, target: TargetSpec, console: Console
     stop_ttft = slos.ttft_p99_s if spec.stop_over_capacity else None
     state = _SweepState(stats=_start(run, info, probes))
     try:
-        with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TimeElapsedColumn(),
-                      TextColumn("{task.fields[stats]}"), console=console) as progress:
+        with Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            TimeElapsedColumn(),
+            TextColumn("{task.fields[stats]}"),
+            console=console,
+        ) as progress:
             while (level := plan.next_level(state.stats)) is not None:
                 if level.level_id in info.levels_done:
-                    raise RuntimeError(f"the plan asked for {level.level_id} again")   # a plan bug, not a loop
+                    raise RuntimeError(f"the plan asked for {level.level_id} again")  # a plan bug, not a loop
                 level = dataclasses.replace(level, saturation_ttft_s=stop_ttft)
                 m = measure_level(level, run, target, spec, progress, master_bind, slos)
                 meta = info.level_meta[level.level_id] = m.meta()
-                if spec.workload.kind == "trace":      # played once, in part or cycled: say which
+                if spec.workload.kind == "trace":  # played once, in part or cycled: say which
                     meta.trace = trace_replay(spec.workload, level, sent=m.result.sent)
                     m.lv.notes.append(trace_words(meta.trace))
                     meta.notes.append(m.lv.notes[-1])
@@ -222,8 +250,9 @@ def _write_reports(run: RunDir, console: Console) -> RunSummary | None:
 
         diag = diagnose_p99(run)
         save_diagnosis(run, diagnosis_record(diag))
-        console.print(f"P99 diagnosis: {diag.headline} (details: `llmdiag p99 {run.path}`)", highlight=False,
-                      markup=False)
+        console.print(
+            f"P99 diagnosis: {diag.headline} (details: `llmdiag p99 {run.path}`)", highlight=False, markup=False
+        )
     except Exception as exc:  # noqa: BLE001 - no records, or a diagnosis bug: the report goes on without it
         console.print(f"[yellow]no P99 diagnosis ({type(exc).__name__}: {exc})[/]")
     try:
@@ -231,15 +260,18 @@ def _write_reports(run: RunDir, console: Console) -> RunSummary | None:
 
         summary, paths = write_reports(run)
     except Exception as exc:  # noqa: BLE001 - a report bug must not cost the run: everything is on disk
-        console.print(f"[yellow]could not write the report ({type(exc).__name__}: {exc}); "
-                      f"retry with `llmbench report {run.path}`[/]")
+        console.print(
+            f"[yellow]could not write the report ({type(exc).__name__}: {exc}); "
+            f"retry with `llmbench report {run.path}`[/]"
+        )
         return None
     console.print(f"report: [bold]{paths['html']}[/]")
     return summary
 
 
-def _write_summary(run: RunDir, info: RunInfo, levels: list[LevelSpec], stats: dict[str, LevelStats],
-                   slos: SloSpec) -> list[LevelStats]:
+def _write_summary(
+    run: RunDir, info: RunInfo, levels: list[LevelSpec], stats: dict[str, LevelStats], slos: SloSpec
+) -> list[LevelStats]:
     ordered = [stats[lv.level_id] for lv in levels if lv.level_id in stats]
     run.write_summary(summary_of_levels(info, slos, ordered).to_dict())
     return ordered

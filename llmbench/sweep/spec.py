@@ -34,9 +34,12 @@ class SweepSpec(SweepInfo):
         if self.workers < 1:
             raise ValueError("--workers must be >= 1")
         if (self.steady_warmup or self.sample_target is not None) and not (
-                self.max_duration_s is not None and self.max_duration_s >= max(self.warmup_s, self.duration_s)):
-            raise ValueError("--max-duration must be at least the minimum warm-up and window it bounds "
-                             f"({self.warmup_s:g} s, {self.duration_s:g} s)")
+            self.max_duration_s is not None and self.max_duration_s >= max(self.warmup_s, self.duration_s)
+        ):
+            raise ValueError(
+                "--max-duration must be at least the minimum warm-up and window it bounds "
+                f"({self.warmup_s:g} s, {self.duration_s:g} s)"
+            )
 
     def _sizing(self, closed_loop: bool) -> dict:
         """A level's sizing (docs/metrics.md, "Sizing a level"): a steady warm-up only where there
@@ -44,8 +47,11 @@ class SweepSpec(SweepInfo):
         times are the experiment (its window is --duration)."""
         steady = self.steady_warmup and closed_loop
         target = self.sample_target if self.workload.kind != "trace" else None
-        return {"steady_warmup": steady, "sample_target": target,
-                "max_duration_s": self.max_duration_s if steady or target is not None else None}
+        return {
+            "steady_warmup": steady,
+            "sample_target": target,
+            "max_duration_s": self.max_duration_s if steady or target is not None else None,
+        }
 
     def levels(self) -> list[LevelSpec]:
         loads = [("c", c, None) for c in self.concurrency] + [("r", None, r) for r in self.request_rate]
@@ -54,11 +60,22 @@ class SweepSpec(SweepInfo):
             for outl in self.output_lens:
                 for prefix, c, r in loads:
                     load = c if c is not None else f"{r:g}"
-                    out.append(LevelSpec(
-                        level_id=f"{prefix}{load}-in{inp}-out{outl}", concurrency=c, request_rate=r,
-                        burstiness=self.burstiness, input_len=inp, output_len=outl, warmup_s=self.warmup_s,
-                        duration_s=self.duration_s, request_timeout_s=self.request_timeout_s,
-                        workers=self.workers, seed=self.seed, **self._sizing(c is not None)))
+                    out.append(
+                        LevelSpec(
+                            level_id=f"{prefix}{load}-in{inp}-out{outl}",
+                            concurrency=c,
+                            request_rate=r,
+                            burstiness=self.burstiness,
+                            input_len=inp,
+                            output_len=outl,
+                            warmup_s=self.warmup_s,
+                            duration_s=self.duration_s,
+                            request_timeout_s=self.request_timeout_s,
+                            workers=self.workers,
+                            seed=self.seed,
+                            **self._sizing(c is not None),
+                        )
+                    )
         return out
 
 

@@ -20,14 +20,19 @@ def trace_level(spec, a) -> None:
     SweepArgs): open loop at the trace's own times, its mean rate naming the level and its mean
     lengths the level's lengths; its warm-up, window and whether it cycles (_timeline)."""
     if spec.concurrency or len(spec.request_rate) > 1:
-        raise ValueError("--workload trace sends at the trace's times: give no --concurrency or --request-rate "
-                         "(scale time with --trace-speed)")
+        raise ValueError(
+            "--workload trace sends at the trace's times: give no --concurrency or --request-rate "
+            "(scale time with --trace-speed)"
+        )
     if not a.trace_speed > 0:
         raise ValueError("--trace-speed must be > 0")
     trace = sweep_trace(a)
-    spec.workload = spec.workload.updated(trace_speed=a.trace_speed, trace_limit=a.trace_limit,
-                                          block_size=a.block_size,
-                                          trace_loop=_timeline(spec, a, trace.span_s / a.trace_speed))
+    spec.workload = spec.workload.updated(
+        trace_speed=a.trace_speed,
+        trace_limit=a.trace_limit,
+        block_size=a.block_size,
+        trace_loop=_timeline(spec, a, trace.span_s / a.trace_speed),
+    )
     spec.concurrency, spec.request_rate = [], [float(f"{trace.mean_rate(a.trace_speed):.3g}")]
     spec.input_lens = [max(1, round(sum(r.input_len for r in trace.rows) / len(trace.rows)))]
     spec.output_lens = [max(1, round(sum(r.output_len for r in trace.rows) / len(trace.rows)))]
@@ -47,7 +52,9 @@ def _timeline(spec, a, pass_s: float) -> str | None:
         return "--duration" if spec.warmup_s + spec.duration_s > pass_s * (1 + 1e-9) else None
     spec.warmup_s = 0.0 if a.warmup is None else spec.warmup_s
     if spec.warmup_s >= pass_s:
-        raise ValueError(f"--warmup {spec.warmup_s:g} s is the whole trace ({pass_s:.3g} s at --trace-speed "
-                         f"{a.trace_speed:g}): the trace plays once, so give a shorter --warmup, or --trace-loop")
+        raise ValueError(
+            f"--warmup {spec.warmup_s:g} s is the whole trace ({pass_s:.3g} s at --trace-speed "
+            f"{a.trace_speed:g}): the trace plays once, so give a shorter --warmup, or --trace-loop"
+        )
     spec.duration_s = pass_s - spec.warmup_s
     return None

@@ -27,34 +27,35 @@ import torch
 
 @dataclass
 class PrefillSlice:
-    token_start: int             # first index in the flat token axis
-    num_tokens: int              # new tokens (queries)
-    start_pos: int               # position of the first new token
+    token_start: int  # first index in the flat token axis
+    num_tokens: int  # new tokens (queries)
+    start_pos: int  # position of the first new token
     context_slots: torch.Tensor  # [start_pos + num_tokens] long: cache slots of positions 0..end
-    mask: torch.Tensor | None    # [num_tokens, context] bool (True = attend); None = square causal
+    mask: torch.Tensor | None  # [num_tokens, context] bool (True = attend); None = square causal
 
 
 @dataclass
 class AttentionMetadata:
     num_tokens: int
-    slot_mapping: torch.Tensor     # [T] long: where each new token's K/V is written
+    slot_mapping: torch.Tensor  # [T] long: where each new token's K/V is written
     # Per-sequence views in the layout Triton/flash kernels take (not used by the torch path).
     query_start_loc: torch.Tensor  # [S + 1] int32: cumulative new-token counts
-    seq_lens: torch.Tensor         # [S] int32: context length after this step (start_pos + n)
-    block_tables: torch.Tensor     # [S, max_blocks] int32, right-padded with 0
+    seq_lens: torch.Tensor  # [S] int32: context length after this step (start_pos + n)
+    block_tables: torch.Tensor  # [S, max_blocks] int32, right-padded with 0
     # The batched decode: sequences with exactly one new token.
     decode_token_indices: torch.Tensor | None = None  # [B] long: their tokens in the flat axis
-    decode_slots: torch.Tensor | None = None          # [B, max_ctx] long (padding points at slot 0)
-    decode_mask: torch.Tensor | None = None           # [B, 1, 1, max_ctx] bool; None if nothing to mask
+    decode_slots: torch.Tensor | None = None  # [B, max_ctx] long (padding points at slot 0)
+    decode_mask: torch.Tensor | None = None  # [B, 1, 1, max_ctx] bool; None if nothing to mask
     decode_only: bool = False  # every token is a decode, in flat order (no scatter needed)
     # The decodes' rows of block_tables / seq_lens (the CPU decode kernel walks blocks in place).
-    decode_block_tables: torch.Tensor | None = None   # [B, max_blocks] int32
-    decode_seq_lens: torch.Tensor | None = None       # [B] int32
+    decode_block_tables: torch.Tensor | None = None  # [B, max_blocks] int32
+    decode_seq_lens: torch.Tensor | None = None  # [B] int32
     prefills: list[PrefillSlice] = field(default_factory=list)
 
 
-def build_attention_metadata(seqs: list[tuple[int, int, list[int]]], block_size: int,
-                             device: torch.device | str = "cpu") -> AttentionMetadata:
+def build_attention_metadata(
+    seqs: list[tuple[int, int, list[int]]], block_size: int, device: torch.device | str = "cpu"
+) -> AttentionMetadata:
     """Index tensors for one step; `seqs` is [(start_pos, num_new_tokens, block_ids)] in batch order."""
     if not seqs:
         raise ValueError("a step needs at least one sequence")
@@ -69,8 +70,9 @@ def build_attention_metadata(seqs: list[tuple[int, int, list[int]]], block_size:
             raise ValueError(f"a context of {s + n} tokens needs {need} blocks of {block_size}, got {len(ids)}")
     max_nb = max(nblocks)
     # Built on the CPU from Python lists in a handful of vectorized ops, then moved once.
-    block_tables = torch.tensor([list(ids[:nb]) + [0] * (max_nb - nb) for (_, _, ids), nb in zip(seqs, nblocks)],
-                                dtype=torch.long)
+    block_tables = torch.tensor(
+        [list(ids[:nb]) + [0] * (max_nb - nb) for (_, _, ids), nb in zip(seqs, nblocks)], dtype=torch.long
+    )
     offsets = torch.arange(block_size)
     counts_t, starts_t = torch.tensor(counts), torch.tensor(starts)
     qsl = torch.zeros(len(seqs) + 1, dtype=torch.long)
@@ -83,10 +85,12 @@ def build_attention_metadata(seqs: list[tuple[int, int, list[int]]], block_size:
     slot_mapping = block_tables[seq_of_token, pos // block_size] * block_size + pos % block_size
 
     meta = AttentionMetadata(
-        num_tokens=num_tokens, slot_mapping=slot_mapping.to(device),
+        num_tokens=num_tokens,
+        slot_mapping=slot_mapping.to(device),
         query_start_loc=qsl.to(torch.int32).to(device),
         seq_lens=torch.tensor(ctx_lens, dtype=torch.int32).to(device),
-        block_tables=block_tables.to(torch.int32).to(device))
+        block_tables=block_tables.to(torch.int32).to(device),
+    )
 
     decode_ids = [i for i, n in enumerate(counts) if n == 1]
     if decode_ids:
@@ -111,7 +115,7 @@ def build_attention_metadata(seqs: list[tuple[int, int, list[int]]], block_size:
         if n == 1:
             continue
         ctx = ctx_lens[i]
-        ctx_slots = (block_tables[i, :nblocks[i], None] * block_size + offsets).reshape(-1)[:ctx]
+        ctx_slots = (block_tables[i, : nblocks[i], None] * block_size + offsets).reshape(-1)[:ctx]
         causal: torch.Tensor | None = None
         if s > 0:  # query j (position s + j) sees keys 0 .. s + j: causal, shifted by s
             causal = (torch.arange(ctx)[None, :] <= (s + torch.arange(n))[:, None]).to(device)

@@ -15,8 +15,14 @@ from refengine.attention.metadata import AttentionMetadata
 from refengine.numerics.kv_cache import from_cache, is_fp8, to_cache
 
 
-def store_kv(k: torch.Tensor, v: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor,
-             k_scale: float = 1.0, v_scale: float = 1.0) -> None:
+def store_kv(
+    k: torch.Tensor,
+    v: torch.Tensor,
+    kv_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+    k_scale: float = 1.0,
+    v_scale: float = 1.0,
+) -> None:
     """Write this step's K and V ([T, kv_heads * head_dim]) into their cache slots.
 
     An FP8 cache stores x / scale (saturated); index_copy_ has no float8 kernel, so FP8 is
@@ -31,8 +37,15 @@ def store_kv(k: torch.Tensor, v: torch.Tensor, kv_cache: torch.Tensor, slot_mapp
     flat[1].index_copy_(0, slot_mapping, v)
 
 
-def paged_attention(q: torch.Tensor, kv_cache: torch.Tensor, meta: AttentionMetadata, num_heads: int,
-                    scale: float, k_scale: float = 1.0, v_scale: float = 1.0) -> torch.Tensor:
+def paged_attention(
+    q: torch.Tensor,
+    kv_cache: torch.Tensor,
+    meta: AttentionMetadata,
+    num_heads: int,
+    scale: float,
+    k_scale: float = 1.0,
+    v_scale: float = 1.0,
+) -> torch.Tensor:
     """q [T, heads * head_dim] -> attention output [T, heads * head_dim], flat token order.
 
     K and V are gathered in the cache dtype and converted (x8 * scale for FP8) after the gather,
@@ -53,9 +66,10 @@ def paged_attention(q: torch.Tensor, kv_cache: torch.Tensor, meta: AttentionMeta
         kd = from_cache(flat[0].index_select(0, slots), compute_dtype, k_scale).view(b, max_ctx, kv_heads, head_dim)
         vd = from_cache(flat[1].index_select(0, slots), compute_dtype, v_scale).view(b, max_ctx, kv_heads, head_dim)
         kd, vd = kd.transpose(1, 2), vd.transpose(1, 2)
-        od = F.scaled_dot_product_attention(qd.unsqueeze(2), kd, vd, attn_mask=meta.decode_mask, scale=scale,
-                                            enable_gqa=gqa).squeeze(2)
-        if out is None:             # decode only: the decodes are the whole batch
+        od = F.scaled_dot_product_attention(
+            qd.unsqueeze(2), kd, vd, attn_mask=meta.decode_mask, scale=scale, enable_gqa=gqa
+        ).squeeze(2)
+        if out is None:  # decode only: the decodes are the whole batch
             out = od
         else:
             out[meta.decode_token_indices] = od
@@ -63,11 +77,12 @@ def paged_attention(q: torch.Tensor, kv_cache: torch.Tensor, meta: AttentionMeta
     assert out is not None, "a decode-only batch without decodes"
 
     for p in meta.prefills:
-        qp = q[p.token_start:p.token_start + p.num_tokens].transpose(0, 1).unsqueeze(0)  # [1, H, n, D]
+        qp = q[p.token_start : p.token_start + p.num_tokens].transpose(0, 1).unsqueeze(0)  # [1, H, n, D]
         kp = from_cache(flat[0].index_select(0, p.context_slots), compute_dtype, k_scale)
         vp = from_cache(flat[1].index_select(0, p.context_slots), compute_dtype, v_scale)
         kp, vp = kp.transpose(0, 1).unsqueeze(0), vp.transpose(0, 1).unsqueeze(0)  # [1, KVH, L, D]
-        op = F.scaled_dot_product_attention(qp, kp, vp, attn_mask=p.mask, is_causal=p.mask is None, scale=scale,
-                                            enable_gqa=gqa)
-        out[p.token_start:p.token_start + p.num_tokens] = op.squeeze(0).transpose(0, 1)
+        op = F.scaled_dot_product_attention(
+            qp, kp, vp, attn_mask=p.mask, is_causal=p.mask is None, scale=scale, enable_gqa=gqa
+        )
+        out[p.token_start : p.token_start + p.num_tokens] = op.squeeze(0).transpose(0, 1)
     return out.reshape(-1, num_heads * head_dim)

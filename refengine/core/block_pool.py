@@ -100,7 +100,8 @@ class FreeBlockQueue:
             block = nxt
         assert block.next_free is self._tail, "free queue does not end at the tail sentinel"
         assert len(forward) == self.num_free_blocks, (
-            f"free queue holds {len(forward)} blocks but counts {self.num_free_blocks}")
+            f"free queue holds {len(forward)} blocks but counts {self.num_free_blocks}"
+        )
         return forward
 
 
@@ -155,8 +156,9 @@ class BlockPool:
             if block.ref_cnt == 0:
                 self.free_queue.append(block)
 
-    def cache_full_block(self, block: KVCacheBlock, block_hash: int, token_ids: tuple[int, ...],
-                         parent_hash: int | None) -> bool:
+    def cache_full_block(
+        self, block: KVCacheBlock, block_hash: int, token_ids: tuple[int, ...], parent_hash: int | None
+    ) -> bool:
         """Publish a filled block under its hash; False when that hash already has a block."""
         if block.block_hash is not None or block_hash in self.cached_blocks:
             return False
@@ -185,11 +187,13 @@ class BlockPool:
                 counts["used"] += 1
             if block.block_hash is not None:
                 assert self.cached_blocks.get(block.block_hash) is block, (
-                    f"block {block.block_id} has a hash but the map does not point at it")
+                    f"block {block.block_id} has a hash but the map does not point at it"
+                )
                 assert block.token_ids is not None, f"cached block {block.block_id} lost its tokens"
         for block_hash, block in self.cached_blocks.items():
             assert block.block_hash == block_hash, (
-                f"hash map entry {block_hash} points at block {block.block_id} hashed {block.block_hash}")
+                f"hash map entry {block_hash} points at block {block.block_id} hashed {block.block_hash}"
+            )
         assert sum(counts.values()) == self.num_blocks, f"{counts} does not add up to {self.num_blocks}"
         assert counts["free"] + counts["cached"] == self.get_num_free_blocks()
         return counts

@@ -58,7 +58,7 @@ class KVCacheManager:
         bs = self.block_size
         for i in range(len(hashes), num_full):
             parent = hashes[i - 1] if i else None
-            hashes.append(hash_block_tokens(parent, tokens[i * bs:(i + 1) * bs]))
+            hashes.append(hash_block_tokens(parent, tokens[i * bs : (i + 1) * bs]))
 
     # ---- lookup --------------------------------------------------------------------------
 
@@ -75,17 +75,20 @@ class KVCacheManager:
             block_hash = request.block_hashes[i]
             block = self.block_pool.get_cached_block(block_hash)
             parent = request.block_hashes[i - 1] if i else None
-            if (block is None or block.parent_hash != parent
-                    or block.token_ids != tuple(tokens[i * bs:(i + 1) * bs])):
+            if block is None or block.parent_hash != parent or block.token_ids != tuple(tokens[i * bs : (i + 1) * bs]):
                 break
             hits.append(block)
         return hits, len(hits) * bs
 
     # ---- allocation ----------------------------------------------------------------------
 
-    def allocate_slots(self, request: Request, num_new_tokens: int,
-                       new_computed_blocks: Sequence[KVCacheBlock] = (),
-                       watermark_blocks: int = 0) -> list[int] | None:
+    def allocate_slots(
+        self,
+        request: Request,
+        num_new_tokens: int,
+        new_computed_blocks: Sequence[KVCacheBlock] = (),
+        watermark_blocks: int = 0,
+    ) -> list[int] | None:
         """Make room for num_new_tokens more tokens; None (and no change at all) if it does not fit.
 
         new_computed_blocks are the prefix hits of a request being admitted; they count as
@@ -95,8 +98,7 @@ class KVCacheManager:
         blocks = self.req_to_blocks.get(req_id, [])
         admitting = req_id not in self.req_to_blocks
         assert not new_computed_blocks or admitting, "prefix hits are only taken at admission"
-        num_tokens_needed = (request.num_computed_tokens + len(new_computed_blocks) * self.block_size
-                             + num_new_tokens)
+        num_tokens_needed = request.num_computed_tokens + len(new_computed_blocks) * self.block_size + num_new_tokens
         if self.contiguous:
             num_required = self.blocks_per_contiguous_request
             assert num_tokens_needed <= num_required * self.block_size, "contiguous request outgrew max_model_len"
@@ -134,8 +136,9 @@ class KVCacheManager:
         for i in range(start, num_full):
             parent = request.block_hashes[i - 1] if i else None
             # A duplicate (same content computed twice concurrently) simply stays uncached.
-            self.block_pool.cache_full_block(blocks[i], request.block_hashes[i],
-                                             tuple(tokens[i * bs:(i + 1) * bs]), parent)
+            self.block_pool.cache_full_block(
+                blocks[i], request.block_hashes[i], tuple(tokens[i * bs : (i + 1) * bs]), parent
+            )
         self.num_cached_blocks[request.request_id] = num_full
 
     def free(self, request: Request) -> None:
@@ -173,7 +176,8 @@ class KVCacheManager:
             holders.update(ids)
         for block in self.block_pool.blocks:
             assert block.ref_cnt == holders[block.block_id], (
-                f"block {block.block_id}: ref_cnt {block.ref_cnt} but held by {holders[block.block_id]} requests")
+                f"block {block.block_id}: ref_cnt {block.ref_cnt} but held by {holders[block.block_id]} requests"
+            )
         if not self.enable_caching:
             assert not self.block_pool.cached_blocks, "blocks were cached with prefix caching off"
         assert counts["used"] == len(holders)

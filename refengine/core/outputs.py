@@ -15,12 +15,12 @@ from refengine.sampling_params import SamplingParams
 @dataclass
 class ScheduledRequest:
     req_id: str
-    token_ids: list[int]          # the tokens computed this step: all_token_ids[start_pos:start_pos+n]
-    start_pos: int                # num_computed_tokens before this step (= position of token_ids[0])
-    block_ids: list[int]          # the request's whole block table after allocation
-    sample: bool                  # True when this step reaches the last known token: sample one
+    token_ids: list[int]  # the tokens computed this step: all_token_ids[start_pos:start_pos+n]
+    start_pos: int  # num_computed_tokens before this step (= position of token_ids[0])
+    block_ids: list[int]  # the request's whole block table after allocation
+    sample: bool  # True when this step reaches the last known token: sample one
     sampling_params: SamplingParams
-    num_output_tokens: int = 0    # tokens generated so far (min_tokens needs it)
+    num_output_tokens: int = 0  # tokens generated so far (min_tokens needs it)
     eos_token_id: int | None = None
 
     @property

@@ -44,8 +44,13 @@ class SchedulerStats:
 
 
 class Scheduler:
-    def __init__(self, scheduler_config: SchedulerConfig, cache_config: CacheConfig,
-                 clock: Callable[[], float] = time.monotonic, max_batches_in_flight: int = 1):
+    def __init__(
+        self,
+        scheduler_config: SchedulerConfig,
+        cache_config: CacheConfig,
+        clock: Callable[[], float] = time.monotonic,
+        max_batches_in_flight: int = 1,
+    ):
         self.config = scheduler_config
         self.cache_config = cache_config
         self.clock = clock
@@ -55,7 +60,8 @@ class Scheduler:
             raise RefEngineError(
                 f"the KV cache holds {cache_config.num_blocks} blocks of {cache_config.block_size} tokens = "
                 f"{cache_config.num_blocks * cache_config.block_size} tokens, less than one request of "
-                f"max_model_len {self.max_model_len}; give the cache more memory or lower max_model_len")
+                f"max_model_len {self.max_model_len}; give the cache more memory or lower max_model_len"
+            )
         self.kv_cache_manager = KVCacheManager(cache_config, self.max_model_len)
         self.waiting = create_request_queue(scheduler_config.policy, scheduler_config.sjf_aging_tokens_per_s)
         # Admission order: the tail is the most recently admitted (the fcfs/sjf victim).
@@ -68,14 +74,15 @@ class Scheduler:
         self._static_batch_open = True
         assert max_batches_in_flight >= 1
         self.max_batches_in_flight = max_batches_in_flight
-        self.in_flight: dict[str, int] = {}                # req_id -> step_id of its batch (batch queue only)
-        self._free_on_landing: dict[str, Request] = {}     # finished while in flight: freed when it lands
+        self.in_flight: dict[str, int] = {}  # req_id -> step_id of its batch (batch queue only)
+        self._free_on_landing: dict[str, Request] = {}  # finished while in flight: freed when it lands
 
     # ---- intake --------------------------------------------------------------------------
 
     def add_request(self, request: Request) -> None:
         assert 0 < request.num_prompt_tokens < self.max_model_len, (
-            f"prompt of {request.num_prompt_tokens} tokens must be in [1, max_model_len={self.max_model_len})")
+            f"prompt of {request.num_prompt_tokens} tokens must be in [1, max_model_len={self.max_model_len})"
+        )
         assert request.request_id not in self.requests, f"duplicate request id {request.request_id!r}"
         request.status = RequestStatus.WAITING
         self.requests[request.request_id] = request
@@ -101,8 +108,12 @@ class Scheduler:
                 assert req_id not in self.in_flight, f"request {req_id} would be in two batches in flight"
                 self.in_flight[req_id] = self._step_id
         finished, self._finished_since_last_step = self._finished_since_last_step, set()
-        return SchedulerOutput(step_id=self._step_id, requests=list(batch.scheduled.values()),
-                               finished_req_ids=finished, preempted_req_ids=batch.preempted)
+        return SchedulerOutput(
+            step_id=self._step_id,
+            requests=list(batch.scheduled.values()),
+            finished_req_ids=finished,
+            preempted_req_ids=batch.preempted,
+        )
 
     def _batch_request_cap(self) -> int:
         """Most requests this batch may take. In sync mode, no cap beyond max_num_seqs; under the batch
@@ -231,8 +242,9 @@ class Scheduler:
 
     # ---- results -------------------------------------------------------------------------
 
-    def update_from_output(self, scheduler_output: SchedulerOutput,
-                           model_runner_output: ModelRunnerOutput) -> list[tuple[Request, list[int]]]:
+    def update_from_output(
+        self, scheduler_output: SchedulerOutput, model_runner_output: ModelRunnerOutput
+    ) -> list[tuple[Request, list[int]]]:
         results: list[tuple[Request, list[int]]] = []
         finished_any = False
         if self.in_flight and scheduler_output.requests:
@@ -240,8 +252,11 @@ class Scheduler:
         for sched in scheduler_output.requests:
             request = self.requests.get(sched.req_id)
             # Aborted or preempted since it was scheduled: its work no longer applies.
-            if (request is None or request.status != RequestStatus.RUNNING
-                    or request.num_computed_tokens != sched.start_pos):
+            if (
+                request is None
+                or request.status != RequestStatus.RUNNING
+                or request.num_computed_tokens != sched.start_pos
+            ):
                 continue
             request.num_computed_tokens = sched.end_pos
             self.kv_cache_manager.cache_blocks(request, request.num_computed_tokens)
@@ -264,7 +279,8 @@ class Scheduler:
         """The batch's output arrived: its requests may be scheduled again (batch queue only)."""
         step_id = scheduler_output.step_id
         assert step_id == min(self.in_flight.values()), (
-            f"batch {step_id} landed before batch {min(self.in_flight.values())}: outputs must land in order")
+            f"batch {step_id} landed before batch {min(self.in_flight.values())}: outputs must land in order"
+        )
         for sched in scheduler_output.requests:
             assert self.in_flight.pop(sched.req_id, None) == step_id, f"{sched.req_id} was not in batch {step_id}"
             aborted = self._free_on_landing.pop(sched.req_id, None)
@@ -321,7 +337,12 @@ class Scheduler:
     def stats(self) -> SchedulerStats:
         kv = self.kv_cache_manager
         return SchedulerStats(
-            num_running=self.num_running, num_waiting=self.num_waiting, kv_usage=kv.usage,
-            num_preemptions_total=self.num_preemptions_total, prefix_cache_queries=kv.prefix_cache_queries,
-            prefix_cache_hits=kv.prefix_cache_hits, num_blocks_total=kv.num_blocks,
-            num_free_blocks=kv.get_num_free_blocks())
+            num_running=self.num_running,
+            num_waiting=self.num_waiting,
+            kv_usage=kv.usage,
+            num_preemptions_total=self.num_preemptions_total,
+            prefix_cache_queries=kv.prefix_cache_queries,
+            prefix_cache_hits=kv.prefix_cache_hits,
+            num_blocks_total=kv.num_blocks,
+            num_free_blocks=kv.get_num_free_blocks(),
+        )

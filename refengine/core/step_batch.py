@@ -16,7 +16,7 @@ from refengine.request import Request
 
 @dataclass
 class StepBatch:
-    budget: int        # tokens this step may still compute
+    budget: int  # tokens this step may still compute
     max_requests: int  # requests this step may take
     scheduled: dict[str, ScheduledRequest] = field(default_factory=dict)  # in batch order
     preempted: set[str] = field(default_factory=set)
@@ -43,10 +43,16 @@ def scheduled_request(request: Request, num_new: int, block_ids: list[int]) -> S
     prompt_len = request.num_prompt_tokens
     # Avoid concatenating prompt + output every decode step.
     if start >= prompt_len:
-        token_ids = request.output_token_ids[start - prompt_len:end - prompt_len]
+        token_ids = request.output_token_ids[start - prompt_len : end - prompt_len]
     else:
-        token_ids = request.prompt_token_ids[start:end] + request.output_token_ids[:max(0, end - prompt_len)]
+        token_ids = request.prompt_token_ids[start:end] + request.output_token_ids[: max(0, end - prompt_len)]
     return ScheduledRequest(
-        req_id=request.request_id, token_ids=token_ids, start_pos=start, block_ids=block_ids,
-        sample=end == request.num_tokens, sampling_params=request.sampling_params,
-        num_output_tokens=request.num_output_tokens, eos_token_id=request.eos_token_id)
+        req_id=request.request_id,
+        token_ids=token_ids,
+        start_pos=start,
+        block_ids=block_ids,
+        sample=end == request.num_tokens,
+        sampling_params=request.sampling_params,
+        num_output_tokens=request.num_output_tokens,
+        eos_token_id=request.eos_token_id,
+    )

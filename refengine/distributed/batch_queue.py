@@ -22,7 +22,7 @@ class BatchQueue:
     def __init__(self, scheduler, executor, depth: int):
         assert depth > 1 and scheduler.max_batches_in_flight == depth
         self.scheduler, self.executor, self.depth = scheduler, executor, depth
-        self.pending: deque = deque()   # PendingBatch, oldest first
+        self.pending: deque = deque()  # PendingBatch, oldest first
 
     def __len__(self) -> int:
         return len(self.pending)

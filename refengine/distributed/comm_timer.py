@@ -42,9 +42,13 @@ class CommTimer:
             finally:
                 cls._seconds[name] = cls._seconds.get(name, 0.0) + time.perf_counter() - t
                 cls._calls[name] = cls._calls.get(name, 0) + 1
+
         return timed
 
     @classmethod
     def totals(cls) -> dict:
-        return {"comm_s": sum(cls._seconds.values()), "comm_by_op_s": dict(cls._seconds),
-                "comm_calls": dict(cls._calls)}
+        return {
+            "comm_s": sum(cls._seconds.values()),
+            "comm_by_op_s": dict(cls._seconds),
+            "comm_calls": dict(cls._calls),
+        }

@@ -70,22 +70,28 @@ class DistributedExecutor:
         self.world_size = pc.world_size
         self.dead_reason: str | None = None
         self.procs = []
-        self.step_wall_s = 0.0   # driver wall time with a batch in the pipeline (the bubble's denominator)
+        self.step_wall_s = 0.0  # driver wall time with a batch in the pipeline (the bubble's denominator)
         self.steps = 0
-        self._in_flight = 0      # batches submitted, not yet collected
+        self._in_flight = 0  # batches submitted, not yet collected
         self._busy_since = 0.0
-        self._unattached: list[PostedMessage] = []    # control messages of empty batch-queue steps, waited with the next batch
+        self._unattached: list[
+            PostedMessage
+        ] = []  # control messages of empty batch-queue steps, waited with the next batch
         backend = pc.resolve_backend(spec.device_type)
         local = local_world_size(pc)
         if spec.device_type == "cuda" and torch.cuda.device_count() < local:
-            raise RefEngineError(f"{local} ranks on this machine need {local} GPUs (one each) but "
-                                 f"{torch.cuda.device_count()} are visible; lower the parallel sizes or run on CPU")
+            raise RefEngineError(
+                f"{local} ranks on this machine need {local} GPUs (one each) but "
+                f"{torch.cuda.device_count()} are visible; lower the parallel sizes or run on CPU"
+            )
         env = torchrun_env()
         if env is not None:
             rank, world = env
             if world != pc.world_size:
-                raise RefEngineError(f"torchrun started {world} processes but tensor_parallel_size x "
-                                     f"pipeline_parallel_size = {pc.world_size}")
+                raise RefEngineError(
+                    f"torchrun started {world} processes but tensor_parallel_size x "
+                    f"pipeline_parallel_size = {pc.world_size}"
+                )
             if rank != 0:
                 raise RefEngineError(f"rank {rank} is a worker; only rank 0 builds the engine")
             store = None
@@ -102,10 +108,19 @@ class DistributedExecutor:
             self.runner = build_runner(spec, model_config, pc, self.groups)
             dist.barrier(group=self.groups.control)
         except RuntimeError as exc:
-            dead = [f"rank {i + 1} exited with code {p.exitcode}" for i, p in enumerate(self.procs)
-                    if p.exitcode is not None]
-            hint = (f" ({', '.join(dead)}; its error is printed above. A script that builds a parallel LLM needs "
-                    "`if __name__ == '__main__':`, since ranks are spawned)") if dead else ""
+            dead = [
+                f"rank {i + 1} exited with code {p.exitcode}"
+                for i, p in enumerate(self.procs)
+                if p.exitcode is not None
+            ]
+            hint = (
+                (
+                    f" ({', '.join(dead)}; its error is printed above. A script that builds a parallel LLM needs "
+                    "`if __name__ == '__main__':`, since ranks are spawned)"
+                )
+                if dead
+                else ""
+            )
             self._kill_ranks()
             self.shutdown()
             raise RankFailedError(f"the ranks did not start: {str(exc).splitlines()[0]}{hint}") from None
@@ -202,10 +217,11 @@ class DistributedExecutor:
         self._send("stats")
         gathered: list[dict | None] = [None] * self.world_size
         dist.gather_object(rank_stats(self.runner), gathered, dst=0, group=self.groups.control)
-        return [stats for stats in gathered if stats is not None]      # gather_object fills every slot
+        return [stats for stats in gathered if stats is not None]  # gather_object fills every slot
 
     def enable_comm_timer(self, on: bool = True) -> None:
         from refengine.distributed.comm_timer import CommTimer
+
         self._send("comm_timer", on)
         CommTimer.enable(on)
 

@@ -53,6 +53,7 @@ def _exit_with_parent(parent_pid: int) -> None:
         while os.getppid() == parent_pid:
             time.sleep(0.5)
         os._exit(3)
+
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
@@ -73,13 +74,15 @@ def _run_rank(rank: int, spec: WorkerSpec, model_config, pc: ParallelConfig, bac
     destroy_process_groups()
 
 
-def _child_main(rank: int, port: int, spec: WorkerSpec, model_config, pc: ParallelConfig, backend: str,
-                parent_pid: int) -> None:
+def _child_main(
+    rank: int, port: int, spec: WorkerSpec, model_config, pc: ParallelConfig, backend: str, parent_pid: int
+) -> None:
     os.environ["LOCAL_RANK"] = str(rank)
     logging.basicConfig(level=logging.WARNING)
     _exit_with_parent(parent_pid)
-    store = dist.TCPStore("127.0.0.1", port, pc.world_size, is_master=False,
-                          timeout=datetime.timedelta(seconds=max(60.0, pc.timeout_s)))
+    store = dist.TCPStore(
+        "127.0.0.1", port, pc.world_size, is_master=False, timeout=datetime.timedelta(seconds=max(60.0, pc.timeout_s))
+    )
     _run_rank(rank, spec, model_config, pc, backend, store)
 
 
@@ -88,13 +91,23 @@ def spawn_local_ranks(spec: WorkerSpec, model_config, pc: ParallelConfig, backen
     if os.path.exists("/sys/class/net/lo"):
         # All ranks are local: keep gloo's connections on loopback (the children inherit this).
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    store = dist.TCPStore("127.0.0.1", 0, pc.world_size, is_master=True, wait_for_workers=False,
-                          timeout=datetime.timedelta(seconds=max(60.0, pc.timeout_s)))
+    store = dist.TCPStore(
+        "127.0.0.1",
+        0,
+        pc.world_size,
+        is_master=True,
+        wait_for_workers=False,
+        timeout=datetime.timedelta(seconds=max(60.0, pc.timeout_s)),
+    )
     ctx = mp.get_context("spawn")
     procs = []
     for rank in range(1, pc.world_size):
-        p = ctx.Process(target=_child_main, name=f"refengine-rank{rank}", daemon=True,
-                        args=(rank, store.port, spec, model_config, pc, backend, os.getpid()))
+        p = ctx.Process(
+            target=_child_main,
+            name=f"refengine-rank{rank}",
+            daemon=True,
+            args=(rank, store.port, spec, model_config, pc, backend, os.getpid()),
+        )
         p.start()
         procs.append(p)
     return store, procs
@@ -108,16 +121,24 @@ def run_torchrun_worker(args) -> int:
     rank, world = env
     pc = ParallelConfig.from_engine_args(args)
     if world != pc.world_size:
-        raise RefEngineError(f"torchrun started {world} processes but tensor_parallel_size x pipeline_parallel_size "
-                             f"= {pc.world_size}; pass --nproc-per-node/--nnodes that multiply to {pc.world_size}")
+        raise RefEngineError(
+            f"torchrun started {world} processes but tensor_parallel_size x pipeline_parallel_size "
+            f"= {pc.world_size}; pass --nproc-per-node/--nnodes that multiply to {pc.world_size}"
+        )
     model_dir = resolve_model(args.model)
     model_config = load_model_config(model_dir)
     validate_layout(model_config, pc)
     # The same resolution as LLMEngine's, so every rank agrees on weights, KV dtype and block count.
     setup = resolve_device_setup(args, model_dir)
-    spec = WorkerSpec(args, str(model_dir), setup.dtype, setup.device.type,
-                      kv_blocks_for(args, model_config, pc, setup.kv_cache_dtype),
-                      quant=setup.quant, kv_cache_dtype=setup.kv_cache_dtype)
+    spec = WorkerSpec(
+        args,
+        str(model_dir),
+        setup.dtype,
+        setup.device.type,
+        kv_blocks_for(args, model_config, pc, setup.kv_cache_dtype),
+        quant=setup.quant,
+        kv_cache_dtype=setup.kv_cache_dtype,
+    )
     _run_rank(rank, spec, model_config, pc, pc.resolve_backend(setup.device.type), None)
     return 0
 

@@ -28,8 +28,8 @@ CONTROL_TIMEOUT = datetime.timedelta(days=7)
 class ProcessGroups:
     info: RankInfo
     backend: str
-    tp: dist.ProcessGroup        # this stage's TP group (also the EP group)
-    control: dist.ProcessGroup   # gloo group over all ranks, for Python objects
+    tp: dist.ProcessGroup  # this stage's TP group (also the EP group)
+    control: dist.ProcessGroup  # gloo group over all ranks, for Python objects
 
 
 def init_process_groups(pc: ParallelConfig, rank: int, store, backend: str, device_type: str) -> ProcessGroups:

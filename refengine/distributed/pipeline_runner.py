@@ -51,8 +51,8 @@ def split_micro_batches(requests: list[ScheduledRequest], n: int) -> list[list[S
 @dataclass
 class StageStats:
     steps: int = 0
-    busy_s: float = 0.0   # forward (and logits/sampling) compute on this rank
-    wall_s: float = 0.0   # from the step's start to its last send/recv on this rank
+    busy_s: float = 0.0  # forward (and logits/sampling) compute on this rank
+    wall_s: float = 0.0  # from the step's start to its last send/recv on this rank
 
 
 @dataclass
@@ -60,16 +60,26 @@ class PendingBatch:
     """A batch the driver submitted whose tokens have not been collected yet."""
 
     sched: SchedulerOutput
-    sends: list[dist.Work] = field(default_factory=list)   # isend works (activations, control message)
-    buffers: list[torch.Tensor] = field(default_factory=list)   # kept alive until the sends complete
-    token_recv: dist.Work | None = None                # irecv work of [step_id, tokens...], or None
+    sends: list[dist.Work] = field(default_factory=list)  # isend works (activations, control message)
+    buffers: list[torch.Tensor] = field(default_factory=list)  # kept alive until the sends complete
+    token_recv: dist.Work | None = None  # irecv work of [step_id, tokens...], or None
     token_buf: torch.Tensor | None = None
     sample_ids: list[str] = field(default_factory=list)
 
 
 class PipelineStageRunner(ModelRunner):
-    def __init__(self, model, kv_caches, block_size, device, seed, info: RankInfo, num_micro_batches: int,
-                 hidden_size: int, dtype: torch.dtype):
+    def __init__(
+        self,
+        model,
+        kv_caches,
+        block_size,
+        device,
+        seed,
+        info: RankInfo,
+        num_micro_batches: int,
+        hidden_size: int,
+        dtype: torch.dtype,
+    ):
         super().__init__(model, kv_caches, block_size, device, seed, samples=info.samples)
         self.info = info
         self.num_micro_batches = num_micro_batches
@@ -155,7 +165,7 @@ class PipelineStageRunner(ModelRunner):
         """Block until the batch's tokens came back from the sampler rank."""
         for work in pending.sends:
             work.wait()
-        if pending.token_recv is None or pending.token_buf is None:    # set together, in submit
+        if pending.token_recv is None or pending.token_buf is None:  # set together, in submit
             return ModelRunnerOutput()
         pending.token_recv.wait()
         return self._tokens_from(pending.sched, pending.token_buf, pending.sample_ids)

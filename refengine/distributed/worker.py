@@ -38,7 +38,7 @@ from refengine.quant.config import QuantConfig
 
 log = logging.getLogger(__name__)
 
-DEFAULT_KV_CACHE_BYTES_CPU = 1 << 30   # 1 GiB per rank: plenty for the tiny models, safe on a laptop
+DEFAULT_KV_CACHE_BYTES_CPU = 1 << 30  # 1 GiB per rank: plenty for the tiny models, safe on a laptop
 
 
 @dataclass
@@ -48,7 +48,7 @@ class WorkerSpec:
     args: EngineArgs
     model_dir: str
     dtype: torch.dtype
-    device_type: str      # "cpu" or "cuda"
+    device_type: str  # "cpu" or "cuda"
     num_blocks: int
     quant: QuantConfig | None = None
     kv_cache_dtype: torch.dtype | None = None  # None: the model dtype
@@ -65,13 +65,15 @@ def kv_blocks_for(args, model_config, pc: ParallelConfig, dtype: torch.dtype) ->
     if args.num_gpu_blocks_override is not None:
         return args.num_gpu_blocks_override
     widest = max(range(pc.pipeline_parallel_size), key=lambda s: stage_config(model_config, pc, s).num_hidden_layers)
-    per_block = kv_cache_bytes_per_block(stage_config(model_config, pc, widest), args.block_size, dtype,
-                                         pc.tensor_parallel_size)
+    per_block = kv_cache_bytes_per_block(
+        stage_config(model_config, pc, widest), args.block_size, dtype, pc.tensor_parallel_size
+    )
     budget = args.kv_cache_memory_bytes or DEFAULT_KV_CACHE_BYTES_CPU
     blocks = budget // per_block
     if blocks < 1:
-        raise RefEngineError(f"kv_cache_memory_bytes={budget} is smaller than one KV block ({per_block} bytes); "
-                             "raise it")
+        raise RefEngineError(
+            f"kv_cache_memory_bytes={budget} is smaller than one KV block ({per_block} bytes); raise it"
+        )
     return blocks
 
 
@@ -95,25 +97,56 @@ def build_runner(spec: WorkerSpec, model_config, pc: ParallelConfig, groups: Pro
     info = groups.info
     start, end = pc.stage_layers(model_config.num_hidden_layers)[info.pp_rank]
     stage = PipelineStage(start, end, info.is_first_stage, info.is_last_stage)
-    extra: dict[str, Any] = {"stage": stage}     # the model's parallel keywords (load_model's **parallel)
+    extra: dict[str, Any] = {"stage": stage}  # the model's parallel keywords (load_model's **parallel)
     if getattr(model_config, "num_experts", 0):
-        extra["moe"] = MoEParallel(expert_parallel=pc.enable_expert_parallel,
-                                   capacity_factor=pc.moe_capacity_factor, dispatch=pc.moe_dispatch)
+        extra["moe"] = MoEParallel(
+            expert_parallel=pc.enable_expert_parallel, capacity_factor=pc.moe_capacity_factor, dispatch=pc.moe_dispatch
+        )
     device = rank_device(spec.device_type)
-    model = load_model(spec.model_dir, model_config, spec.dtype, device, tp_rank=info.tp_rank, tp_size=info.tp_size,
-                       quantization=spec.quant, **extra)
-    kv_caches = allocate_kv_caches(stage_config(model_config, pc, info.pp_rank), spec.num_blocks,
-                                   spec.args.block_size, spec.kv_cache_dtype or spec.dtype, device, info.tp_size)
+    model = load_model(
+        spec.model_dir,
+        model_config,
+        spec.dtype,
+        device,
+        tp_rank=info.tp_rank,
+        tp_size=info.tp_size,
+        quantization=spec.quant,
+        **extra,
+    )
+    kv_caches = allocate_kv_caches(
+        stage_config(model_config, pc, info.pp_rank),
+        spec.num_blocks,
+        spec.args.block_size,
+        spec.kv_cache_dtype or spec.dtype,
+        device,
+        info.tp_size,
+    )
     # One micro-batch per step when nothing overlaps (PP 1) or whole batches overlap (batch queue).
     micro_batches = pc.num_micro_batches if pc.uses_micro_batches else 1
-    return PipelineStageRunner(model, kv_caches, spec.args.block_size, device, spec.args.seed, info,
-                               micro_batches, model_config.hidden_size, spec.dtype)
+    return PipelineStageRunner(
+        model,
+        kv_caches,
+        spec.args.block_size,
+        device,
+        spec.args.seed,
+        info,
+        micro_batches,
+        model_config.hidden_size,
+        spec.dtype,
+    )
 
 
 def rank_stats(runner: PipelineStageRunner) -> dict:
     s = runner.stats
-    out = {"rank": runner.info.rank, "pp_rank": runner.info.pp_rank, "tp_rank": runner.info.tp_rank,
-           "steps": s.steps, "busy_s": s.busy_s, "wall_s": s.wall_s, **CommTimer.totals()}
+    out = {
+        "rank": runner.info.rank,
+        "pp_rank": runner.info.pp_rank,
+        "tp_rank": runner.info.tp_rank,
+        "steps": s.steps,
+        "busy_s": s.busy_s,
+        "wall_s": s.wall_s,
+        **CommTimer.totals(),
+    }
     moe = getattr(runner.model, "moe_stats", None)
     if moe is not None:
         out["moe"] = moe()

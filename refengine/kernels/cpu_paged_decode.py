@@ -167,10 +167,12 @@ def _key() -> str:
     """Everything the built object depends on, readable: its hash names the file, and it is written beside it.
 
     The CPU flags are in it because a -march=native object may use any instruction this CPU has."""
-    return (f"source sha256: {hashlib.sha256(_SOURCE.encode()).hexdigest()}\n"
-            f"compiler flags: {' '.join(_FLAGS)}\n"
-            f"machine: {platform.machine()}\n"
-            f"cpu flags: {' '.join(sorted(set(_cpu_flags())))}\n")
+    return (
+        f"source sha256: {hashlib.sha256(_SOURCE.encode()).hexdigest()}\n"
+        f"compiler flags: {' '.join(_FLAGS)}\n"
+        f"machine: {platform.machine()}\n"
+        f"cpu flags: {' '.join(sorted(set(_cpu_flags())))}\n"
+    )
 
 
 def _library_path() -> Path:
@@ -216,18 +218,33 @@ def available() -> bool:
     # without the symbol (AttributeError): the PyTorch path runs.
     except (OSError, RuntimeError, subprocess.SubprocessError, AttributeError) as exc:
         detail = getattr(exc, "stderr", b"") or b""
-        log.warning("CPU paged decode kernel unavailable (%s: %s %s); using the PyTorch path", type(exc).__name__,
-                    exc, detail.decode(errors="replace")[:200])
+        log.warning(
+            "CPU paged decode kernel unavailable (%s: %s %s); using the PyTorch path",
+            type(exc).__name__,
+            exc,
+            detail.decode(errors="replace")[:200],
+        )
         return False
 
 
 def applies(q: torch.Tensor, kv_cache: torch.Tensor) -> bool:
-    return (ENABLED and q.device.type == "cpu" and kv_cache.dtype == torch.float32 and kv_cache.is_contiguous()
-            and available())
+    return (
+        ENABLED
+        and q.device.type == "cpu"
+        and kv_cache.dtype == torch.float32
+        and kv_cache.is_contiguous()
+        and available()
+    )
 
 
-def paged_decode_cpu(q: torch.Tensor, kv_cache: torch.Tensor, block_tables: torch.Tensor, seq_lens: torch.Tensor,
-                     num_heads: int, scale: float) -> torch.Tensor:
+def paged_decode_cpu(
+    q: torch.Tensor,
+    kv_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    seq_lens: torch.Tensor,
+    num_heads: int,
+    scale: float,
+) -> torch.Tensor:
     """q [B, heads * head_dim] (one decode token per sequence) -> [B, heads * head_dim] float32.
 
     block_tables [B, max_blocks] and seq_lens [B] (context length including this token) as in
@@ -242,7 +259,20 @@ def paged_decode_cpu(q: torch.Tensor, kv_cache: torch.Tensor, block_tables: torc
     if tables.shape[0] != b or lens.shape[0] != b:
         raise ValueError("block_tables and seq_lens need one row per decode")
     out = torch.empty_like(qv)
-    _library().paged_decode(qv.data_ptr(), kv_cache.data_ptr(), tables.data_ptr(), lens.data_ptr(), out.data_ptr(),
-                            b, num_heads, head_dim, num_blocks, block_size, kv_heads, tables.shape[1],
-                            float(scale), torch.get_num_threads())
+    _library().paged_decode(
+        qv.data_ptr(),
+        kv_cache.data_ptr(),
+        tables.data_ptr(),
+        lens.data_ptr(),
+        out.data_ptr(),
+        b,
+        num_heads,
+        head_dim,
+        num_blocks,
+        block_size,
+        kv_heads,
+        tables.shape[1],
+        float(scale),
+        torch.get_num_threads(),
+    )
     return out

@@ -64,16 +64,26 @@ def attention_with_kernels(layer, q, k, v, kv_cache, meta):
     store_kv_triton(k, v, kv_cache, meta.slot_mapping, layer.k_scale, layer.v_scale)
     if meta.decode_only:
         from refengine.kernels.paged_decode import paged_decode_attention
+
         splits = choose_num_splits(q.shape[0], kv_cache.shape[3], meta.decode_slots.shape[1], q.device)
-        return paged_decode_attention(q, kv_cache, meta.block_tables, meta.seq_lens, layer.num_heads, layer.scale,
-                                      layer.k_scale, layer.v_scale, num_splits=splits)
-    return paged_attention(q, kv_cache, meta, layer.num_heads, layer.scale, layer.k_scale,
-                           layer.v_scale).to(q.dtype)
+        return paged_decode_attention(
+            q,
+            kv_cache,
+            meta.block_tables,
+            meta.seq_lens,
+            layer.num_heads,
+            layer.scale,
+            layer.k_scale,
+            layer.v_scale,
+            num_splits=splits,
+        )
+    return paged_attention(q, kv_cache, meta, layer.num_heads, layer.scale, layer.k_scale, layer.v_scale).to(q.dtype)
 
 
 def fp8_dequantize(w8: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype, block: int = BLOCK) -> torch.Tensor:
     """FP8 weight -> compute dtype: the Triton kernel on GPU, PyTorch otherwise."""
     if w8.is_cuda and kernels_enabled():
         from refengine.kernels.fp8_dequant import fp8_dequantize_triton
+
         return fp8_dequantize_triton(w8, scale, dtype, block)
     return dequantize(w8, scale, dtype, block)

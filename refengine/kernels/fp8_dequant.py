@@ -16,19 +16,35 @@ from refengine.numerics.fp8 import BLOCK, scale_kind
 
 
 @triton.jit
-def _dequant_kernel(w_ptr, s_ptr, out_ptr, N, K, stride_wn, stride_on, stride_sn, stride_sk,
-                    SCALE_BLOCK: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+def _dequant_kernel(
+    w_ptr,
+    s_ptr,
+    out_ptr,
+    N,
+    K,
+    stride_wn,
+    stride_on,
+    stride_sn,
+    stride_sk,
+    SCALE_BLOCK: tl.constexpr,
+    BN: tl.constexpr,
+    BK: tl.constexpr,
+):
     rows = tl.program_id(0) * BN + tl.arange(0, BN)
     cols = tl.program_id(1) * BK + tl.arange(0, BK)
     mask = (rows[:, None] < N) & (cols[None, :] < K)
     w = tl.load(w_ptr + rows[:, None] * stride_wn + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-    s = tl.load(s_ptr + (rows // SCALE_BLOCK)[:, None] * stride_sn + (cols // SCALE_BLOCK)[None, :] * stride_sk,
-                mask=mask, other=0.0)
+    s = tl.load(
+        s_ptr + (rows // SCALE_BLOCK)[:, None] * stride_sn + (cols // SCALE_BLOCK)[None, :] * stride_sk,
+        mask=mask,
+        other=0.0,
+    )
     tl.store(out_ptr + rows[:, None] * stride_on + cols[None, :], (w * s).to(out_ptr.dtype.element_ty), mask=mask)
 
 
-def fp8_dequantize_triton(w8: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype,
-                          block: int = BLOCK) -> torch.Tensor:
+def fp8_dequantize_triton(
+    w8: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype, block: int = BLOCK
+) -> torch.Tensor:
     n, k = w8.shape
     kind = scale_kind(scale, (n, k))
     scale = scale.float().contiguous()
@@ -42,5 +58,6 @@ def fp8_dequantize_triton(w8: torch.Tensor, scale: torch.Tensor, dtype: torch.dt
     out = torch.empty(n, k, dtype=dtype, device=w8.device)
     bn, bk = 32, 64
     _dequant_kernel[(triton.cdiv(n, bn), triton.cdiv(k, bk))](
-        w8, scale, out, n, k, w8.stride(0), out.stride(0), sn, sk, SCALE_BLOCK=sblock, BN=bn, BK=bk)
+        w8, scale, out, n, k, w8.stride(0), out.stride(0), sn, sk, SCALE_BLOCK=sblock, BN=bn, BK=bk
+    )
     return out

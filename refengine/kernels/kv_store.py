@@ -16,9 +16,22 @@ from refengine.numerics.fp8 import FP8_DTYPE, FP8_MAX
 
 
 @triton.jit
-def _store_kv_kernel(k_ptr, v_ptr, cache_ptr, slot_ptr, k_scale, v_scale,
-                     stride_kt, stride_vt, stride_c0, stride_slot,
-                     WIDTH: tl.constexpr, WIDTH_P: tl.constexpr, IS_FP8: tl.constexpr, FP8_LIMIT: tl.constexpr):
+def _store_kv_kernel(
+    k_ptr,
+    v_ptr,
+    cache_ptr,
+    slot_ptr,
+    k_scale,
+    v_scale,
+    stride_kt,
+    stride_vt,
+    stride_c0,
+    stride_slot,
+    WIDTH: tl.constexpr,
+    WIDTH_P: tl.constexpr,
+    IS_FP8: tl.constexpr,
+    FP8_LIMIT: tl.constexpr,
+):
     t = tl.program_id(0)
     slot = tl.load(slot_ptr + t).to(tl.int64)
     if slot >= 0:
@@ -34,8 +47,14 @@ def _store_kv_kernel(k_ptr, v_ptr, cache_ptr, slot_ptr, k_scale, v_scale,
         tl.store(dst + stride_c0, v.to(cache_ptr.dtype.element_ty), mask=mask)
 
 
-def store_kv_triton(k: torch.Tensor, v: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor,
-                    k_scale: float = 1.0, v_scale: float = 1.0) -> None:
+def store_kv_triton(
+    k: torch.Tensor,
+    v: torch.Tensor,
+    kv_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+    k_scale: float = 1.0,
+    v_scale: float = 1.0,
+) -> None:
     """Same contract as layers/attention.store_kv: k, v [T, kv_heads * head_dim]."""
     _, num_blocks, block_size, kv_heads, head_dim = kv_cache.shape
     width = kv_heads * head_dim
@@ -43,5 +62,18 @@ def store_kv_triton(k: torch.Tensor, v: torch.Tensor, kv_cache: torch.Tensor, sl
         raise ValueError("the Triton KV store needs a contiguous cache")
     k, v = k.reshape(-1, width).contiguous(), v.reshape(-1, width).contiguous()
     _store_kv_kernel[(k.shape[0],)](
-        k, v, kv_cache, slot_mapping, k_scale, v_scale, k.stride(0), v.stride(0), kv_cache.stride(0), width,
-        WIDTH=width, WIDTH_P=triton.next_power_of_2(width), IS_FP8=kv_cache.dtype == FP8_DTYPE, FP8_LIMIT=FP8_MAX)
+        k,
+        v,
+        kv_cache,
+        slot_mapping,
+        k_scale,
+        v_scale,
+        k.stride(0),
+        v.stride(0),
+        kv_cache.stride(0),
+        width,
+        WIDTH=width,
+        WIDTH_P=triton.next_power_of_2(width),
+        IS_FP8=kv_cache.dtype == FP8_DTYPE,
+        FP8_LIMIT=FP8_MAX,
+    )

@@ -105,12 +105,16 @@ def _rope(cfg: dict) -> tuple[float, dict | None]:
         return theta, None
     if rope_type not in SUPPORTED_ROPE_TYPES:
         raise RefEngineError(
-            f"rope scaling type {rope_type!r} is not supported; supported: {', '.join(SUPPORTED_ROPE_TYPES)}")
+            f"rope scaling type {rope_type!r} is not supported; supported: {', '.join(SUPPORTED_ROPE_TYPES)}"
+        )
     if rope_type in ("llama3", "yarn"):
         # Same default transformers uses when the checkpoint omits it.
-        merged.setdefault("original_max_position_embeddings",
-                          cfg.get("original_max_position_embeddings",
-                                  cfg.get("max_position_embeddings", DEFAULT_MAX_POSITION_EMBEDDINGS)))
+        merged.setdefault(
+            "original_max_position_embeddings",
+            cfg.get(
+                "original_max_position_embeddings", cfg.get("max_position_embeddings", DEFAULT_MAX_POSITION_EMBEDDINGS)
+            ),
+        )
     if rope_type != "yarn" and "factor" not in merged:
         raise RefEngineError(f"rope scaling {rope_type!r} needs a 'factor' in config.json")
     return theta, {"rope_type": rope_type, **merged}
@@ -130,7 +134,8 @@ def parse_model_config(cfg: dict, *, supported_only: bool = True) -> ModelConfig
     if arch is None and supported_only:
         raise RefEngineError(
             f"unsupported architecture {archs or 'None (no architectures in config.json)'}; "
-            f"refengine supports {', '.join(SUPPORTED_ARCHITECTURES)}")
+            f"refengine supports {', '.join(SUPPORTED_ARCHITECTURES)}"
+        )
     arch = arch or (archs[0] if archs else "")
     act = cfg.get("hidden_act", "silu")
     if act != "silu" and supported_only:
@@ -158,22 +163,36 @@ def parse_model_config(cfg: dict, *, supported_only: bool = True) -> ModelConfig
         qkv_bias, o_bias = "Qwen2" in " ".join(archs) or bool(cfg.get("attention_bias", False)), False
     experts, experts_per_tok = _experts(cfg, arch, supported_only)
     if experts and not supported_only and "moe_intermediate_size" in cfg:
-        inter = int(cfg["moe_intermediate_size"])   # Qwen-MoE: experts are narrower than the dense size
+        inter = int(cfg["moe_intermediate_size"])  # Qwen-MoE: experts are narrower than the dense size
     eos = cfg.get("eos_token_id")
     eos_ids = [] if eos is None else [int(e) for e in (eos if isinstance(eos, list) else [eos])]
     bos = cfg.get("bos_token_id")
     if isinstance(bos, list):
         bos = bos[0] if bos else None
     return ModelConfig(
-        architecture=arch, model_type=cfg.get("model_type", ""), hidden_size=hidden, num_hidden_layers=layers,
-        num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=head_dim, intermediate_size=inter,
-        vocab_size=vocab, rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)), rope_theta=theta, rope_scaling=scaling,
-        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)), attention_bias=qkv_bias, o_proj_bias=o_bias,
+        architecture=arch,
+        model_type=cfg.get("model_type", ""),
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        head_dim=head_dim,
+        intermediate_size=inter,
+        vocab_size=vocab,
+        rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
+        rope_theta=theta,
+        rope_scaling=scaling,
+        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        attention_bias=qkv_bias,
+        o_proj_bias=o_bias,
         mlp_bias=bool(cfg.get("mlp_bias", False)) if arch == "LlamaForCausalLM" else False,
         max_position_embeddings=int(cfg.get("max_position_embeddings", DEFAULT_MAX_POSITION_EMBEDDINGS)),
-        bos_token_id=None if bos is None else int(bos), eos_token_ids=eos_ids,
+        bos_token_id=None if bos is None else int(bos),
+        eos_token_ids=eos_ids,
         dtype=cfg.get("torch_dtype") or cfg.get("dtype"),
-        num_experts=experts, num_experts_per_tok=experts_per_tok)
+        num_experts=experts,
+        num_experts_per_tok=experts_per_tok,
+    )
 
 
 def _rope_shapes_only(cfg: dict) -> tuple[float, dict | None]:

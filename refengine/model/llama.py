@@ -36,16 +36,27 @@ from refengine.parallel.layout import PipelineStage
 class LlamaAttention(nn.Module):
     def __init__(self, cfg: ModelConfig, rotary_emb: RotaryEmbedding, tp: dict, linear_method: LinearMethod | None):
         super().__init__()
-        self.qkv_proj = QKVParallelLinear(cfg.hidden_size, cfg.head_dim, cfg.num_attention_heads,
-                                          cfg.num_key_value_heads, bias=cfg.attention_bias,
-                                          linear_method=linear_method, **tp)
+        self.qkv_proj = QKVParallelLinear(
+            cfg.hidden_size,
+            cfg.head_dim,
+            cfg.num_attention_heads,
+            cfg.num_key_value_heads,
+            bias=cfg.attention_bias,
+            linear_method=linear_method,
+            **tp,
+        )
         self.num_heads, self.num_kv_heads = self.qkv_proj.num_heads, self.qkv_proj.num_kv_heads
         self.q_size = self.num_heads * cfg.head_dim
         self.kv_size = self.num_kv_heads * cfg.head_dim
-        self.o_proj = RowParallelLinear(cfg.num_attention_heads * cfg.head_dim, cfg.hidden_size,
-                                        bias=cfg.o_proj_bias, linear_method=linear_method, **tp)
+        self.o_proj = RowParallelLinear(
+            cfg.num_attention_heads * cfg.head_dim,
+            cfg.hidden_size,
+            bias=cfg.o_proj_bias,
+            linear_method=linear_method,
+            **tp,
+        )
         self.rotary_emb = rotary_emb  # one cos/sin table shared by all layers
-        self.attn = Attention(self.num_heads, cfg.head_dim, cfg.head_dim ** -0.5, self.num_kv_heads)
+        self.attn = Attention(self.num_heads, cfg.head_dim, cfg.head_dim**-0.5, self.num_kv_heads)
 
     def forward(self, positions, hidden, kv_cache, meta):
         q, k, v = self.qkv_proj(hidden).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
@@ -56,11 +67,13 @@ class LlamaAttention(nn.Module):
 class LlamaMLP(nn.Module):
     def __init__(self, cfg: ModelConfig, tp: dict, linear_method: LinearMethod | None):
         super().__init__()
-        self.gate_up_proj = MergedColumnParallelLinear(cfg.hidden_size, [cfg.intermediate_size] * 2,
-                                                       bias=cfg.mlp_bias, linear_method=linear_method, **tp)
+        self.gate_up_proj = MergedColumnParallelLinear(
+            cfg.hidden_size, [cfg.intermediate_size] * 2, bias=cfg.mlp_bias, linear_method=linear_method, **tp
+        )
         self.act_fn = SiluAndMul()
-        self.down_proj = RowParallelLinear(cfg.intermediate_size, cfg.hidden_size, bias=cfg.mlp_bias,
-                                           linear_method=linear_method, **tp)
+        self.down_proj = RowParallelLinear(
+            cfg.intermediate_size, cfg.hidden_size, bias=cfg.mlp_bias, linear_method=linear_method, **tp
+        )
 
     def forward(self, x):
         return self.down_proj(self.act_fn(self.gate_up_proj(x)))
@@ -105,16 +118,23 @@ class MissingLayer(nn.Module):
 
 
 class LlamaModel(nn.Module):
-    def __init__(self, cfg: ModelConfig, tp: dict, linear_method: LinearMethod | None,
-                 stage: PipelineStage | None = None, make_layer=LlamaDecoderLayer):
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        tp: dict,
+        linear_method: LinearMethod | None,
+        stage: PipelineStage | None = None,
+        make_layer=LlamaDecoderLayer,
+    ):
         super().__init__()
         self.stage = stage = stage or PipelineStage.whole(cfg.num_hidden_layers)
         self.embed_tokens = VocabParallelEmbedding(cfg.vocab_size, cfg.hidden_size, **tp) if stage.is_first else None
         rope = RotaryEmbedding(cfg.head_dim, cfg.max_position_embeddings, cfg.rope_theta, cfg.rope_scaling)
         self.start_layer, self.end_layer = stage.start_layer, stage.end_layer
-        self.layers = nn.ModuleList(make_layer(cfg, rope, tp, linear_method)
-                                    if self.start_layer <= i < self.end_layer else MissingLayer()
-                                    for i in range(cfg.num_hidden_layers))
+        self.layers = nn.ModuleList(
+            make_layer(cfg, rope, tp, linear_method) if self.start_layer <= i < self.end_layer else MissingLayer()
+            for i in range(cfg.num_hidden_layers)
+        )
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps) if stage.is_last else None
 
     def forward(self, input_ids, positions, kv_caches, meta, intermediate=None):
@@ -142,17 +162,27 @@ class LlamaForCausalLM(nn.Module):
         ("gate_up_proj", "up_proj", 1),
     ]
 
-    def __init__(self, config: ModelConfig, linear_method: LinearMethod | None = None, tp_rank: int = 0,
-                 tp_size: int = 1, stage: PipelineStage | None = None, make_layer=LlamaDecoderLayer):
+    def __init__(
+        self,
+        config: ModelConfig,
+        linear_method: LinearMethod | None = None,
+        tp_rank: int = 0,
+        tp_size: int = 1,
+        stage: PipelineStage | None = None,
+        make_layer=LlamaDecoderLayer,
+    ):
         super().__init__()
         self.config = config
         tp = {"tp_rank": tp_rank, "tp_size": tp_size}
         self.model = LlamaModel(config, tp, linear_method, stage, make_layer)
         self.stage = self.model.stage
-        self.lm_head = (ParallelLMHead(config.vocab_size, config.hidden_size, tp_rank=tp_rank, tp_size=tp_size)
-                        if self.stage.is_last else None)
+        self.lm_head = (
+            ParallelLMHead(config.vocab_size, config.hidden_size, tp_rank=tp_rank, tp_size=tp_size)
+            if self.stage.is_last
+            else None
+        )
         if config.tie_word_embeddings and self.stage.is_first and self.stage.is_last:
-            assert self.lm_head is not None and self.model.embed_tokens is not None   # one stage has both
+            assert self.lm_head is not None and self.model.embed_tokens is not None  # one stage has both
             self.lm_head.tie_to(self.model.embed_tokens)
 
     def remap_weight_name(self, name: str) -> str | None:
@@ -170,8 +200,14 @@ class LlamaForCausalLM(nn.Module):
     # no_grad rather than inference_mode: callers (sampler, tests) may edit the outputs in place,
     # which inference tensors forbid outside inference mode. The runner may add inference_mode.
     @torch.no_grad()
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, kv_caches: list[torch.Tensor],
-                attn_metadata: AttentionMetadata, intermediate=None):
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        kv_caches: list[torch.Tensor],
+        attn_metadata: AttentionMetadata,
+        intermediate=None,
+    ):
         """input_ids, positions: [T] long (flat varlen order) -> final-normed hidden states [T, hidden]
         (on a stage before the last: the (hidden, residual) pair for the next stage)."""
         return self.model(input_ids, positions, kv_caches, attn_metadata, intermediate)

@@ -54,7 +54,9 @@ def safetensors_files(model_dir: Path) -> list[Path]:
         files = [model_dir / f for f in sorted(set(weight_map.values()))]
         missing = [f.name for f in files if not f.is_file()]
         if missing:
-            raise RefEngineError(f"{index.name} lists shard(s) that are missing from {model_dir}: {', '.join(missing[:5])}")
+            raise RefEngineError(
+                f"{index.name} lists shard(s) that are missing from {model_dir}: {', '.join(missing[:5])}"
+            )
         return files
     single = model_dir / "model.safetensors"
     if single.is_file():
@@ -64,9 +66,11 @@ def safetensors_files(model_dir: Path) -> list[Path]:
         return files
     has_bin = any(model_dir.glob("*.bin")) or any(model_dir.glob("*.pt"))
     raise RefEngineError(
-        f"no *.safetensors weights in {model_dir}" + (" (found .bin/.pt files)" if has_bin else "") +
-        "; refengine loads safetensors only, .bin checkpoints are not supported. Convert once with "
-        "transformers: AutoModelForCausalLM.from_pretrained(dir).save_pretrained(dir, safe_serialization=True)")
+        f"no *.safetensors weights in {model_dir}"
+        + (" (found .bin/.pt files)" if has_bin else "")
+        + "; refengine loads safetensors only, .bin checkpoints are not supported. Convert once with "
+        "transformers: AutoModelForCausalLM.from_pretrained(dir).save_pretrained(dir, safe_serialization=True)"
+    )
 
 
 def iter_checkpoint(files: list[Path], keep=None) -> Iterator[tuple[str, torch.Tensor]]:
@@ -89,7 +93,7 @@ def _expected(params: dict, mapping) -> set[tuple[str, object]]:
     fused_shards: dict[str, list] = {}
     for fused, _, shard in mapping:
         fused_shards.setdefault(fused, []).append(shard)
-    expected: set[tuple[str, object]] = set()     # (parameter name, shard id or None)
+    expected: set[tuple[str, object]] = set()  # (parameter name, shard id or None)
     for pname in params:
         fused = next((f for f in fused_shards if f".{f}." in pname), None)
         expected |= {(pname, s) for s in fused_shards[fused]} if fused else {(pname, None)}
@@ -118,11 +122,16 @@ def _check_complete(expected: set, loaded: set, unexpected: list[str], mapping) 
     missing = expected - loaded
     if missing:
         names = sorted(_checkpoint_name(p, s, mapping) for p, s in missing)
-        raise RefEngineError(f"checkpoint is missing {len(names)} weight(s), e.g. {', '.join(names[:5])}; "
-                             "is it a complete Llama/Qwen2/Mistral checkpoint matching config.json?")
+        raise RefEngineError(
+            f"checkpoint is missing {len(names)} weight(s), e.g. {', '.join(names[:5])}; "
+            "is it a complete Llama/Qwen2/Mistral checkpoint matching config.json?"
+        )
     if unexpected:
-        logger.warning("ignored %d checkpoint tensor(s) the model has no parameter for, e.g. %s",
-                       len(unexpected), ", ".join(unexpected[:5]))
+        logger.warning(
+            "ignored %d checkpoint tensor(s) the model has no parameter for, e.g. %s",
+            len(unexpected),
+            ", ".join(unexpected[:5]),
+        )
 
 
 def load_weights(model: LlamaForCausalLM, weights) -> None:
@@ -160,13 +169,22 @@ def model_class(model_config: ModelConfig):
     """The module class for the checkpoint's architecture (the Llama family, or Mixtral's MoE)."""
     if model_config.architecture == "MixtralForCausalLM":
         from refengine.model.mixtral import MixtralForCausalLM
+
         return MixtralForCausalLM
     return LlamaForCausalLM
 
 
-def load_model(model_dir: str | Path, model_config: ModelConfig, dtype: torch.dtype = torch.float32,
-               device: torch.device | str = "cpu", linear_method: LinearMethod | None = None,
-               tp_rank: int = 0, tp_size: int = 1, quantization=None, **parallel) -> LlamaForCausalLM:
+def load_model(
+    model_dir: str | Path,
+    model_config: ModelConfig,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str = "cpu",
+    linear_method: LinearMethod | None = None,
+    tp_rank: int = 0,
+    tp_size: int = 1,
+    quantization=None,
+    **parallel,
+) -> LlamaForCausalLM:
     """Build the model on `device` in `dtype` and fill it from the directory's safetensors.
 
     `parallel` (stage=PipelineStage, and for MoE models moe=MoEParallel) is passed to the model."""
@@ -175,8 +193,9 @@ def load_model(model_dir: str | Path, model_config: ModelConfig, dtype: torch.dt
         dtype = getattr(torch, dtype)
     files = safetensors_files(model_dir)
     with _default_dtype(dtype), torch.device(device):
-        model = model_class(model_config)(model_config, linear_method=linear_method, tp_rank=tp_rank,
-                                          tp_size=tp_size, **parallel)
+        model = model_class(model_config)(
+            model_config, linear_method=linear_method, tp_rank=tp_rank, tp_size=tp_size, **parallel
+        )
         if quantization is not None:  # refengine.quant.QuantConfig: per-layer FP8 methods, before loading
             quantization.prepare_model(model)
     remap = getattr(model, "remap_weight_name", None)

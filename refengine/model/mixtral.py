@@ -22,12 +22,19 @@ from refengine.parallel.layout import PipelineStage
 
 
 class MixtralDecoderLayer(PreNormDecoderLayer):
-    def __init__(self, cfg: ModelConfig, rotary_emb: RotaryEmbedding, tp: dict, linear_method: LinearMethod | None,
-                 moe: MoEParallel | None = None):
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        rotary_emb: RotaryEmbedding,
+        tp: dict,
+        linear_method: LinearMethod | None,
+        moe: MoEParallel | None = None,
+    ):
         super().__init__()
         self.self_attn = LlamaAttention(cfg, rotary_emb, tp, linear_method)
-        self.block_sparse_moe = MoE(cfg.hidden_size, cfg.intermediate_size, cfg.num_experts, cfg.num_experts_per_tok,
-                                    parallel=moe, **tp)
+        self.block_sparse_moe = MoE(
+            cfg.hidden_size, cfg.intermediate_size, cfg.num_experts, cfg.num_experts_per_tok, parallel=moe, **tp
+        )
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
@@ -36,15 +43,24 @@ class MixtralDecoderLayer(PreNormDecoderLayer):
 
 
 class MixtralForCausalLM(LlamaForCausalLM):
-    def __init__(self, config: ModelConfig, linear_method: LinearMethod | None = None, tp_rank: int = 0,
-                 tp_size: int = 1, stage: PipelineStage | None = None, moe: MoEParallel | None = None):
-        super().__init__(config, linear_method, tp_rank, tp_size, stage,
-                         make_layer=functools.partial(MixtralDecoderLayer, moe=moe))
+    def __init__(
+        self,
+        config: ModelConfig,
+        linear_method: LinearMethod | None = None,
+        tp_rank: int = 0,
+        tp_size: int = 1,
+        stage: PipelineStage | None = None,
+        moe: MoEParallel | None = None,
+    ):
+        super().__init__(
+            config, linear_method, tp_rank, tp_size, stage, make_layer=functools.partial(MixtralDecoderLayer, moe=moe)
+        )
         # checkpoint fragment -> fused parameter fragment, shard (expert, 0 gate | 1 up | 2 down)
         self.stacked_params_mapping = list(LlamaForCausalLM.stacked_params_mapping) + [
             (f"experts.{name}", f"experts.{e}.{w}", (e, shard))
             for e in range(config.num_experts)
-            for name, w, shard in (("w13", "w1", 0), ("w13", "w3", 1), ("w2", "w2", 2))]
+            for name, w, shard in (("w13", "w1", 0), ("w13", "w3", 1), ("w2", "w2", 2))
+        ]
 
     def moe_layers(self) -> list[MoE]:
         return [m for m in self.modules() if isinstance(m, MoE)]

@@ -52,7 +52,8 @@ BOS_ID, EOS_ID = 1, 2
 CHAT_TEMPLATE = (
     "{{ bos_token }}{% for message in messages %}<|{{ message['role'] }}|>\n"
     "{{ message['content'] }}{{ eos_token }}\n{% endfor %}"
-    "{% if add_generation_prompt %}<|assistant|>\n{% endif %}")
+    "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
+)
 
 
 @dataclass(frozen=True)
@@ -88,12 +89,89 @@ Time to first token and time per output token are the two latency numbers that m
 Numbers: 0 1 2 3 4 5 6 7 8 9 10 42 100 1000 2048 4096.
 """
 
-_ONSETS = ["", "b", "c", "d", "f", "g", "h", "j", "k", "l", "m", "n", "p", "r", "s", "t", "v", "w", "y", "z",
-           "br", "ch", "cl", "cr", "dr", "fl", "fr", "gl", "gr", "pl", "pr", "sc", "sh", "sk", "sl", "sm", "sn",
-           "sp", "st", "str", "sw", "th", "tr", "tw", "wh"]
+_ONSETS = [
+    "",
+    "b",
+    "c",
+    "d",
+    "f",
+    "g",
+    "h",
+    "j",
+    "k",
+    "l",
+    "m",
+    "n",
+    "p",
+    "r",
+    "s",
+    "t",
+    "v",
+    "w",
+    "y",
+    "z",
+    "br",
+    "ch",
+    "cl",
+    "cr",
+    "dr",
+    "fl",
+    "fr",
+    "gl",
+    "gr",
+    "pl",
+    "pr",
+    "sc",
+    "sh",
+    "sk",
+    "sl",
+    "sm",
+    "sn",
+    "sp",
+    "st",
+    "str",
+    "sw",
+    "th",
+    "tr",
+    "tw",
+    "wh",
+]
 _NUCLEI = ["a", "e", "i", "o", "u", "ai", "ea", "ee", "ie", "oa", "oo", "ou", "y"]
-_CODAS = ["", "", "b", "ck", "d", "ft", "g", "l", "ld", "lk", "ll", "m", "mp", "n", "nd", "ng", "nk", "nt", "p",
-          "r", "rd", "rk", "rm", "rn", "rt", "s", "sh", "sk", "ss", "st", "t", "th", "x"]
+_CODAS = [
+    "",
+    "",
+    "b",
+    "ck",
+    "d",
+    "ft",
+    "g",
+    "l",
+    "ld",
+    "lk",
+    "ll",
+    "m",
+    "mp",
+    "n",
+    "nd",
+    "ng",
+    "nk",
+    "nt",
+    "p",
+    "r",
+    "rd",
+    "rk",
+    "rm",
+    "rn",
+    "rt",
+    "s",
+    "sh",
+    "sk",
+    "ss",
+    "st",
+    "t",
+    "th",
+    "x",
+]
 
 
 def _corpus(seed: int = 1234, lines: int = 10000) -> list[str]:
@@ -101,14 +179,19 @@ def _corpus(seed: int = 1234, lines: int = 10000) -> list[str]:
     rng = random.Random(seed)
 
     def word() -> str:
-        return "".join(rng.choice(_ONSETS) + rng.choice(_NUCLEI) + rng.choice(_CODAS)
-                       for _ in range(rng.choice([1, 1, 2, 2, 3])))
+        return "".join(
+            rng.choice(_ONSETS) + rng.choice(_NUCLEI) + rng.choice(_CODAS) for _ in range(rng.choice([1, 1, 2, 2, 3]))
+        )
 
     lexicon = [word() for _ in range(6000)]
     out = []
     for _ in range(lines):
-        words = [lexicon[min(int(rng.paretovariate(1.1)) - 1, len(lexicon) - 1)] if rng.random() < 0.7
-                 else rng.choice(lexicon) for _ in range(rng.randint(4, 14))]
+        words = [
+            lexicon[min(int(rng.paretovariate(1.1)) - 1, len(lexicon) - 1)]
+            if rng.random() < 0.7
+            else rng.choice(lexicon)
+            for _ in range(rng.randint(4, 14))
+        ]
         words[0] = words[0].capitalize()
         out.append(" ".join(words) + rng.choice([".", ".", ".", "?", "!", ","]))
     return out + _ENGLISH.splitlines() * 50
@@ -117,29 +200,49 @@ def _corpus(seed: int = 1234, lines: int = 10000) -> list[str]:
 def build_tokenizer_json() -> str:
     """Train the byte-level BPE; returns tokenizer.json's text."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
     tok = Tokenizer(models.BPE(unk_token=None))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=VOCAB_SIZE, special_tokens=SPECIAL_TOKENS, show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB_SIZE,
+        special_tokens=SPECIAL_TOKENS,
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     tok.train_from_iterator(_corpus(), trainer)
     if tok.get_vocab_size() != VOCAB_SIZE:
         raise RuntimeError(f"BPE training reached {tok.get_vocab_size()} tokens, expected {VOCAB_SIZE}")
     # So transformers' AutoTokenizer prepends <s> like ours does with add_bos=True.
-    tok.post_processor = processors.TemplateProcessing(single="<s> $A", pair="<s> $A <s> $B",
-                                                       special_tokens=[("<s>", BOS_ID)])
+    tok.post_processor = processors.TemplateProcessing(
+        single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", BOS_ID)]
+    )
     return tok.to_str()
 
 
 def model_config_dict(p: Preset) -> dict:
     return {
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",
-        "hidden_size": p.hidden_size, "num_hidden_layers": p.num_layers, "num_attention_heads": p.num_heads,
-        "num_key_value_heads": p.num_kv_heads, "head_dim": p.head_dim, "intermediate_size": p.intermediate_size,
-        "vocab_size": VOCAB_SIZE, "max_position_embeddings": p.max_position_embeddings, "rms_norm_eps": 1e-5,
-        "rope_theta": 10000.0, "rope_scaling": None, "tie_word_embeddings": p.tie_word_embeddings,
-        "attention_bias": False, "mlp_bias": False, "bos_token_id": BOS_ID, "eos_token_id": EOS_ID,
-        "torch_dtype": "float32", "initializer_range": 0.02,
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_act": "silu",
+        "hidden_size": p.hidden_size,
+        "num_hidden_layers": p.num_layers,
+        "num_attention_heads": p.num_heads,
+        "num_key_value_heads": p.num_kv_heads,
+        "head_dim": p.head_dim,
+        "intermediate_size": p.intermediate_size,
+        "vocab_size": VOCAB_SIZE,
+        "max_position_embeddings": p.max_position_embeddings,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 10000.0,
+        "rope_scaling": None,
+        "tie_word_embeddings": p.tie_word_embeddings,
+        "attention_bias": False,
+        "mlp_bias": False,
+        "bos_token_id": BOS_ID,
+        "eos_token_id": EOS_ID,
+        "torch_dtype": "float32",
+        "initializer_range": 0.02,
     }
 
 
@@ -176,10 +279,21 @@ def write_checkpoint(p: Preset, out: Path) -> None:
     (out / "config.json").write_text(json.dumps(model_config_dict(p), indent=2))
     (out / "generation_config.json").write_text(json.dumps({"bos_token_id": BOS_ID, "eos_token_id": EOS_ID}, indent=2))
     (out / "tokenizer.json").write_text(build_tokenizer_json())
-    (out / "tokenizer_config.json").write_text(json.dumps({
-        "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
-        "pad_token": "<pad>", "add_bos_token": True, "model_max_length": p.max_position_embeddings,
-        "chat_template": CHAT_TEMPLATE}, indent=2))
+    (out / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "tokenizer_class": "PreTrainedTokenizerFast",
+                "bos_token": "<s>",
+                "eos_token": "</s>",
+                "unk_token": "<unk>",
+                "pad_token": "<pad>",
+                "add_bos_token": True,
+                "model_max_length": p.max_position_embeddings,
+                "chat_template": CHAT_TEMPLATE,
+            },
+            indent=2,
+        )
+    )
 
 
 def cache_root() -> Path:
@@ -216,5 +330,7 @@ def resolve_model(model: str) -> Path:
     path = Path(model).expanduser()
     if path.is_dir() and (path / "config.json").is_file():
         return path
-    raise RefEngineError(f"model {model!r} is neither a built-in preset ({', '.join(PRESETS)}) nor a directory "
-                         "with config.json; refengine never downloads models")
+    raise RefEngineError(
+        f"model {model!r} is neither a built-in preset ({', '.join(PRESETS)}) nor a directory "
+        "with config.json; refengine never downloads models"
+    )

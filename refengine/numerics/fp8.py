@@ -26,8 +26,8 @@ from __future__ import annotations
 import torch
 
 FP8_DTYPE = torch.float8_e4m3fn
-FP8_MAX = float(torch.finfo(FP8_DTYPE).max)   # 448.0
-BLOCK = 128                                   # fine-grained block edge (both dims)
+FP8_MAX = float(torch.finfo(FP8_DTYPE).max)  # 448.0
+BLOCK = 128  # fine-grained block edge (both dims)
 # A zero row or tile would give scale 0 and 0/0 = NaN; any positive floor keeps it exactly 0.
 _MIN_SCALE = 1e-12
 
@@ -73,7 +73,7 @@ def quantize_blocks(w: torch.Tensor, block: int = BLOCK) -> tuple[torch.Tensor, 
 def expand_block_scale(scale: torch.Tensor, shape: tuple[int, ...], block: int = BLOCK) -> torch.Tensor:
     """[ceil(out/b), ceil(in/b)] tile scales -> one scale per element, [out, in]."""
     full = scale.repeat_interleave(block, dim=0).repeat_interleave(block, dim=1)
-    return full[:shape[0], :shape[1]]
+    return full[: shape[0], : shape[1]]
 
 
 def scale_kind(scale: torch.Tensor, weight_shape: tuple[int, ...]) -> str:
@@ -85,8 +85,9 @@ def scale_kind(scale: torch.Tensor, weight_shape: tuple[int, ...]) -> str:
     return "block"
 
 
-def dequantize(w8: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype = torch.float32,
-               block: int = BLOCK) -> torch.Tensor:
+def dequantize(
+    w8: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype = torch.float32, block: int = BLOCK
+) -> torch.Tensor:
     """w8 * scale in `dtype`, for any of the three scale kinds (told apart by the scale's shape)."""
     kind = scale_kind(scale, tuple(w8.shape))
     w = w8.to(torch.float32)

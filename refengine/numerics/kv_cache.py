@@ -25,16 +25,19 @@ def resolve_kv_cache_dtype(name: str, model_dtype: torch.dtype) -> torch.dtype:
         return model_dtype
     if name in ("fp8", "fp8_e4m3"):
         return FP8_DTYPE
-    raise RefEngineError(f"kv_cache_dtype must be one of {KV_CACHE_DTYPES}, got {name!r} "
-                         "(fp8_e5m2 is not supported: E4M3 with per-layer scales is more precise)")
+    raise RefEngineError(
+        f"kv_cache_dtype must be one of {KV_CACHE_DTYPES}, got {name!r} "
+        "(fp8_e5m2 is not supported: E4M3 with per-layer scales is more precise)"
+    )
 
 
 def is_fp8(dtype: torch.dtype) -> bool:
     return dtype == FP8_DTYPE
 
 
-def kv_cache_bytes_per_token(model_config, kv_cache_dtype: str | torch.dtype = "auto",
-                             model_dtype: torch.dtype = torch.float32, tp_size: int = 1) -> int:
+def kv_cache_bytes_per_token(
+    model_config, kv_cache_dtype: str | torch.dtype = "auto", model_dtype: torch.dtype = torch.float32, tp_size: int = 1
+) -> int:
     """KV bytes one token costs on one rank: 2 x layers x kv_heads x head_dim x element size.
 
     The single source the engine's block budget uses; the memory model can call or mirror it."""

@@ -38,10 +38,10 @@ class ParallelConfig:
     tensor_parallel_size: int = 1
     pipeline_parallel_size: int = 1
     layer_partition: tuple[int, ...] | None = None  # layers per stage; None = balanced
-    micro_batches: int | None = None                # None = pipeline_parallel_size
-    schedule: str = "micro-batch"                   # PP overlap: "batch-queue" (across steps) or "micro-batch"
+    micro_batches: int | None = None  # None = pipeline_parallel_size
+    schedule: str = "micro-batch"  # PP overlap: "batch-queue" (across steps) or "micro-batch"
     enable_expert_parallel: bool = False
-    moe_capacity_factor: float = 0.0   # dropless
+    moe_capacity_factor: float = 0.0  # dropless
     moe_dispatch: str = "auto"
     backend: str = "auto"
     timeout_s: float = 30.0
@@ -54,8 +54,10 @@ class ParallelConfig:
         if self.schedule not in PIPELINE_SCHEDULES[1:]:
             raise RefEngineError(f"pipeline_schedule must be one of {PIPELINE_SCHEDULES}, got {self.schedule!r}")
         if self.schedule == "batch-queue" and self.micro_batches is not None:
-            raise RefEngineError("pipeline_micro_batches splits steps under pipeline_schedule='micro-batch'; the "
-                                 "batch queue overlaps whole batches instead: drop one of the two")
+            raise RefEngineError(
+                "pipeline_micro_batches splits steps under pipeline_schedule='micro-batch'; the "
+                "batch queue overlaps whole batches instead: drop one of the two"
+            )
         if self.backend not in BACKENDS:
             raise RefEngineError(f"distributed_backend must be one of {BACKENDS}, got {self.backend!r}")
         if self.moe_dispatch not in MOE_DISPATCH:
@@ -72,14 +74,21 @@ class ParallelConfig:
             try:
                 partition = tuple(int(x) for x in str(args.pipeline_layer_partition).split(","))
             except ValueError:
-                raise RefEngineError(f"pipeline_layer_partition must be comma-separated integers, got "
-                                     f"{args.pipeline_layer_partition!r}") from None
-        return cls(tensor_parallel_size=args.tensor_parallel_size, pipeline_parallel_size=args.pipeline_parallel_size,
-                   layer_partition=partition, micro_batches=args.pipeline_micro_batches,
-                   schedule=resolve_pipeline_schedule(args.pipeline_schedule, args.pipeline_micro_batches),
-                   enable_expert_parallel=args.enable_expert_parallel, moe_capacity_factor=args.moe_capacity_factor,
-                   moe_dispatch=args.moe_dispatch, backend=args.distributed_backend,
-                   timeout_s=args.distributed_timeout_s)
+                raise RefEngineError(
+                    f"pipeline_layer_partition must be comma-separated integers, got {args.pipeline_layer_partition!r}"
+                ) from None
+        return cls(
+            tensor_parallel_size=args.tensor_parallel_size,
+            pipeline_parallel_size=args.pipeline_parallel_size,
+            layer_partition=partition,
+            micro_batches=args.pipeline_micro_batches,
+            schedule=resolve_pipeline_schedule(args.pipeline_schedule, args.pipeline_micro_batches),
+            enable_expert_parallel=args.enable_expert_parallel,
+            moe_capacity_factor=args.moe_capacity_factor,
+            moe_dispatch=args.moe_dispatch,
+            backend=args.distributed_backend,
+            timeout_s=args.distributed_timeout_s,
+        )
 
     @property
     def world_size(self) -> int:
@@ -164,33 +173,43 @@ def validate_layout(model_config, pc: ParallelConfig) -> None:
     c = model_config
     where = f"tensor_parallel_size={tp}"
     if c.num_attention_heads % tp:
-        raise RefEngineError(f"num_attention_heads ({c.num_attention_heads}) is not divisible by {where}; "
-                             f"use a divisor of {c.num_attention_heads}")
+        raise RefEngineError(
+            f"num_attention_heads ({c.num_attention_heads}) is not divisible by {where}; "
+            f"use a divisor of {c.num_attention_heads}"
+        )
     kv = c.num_key_value_heads
-    if (tp % kv if tp >= kv else kv % tp):
-        raise RefEngineError(f"num_key_value_heads ({kv}) and {where} must divide one another "
-                             "(KV heads are split, or replicated when there are fewer than ranks)")
+    if tp % kv if tp >= kv else kv % tp:
+        raise RefEngineError(
+            f"num_key_value_heads ({kv}) and {where} must divide one another "
+            "(KV heads are split, or replicated when there are fewer than ranks)"
+        )
     if c.vocab_size < tp:
         raise RefEngineError(f"vocab_size ({c.vocab_size}) is smaller than {where}")
     num_experts = getattr(c, "num_experts", 0) or 0
     if num_experts and pc.enable_expert_parallel:
         if num_experts % tp:
-            raise RefEngineError(f"num_local_experts ({num_experts}) is not divisible by the expert-parallel size "
-                                 f"({tp} = {where}); use a divisor of {num_experts}")
+            raise RefEngineError(
+                f"num_local_experts ({num_experts}) is not divisible by the expert-parallel size "
+                f"({tp} = {where}); use a divisor of {num_experts}"
+            )
     elif c.intermediate_size % tp:
         raise RefEngineError(f"intermediate_size ({c.intermediate_size}) is not divisible by {where}")
     if pc.enable_expert_parallel and not num_experts:
-        raise RefEngineError(f"enable_expert_parallel needs a mixture-of-experts model; {c.architecture} "
-                             "has no experts")
+        raise RefEngineError(
+            f"enable_expert_parallel needs a mixture-of-experts model; {c.architecture} has no experts"
+        )
     layers = c.num_hidden_layers
     if pc.layer_partition is not None:
         part = pc.layer_partition
         if len(part) != pp or sum(part) != layers or min(part) < 1:
-            raise RefEngineError(f"pipeline_layer_partition {','.join(map(str, part))} must list {pp} positive layer "
-                                 f"counts summing to num_hidden_layers ({layers})")
+            raise RefEngineError(
+                f"pipeline_layer_partition {','.join(map(str, part))} must list {pp} positive layer "
+                f"counts summing to num_hidden_layers ({layers})"
+            )
     elif layers < pp:
-        raise RefEngineError(f"pipeline_parallel_size={pp} exceeds num_hidden_layers ({layers}); every stage needs "
-                             "at least one layer")
+        raise RefEngineError(
+            f"pipeline_parallel_size={pp} exceeds num_hidden_layers ({layers}); every stage needs at least one layer"
+        )
 
 
 @dataclass(frozen=True)

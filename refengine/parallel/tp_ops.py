@@ -28,6 +28,7 @@ def tp_all_reduce(x: torch.Tensor, tp_size: int) -> torch.Tensor:
     if tp_size == 1:
         return x
     import torch.distributed as dist
+
     dist.all_reduce(x, group=_TP_GROUP)
     return x
 
@@ -37,6 +38,7 @@ def tp_all_gather(x: torch.Tensor, tp_size: int, dim: int = -1) -> torch.Tensor:
     if tp_size == 1:
         return x
     import torch.distributed as dist
+
     parts = [torch.empty_like(x) for _ in range(tp_size)]
     dist.all_gather(parts, x.contiguous(), group=_TP_GROUP)
     return torch.cat(parts, dim=dim)

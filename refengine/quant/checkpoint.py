@@ -28,11 +28,11 @@ from refengine.quant.policy import matches, parse_skip
 
 @dataclass
 class CheckpointFp8Format:
-    source: str                  # "compressed-tensors" or "fp8"
-    scale_name: str              # checkpoint tensor name suffix: weight_scale or weight_scale_inv
-    kind: str                    # tensor | channel | block
+    source: str  # "compressed-tensors" or "fp8"
+    scale_name: str  # checkpoint tensor name suffix: weight_scale or weight_scale_inv
+    kind: str  # tensor | channel | block
     block: int = 128
-    ignore: list[str] = field(default_factory=list)   # layers left unquantized in the checkpoint
+    ignore: list[str] = field(default_factory=list)  # layers left unquantized in the checkpoint
 
     def is_quantized(self, module_name: str) -> bool:
         """Was this layer stored in FP8? (Not when the checkpoint's ignore list names it.)"""
@@ -40,8 +40,10 @@ class CheckpointFp8Format:
             if pat.startswith("re:"):
                 # Regexes are written against unfused HF names; try the fused name's parts too.
                 rx = re.compile(pat[3:])
-                candidates = [module_name, *(module_name.replace(f, u) for u, f in
-                                             (("q_proj", "qkv_proj"), ("gate_proj", "gate_up_proj")))]
+                candidates = [
+                    module_name,
+                    *(module_name.replace(f, u) for u, f in (("q_proj", "qkv_proj"), ("gate_proj", "gate_up_proj"))),
+                ]
                 if any(rx.search(c) or rx.fullmatch(c) for c in candidates):
                     return False
             elif any(matches(module_name, p) for p in parse_skip(pat)):
@@ -55,18 +57,21 @@ def _compressed_tensors(q: dict) -> CheckpointFp8Format:
         raise RefEngineError("compressed-tensors quantization_config has no config_groups")
     weights = next(iter(groups.values())).get("weights") or {}
     if weights.get("type") != "float" or int(weights.get("num_bits", 0)) != 8:
-        raise RefEngineError(f"compressed-tensors scheme {weights} is not FP8 (type float, 8 bits); "
-                             "only FP8 checkpoints are supported")
+        raise RefEngineError(
+            f"compressed-tensors scheme {weights} is not FP8 (type float, 8 bits); only FP8 checkpoints are supported"
+        )
     strategy = weights.get("strategy", "tensor")
     if strategy == "block":
-        block = (weights.get("block_structure") or [128, 128])
+        block = weights.get("block_structure") or [128, 128]
         if block[0] != block[1]:
             raise RefEngineError(f"block_structure {block} is not square; only square blocks are supported")
-        return CheckpointFp8Format("compressed-tensors", "weight_scale", "block", int(block[0]),
-                                   list(q.get("ignore") or []))
+        return CheckpointFp8Format(
+            "compressed-tensors", "weight_scale", "block", int(block[0]), list(q.get("ignore") or [])
+        )
     if strategy not in ("tensor", "channel"):
-        raise RefEngineError(f"compressed-tensors weight strategy {strategy!r} is not supported "
-                             "(tensor, channel or block)")
+        raise RefEngineError(
+            f"compressed-tensors weight strategy {strategy!r} is not supported (tensor, channel or block)"
+        )
     return CheckpointFp8Format("compressed-tensors", "weight_scale", strategy, ignore=list(q.get("ignore") or []))
 
 
@@ -88,7 +93,7 @@ def read_checkpoint_format(model_dir: str | Path) -> CheckpointFp8Format | None:
     try:
         cfg = read_config_json(Path(model_dir) / "config.json")
     except (OSError, RefEngineError):
-        return None   # load_model_config reports a missing or broken config.json with a better message
+        return None  # load_model_config reports a missing or broken config.json with a better message
     q = cfg.get("quantization_config")
     if not q:
         return None
@@ -97,5 +102,7 @@ def read_checkpoint_format(model_dir: str | Path) -> CheckpointFp8Format | None:
         return _compressed_tensors(q)
     if method == "fp8":
         return _fine_grained(q)
-    raise RefEngineError(f"checkpoint quantization {method!r} is not supported; refengine loads unquantized "
-                         "checkpoints and FP8 ones (compressed-tensors or fine-grained fp8)")
+    raise RefEngineError(
+        f"checkpoint quantization {method!r} is not supported; refengine loads unquantized "
+        "checkpoints and FP8 ones (compressed-tensors or fine-grained fp8)"
+    )

@@ -25,24 +25,49 @@ from refengine.model.loader import iter_checkpoint, safetensors_files
 from refengine.model.tiny import resolve_model
 from refengine.numerics.fp8 import quantize_blocks, quantize_per_channel, quantize_per_tensor
 
-LINEAR_SUFFIXES = ("q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight", "gate_proj.weight",
-                   "up_proj.weight", "down_proj.weight")
+LINEAR_SUFFIXES = (
+    "q_proj.weight",
+    "k_proj.weight",
+    "v_proj.weight",
+    "o_proj.weight",
+    "gate_proj.weight",
+    "up_proj.weight",
+    "down_proj.weight",
+)
 
 
 def _quantization_config(layout: str, strategy: str, block: int) -> dict:
     if layout == "compressed-tensors":
         weights = {"num_bits": 8, "type": "float", "symmetric": True, "strategy": strategy, "dynamic": False}
-        return {"quant_method": "compressed-tensors", "format": "float-quantized",
-                "config_groups": {"group_0": {"targets": ["Linear"], "weights": weights,
-                                              "input_activations": {"num_bits": 8, "type": "float",
-                                                                    "strategy": "token", "dynamic": True}}},
-                "ignore": ["lm_head"]}
-    return {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
-            "weight_block_size": [block, block], "modules_to_not_convert": ["lm_head"]}
+        return {
+            "quant_method": "compressed-tensors",
+            "format": "float-quantized",
+            "config_groups": {
+                "group_0": {
+                    "targets": ["Linear"],
+                    "weights": weights,
+                    "input_activations": {"num_bits": 8, "type": "float", "strategy": "token", "dynamic": True},
+                }
+            },
+            "ignore": ["lm_head"],
+        }
+    return {
+        "quant_method": "fp8",
+        "fmt": "e4m3",
+        "activation_scheme": "dynamic",
+        "weight_block_size": [block, block],
+        "modules_to_not_convert": ["lm_head"],
+    }
 
 
-def export_fp8(src: str | Path, dst: str | Path, layout: str = "compressed-tensors", strategy: str = "channel",
-               block: int = 128, skip: tuple[str, ...] = ()) -> Path:
+def export_fp8(
+    src: str | Path,
+    dst: str | Path,
+    layout: str = "compressed-tensors",
+    strategy: str = "channel",
+    block: int = 128,
+    skip: tuple[str, ...] = (),
+) -> Path:
     """Quantize `src`'s decoder linears into a new model directory `dst`; returns it.
 
     `skip`: checkpoint-name fragments left unquantized (and listed in the ignore list)."""

@@ -26,7 +26,7 @@ from refengine.quant.fp8_matmul import fp8_linear
 
 def _set_param(layer: nn.Module, name: str, value: torch.Tensor) -> nn.Parameter:
     if hasattr(layer, name):
-        delattr(layer, name)   # free the old tensor before the new one is kept
+        delattr(layer, name)  # free the old tensor before the new one is kept
     p = nn.Parameter(value, requires_grad=False)
     layer.register_parameter(name, p)
     return p
@@ -39,7 +39,7 @@ class Fp8LinearMethod(LinearMethod):
         self.cache_dequantized = cache_dequantized
         self.use_w8a8 = use_w8a8
 
-    block = BLOCK   # edge of block scales (a checkpoint may bring another)
+    block = BLOCK  # edge of block scales (a checkpoint may bring another)
 
     def _configure(self, layer: nn.Module) -> None:
         # Plain attributes of the layer: torch annotates Module.__setattr__'s value as Tensor | Module,
@@ -93,14 +93,22 @@ class Fp8CheckpointLinearMethod(Fp8LinearMethod):
     different per-tensor scales (q, k, v), and rows hold all three exactly. `upcast=True`
     (the policy skips this layer) dequantizes after loading and runs it in the compute dtype."""
 
-    def __init__(self, scale_name: str, kind: str, block: int = BLOCK, upcast: bool = False,
-                 compute_dtype: torch.dtype = torch.float32, **kw):
+    def __init__(
+        self,
+        scale_name: str,
+        kind: str,
+        block: int = BLOCK,
+        upcast: bool = False,
+        compute_dtype: torch.dtype = torch.float32,
+        **kw,
+    ):
         super().__init__(**kw)
         self.scale_name, self.kind, self.block = scale_name, kind, block
         self.upcast, self.compute_dtype = upcast, compute_dtype
 
-    def create_weights(self, layer, input_size_per_partition, output_partition_sizes, input_size, output_size,
-                       params_dtype):
+    def create_weights(
+        self, layer, input_size_per_partition, output_partition_sizes, input_size, output_size, params_dtype
+    ):
         out, inp = sum(output_partition_sizes), input_size_per_partition
         device = layer.weight.device if hasattr(layer, "weight") else None
         w = _set_param(layer, "weight", torch.empty(out, inp, dtype=FP8_DTYPE, device=device))
@@ -122,9 +130,9 @@ class Fp8CheckpointLinearMethod(Fp8LinearMethod):
     @staticmethod
     def _load_channel_scale(layer, param, loaded, shard_id):
         loaded = loaded.float()
-        if loaded.numel() == 1:   # per-tensor: fill this shard's rows
+        if loaded.numel() == 1:  # per-tensor: fill this shard's rows
             first, rows = _shard_rows(layer, shard_id)
-            param.data[first:first + rows] = loaded.reshape(())
+            param.data[first : first + rows] = loaded.reshape(())
         elif isinstance(layer, RowParallelLinear):  # output dim not split: every rank has all rows
             param.data.copy_(loaded.reshape(param.shape))
         else:
@@ -136,15 +144,18 @@ class Fp8CheckpointLinearMethod(Fp8LinearMethod):
         if isinstance(layer, RowParallelLinear):
             cols = param.shape[1]
             if layer.tp_size > 1 and (layer.weight.shape[1] % b):
-                raise RefEngineError(f"block-FP8 row-parallel layer: input shard {layer.weight.shape[1]} is not a "
-                                     f"multiple of {b}")
+                raise RefEngineError(
+                    f"block-FP8 row-parallel layer: input shard {layer.weight.shape[1]} is not a multiple of {b}"
+                )
             param.data.copy_(loaded.narrow(1, layer.tp_rank * cols, cols))
             return
         first, rows = _shard_rows(layer, shard_id)
         fused = shard_id is not None
         if (fused or layer.tp_size > 1) and (first % b or rows % b):
-            raise RefEngineError(f"block-FP8 checkpoint: a shard of {rows} rows at row {first} does not fall on "
-                                 f"{b}-row block boundaries, so its scales cannot be placed")
+            raise RefEngineError(
+                f"block-FP8 checkpoint: a shard of {rows} rows at row {first} does not fall on "
+                f"{b}-row block boundaries, so its scales cannot be placed"
+            )
         nb = -(-rows // b)
         src = loaded.narrow(0, _rank_chunk(layer, shard_id) * nb, nb)
         param.data.narrow(0, first // b, nb).copy_(src)

@@ -40,8 +40,9 @@ def w8a8_linear(x: torch.Tensor, w8: torch.Tensor, w_scale: torch.Tensor, bias: 
         w_scale_row = w_scale_row.expand(1, out_features)
     # _scaled_mm wants A row-major and B column-major: w8 is [out, in] contiguous, so w8.t() is.
     # Row-wise scales need a bfloat16 output; the bias is added after, in the caller's dtype.
-    y = torch._scaled_mm(x8, w8.t(), scale_a=x_scale, scale_b=w_scale_row.contiguous(),
-                         out_dtype=torch.bfloat16).to(x.dtype)
+    y = torch._scaled_mm(x8, w8.t(), scale_a=x_scale, scale_b=w_scale_row.contiguous(), out_dtype=torch.bfloat16).to(
+        x.dtype
+    )
     if bias is not None:
         y = y + bias
     return y.reshape(*shape[:-1], out_features)
@@ -50,8 +51,13 @@ def w8a8_linear(x: torch.Tensor, w8: torch.Tensor, w_scale: torch.Tensor, bias: 
 def _can_w8a8(layer, x: torch.Tensor) -> bool:
     w8 = layer.weight
     # _scaled_mm needs both GEMM dims divisible by 16 and a scale kind its epilogue applies.
-    return (getattr(layer, "fp8_use_w8a8", False) and x.is_cuda and w8.shape[0] % 16 == 0 and w8.shape[1] % 16 == 0
-            and scale_kind(layer.weight_scale, tuple(w8.shape)) != "block")
+    return (
+        getattr(layer, "fp8_use_w8a8", False)
+        and x.is_cuda
+        and w8.shape[0] % 16 == 0
+        and w8.shape[1] % 16 == 0
+        and scale_kind(layer.weight_scale, tuple(w8.shape)) != "block"
+    )
 
 
 def dequantized_weight(layer, dtype: torch.dtype) -> torch.Tensor:
@@ -62,6 +68,7 @@ def dequantized_weight(layer, dtype: torch.dtype) -> torch.Tensor:
     w8, scale, block = layer.weight, layer.weight_scale, getattr(layer, "fp8_block", BLOCK)
     if w8.is_cuda:
         from refengine.kernels.dispatch import fp8_dequantize
+
         w = fp8_dequantize(w8, scale, dtype, block)
     else:
         w = dequantize(w8, scale, dtype, block)

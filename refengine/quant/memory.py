@@ -34,18 +34,25 @@ class QuantMemoryReport:
         return self.num_kv_blocks - self.num_kv_blocks_unquantized
 
     def as_dict(self) -> dict:
-        return {**asdict(self), "weight_bytes_saved": self.weight_bytes_saved,
-                "kv_blocks_gained": self.kv_blocks_gained}
+        return {
+            **asdict(self),
+            "weight_bytes_saved": self.weight_bytes_saved,
+            "kv_blocks_gained": self.kv_blocks_gained,
+        }
 
     def summary(self) -> str:
         mib = 1 << 20
-        line = (f"weights {self.weight_bytes / mib:.1f} MiB (unquantized {self.weight_bytes_unquantized / mib:.1f} MiB, "
-                f"saved {self.weight_bytes_saved / mib:.1f} MiB)")
+        line = (
+            f"weights {self.weight_bytes / mib:.1f} MiB (unquantized {self.weight_bytes_unquantized / mib:.1f} MiB, "
+            f"saved {self.weight_bytes_saved / mib:.1f} MiB)"
+        )
         if self.dequant_cache_bytes:
             line += f" + CPU dequantized-weight cache {self.dequant_cache_bytes / mib:.1f} MiB"
-        line += (f"; KV {self.kv_bytes_per_token} B/token (unquantized {self.kv_bytes_per_token_unquantized}), "
-                 f"{self.num_kv_blocks} blocks vs {self.num_kv_blocks_unquantized} "
-                 f"(x{self.num_kv_blocks / max(1, self.num_kv_blocks_unquantized):.2f})")
+        line += (
+            f"; KV {self.kv_bytes_per_token} B/token (unquantized {self.kv_bytes_per_token_unquantized}), "
+            f"{self.num_kv_blocks} blocks vs {self.num_kv_blocks_unquantized} "
+            f"(x{self.num_kv_blocks / max(1, self.num_kv_blocks_unquantized):.2f})"
+        )
         return line
 
 
@@ -53,7 +60,7 @@ def weight_bytes(model: torch.nn.Module, compute_dtype: torch.dtype, cache_dequa
     """(stored bytes, bytes if unquantized, dequantized-cache bytes) over the model's parameters."""
     itemsize = torch.empty(0, dtype=compute_dtype).element_size()
     stored = unquantized = cache = 0
-    for name, p in model.named_parameters():   # tied weights appear once
+    for name, p in model.named_parameters():  # tied weights appear once
         stored += p.numel() * p.element_size()
         if name.endswith(("weight_scale", "weight_scale_inv")):
             continue

@@ -22,9 +22,14 @@ from fnmatch import fnmatchcase
 from refengine.errors import RefEngineError
 
 ALWAYS_UNQUANTIZED = ("lm_head", "embed_tokens", "norms")
-DEFAULT_SKIP = ("gate",)          # MoE router: `mlp.gate` (a component match, not gate_up_proj)
-FUSED_ALIASES = {"q_proj": "qkv_proj", "k_proj": "qkv_proj", "v_proj": "qkv_proj",
-                 "gate_proj": "gate_up_proj", "up_proj": "gate_up_proj"}
+DEFAULT_SKIP = ("gate",)  # MoE router: `mlp.gate` (a component match, not gate_up_proj)
+FUSED_ALIASES = {
+    "q_proj": "qkv_proj",
+    "k_proj": "qkv_proj",
+    "v_proj": "qkv_proj",
+    "gate_proj": "gate_up_proj",
+    "up_proj": "gate_up_proj",
+}
 # The seed's fix, spelled as a skip list; `--quantization-skip seed` expands to it.
 SEED_FIX = ("qkv_proj",)
 
@@ -65,9 +70,9 @@ def matches(name: str, pattern: str) -> bool:
 class PrecisionPolicy:
     """Which linear layers are FP8. `decide` is the one question the model builder asks."""
 
-    quantization: str | None = None        # None (off) or "fp8"
-    weight_scales: str = "channel"         # channel | block (online); a checkpoint brings its own
-    skip: tuple[str, ...] = ()             # user patterns, already alias-resolved
+    quantization: str | None = None  # None (off) or "fp8"
+    weight_scales: str = "channel"  # channel | block (online); a checkpoint brings its own
+    skip: tuple[str, ...] = ()  # user patterns, already alias-resolved
     default_skip: tuple[str, ...] = DEFAULT_SKIP
     kv_cache_dtype: str = "auto"
     # Filled in by apply(): the concrete module names on each side (for the start-up line).
@@ -116,6 +121,8 @@ class PrecisionPolicy:
         if not self.quantization:
             weights = "weights unquantized"
         else:
-            weights = (f"weights fp8 ({d['weight_scales']} scales) in {', '.join(d['fp8_modules']) or 'no layer'}; "
-                       f"kept in compute dtype: {', '.join(d['unquantized_modules'])}")
+            weights = (
+                f"weights fp8 ({d['weight_scales']} scales) in {', '.join(d['fp8_modules']) or 'no layer'}; "
+                f"kept in compute dtype: {', '.join(d['unquantized_modules'])}"
+            )
         return f"precision policy: {weights}; KV cache {self.kv_cache_dtype}"

@@ -18,7 +18,7 @@ log = logging.getLogger(__name__)
 
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
-_MMAP_THRESHOLD_MAX = 32 << 20      # glibc's cap on 64-bit (4 MiB * sizeof(long))
+_MMAP_THRESHOLD_MAX = 32 << 20  # glibc's cap on 64-bit (4 MiB * sizeof(long))
 _TRIM_THRESHOLD = 1 << 30
 _done = False
 
@@ -32,8 +32,10 @@ def keep_freed_memory_on_heap() -> bool:
         return False
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        ok = libc.mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_MAX) == 1 and \
-            libc.mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD) == 1
+        ok = (
+            libc.mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_MAX) == 1
+            and libc.mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD) == 1
+        )
     except (OSError, AttributeError):
         return False
     _done = ok

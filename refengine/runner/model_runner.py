@@ -24,8 +24,14 @@ class CausalLM(Protocol):
     a forward over a flat varlen batch, and the logits of chosen rows. The runner never imports the
     model's classes; the engine hands it one."""
 
-    def __call__(self, input_ids: torch.Tensor, positions: torch.Tensor, kv_caches: list[torch.Tensor],
-                 attn_metadata: AttentionMetadata, intermediate: Any = None) -> Any: ...
+    def __call__(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        kv_caches: list[torch.Tensor],
+        attn_metadata: AttentionMetadata,
+        intermediate: Any = None,
+    ) -> Any: ...
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor: ...
 
@@ -40,8 +46,15 @@ class StepTimings:
 
 
 class ModelRunner:
-    def __init__(self, model: CausalLM, kv_caches: list[torch.Tensor], block_size: int,
-                 device: torch.device, seed: int, samples: bool = True):
+    def __init__(
+        self,
+        model: CausalLM,
+        kv_caches: list[torch.Tensor],
+        block_size: int,
+        device: torch.device,
+        seed: int,
+        samples: bool = True,
+    ):
         self.model = model
         self.samples = samples  # False on TP ranks other than the sampler: they compute logits, return none
         self.kv_caches = kv_caches
@@ -62,8 +75,7 @@ class ModelRunner:
             seqs.append((req.start_pos, req.num_tokens, req.block_ids))
             if req.sample:
                 sample_index.append(len(token_ids) - 1)
-                rows.append(SamplingRow(req.req_id, req.sampling_params, req.num_output_tokens,
-                                        req.eos_token_id))
+                rows.append(SamplingRow(req.req_id, req.sampling_params, req.num_output_tokens, req.eos_token_id))
         input_ids = torch.tensor(token_ids, dtype=torch.long, device=self.device)
         pos = torch.tensor(positions, dtype=torch.long, device=self.device)
         meta = build_attention_metadata(seqs, self.block_size, self.device)

@@ -85,6 +85,8 @@ class Sampler:
         # On CUDA, multinomial over NaN or all-zero weights is a device-side assert that kills the
         # whole context; checking here keeps it one request's error.
         if not bool(torch.isfinite(probs).all() & (probs.sum() > 0)):
-            raise ValueError("the sampling distribution has no finite positive mass (every token banned, "
-                             "or the logits are not finite)")
+            raise ValueError(
+                "the sampling distribution has no finite positive mass (every token banned, "
+                "or the logits are not finite)"
+            )
         return int(torch.multinomial(probs, 1, generator=self._generator(row)).item())

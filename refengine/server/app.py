@@ -37,16 +37,23 @@ _REASONS = {401: "auth", 408: "timeout", 413: "too_large"}
 
 
 class Server:
-    def __init__(self, engine: LLMEngine, served_model_name: str, api_key: str | None = None,
-                 max_waiting_requests: int = 1024, body_limits: BodyLimits | None = None):
+    def __init__(
+        self,
+        engine: LLMEngine,
+        served_model_name: str,
+        api_key: str | None = None,
+        max_waiting_requests: int = 1024,
+        body_limits: BodyLimits | None = None,
+    ):
         self.engine = engine
         self.model_name = served_model_name
         self.api_key = api_key
         self.body_limits = body_limits or BodyLimits()
         self.created = int(time.time())
         self.loop = EngineLoop(engine, max_waiting_requests)
-        self.metrics = ServerMetrics(self.loop, served_model_name, engine.cache_config.block_size,
-                                     engine.cache_config.num_blocks)
+        self.metrics = ServerMetrics(
+            self.loop, served_model_name, engine.cache_config.block_size, engine.cache_config.num_blocks
+        )
         self.loop.on_output = self.metrics.on_output
         self.loop.on_abort = self.metrics.aborted
         self.loop.on_failed = self.metrics.failed
@@ -67,18 +74,29 @@ class Server:
         header = request.headers.get("authorization", "")
         token = header[7:] if header.lower().startswith("bearer ") else ""
         if not hmac.compare_digest(token.encode(), self.api_key.encode()):
-            raise ApiError(401, "invalid or missing API key: send 'Authorization: Bearer <key>'",
-                           type="authentication_error", code="invalid_api_key")
+            raise ApiError(
+                401,
+                "invalid or missing API key: send 'Authorization: Bearer <key>'",
+                type="authentication_error",
+                code="invalid_api_key",
+            )
 
     def _check_model(self, model: str | None) -> None:
         if model is not None and model != self.model_name:
-            raise ApiError(404, f"the model '{model}' does not exist; this server serves '{self.model_name}'",
-                           type="not_found_error", param="model", code="model_not_found")
+            raise ApiError(
+                404,
+                f"the model '{model}' does not exist; this server serves '{self.model_name}'",
+                type="not_found_error",
+                param="model",
+                code="model_not_found",
+            )
 
     def _render_chat(self, messages: list[dict]) -> str:
         tok = self.engine.tokenizer
         if tok is None:
-            raise ApiError(400, "this model has no tokenizer, so chat is unavailable; use /v1/completions with token ids")
+            raise ApiError(
+                400, "this model has no tokenizer, so chat is unavailable; use /v1/completions with token ids"
+            )
         if tok.chat_template:
             try:
                 return tok.apply_chat_template(messages, add_generation_prompt=True)
@@ -120,11 +138,15 @@ class Server:
             return self._error(ApiError(503, str(exc), type="server_error"), "unhealthy")
         except Exception as exc:  # a bug of ours: say so in the API's shape, and log it
             log.exception("request preparation failed")
-            return self._error(ApiError(500, f"internal error while preparing the request: {exc!r}",
-                                        type="server_error"), "internal")
+            return self._error(
+                ApiError(500, f"internal error while preparing the request: {exc!r}", type="server_error"), "internal"
+            )
         if req.stream:
-            return StreamingResponse(self._sse(req, request_id, ids, outputs), media_type="text/event-stream",
-                                     headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+            return StreamingResponse(
+                self._sse(req, request_id, ids, outputs),
+                media_type="text/event-stream",
+                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+            )
         return await self._complete(req, request_id, ids, outputs)
 
     async def _complete(self, req, request_id, ids, outputs) -> Response:
@@ -138,8 +160,11 @@ class Server:
             return self._error(ApiError(400, str(exc)), "invalid")
         assert final is not None, "the engine ends every request's stream with its final output"
         c = final.outputs[0]
-        return JSONResponse(protocol.full_response(req, request_id, self.model_name, c.text, c.finish_reason,
-                                                   len(ids), len(c.token_ids)))
+        return JSONResponse(
+            protocol.full_response(
+                req, request_id, self.model_name, c.text, c.finish_reason, len(ids), len(c.token_ids)
+            )
+        )
 
     async def _sse(self, req, request_id, ids, outputs):
         first, n_out, created = True, 0, int(time.time())
@@ -168,8 +193,14 @@ class Server:
             self._check_auth(request)
         except ApiError as exc:
             return self._error(exc, "auth")
-        card = {"id": self.model_name, "object": "model", "created": self.created, "owned_by": "refengine",
-                "root": str(self.engine.model_dir), "max_model_len": self.engine.max_model_len}
+        card = {
+            "id": self.model_name,
+            "object": "model",
+            "created": self.created,
+            "owned_by": "refengine",
+            "root": str(self.engine.model_dir),
+            "max_model_len": self.engine.max_model_len,
+        }
         return JSONResponse({"object": "list", "data": [card]})
 
     async def health(self, request: Request) -> Response:

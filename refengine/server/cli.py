@@ -36,46 +36,110 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
         help_text = f.metadata.get("help", "")
         typ = _base_type(f.type)
         if typ is bool:
-            group.add_argument(flag, action=argparse.BooleanOptionalAction, default=f.default,
-                               help=help_text + " (default: %(default)s)")
+            group.add_argument(
+                flag,
+                action=argparse.BooleanOptionalAction,
+                default=f.default,
+                help=help_text + " (default: %(default)s)",
+            )
         else:
-            group.add_argument(flag, type=typ, default=f.default, metavar=f.name.upper(),
-                               help=help_text + (" (default: %(default)s)" if f.default is not None else ""))
+            group.add_argument(
+                flag,
+                type=typ,
+                default=f.default,
+                metavar=f.name.upper(),
+                help=help_text + (" (default: %(default)s)" if f.default is not None else ""),
+            )
 
 
 def build_parser(prog: str = "refengine-serve") -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=prog, description="Serve the reference engine over an OpenAI-compatible "
-                                "HTTP API with Prometheus /metrics.")
+    p = argparse.ArgumentParser(
+        prog=prog, description="Serve the reference engine over an OpenAI-compatible HTTP API with Prometheus /metrics."
+    )
     p.add_argument("model_positional", nargs="?", metavar="MODEL", help="Same as --model.")
-    p.add_argument("--host", default="127.0.0.1", help="Address to bind. Loopback by default; binding another "
-                   "address (e.g. 0.0.0.0) exposes the server and must be asked for explicitly.")
+    p.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="Address to bind. Loopback by default; binding another "
+        "address (e.g. 0.0.0.0) exposes the server and must be asked for explicitly.",
+    )
     p.add_argument("--port", type=int, default=8000, help="TCP port (default: %(default)s).")
     p.add_argument("--api-key", default=None, help="Require 'Authorization: Bearer KEY' on /v1 routes.")
-    p.add_argument("--served-model-name", default=None, help="Model name clients send and metrics carry "
-                   "(default: the --model value).")
-    p.add_argument("--max-waiting-requests", type=int, default=1024, help="Waiting-queue bound; beyond it new "
-                   "requests get 503 instead of growing memory (default: %(default)s).")
-    p.add_argument("--max-request-body-bytes", type=int, default=32 * 1024 * 1024, help="Largest request body; "
-                   "a larger one gets 413 (default: %(default)s, 32 MiB).")
-    p.add_argument("--timeout-keep-alive", type=float, default=5.0, help="Close a keep-alive connection idle this "
-                   "many seconds after a response (uvicorn's option; default: %(default)s).")
-    p.add_argument("--timeout-request-header", type=float, default=10.0, help="A connection must complete a "
-                   "request's headers this many seconds after connecting or after its previous response, or it "
-                   "is closed (408 if it had sent part of one) (default: %(default)s).")
-    p.add_argument("--timeout-request-body", type=float, default=30.0, help="The whole request body must arrive "
-                   "within this many seconds of its headers, or the request gets 408 (default: %(default)s).")
-    p.add_argument("--graceful-shutdown-s", type=float, default=10.0, help="On SIGINT/SIGTERM, how long in-flight "
-                   "requests may finish before they are aborted (default: %(default)s).")
-    p.add_argument("--data-parallel-size", type=int, default=1, metavar="N", help="Serve N replicas of the "
-                   "engine, each a full server process on its own loopback port, behind one OpenAI-compatible front "
-                   "on --port that balances requests over them (vLLM's flag; default: %(default)s, no front).")
-    p.add_argument("--lb-policy", default=DEFAULT_LB_POLICY, choices=list(LB_POLICIES), help="With "
-                   "--data-parallel-size > 1: round-robin, or least-outstanding (the replica with the fewest "
-                   "requests in flight through the front) (default: %(default)s).")
-    p.add_argument("--replica-startup-timeout-s", type=float, default=600.0, help="With --data-parallel-size > 1: "
-                   "how long the replicas have to become healthy (default: %(default)s).")
-    p.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"],
-                   help="uvicorn log level (default: %(default)s).")
+    p.add_argument(
+        "--served-model-name",
+        default=None,
+        help="Model name clients send and metrics carry (default: the --model value).",
+    )
+    p.add_argument(
+        "--max-waiting-requests",
+        type=int,
+        default=1024,
+        help="Waiting-queue bound; beyond it new requests get 503 instead of growing memory (default: %(default)s).",
+    )
+    p.add_argument(
+        "--max-request-body-bytes",
+        type=int,
+        default=32 * 1024 * 1024,
+        help="Largest request body; a larger one gets 413 (default: %(default)s, 32 MiB).",
+    )
+    p.add_argument(
+        "--timeout-keep-alive",
+        type=float,
+        default=5.0,
+        help="Close a keep-alive connection idle this "
+        "many seconds after a response (uvicorn's option; default: %(default)s).",
+    )
+    p.add_argument(
+        "--timeout-request-header",
+        type=float,
+        default=10.0,
+        help="A connection must complete a "
+        "request's headers this many seconds after connecting or after its previous response, or it "
+        "is closed (408 if it had sent part of one) (default: %(default)s).",
+    )
+    p.add_argument(
+        "--timeout-request-body",
+        type=float,
+        default=30.0,
+        help="The whole request body must arrive "
+        "within this many seconds of its headers, or the request gets 408 (default: %(default)s).",
+    )
+    p.add_argument(
+        "--graceful-shutdown-s",
+        type=float,
+        default=10.0,
+        help="On SIGINT/SIGTERM, how long in-flight "
+        "requests may finish before they are aborted (default: %(default)s).",
+    )
+    p.add_argument(
+        "--data-parallel-size",
+        type=int,
+        default=1,
+        metavar="N",
+        help="Serve N replicas of the "
+        "engine, each a full server process on its own loopback port, behind one OpenAI-compatible front "
+        "on --port that balances requests over them (vLLM's flag; default: %(default)s, no front).",
+    )
+    p.add_argument(
+        "--lb-policy",
+        default=DEFAULT_LB_POLICY,
+        choices=list(LB_POLICIES),
+        help="With "
+        "--data-parallel-size > 1: round-robin, or least-outstanding (the replica with the fewest "
+        "requests in flight through the front) (default: %(default)s).",
+    )
+    p.add_argument(
+        "--replica-startup-timeout-s",
+        type=float,
+        default=600.0,
+        help="With --data-parallel-size > 1: how long the replicas have to become healthy (default: %(default)s).",
+    )
+    p.add_argument(
+        "--log-level",
+        default="warning",
+        choices=["debug", "info", "warning", "error"],
+        help="uvicorn log level (default: %(default)s).",
+    )
     add_engine_args(p)
     return p
 
@@ -96,7 +160,7 @@ class _GracefulServer(uvicorn.Server):
 
     def handle_exit(self, sig, frame):
         if self.should_exit and sig == signal.SIGINT:
-            self.force_exit = True      # a second Ctrl-C: stop waiting for streams
+            self.force_exit = True  # a second Ctrl-C: stop waiting for streams
         else:
             self.should_exit = True
 
@@ -108,6 +172,7 @@ def main(argv: list[str] | None = None, prog: str = "refengine-serve") -> int:
     if ns.data_parallel_size != 1:
         return serve_fleet(ns, argv)
     from refengine.distributed.launch import run_torchrun_worker, torchrun_env
+
     env = torchrun_env()
     if env is not None and env[0] != 0:  # under torchrun, ranks other than 0 serve the driver's steps
         try:
@@ -137,19 +202,26 @@ def main(argv: list[str] | None = None, prog: str = "refengine-serve") -> int:
         return 1
     name = ns.served_model_name or engine.args.model
     limits = BodyLimits(max_bytes=ns.max_request_body_bytes, timeout_s=ns.timeout_request_body)
-    server = Server(engine, name, api_key=ns.api_key, max_waiting_requests=ns.max_waiting_requests,
-                    body_limits=limits)
+    server = Server(engine, name, api_key=ns.api_key, max_waiting_requests=ns.max_waiting_requests, body_limits=limits)
     cfg = engine.cache_config
     pc = engine.parallel_config
     layout = f", TP {pc.tensor_parallel_size} x PP {pc.pipeline_parallel_size}" if pc.world_size > 1 else ""
-    print(f"refengine serving '{name}' on http://{ns.host}:{ns.port} (device {engine.device}, {engine.dtype}, "
-          f"max_model_len {engine.max_model_len}, {cfg.num_blocks} KV blocks of {cfg.block_size} tokens{layout})",
-          flush=True)
+    print(
+        f"refengine serving '{name}' on http://{ns.host}:{ns.port} (device {engine.device}, {engine.dtype}, "
+        f"max_model_len {engine.max_model_len}, {cfg.num_blocks} KV blocks of {cfg.block_size} tokens{layout})",
+        flush=True,
+    )
     if getattr(engine, "quant", None) is not None:  # the FP8 precision policy in force, and what it saves
         print(f"{engine.quant.policy.summary()}\nmemory: {engine.quant_memory.summary()}", flush=True)
-    config = uvicorn.Config(server.app(), host=ns.host, port=ns.port, log_level=ns.log_level,
-                            timeout_graceful_shutdown=ns.graceful_shutdown_s, timeout_keep_alive=ns.timeout_keep_alive,
-                            http=header_timeout_protocol(ns.timeout_request_header))
+    config = uvicorn.Config(
+        server.app(),
+        host=ns.host,
+        port=ns.port,
+        log_level=ns.log_level,
+        timeout_graceful_shutdown=ns.graceful_shutdown_s,
+        timeout_keep_alive=ns.timeout_keep_alive,
+        http=header_timeout_protocol(ns.timeout_request_header),
+    )
     try:
         _GracefulServer(config).run()
     finally:
@@ -173,14 +245,18 @@ def serve_fleet(ns: argparse.Namespace, argv: list[str]) -> int:
         if ns.data_parallel_size < 1:
             raise RefEngineError(f"--data-parallel-size must be >= 1, got {ns.data_parallel_size}")
         from refengine.model.tiny import resolve_model
+
         args = engine_args_from(ns)  # a mistake in the engine flags or the model is said once here, not N times
-        resolve_model(args.model)    # (and a built-in preset is generated once, before the replicas load it)
+        resolve_model(args.model)  # (and a built-in preset is generated once, before the replicas load it)
         per_replica = args.tensor_parallel_size * args.pipeline_parallel_size
         visible = visible_gpus(dict(os.environ), args.device)
         gpus = gpu_slices(ns.data_parallel_size, per_replica, visible)
         if visible and gpus[0] is None:
-            print(f"warning: {len(visible)} GPUs for {ns.data_parallel_size} replicas of {per_replica}: the "
-                  "replicas share them", file=sys.stderr)
+            print(
+                f"warning: {len(visible)} GPUs for {ns.data_parallel_size} replicas of {per_replica}: the "
+                "replicas share them",
+                file=sys.stderr,
+            )
         cpus = cpu_slices(ns.data_parallel_size, front_cores())
         fleet = ReplicaSet(ns.data_parallel_size, argv, gpus, cpus)
         fleet.start(ns.replica_startup_timeout_s)
@@ -193,10 +269,19 @@ def serve_fleet(ns: argparse.Namespace, argv: list[str]) -> int:
     front = DataParallelFront(fleet.replicas, ns.lb_policy)
     ports = ", ".join(str(r.port) for r in fleet.replicas)
     pinned = "" if cpus[0] is None else ", cores " + " | ".join(",".join(map(str, sorted(c or ()))) for c in cpus)
-    print(f"refengine fleet on http://{ns.host}:{ns.port}: {ns.data_parallel_size} replicas ({ns.lb_policy}) "
-          f"on 127.0.0.1 ports {ports}{pinned}", flush=True)
-    config = uvicorn.Config(front.app(), host=ns.host, port=ns.port, log_level=ns.log_level,
-                            timeout_graceful_shutdown=ns.graceful_shutdown_s, timeout_keep_alive=ns.timeout_keep_alive)
+    print(
+        f"refengine fleet on http://{ns.host}:{ns.port}: {ns.data_parallel_size} replicas ({ns.lb_policy}) "
+        f"on 127.0.0.1 ports {ports}{pinned}",
+        flush=True,
+    )
+    config = uvicorn.Config(
+        front.app(),
+        host=ns.host,
+        port=ns.port,
+        log_level=ns.log_level,
+        timeout_graceful_shutdown=ns.graceful_shutdown_s,
+        timeout_keep_alive=ns.timeout_keep_alive,
+    )
     try:
         _GracefulServer(config).run()
     finally:

@@ -37,8 +37,9 @@ _DROP_HEADERS = {"connection", "keep-alive", "transfer-encoding", "date", "serve
 
 
 def _error(status: int, message: str, type_: str = "server_error") -> JSONResponse:
-    return JSONResponse({"error": {"message": message, "type": type_, "param": None, "code": status}},
-                        status_code=status)
+    return JSONResponse(
+        {"error": {"message": message, "type": type_, "param": None, "code": status}}, status_code=status
+    )
 
 
 def _sse_error(message: str) -> bytes:
@@ -80,7 +81,7 @@ class DataParallelFront:
     def __init__(self, replicas: list[Replica], policy: str = "round-robin"):
         self.replicas = replicas
         self.balancer = LoadBalancer(len(replicas), policy)
-        self.healthy = [True] * len(replicas)       # last health verdict per replica
+        self.healthy = [True] * len(replicas)  # last health verdict per replica
         self.client: httpx.AsyncClient | None = None
 
     # ----- replica state ---------------------------------------------------------------------
@@ -124,9 +125,12 @@ class DataParallelFront:
         except httpx.HTTPError as exc:
             self.balancer.finished(index)
             self.healthy[index] = False
-            return _error(503, f"replica {index} ({replica.url}) did not answer: {exc!r}; it is routed around "
-                               "until its /health answers again")
-        except BaseException:              # the client left while its body was being passed on
+            return _error(
+                503,
+                f"replica {index} ({replica.url}) did not answer: {exc!r}; it is routed around "
+                "until its /health answers again",
+            )
+        except BaseException:  # the client left while its body was being passed on
             self.balancer.finished(index)
             raise
         headers = {k: v for k, v in upstream.headers.items() if k.lower() not in _DROP_HEADERS}
@@ -138,8 +142,9 @@ class DataParallelFront:
     async def _send(self, request: Request, replica: Replica) -> httpx.Response:
         assert self.client is not None
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _DROP_HEADERS}
-        upstream_request = self.client.build_request(request.method, replica.url + request.url.path,
-                                                     headers=headers, content=request.stream())
+        upstream_request = self.client.build_request(
+            request.method, replica.url + request.url.path, headers=headers, content=request.stream()
+        )
         return await self.client.send(upstream_request, stream=True)
 
     async def _relay(self, lease: "_Lease", sse: bool):
@@ -173,10 +178,16 @@ class DataParallelFront:
         if all(verdicts):
             return Response(status_code=200)
         down = [i for i, ok in enumerate(verdicts) if not ok]
-        return JSONResponse({"error": f"replicas {down} of {len(verdicts)} are not healthy; the others still serve",
-                             "replicas": [{"engine": str(i), "url": r.url, "healthy": ok}
-                                          for i, (r, ok) in enumerate(zip(self.replicas, verdicts))]},
-                            status_code=503)
+        return JSONResponse(
+            {
+                "error": f"replicas {down} of {len(verdicts)} are not healthy; the others still serve",
+                "replicas": [
+                    {"engine": str(i), "url": r.url, "healthy": ok}
+                    for i, (r, ok) in enumerate(zip(self.replicas, verdicts))
+                ],
+            },
+            status_code=503,
+        )
 
     async def metrics(self, request: Request) -> Response:
         pages = await asyncio.gather(*(self._scrape(r) for r in self.replicas))

@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from refengine.server.dp_policy import ReplicaLoad
 
-REPLICA_LABEL = "engine"     # vLLM's label for a data-parallel engine's index
+REPLICA_LABEL = "engine"  # vLLM's label for a data-parallel engine's index
 
 
 @dataclass(frozen=True)
@@ -52,12 +52,19 @@ def labelled_families(pages: list[ReplicaPage]) -> list[Metric]:
 
 def front_families(loads: list[ReplicaLoad], pages: list[ReplicaPage]) -> list[Metric]:
     """The front's own series: what it routed where, what is in flight, which replicas are up."""
-    routed = CounterMetricFamily("refengine:dp_requests_routed", "Requests the data-parallel front sent to each "
-                                 "replica.", labels=[REPLICA_LABEL])
-    in_flight = GaugeMetricFamily("refengine:dp_requests_in_flight", "Requests routed to each replica whose "
-                                  "response has not ended (what least-outstanding balances).", labels=[REPLICA_LABEL])
-    up = GaugeMetricFamily("refengine:dp_replica_up", "1 while the replica's process runs and its /health "
-                           "answers 200.", labels=[REPLICA_LABEL])
+    routed = CounterMetricFamily(
+        "refengine:dp_requests_routed", "Requests the data-parallel front sent to each replica.", labels=[REPLICA_LABEL]
+    )
+    in_flight = GaugeMetricFamily(
+        "refengine:dp_requests_in_flight",
+        "Requests routed to each replica whose response has not ended (what least-outstanding balances).",
+        labels=[REPLICA_LABEL],
+    )
+    up = GaugeMetricFamily(
+        "refengine:dp_replica_up",
+        "1 while the replica's process runs and its /health answers 200.",
+        labels=[REPLICA_LABEL],
+    )
     healthy = {p.index: p.healthy for p in pages}
     for i, load in enumerate(loads):
         routed.add_metric([str(i)], load.routed)

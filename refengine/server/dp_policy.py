@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 LB_POLICIES = ("round-robin", "least-outstanding")
-DEFAULT_LB_POLICY = "round-robin"     # the front's, and what `llmdiag plan` sizes a fleet under by default
+DEFAULT_LB_POLICY = "round-robin"  # the front's, and what `llmdiag plan` sizes a fleet under by default
 # The response header in which the front names the replica that served (its index, as the
 # replica's `engine` metric label): clients attribute each request with it (llmbench --replica-header).
 REPLICA_HEADER = "x-llmbench-replica"
@@ -25,8 +25,8 @@ REPLICA_HEADER = "x-llmbench-replica"
 class ReplicaLoad:
     """What the front counts per replica (its /metrics exports both)."""
 
-    in_flight: int = 0      # requests routed to it whose response has not ended yet
-    routed: int = 0         # requests routed to it since the front started
+    in_flight: int = 0  # requests routed to it whose response has not ended yet
+    routed: int = 0  # requests routed to it since the front started
 
     def __post_init__(self) -> None:
         if self.in_flight < 0 or self.routed < 0:
@@ -38,7 +38,7 @@ class LoadBalancer:
     size: int
     policy: str = DEFAULT_LB_POLICY
     loads: list[ReplicaLoad] = field(default_factory=list)
-    _next: int = 0          # where round-robin (and the tie-break) starts looking
+    _next: int = 0  # where round-robin (and the tie-break) starts looking
 
     def __post_init__(self) -> None:
         if self.size < 1:

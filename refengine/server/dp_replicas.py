@@ -89,7 +89,7 @@ def gpu_slices(size: int, per_replica: int, visible: list[str]) -> list[str | No
         raise ValueError(f"a replica uses at least one device, got {per_replica}")
     if len(visible) < size * per_replica:
         return [None] * size
-    return [",".join(visible[i * per_replica:(i + 1) * per_replica]) for i in range(size)]
+    return [",".join(visible[i * per_replica : (i + 1) * per_replica]) for i in range(size)]
 
 
 def front_cores() -> list[int]:
@@ -109,7 +109,7 @@ def cpu_slices(size: int, cores: list[int]) -> list[frozenset[int] | None]:
     per_replica = len(cores) // size
     if per_replica < 1:
         return [None] * size
-    return [frozenset(cores[i * per_replica:(i + 1) * per_replica]) for i in range(size)]
+    return [frozenset(cores[i * per_replica : (i + 1) * per_replica]) for i in range(size)]
 
 
 def replica_threads(size: int, env: dict[str, str], cores: frozenset[int] | None = None) -> str | None:
@@ -123,31 +123,48 @@ def replica_threads(size: int, env: dict[str, str], cores: frozenset[int] | None
 
 def _child_setup(cores: frozenset[int] | None):
     """What runs in a replica between fork and exec: die with the front; stay on its own cores."""
+
     def setup() -> None:
         if sys.platform.startswith("linux"):
             _die_with_parent()
         if cores and hasattr(os, "sched_setaffinity"):
             os.sched_setaffinity(0, cores)
+
     return setup
 
 
 class ReplicaSet:
     """N replica processes: start them together, wait until all are healthy, stop them."""
 
-    def __init__(self, size: int, server_argv: list[str], gpus: list[str | None] | None = None,
-                 cpus: list[frozenset[int] | None] | None = None):
+    def __init__(
+        self,
+        size: int,
+        server_argv: list[str],
+        gpus: list[str | None] | None = None,
+        cpus: list[frozenset[int] | None] | None = None,
+    ):
         if size < 1:
             raise RefEngineError(f"--data-parallel-size must be >= 1, got {size}")
         self.server_argv = list(server_argv)
         self.replicas = [Replica(i, free_loopback_port()) for i in range(size)]
-        self.gpus = gpus or [None] * size       # each replica's CUDA_VISIBLE_DEVICES (None: inherited)
-        self.cpus = cpus or [None] * size       # each replica's cores (None: the front's)
+        self.gpus = gpus or [None] * size  # each replica's CUDA_VISIBLE_DEVICES (None: inherited)
+        self.cpus = cpus or [None] * size  # each replica's cores (None: the front's)
         if len(self.gpus) != size or len(self.cpus) != size:
             raise ValueError(f"{len(self.gpus)} GPU slices and {len(self.cpus)} core slices for {size} replicas")
 
     def command(self, replica: Replica) -> list[str]:
-        return [sys.executable, "-m", "refengine.server", *self.server_argv,
-                "--host", "127.0.0.1", "--port", str(replica.port), "--data-parallel-size", "1"]
+        return [
+            sys.executable,
+            "-m",
+            "refengine.server",
+            *self.server_argv,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(replica.port),
+            "--data-parallel-size",
+            "1",
+        ]
 
     def start(self, timeout_s: float) -> None:
         """Every replica healthy, or RefEngineError (exit 2 from a replica: a user mistake) after

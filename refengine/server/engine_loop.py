@@ -56,19 +56,23 @@ class _Stream:
 
 
 class EngineLoop:
-    def __init__(self, engine: LLMEngine, max_waiting_requests: int = 1024,
-                 on_output: Callable[[RequestOutput], None] | None = None,
-                 on_abort: Callable[[str], None] | None = None):
+    def __init__(
+        self,
+        engine: LLMEngine,
+        max_waiting_requests: int = 1024,
+        on_output: Callable[[RequestOutput], None] | None = None,
+        on_abort: Callable[[str], None] | None = None,
+    ):
         self.engine = engine
         self.max_waiting_requests = max_waiting_requests
-        self.on_output = on_output           # metrics hooks, called on the loop thread
+        self.on_output = on_output  # metrics hooks, called on the loop thread
         self.on_abort = on_abort
-        self.on_failed: Callable[[str], None] | None = None              # a request finished with an error
-        self.on_step_failure: Callable[[bool], None] | None = None      # a step failed (attributed or not)
+        self.on_failed: Callable[[str], None] | None = None  # a request finished with an error
+        self.on_step_failure: Callable[[bool], None] | None = None  # a step failed (attributed or not)
         self._inbox: collections.deque = collections.deque()
         self._wake = threading.Event()
         self._streams: dict[str, _Stream] = {}
-        self._lock = threading.Lock()        # guards _streams, _unscheduled, _preempted_waiting
+        self._lock = threading.Lock()  # guards _streams, _unscheduled, _preempted_waiting
         # Admitted and never scheduled yet: request id -> its Request once added (None while in the inbox).
         self._unscheduled: dict[str, object] = {}
         self._preempted_waiting = 0
@@ -100,8 +104,9 @@ class EngineLoop:
         return self.error is None and self._thread.is_alive() and getattr(self.engine, "healthy", True)
 
     # ----- called from the event loop ------------------------------------------------------
-    def generate(self, prompt, params: SamplingParams, request_id: str,
-                 priority: int = 0) -> AsyncIterator[RequestOutput]:
+    def generate(
+        self, prompt, params: SamplingParams, request_id: str, priority: int = 0
+    ) -> AsyncIterator[RequestOutput]:
         """Admit the request now (raising EngineOverloaded / EngineDead before any response is
         sent) and return an async iterator over its outputs, step by step. Closing the iterator
         early (a client that went away) aborts the request and frees its KV blocks."""
@@ -113,10 +118,11 @@ class EngineLoop:
             if waiting >= self.max_waiting_requests:
                 raise EngineOverloaded(
                     f"the server is overloaded: {waiting} requests are waiting (max_waiting_requests="
-                    f"{self.max_waiting_requests}); retry later or raise --max-waiting-requests")
+                    f"{self.max_waiting_requests}); retry later or raise --max-waiting-requests"
+                )
             self._streams[request_id] = stream
             self._unscheduled[request_id] = None
-        self._post(("add", request_id, prompt, params, priority, time.monotonic()))   # arrival: admitted now
+        self._post(("add", request_id, prompt, params, priority, time.monotonic()))  # arrival: admitted now
         return self._outputs(request_id, stream)
 
     @property
@@ -126,8 +132,11 @@ class EngineLoop:
         prefill is under way) is running, as vLLM counts it, even before the step ends; one whose
         client has gone (its abort waits for the step to end) waits for nothing."""
         streams = self._streams
-        never = sum(1 for rid, request in list(self._unscheduled.items())
-                    if rid in streams and (request is None or not _was_scheduled(request)))
+        never = sum(
+            1
+            for rid, request in list(self._unscheduled.items())
+            if rid in streams and (request is None or not _was_scheduled(request))
+        )
         return never + self._preempted_waiting
 
     async def _outputs(self, request_id: str, stream: _Stream) -> AsyncIterator[RequestOutput]:
@@ -180,8 +189,9 @@ class EngineLoop:
             if command[0] == "add":
                 _, request_id, prompt, params, priority, arrival = command
                 try:
-                    self.engine.add_request(prompt, params, request_id=request_id, priority=priority,
-                                            arrival_time=arrival)
+                    self.engine.add_request(
+                        prompt, params, request_id=request_id, priority=priority, arrival_time=arrival
+                    )
                 except RefEngineError as exc:
                     with self._lock:
                         self._unscheduled.pop(request_id, None)
@@ -224,7 +234,8 @@ class EngineLoop:
                 raise
             with self._lock:
                 everyone = set(self.engine.scheduler.requests) | {
-                    rid for rid in self._streams if self._unscheduled.get(rid, "") is not None}
+                    rid for rid in self._streams if self._unscheduled.get(rid, "") is not None
+                }
             self._fail(sorted(everyone), exc, attributed=False)
             return
         self._consecutive_failures = 0
@@ -236,13 +247,18 @@ class EngineLoop:
     def _fail(self, request_ids: list[str], cause: BaseException, attributed: bool) -> None:
         """Finish these requests with an error on their own streams; the loop goes on (or stops,
         raising, if the engine cannot be trusted any more)."""
-        log.error("engine step failed (%s): %r; failing %d request(s): %s",
-                  "attributed" if attributed else "unattributed", cause, len(request_ids), request_ids[:8],
-                  exc_info=cause)
+        log.error(
+            "engine step failed (%s): %r; failing %d request(s): %s",
+            "attributed" if attributed else "unattributed",
+            cause,
+            len(request_ids),
+            request_ids[:8],
+            exc_info=cause,
+        )
         if self.on_step_failure is not None:
             self.on_step_failure(attributed)
         self.engine.abort_request(request_ids)
-        self.engine.scheduler.kv_cache_manager.check_integrity()   # raises if the failure left it inconsistent
+        self.engine.scheduler.kv_cache_manager.check_integrity()  # raises if the failure left it inconsistent
         for rid in request_ids:
             if self.on_failed is not None:
                 self.on_failed(rid)
@@ -253,14 +269,17 @@ class EngineLoop:
         if not attributed:
             self._consecutive_failures += 1
             if self._consecutive_failures >= MAX_CONSECUTIVE_FAILURES:
-                raise RuntimeError(f"{self._consecutive_failures} engine steps in a row failed with nobody "
-                                   f"to blame; the last: {cause!r}") from cause
+                raise RuntimeError(
+                    f"{self._consecutive_failures} engine steps in a row failed with nobody "
+                    f"to blame; the last: {cause!r}"
+                ) from cause
 
     def _run(self) -> None:
         try:
             while not self._stopping:
                 if not getattr(self.engine, "healthy", True):  # a rank died while we were idle
                     from refengine.distributed.executor import RankFailedError
+
                     raise RankFailedError(f"the distributed engine failed: {self.engine.executor.dead_reason}")
                 self._drain_inbox()
                 if not self.engine.has_unfinished_requests():

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
-_408 = (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: text/plain; charset=utf-8\r\nconnection: close\r\n"
-        b"content-length: %d\r\n\r\n%s")
+_408 = (
+    b"HTTP/1.1 408 Request Timeout\r\ncontent-type: text/plain; charset=utf-8\r\nconnection: close\r\n"
+    b"content-length: %d\r\n\r\n%s"
+)
 
 
 def header_timeout_protocol(timeout_s: float) -> type:
@@ -46,7 +48,7 @@ def header_timeout_protocol(timeout_s: float) -> type:
 
         def _arm_header_timer(self) -> None:
             self._cancel_header_timer()
-            self._armed_cycle = self.cycle       # a new request replaces self.cycle once its headers are in
+            self._armed_cycle = self.cycle  # a new request replaces self.cycle once its headers are in
             self._partial = False
             self._header_timer = self.loop.call_later(timeout_s, self._header_timeout)
 
@@ -58,7 +60,7 @@ def header_timeout_protocol(timeout_s: float) -> type:
         def _header_timeout(self) -> None:
             self._header_timer = None
             if self.cycle is not self._armed_cycle or self.transport.is_closing():
-                return                            # a request arrived in time
+                return  # a request arrived in time
             if self._partial:
                 self.transport.write(_408 % (len(message), message))
             self.transport.close()

@@ -16,12 +16,74 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from refengine.outputs import RequestOutput
 
 # Buckets close to vLLM's, so dashboards built for vLLM read ours the same way.
-TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
-                20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
-ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
-               20.0, 40.0, 80.0)
-REQUEST_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0,
-                   120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
+TTFT_BUCKETS = (
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+    160.0,
+    640.0,
+    2560.0,
+)
+ITL_BUCKETS = (
+    0.01,
+    0.025,
+    0.05,
+    0.075,
+    0.1,
+    0.15,
+    0.2,
+    0.3,
+    0.4,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+)
+REQUEST_BUCKETS = (
+    0.3,
+    0.5,
+    0.8,
+    1.0,
+    1.5,
+    2.0,
+    2.5,
+    5.0,
+    10.0,
+    15.0,
+    20.0,
+    30.0,
+    40.0,
+    50.0,
+    60.0,
+    120.0,
+    240.0,
+    480.0,
+    960.0,
+    1920.0,
+    7680.0,
+)
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
@@ -51,22 +113,31 @@ class _EngineStatsCollector:
         yield self._gauge("vllm:num_requests_waiting", "Requests waiting to be scheduled.", waiting)
         yield self._gauge("vllm:kv_cache_usage_perc", "Fraction of KV cache blocks in use (1 = full).", s.kv_usage)
         yield self._counter("vllm:num_preemptions", "Preemptions by recompute.", s.num_preemptions_total)
-        yield self._counter("vllm:prefix_cache_queries", "Prompt tokens looked up in the prefix cache.",
-                            s.prefix_cache_queries)
-        yield self._counter("vllm:prefix_cache_hits", "Prompt tokens found in the prefix cache.",
-                            s.prefix_cache_hits)
-        yield self._counter("vllm:prompt_tokens", "Prompt tokens of requests that started generating.",
-                            s.prompt_tokens_total)
+        yield self._counter(
+            "vllm:prefix_cache_queries", "Prompt tokens looked up in the prefix cache.", s.prefix_cache_queries
+        )
+        yield self._counter("vllm:prefix_cache_hits", "Prompt tokens found in the prefix cache.", s.prefix_cache_hits)
+        yield self._counter(
+            "vllm:prompt_tokens", "Prompt tokens of requests that started generating.", s.prompt_tokens_total
+        )
         yield self._counter("vllm:generation_tokens", "Generated tokens.", s.generation_tokens_total)
-        yield self._gauge("refengine:healthy", "1 while the engine loop runs.", 1.0 if self.engine_loop.healthy else 0.0)
+        yield self._gauge(
+            "refengine:healthy", "1 while the engine loop runs.", 1.0 if self.engine_loop.healthy else 0.0
+        )
         if getattr(s, "moe_expert_tokens", ()):  # MoE models: per-expert load, so imbalance is visible
-            c = CounterMetricFamily("refengine:moe_expert_tokens", "Token assignments routed to each expert "
-                                    "(summed over layers).", labels=[*self.labels, "expert"])
+            c = CounterMetricFamily(
+                "refengine:moe_expert_tokens",
+                "Token assignments routed to each expert (summed over layers).",
+                labels=[*self.labels, "expert"],
+            )
             for expert, n in enumerate(s.moe_expert_tokens):
                 c.add_metric([*self.labels.values(), str(expert)], n)
             yield c
-            yield self._counter("refengine:moe_capacity_overflow", "Assignments dropped by the MoE capacity "
-                                "factor.", s.moe_overflow_total)
+            yield self._counter(
+                "refengine:moe_capacity_overflow",
+                "Assignments dropped by the MoE capacity factor.",
+                s.moe_overflow_total,
+            )
 
 
 class ServerMetrics:
@@ -76,31 +147,71 @@ class ServerMetrics:
         labels = ["model_name"]
         reg = self.registry
         reg.register(_EngineStatsCollector(engine_loop, model_name))
-        info = Gauge("vllm:cache_config_info", "KV cache configuration.", ["model_name", "block_size", "num_gpu_blocks"],
-                     registry=reg)
+        info = Gauge(
+            "vllm:cache_config_info",
+            "KV cache configuration.",
+            ["model_name", "block_size", "num_gpu_blocks"],
+            registry=reg,
+        )
         info.labels(model_name, str(block_size), str(num_blocks)).set(1)
-        self._quantization_info(getattr(getattr(engine_loop, "engine", None), "quant", None),
-                                getattr(getattr(engine_loop, "engine", None), "quant_memory", None))
-        self.request_success = Counter("vllm:request_success", "Finished requests by finish reason.",
-                                       ["model_name", "finished_reason"], registry=reg)
-        self.requests_rejected = Counter("refengine:requests_rejected", "Requests refused before reaching the "
-                                         "engine (4xx/503), by reason.", ["model_name", "reason"], registry=reg)
-        self.step_failures = Counter("refengine:engine_step_failures", "Engine steps that raised; their failed "
-                                     "requests finished with an error, the loop went on. attributed=true: the "
-                                     "step named its culprit, false: all of its requests failed.",
-                                     ["model_name", "attributed"], registry=reg)
-        self.ttft = Histogram("vllm:time_to_first_token_seconds", "Time to first token (arrival → first token).",
-                              labels, buckets=TTFT_BUCKETS, registry=reg)
-        self.itl = Histogram("vllm:inter_token_latency_seconds", "Time between consecutive token outputs.",
-                             labels, buckets=ITL_BUCKETS, registry=reg)
-        self.e2e = Histogram("vllm:e2e_request_latency_seconds", "Arrival → finish.", labels,
-                             buckets=REQUEST_BUCKETS, registry=reg)
-        self.queue = Histogram("vllm:request_queue_time_seconds", "Arrival → first scheduled.", labels,
-                               buckets=REQUEST_BUCKETS, registry=reg)
-        self.prefill = Histogram("vllm:request_prefill_time_seconds", "First scheduled → first token.", labels,
-                                 buckets=REQUEST_BUCKETS, registry=reg)
-        self.decode = Histogram("vllm:request_decode_time_seconds", "First token → finish.", labels,
-                                buckets=REQUEST_BUCKETS, registry=reg)
+        self._quantization_info(
+            getattr(getattr(engine_loop, "engine", None), "quant", None),
+            getattr(getattr(engine_loop, "engine", None), "quant_memory", None),
+        )
+        self.request_success = Counter(
+            "vllm:request_success",
+            "Finished requests by finish reason.",
+            ["model_name", "finished_reason"],
+            registry=reg,
+        )
+        self.requests_rejected = Counter(
+            "refengine:requests_rejected",
+            "Requests refused before reaching the engine (4xx/503), by reason.",
+            ["model_name", "reason"],
+            registry=reg,
+        )
+        self.step_failures = Counter(
+            "refengine:engine_step_failures",
+            "Engine steps that raised; their failed "
+            "requests finished with an error, the loop went on. attributed=true: the "
+            "step named its culprit, false: all of its requests failed.",
+            ["model_name", "attributed"],
+            registry=reg,
+        )
+        self.ttft = Histogram(
+            "vllm:time_to_first_token_seconds",
+            "Time to first token (arrival → first token).",
+            labels,
+            buckets=TTFT_BUCKETS,
+            registry=reg,
+        )
+        self.itl = Histogram(
+            "vllm:inter_token_latency_seconds",
+            "Time between consecutive token outputs.",
+            labels,
+            buckets=ITL_BUCKETS,
+            registry=reg,
+        )
+        self.e2e = Histogram(
+            "vllm:e2e_request_latency_seconds", "Arrival → finish.", labels, buckets=REQUEST_BUCKETS, registry=reg
+        )
+        self.queue = Histogram(
+            "vllm:request_queue_time_seconds",
+            "Arrival → first scheduled.",
+            labels,
+            buckets=REQUEST_BUCKETS,
+            registry=reg,
+        )
+        self.prefill = Histogram(
+            "vllm:request_prefill_time_seconds",
+            "First scheduled → first token.",
+            labels,
+            buckets=REQUEST_BUCKETS,
+            registry=reg,
+        )
+        self.decode = Histogram(
+            "vllm:request_decode_time_seconds", "First token → finish.", labels, buckets=REQUEST_BUCKETS, registry=reg
+        )
         self._last_token_time: dict[str, float] = {}
 
     def _quantization_info(self, quant, memory) -> None:
@@ -109,16 +220,33 @@ class ServerMetrics:
             return
         d = quant.policy.as_dict()
         labels = ["model_name", "quantization", "weight_scales", "kv_cache_dtype", "skip", "fp8_modules"]
-        g = Gauge("refengine:quantization_info", "FP8 precision policy in force (1 = this policy).", labels,
-                  registry=self.registry)
-        g.labels(self.model_name, d["quantization"], str(d["weight_scales"] or ""), d["kv_cache_dtype"],
-                 ",".join(d["skip"]), ",".join(d["fp8_modules"])).set(1)
+        g = Gauge(
+            "refengine:quantization_info",
+            "FP8 precision policy in force (1 = this policy).",
+            labels,
+            registry=self.registry,
+        )
+        g.labels(
+            self.model_name,
+            d["quantization"],
+            str(d["weight_scales"] or ""),
+            d["kv_cache_dtype"],
+            ",".join(d["skip"]),
+            ",".join(d["fp8_modules"]),
+        ).set(1)
         if memory is not None:
-            b = Gauge("refengine:model_memory_bytes", "Bytes of weights and KV per token, as stored and as they "
-                      "would be unquantized.", ["model_name", "what"], registry=self.registry)
-            for what, value in (("weights", memory.weight_bytes), ("weights_unquantized", memory.weight_bytes_unquantized),
-                                ("kv_per_token", memory.kv_bytes_per_token),
-                                ("kv_per_token_unquantized", memory.kv_bytes_per_token_unquantized)):
+            b = Gauge(
+                "refengine:model_memory_bytes",
+                "Bytes of weights and KV per token, as stored and as they would be unquantized.",
+                ["model_name", "what"],
+                registry=self.registry,
+            )
+            for what, value in (
+                ("weights", memory.weight_bytes),
+                ("weights_unquantized", memory.weight_bytes_unquantized),
+                ("kv_per_token", memory.kv_bytes_per_token),
+                ("kv_per_token_unquantized", memory.kv_bytes_per_token_unquantized),
+            ):
                 b.labels(self.model_name, what).set(value)
 
     def on_output(self, out: RequestOutput) -> None:

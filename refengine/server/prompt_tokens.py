@@ -35,9 +35,10 @@ def prompt_ids(engine, prompt: str | list[int], chat: bool) -> list[int]:
         if hit is not None:
             raise RefEngineError(
                 f"the prompt has more than {hit[0]} tokens (counted in its first {hit[1]} of {len(prompt)} "
-                f"characters) but max_model_len is {engine.max_model_len}; shorten the prompt or raise max_model_len")
+                f"characters) but max_model_len is {engine.max_model_len}; shorten the prompt or raise max_model_len"
+            )
     if chat:
-        ids = tok.encode(prompt, add_bos=False)   # chat templates write the BOS themselves
+        ids = tok.encode(prompt, add_bos=False)  # chat templates write the BOS themselves
     else:
         _, ids = engine.encode_prompt(prompt)
     engine.check_prompt_length(ids)

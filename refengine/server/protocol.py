@@ -11,8 +11,14 @@ from refengine.sampling_params import SamplingParams
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, message: str, type: str = "invalid_request_error",
-                 param: str | None = None, code: str | None = None):
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        type: str = "invalid_request_error",
+        param: str | None = None,
+        code: str | None = None,
+    ):
         super().__init__(message)
         self.status, self.message, self.type, self.param, self.code = status, message, type, param, code
 
@@ -42,37 +48,82 @@ def plain_chat_prompt(messages: list[dict]) -> str:
 
 
 def usage(prompt_tokens: int, completion_tokens: int) -> dict:
-    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens}
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
 
 
-def chunk(req: GenerationRequest, request_id: str, model: str, text: str, finish_reason: str | None,
-          first: bool, created: int | None = None) -> dict:
+def chunk(
+    req: GenerationRequest,
+    request_id: str,
+    model: str,
+    text: str,
+    finish_reason: str | None,
+    first: bool,
+    created: int | None = None,
+) -> dict:
     created = created or int(time.time())
     if req.chat:
         delta = {"content": text}
         if first:
             delta = {"role": "assistant", "content": text}
-        return {"id": request_id, "object": "chat.completion.chunk", "created": created, "model": model,
-                "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}]}
-    return {"id": request_id, "object": "text_completion", "created": created, "model": model,
-            "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}]}
+        return {
+            "id": request_id,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model,
+            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}],
+        }
+    return {
+        "id": request_id,
+        "object": "text_completion",
+        "created": created,
+        "model": model,
+        "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}],
+    }
 
 
-def usage_chunk(req: GenerationRequest, request_id: str, model: str, prompt_tokens: int, completion_tokens: int) -> dict:
+def usage_chunk(
+    req: GenerationRequest, request_id: str, model: str, prompt_tokens: int, completion_tokens: int
+) -> dict:
     obj = "chat.completion.chunk" if req.chat else "text_completion"
-    return {"id": request_id, "object": obj, "created": int(time.time()), "model": model, "choices": [],
-            "usage": usage(prompt_tokens, completion_tokens)}
+    return {
+        "id": request_id,
+        "object": obj,
+        "created": int(time.time()),
+        "model": model,
+        "choices": [],
+        "usage": usage(prompt_tokens, completion_tokens),
+    }
 
 
-def full_response(req: GenerationRequest, request_id: str, model: str, text: str, finish_reason: str | None,
-                  prompt_tokens: int, completion_tokens: int) -> dict:
+def full_response(
+    req: GenerationRequest,
+    request_id: str,
+    model: str,
+    text: str,
+    finish_reason: str | None,
+    prompt_tokens: int,
+    completion_tokens: int,
+) -> dict:
     if req.chat:
-        choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
-                  "finish_reason": finish_reason}
+        choice = {
+            "index": 0,
+            "message": {"role": "assistant", "content": text},
+            "logprobs": None,
+            "finish_reason": finish_reason,
+        }
         obj = "chat.completion"
     else:
         choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
         obj = "text_completion"
-    return {"id": request_id, "object": obj, "created": int(time.time()), "model": model, "choices": [choice],
-            "usage": usage(prompt_tokens, completion_tokens)}
+    return {
+        "id": request_id,
+        "object": obj,
+        "created": int(time.time()),
+        "model": model,
+        "choices": [choice],
+        "usage": usage(prompt_tokens, completion_tokens),
+    }

@@ -21,9 +21,9 @@ from refengine.server.protocol import ApiError
 
 @dataclass(frozen=True)
 class BodyLimits:
-    max_bytes: int = 32 * 1024 * 1024   # --max-request-body-bytes
-    timeout_s: float = 30.0             # --timeout-request-body: the whole body, from the headers on
-    max_depth: int = 64                 # nesting of arrays and objects
+    max_bytes: int = 32 * 1024 * 1024  # --max-request-body-bytes
+    timeout_s: float = 30.0  # --timeout-request-body: the whole body, from the headers on
+    max_depth: int = 64  # nesting of arrays and objects
 
 
 MAX_INT_DIGITS = 40  # longer integer literals are no field's value (fields are 64-bit at most)
@@ -38,11 +38,15 @@ async def read_body(request, limits: BodyLimits) -> bytes:
     try:
         return await asyncio.wait_for(_read(request, limits), limits.timeout_s)
     except asyncio.TimeoutError:
-        raise ApiError(408, f"the request body did not arrive within {limits.timeout_s:g} s "
-                       "(--timeout-request-body); send it at once", code="request_timeout") from None
-    except ClientDisconnect:   # nobody will read the answer; it is counted, not logged as our failure
-        raise ApiError(400, "the client went away before its request body arrived",
-                       code="client_disconnected") from None
+        raise ApiError(
+            408,
+            f"the request body did not arrive within {limits.timeout_s:g} s (--timeout-request-body); send it at once",
+            code="request_timeout",
+        ) from None
+    except ClientDisconnect:  # nobody will read the answer; it is counted, not logged as our failure
+        raise ApiError(
+            400, "the client went away before its request body arrived", code="client_disconnected"
+        ) from None
 
 
 async def _read(request, limits: BodyLimits) -> bytes:
@@ -56,8 +60,11 @@ async def _read(request, limits: BodyLimits) -> bytes:
 
 
 def _too_large(limits: BodyLimits, what: str) -> ApiError:
-    return ApiError(413, f"the request body is too large ({what}); the limit is {limits.max_bytes} bytes "
-                    "(--max-request-body-bytes)", code="request_too_large")
+    return ApiError(
+        413,
+        f"the request body is too large ({what}); the limit is {limits.max_bytes} bytes (--max-request-body-bytes)",
+        code="request_too_large",
+    )
 
 
 class HugeInt:
@@ -139,8 +146,12 @@ def _check_str(s: str, top: str) -> None:
         s.encode("utf-8")
     except UnicodeEncodeError as exc:
         where = _shown(top)
-        raise ApiError(400, f"'{where}' contains invalid Unicode: a lone surrogate "
-                       f"{s[exc.start]!r} at character {exc.start}; send UTF-8 text", param=where) from None
+        raise ApiError(
+            400,
+            f"'{where}' contains invalid Unicode: a lone surrogate "
+            f"{s[exc.start]!r} at character {exc.start}; send UTF-8 text",
+            param=where,
+        ) from None
 
 
 def _shown(key: str) -> str:

@@ -57,11 +57,17 @@ def sampling_params(body: dict, default_max_tokens: int | None, max_tokens_field
         raise ApiError(400, "'stop_token_ids' must be a list of integers", param="stop_token_ids")
     try:
         return SamplingParams(
-            n=field(body, "n", int, 1), temperature=field(body, "temperature", (int, float), 1.0),
-            top_p=field(body, "top_p", (int, float), 1.0), top_k=field(body, "top_k", int, 0),
-            seed=field(body, "seed", int, None), max_tokens=max_tokens,
-            min_tokens=field(body, "min_tokens", int, 0), stop=stop, stop_token_ids=stop_token_ids,
-            ignore_eos=field(body, "ignore_eos", bool, False))
+            n=field(body, "n", int, 1),
+            temperature=field(body, "temperature", (int, float), 1.0),
+            top_p=field(body, "top_p", (int, float), 1.0),
+            top_k=field(body, "top_k", int, 0),
+            seed=field(body, "seed", int, None),
+            max_tokens=max_tokens,
+            min_tokens=field(body, "min_tokens", int, 0),
+            stop=stop,
+            stop_token_ids=stop_token_ids,
+            ignore_eos=field(body, "ignore_eos", bool, False),
+        )
     except SamplingParamError as exc:
         param = max_tokens_field if exc.param == "max_tokens" and max_tokens_field in body else exc.param
         raise ApiError(400, str(exc), param=param) from None
@@ -79,7 +85,7 @@ def prompt(body: dict) -> str | list[int]:
         raise ApiError(400, "'prompt' is required: a string or a list of token ids", param="prompt")
     value = body["prompt"]
     if isinstance(value, list) and len(value) == 1 and isinstance(value[0], (str, list)):
-        value = value[0]      # a batch of one, as some clients send
+        value = value[0]  # a batch of one, as some clients send
     if isinstance(value, str):
         return value
     if isinstance(value, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in value):
@@ -99,33 +105,47 @@ def messages(body: dict) -> list[dict]:
         if not isinstance(m, dict) or not isinstance(m.get("role"), str):
             raise ApiError(400, f"messages[{i}] must be an object with a string 'role'", param="messages")
         content = m.get("content")
-        if isinstance(content, list):   # [{"type": "text", "text": ...}] parts: keep the text ones
+        if isinstance(content, list):  # [{"type": "text", "text": ...}] parts: keep the text ones
             content = "".join(_text_part(i, j, part) for j, part in enumerate(content))
         elif content is not None and not isinstance(content, str):
-            raise ApiError(400, f"messages[{i}].content must be a string or a list of text parts, "
-                           f"got {_type_name(content)}", param="messages")
+            raise ApiError(
+                400,
+                f"messages[{i}].content must be a string or a list of text parts, got {_type_name(content)}",
+                param="messages",
+            )
         out.append({**m, "content": content})
     return out
 
 
 def _text_part(i: int, j: int, part) -> str:
     if not isinstance(part, dict):
-        raise ApiError(400, f"messages[{i}].content[{j}] must be an object like {{\"type\": \"text\", \"text\": ...}}, "
-                       f"got {_type_name(part)}", param="messages")
+        raise ApiError(
+            400,
+            f'messages[{i}].content[{j}] must be an object like {{"type": "text", "text": ...}}, '
+            f"got {_type_name(part)}",
+            param="messages",
+        )
     if part.get("type") != "text":
         return ""
     text = part.get("text")
     if not isinstance(text, str):
-        raise ApiError(400, f"messages[{i}].content[{j}].text must be a string, got {_type_name(text)}",
-                       param="messages")
+        raise ApiError(
+            400, f"messages[{i}].content[{j}].text must be a string, got {_type_name(text)}", param="messages"
+        )
     return text
 
 
 def parse_completion(body: dict) -> GenerationRequest:
     stream, include_usage = stream_options(body)
-    return GenerationRequest(chat=False, model=field(body, "model", str, None), prompt=prompt(body),
-                             params=sampling_params(body, default_max_tokens=16), stream=stream,
-                             include_usage=include_usage, priority=_int64(body, "priority", 0))
+    return GenerationRequest(
+        chat=False,
+        model=field(body, "model", str, None),
+        prompt=prompt(body),
+        params=sampling_params(body, default_max_tokens=16),
+        stream=stream,
+        include_usage=include_usage,
+        priority=_int64(body, "priority", 0),
+    )
 
 
 def parse_chat(body: dict, render) -> GenerationRequest:
@@ -135,5 +155,12 @@ def parse_chat(body: dict, render) -> GenerationRequest:
     model = field(body, "model", str, None)
     params = sampling_params(body, default_max_tokens=None, max_tokens_field="max_completion_tokens")
     priority = _int64(body, "priority", 0)
-    return GenerationRequest(chat=True, model=model, prompt=render(msgs), params=params, stream=stream,
-                             include_usage=include_usage, priority=priority)
+    return GenerationRequest(
+        chat=True,
+        model=model,
+        prompt=render(msgs),
+        params=params,
+        stream=stream,
+        include_usage=include_usage,
+        priority=priority,
+    )

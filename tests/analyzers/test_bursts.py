@@ -26,7 +26,7 @@ from analyzers.validity import INVALID_PREFIX
 from reports.answer import build_answer
 from rundir.table import RequestTable
 
-STEP = 0.020          # the server's decode step in these records
+STEP = 0.020  # the server's decode step in these records
 
 
 def paced(t: float, n: int = 20, level: str = "c1"):
@@ -36,7 +36,7 @@ def paced(t: float, n: int = 20, level: str = "c1"):
 
 def burst(t: float, n: int = 20, level: str = "c1", gap: float = 10e-6):
     """A stream read after the fact: the first chunk late, the rest back to back (10 us a line)."""
-    ttft = 0.05 + (n - 1) * STEP             # the client's clock saw the whole decode as TTFT
+    ttft = 0.05 + (n - 1) * STEP  # the client's clock saw the whole decode as TTFT
     return rec(t, ttft, ttft + (n - 1) * gap, n, level=level, itl=[gap] * (n - 1))
 
 
@@ -50,14 +50,14 @@ def packed(t: float, n_tokens: int = 40, per_chunk: int = 4):
 
 
 def test_paced_burst_and_packed_streams_are_told_apart():
-    for itl in (None, STEP):                                    # absolute bounds, then the server's ITL
+    for itl in (None, STEP):  # absolute bounds, then the server's ITL
         assert judge_record(paced(0), itl) == "paced"
         assert judge_record(burst(0), itl) == "burst"
-        assert judge_record(packed(0), itl) == "paced"         # chunks < tokens is no burst
+        assert judge_record(packed(0), itl) == "paced"  # chunks < tokens is no burst
 
 
 def test_short_streams_are_not_judged():
-    assert judge_record(burst(0, n=2)) == "unjudged"             # one gap cannot tell a burst from a step
+    assert judge_record(burst(0, n=2)) == "unjudged"  # one gap cannot tell a burst from a step
     assert judge_record(rec(0, 0.05, 0.05, 1)) == "unjudged"
     assert judge_record(burst(0, n=3)) == "burst"
 
@@ -83,12 +83,14 @@ def test_level_share_and_minimum():
     recs += [rec(60, 0.05, 0.05, 1)]
     b = level_bursts(RequestTable.from_records(recs), np.arange(len(recs)))
     assert (b.judged, b.bursts, b.unjudged) == (43, 3, 1) and b.fails
-    assert b.words().startswith("3 of 43 streams (1 more too short to judge) arrived in one burst: the client fell "
-                                "behind the server and its TTFT/TPOT are not measured; pin the server and the client "
-                                "to separate cores (taskset)")
+    assert b.words().startswith(
+        "3 of 43 streams (1 more too short to judge) arrived in one burst: the client fell "
+        "behind the server and its TTFT/TPOT are not measured; pin the server and the client "
+        "to separate cores (taskset)"
+    )
     few = BurstReads(judged=100, bursts=MIN_BURSTS - 1, unjudged=0, server_itl_s=None, gap_limit_s=BUFFERED_READ_S)
     assert not few.fails and "too few to fail" in few.words()
-    assert not BurstReads(judged=100, bursts=4, unjudged=0, server_itl_s=None, gap_limit_s=1e-4).fails   # < 5%
+    assert not BurstReads(judged=100, bursts=4, unjudged=0, server_itl_s=None, gap_limit_s=1e-4).fails  # < 5%
     with pytest.raises(ValueError):
         BurstReads(judged=1, bursts=2, unjudged=0, server_itl_s=None, gap_limit_s=1e-4)
 
@@ -97,8 +99,9 @@ def _server_probe(run, itl_mean_s: float, seconds: int = 12):
     """Server probe rows, one a second, with the server's own ITL histogram interval means."""
     with open(run.probe_file("server"), "w") as f:
         for i in range(seconds):
-            f.write(json.dumps({"t": T0 + i, "up": 1, "engine": "vllm", "itl_count": 50,
-                                "itl_mean_s": itl_mean_s}) + "\n")
+            f.write(
+                json.dumps({"t": T0 + i, "up": 1, "engine": "vllm", "itl_count": 50, "itl_mean_s": itl_mean_s}) + "\n"
+            )
 
 
 def test_server_itl_mean_over_the_window(tmp_path):
@@ -121,20 +124,26 @@ def test_a_level_of_burst_streams_is_invalid(tmp_path, with_server):
     summary, _ = analyze_run(run)
     lv = {x.level_id: x for x in summary.levels}
     bad, good = lv["c1"], lv["c2"]
-    words = ("76 of 114 streams arrived in one burst: the client fell behind the server and its TTFT/TPOT are "
-             "not measured; pin the server and the client to separate cores (taskset)")
+    words = (
+        "76 of 114 streams arrived in one burst: the client fell behind the server and its TTFT/TPOT are "
+        "not measured; pin the server and the client to separate cores (taskset)"
+    )
     assert words in bad.slo_broken
-    note = ("INVALID: the client fell behind (76 of 114 streams arrived in one burst: its TTFT/TPOT are not "
-            "measured; pin the server and the client to separate cores (taskset))")
+    note = (
+        "INVALID: the client fell behind (76 of 114 streams arrived in one burst: its TTFT/TPOT are not "
+        "measured; pin the server and the client to separate cores (taskset))"
+    )
     assert note in bad.notes
     assert bad.slo_met is None and (bad.burst_streams, bad.burst_judged) == (76, 114)
     assert bad.burst_server_itl_s == (pytest.approx(STEP) if with_server else None)
     assert good.slo_met is True and not any(n.startswith(INVALID_PREFIX) for n in good.notes)
-    assert any("1 of 60 streams arrived in one burst" in n for n in good.notes)   # noted, not failed
+    assert any("1 of 60 streams arrived in one burst" in n for n in good.notes)  # noted, not failed
     (behind,) = [f for f in summary.finding_groups if f.kind == "client_behind"]
     assert behind.severity == "invalid" and behind.levels == ["c1"]
-    assert behind.text == ("the client fell behind: c1 (76 of 114 streams arrived in one burst: its TTFT/TPOT are "
-                           "not measured; pin the server and the client to separate cores (taskset)).")
+    assert behind.text == (
+        "the client fell behind: c1 (76 of 114 streams arrived in one burst: its TTFT/TPOT are "
+        "not measured; pin the server and the client to separate cores (taskset))."
+    )
     assert summary.best is not None and summary.best.level_id == "c2"
     validity = next(i for i in build_answer(summary) if i.label == "Validity")
     assert validity.text.startswith("not valid as it stands")
@@ -155,7 +164,7 @@ def test_the_p99_client_lag_check_fails_on_burst_reads(tmp_path):
     diag = diagnose_p99(run)
     check = next(c for c in diag.checks if c.check_id == LAG_ID)
     assert check.status == "failed" and "c1 (30 of 60)" in check.finding.title
-    assert diag.findings and diag.findings[0].check_id == LAG_ID       # a cause, not context
+    assert diag.findings and diag.findings[0].check_id == LAG_ID  # a cause, not context
     assert diag.headline.startswith("the client fell behind the server")
     assert "taskset" in check.finding.next_step
 

@@ -49,7 +49,7 @@ def test_doubled_latencies_are_worse_with_intervals_excluding_zero(tmp_path):
             d = by[name]
             assert d.verdict == "worse", (lc.level_id, d)
             assert d.ci[0] > 0 and d.rel == pytest.approx(1.0, rel=1e-3)
-        assert by["output tok/s"].verdict == "within noise"       # same tokens over the same window
+        assert by["output tok/s"].verdict == "within noise"  # same tokens over the same window
     # The reverse direction is "better".
     back = compare_runs(b, a)
     assert all(d.verdict == "better" for lc in back.levels for d in lc.deltas if d.metric in latency)

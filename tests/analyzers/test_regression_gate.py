@@ -43,13 +43,13 @@ def test_a_significant_slowdown_beyond_the_tolerance_is_a_regression(tmp_path):
     gate = regression_gate([compare_runs(a, b)], 0.05)
     assert gate.failed and {r.metric for r in gate.regressions} == {"TTFT P99", "TPOT P95"}
     assert all(r.rel == pytest.approx(1.0, rel=1e-3) and r.ci[0] > 0 for r in gate.regressions)
-    assert not regression_gate([compare_runs(a, b)], 1.5).failed          # +100% is within a 150% tolerance
-    assert not regression_gate([compare_runs(b, a)], 0.05).failed         # faster is never a regression
+    assert not regression_gate([compare_runs(a, b)], 1.5).failed  # +100% is within a 150% tolerance
+    assert not regression_gate([compare_runs(b, a)], 0.05).failed  # faster is never a regression
 
 
 def test_noise_never_fails_the_build(tmp_path):
     a = analyze_run(_run(tmp_path / "a", _records(seed=7)))
-    b = analyze_run(_run(tmp_path / "b", _records(seed=8)))         # the same server, other draws
+    b = analyze_run(_run(tmp_path / "b", _records(seed=8)))  # the same server, other draws
     gate = regression_gate([compare_runs(a, b)], 0.0)
     assert gate.checked == 3 and not gate.failed, gate.regressions
 
@@ -60,9 +60,22 @@ def test_the_cli_gate_exits_1_with_one_line_and_writes_junit_json_and_summary(tm
     _run(tmp_path / "b", _records(scale=2.0))
     summary = tmp_path / "summary.md"
     env = {**os.environ, "GITHUB_STEP_SUMMARY": str(summary), "COLUMNS": "80"}
-    cmd = [sys.executable, "-m", "llmbench.cli", "compare", str(tmp_path / "a"), str(tmp_path / "b"),
-           "--out", str(tmp_path / "cmp"), "--fail-on-regression", "5%", "--json", "--junit",
-           str(tmp_path / "gate.xml"), "--github-summary"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "llmbench.cli",
+        "compare",
+        str(tmp_path / "a"),
+        str(tmp_path / "b"),
+        "--out",
+        str(tmp_path / "cmp"),
+        "--fail-on-regression",
+        "5%",
+        "--json",
+        "--junit",
+        str(tmp_path / "gate.xml"),
+        "--github-summary",
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     reason = [line for line in proc.stderr.splitlines() if line.startswith("regression beyond 5%")]

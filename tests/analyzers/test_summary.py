@@ -19,12 +19,23 @@ def run(tmp_path):
     # c1: TTFT 0.1, 0.2, 0.3, 2.0 s; E2E = TTFT + 0.4 s over 11 tokens -> TPOT 0.04 s each.
     for i, ttft in enumerate([0.1, 0.2, 0.3, 2.0]):
         records.append(rec(i, ttft, ttft + 0.4, 11, level="c1", concurrency=1, itl=[0.03, 0.05]))
-    records.append(rec(10.5, 0.1, 0.5, 11, level="c1", concurrency=1, in_window=False))   # after the window
+    records.append(rec(10.5, 0.1, 0.5, 11, level="c1", concurrency=1, in_window=False))  # after the window
     # c2: nothing succeeded.
-    records += [rec(1, None, None, 11, status="error", level="c2", concurrency=2, kind="http_status",
-                    error="HTTP 500: <b>boom</b>"),
-                rec(2, None, None, 11, status="error", level="c2", concurrency=2, kind="http_status", error="HTTP 503"),
-                rec(3, None, 30.0, 11, status="timeout", level="c2", concurrency=2, kind="timeout")]
+    records += [
+        rec(
+            1,
+            None,
+            None,
+            11,
+            status="error",
+            level="c2",
+            concurrency=2,
+            kind="http_status",
+            error="HTTP 500: <b>boom</b>",
+        ),
+        rec(2, None, None, 11, status="error", level="c2", concurrency=2, kind="http_status", error="HTTP 503"),
+        rec(3, None, 30.0, 11, status="timeout", level="c2", concurrency=2, kind="timeout"),
+    ]
     # c4: one-token outputs, so no TPOT.
     records += [rec(i, 0.2, 0.2, 1, level="c4", concurrency=4) for i in range(3)]
     # c8: a single sample.
@@ -39,13 +50,13 @@ def test_percentiles_throughput_and_goodput(run):
     assert (lv.n_sent, lv.n_in_window, lv.n_ok) == (5, 4, 4)
     assert lv.ttft.n == 4 and lv.ttft.mean == A(0.65)
     assert lv.ttft.p["p50"] == A(0.25)
-    assert lv.ttft.p["p90"] == A(0.3 + 0.7 * 1.7)         # numpy linear: rank 2.7
+    assert lv.ttft.p["p90"] == A(0.3 + 0.7 * 1.7)  # numpy linear: rank 2.7
     assert lv.ttft.p["p99"] == A(0.3 + 0.97 * 1.7)
     assert all(v == A(0.04) for v in lv.tpot.p.values())
     assert lv.itl.n == 8 and lv.itl.p["p50"] == A(0.04)
     assert lv.output_tok_s == pytest.approx(44 / 10) and lv.total_tok_s == pytest.approx(84 / 10)
     assert lv.req_s == pytest.approx(0.4)
-    assert lv.goodput_req_s == pytest.approx(0.3)                   # the 2 s TTFT breaks the SLO
+    assert lv.goodput_req_s == pytest.approx(0.3)  # the 2 s TTFT breaks the SLO
     assert lv.slo_met is False and "TTFT P99" in lv.slo_broken[0]
     assert not lv.ttft.p99_reliable
 
@@ -61,11 +72,11 @@ def test_all_errors_one_token_and_single_sample(run):
     assert s.note("c2") == "over SLO (no successful requests)"
     c4 = by["c4"]
     assert c4.tpot.n == 0 and c4.tpot.p["p95"] is None and c4.slo_met is True
-    assert c4.goodput_req_s == pytest.approx(0.3)                  # judged on TTFT alone
+    assert c4.goodput_req_s == pytest.approx(0.3)  # judged on TTFT alone
     c8 = by["c8"]
     assert c8.ttft.n == 1 and all(v == A(0.7) for v in c8.ttft.p.values()) and c8.ttft.ci["p99"] == A([0.7, 0.7])
     assert c8.req_s == pytest.approx(1 / 4)
-    assert s.best.level_id == "c8"              # the highest load that met the SLO
+    assert s.best.level_id == "c8"  # the highest load that met the SLO
     d = s.to_dict()
     assert d["best_level_within_slo"] == "c8" and [x["level_id"] for x in d["levels"]] == ["c1", "c2", "c4", "c8"]
     assert any("Errors and timeouts: c2 (3 of 3, 100.0%: http_status 2, timeout 1)" in f for f in s.findings)
@@ -83,7 +94,7 @@ def test_windows_fall_back_to_the_spec_and_interrupted_runs_are_said(tmp_path):
 def test_torn_last_line_and_empty_run(tmp_path):
     run = make_run(tmp_path / "r", [rec(0, 0.1, 0.5, 11)], windows={"c1": (0, 1)})
     with open(run.requests_jsonl, "a") as f:
-        f.write('{"level_id": "c1", "concurrency": 1, "t_se')          # killed mid-write
+        f.write('{"level_id": "c1", "concurrency": 1, "t_se')  # killed mid-write
     s, table = analyze_run(run)
     assert len(table) == 1 and s.levels[0].n_ok == 1
     run.requests_jsonl.unlink()
@@ -99,8 +110,10 @@ def test_seed_case_study_knee_and_notes(tmp_path):
         ttft, tpot = ttft_ms / 1000, tpot_ms / 1000
         # A steady stream of requests, warm-up before the window included, so that the tokens arriving
         # inside [0, 10) s are exactly tput per second (throughput counts arrivals).
-        records += [rec((i + 0.5) * 10 / tput, ttft, ttft + tpot * 9, 10, level=f"c{c}", concurrency=c,
-                        in_window=i >= 0) for i in range(-tput // 2, tput)]
+        records += [
+            rec((i + 0.5) * 10 / tput, ttft, ttft + tpot * 9, 10, level=f"c{c}", concurrency=c, in_window=i >= 0)
+            for i in range(-tput // 2, tput)
+        ]
     run = make_run(tmp_path / "seed", records, {f"c{c}": (0, 10) for c in (8, 16, 32, 64)})
     s, _ = analyze_run(run)
     assert [round(lv.output_tok_s) for lv in s.levels] == [260, 430, 620, 760]
@@ -118,7 +131,7 @@ def test_seed_case_study_knee_and_notes(tmp_path):
 
 def test_open_loop_levels_scale_by_request_rate(tmp_path):
     records = []
-    for rate, n, ttft in [(1.0, 10, 0.2), (4.0, 40, 0.3), (16.0, 44, 3.0)]:   # saturates at 16 req/s
+    for rate, n, ttft in [(1.0, 10, 0.2), (4.0, 40, 0.3), (16.0, 44, 3.0)]:  # saturates at 16 req/s
         for i in range(n):
             r = rec(i * 10 / n, ttft, ttft + 0.4, 11, level=f"r{rate:g}")
             r.concurrency, r.request_rate = None, rate
@@ -127,7 +140,10 @@ def test_open_loop_levels_scale_by_request_rate(tmp_path):
     assert s.series[0].key.startswith("request rate") and s.series[0].knee == "r4"
     assert [lv.load for lv in s.levels] == [1.0, 4.0, 16.0]
     assert {lv.level_id: s.note(lv.level_id) for lv in s.levels} == {
-        "r1": "normal", "r4": "at target", "r16": "over SLO · near ceiling"}
+        "r1": "normal",
+        "r4": "at target",
+        "r16": "over SLO · near ceiling",
+    }
     from reports.tables import summary_rows
 
     assert summary_rows(s)[0][1] == "1/s"
@@ -140,5 +156,5 @@ def test_a_level_cut_short_gets_a_window_from_its_send_times(tmp_path):
     s, _ = analyze_run(make_run(tmp_path / "r", records, {"c1": (0, 10)}, status="interrupted"))
     c1, c2 = s.levels
     assert c1.window_s == 10 and c1.req_s == pytest.approx(1.0)
-    assert c2.window_s == A(3.5) and c2.req_s == pytest.approx(7 / 3.5, abs=1e-5)   # first send .. last done
+    assert c2.window_s == A(3.5) and c2.req_s == pytest.approx(7 / 3.5, abs=1e-5)  # first send .. last done
     assert any("did not finish" in n for n in c2.notes)

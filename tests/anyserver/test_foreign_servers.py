@@ -25,8 +25,9 @@ SHORT = ["--warmup", "1s", "--duration", "2s", "--request-timeout", "30s", "--pr
 
 
 def sweep(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "llmbench.cli", "sweep", *args], capture_output=True, text=True,
-                          timeout=timeout, env=ENV)
+    return subprocess.run(
+        [sys.executable, "-m", "llmbench.cli", "sweep", *args], capture_output=True, text=True, timeout=timeout, env=ENV
+    )
 
 
 def strict_server(*args: str):
@@ -50,17 +51,32 @@ def strict():
 @pytest.mark.parametrize("endpoint", ["completions", pytest.param("chat", marks=pytest.mark.slow)])
 def test_strict_text_only_server_is_measured_on_both_endpoints(strict, tmp_path, endpoint):
     out = tmp_path / endpoint
-    p = sweep("--target", strict, "--endpoint", endpoint, "--concurrency", "2", "--input-len", "40,300",
-              "--input-len-spread", "0.3", "--output-len", "8", "--out", str(out), *SHORT)
+    p = sweep(
+        "--target",
+        strict,
+        "--endpoint",
+        endpoint,
+        "--concurrency",
+        "2",
+        "--input-len",
+        "40,300",
+        "--input-len-spread",
+        "0.3",
+        "--output-len",
+        "8",
+        "--out",
+        str(out),
+        *SHORT,
+    )
     assert p.returncode == 0, p.stdout + p.stderr
     recs = [r for r in records(out) if r["status"] != "cancelled"]
     assert recs and all(r["status"] == "ok" for r in recs), {r["error"] for r in recs}
     # prompt lengths land within ±5% of the request by the server's own count
     for r in recs:
         assert abs(r["prompt_tokens"] - r["target_input_len"]) <= 0.05 * r["target_input_len"], r
-    assert len({r["target_input_len"] for r in recs}) > 4                     # the spread was honoured
+    assert len({r["target_input_len"] for r in recs}) > 4  # the spread was honoured
     info = RunDir(out).read_info()
-    assert info.target.model == "strict-model"                                # from /v1/models
+    assert info.target.model == "strict-model"  # from /v1/models
     assert "ignore_eos" in info.target.omit_fields
     dropped = [a for a in info.target.adaptations if a["field"] == "ignore_eos"]
     assert dropped and "Unexpected fields" in dropped[0]["reason"] and "not enforced" in dropped[0]["consequence"]
@@ -72,14 +88,29 @@ def test_strict_text_only_server_is_measured_on_both_endpoints(strict, tmp_path,
     assert "ignore_eos dropped" in p.stdout
 
 
-@pytest.mark.slow   # ~10 s; .ci/run runs it (the default suite keeps under 10 minutes)
+@pytest.mark.slow  # ~10 s; .ci/run runs it (the default suite keeps under 10 minutes)
 def test_token_id_prompts_switch_to_text_and_strict_refuses_to_adapt(strict, tmp_path):
     from refengine.model.tiny import resolve_model
 
     tok = str(resolve_model("tiny-test"))
     out = tmp_path / "ids"
-    p = sweep("--target", strict, "--prompt-format", "ids", "--tokenizer", tok, "--concurrency", "1",
-              "--input-len", "50", "--output-len", "4", "--out", str(out), *SHORT)
+    p = sweep(
+        "--target",
+        strict,
+        "--prompt-format",
+        "ids",
+        "--tokenizer",
+        tok,
+        "--concurrency",
+        "1",
+        "--input-len",
+        "50",
+        "--output-len",
+        "4",
+        "--out",
+        str(out),
+        *SHORT,
+    )
     assert p.returncode == 0, p.stdout + p.stderr
     info = RunDir(out).read_info()
     assert info.sweep.workload.prompt_format == "text"
@@ -111,8 +142,26 @@ def test_a_level_whose_requests_all_fail_stops_the_sweep_resumable(tmp_path):
     try:
         out = tmp_path / "r"
         t0 = time.time()
-        p = sweep("--target", url, "--concurrency", "8", "--input-len", "8", "--output-len", "2", "--warmup", "0s",
-                  "--duration", "30s", "--request-timeout", "30s", "--probes", "none", "--out", str(out))
+        p = sweep(
+            "--target",
+            url,
+            "--concurrency",
+            "8",
+            "--input-len",
+            "8",
+            "--output-len",
+            "2",
+            "--warmup",
+            "0s",
+            "--duration",
+            "30s",
+            "--request-timeout",
+            "30s",
+            "--probes",
+            "none",
+            "--out",
+            str(out),
+        )
         assert time.time() - t0 < 60, "the level should stop long before its 30 s window"
         assert p.returncode == 1 and "quota exhausted" in p.stdout and "--resume" in p.stdout
         info = RunDir(out).read_info()
@@ -122,18 +171,30 @@ def test_a_level_whose_requests_all_fail_stops_the_sweep_resumable(tmp_path):
         proc.wait()
 
 
-@pytest.mark.slow   # ~20 s; .ci/run runs it
+@pytest.mark.slow  # ~20 s; .ci/run runs it
 def test_our_server_reached_as_a_stranger_has_no_failed_requests(tmp_path):
     with refengine_server() as (_, url):
         out = tmp_path / "own"
-        p = sweep("--target", url, "--concurrency", "2", "--input-len", "20,90", "--output-len", "4",
-                  "--out", str(out), *SHORT)
+        p = sweep(
+            "--target",
+            url,
+            "--concurrency",
+            "2",
+            "--input-len",
+            "20,90",
+            "--output-len",
+            "4",
+            "--out",
+            str(out),
+            *SHORT,
+        )
         assert p.returncode == 0, p.stdout + p.stderr
         recs = [r for r in records(out) if r["status"] != "cancelled"]
         assert recs and all(r["status"] == "ok" for r in recs)
         # no tokenizer given: the server's own count sized the prompts (within a word of 3 tokens)
-        assert all(abs(r["prompt_tokens"] - r["target_input_len"]) <= max(2, 0.05 * r["target_input_len"])
-                   for r in recs)
+        assert all(
+            abs(r["prompt_tokens"] - r["target_input_len"]) <= max(2, 0.05 * r["target_input_len"]) for r in recs
+        )
         assert RunDir(out).read_info().target.model == "tiny-test"
 
 
@@ -143,9 +204,25 @@ def test_the_kv_ramp_asks_for_metrics_before_it_spends_a_request():
     ramp cannot run at all."""
     proc, url = strict_server("--refuse-all", "this deployment is paused")
     try:
-        p = subprocess.run([sys.executable, "-m", "llmbench.diag_cli", "oom", "--ramp", "--target", url,
-                            "--ramp-levels", "1", "--level-seconds", "1"], capture_output=True, text=True,
-                           timeout=120, env=ENV)
+        p = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "llmbench.diag_cli",
+                "oom",
+                "--ramp",
+                "--target",
+                url,
+                "--ramp-levels",
+                "1",
+                "--level-seconds",
+                "1",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=ENV,
+        )
         said = p.stdout + p.stderr
         assert p.returncode == 2, said
         assert "/metrics answered HTTP 404" in said and "does not export" in said, said

@@ -14,8 +14,11 @@ from llmbench.diag_cli import app
 @pytest.mark.slow
 def test_ramp_fits_the_servers_max_model_len_and_finds_its_capacity():
     with refengine_server("--num-gpu-blocks-override", "64", "--max-model-len", "512") as (_, url):
-        r = CliRunner().invoke(app, ["oom", "--ramp", "--target", url, "--level-seconds", "2",
-                                     "--ramp-levels", "1,2,4,8"], env={"COLUMNS": "200"})
+        r = CliRunner().invoke(
+            app,
+            ["oom", "--ramp", "--target", url, "--level-seconds", "2", "--ramp-levels", "1,2,4,8"],
+            env={"COLUMNS": "200"},
+        )
     out = r.output
     assert r.exit_code == 0, out
     assert "max_model_len is 512: ramp prompts of 503 tokens, not 1000" in out
@@ -28,7 +31,10 @@ def test_ramp_fits_the_servers_max_model_len_and_finds_its_capacity():
 
 def test_a_ramp_whose_requests_are_refused_says_so_instead_of_a_capacity_of_zero():
     with refengine_server("--api-key", "sekrit") as (_, url):
-        r = CliRunner().invoke(app, ["oom", "--ramp", "--target", url, "--api-key", "wrong", "--level-seconds", "1"],
-                               env={"COLUMNS": "200"})
+        r = CliRunner().invoke(
+            app,
+            ["oom", "--ramp", "--target", url, "--api-key", "wrong", "--level-seconds", "1"],
+            env={"COLUMNS": "200"},
+        )
     assert r.exit_code == 2 and "observed KV capacity" not in r.output
     assert "--api-key" in r.output and "Traceback" not in r.output

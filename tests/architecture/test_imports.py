@@ -70,8 +70,12 @@ def test_the_checker_sees_imports_inside_functions_and_relative_ones(tmp_path):
 
 
 def test_dependencies_flow_one_way():
-    upward = sorted(f"{m} imports {t}" for m, ts in _graph().items() for t in ts
-                    if t.split(".")[0] != m.split(".")[0] and t.split(".")[0] not in ALLOWED[m.split(".")[0]])
+    upward = sorted(
+        f"{m} imports {t}"
+        for m, ts in _graph().items()
+        for t in ts
+        if t.split(".")[0] != m.split(".")[0] and t.split(".")[0] not in ALLOWED[m.split(".")[0]]
+    )
     assert not upward, "imports against the one-way rule:\n" + "\n".join(upward)
 
 
@@ -128,10 +132,11 @@ def test_no_folder_circles_inside_refengine():
     through a third."""
     folders: dict[str, set[str]] = {}
     for m, ts in _graph().items():
-        if m.split(".")[0] == "refengine":          # the package itself too: its __init__ imports the API
+        if m.split(".")[0] == "refengine":  # the package itself too: its __init__ imports the API
             here = _refengine_part(m)
             folders.setdefault(here, set()).update(
-                _refengine_part(t) for t in ts if t.split(".")[0] == "refengine" and _refengine_part(t) != here)
+                _refengine_part(t) for t in ts if t.split(".")[0] == "refengine" and _refengine_part(t) != here
+            )
     circles = _circles(folders)
     assert not circles, "folder circles inside refengine: " + "; ".join(" <-> ".join(c) for c in circles)
 
@@ -146,6 +151,9 @@ def test_no_private_names_imported_across_modules():
     for name, path in mods.items():
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in ALLOWED:
-                bad += [f"{name}: from {node.module} import {a.name}" for a in node.names
-                        if a.name.startswith("_") and not a.name.startswith("__")]
+                bad += [
+                    f"{name}: from {node.module} import {a.name}"
+                    for a in node.names
+                    if a.name.startswith("_") and not a.name.startswith("__")
+                ]
     assert not bad, "private names imported across modules:\n" + "\n".join(bad)

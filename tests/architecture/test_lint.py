@@ -1,4 +1,4 @@
-"""ruff (configured in pyproject.toml) is clean on the whole tree, and mypy on the typed packages
+"""ruff (configured in pyproject.toml) is clean on the whole tree and `ruff format` leaves it as it is, and mypy on the typed packages
 (pyproject's [tool.mypy] files: rundir, refengine, playbooks, probes, loadgen, analyzers, reports,
 llmbench)."""
 
@@ -24,6 +24,12 @@ def _tool(name: str) -> str:
 def test_ruff_is_clean():
     r = subprocess.run([_tool("ruff"), "check", "."], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_the_tree_is_as_ruff_format_writes_it():
+    """One formatter, so a diff shows what changed and not whose editor saved it: run `ruff format .`."""
+    r = subprocess.run([_tool("ruff"), "format", "--check", "."], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, "run `ruff format .`:\n" + r.stdout + r.stderr
 
 
 def test_mypy_is_clean_on_the_typed_packages():

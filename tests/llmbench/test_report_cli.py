@@ -9,12 +9,22 @@ from llmbench.cli import app
 
 
 def said(res) -> str:
-    return " ".join(res.output.split())          # rich wraps long lines at the terminal width
+    return " ".join(res.output.split())  # rich wraps long lines at the terminal width
 
 
 def _run(path, scale=1.0, levels=("c1", "c2")):
-    records = [rec(i * 0.05, (0.1 + 0.002 * (i % 50)) * scale, (0.4 + 0.003 * (i % 40)) * scale, 11, level=lv,
-                   concurrency=int(lv[1:])) for lv in levels for i in range(150)]
+    records = [
+        rec(
+            i * 0.05,
+            (0.1 + 0.002 * (i % 50)) * scale,
+            (0.4 + 0.003 * (i % 40)) * scale,
+            11,
+            level=lv,
+            concurrency=int(lv[1:]),
+        )
+        for lv in levels
+        for i in range(150)
+    ]
     return make_run(path, records, {lv: (0, 7.5) for lv in levels})
 
 

@@ -12,9 +12,19 @@ from rundir import RunDir, RunInfo
 
 def _run(path, started, best, status="complete"):
     run = RunDir(path)
-    run.create(RunInfo.from_dict(dict(run_id=path.name, command=["llmbench", "sweep"], host={}, status=status,
-                                      started=started, levels_done=["c1-in16-out8", "c4-in16-out8"],
-                                      target={"url": None, "model": "tiny-test", "kind": "embedded"})))
+    run.create(
+        RunInfo.from_dict(
+            dict(
+                run_id=path.name,
+                command=["llmbench", "sweep"],
+                host={},
+                status=status,
+                started=started,
+                levels_done=["c1-in16-out8", "c4-in16-out8"],
+                target={"url": None, "model": "tiny-test", "kind": "embedded"},
+            )
+        )
+    )
     run.write_summary({"levels": [], "best_level_within_slo": best})
     return run
 
@@ -34,12 +44,22 @@ def test_runs_are_listed_newest_first_with_their_answers(tmp_path):
 def test_the_command_prints_blocks_at_80_columns_and_json_on_request(tmp_path):
     _run(tmp_path / "20261202-010000-a-run-directory-name-that-is-long", 1_800_000_000.0, "c4-in16-out8")
     env = {**os.environ, "COLUMNS": "80"}
-    out = subprocess.run([sys.executable, "-m", "llmbench.cli", "runs", str(tmp_path)], capture_output=True,
-                         text=True, env=env, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "llmbench.cli", "runs", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     assert "run: 20261202-010000-a-run-directory-name-that-is-long\n" in out.stdout
     assert "  status: complete\n" in out.stdout
     assert all(len(line) <= 80 or " " in line for line in out.stdout.splitlines())
-    js = subprocess.run([sys.executable, "-m", "llmbench.cli", "runs", str(tmp_path), "--json"], capture_output=True,
-                        text=True, env=env, timeout=120)
+    js = subprocess.run(
+        [sys.executable, "-m", "llmbench.cli", "runs", str(tmp_path), "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert json.loads(js.stdout)[0]["answer"] == "within the SLO up to c4-in16-out8"

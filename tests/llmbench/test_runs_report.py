@@ -14,12 +14,15 @@ from analyzers.run_curves import curves_of
 from analyzers.summary import analyze_run
 from llmbench.cli import app
 
-TPOT = {"c1": 0.020, "c4": 0.040, "c8": 0.080}        # each level's every request: 11 tokens, this TPOT
+TPOT = {"c1": 0.020, "c4": 0.040, "c8": 0.080}  # each level's every request: 11 tokens, this TPOT
 
 
 def _run(path, model, levels=("c1", "c4", "c8"), replicas=None):
-    records = [rec(i * 0.05, 0.1, 0.1 + 10 * TPOT[lv], 11, level=lv, concurrency=int(lv[1:]), itl=[TPOT[lv]] * 10)
-               for lv in levels for i in range(120)]
+    records = [
+        rec(i * 0.05, 0.1, 0.1 + 10 * TPOT[lv], 11, level=lv, concurrency=int(lv[1:]), itl=[TPOT[lv]] * 10)
+        for lv in levels
+        for i in range(120)
+    ]
     run = make_run(path, records, {lv: (0, 6.0) for lv in levels}, model=model)
     if replicas is not None:
         info = run.read_info()
@@ -37,7 +40,7 @@ def test_the_curves_are_each_runs_levels_per_user_and_per_replica(tmp_path):
     two = curves_of(analyze_run(_run(tmp_path / "b", "model-b", replicas=2))[0])
     (a,), (b,) = one, two
     assert [p.level_id for p in a.points] == ["c1", "c4", "c8"] and a.closed_loop
-    assert [p.per_user_tok_s for p in a.points] == pytest.approx([50.0, 25.0, 12.5])      # 1 / TPOT P50
+    assert [p.per_user_tok_s for p in a.points] == pytest.approx([50.0, 25.0, 12.5])  # 1 / TPOT P50
     assert [p.per_replica_tok_s for p in a.points] == [p.output_tok_s for p in a.points]  # one replica
     assert [p.per_replica_tok_s for p in b.points] == pytest.approx([p.output_tok_s / 2 for p in b.points])
     assert all(p.output_tok_s > 0 and p.slo_met is not None for p in a.points)
@@ -47,7 +50,7 @@ def test_the_curves_are_each_runs_levels_per_user_and_per_replica(tmp_path):
 def test_a_level_that_is_no_measurement_is_named_and_left_out_of_the_figures(tmp_path):
     run = _run(tmp_path / "a", "model-a")
     info = run.read_info()
-    info.level_meta["c8"].cut_short = True                     # interrupted: INVALID, no verdict
+    info.level_meta["c8"].cut_short = True  # interrupted: INVALID, no verdict
     run.write_info(info)
     (curve,) = curves_of(analyze_run(run)[0])
     assert [p.level_id for p in curve.plotted] == ["c1", "c4"]
@@ -66,9 +69,14 @@ def test_report_runs_writes_one_self_contained_page_and_names_every_run(tmp_path
     assert "a · model-a · random · concurrency · in 10 · out 11: 3 levels" in said(res)
     html = (tmp_path / "out" / "runs.html").read_text()
     assert html.count("<svg") == 2 and "<script" not in html
-    assert not re.search(r"""(src|href)=["']?(https?:)?//""", html)            # nothing fetched
-    for words in ("per-user output tokens/s (1 / TPOT P50)", "output tokens/s per replica", "TTFT P99 against",
-                  "a · model-a · random", "b · model-b · random · concurrency · in 10 · out 11 · 2 replicas"):
+    assert not re.search(r"""(src|href)=["']?(https?:)?//""", html)  # nothing fetched
+    for words in (
+        "per-user output tokens/s (1 / TPOT P50)",
+        "output tokens/s per replica",
+        "TTFT P99 against",
+        "a · model-a · random",
+        "b · model-b · random · concurrency · in 10 · out 11 · 2 replicas",
+    ):
         assert words in html, words
     points = re.findall(r"<tr><td class=\"l\">\d</td><td class=\"l\">(\w)</td><td class=\"l\">(c\d)</td>", html)
     assert points == [("a", "c1"), ("a", "c4"), ("a", "c8"), ("b", "c1"), ("b", "c4")]
@@ -79,8 +87,11 @@ def test_report_runs_writes_one_self_contained_page_and_names_every_run(tmp_path
 
 def test_report_runs_mistakes_are_one_line(tmp_path):
     a, b = _run(tmp_path / "a", "m"), _run(tmp_path / "b", "m")
-    for args in (["report", str(a.path), str(b.path)], ["report", "--runs", str(a.path), str(tmp_path / "nope")],
-                 ["export", str(a.path)]):
+    for args in (
+        ["report", str(a.path), str(b.path)],
+        ["report", "--runs", str(a.path), str(tmp_path / "nope")],
+        ["export", str(a.path)],
+    ):
         res = CliRunner().invoke(app, args)
         assert res.exit_code == 2 and "Traceback" not in res.output, (args, res.output)
     assert "--runs" in said(CliRunner().invoke(app, ["report", str(a.path), str(b.path)]))
@@ -89,8 +100,9 @@ def test_report_runs_mistakes_are_one_line(tmp_path):
 def test_export_writes_every_request_of_the_runs_to_parquet_and_csv(tmp_path):
     a, b = _run(tmp_path / "a", "model-a", ("c1", "c4")), _run(tmp_path / "b", "model-b", ("c8",))
     out = tmp_path / "x" / "requests.parquet"
-    res = CliRunner().invoke(app, ["export", str(a.path), str(b.path), "--parquet", str(out), "--csv",
-                                   str(tmp_path / "requests.csv")])
+    res = CliRunner().invoke(
+        app, ["export", str(a.path), str(b.path), "--parquet", str(out), "--csv", str(tmp_path / "requests.csv")]
+    )
     assert res.exit_code == 0, res.output
     df = pd.read_parquet(out)
     lines = [json.loads(x) for p in (a, b) for x in p.requests_jsonl.read_text().splitlines()]

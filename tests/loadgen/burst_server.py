@@ -36,7 +36,7 @@ class BurstServer:
     def __init__(self, mode: str = "paced"):
         assert mode in ("paced", "burst"), mode
         self.mode = mode
-        self.itl_observed: list[float] = []           # the server's own inter-token latencies
+        self.itl_observed: list[float] = []  # the server's own inter-token latencies
         self._lock = threading.Lock()
         self.url = ""
 
@@ -47,8 +47,15 @@ class BurstServer:
         n = int(body.get("max_tokens") or 16)
         usage = {"prompt_tokens": words + 1, "completion_tokens": n, "total_tokens": words + 1 + n}
         if not body.get("stream"):
-            return JSONResponse({"id": "x", "object": "text_completion", "model": MODEL, "usage": usage,
-                                 "choices": [{"index": 0, "text": " w" * n, "finish_reason": "length"}]})
+            return JSONResponse(
+                {
+                    "id": "x",
+                    "object": "text_completion",
+                    "model": MODEL,
+                    "usage": usage,
+                    "choices": [{"index": 0, "text": " w" * n, "finish_reason": "length"}],
+                }
+            )
         with_usage = bool((body.get("stream_options") or {}).get("include_usage"))
         return StreamingResponse(self._stream(n, usage if with_usage else None), media_type="text/event-stream")
 
@@ -56,7 +63,7 @@ class BurstServer:
         t0 = time.monotonic()
         held: list[str] = []
         for k in range(n):
-            delay = t0 + TTFT_S + k * ITL_S - time.monotonic()     # absolute times: no drift along the stream
+            delay = t0 + TTFT_S + k * ITL_S - time.monotonic()  # absolute times: no drift along the stream
             if delay > 0:
                 await asyncio.sleep(delay)
             if k:
@@ -69,7 +76,7 @@ class BurstServer:
                 held.append(chunk)
         if usage:
             held.append(_sse({"choices": [], "usage": usage}))
-        yield "".join(held) + "data: [DONE]\n\n"                  # a burst: one write of everything held
+        yield "".join(held) + "data: [DONE]\n\n"  # a burst: one write of everything held
 
     async def metrics(self, request: Request) -> Response:
         with self._lock:
@@ -78,17 +85,25 @@ class BurstServer:
         lines = [f"# HELP {name} Histogram of inter-token latency in seconds.", f"# TYPE {name} histogram"]
         for le in BUCKETS:
             lines.append(f'{name}_bucket{{le="{le}",model_name="{MODEL}"}} {sum(x <= le for x in obs)}')
-        lines += [f'{name}_bucket{{le="+Inf",model_name="{MODEL}"}} {len(obs)}',
-                  f'{name}_count{{model_name="{MODEL}"}} {len(obs)}', f'{name}_sum{{model_name="{MODEL}"}} {sum(obs)}']
+        lines += [
+            f'{name}_bucket{{le="+Inf",model_name="{MODEL}"}} {len(obs)}',
+            f'{name}_count{{model_name="{MODEL}"}} {len(obs)}',
+            f'{name}_sum{{model_name="{MODEL}"}} {sum(obs)}',
+        ]
         return PlainTextResponse("\n".join(lines) + "\n")
 
     async def models(self, request: Request) -> Response:
         return JSONResponse({"object": "list", "data": [{"id": MODEL, "object": "model", "owned_by": "test"}]})
 
     def app(self) -> Starlette:
-        return Starlette(routes=[Route("/v1/completions", self.generate, methods=["POST"]),
-                                 Route("/v1/models", self.models), Route("/metrics", self.metrics),
-                                 Route("/health", lambda r: Response("ok"))])
+        return Starlette(
+            routes=[
+                Route("/v1/completions", self.generate, methods=["POST"]),
+                Route("/v1/models", self.models),
+                Route("/metrics", self.metrics),
+                Route("/health", lambda r: Response("ok")),
+            ]
+        )
 
 
 def _sse(obj: dict) -> str:
@@ -104,8 +119,9 @@ class ServerThread:
         port = free_port()
         self.server = server
         server.url = f"http://127.0.0.1:{port}"
-        self.uvicorn = uvicorn.Server(uvicorn.Config(server.app(), host="127.0.0.1", port=port, log_level="warning",
-                                                     access_log=False))
+        self.uvicorn = uvicorn.Server(
+            uvicorn.Config(server.app(), host="127.0.0.1", port=port, log_level="warning", access_log=False)
+        )
         self.thread = threading.Thread(target=self.uvicorn.run, daemon=True)
 
     def __enter__(self) -> BurstServer:

@@ -60,26 +60,37 @@ class _DropConnection(Exception):
 
 
 class DelayServer:
-    def __init__(self, ttft_ms: float, itl_ms: float, mode: str = "ok", die_after: int | None = None,
-                 freeze_at: float | None = None, freeze_for: float = 0.0, llama_cpp: bool = False,
-                 slow_fraction: float = 0.0, slow_ms: float = 1000.0, slow_kind: str = "independent", seed: int = 0):
+    def __init__(
+        self,
+        ttft_ms: float,
+        itl_ms: float,
+        mode: str = "ok",
+        die_after: int | None = None,
+        freeze_at: float | None = None,
+        freeze_for: float = 0.0,
+        llama_cpp: bool = False,
+        slow_fraction: float = 0.0,
+        slow_ms: float = 1000.0,
+        slow_kind: str = "independent",
+        seed: int = 0,
+    ):
         assert mode in MODES, mode
         assert slow_kind in SLOW_KINDS and 0.0 <= slow_fraction <= 1.0, (slow_kind, slow_fraction)
         self.slow_fraction, self.slow_s, self.slow_kind = slow_fraction, slow_ms / 1000.0, slow_kind
         self.rng = random.Random(seed)
-        self.awaiting: dict[int, _Awaiting] = {}   # requests without their first token yet, by number
-        self.slow = self.stalls = 0                 # requests made slow; stalls started
+        self.awaiting: dict[int, _Awaiting] = {}  # requests without their first token yet, by number
+        self.slow = self.stalls = 0  # requests made slow; stalls started
         self.llama_cpp = llama_cpp
-        self.newest = 0        # the newest request's number (llama_cpp: older running streams are cut)
+        self.newest = 0  # the newest request's number (llama_cpp: older running streams are cut)
         self.freeze_at, self.freeze_for = freeze_at, freeze_for
         self.t_first_request: float | None = None
         self.ttft_s, self.itl_s = ttft_ms / 1000.0, itl_ms / 1000.0
         self.mode, self.die_after = mode, die_after
-        self.received = 0      # requests that reached a handler
-        self.finished = 0      # streams that ended (any way)
+        self.received = 0  # requests that reached a handler
+        self.finished = 0  # streams that ended (any way)
         # What the server actually did (its own clock), to tell server overshoot from client error:
-        self.ttft_done: list[float] = []    # first token written - request arrived
-        self.tpot_done: list[float] = []    # (last token - first token) / (n - 1)
+        self.ttft_done: list[float] = []  # first token written - request arrived
+        self.tpot_done: list[float] = []  # (last token - first token) / (n - 1)
 
     async def completions(self, request: Request) -> Response:
         t_arrival = time.monotonic()
@@ -91,8 +102,9 @@ class DelayServer:
         chat = request.url.path.endswith("/chat/completions")
         if mode == "500":
             self._finish()
-            return JSONResponse({"error": {"message": "injected failure", "type": "server_error", "code": 500}},
-                                status_code=500)
+            return JSONResponse(
+                {"error": {"message": "injected failure", "type": "server_error", "code": 500}}, status_code=500
+            )
         if mode == "hang":
             await asyncio.sleep(3600)
         n = int(body.get("max_tokens") or 16)
@@ -102,8 +114,9 @@ class DelayServer:
         if not body.get("stream"):
             self._finish()
             return JSONResponse({"error": {"message": "this test server only streams"}}, status_code=400)
-        return StreamingResponse(self._stream(t_arrival, n, mode, chat, prompt_tokens, usage),
-                                 media_type="text/event-stream")
+        return StreamingResponse(
+            self._stream(t_arrival, n, mode, chat, prompt_tokens, usage), media_type="text/event-stream"
+        )
 
     async def _stream(self, t_arrival: float, n: int, mode: str, chat: bool, prompt_tokens: int, usage: bool):
         self.newest += 1
@@ -111,11 +124,11 @@ class DelayServer:
         first = self.awaiting[me] = _Awaiting(t_arrival + self.ttft_s)
         self._maybe_slow(me)
         try:
-            if chat:   # a role-only first chunk, as OpenAI and vLLM send it: it carries no token
+            if chat:  # a role-only first chunk, as OpenAI and vLLM send it: it carries no token
                 yield _sse(_chat_chunk({"role": "assistant", "content": ""}))
             t_first = t_last = None
             for k in range(n):
-                while time.monotonic() < first.due:      # a stall may push it while we sleep
+                while time.monotonic() < first.due:  # a stall may push it while we sleep
                     await _sleep_until(first.due)
                 await _sleep_until(first.due + k * self.itl_s)
                 await self._thawed()
@@ -131,12 +144,12 @@ class DelayServer:
                     yield "data: {not json\n\n"
                     yield "data: [DONE]\n\n"
                     return
-                if self.llama_cpp and self.newest != me:     # interrupt_requests: a newer request won
+                if self.llama_cpp and self.newest != me:  # interrupt_requests: a newer request won
                     yield _sse(_chat_chunk({}) if chat else _text_chunk(""))
                     yield "data: [DONE]\n\n"
                     return
                 text = f" t{k}" if not self.llama_cpp or k % 3 == 2 or k == n - 1 else ""
-                self.awaiting.pop(me, None)       # before the send: a stall from now on cannot make it slow
+                self.awaiting.pop(me, None)  # before the send: a stall from now on cannot make it slow
                 yield _sse(_chat_chunk({"content": text}) if chat else _text_chunk(text))
                 t_last = time.monotonic()
                 t_first = t_first or t_last
@@ -146,9 +159,18 @@ class DelayServer:
                 self.tpot_done.append((t_last - t_first) / (n - 1))
             yield _sse(_chat_chunk({}, "length") if chat else _text_chunk("", "length"))
             if usage:
-                yield _sse({"id": "x", "object": "text_completion", "choices": [],
-                            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": n,
-                                      "total_tokens": prompt_tokens + n}})
+                yield _sse(
+                    {
+                        "id": "x",
+                        "object": "text_completion",
+                        "choices": [],
+                        "usage": {
+                            "prompt_tokens": prompt_tokens,
+                            "completion_tokens": n,
+                            "total_tokens": prompt_tokens + n,
+                        },
+                    }
+                )
             yield "data: [DONE]\n\n"
         finally:
             self.awaiting.pop(me, None)
@@ -161,7 +183,7 @@ class DelayServer:
         if self.slow_kind == "independent":
             victims = [me] if self.rng.random() < self.slow_fraction else []
         else:
-            fresh = [k for k, a in self.awaiting.items() if not a.slow]     # this one included
+            fresh = [k for k, a in self.awaiting.items() if not a.slow]  # this one included
             victims = fresh if self.rng.random() < self.slow_fraction / len(fresh) else []
             self.stalls += bool(victims)
         until = time.monotonic() + self.slow_s
@@ -183,21 +205,30 @@ class DelayServer:
             asyncio.get_running_loop().call_later(0.01, os._exit, 3)
 
     async def health(self, request: Request) -> Response:
-        return JSONResponse({"received": self.received, "finished": self.finished, "slow": self.slow,
-                             "stalls": self.stalls,
-                             "ttft_p50": _median(self.ttft_done), "tpot_p50": _median(self.tpot_done)})
+        return JSONResponse(
+            {
+                "received": self.received,
+                "finished": self.finished,
+                "slow": self.slow,
+                "stalls": self.stalls,
+                "ttft_p50": _median(self.ttft_done),
+                "tpot_p50": _median(self.tpot_done),
+            }
+        )
 
     def app(self) -> Starlette:
-        return Starlette(routes=[
-            Route("/v1/completions", self.completions, methods=["POST"]),
-            Route("/v1/chat/completions", self.completions, methods=["POST"]),
-            Route("/health", self.health, methods=["GET"]),
-        ])
+        return Starlette(
+            routes=[
+                Route("/v1/completions", self.completions, methods=["POST"]),
+                Route("/v1/chat/completions", self.completions, methods=["POST"]),
+                Route("/health", self.health, methods=["GET"]),
+            ]
+        )
 
 
 @dataclass
 class _Awaiting:
-    due: float                  # monotonic time the first token is due
+    due: float  # monotonic time the first token is due
     slow: bool = False
 
 
@@ -216,8 +247,11 @@ def _text_chunk(text: str, finish: str | None = None) -> dict:
 
 
 def _chat_chunk(delta: dict, finish: str | None = None) -> dict:
-    return {"id": "x", "object": "chat.completion.chunk",
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+    return {
+        "id": "x",
+        "object": "chat.completion.chunk",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
 
 
 def _sse(obj: dict) -> str:
@@ -237,7 +271,7 @@ def _is_drop(exc: BaseException | None) -> bool:
         return False
     if isinstance(exc, _DropConnection):
         return True
-    return any(_is_drop(e) for e in getattr(exc, "exceptions", ()))   # anyio wraps it in an ExceptionGroup
+    return any(_is_drop(e) for e in getattr(exc, "exceptions", ()))  # anyio wraps it in an ExceptionGroup
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -257,11 +291,29 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--slow-kind", choices=SLOW_KINDS, default="independent")
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args(argv)
-    server = DelayServer(a.ttft_ms, a.itl_ms, a.mode, a.die_after, a.freeze_at, a.freeze_for, a.llama_cpp,
-                         a.slow_fraction, a.slow_ms, a.slow_kind, a.seed)
+    server = DelayServer(
+        a.ttft_ms,
+        a.itl_ms,
+        a.mode,
+        a.die_after,
+        a.freeze_at,
+        a.freeze_for,
+        a.llama_cpp,
+        a.slow_fraction,
+        a.slow_ms,
+        a.slow_kind,
+        a.seed,
+    )
     logging.getLogger("uvicorn.error").addFilter(_QuietDrops())
-    uvicorn.run(server.app(), host="127.0.0.1", port=a.port, log_level="warning", access_log=False,
-                timeout_keep_alive=30, backlog=4096)
+    uvicorn.run(
+        server.app(),
+        host="127.0.0.1",
+        port=a.port,
+        log_level="warning",
+        access_log=False,
+        timeout_keep_alive=30,
+        backlog=4096,
+    )
 
 
 if __name__ == "__main__":

@@ -20,8 +20,6 @@ from rundir.ports import free_port
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-
-
 @dataclass
 class DelayServerProc:
     proc: subprocess.Popen
@@ -39,11 +37,22 @@ class DelayServerProc:
         return TargetSpec(self.url, "delay-model", **kw)
 
 
-def start_delay_server(ttft_ms: float = 50, itl_ms: float = 10, mode: str = "ok",
-                       die_after: int | None = None, llama_cpp: bool = False) -> DelayServerProc:
+def start_delay_server(
+    ttft_ms: float = 50, itl_ms: float = 10, mode: str = "ok", die_after: int | None = None, llama_cpp: bool = False
+) -> DelayServerProc:
     port = free_port()
-    cmd = [sys.executable, os.path.join(HERE, "delay_server.py"), "--port", str(port),
-           "--ttft-ms", str(ttft_ms), "--itl-ms", str(itl_ms), "--mode", mode]
+    cmd = [
+        sys.executable,
+        os.path.join(HERE, "delay_server.py"),
+        "--port",
+        str(port),
+        "--ttft-ms",
+        str(ttft_ms),
+        "--itl-ms",
+        str(itl_ms),
+        "--mode",
+        mode,
+    ]
     if die_after is not None:
         cmd += ["--die-after", str(die_after)]
     if llama_cpp:

@@ -29,8 +29,25 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 MODEL = "strict-model"
-KNOWN = {"model", "prompt", "messages", "max_tokens", "stream", "stream_options", "temperature", "top_p", "n",
-         "stop", "seed", "user", "presence_penalty", "frequency_penalty", "logprobs", "echo", "suffix"}
+KNOWN = {
+    "model",
+    "prompt",
+    "messages",
+    "max_tokens",
+    "stream",
+    "stream_options",
+    "temperature",
+    "top_p",
+    "n",
+    "stop",
+    "seed",
+    "user",
+    "presence_penalty",
+    "frequency_penalty",
+    "logprobs",
+    "echo",
+    "suffix",
+}
 _TOKEN = re.compile(r"[A-Za-z]+|[^\sA-Za-z]")
 
 
@@ -59,8 +76,9 @@ class StrictServer:
             return _error(404, f"The model `{body.get('model')}` does not exist.")
         if chat:
             msgs = body.get("messages")
-            if not isinstance(msgs, list) or not all(isinstance(m, dict) and isinstance(m.get("content"), str)
-                                                     for m in msgs):
+            if not isinstance(msgs, list) or not all(
+                isinstance(m, dict) and isinstance(m.get("content"), str) for m in msgs
+            ):
                 return _error(400, "messages must be a list of {role, content: string}")
             text = "\n".join(m["content"] for m in msgs)
         else:
@@ -72,13 +90,24 @@ class StrictServer:
         n = min(max_tokens, self.eos_after) if self.eos_after else max_tokens
         usage = {"prompt_tokens": prompt_tokens, "completion_tokens": n, "total_tokens": prompt_tokens + n}
         if not body.get("stream"):
-            choice = ({"index": 0, "message": {"role": "assistant", "content": " w" * n}} if chat
-                      else {"index": 0, "text": " w" * n})
-            return JSONResponse({"id": "x", "object": "chat.completion" if chat else "text_completion",
-                                 "model": MODEL, "choices": [{**choice, "finish_reason": "stop"}], "usage": usage})
+            choice = (
+                {"index": 0, "message": {"role": "assistant", "content": " w" * n}}
+                if chat
+                else {"index": 0, "text": " w" * n}
+            )
+            return JSONResponse(
+                {
+                    "id": "x",
+                    "object": "chat.completion" if chat else "text_completion",
+                    "model": MODEL,
+                    "choices": [{**choice, "finish_reason": "stop"}],
+                    "usage": usage,
+                }
+            )
         with_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-        return StreamingResponse(_stream(n, chat, usage if with_usage else None, n < max_tokens),
-                                 media_type="text/event-stream")
+        return StreamingResponse(
+            _stream(n, chat, usage if with_usage else None, n < max_tokens), media_type="text/event-stream"
+        )
 
     async def models(self, request: Request) -> Response:
         return JSONResponse({"object": "list", "data": [{"id": MODEL, "object": "model", "owned_by": "test"}]})
@@ -89,8 +118,17 @@ async def _stream(n: int, chat: bool, usage: dict | None, stopped: bool):
         await asyncio.sleep(0.002)
         delta = {"delta": {"content": " w"}} if chat else {"text": " w"}
         last = i == n - 1
-        yield "data: " + json.dumps({"choices": [{"index": 0, **delta,
-                                                  "finish_reason": ("stop" if stopped else "length") if last else None}]}) + "\n\n"
+        yield (
+            "data: "
+            + json.dumps(
+                {
+                    "choices": [
+                        {"index": 0, **delta, "finish_reason": ("stop" if stopped else "length") if last else None}
+                    ]
+                }
+            )
+            + "\n\n"
+        )
     if usage:
         yield "data: " + json.dumps({"choices": [], "usage": usage}) + "\n\n"
     yield "data: [DONE]\n\n"
@@ -110,10 +148,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--refuse-after", type=int, default=0)
     a = ap.parse_args(argv)
     s = StrictServer(a.eos_after, a.refuse_all, a.refuse_after)
-    app = Starlette(routes=[Route("/v1/completions", s.generate, methods=["POST"]),
-                            Route("/v1/chat/completions", s.generate, methods=["POST"]),
-                            Route("/v1/models", s.models),
-                            Route("/health", lambda r: Response("ok"))])
+    app = Starlette(
+        routes=[
+            Route("/v1/completions", s.generate, methods=["POST"]),
+            Route("/v1/chat/completions", s.generate, methods=["POST"]),
+            Route("/v1/models", s.models),
+            Route("/health", lambda r: Response("ok")),
+        ]
+    )
     print(f"strict server on 127.0.0.1:{a.port}", file=sys.stderr, flush=True)
     uvicorn.run(app, host="127.0.0.1", port=a.port, log_level="warning")
 

@@ -39,11 +39,11 @@ def _run(kind: str, fraction: float, seconds: float = 1.5) -> tuple[DelayServer,
 def test_the_server_counts_exactly_the_requests_it_made_slow(kind):
     server, ttfts = _run(kind, 0.1)
     slow = [t for t in ttfts if t >= SLOW_MS / 1000]
-    assert server.slow == len(slow) > 0                          # no request is slow by accident, none missed
-    assert not server.awaiting                                   # every request got its first token
+    assert server.slow == len(slow) > 0  # no request is slow by accident, none missed
+    assert not server.awaiting  # every request got its first token
     if kind == "independent":
         assert server.stalls == 0
-    else:                                                        # a stall catches every waiting request
+    else:  # a stall catches every waiting request
         assert server.stalls > 0 and server.slow / server.stalls > 1.5
 
 

@@ -7,9 +7,21 @@ from rundir import RequestRecord
 
 
 def rec(status: str, error: str | None = None) -> RequestRecord:
-    return RequestRecord(level_id="l", concurrency=1, request_rate=None, target_input_len=1, target_output_len=1,
-                         t_scheduled=0.0, t_sent=0.0, t_first_token=None, t_done=None, status=status, in_window=True,
-                         error=error, http_status=400 if error else None)
+    return RequestRecord(
+        level_id="l",
+        concurrency=1,
+        request_rate=None,
+        target_input_len=1,
+        target_output_len=1,
+        t_scheduled=0.0,
+        t_sent=0.0,
+        t_first_token=None,
+        t_done=None,
+        status=status,
+        in_window=True,
+        error=error,
+        http_status=400 if error else None,
+    )
 
 
 def test_the_first_requests_all_failing_trips_it_with_the_servers_message():
@@ -17,7 +29,7 @@ def test_the_first_requests_all_failing_trips_it_with_the_servers_message():
     for _ in range(FIRST_N - 1):
         ff.add(rec("error", "quota exhausted"))
     assert ff.reason(now=1.0) is None
-    ff.add(rec("cancelled"))                          # a cut-off request says nothing about the server
+    ff.add(rec("cancelled"))  # a cut-off request says nothing about the server
     assert ff.reason(now=1.0) is None
     ff.add(rec("error", "quota exhausted"))
     assert "HTTP 400: quota exhausted" in ff.reason(now=1.0)

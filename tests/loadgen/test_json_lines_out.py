@@ -30,7 +30,7 @@ def test_lines_written_by_concurrent_greenlets_into_a_full_pipe_stay_whole():
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [os.getcwd(), os.environ.get("PYTHONPATH")])))
     proc = subprocess.Popen([sys.executable, "-c", child], stdout=subprocess.PIPE, env=env)
     lines = []
-    while True:                       # a slow reader: the writer meets a full pipe again and again
+    while True:  # a slow reader: the writer meets a full pipe again and again
         chunk = proc.stdout.read(4096)
         if not chunk:
             break
@@ -38,6 +38,6 @@ def test_lines_written_by_concurrent_greenlets_into_a_full_pipe_stay_whole():
         time.sleep(0.0005)
     assert proc.wait(30) == 0
     text = b"".join(lines).decode()
-    parsed = [json.loads(line) for line in text.splitlines()]   # raises on an interleaved line
+    parsed = [json.loads(line) for line in text.splitlines()]  # raises on an interleaved line
     assert sum(m["type"] == "records" for m in parsed) == 5
     assert sum(m["type"] == "progress" for m in parsed) == 200

@@ -20,16 +20,32 @@ KV_BYTES = NUM_BLOCKS * BLOCK_SIZE * 512
 
 @pytest.fixture(scope="module")
 def small_kv_server():
-    with refengine_server("--max-model-len", "256", "--block-size", str(BLOCK_SIZE),
-                          "--kv-cache-memory-bytes", str(KV_BYTES)) as (_, url):
+    with refengine_server(
+        "--max-model-len", "256", "--block-size", str(BLOCK_SIZE), "--kv-cache-memory-bytes", str(KV_BYTES)
+    ) as (_, url):
         yield url
 
 
-@pytest.mark.slow   # ~10 s; .ci/run runs it (the default suite keeps under 10 minutes)
+@pytest.mark.slow  # ~10 s; .ci/run runs it (the default suite keeps under 10 minutes)
 def test_ramp_finds_the_kv_capacity_within_10_percent(small_kv_server):
-    r = CliRunner().invoke(app, ["oom", "--ramp", "--target", small_kv_server, "--ramp-prompt-tokens", "80",
-                                 "--ramp-max-tokens", "40", "--ramp-levels", "1,4,16,32,48", "--level-seconds", "2.5"],
-                           env={"COLUMNS": "200"})
+    r = CliRunner().invoke(
+        app,
+        [
+            "oom",
+            "--ramp",
+            "--target",
+            small_kv_server,
+            "--ramp-prompt-tokens",
+            "80",
+            "--ramp-max-tokens",
+            "40",
+            "--ramp-levels",
+            "1,4,16,32,48",
+            "--level-seconds",
+            "2.5",
+        ],
+        env={"COLUMNS": "200"},
+    )
     assert r.exit_code == 0, r.output
     out = r.output
     assert f"estimate 24 (server: {NUM_BLOCKS} blocks of {BLOCK_SIZE}; 1 blocks per request)" in out
@@ -44,15 +60,19 @@ def test_ramp_finds_the_kv_capacity_within_10_percent(small_kv_server):
 
 
 def test_parse_metrics_reads_vllm_v0_and_v1_names():
-    v1 = ('vllm:num_requests_running{model_name="m"} 3.0\nvllm:num_requests_waiting{model_name="m"} 1.0\n'
-          'vllm:kv_cache_usage_perc{model_name="m"} 0.5\n# TYPE vllm:num_preemptions counter\n'
-          'vllm:num_preemptions_total{model_name="m"} 7.0\n'
-          'vllm:cache_config_info{block_size="16",num_gpu_blocks="2000"} 1.0\n')
+    v1 = (
+        'vllm:num_requests_running{model_name="m"} 3.0\nvllm:num_requests_waiting{model_name="m"} 1.0\n'
+        'vllm:kv_cache_usage_perc{model_name="m"} 0.5\n# TYPE vllm:num_preemptions counter\n'
+        'vllm:num_preemptions_total{model_name="m"} 7.0\n'
+        'vllm:cache_config_info{block_size="16",num_gpu_blocks="2000"} 1.0\n'
+    )
     m = server_gauges(v1)
     assert (m.running, m.waiting, m.kv_usage, m.preemptions) == (3, 1, 0.5, 7)
     assert m.cache_config["num_gpu_blocks"] == "2000"
-    v0 = ('vllm:num_requests_running{model_name="a"} 2.0\nvllm:num_requests_running{model_name="b"} 4.0\n'
-          'vllm:gpu_cache_usage_perc{model_name="a"} 0.25\n')
+    v0 = (
+        'vllm:num_requests_running{model_name="a"} 2.0\nvllm:num_requests_running{model_name="b"} 4.0\n'
+        'vllm:gpu_cache_usage_perc{model_name="a"} 0.25\n'
+    )
     m = server_gauges(v0)
     assert m.running == 6 and m.kv_usage == 0.25 and m.cache_config == {}
 
@@ -77,7 +97,7 @@ def test_capacity_is_read_from_the_held_back_samples():
         lv.samples = [Sample(float(i), r, w, kv, preemptions) for i, (r, w) in enumerate(pairs)]
         return lv
 
-    spec = RampSpec(target="http://127.0.0.1:1", prompt_tokens=100, max_tokens=20)   # 120 tokens: 8 blocks of 16
+    spec = RampSpec(target="http://127.0.0.1:1", prompt_tokens=100, max_tokens=20)  # 120 tokens: 8 blocks of 16
     calm = level(8, [(8, 0)] * 5, kv=0.4)
     # No preemption: the most it held while others waited (dips are requests finishing between steps).
     admitted = level(32, [(24, 8), (20, 8), (24, 8), (23, 2)])

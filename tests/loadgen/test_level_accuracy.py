@@ -39,19 +39,28 @@ def check_accounting(lr, server, spec):
 @pytest.mark.parametrize("concurrency", [1, 32])
 def test_closed_loop_timing_and_counts(delay_server, concurrency):
     server = delay_server(ttft_ms=1000 * TTFT_S, itl_ms=1000 * ITL_S)
-    spec = LevelSpec(f"c{concurrency}", concurrency=concurrency, input_len=32, output_len=OUT,
-                     warmup_s=0.5, duration_s=2.0, request_timeout_s=10.0)
+    spec = LevelSpec(
+        f"c{concurrency}",
+        concurrency=concurrency,
+        input_len=32,
+        output_len=OUT,
+        warmup_s=0.5,
+        duration_s=2.0,
+        request_timeout_s=10.0,
+    )
     t0 = time.time()
-    lr = run(spec, server.target(), level_workload_factory(prompt_format="ids"))   # exact prompt counts
+    lr = run(spec, server.target(), level_workload_factory(prompt_format="ids"))  # exact prompt counts
     wall = time.time() - t0
     inw = check_accounting(lr, server, spec)
     ttft = np.median([r.ttft_s for r in inw])
     tpot = np.median([r.tpot_s for r in inw])
-    actual = server.counts()        # what the server really did, on its own clock
-    print(f"c={concurrency}: {len(inw)} in window; TTFT P50 {1000 * ttft:.2f} ms (nominal {1000 * TTFT_S:.0f}, "
-          f"server-side {1000 * actual['ttft_p50']:.2f}); TPOT P50 {1000 * tpot:.3f} ms (nominal "
-          f"{1000 * ITL_S:.0f}, server-side {1000 * actual['tpot_p50']:.3f}); client CPU "
-          f"{lr.result.client_cpu_percent:.0f}%; wall {wall:.1f} s")
+    actual = server.counts()  # what the server really did, on its own clock
+    print(
+        f"c={concurrency}: {len(inw)} in window; TTFT P50 {1000 * ttft:.2f} ms (nominal {1000 * TTFT_S:.0f}, "
+        f"server-side {1000 * actual['ttft_p50']:.2f}); TPOT P50 {1000 * tpot:.3f} ms (nominal "
+        f"{1000 * ITL_S:.0f}, server-side {1000 * actual['tpot_p50']:.3f}); client CPU "
+        f"{lr.result.client_cpu_percent:.0f}%; wall {wall:.1f} s"
+    )
     # Within a few ms of the injected delays. What the server itself overshot (its timers, and at
     # c=32 its own queue) is part of that; the rest is the client's share, smaller still. At c=32
     # every token arrives in a burst of 32, which a single client process serves one by one.
@@ -74,8 +83,9 @@ def test_closed_loop_timing_and_counts(delay_server, concurrency):
 
 def test_stop_sending_drain_sends_nothing_after_the_window(delay_server):
     server = delay_server(ttft_ms=1000 * TTFT_S, itl_ms=1000 * ITL_S)
-    spec = LevelSpec("c2-stop", concurrency=2, input_len=8, output_len=OUT, warmup_s=0.3, duration_s=1.0,
-                     drain="stop_sending")
+    spec = LevelSpec(
+        "c2-stop", concurrency=2, input_len=8, output_len=OUT, warmup_s=0.3, duration_s=1.0, drain="stop_sending"
+    )
     lr = run(spec, server.target())
     check_accounting(lr, server, spec)
     assert lr.result.cancelled == 0 and all(r.status == "ok" for r in lr.records)
@@ -87,31 +97,38 @@ def test_stop_sending_drain_sends_nothing_after_the_window(delay_server):
 def test_chat_endpoint_role_chunk_is_not_the_first_token(delay_server, tmp_path):
     # The server sends a role-only chunk the moment a request arrives; TTFT must wait for content.
     path = tmp_path / "sg.json"
-    path.write_text(json.dumps([{"conversations": [{"from": "human", "value": f"question {i}"},
-                                                    {"from": "gpt", "value": "answer"}]} for i in range(5)]))
+    path.write_text(
+        json.dumps(
+            [
+                {"conversations": [{"from": "human", "value": f"question {i}"}, {"from": "gpt", "value": "answer"}]}
+                for i in range(5)
+            ]
+        )
+    )
     server = delay_server(ttft_ms=1000 * TTFT_S, itl_ms=1000 * ITL_S)
     spec = LevelSpec("chat", concurrency=2, output_len=8, warmup_s=0.2, duration_s=1.0)
-    lr = run(spec, server.target(endpoint="chat"),
-             level_workload_factory(kind="sharegpt", dataset_path=str(path)))
+    lr = run(spec, server.target(endpoint="chat"), level_workload_factory(kind="sharegpt", dataset_path=str(path)))
     inw = lr.in_window
     assert inw and all(r.status == "ok" for r in inw)
     assert all(r.client_token_chunks == r.completion_tokens == 8 for r in inw)
     assert abs(np.median([r.ttft_s for r in inw]) - TTFT_S) < 0.008
-    assert all(r.target_input_len == 0 and r.client_prompt_tokens is None for r in inw)   # no tokenizer given
+    assert all(r.target_input_len == 0 and r.client_prompt_tokens is None for r in inw)  # no tokenizer given
 
 
 def test_chat_endpoint_refuses_token_prompts():
     with pytest.raises(ValueError, match="chat endpoint needs text prompts"):
-        run_level(LevelSpec("x", concurrency=1), TargetSpec("http://127.0.0.1:9", "m", endpoint="chat"),
-                  level_workload_factory(prompt_format="ids"),
-                  lambda recs: None)
+        run_level(
+            LevelSpec("x", concurrency=1),
+            TargetSpec("http://127.0.0.1:9", "m", endpoint="chat"),
+            level_workload_factory(prompt_format="ids"),
+            lambda recs: None,
+        )
 
 
 def test_a_length_fn_that_cannot_travel_is_refused(tmp_path):
     path = tmp_path / "sg.json"
     path.write_text(json.dumps([{"conversations": [{"from": "human", "value": "q"}]}]))
-    factory = lambda level: make_workload(WorkloadOptions(kind="sharegpt", dataset_path=str(path)),
-                                          length_fn=len)
+    factory = lambda level: make_workload(WorkloadOptions(kind="sharegpt", dataset_path=str(path)), length_fn=len)
     with pytest.raises(ValueError, match="tokenizer instead"):
         run_level(LevelSpec("x", concurrency=1), TargetSpec("http://127.0.0.1:9", "m"), factory, lambda recs: None)
 
@@ -131,7 +148,8 @@ def test_client_tokenizer_counts_the_streamed_text(delay_server):
     lr = run(spec, server.target(), level_workload_factory(tokenizer=str(tok_dir)))
     inw = lr.in_window
     assert inw and all(r.status == "ok" for r in inw)
-    assert all(r.client_completion_tokens == expected and r.client_token_chunks == r.completion_tokens == 8
-               for r in inw)
-    assert expected != 8          # the test would not tell the two counts apart otherwise
+    assert all(
+        r.client_completion_tokens == expected and r.client_token_chunks == r.completion_tokens == 8 for r in inw
+    )
+    assert expected != 8  # the test would not tell the two counts apart otherwise
     assert all("completion_text" not in r.__dict__ for r in lr.records)

@@ -10,12 +10,15 @@ from loadgen_harness import run
 from loadgen import LevelSpec, level_workload_factory
 
 
-@pytest.mark.parametrize("mode,kind", [
-    ("500", "http_status"),
-    ("close", "stream_broken"),          # connection dropped mid-stream
-    ("error_chunk", "stream_broken"),    # an error object inside the stream
-    ("garbage", "bad_payload"),          # a data line that is not JSON
-])
+@pytest.mark.parametrize(
+    "mode,kind",
+    [
+        ("500", "http_status"),
+        ("close", "stream_broken"),  # connection dropped mid-stream
+        ("error_chunk", "stream_broken"),  # an error object inside the stream
+        ("garbage", "bad_payload"),  # a data line that is not JSON
+    ],
+)
 def test_error_classes(delay_server, mode, kind):
     if mode == "garbage":
         # chosen per request, through the workload's extra body fields
@@ -24,8 +27,16 @@ def test_error_classes(delay_server, mode, kind):
     else:
         server = delay_server(ttft_ms=20, itl_ms=5, mode=mode)
         factory = None
-    spec = LevelSpec(f"err-{mode}", concurrency=2, input_len=8, output_len=8, warmup_s=0.2, duration_s=0.8,
-                     request_timeout_s=5.0, fail_fast=False)     # a level of errors, measured to its end
+    spec = LevelSpec(
+        f"err-{mode}",
+        concurrency=2,
+        input_len=8,
+        output_len=8,
+        warmup_s=0.2,
+        duration_s=0.8,
+        request_timeout_s=5.0,
+        fail_fast=False,
+    )  # a level of errors, measured to its end
     t0 = time.time()
     lr = run(spec, server.target(), factory)
     res = lr.result
@@ -40,14 +51,22 @@ def test_error_classes(delay_server, mode, kind):
     else:
         assert all(r.http_status == 200 and r.t_first_token is not None for r in failed)
     if mode == "close":
-        assert all(r.client_token_chunks == 4 for r in failed)   # half of 8, then the drop
+        assert all(r.client_token_chunks == 4 for r in failed)  # half of 8, then the drop
 
 
 @pytest.mark.parametrize("mode", ["hang", "stall"])
 def test_hung_server_times_out_within_the_deadline(delay_server, mode):
     server = delay_server(ttft_ms=20, itl_ms=5, mode=mode)
-    spec = LevelSpec(f"hang-{mode}", concurrency=3, input_len=8, output_len=8, warmup_s=0.0, duration_s=1.2,
-                     request_timeout_s=1.0, fail_fast=False)
+    spec = LevelSpec(
+        f"hang-{mode}",
+        concurrency=3,
+        input_len=8,
+        output_len=8,
+        warmup_s=0.0,
+        duration_s=1.2,
+        request_timeout_s=1.0,
+        fail_fast=False,
+    )
     t0 = time.time()
     lr = run(spec, server.target())
     wall = time.time() - t0
@@ -67,21 +86,23 @@ def test_hung_server_times_out_within_the_deadline(delay_server, mode):
 
 def test_dead_server_ends_the_level_early(delay_server):
     server = delay_server(ttft_ms=20, itl_ms=5, die_after=12)
-    spec = LevelSpec("dies", concurrency=3, input_len=8, output_len=8, warmup_s=0.2, duration_s=20.0,
-                     request_timeout_s=5.0)
+    spec = LevelSpec(
+        "dies", concurrency=3, input_len=8, output_len=8, warmup_s=0.2, duration_s=20.0, request_timeout_s=5.0
+    )
     t0 = time.time()
     lr = run(spec, server.target())
     wall = time.time() - t0
     res = lr.result
     assert res.server_died and res.end_reason == "server_died"
-    assert wall < 6.0, wall                     # far less than the 20 s window
+    assert wall < 6.0, wall  # far less than the 20 s window
     assert server.proc.wait(timeout=5) == 3
     assert 12 <= res.ok <= 12 + spec.concurrency
     assert res.errors_by_kind.get("connect", 0) >= 5
     connect = [r for r in lr.records if r.error_kind == "connect"]
     # refused once it was gone; a request already on a kept-alive connection may see a reset instead
-    assert all(r.status == "error" and ("Refused" in r.error or "Reset" in r.error or "closed" in r.error)
-               for r in connect), {r.error for r in connect}
+    assert all(
+        r.status == "error" and ("Refused" in r.error or "Reset" in r.error or "closed" in r.error) for r in connect
+    ), {r.error for r in connect}
     assert sum("Refused" in r.error for r in connect) >= 5
     assert set(res.errors_by_kind) <= {"connect", "stream_broken"}
     assert res.sent == len(lr.records) and res.records_missing == 0

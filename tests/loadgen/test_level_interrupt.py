@@ -22,7 +22,7 @@ def test_ctrl_c_cancels_in_flight_requests_and_reraises(delay_server):
     def on_progress(p):
         if p.elapsed_s >= 0.6 and not pressed:
             pressed.append(time.time())
-            os.kill(os.getpid(), signal.SIGINT)     # what the terminal does on Ctrl-C
+            os.kill(os.getpid(), signal.SIGINT)  # what the terminal does on Ctrl-C
 
     before = ProcessState.capture()
     with pytest.raises(KeyboardInterrupt):
@@ -32,4 +32,4 @@ def test_ctrl_c_cancels_in_flight_requests_and_reraises(delay_server):
     assert len(cancelled) == spec.concurrency
     assert all(r.t_first_token is not None and 0 < r.client_token_chunks < 200 for r in cancelled)
     assert all(r.status == "ok" for r in records if r.status != "cancelled")
-    assert_unchanged(before)      # the locust processes, the reader thread: all gone, handlers as they were
+    assert_unchanged(before)  # the locust processes, the reader thread: all gone, handlers as they were

@@ -15,8 +15,16 @@ OUT = 8
 
 def _level(delay_server, concurrency: int):
     server = delay_server(ttft_ms=20, itl_ms=5, llama_cpp=True)
-    spec = LevelSpec(f"c{concurrency}-in8-out{OUT}", concurrency=concurrency, input_len=8, output_len=OUT,
-                     warmup_s=0.2, duration_s=1.0, request_timeout_s=5.0, fail_fast=False)
+    spec = LevelSpec(
+        f"c{concurrency}-in8-out{OUT}",
+        concurrency=concurrency,
+        input_len=8,
+        output_len=OUT,
+        warmup_s=0.2,
+        duration_s=1.0,
+        request_timeout_s=5.0,
+        fail_fast=False,
+    )
     lr = run(spec, server.target())
     return lr, summarize_level(lr.records, spec.level_id, spec.duration_s)
 
@@ -39,7 +47,7 @@ def test_uncut_streams_count_max_tokens_by_their_length_finish_not_their_chunks(
     assert ok and len(ok) == len([r for r in lr.in_window if r.status != "cancelled"])
     for r in ok:
         assert r.completion_tokens is None and r.finish_reason == "length" and r.max_tokens == OUT
-        assert r.client_token_chunks < OUT                              # text in only some chunks
+        assert r.client_token_chunks < OUT  # text in only some chunks
         assert r.output_tokens() == OUT and r.output_tokens_source == "length"
         assert r.tpot_s == (r.e2e_s - r.ttft_s) / (OUT - 1)
     assert lv.output_len_unhonoured == 0 and lv.output_tokens_estimated == 0

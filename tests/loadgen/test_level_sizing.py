@@ -13,8 +13,7 @@ from loadgen.sizing import ANNOUNCE_LEAD_S, LevelSizer
 
 
 def _sized(level_id: str, **kw) -> LevelSpec:
-    base = dict(input_len=16, output_len=8, warmup_s=0.2, duration_s=0.5, request_timeout_s=10.0,
-                max_duration_s=8.0)
+    base = dict(input_len=16, output_len=8, warmup_s=0.2, duration_s=0.5, request_timeout_s=10.0, max_duration_s=8.0)
     return LevelSpec(level_id, **{**base, **kw})
 
 
@@ -27,28 +26,30 @@ def _check_flags(lr) -> None:
 
 # ----- the rule, without processes --------------------------------------------------------------
 
+
 def test_the_sizer_moves_the_window_start_at_steady_state_and_its_end_at_the_target():
     level = _sized("c4", concurrency=4, steady_warmup=True, sample_target=10, duration_s=2.0)
     plan = Plan.starting_at(100.0, level)
-    assert (plan.window_start, plan.window_end) == (108.0, 116.0)      # provisional: the bounds
+    assert (plan.window_start, plan.window_end) == (108.0, 116.0)  # provisional: the bounds
     sizer = LevelSizer(level, user_count=4)
     sizer.add("w0", {"records": [], "warm_users": 3, "window_in_flight": 0})
-    assert sizer.decide(plan, now=101.0) is None                       # one user has not finished yet
+    assert sizer.decide(plan, now=101.0) is None  # one user has not finished yet
     sizer.add("w0", {"records": [], "warm_users": 4, "window_in_flight": 0})
     plan = sizer.decide(plan, now=101.0)
     assert plan.warmup_end == "steady" and plan.window_start == 101.0 + ANNOUNCE_LEAD_S
     assert plan.window_end == plan.window_start + 8.0 and plan.window_end_by == "max"
     ok = {"in_window": True, "status": "ok"}
-    sizer.add("w0", {"records": [ok] * 6 + [{"in_window": True, "status": "error"}], "warm_users": 4,
-                     "window_in_flight": 3})
-    assert sizer.decide(plan, now=102.0) is None                       # 6 ok + 3 in flight < 10
+    sizer.add(
+        "w0", {"records": [ok] * 6 + [{"in_window": True, "status": "error"}], "warm_users": 4, "window_in_flight": 3}
+    )
+    assert sizer.decide(plan, now=102.0) is None  # 6 ok + 3 in flight < 10
     sizer.add("w0", {"records": [ok], "warm_users": 4, "window_in_flight": 3})
     moved = sizer.decide(plan, now=102.0)
     assert moved.window_end_by == "samples"
     # reached before its minimum window: it ends at the minimum, not before
     assert moved.window_end == plan.window_start + level.duration_s
     assert moved.hard_deadline == moved.window_end + level.request_timeout_s + 1.0
-    assert sizer.decide(moved, now=102.1) is None                      # decided once
+    assert sizer.decide(moved, now=102.1) is None  # decided once
 
 
 def test_a_fixed_level_keeps_its_plan():
@@ -69,9 +70,10 @@ def test_sizing_options_are_checked():
 
 # ----- real levels against the delay server -----------------------------------------------------
 
+
 @pytest.mark.slow
 def test_a_sized_level_warms_up_to_steady_state_and_measures_its_target(delay_server):
-    server = delay_server(ttft_ms=400, itl_ms=10)          # a first request takes ~0.5 s
+    server = delay_server(ttft_ms=400, itl_ms=10)  # a first request takes ~0.5 s
     spec = _sized("c4", concurrency=4, steady_warmup=True, sample_target=40)
     lr = run(spec, server.target())
     res = lr.result

@@ -13,8 +13,16 @@ from loadgen import LevelSpec
 @pytest.mark.slow
 def test_two_workers_record_every_request_once(delay_server):
     server = delay_server(ttft_ms=30, itl_ms=10)
-    spec = LevelSpec("c6-w2", concurrency=6, input_len=16, output_len=8, warmup_s=0.5, duration_s=2.0,
-                     request_timeout_s=10.0, workers=2)
+    spec = LevelSpec(
+        "c6-w2",
+        concurrency=6,
+        input_len=16,
+        output_len=8,
+        warmup_s=0.5,
+        duration_s=2.0,
+        request_timeout_s=10.0,
+        workers=2,
+    )
     lr = run(spec, server.target())
     res, recs = lr.result, lr.records
     assert res.end_reason == "complete" and not res.fell_behind, res
@@ -39,14 +47,15 @@ def test_two_workers_record_every_request_once(delay_server):
 @pytest.mark.slow
 def test_two_workers_split_an_open_loop_rate(delay_server):
     server = delay_server(ttft_ms=30, itl_ms=10)
-    spec = LevelSpec("r30-w2", request_rate=30.0, input_len=16, output_len=8, warmup_s=0.5, duration_s=2.0,
-                     workers=2, seed=5)
+    spec = LevelSpec(
+        "r30-w2", request_rate=30.0, input_len=16, output_len=8, warmup_s=0.5, duration_s=2.0, workers=2, seed=5
+    )
     lr = run(spec, server.target())
     res = lr.result
     assert res.end_reason == "complete" and res.in_window == res.in_window_ok
     # one pacer per worker at rate/2 each: the sum is the asked rate
     expected = spec.request_rate * spec.duration_s
-    assert abs(res.in_window - expected) < 4 * expected ** 0.5, res.in_window
+    assert abs(res.in_window - expected) < 4 * expected**0.5, res.in_window
     per_worker = Counter(r.worker_id for r in lr.in_window)
     assert len(per_worker) == 2 and min(per_worker.values()) > expected / 4
     assert res.send_lag_p99_s < 0.020 and not res.fell_behind
@@ -58,8 +67,12 @@ def test_workers_take_disjoint_slices_of_the_workload():
     from loadgen.workloads import WorkloadOptions, make_workload
 
     opts = WorkloadOptions(input_len=8, seed=2)
-    config = {"level": LevelSpec("l", concurrency=2).to_dict(), "target": TargetSpec("http://x", "m").to_dict(),
-              "workload": opts.to_dict(), "n_workers": 2}
+    config = {
+        "level": LevelSpec("l", concurrency=2).to_dict(),
+        "target": TargetSpec("http://x", "m").to_dict(),
+        "workload": opts.to_dict(),
+        "n_workers": 2,
+    }
     # next_request needs no runner: the sessions are built without one
     w0 = LevelSession({**config, "worker_index": 0}, runner=None)
     w1 = LevelSession({**config, "worker_index": 1}, runner=None)

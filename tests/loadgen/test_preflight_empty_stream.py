@@ -32,8 +32,9 @@ class _EmptyStream(BaseHTTPRequestHandler):
         pass
 
 
-@pytest.mark.parametrize("finish, words", [("length", "may fill the server's context"),
-                                           ("stop", "the model ended at once")])
+@pytest.mark.parametrize(
+    "finish, words", [("length", "may fill the server's context"), ("stop", "the model ended at once")]
+)
 def test_an_empty_preflight_stream_names_the_servers_reason(finish, words):
     handler = type("H", (_EmptyStream,), {"finish_reason": finish})
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)

@@ -34,8 +34,10 @@ class _Picky(BaseHTTPRequestHandler):
             self.wfile.write(payload)
             return
         n = body["max_tokens"]
-        parts = [{"choices": [{"index": 0, "text": " w", "finish_reason": "length" if i == n - 1 else None}]}
-                 for i in range(n)]
+        parts = [
+            {"choices": [{"index": 0, "text": " w", "finish_reason": "length" if i == n - 1 else None}]}
+            for i in range(n)
+        ]
         if (body.get("stream_options") or {}).get("include_usage"):
             parts.append({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": n, "total_tokens": 3 + n}})
         self.send_response(200)
@@ -50,8 +52,10 @@ class _Picky(BaseHTTPRequestHandler):
         pass
 
 
-@pytest.mark.parametrize("refusal", ["stream_options.continuous_usage_stats: Extra inputs are not permitted",
-                                     "Unrecognized keys in stream_options"])
+@pytest.mark.parametrize(
+    "refusal",
+    ["stream_options.continuous_usage_stats: Extra inputs are not permitted", "Unrecognized keys in stream_options"],
+)
 def test_refused_continuous_usage_keeps_include_usage(refusal):
     handler = type("Picky", (_Picky,), {"refusal": refusal, "bodies": []})
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
@@ -67,7 +71,7 @@ def test_refused_continuous_usage_keeps_include_usage(refusal):
     assert res.target.omit_fields == ["continuous_usage_stats"]
     assert [a.field for a in res.adaptations] == ["continuous_usage_stats"]
     assert request_dict(spec, res.target)["stream_options"] == {"include_usage": True}
-    assert res.reply.stream.completion_tokens == 4                 # usage still came
+    assert res.reply.stream.completion_tokens == 4  # usage still came
 
 
 def test_fixed_output_len_is_what_the_body_pins():

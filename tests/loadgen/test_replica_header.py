@@ -6,8 +6,9 @@ from loadgen_harness import run
 
 from loadgen import LevelSpec
 
-SPEC = LevelSpec("c2-replica", concurrency=2, input_len=8, output_len=4, warmup_s=0.1, duration_s=0.5,
-                 request_timeout_s=5.0)
+SPEC = LevelSpec(
+    "c2-replica", concurrency=2, input_len=8, output_len=4, warmup_s=0.1, duration_s=0.5, request_timeout_s=5.0
+)
 
 
 def test_the_named_response_header_is_recorded(delay_server):
@@ -34,5 +35,5 @@ def test_replicas_driven_directly_take_turns_and_are_named_by_index(delay_server
     named = [r.replica for r in sent]
     # The client's pick, not the header: the index in replica_urls, as the server probe's per_engine keys.
     assert set(named) == {"0", "1"}
-    assert abs(named.count("0") - named.count("1")) <= 2    # in turn (two users interleave)
+    assert abs(named.count("0") - named.count("1")) <= 2  # in turn (two users interleave)
     assert a.counts()["received"] > 0 and b.counts()["received"] > 0

@@ -58,29 +58,44 @@ def test_completions_stream():
     r = read_sse_stream(*feed(lines, times))
     assert r.ok and r.saw_done and r.error_kind is None
     assert r.t_first_token == 1.0 and r.t_last_token == 2.25 and r.t_done == 2.4
-    assert r.token_chunks == 3                      # the empty-text chunk carries no token
+    assert r.token_chunks == 3  # the empty-text chunk carries no token
     assert r.itl_s == pytest.approx([0.5, 0.75])
     assert (r.prompt_tokens, r.completion_tokens) == (7, 3)
     assert r.finish_reason == "length"
 
 
 def test_chat_role_only_chunk_is_not_a_token():
-    lines = [delta({"role": "assistant", "content": ""}), delta({"role": "assistant"}), delta({"content": "Hi"}),
-             delta({"content": " there"}), finish("stop"), b"data: [DONE]\n"]
+    lines = [
+        delta({"role": "assistant", "content": ""}),
+        delta({"role": "assistant"}),
+        delta({"content": "Hi"}),
+        delta({"content": " there"}),
+        finish("stop"),
+        b"data: [DONE]\n",
+    ]
     r = read_sse_stream(*feed(lines, [0.1, 0.2, 0.5, 0.6, 0.7, 0.8]))
     assert r.ok and r.t_first_token == 0.5 and r.token_chunks == 2 and r.itl_s == pytest.approx([0.1])
-    assert r.prompt_tokens is None                  # no usage chunk: unknown, not zero
+    assert r.prompt_tokens is None  # no usage chunk: unknown, not zero
 
 
 def test_reasoning_and_token_ids_count_as_tokens():
-    lines = [delta({"reasoning_content": "hmm"}), data({"choices": [{"index": 0, "text": "", "token_ids": [5]}]}),
-             b"data: [DONE]\n"]
+    lines = [
+        delta({"reasoning_content": "hmm"}),
+        data({"choices": [{"index": 0, "text": "", "token_ids": [5]}]}),
+        b"data: [DONE]\n",
+    ]
     assert read_sse_stream(*feed(lines)).token_chunks == 2
 
 
 def test_comments_and_other_fields_are_skipped_and_crlf_is_fine():
-    lines = [b": keep-alive\r\n", b"event: message\r\n", b"id: 3\r\n", b"data:" + json.dumps(
-        {"choices": [{"text": "x", "finish_reason": "length"}]}).encode() + b"\r\n", b"\r\n", b"data:[DONE]\r\n"]
+    lines = [
+        b": keep-alive\r\n",
+        b"event: message\r\n",
+        b"id: 3\r\n",
+        b"data:" + json.dumps({"choices": [{"text": "x", "finish_reason": "length"}]}).encode() + b"\r\n",
+        b"\r\n",
+        b"data:[DONE]\r\n",
+    ]
     r = read_sse_stream(*feed(lines))
     assert r.ok and r.token_chunks == 1
 
@@ -88,7 +103,7 @@ def test_comments_and_other_fields_are_skipped_and_crlf_is_fine():
 def test_stream_ending_without_done_is_broken():
     r = read_sse_stream(*feed([text("a"), text("b")], [1.0, 2.0]))
     assert r.error_kind == "stream_broken" and "[DONE]" in r.error and not r.ok
-    assert r.token_chunks == 2 and r.t_first_token == 1.0      # what arrived is kept
+    assert r.token_chunks == 2 and r.t_first_token == 1.0  # what arrived is kept
 
 
 def test_connection_failure_mid_stream_is_broken():
@@ -97,8 +112,10 @@ def test_connection_failure_mid_stream_is_broken():
 
 
 def test_error_object_inside_the_stream_is_broken():
-    for err in ({"error": {"message": "engine died", "type": "server_error"}},
-                {"object": "error", "message": "vllm style", "type": "BadRequestError", "code": 400}):
+    for err in (
+        {"error": {"message": "engine died", "type": "server_error"}},
+        {"object": "error", "message": "vllm style", "type": "BadRequestError", "code": 400},
+    ):
         r = read_sse_stream(*feed([text("a"), data(err), b"data: [DONE]\n"]))
         assert r.error_kind == "stream_broken" and ("engine died" in r.error or "vllm style" in r.error)
 
@@ -114,8 +131,13 @@ def test_non_json_data_is_bad_payload():
 
 def test_first_problem_in_stream_order_decides():
     # an error object, then the connection drops: the error object is the story
-    r = read_sse_stream(*feed([text("a"), data({"error": {"message": "oom"}}), text("b")], [1.0, 2.0, 3.0],
-                              then=ConnectionResetError("reset")))
+    r = read_sse_stream(
+        *feed(
+            [text("a"), data({"error": {"message": "oom"}}), text("b")],
+            [1.0, 2.0, 3.0],
+            then=ConnectionResetError("reset"),
+        )
+    )
     assert r.error_kind == "stream_broken" and "oom" in r.error and r.t_done == 2.0 and r.token_chunks == 1
     r = read_sse_stream(*feed([b"data: nope\n", text("a")], then=RequestDeadline("late")))
     assert r.error_kind == "bad_payload" and r.token_chunks == 0
@@ -129,7 +151,9 @@ def test_timeout_while_reading():
 def test_killed_greenlet_propagates_and_partial_result_is_kept():
     class Killed(BaseException):
         pass
+
     from loadgen.sse import StreamResult
+
     partial = StreamResult()
     with pytest.raises(Killed):
         read_sse_stream(*feed([text("a"), text("b")], [1.0, 1.25], then=Killed()), result=partial)
@@ -138,9 +162,10 @@ def test_killed_greenlet_propagates_and_partial_result_is_kept():
 
 
 def test_classify_request_errors():
-    class RetriesExceeded(Exception):      # geventhttpclient wraps the cause in .original
+    class RetriesExceeded(Exception):  # geventhttpclient wraps the cause in .original
         def __init__(self, original):
             self.original = original
+
     refused = ConnectionRefusedError(errno.ECONNREFUSED, "Connection refused")
     assert classify_request_error(refused)[0] == "connect" and is_refused(refused)
     assert is_refused(RetriesExceeded(refused))

@@ -17,8 +17,11 @@ from loadgen.sse import read_sse_stream, short_of_fixed_length
 
 
 def chunk(text: str = "", finish: str | None = None, usage: int | None = None, **choice) -> bytes:
-    obj: dict = {"id": "x", "object": "text_completion",
-                 "choices": [{"index": 0, "text": text, "finish_reason": finish, **choice}]}
+    obj: dict = {
+        "id": "x",
+        "object": "text_completion",
+        "choices": [{"index": 0, "text": text, "finish_reason": finish, **choice}],
+    }
     if usage is not None:
         obj["usage"] = {"prompt_tokens": 5, "completion_tokens": usage, "total_tokens": 5 + usage}
     return b"data: " + json.dumps(obj).encode() + b"\n\n"
@@ -30,7 +33,7 @@ def usage_only(n: int) -> bytes:
 
 
 DONE = b"data: [DONE]\n\n"
-GAP_S = 0.03     # between the replayed chunks
+GAP_S = 0.03  # between the replayed chunks
 
 
 class _Replay(BaseHTTPRequestHandler):
@@ -69,10 +72,19 @@ def replay(parts: list[bytes]):
 
 def test_vllm_empty_text_first_chunk_with_continuous_usage_is_the_first_token():
     # vLLM: the first token ends inside a UTF-8 character, so its chunk has no text; usage rises.
-    r, _ = replay([chunk("", usage=1), chunk("é", usage=2), chunk(" a", usage=3),
-                   chunk("", usage=4), chunk(" b", "length", usage=5), usage_only(5), DONE])
+    r, _ = replay(
+        [
+            chunk("", usage=1),
+            chunk("é", usage=2),
+            chunk(" a", usage=3),
+            chunk("", usage=4),
+            chunk(" b", "length", usage=5),
+            usage_only(5),
+            DONE,
+        ]
+    )
     assert r.ok and r.first_token_source == "chunk"
-    assert r.token_chunks == 5 and len(r.itl_s) == 4            # the final usage-only chunk is not a token
+    assert r.token_chunks == 5 and len(r.itl_s) == 4  # the final usage-only chunk is not a token
     assert r.completion_tokens == 5
     # the first token is the empty-text chunk, one chunk before the first text
     assert r.t_last_token - r.t_first_token == pytest.approx(sum(r.itl_s))
@@ -80,12 +92,33 @@ def test_vllm_empty_text_first_chunk_with_continuous_usage_is_the_first_token():
 
 
 def test_vllm_chat_role_chunk_with_zero_usage_is_not_a_token():
-    role = b"data: " + json.dumps({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}],
-                                   "usage": {"prompt_tokens": 5, "completion_tokens": 0}}).encode() + b"\n\n"
-    first = b"data: " + json.dumps({"choices": [{"index": 0, "delta": {"content": ""}}],
-                                    "usage": {"prompt_tokens": 5, "completion_tokens": 1}}).encode() + b"\n\n"
-    last = b"data: " + json.dumps({"choices": [{"index": 0, "delta": {"content": "é"}, "finish_reason": "length"}],
-                                   "usage": {"prompt_tokens": 5, "completion_tokens": 2}}).encode() + b"\n\n"
+    role = (
+        b"data: "
+        + json.dumps(
+            {
+                "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}],
+                "usage": {"prompt_tokens": 5, "completion_tokens": 0},
+            }
+        ).encode()
+        + b"\n\n"
+    )
+    first = (
+        b"data: "
+        + json.dumps(
+            {"choices": [{"index": 0, "delta": {"content": ""}}], "usage": {"prompt_tokens": 5, "completion_tokens": 1}}
+        ).encode()
+        + b"\n\n"
+    )
+    last = (
+        b"data: "
+        + json.dumps(
+            {
+                "choices": [{"index": 0, "delta": {"content": "é"}, "finish_reason": "length"}],
+                "usage": {"prompt_tokens": 5, "completion_tokens": 2},
+            }
+        ).encode()
+        + b"\n\n"
+    )
     r, _ = replay([role, first, last, usage_only(2), DONE])
     assert r.ok and r.token_chunks == 2 and len(r.itl_s) == 1
 
@@ -96,8 +129,9 @@ def test_usage_only_at_the_end_is_not_a_token():
 
 
 def test_logprobs_mark_a_token_whose_text_is_empty():
-    r, _ = replay([chunk("", logprobs={"tokens": ["bytes:\\xe2"], "token_logprobs": [-0.1]}),
-                   chunk("€", "length"), DONE])
+    r, _ = replay(
+        [chunk("", logprobs={"tokens": ["bytes:\\xe2"], "token_logprobs": [-0.1]}), chunk("€", "length"), DONE]
+    )
     assert r.ok and r.token_chunks == 2 and len(r.itl_s) == 1
 
 
@@ -113,7 +147,7 @@ def test_llama_cpp_interrupted_stream_is_cut_off():
     r, _ = replay([chunk(" a"), chunk(" b"), chunk(""), DONE])
     assert not r.ok and r.error_kind == "cut_off"
     assert r.error == "cut off by the server: [DONE] without a finish_reason after 2 token-carrying chunks (no usage)"
-    assert r.t_first_token is not None                           # mid-stream: its TTFT was measured
+    assert r.t_first_token is not None  # mid-stream: its TTFT was measured
 
 
 def test_transformers_serve_finish_without_done_is_ok():
@@ -121,12 +155,15 @@ def test_transformers_serve_finish_without_done_is_ok():
     assert r.ok and r.error_kind is None and r.finish_reason == "stop"
 
 
-@pytest.mark.parametrize("parts,fixed,cut", [
-    ([chunk(" a"), chunk(" b", "length"), DONE], 16, False),                   # length: the server's own count
-    ([chunk(" a", usage=1), chunk(" b", "stop", usage=2), usage_only(2), DONE], 16, True),
-    ([chunk(" a"), chunk(" b", "stop"), DONE], 16, True),                      # no usage: the finish says it
-    ([chunk(" a"), chunk(" b", "stop"), DONE], None, False),                   # the length was not fixed
-])
+@pytest.mark.parametrize(
+    "parts,fixed,cut",
+    [
+        ([chunk(" a"), chunk(" b", "length"), DONE], 16, False),  # length: the server's own count
+        ([chunk(" a", usage=1), chunk(" b", "stop", usage=2), usage_only(2), DONE], 16, True),
+        ([chunk(" a"), chunk(" b", "stop"), DONE], 16, True),  # no usage: the finish says it
+        ([chunk(" a"), chunk(" b", "stop"), DONE], None, False),  # the length was not fixed
+    ],
+)
 def test_short_of_a_fixed_output_length(parts, fixed, cut):
     r, _ = replay(parts)
     why = short_of_fixed_length(r, fixed)

@@ -42,7 +42,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.server.received += 1
             k = self.server.received
         if k <= self.server.hang_first:
-            time.sleep(self.server.hang_s)        # accepted, read, never answered in time
+            time.sleep(self.server.hang_s)  # accepted, read, never answered in time
             return
         if self.path == "/tokenize":
             self._json(200, {"count": len(str(body.get("prompt", "")).split()) + 1})
@@ -60,7 +60,7 @@ class _Handler(BaseHTTPRequestHandler):
         except OSError:
             pass
 
-    def log_message(self, *args) -> None:          # quiet
+    def log_message(self, *args) -> None:  # quiet
         pass
 
 
@@ -88,7 +88,7 @@ def test_calibration_survives_one_slow_request(server):
     s = server(hang_first=1)
     with _client(f"http://127.0.0.1:{s.server_address[1]}") as client:
         sizer, notes = calibrate(client, estimated_sizer(), 64)
-    assert notes == []                              # nothing recorded against the server
+    assert notes == []  # nothing recorded against the server
     assert sizer.source == "server /tokenize" and sizer.exact and sizer.tokens_per_word == 1.0
     assert sizer.overhead_tokens == 1.0 and sizer.calibration.check.counted == 64
 
@@ -101,7 +101,7 @@ def test_a_request_accepted_and_not_answered_is_said_as_that(server):
     msg = str(e.value)
     assert "the server accepted the request and did not answer within 0.5 s" in msg
     assert "could not connect" not in msg and type(e.value).__name__ == "TargetTimeout"
-    assert s.received == 2                          # asked once more, then stopped
+    assert s.received == 2  # asked once more, then stopped
 
 
 def test_nothing_listening_is_still_a_connect_error():

@@ -14,8 +14,13 @@ def test_oom_playbook_follows_the_seed_order():
     ids = pb.ids
     assert ids[:2] == ["oom.weights", "oom.kv"]
     fixes = [i for i in ids if i.startswith("oom.fix.")]
-    assert fixes == ["oom.fix.paged-kv", "oom.fix.max-model-len", "oom.fix.long-requests",
-                     "oom.fix.concurrency-cap", "oom.fix.quantize"]
+    assert fixes == [
+        "oom.fix.paged-kv",
+        "oom.fix.max-model-len",
+        "oom.fix.long-requests",
+        "oom.fix.concurrency-cap",
+        "oom.fix.quantize",
+    ]
     assert pb.step("oom.ramp").automatic and not pb.step("oom.fix.quantize").automatic
 
 
@@ -25,7 +30,13 @@ def test_p99_playbook_is_the_fleet_then_network_then_scheduling_then_host():
     for s in pb.steps:
         if s.section not in sections:
             sections.append(s.section)
-    assert [s.split(". ", 1)[1] for s in sections] == ["Where the tail is", "The fleet", "Network", "Scheduling", "Host"]
+    assert [s.split(". ", 1)[1] for s in sections] == [
+        "Where the tail is",
+        "The fleet",
+        "Network",
+        "Scheduling",
+        "Host",
+    ]
     by_section = {sec: [s for s in pb.steps if s.section == sec] for sec in sections}
     for sec, prefix in zip(sections[1:], ("p99.fleet.", "p99.net.", "p99.sched.", "p99.host.")):
         assert all(s.id.startswith(prefix) for s in by_section[sec])
@@ -36,8 +47,13 @@ def test_p99_playbook_is_the_fleet_then_network_then_scheduling_then_host():
 def test_a_run_marks_every_step_and_renders():
     pb = load_playbook("oom")
     run = PlaybookRun(pb)
-    run.run({"oom.weights": lambda: (True, "16 GiB"), "oom.kv": lambda: (False, "needs 90 GiB"),
-             "oom.ramp": lambda: (_ for _ in ()).throw(CannotCheck("no --target"))})
+    run.run(
+        {
+            "oom.weights": lambda: (True, "16 GiB"),
+            "oom.kv": lambda: (False, "needs 90 GiB"),
+            "oom.ramp": lambda: (_ for _ in ()).throw(CannotCheck("no --target")),
+        }
+    )
     results = {r.step.id: r for r in run.results()}
     assert results["oom.weights"].status is Status.PASSED
     assert results["oom.kv"].status is Status.FAILED and results["oom.kv"].evidence == "needs 90 GiB"
@@ -51,9 +67,14 @@ def test_a_run_marks_every_step_and_renders():
     print_playbook(run, Console(file=out, width=200))
     text = out.getvalue()
     assert "oom.weights" in text and "could not be checked" in text and "1 passed, 1 failed" in text
-    assert run.to_dict()["steps"][0] == {"id": "oom.weights", "section": "1. Account for the memory",
-                                         "title": "Weights fit on each GPU with room to spare",
-                                         "mode": "automatic", "status": "passed", "evidence": "16 GiB"}
+    assert run.to_dict()["steps"][0] == {
+        "id": "oom.weights",
+        "section": "1. Account for the memory",
+        "title": "Weights fit on each GPU with room to spare",
+        "mode": "automatic",
+        "status": "passed",
+        "evidence": "16 GiB",
+    }
 
 
 def test_manual_steps_cannot_pass_and_unknown_ids_are_bugs():

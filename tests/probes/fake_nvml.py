@@ -55,7 +55,7 @@ class FakeNvml:
         return len(self.data["devices"])
 
     def nvmlDeviceGetHandleByIndex(self, i):
-        return i                       # the handle is the index
+        return i  # the handle is the index
 
     def nvmlDeviceGetName(self, h):
         return self._next("nvmlDeviceGetName", h)
@@ -88,8 +88,10 @@ class FakeNvml:
         return self._next("nvmlDeviceGetPcieThroughput", h)
 
     def nvmlDeviceGetFieldValues(self, h, _fields):
-        return [SimpleNamespace(nvmlReturn=v["nvmlReturn"], value=SimpleNamespace(ullVal=v["ullVal"]))
-                for v in self._next("nvmlDeviceGetFieldValues", h)]
+        return [
+            SimpleNamespace(nvmlReturn=v["nvmlReturn"], value=SimpleNamespace(ullVal=v["ullVal"]))
+            for v in self._next("nvmlDeviceGetFieldValues", h)
+        ]
 
     def nvmlEventSetCreate(self):
         return "event-set"
@@ -112,5 +114,5 @@ class FakeNvml:
         if ev is None:
             raise NVMLError_Timeout("Timeout")
         if not self.pending_xid:
-            self.pending_xid = [None]      # the end of this sample's round
+            self.pending_xid = [None]  # the end of this sample's round
         return SimpleNamespace(device=ev["device"], eventData=ev["eventData"], eventType=8)

@@ -60,21 +60,21 @@ def test_the_probe_stopping_is_no_limit(tmp_path, target):
     status = pset.start()["capture"]
     if status != "ok":
         pytest.skip(f"capture cannot run here: {status}")
-    time.sleep(0.3)                                         # the sniffer thread opens its socket
+    time.sleep(0.3)  # the sniffer thread opens its socket
     _traffic(target, 3)
     time.sleep(0.3)
     pset.stop()
     rows = read_rows(tmp_path / "probes" / "capture.jsonl")
     assert rows[-1]["packets"] > 0 and rows[-1]["pcap_file"] == "capture.pcap"
-    assert not any(r["limit_reached"] for r in rows), rows       # the last sample used to say True
+    assert not any(r["limit_reached"] for r in rows), rows  # the last sample used to say True
     assert all(r["stopped"] is None for r in rows)
 
 
 def test_a_sniffer_that_ended_on_its_own_is_no_limit(tmp_path, target):
     probe = _started(ProbeContext(out_dir=tmp_path, target_url=target, capture_max_s=None))
-    assert probe.sample()["limit_reached"] is False         # its thread may not have started yet
+    assert probe.sample()["limit_reached"] is False  # its thread may not have started yet
     time.sleep(0.3)
-    probe.sniffer.stop()                                    # its socket went away, say
+    probe.sniffer.stop()  # its socket went away, say
     row = probe.sample()
     assert row["limit_reached"] is False and row["stopped"].startswith("the sniffer ended on its own")
     assert probe.close()["limit_reached"] is False
@@ -82,9 +82,9 @@ def test_a_sniffer_that_ended_on_its_own_is_no_limit(tmp_path, target):
 
 def test_the_packet_limit_is_a_limit(tmp_path, target):
     probe = _started(ProbeContext(out_dir=tmp_path, target_url=target, capture_max_packets=10))
-    time.sleep(0.3)                                         # the sniffer thread opens its socket
-    _traffic(target, 4)                                     # well over 10 packets
-    probe.sniffer.thread.join(timeout=5)                    # it stops itself at its count
+    time.sleep(0.3)  # the sniffer thread opens its socket
+    _traffic(target, 4)  # well over 10 packets
+    probe.sniffer.thread.join(timeout=5)  # it stops itself at its count
     row = probe.sample()
     assert row == row | {"packets": 10, "limit_reached": True, "stopped": "packet limit"}
     last = probe.close()

@@ -31,8 +31,10 @@ def test_sizes_and_plateau():
     with pytest.raises(ValueError):
         parse_size("lots")
     assert size_steps(1024, 8192) == [1024, 2048, 4096, 8192]
-    rows = [make_row("all_reduce", s, s // 4, "float32", 2, [t]) for s, t in
-            [(1024, 1e-4), (1 << 20, 1e-3), (2 << 20, 2e-3), (4 << 20, 4e-3)]]
+    rows = [
+        make_row("all_reduce", s, s // 4, "float32", 2, [t])
+        for s, t in [(1024, 1e-4), (1 << 20, 1e-3), (2 << 20, 2e-3), (4 << 20, 4e-3)]
+    ]
     p = plateau(rows)
     assert p["busbw_gbs"] == pytest.approx((2 << 20) / 2e-3 / 1e9) and p["reached_at_bytes"] == 1 << 20
 
@@ -40,10 +42,34 @@ def test_sizes_and_plateau():
 @pytest.mark.slow
 def test_llmdiag_comm_two_gloo_ranks(tmp_path):
     out = tmp_path / "comm.json"
-    proc = subprocess.run([sys.executable, "-m", "llmbench.diag_cli", "comm", "--nprocs", "2", "--backend", "gloo",
-                           "--min-bytes", "1K", "--max-bytes", "16K", "--step-factor", "4", "--iters", "3",
-                           "--warmup", "1", "--json", str(out)], capture_output=True, text=True, timeout=240,
-                          env={**os.environ, "COLUMNS": "200"})
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "llmbench.diag_cli",
+            "comm",
+            "--nprocs",
+            "2",
+            "--backend",
+            "gloo",
+            "--min-bytes",
+            "1K",
+            "--max-bytes",
+            "16K",
+            "--step-factor",
+            "4",
+            "--iters",
+            "3",
+            "--warmup",
+            "1",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={**os.environ, "COLUMNS": "200"},
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     data = json.loads(out.read_text())
     assert data["ranks"] == 2
@@ -68,8 +94,13 @@ def test_bad_comm_options_are_one_line_errors():
 
     from llmbench.diag_cli import app
 
-    for args in (["--nprocs", "1"], ["--ops", "all_reduce,broadcastz"], ["--min-bytes", "lots"],
-                 ["--backend", "mpi"], ["--min-bytes", "1M", "--max-bytes", "1K"]):
+    for args in (
+        ["--nprocs", "1"],
+        ["--ops", "all_reduce,broadcastz"],
+        ["--min-bytes", "lots"],
+        ["--backend", "mpi"],
+        ["--min-bytes", "1M", "--max-bytes", "1K"],
+    ):
         res = CliRunner().invoke(app, ["comm", *args])
         assert res.exit_code == 2, (args, res.output)
         assert "error:" in res.output and "Traceback" not in res.output

@@ -17,7 +17,7 @@ from probes.stacks import parse_dump
 
 FUZZ = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 # Text made of the characters these files use, so the fuzzer reaches past the first check.
-procish = st.text(alphabet="0123456789 \t\n:-,.()_abcCPUNxyzTcpExt#{}=\"+Inf", max_size=600)
+procish = st.text(alphabet='0123456789 \t\n:-,.()_abcCPUNxyzTcpExt#{}="+Inf', max_size=600)
 anytext = st.one_of(st.text(max_size=400), procish)
 
 
@@ -88,4 +88,4 @@ def test_pcap_reader_on_garbage(tmp_path, blob, with_header):
     try:
         analyze_pcap(str(path))
     except ProbeInputError:
-        assert not with_header        # a valid header is never refused; a bad body is partial results
+        assert not with_header  # a valid header is never refused; a bad body is partial results

@@ -19,15 +19,15 @@ def test_recorded_response_set_gives_decoded_rows(tmp_path):
     first, second = probe.sample(), probe.sample()
     g0, g1 = second["gpus"]
     assert g0["name"] == "NVIDIA H100 80GB HBM3" and g0["index"] == 0 and g1["index"] == 1
-    assert g0["power_w"] == pytest.approx(699.87) and g0["power_limit_w"] == 700.0   # mW -> W
+    assert g0["power_w"] == pytest.approx(699.87) and g0["power_limit_w"] == 700.0  # mW -> W
     assert (g0["util_gpu_pct"], g0["util_mem_pct"]) == (99, 64)
     assert g0["mem_used_bytes"] == 79456894976 and g0["mem_total_bytes"] == 85520809984
     assert (g0["sm_clock_mhz"], g0["mem_clock_mhz"]) == (1755, 2619)
     assert g0["throttle_reasons"] == ["sw_power_cap"]
     assert g1["throttle_reasons"] == ["sw_thermal_slowdown", "hw_thermal_slowdown"] and g1["temp_c"] == 88
     assert (g0["pcie_tx_kb_s"], g0["pcie_rx_kb_s"]) == (4096, 512)
-    assert g1["pcie_tx_kb_s"] is None and g1["nvlink_tx_bytes_s"] is None       # NotSupported -> null
-    assert first["gpus"][0]["nvlink_tx_bytes_s"] is None                        # needs two readings
+    assert g1["pcie_tx_kb_s"] is None and g1["nvlink_tx_bytes_s"] is None  # NotSupported -> null
+    assert first["gpus"][0]["nvlink_tx_bytes_s"] is None  # needs two readings
     dt = second["t"] - first["t"]
     assert g0["nvlink_tx_bytes_s"] == pytest.approx(976562 * 1024 / dt, rel=1e-3)
     assert first["xid_events"] == [] and second["xid_events"] == [{"gpu": 1, "xid": 79}]
@@ -83,7 +83,6 @@ def test_recorder_output_replays_into_the_same_rows(tmp_path):
         probe = GpuProbe(ProbeContext(out_dir=tmp_path), nvml=FakeNvml(source))
         probe.check()
         rows.append([probe.sample() for _ in range(2)])
-    strip = lambda rs: [[{k: v for k, v in g.items() if not k.startswith("nvlink")} for g in r["gpus"]]
-                        for r in rs]
+    strip = lambda rs: [[{k: v for k, v in g.items() if not k.startswith("nvlink")} for g in r["gpus"]] for r in rs]
     assert strip(rows[0]) == strip(rows[1])
     assert [r["xid_events"] for r in rows[0]] == [r["xid_events"] for r in rows[1]]

@@ -19,11 +19,13 @@ def _sample_after(probe: HostProbe, seconds: float) -> dict:
 
 
 def test_server_client_and_others_are_told_apart(tmp_path):
-    server = subprocess.Popen(BURN)                                   # the "server": a child of this process
-    client_child = subprocess.Popen(BURN)                             # a load-generator child
+    server = subprocess.Popen(BURN)  # the "server": a child of this process
+    client_child = subprocess.Popen(BURN)  # a load-generator child
     # Not ours: a process whose parent exited, so it is nobody's child here (another process on the host).
-    spawn = (f"import subprocess; print(subprocess.Popen({BURN!r}, start_new_session=True, "
-             "stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).pid)")
+    spawn = (
+        f"import subprocess; print(subprocess.Popen({BURN!r}, start_new_session=True, "
+        "stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).pid)"
+    )
     other_pid = int(subprocess.run([sys.executable, "-c", spawn], capture_output=True, text=True, check=True).stdout)
     try:
         probe = HostProbe(ProbeContext(out_dir=tmp_path, server_pid=server.pid))
@@ -56,7 +58,7 @@ def test_explicit_client_pids_and_the_process_tree(tmp_path):
         procs = read_processes(__import__("pathlib").Path("/proc"))
         assert child.pid in descendants({os.getpid()}, procs)
         tracker = ProcessCpuTracker(__import__("pathlib").Path("/proc"), None, [child.pid], os.sysconf("SC_CLK_TCK"))
-        assert tracker.sample(0.0, None) is None                      # the baseline
+        assert tracker.sample(0.0, None) is None  # the baseline
         time.sleep(1.0)
         cpu = tracker.sample(1.0, None)
         assert cpu.server_cpu_cores is None and cpu.client_cpu_cores > 0.1
@@ -93,13 +95,14 @@ def test_a_fleets_other_replicas_are_the_servers_cpu_not_a_neighbours(tmp_path):
     a replica of the server, so its busy loop counts as the server's, never as another process's."""
     first, second = subprocess.Popen(BURN), subprocess.Popen(BURN)
     try:
-        tracker = ProcessCpuTracker(__import__("pathlib").Path("/proc"), first.pid, None, os.sysconf("SC_CLK_TCK"),
-                                    replica_pids=[second.pid])
+        tracker = ProcessCpuTracker(
+            __import__("pathlib").Path("/proc"), first.pid, None, os.sysconf("SC_CLK_TCK"), replica_pids=[second.pid]
+        )
         assert tracker.sample(0.0, None) is None
         time.sleep(1.0)
         cpu = tracker.sample(1.0, None)
         assert second.pid not in {p["pid"] for p in cpu.top_others}
-        assert cpu.server_cpu_cores >= 0.3 * min(1.0, os.cpu_count() / 2), cpu      # both loops are the server's
+        assert cpu.server_cpu_cores >= 0.3 * min(1.0, os.cpu_count() / 2), cpu  # both loops are the server's
         probe = HostProbe(ProbeContext(out_dir=tmp_path, server_pid=first.pid, replica_pids=[second.pid]))
         probe.check()
         row = [r for r in (_sample_after(probe, 1.0) for _ in range(2)) if r][-1]

@@ -53,7 +53,7 @@ def _traffic(url, n=20):
 def test_tcp_probe_sees_loopback_traffic_and_connections(tmp_path, loopback_server):
     probe = TcpProbe(ProbeContext(out_dir=tmp_path, target_url=loopback_server))
     probe.check()
-    assert probe.sample() is None                                  # baseline
+    assert probe.sample() is None  # baseline
     _traffic(loopback_server)
     row = probe.sample()
     assert row["Tcp.OutSegs"] >= 40 and row["Tcp.ActiveOpens"] >= 20 and row["dt_s"] > 0
@@ -79,14 +79,14 @@ def test_host_probe_follows_a_busy_server_process(tmp_path):
         time.sleep(1.0)
         row = probe.sample()
         assert len(row["cpu_per_core_pct"]) == os.cpu_count() and 0 <= row["cpu_pct"] <= 100
-        assert row["server_pid"] == busy.pid and row["server_cpu_cores"] > 0.2    # a spinning loop (shared CPUs)
+        assert row["server_pid"] == busy.pid and row["server_cpu_cores"] > 0.2  # a spinning loop (shared CPUs)
         assert row["server_rss_bytes"] > 1 << 20 and row["mem_used_bytes"] > 0 and row["load1"] >= 0
         assert row["server_numa_node"] == "0" and row["server_cpus_allowed"]
     finally:
         busy.kill()
         busy.wait()
     row = probe.sample()
-    assert row["server_gone"] is True and "cpu_pct" in row                    # the host series goes on
+    assert row["server_gone"] is True and "cpu_pct" in row  # the host series goes on
 
 
 def test_irq_probe_on_this_machine(tmp_path):
@@ -96,14 +96,16 @@ def test_irq_probe_on_this_machine(tmp_path):
     time.sleep(0.3)
     row = probe.sample()
     assert row["ncpu"] == os.cpu_count() and len(row["irq_per_cpu"]) == os.cpu_count()
-    assert "nic_affinity" in row       # this VM's virtio-net queues, with their affinity lists
+    assert "nic_affinity" in row  # this VM's virtio-net queues, with their affinity lists
     assert all(v["affinity"] for v in row["nic_affinity"].values())
 
 
 def test_unreadable_proc_is_a_clear_unavailable(tmp_path):
-    for probe in (IrqProbe(ProbeContext(out_dir=tmp_path), proc=str(tmp_path / "noproc")),
-                  TcpProbe(ProbeContext(out_dir=tmp_path), proc=str(tmp_path / "noproc")),
-                  HostProbe(ProbeContext(out_dir=tmp_path), proc=str(tmp_path / "noproc"))):
+    for probe in (
+        IrqProbe(ProbeContext(out_dir=tmp_path), proc=str(tmp_path / "noproc")),
+        TcpProbe(ProbeContext(out_dir=tmp_path), proc=str(tmp_path / "noproc")),
+        HostProbe(ProbeContext(out_dir=tmp_path), proc=str(tmp_path / "noproc")),
+    ):
         with pytest.raises(ProbeUnavailable, match="cannot read"):
             probe.check()
 
@@ -113,7 +115,7 @@ def test_capture_on_loopback_sees_each_packet_once(tmp_path, loopback_server):
     ctx = ProbeContext(out_dir=tmp_path, target_url=loopback_server, capture_max_packets=5000, capture_max_s=30)
     probe = CaptureProbe(ctx)
     probe.check()
-    time.sleep(0.5)                                   # the sniffer thread opens its socket
+    time.sleep(0.5)  # the sniffer thread opens its socket
     _traffic(loopback_server, n=5)
     time.sleep(0.5)
     assert probe.sample()["packets"] > 0
@@ -152,8 +154,14 @@ def test_a_probe_set_leaves_its_caller_as_it_found_it(tmp_path, loopback_server)
     target = subprocess.Popen([sys.executable, "-c", code])
     try:
         before = ProcessState.capture()
-        ctx = ProbeContext(out_dir=tmp_path, target_url=loopback_server, server_pid=target.pid, interval_s=0.2,
-                           capture_max_packets=5000, capture_max_s=30)
+        ctx = ProbeContext(
+            out_dir=tmp_path,
+            target_url=loopback_server,
+            server_pid=target.pid,
+            interval_s=0.2,
+            capture_max_packets=5000,
+            capture_max_s=30,
+        )
         with ProbeSet(["host", "irq", "tcp", "capture", "stacks"], ctx, log=lambda _m: None) as pset:
             assert set(pset.availability.values()) == {"ok"}, pset.availability
             _traffic(loopback_server, n=3)

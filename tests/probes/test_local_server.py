@@ -9,8 +9,10 @@ import sys
 from probes.local_server import listening_pid
 from rundir.ports import free_port
 
-LISTEN = "import socket,sys,time; s=socket.socket(); s.bind((sys.argv[1], int(sys.argv[2]))); s.listen(); " \
-         "print('up', flush=True); time.sleep(60)"
+LISTEN = (
+    "import socket,sys,time; s=socket.socket(); s.bind((sys.argv[1], int(sys.argv[2]))); s.listen(); "
+    "print('up', flush=True); time.sleep(60)"
+)
 
 
 def _listener(host: str, port: int) -> subprocess.Popen:
@@ -43,5 +45,5 @@ def test_a_server_on_every_address_is_found_through_loopback():
 def test_no_listener_or_another_host_is_none():
     port = free_port()
     assert listening_pid(f"http://127.0.0.1:{port}") is None
-    assert listening_pid("http://192.0.2.7:8000") is None          # TEST-NET-1: never this host
+    assert listening_pid("http://192.0.2.7:8000") is None  # TEST-NET-1: never this host
     assert listening_pid("http://no-such-host.invalid:8000") is None

@@ -31,8 +31,15 @@ def test_real_proc_stat_meminfo_loadavg_and_own_process():
 def test_pid_stat_with_spaces_and_parens_in_the_name():
     text = "42 (my (odd) name) S " + " ".join(str(i) for i in range(4, 53))
     st = procfs.parse_pid_stat(text)
-    assert st == {"comm": "my (odd) name", "ppid": 4, "utime": 14, "stime": 15, "num_threads": 20, "rss_pages": 24,
-                  "last_cpu": 39}
+    assert st == {
+        "comm": "my (odd) name",
+        "ppid": 4,
+        "utime": 14,
+        "stime": 15,
+        "num_threads": 20,
+        "rss_pages": 24,
+        "last_cpu": 39,
+    }
 
 
 def test_cpu_busy_pct_from_two_readings():
@@ -43,8 +50,10 @@ def test_cpu_busy_pct_from_two_readings():
 
 def test_cpulist_and_numa_maps():
     assert procfs.parse_cpulist("0-3,8,10-11") == [0, 1, 2, 3, 8, 10, 11]
-    maps = ("7f00 default anon=10 dirty=10 N0=6 N1=4 kernelpagesize_kB=4\n"
-            "7f10 bind:1 huge anon=2 N1=2 kernelpagesize_kB=2048\n")
+    maps = (
+        "7f00 default anon=10 dirty=10 N0=6 N1=4 kernelpagesize_kB=4\n"
+        "7f10 bind:1 huge anon=2 N1=2 kernelpagesize_kB=2048\n"
+    )
     assert procfs.parse_numa_maps(maps) == {"0": 6 * 4096, "1": 4 * 4096 + 2 * 2048 * 1024}
 
 
@@ -63,21 +72,29 @@ def test_64_core_interrupts_with_mlx5_queues():
     dev = row["devices"]["mlx5_comp@pci:0000:3b:00.0"]
     assert dev["nic"] and dev["irqs"] == 63 and dev["total"] == sum(1000 + q for q in range(63))
     assert row["devices"]["nvme0"]["nic"] is False and row["devices"]["nvme0"]["irqs"] == 9
-    nic_total = sum(1000 + q for q in range(63)) + 7                 # + mlx5_async0
-    on_cpu5 = 1005 + sum(1000 + q for q in range(40, 48))           # queue 5 and queues 40..47
+    nic_total = sum(1000 + q for q in range(63)) + 7  # + mlx5_async0
+    on_cpu5 = 1005 + sum(1000 + q for q in range(40, 48))  # queue 5 and queues 40..47
     assert row["nic_irq_total"] == nic_total and row["nic_busiest_cpu"] == 5
     assert row["nic_busiest_share"] == round(on_cpu5 / nic_total, 4)
-    assert "LOC" not in row["devices"]                               # timer ticks are not devices
+    assert "LOC" not in row["devices"]  # timer ticks are not devices
     err = next(x for x in lines if x.irq == "ERR")
-    assert err.counts == [0] * 64                                    # short rows are padded
+    assert err.counts == [0] * 64  # short rows are padded
 
 
-@pytest.mark.parametrize("name,device,nic", [
-    ("mlx5_comp12@pci:0000:3b:00.1", "mlx5_comp@pci:0000:3b:00.1", True),
-    ("ens5-TxRx-3", "ens5", True), ("i40e-eth0-TxRx-7", "i40e-eth0", True), ("eth0-rx-2", "eth0", True),
-    ("virtio2-input.0", "virtio2", True), ("virtio2-output.0", "virtio2", True),
-    ("nvme0q3", "nvme0", False), ("ttyS0", "ttyS", False), ("ACPI:Ged", "ACPI:Ged", False),
-])
+@pytest.mark.parametrize(
+    "name,device,nic",
+    [
+        ("mlx5_comp12@pci:0000:3b:00.1", "mlx5_comp@pci:0000:3b:00.1", True),
+        ("ens5-TxRx-3", "ens5", True),
+        ("i40e-eth0-TxRx-7", "i40e-eth0", True),
+        ("eth0-rx-2", "eth0", True),
+        ("virtio2-input.0", "virtio2", True),
+        ("virtio2-output.0", "virtio2", True),
+        ("nvme0q3", "nvme0", False),
+        ("ttyS0", "ttyS", False),
+        ("ACPI:Ged", "ACPI:Ged", False),
+    ],
+)
 def test_device_classification(name, device, nic):
     assert classify(name) == (device, nic)
 

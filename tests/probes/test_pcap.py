@@ -16,8 +16,11 @@ C, S = ("10.0.0.1", 40000), ("10.0.0.2", 8000)
 
 
 def _seg(src, dst, flags, seq, ack=0, data=b"", win=1000, ip_id=1):
-    pkt = Ether() / IP(src=src[0], dst=dst[0], id=ip_id) / TCP(sport=src[1], dport=dst[1], flags=flags, seq=seq,
-                                                                 ack=ack, window=win)
+    pkt = (
+        Ether()
+        / IP(src=src[0], dst=dst[0], id=ip_id)
+        / TCP(sport=src[1], dport=dst[1], flags=flags, seq=seq, ack=ack, window=win)
+    )
     return pkt / Raw(data) if data else pkt
 
 
@@ -31,15 +34,15 @@ def _conversation():
         _seg(C, S, "PA", 1101, 5001, d, ip_id=3),
         _seg(C, S, "PA", 1201, 5001, d, ip_id=4),
         _seg(S, C, "A", 5001, 1101),
-        _seg(S, C, "A", 5001, 1101),              # duplicate ACK 1
-        _seg(S, C, "A", 5001, 1101),              # duplicate ACK 2
+        _seg(S, C, "A", 5001, 1101),  # duplicate ACK 1
+        _seg(S, C, "A", 5001, 1101),  # duplicate ACK 2
         _seg(C, S, "PA", 1101, 5001, d, ip_id=5),  # fast retransmission
-        _seg(S, C, "A", 5001, 1301, win=0),       # zero window 1 (new ACK: not a duplicate)
-        _seg(S, C, "A", 5001, 1301, win=0),       # zero window 2 (window 0: not a duplicate)
-        _seg(S, C, "A", 5001, 1301, win=2000),    # window update
+        _seg(S, C, "A", 5001, 1301, win=0),  # zero window 1 (new ACK: not a duplicate)
+        _seg(S, C, "A", 5001, 1301, win=0),  # zero window 2 (window 0: not a duplicate)
+        _seg(S, C, "A", 5001, 1301, win=2000),  # window update
         _seg(C, S, "PA", 1001, 5001, d, ip_id=6),  # spurious retransmission (already acknowledged)
-        _seg(C, S, "A", 1300, 5001),              # keep-alive, no payload
-        _seg(C, S, "A", 1300, 5001, b"\0"),       # keep-alive, one byte
+        _seg(C, S, "A", 1300, 5001),  # keep-alive, no payload
+        _seg(C, S, "A", 1300, 5001, b"\0"),  # keep-alive, one byte
         _seg(S, C, "PA", 5001, 1301, b"y" * 50, win=2000),
         _seg(C, S, "A", 1301, 5051),
     ]
@@ -96,4 +99,4 @@ def test_not_a_pcap(tmp_path):
     res = CliRunner().invoke(app, ["pcap", str(bad)])
     assert res.exit_code == 2 and "not a pcap" in res.output and "Traceback" not in res.output
     res = CliRunner().invoke(app, ["pcap", str(tmp_path / "missing.pcap")])
-    assert res.exit_code == 2 and "no such file" in " ".join(res.output.split())   # rich wraps long paths
+    assert res.exit_code == 2 and "no such file" in " ".join(res.output.split())  # rich wraps long paths

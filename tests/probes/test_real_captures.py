@@ -30,8 +30,9 @@ def test_sglang_retracted_gauge_is_not_a_preemption_counter(tmp_path):
     assert s.values["retracted"] == 1.0 and s.values["preemptions_total"] == 48.0
     probe = ServerProbe(ProbeContext(out_dir=tmp_path, target_url="http://127.0.0.1:9"))
     first = probe.row_from_text(text, 100.0)
-    later = probe.row_from_text(text.replace("num_retracted_requests_total 48.0", "num_retracted_requests_total 50.0"),
-                                101.0)
+    later = probe.row_from_text(
+        text.replace("num_retracted_requests_total 48.0", "num_retracted_requests_total 50.0"), 101.0
+    )
     assert first["retracted"] == 1.0 and first["preemptions_total"] == 48.0
     assert later["preemptions"] == 2.0 and later["retracted"] == 1.0 and later["kv_usage"] == 0.85
 

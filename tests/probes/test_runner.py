@@ -19,7 +19,7 @@ class _Counting(Probe):
     def sample(self):
         self.n += 1
         if self.n == 2:
-            raise OSError("cannot read /proc/pretend")      # one bad read in the middle
+            raise OSError("cannot read /proc/pretend")  # one bad read in the middle
         return {"n": self.n}
 
 
@@ -39,10 +39,10 @@ def test_rows_errors_unavailable_and_cost(tmp_path, monkeypatch):
     availability = pset.start()
     assert availability == {"counting": "ok", "never": "unavailable: pretend hardware is missing"}
     time.sleep(0.2)
-    assert read_rows(tmp_path / "probes" / "counting.jsonl")          # flushed while running
+    assert read_rows(tmp_path / "probes" / "counting.jsonl")  # flushed while running
     stats = pset.stop()
     rows = read_rows(tmp_path / "probes" / "counting.jsonl")
-    assert [r["n"] for r in rows][:2] == [1, 3]                        # the bad read is skipped
+    assert [r["n"] for r in rows][:2] == [1, 3]  # the bad read is skipped
     assert all(t0 <= r["t"] <= time.time() for r in rows)
     assert stats["counting"].errors == 1 and stats["counting"].rows == len(rows)
     assert sum("never cannot run here" in m for m in logs) == 1
@@ -75,13 +75,13 @@ class _Unreachable(Probe):
     name = "unreachable"
 
     def sample(self):
-        raise OSError("GET /metrics: 404 Not Found")     # llama.cpp's server has no /metrics
+        raise OSError("GET /metrics: 404 Not Found")  # llama.cpp's server has no /metrics
 
 
 def test_a_probe_that_never_read_a_page_is_failed_not_ok(tmp_path, monkeypatch):
     monkeypatch.setitem(registry.PROBES, "unreachable", f"{__name__}:_Unreachable")
     pset = ProbeSet(["unreachable"], ProbeContext(out_dir=tmp_path, interval_s=0.05), log=lambda _m: None)
-    assert pset.start() == {"unreachable": "ok"}           # its check could not know
+    assert pset.start() == {"unreachable": "ok"}  # its check could not know
     time.sleep(0.2)
     outcome = pset.outcome(pset.stop())
     assert outcome["unreachable"].startswith("failed: none of its ") and "404 Not Found" in outcome["unreachable"]

@@ -17,16 +17,18 @@ from probes.server import ServerProbe
 
 def vllm_page(running: int, waiting: int, kv: float, generated: int, ttft_le_01: int) -> bytes:
     """A vLLM replica's page: its queue, KV cache, a token counter and a TTFT histogram."""
-    return (f"vllm:num_requests_running{{model_name=\"m\"}} {running}\n"
-            f"vllm:num_requests_waiting{{model_name=\"m\"}} {waiting}\n"
-            f"vllm:kv_cache_usage_perc{{model_name=\"m\"}} {kv}\n"
-            f"vllm:generation_tokens_total{{model_name=\"m\"}} {generated}\n"
-            "# TYPE vllm:time_to_first_token_seconds histogram\n"
-            f"vllm:time_to_first_token_seconds_bucket{{le=\"0.1\",model_name=\"m\"}} {ttft_le_01}\n"
-            f"vllm:time_to_first_token_seconds_bucket{{le=\"1.0\",model_name=\"m\"}} {ttft_le_01 + 10}\n"
-            f"vllm:time_to_first_token_seconds_bucket{{le=\"+Inf\",model_name=\"m\"}} {ttft_le_01 + 10}\n"
-            f"vllm:time_to_first_token_seconds_count{{model_name=\"m\"}} {ttft_le_01 + 10}\n"
-            f"vllm:time_to_first_token_seconds_sum{{model_name=\"m\"}} {ttft_le_01 * 0.05 + 5}\n").encode()
+    return (
+        f'vllm:num_requests_running{{model_name="m"}} {running}\n'
+        f'vllm:num_requests_waiting{{model_name="m"}} {waiting}\n'
+        f'vllm:kv_cache_usage_perc{{model_name="m"}} {kv}\n'
+        f'vllm:generation_tokens_total{{model_name="m"}} {generated}\n'
+        "# TYPE vllm:time_to_first_token_seconds histogram\n"
+        f'vllm:time_to_first_token_seconds_bucket{{le="0.1",model_name="m"}} {ttft_le_01}\n'
+        f'vllm:time_to_first_token_seconds_bucket{{le="1.0",model_name="m"}} {ttft_le_01 + 10}\n'
+        f'vllm:time_to_first_token_seconds_bucket{{le="+Inf",model_name="m"}} {ttft_le_01 + 10}\n'
+        f'vllm:time_to_first_token_seconds_count{{model_name="m"}} {ttft_le_01 + 10}\n'
+        f'vllm:time_to_first_token_seconds_sum{{model_name="m"}} {ttft_le_01 * 0.05 + 5}\n'
+    ).encode()
 
 
 class Replica:
@@ -62,6 +64,7 @@ def replicas():
     def start(page: bytes | None) -> Replica:
         started.append(Replica(page))
         return started[-1]
+
     yield start
     for r in started:
         r.close()
@@ -71,17 +74,19 @@ def test_two_replicas_pages_become_per_engine_and_the_fleets_sums(tmp_path, repl
     a = replicas(vllm_page(running=3, waiting=0, kv=0.2, generated=1000, ttft_le_01=90))
     b = replicas(vllm_page(running=5, waiting=7, kv=0.9, generated=5000, ttft_le_01=0))
     probe = ServerProbe(ProbeContext(out_dir=tmp_path, replica_metrics=[a.url, b.url]))
-    probe.check()                                        # no target URL needed: the pages are the fleet's
+    probe.check()  # no target URL needed: the pages are the fleet's
     first = probe.sample()
     assert first["up"] == 1 and first["replicas_read"] == 2 and first["engine"] == "vllm"
-    assert first["per_engine"] == {"0": {"running": 3, "waiting": 0, "kv_usage": 0.2},
-                                   "1": {"running": 5, "waiting": 7, "kv_usage": 0.9}}
-    assert first["running"] == 8 and first["waiting"] == 7 and first["kv_usage"] == 0.9   # sums; KV: the fullest
+    assert first["per_engine"] == {
+        "0": {"running": 3, "waiting": 0, "kv_usage": 0.2},
+        "1": {"running": 5, "waiting": 7, "kv_usage": 0.9},
+    }
+    assert first["running"] == 8 and first["waiting"] == 7 and first["kv_usage"] == 0.9  # sums; KV: the fullest
     a.page = vllm_page(running=2, waiting=0, kv=0.3, generated=1100, ttft_le_01=190)
     b.page = vllm_page(running=6, waiting=9, kv=0.95, generated=5400, ttft_le_01=0)
     second = probe.sample()
-    assert second["generation_tokens"] == 100 + 400            # each replica's counter differenced, then summed
-    assert second["ttft_count"] == 100 and second["ttft_p50_lt_s"] == 0.1     # replica 0's 100 new, all fast
+    assert second["generation_tokens"] == 100 + 400  # each replica's counter differenced, then summed
+    assert second["ttft_count"] == 100 and second["ttft_p50_lt_s"] == 0.1  # replica 0's 100 new, all fast
     assert probe.failure() is None and probe.shortfall() is None
 
 
@@ -94,23 +99,23 @@ def test_a_replica_missed_by_one_scrape_neither_resets_nor_inflates_the_counters
     a.page = vllm_page(1, 0, 0.1, generated=1010, ttft_le_01=0)
     down = probe.sample()
     assert down["replicas_read"] == 1 and set(down["per_engine"]) == {"0"} and "replica 1" in down["error"]
-    assert down["generation_tokens"] == 10                      # not 1010 - 10000 read as a reset
+    assert down["generation_tokens"] == 10  # not 1010 - 10000 read as a reset
     b.page = vllm_page(1, 0, 0.1, generated=9050, ttft_le_01=0)
     a.page = vllm_page(1, 0, 0.1, generated=1020, ttft_le_01=0)
     back = probe.sample()
-    assert back["generation_tokens"] == 10 + 50                 # replica 1's count while missed lands here
+    assert back["generation_tokens"] == 10 + 50  # replica 1's count while missed lands here
 
 
 def test_a_replica_never_read_is_said_once_as_partial(tmp_path, replicas):
     a = replicas(vllm_page(1, 0, 0.1, 10, 0))
     b = replicas(None)
-    pset = ProbeSet(["server"], ProbeContext(out_dir=tmp_path, replica_metrics=[a.url, b.url], interval_s=0.05),
-                    log=lambda _m: None)
+    pset = ProbeSet(
+        ["server"], ProbeContext(out_dir=tmp_path, replica_metrics=[a.url, b.url], interval_s=0.05), log=lambda _m: None
+    )
     assert pset.start() == {"server": "ok"}
     time.sleep(0.3)
     outcome = pset.outcome(pset.stop())
-    assert outcome["server"] == (f"partial: replica 1 ({b.url}) was never read "
-                                 "(HTTP Error 503: Service Unavailable)")
+    assert outcome["server"] == (f"partial: replica 1 ({b.url}) was never read (HTTP Error 503: Service Unavailable)")
     rows = read_rows(tmp_path / "probes" / "server.jsonl")
     assert rows and all(r["up"] == 1 and set(r["per_engine"]) == {"0"} for r in rows)
 

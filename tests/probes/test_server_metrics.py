@@ -51,7 +51,7 @@ def test_quantiles_follow_prometheus_histogram_quantile():
     h = H(buckets={0.1: 10, 0.5: 60, 1.0: 100, float("inf"): 100}, count=100, sum=40)
     assert quantile(h, 0.5) == pytest.approx(0.1 + 0.4 * (50 - 10) / 50)
     assert quantile(h, 0.99) == pytest.approx(0.5 + 0.5 * (99 - 60) / 40)
-    assert quantile(H(buckets={1.0: 0, float("inf"): 5}), 0.5) is None    # only "> 1.0" is known
+    assert quantile(H(buckets={1.0: 0, float("inf"): 5}), 0.5) is None  # only "> 1.0" is known
     assert quantile(H(buckets={1.0: 0, float("inf"): 0}), 0.5) is None
 
 
@@ -61,15 +61,15 @@ def test_interval_quantiles_come_from_the_difference_of_two_scrapes(tmp_path):
     h = Histogram("vllm:time_to_first_token_seconds", "ttft", buckets=(0.1, 1.0, 10.0), registry=reg)
     g = Counter("vllm:generation_tokens", "gen", registry=reg)
     for _ in range(1000):
-        h.observe(0.05)                                   # history before the probe started
+        h.observe(0.05)  # history before the probe started
     first = probe.row_from_text(generate_latest(reg).decode(), t=100.0)
     for _ in range(10):
-        h.observe(5.0)                                    # this interval: all slow
+        h.observe(5.0)  # this interval: all slow
     g.inc(500)
     second = probe.row_from_text(generate_latest(reg).decode(), t=102.0)
     assert "ttft_count" not in first
     assert second["ttft_count"] == 10 and second["ttft_mean_s"] == pytest.approx(5.0)
-    assert 1.0 < second["ttft_p50_s"] <= 10.0             # the old fast history does not dilute it
+    assert 1.0 < second["ttft_p50_s"] <= 10.0  # the old fast history does not dilute it
     assert second["generation_tokens"] == 500 and second["generation_tok_s"] == 250
 
 
@@ -132,7 +132,7 @@ def test_unreachable_target_writes_up_zero(tmp_path):
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]                   # nothing listens here once closed
+        port = s.getsockname()[1]  # nothing listens here once closed
     probe = ServerProbe(ProbeContext(out_dir=tmp_path, target_url=f"http://127.0.0.1:{port}"))
     row = probe.sample()
     assert row["up"] == 0 and "cannot scrape" in row["error"]

@@ -15,6 +15,7 @@ from probes.runner import ProbeSet
 
 def serve(status: int, body: bytes) -> ThreadingHTTPServer:
     """A loopback HTTP server answering every GET with `status` and `body`."""
+
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self):
             self.send_response(status)
@@ -38,6 +39,7 @@ def url_of():
     def start(status: int, body: bytes) -> str:
         servers.append(serve(status, body))
         return f"http://127.0.0.1:{servers[-1].server_port}"
+
     yield start
     for s in servers:
         s.shutdown()
@@ -46,7 +48,7 @@ def url_of():
 
 def _run_probe(tmp_path, url: str) -> dict[str, str]:
     pset = ProbeSet(["server"], ProbeContext(out_dir=tmp_path, target_url=url, interval_s=0.05), log=lambda _m: None)
-    assert pset.start() == {"server": "ok"}                # its check cannot know yet
+    assert pset.start() == {"server": "ok"}  # its check cannot know yet
     time.sleep(0.3)
     return pset.outcome(pset.stop())
 

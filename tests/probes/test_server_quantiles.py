@@ -11,8 +11,29 @@ from probes.prom import quantile, quantile_estimate
 from probes.server import ServerProbe
 
 # vLLM 0.32's buckets of request_queue_time, prefill, decode and e2e (vllm/v1/metrics/loggers.py)
-REQUEST_BUCKETS = [0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
-                   240.0, 480.0, 960.0, 1920.0, 7680.0]
+REQUEST_BUCKETS = [
+    0.3,
+    0.5,
+    0.8,
+    1.0,
+    1.5,
+    2.0,
+    2.5,
+    5.0,
+    10.0,
+    15.0,
+    20.0,
+    30.0,
+    40.0,
+    50.0,
+    60.0,
+    120.0,
+    240.0,
+    480.0,
+    960.0,
+    1920.0,
+    7680.0,
+]
 LABELS = 'engine="0",model_name="Qwen/Qwen2.5-0.5B-Instruct"'
 
 
@@ -27,12 +48,20 @@ def _family(name: str, observations: list[float]) -> str:
 
 
 def _vllm_page(queue: list[float], prefill: list[float], decode: list[float], e2e: list[float]) -> str:
-    return "\n".join([
-        "# HELP vllm:num_requests_running Number of requests in model execution batches.",
-        "# TYPE vllm:num_requests_running gauge", f"vllm:num_requests_running{{{LABELS}}} 2.0",
-        _family("vllm:request_queue_time_seconds", queue), _family("vllm:request_prefill_time_seconds", prefill),
-        _family("vllm:request_decode_time_seconds", decode), _family("vllm:e2e_request_latency_seconds", e2e),
-    ]) + "\n"
+    return (
+        "\n".join(
+            [
+                "# HELP vllm:num_requests_running Number of requests in model execution batches.",
+                "# TYPE vllm:num_requests_running gauge",
+                f"vllm:num_requests_running{{{LABELS}}} 2.0",
+                _family("vllm:request_queue_time_seconds", queue),
+                _family("vllm:request_prefill_time_seconds", prefill),
+                _family("vllm:request_decode_time_seconds", decode),
+                _family("vllm:e2e_request_latency_seconds", e2e),
+            ]
+        )
+        + "\n"
+    )
 
 
 def _two_scrapes(tmp_path, queue, prefill, decode, e2e) -> dict:
@@ -45,14 +74,14 @@ def test_a_quantile_in_vllms_first_bucket_is_a_bound_not_a_number(tmp_path):
     n = 50
     row = _two_scrapes(tmp_path, queue=[1e-5] * n, prefill=[0.04] * n, decode=[0.12] * n, e2e=[0.16] * n)
     for h, mean in (("queue_time", 1e-5), ("prefill_time", 0.04), ("decode_time", 0.12), ("e2e", 0.16)):
-        assert row[f"{h}_count"] == n and row[f"{h}_mean_s"] == pytest.approx(mean)   # the informative figure
+        assert row[f"{h}_count"] == n and row[f"{h}_mean_s"] == pytest.approx(mean)  # the informative figure
         for p in ("p50", "p90", "p99"):
-            assert row[f"{h}_{p}_s"] is None, (h, p, row[f"{h}_{p}_s"])           # was 0.15 / 0.27 / 0.297
+            assert row[f"{h}_{p}_s"] is None, (h, p, row[f"{h}_{p}_s"])  # was 0.15 / 0.27 / 0.297
             assert row[f"{h}_{p}_lt_s"] == 0.3
 
 
 def test_a_quantile_in_a_later_bucket_is_interpolated_within_its_edges(tmp_path):
-    queue = [0.001] * 40 + [0.6] * 60              # P50 and P99 in (0.5, 0.8]
+    queue = [0.001] * 40 + [0.6] * 60  # P50 and P99 in (0.5, 0.8]
     row = _two_scrapes(tmp_path, queue=queue, prefill=[0.1] * 100, decode=[3.0] * 100, e2e=[9000.0] * 100)
     assert 0.5 < row["queue_time_p50_s"] <= 0.8 and row["queue_time_p50_bucket_s"] == [0.5, 0.8]
     assert 0.5 < row["queue_time_p99_s"] <= 0.8 and "queue_time_p99_lt_s" not in row

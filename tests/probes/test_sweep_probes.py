@@ -16,13 +16,41 @@ from rundir import RunDir
 ENV = {**os.environ, "COLUMNS": "200"}
 
 
-@pytest.mark.slow   # ~17 s; .ci/run runs it (--runslow)
+@pytest.mark.slow  # ~17 s; .ci/run runs it (--runslow)
 def test_sweep_with_probes_writes_aligned_series(tmp_path):
     out = tmp_path / "run"
-    proc = subprocess.run([sys.executable, "-m", "llmbench.cli", "sweep", "--model", "tiny-test", "--input-len", "16",
-                           "--output-len", "8", "--warmup", "0s", "--duration", "2s", "--request-timeout", "30s",
-                           "--concurrency", "2", "--probes", "gpu,server,host,irq,tcp", "--probe-interval", "0.5",
-                           "--out", str(out)], capture_output=True, text=True, timeout=300, env=ENV)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "llmbench.cli",
+            "sweep",
+            "--model",
+            "tiny-test",
+            "--input-len",
+            "16",
+            "--output-len",
+            "8",
+            "--warmup",
+            "0s",
+            "--duration",
+            "2s",
+            "--request-timeout",
+            "30s",
+            "--concurrency",
+            "2",
+            "--probes",
+            "gpu,server,host,irq,tcp",
+            "--probe-interval",
+            "0.5",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=ENV,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     run = RunDir(out)
     info = run.read_info()
@@ -49,8 +77,23 @@ def test_sweep_with_probes_writes_aligned_series(tmp_path):
 
 def test_llmdiag_probe_records_alone(tmp_path):
     out = tmp_path / "probe-run"
-    res = CliRunner().invoke(app, ["probe", "--probes", "host,irq,tcp,gpu,server", "--duration", "1.5s",
-                                   "--interval", "0.25", "--pid", str(os.getpid()), "--out", str(out)], env=ENV)
+    res = CliRunner().invoke(
+        app,
+        [
+            "probe",
+            "--probes",
+            "host,irq,tcp,gpu,server",
+            "--duration",
+            "1.5s",
+            "--interval",
+            "0.25",
+            "--pid",
+            str(os.getpid()),
+            "--out",
+            str(out),
+        ],
+        env=ENV,
+    )
     assert res.exit_code == 0, res.output
     info = RunDir(out).read_info()
     assert info.status == "complete" and info.target.kind == "external"

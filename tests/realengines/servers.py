@@ -27,14 +27,14 @@ from rundir.ports import free_port
 HERE = Path(__file__).resolve().parent
 # 2 layers, hidden 128, 2 query heads and 1 KV head of 64: tiny, and a shape every engine runs.
 H64 = Preset(128, 2, 2, 1, 64, 352, tie_word_embeddings=True, seed=3)
-START_TIMEOUT_S = 900.0     # vLLM compiles and warms up on start: minutes on a loaded 2-core machine
+START_TIMEOUT_S = 900.0  # vLLM compiles and warms up on start: minutes on a loaded 2-core machine
 
 
 @dataclass
 class Server:
     url: str
-    model: str                 # the name the server answers to
-    log: Path                  # its stdout and stderr
+    model: str  # the name the server answers to
+    log: Path  # its stdout and stderr
     proc: subprocess.Popen
 
     def log_text(self) -> str:
@@ -63,16 +63,35 @@ def pinned_cli(module: str, *args: str, timeout: float = 900) -> subprocess.Comp
     """`python -m MODULE ARGS` (llmbench.cli or llmbench.diag_cli) on the client's cores."""
     cores = client_cores()
     cmd = [sys.executable, "-m", module, *args]
-    return subprocess.run(["taskset", "-c", cores, *cmd] if cores else cmd, capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, "COLUMNS": "200"})
+    return subprocess.run(
+        ["taskset", "-c", cores, *cmd] if cores else cmd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "COLUMNS": "200"},
+    )
 
 
 @contextlib.contextmanager
 def vllm_server(model_dir: Path, log_dir: Path, *args: str) -> Iterator[Server]:
     python = engine_python(VLLM)
     port = free_port()
-    cmd = [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
-           "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32", "--max-model-len", "1024", *args]
+    cmd = [
+        str(python),
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(model_dir),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--dtype",
+        "float32",
+        "--max-model-len",
+        "1024",
+        *args,
+    ]
     # 1 GiB of KV cache (vLLM's CPU default reserves far more than a test needs).
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")}
     with _serve(pinned(cmd, "0"), port, log_dir / "vllm.log", str(model_dir), "/health", env) as server:
@@ -84,11 +103,29 @@ def llama_cpp_server(model_dir: Path, log_dir: Path, *args: str) -> Iterator[Ser
     python = engine_python(LLAMA_CPP)
     gguf = model_dir.with_suffix(".gguf")
     if not gguf.is_file():
-        subprocess.run([str(python), str(HERE / "to_gguf.py"), str(model_dir), str(gguf)], check=True,
-                       capture_output=True, timeout=300)
+        subprocess.run(
+            [str(python), str(HERE / "to_gguf.py"), str(model_dir), str(gguf)],
+            check=True,
+            capture_output=True,
+            timeout=300,
+        )
     port = free_port()
-    cmd = [str(python), "-m", "llama_cpp.server", "--model", str(gguf), "--host", "127.0.0.1", "--port", str(port),
-           "--n_ctx", "1024", "--n_threads", "1", *args]
+    cmd = [
+        str(python),
+        "-m",
+        "llama_cpp.server",
+        "--model",
+        str(gguf),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--n_ctx",
+        "1024",
+        "--n_threads",
+        "1",
+        *args,
+    ]
     with _serve(pinned(cmd, "0"), port, log_dir / "llama_cpp.log", str(gguf), "/v1/models", dict(os.environ)) as s:
         yield s
 

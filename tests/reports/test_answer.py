@@ -39,17 +39,33 @@ def test_met_and_knee_and_no_diagnosis(tmp_path):
 def test_none_met_says_what_the_lowest_load_broke(tmp_path):
     a = _by_label(build_answer(_summary(tmp_path, {"c1": 2.0, "c2": 3.0})))
     assert a["Highest load within the SLO"].tone == "bad"
-    assert "even the lowest load, c1, missed the SLO (TTFT P99 2000 ms > 1500 ms)" in a["Highest load within the SLO"].text
+    assert (
+        "even the lowest load, c1, missed the SLO (TTFT P99 2000 ms > 1500 ms)" in a["Highest load within the SLO"].text
+    )
 
 
 def test_validity_names_what_undermines_the_run(tmp_path):
-    s = _summary(tmp_path, {"c1": 0.1, "c8": 0.2}, meta_notes={"c8": "INVALID: the client fell behind (send lag "
-                                                                      "P99 80 ms); add --workers"})
-    diagnosis = {"metric": "ttft", "headline": "the client sent requests late", "spike_windows": [{"start": 0, "end": 1}],
-                 "spike_seconds": 1.0, "findings": [{"category": "client", "severity": "high",
-                                                     "title": "the client sent requests late",
-                                                     "evidence": {"send_lag_p99_s": 0.08, "spikes": 4},
-                                                     "explains": [{"start": 0, "end": 1}], "spike_windows": 1}]}
+    s = _summary(
+        tmp_path,
+        {"c1": 0.1, "c8": 0.2},
+        meta_notes={"c8": "INVALID: the client fell behind (send lag P99 80 ms); add --workers"},
+    )
+    diagnosis = {
+        "metric": "ttft",
+        "headline": "the client sent requests late",
+        "spike_windows": [{"start": 0, "end": 1}],
+        "spike_seconds": 1.0,
+        "findings": [
+            {
+                "category": "client",
+                "severity": "high",
+                "title": "the client sent requests late",
+                "evidence": {"send_lag_p99_s": 0.08, "spikes": 4},
+                "explains": [{"start": 0, "end": 1}],
+                "spike_windows": 1,
+            }
+        ],
+    }
     a = _by_label(build_answer(s, diagnosis))
     v = a["Validity"]
     assert v.tone == "bad" and v.text == "not valid as it stands."
@@ -66,23 +82,39 @@ def test_evidence_units():
     assert fmt_evidence("queue_time_p99_spikes_lt_s", 0.3) == "< 300 ms"
     assert evidence_name("queue_time_p99_spikes_lt_s") == "queue time p99 spikes"
     assert fmt_evidence("e2e_p99_gt_s", 7680.0) == "> 7680 s"
-    assert fmt_evidence("server", {"queue_time_mean_s": 1e-5, "queue_time_p99_max_lt_s": 0.3}) == \
-        "queue time mean 0.01 ms, queue time p99 max < 300 ms"
-    assert fmt_evidence("mem_bytes", 3 * 2 ** 20) == "3.0 MiB"
+    assert (
+        fmt_evidence("server", {"queue_time_mean_s": 1e-5, "queue_time_p99_max_lt_s": 0.3})
+        == "queue time mean 0.01 ms, queue time p99 max < 300 ms"
+    )
+    assert fmt_evidence("mem_bytes", 3 * 2**20) == "3.0 MiB"
     assert fmt_evidence("busiest_share", 0.83) == "83.0%"
-    assert fmt_evidence("windows", [1, 2]) == "1, 2"                        # the items, not a count of them
+    assert fmt_evidence("windows", [1, 2]) == "1, 2"  # the items, not a count of them
     assert fmt_evidence("limits", {"max_num_seqs": 128, "tail": None}) == "max num seqs 128"
-    assert fmt_evidence("client_cpu_cores", 0.0969333) == "0.0969"                # 3 significant digits, not 6
-    assert fmt_evidence("top_others", [{"pid": 17665, "comm": "python", "cpu_cores": 0.08}]) == \
-        "python (pid 17665) 0.08 cores"                                          # a process, not a dict
+    assert fmt_evidence("client_cpu_cores", 0.0969333) == "0.0969"  # 3 significant digits, not 6
+    assert (
+        fmt_evidence("top_others", [{"pid": 17665, "comm": "python", "cpu_cores": 0.08}])
+        == "python (pid 17665) 0.08 cores"
+    )  # a process, not a dict
 
 
 def test_a_standing_tail_is_not_called_spikes():
     from reports.answer import _diagnosis
 
-    d = {"metric": "ttft", "spike_windows": [], "spike_seconds": 0.0, "headline": "saturation",
-         "findings": [{"category": "scheduling", "severity": "high", "explains": [{"start": 0, "end": 1}] * 3,
-                       "spike_windows": 3, "evidence": {}}]}
+    d = {
+        "metric": "ttft",
+        "spike_windows": [],
+        "spike_seconds": 0.0,
+        "headline": "saturation",
+        "findings": [
+            {
+                "category": "scheduling",
+                "severity": "high",
+                "explains": [{"start": 0, "end": 1}] * 3,
+                "spike_windows": 3,
+                "evidence": {},
+            }
+        ],
+    }
     item = _diagnosis(d)
     assert "standing, no spike windows" in item.text and "0 spike window" not in item.text
     assert item.evidence[0] == "It explains the standing TTFT tail of 3 levels."
@@ -97,7 +129,7 @@ def _default_slo_summary(tmp_path, levels, slos):
     return analyze_run(run)[0]
 
 
-CPU_LEVELS = {"c1": (0.10, 0.70), "c8": (0.41, 1.10), "c32": (1.6, 3.0)}     # TPOT 60, 69, 140 ms
+CPU_LEVELS = {"c1": (0.10, 0.70), "c8": (0.41, 1.10), "c32": (1.6, 3.0)}  # TPOT 60, 69, 140 ms
 
 
 def test_without_a_user_slo_the_answer_leads_with_what_the_data_says(tmp_path):
@@ -109,7 +141,7 @@ def test_without_a_user_slo_the_answer_leads_with_what_the_data_says(tmp_path):
     reach = items[1].text
     assert "c1 meets TTFT P99 ≤ 100 ms, TPOT P95 ≤ 60 ms" in reach
     assert "c8 meets TTFT P99 ≤ 410 ms, TPOT P95 ≤ 69 ms" in reach and "c32 meets TTFT P99 ≤ 1600 ms" in reach
-    assert "(P99 from 50 requests)" in reach              # a P99 from fewer than 100: said, not hidden
+    assert "(P99 from 50 requests)" in reach  # a P99 from fewer than 100: said, not hidden
     default = items[2]
     assert default.tone == "warn" and "missed the default SLO (TPOT P95 60.0 ms > 50 ms)" in default.text
     assert any("a GPU server's" in e and "--slo-tpot" in e for e in default.evidence)

@@ -36,10 +36,10 @@ def test_all_files_written(report):
 
 def test_self_contained_escaped_and_one_inline_script(html):
     scripts = re.findall(r"<script\b[^>]*>(.*?)</script>", html, flags=re.S | re.I)
-    assert len(scripts) == 1                                    # ours; the model's name is text
+    assert len(scripts) == 1  # ours; the model's name is text
     assert not re.search(r"https?:|fetch\(|XMLHttpRequest|import\(|\.src\s*=|innerHTML", scripts[0])
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
-    assert "<img" not in html and "&lt;img src=" in html       # the error string too
+    assert "<img" not in html and "&lt;img src=" in html  # the error string too
     links = _links(html)
     assert links, "the SVGs' internal references (#ids) should have been found"
     for tag, attr, value in links:
@@ -61,25 +61,35 @@ def _links(html: str) -> list[tuple[str, str, str]]:
 
 
 def test_the_answer_comes_first_then_the_sections(html):
-    order = ["answer", "findings", "summary", "plots", "timeline", "diagnosis", "errors", "details", "config",
-             "definitions"]
+    order = [
+        "answer",
+        "findings",
+        "summary",
+        "plots",
+        "timeline",
+        "diagnosis",
+        "errors",
+        "details",
+        "config",
+        "definitions",
+    ]
     positions = [html.index(f'id="{i}"') for i in order]
     assert positions == sorted(positions)
-    answer = html[html.index('id="answer"'):html.index('id="findings"')]
+    answer = html[html.index('id="answer"') : html.index('id="findings"')]
     for label in ("Highest load within the SLO", "Ceiling", "Why the tail", "Validity"):
         assert label in answer
-    assert "c16 (load 16)" in answer and "95% CI" in answer                  # the highest load, with its interval
+    assert "c16 (load 16)" in answer and "95% CI" in answer  # the highest load, with its interval
     assert "long prefills blocked short requests" in answer
-    assert "Also measured: prefill p99 420 ms, short ttft ratio 3.1." in answer   # sentences with units
+    assert "Also measured: prefill p99 420 ms, short ttft ratio 3.1." in answer  # sentences with units
     assert "It coincides with 1 of the 2 spike windows (50% of the tail requests)." in answer
-    assert "Errors and timeouts" in answer and "c32" in answer               # what undermines the run
+    assert "Errors and timeouts" in answer and "c32" in answer  # what undermines the run
 
 
 def test_findings_are_said_once_with_their_levels(html):
-    section = html[html.index('id="findings"'):html.index('id="summary"')]
+    section = html[html.index('id="findings"') : html.index('id="summary"')]
     kinds = re.findall(r'data-kind="([^"]+)"', section)
     assert len(kinds) == len(set(kinds)), kinds
-    benign = section[section.index('id="expected-differences"'):]
+    benign = section[section.index('id="expected-differences"') :]
     assert benign.startswith('id="expected-differences"') and "<summary>2 expected difference(s)" in benign
     assert section.count("more than one token") == 1 and "c1 (40 of 40 requests), c4 (40 of 40 requests), c16" in benign
     assert "detokenizer" in benign and "re-tokenizes" in benign
@@ -88,37 +98,37 @@ def test_findings_are_said_once_with_their_levels(html):
 
 
 def test_spike_windows_are_shaded_when_a_diagnosis_exists(html, tmp_path):
-    timeline = html[html.index('id="timeline"'):html.index('id="diagnosis"')]
-    probes = timeline[timeline.index('class="probe"'):]
+    timeline = html[html.index('id="timeline"') : html.index('id="diagnosis"')]
+    probes = timeline[timeline.index('class="probe"') :]
     assert len(re.findall(r'id="spike-window-\d+"', timeline)) >= 2 * len(SPIKES)
-    assert re.search(r'id="spike-window-\d+"', probes)                       # on the probes' panels too
-    assert re.search(r'id="level-edge-\d+"', probes)                          # level windows marked
+    assert re.search(r'id="spike-window-\d+"', probes)  # on the probes' panels too
+    assert re.search(r'id="level-edge-\d+"', probes)  # level windows marked
     _, paths = make_report(tmp_path / "plain", diagnosed=False)
     plain = paths["html"].read_text()
     assert not re.search(r'id="spike-window-', plain) and re.search(r'id="level-edge-', plain)
 
 
 def test_curated_probe_panels_constants_and_all_fields(html):
-    server = html[html.index("<h3>server metrics</h3>"):]
-    server = server[:server.index("</section>")]
+    server = html[html.index("<h3>server metrics</h3>") :]
+    server = server[: server.index("</section>")]
     for title in ("KV cache usage (%)", "requests (count)"):
         assert title in server
-    assert '<table class="consts">' in server and "preemptions (/s)" in server    # flat: a constant, not a plot
-    host = html[html.index("<h3>host: CPU and memory</h3>"):]
-    host = host[:host.index("</section>")]
+    assert '<table class="consts">' in server and "preemptions (/s)" in server  # flat: a constant, not a plot
+    host = html[html.index("<h3>host: CPU and memory</h3>") :]
+    host = host[: host.index("</section>")]
     assert "CPU per process (cores)" in host and "client" in host and "others" in host and "memory (GiB)" in host
-    details = host[host.index('<details class="allfields">'):]
-    assert "load1" in details and "load1" not in host[:host.index('<details class="allfields">')]
-    assert "16.00 GiB" in host                                                # mem_total_bytes, a constant
+    details = host[host.index('<details class="allfields">') :]
+    assert "load1" in details and "load1" not in host[: host.index('<details class="allfields">')]
+    assert "16.00 GiB" in host  # mem_total_bytes, a constant
 
 
 def test_generic_probe_section_for_an_unknown_probe(html):
-    section = html[html.index("probe: custom"):]
-    section = section[:section.index("</section>")]
+    section = html[html.index("probe: custom") :]
+    section = section[: section.index("</section>")]
     assert "10 samples of probes/custom.jsonl" in section
-    assert "<td>util.gpu1</td><td>2</td>" in section                          # a constant in the small table
-    assert "gpu0" in section and "temp_c" in section                          # plotted field groups and lines
-    assert "state: &lt;script&gt;" in section                                 # text fields listed, escaped
+    assert "<td>util.gpu1</td><td>2</td>" in section  # a constant in the small table
+    assert "gpu0" in section and "temp_c" in section  # plotted field groups and lines
+    assert "state: &lt;script&gt;" in section  # text fields listed, escaped
 
 
 def test_hover_data_is_attached_to_time_figures(html):
@@ -146,19 +156,29 @@ def test_no_probe_files_no_section(tmp_path):
 
 
 def _section(html: str, title: str) -> str:
-    part = html[html.index(f"<h3>{title}</h3>"):]
-    return part[:part.index("</section>")]
+    part = html[html.index(f"<h3>{title}</h3>") :]
+    return part[: part.index("</section>")]
 
 
 def test_gpu_tcp_and_irq_panels(html):
     gpu = _section(html, "GPU")
-    for title in ("GPU utilization (%)", "GPU memory used (GiB)", "GPU power (W)", "SM clock (MHz)",
-                  "throttle reasons (1 = active)", "GPU 0: SW power cap", "GPU 1"):
+    for title in (
+        "GPU utilization (%)",
+        "GPU memory used (GiB)",
+        "GPU power (W)",
+        "SM clock (MHz)",
+        "throttle reasons (1 = active)",
+        "GPU 0: SW power cap",
+        "GPU 1",
+    ):
         assert title in gpu, title
     tcp = _section(html, "network: TCP")
-    for title in ("target connections' retransmits (/s)", "target connections' RTT (ms)",
-                  "host-wide TCP retransmits (/s, context)"):
+    for title in (
+        "target connections' retransmits (/s)",
+        "target connections' RTT (ms)",
+        "host-wide TCP retransmits (/s, context)",
+    ):
         assert title in tcp, title
     irq = _section(html, "network: NIC interrupts")
     assert "NIC interrupts per core (/s)" in irq and "cpu 0" in irq
-    assert "NIC interrupts on the busiest core (%)" in irq           # flat at 100%: in the constants table
+    assert "NIC interrupts on the busiest core (%)" in irq  # flat at 100%: in the constants table

@@ -18,9 +18,14 @@ def _direct_fleet(tmp_path):
         records.append(r)
     run = make_run(tmp_path / "run", records, {"c2": (0, 10)})
     info = run.read_info()
-    info.target = TargetInfo(url="http://a:8000", model="m", urls=["http://a:8000", "http://b:8000"], replicas=2,
-                             lb_policy="least-outstanding",
-                             replica_metrics=["http://a:8000/metrics", "http://b:8000/metrics"])
+    info.target = TargetInfo(
+        url="http://a:8000",
+        model="m",
+        urls=["http://a:8000", "http://b:8000"],
+        replicas=2,
+        lb_policy="least-outstanding",
+        replica_metrics=["http://a:8000/metrics", "http://b:8000/metrics"],
+    )
     run.write_info(info)
     return run
 
@@ -33,5 +38,5 @@ def test_replicas_driven_directly_are_named_by_index_and_shown_with_their_url(tm
 
 
 def test_a_name_that_is_no_index_of_the_urls_stays_as_recorded():
-    assert replica_label("http://a:8000", ["http://a:8000", "http://b:8000"]) == "http://a:8000"   # an older run
-    assert replica_label("1", []) == "1"                     # the embedded fleet's front names its index
+    assert replica_label("http://a:8000", ["http://a:8000", "http://b:8000"]) == "http://a:8000"  # an older run
+    assert replica_label("1", []) == "1"  # the embedded fleet's front names its index

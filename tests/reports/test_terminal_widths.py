@@ -39,7 +39,7 @@ def _tokens(text: str) -> set[str]:
 
 def _console(width: int, pipe: bool = False) -> Console:
     console = Console(file=io.StringIO(), width=width, color_system=None, record=True)
-    console.soft_wrap = pipe           # a pipe: make_console's setting (no hard wraps)
+    console.soft_wrap = pipe  # a pipe: make_console's setting (no hard wraps)
     return console
 
 
@@ -49,7 +49,7 @@ def run_cli(monkeypatch, app, modules: list[str], args: list[str], width: int, p
         monkeypatch.setattr(sys.modules[name], "console", console)
     result = CliRunner().invoke(app, args)
     assert result.exit_code in (0, 1), result.output + repr(result.exception)
-    return re.sub(r" in \d+(\.\d+)? s\n", "\n", console.export_text())       # "wrote ... in 1.2 s": a timing
+    return re.sub(r" in \d+(\.\d+)? s\n", "\n", console.export_text())  # "wrote ... in 1.2 s": a timing
 
 
 def check_widths(monkeypatch, app, modules: list[str], args: list[str]) -> dict[int, str]:
@@ -62,7 +62,7 @@ def check_widths(monkeypatch, app, modules: list[str], args: list[str]) -> dict[
         assert not too_wide, too_wide
         broken = _tokens(text) - wide
         assert not broken, f"split at {width} columns: {sorted(broken)}\n{text}"
-    piped = run_cli(monkeypatch, app, modules, args, 80, pipe=True)      # `| less`, a CI log: nothing cut
+    piped = run_cli(monkeypatch, app, modules, args, 80, pipe=True)  # `| less`, a CI log: nothing cut
     assert "…" not in piped and not _tokens(piped) - wide, sorted(_tokens(piped) - wide)
     return outputs
 
@@ -76,21 +76,37 @@ def standing_run(tmp_path_factory):
 
 
 def test_llmdiag_p99_reads_at_every_width(monkeypatch, standing_run):
-    outputs = check_widths(monkeypatch, llmdiag_app, ["llmbench.diag.p99"], ["p99", str(standing_run.path),
-                                                                             "--no-save"])
+    outputs = check_widths(
+        monkeypatch, llmdiag_app, ["llmbench.diag.p99"], ["p99", str(standing_run.path), "--no-save"]
+    )
     text = outputs[80]
-    assert "evidenc\n" not in text and "thresho\n" not in text          # the words of the playbook stay whole
+    assert "evidenc\n" not in text and "thresho\n" not in text  # the words of the playbook stay whole
     assert "Evidence for #1:" in text and "The host's CPU was" in " ".join(text.split())
     evidence = text.split("Evidence for #1:")[1].split("playbook p99")[0]
     lines = [line for line in evidence.splitlines() if line.strip().startswith("·")]
     assert 3 <= len(lines) <= 5, evidence
-    assert "ms" in evidence and " s " in evidence.replace("\n", " ")     # sentences with units, not a dump
+    assert "ms" in evidence and " s " in evidence.replace("\n", " ")  # sentences with units, not a dump
 
 
 def test_llmdiag_oom_reads_at_every_width(monkeypatch):
-    outputs = check_widths(monkeypatch, llmdiag_app, ["llmbench.diag.oom"],
-                           ["oom", "--model", "llama-3-70b", "--tp", "2", "--max-model-len", "1024", "-c", "128",
-                            "--max-num-seqs", "1271"])
+    outputs = check_widths(
+        monkeypatch,
+        llmdiag_app,
+        ["llmbench.diag.oom"],
+        [
+            "oom",
+            "--model",
+            "llama-3-70b",
+            "--tp",
+            "2",
+            "--max-model-len",
+            "1024",
+            "-c",
+            "128",
+            "--max-num-seqs",
+            "1271",
+        ],
+    )
     assert "max_model_len=1,024" in outputs[100] or "1,024" in outputs[100]
     assert "max_num_seqs=1271" in outputs[100]
     logs = Path(__file__).resolve().parent.parent / "analyzers" / "oom" / "oom_logs"
@@ -99,8 +115,12 @@ def test_llmdiag_oom_reads_at_every_width(monkeypatch):
 
 
 def test_llmdiag_plan_reads_at_every_width(monkeypatch):
-    outputs = check_widths(monkeypatch, llmdiag_app, ["llmbench.diag.plan"],
-                           ["plan", "--model", "llama-3-70b", "--nodes", "2", "--top", "6"])
+    outputs = check_widths(
+        monkeypatch,
+        llmdiag_app,
+        ["llmbench.diag.plan"],
+        ["plan", "--model", "llama-3-70b", "--nodes", "2", "--top", "6"],
+    )
     assert "239,536" in outputs[160] and "239,536" in outputs[80]
 
 
@@ -142,7 +162,7 @@ def test_the_sweeps_end_reads_at_every_width(standing_run):
         bullets = [line for line in why.splitlines() if line.strip().startswith("·")]
         assert 3 <= len(bullets) <= 5, why
         flat = " ".join(why.split())
-        assert "server queue time mean" not in flat and "ttft count" not in flat     # no key-value dump
+        assert "server queue time mean" not in flat and "ttft count" not in flat  # no key-value dump
         assert "mean TTFT of" in flat and "14.0 waiting" in flat and " ms" in flat and " s " in flat, flat
     assert "goodput" in outputs[160].split("*")[0] and "goodput" not in outputs[80].split("*")[0]
 
@@ -157,11 +177,23 @@ def test_the_comparison_reads_at_every_width(tmp_path):
     from reports.terminal import compare_table, print_answer
 
     def run(name, slow):
-        records = [rec(start + 0.1 * i, ttft * slow * (1 + 0.01 * (i % 7)), ttft * slow + 0.4, 11, level=level,
-                       concurrency=c, itl=[0.04] * 9)
-                   for level, c, start, ttft in (("c1", 1, 0, 0.1), ("c16", 16, 5, 0.63)) for i in range(40)]
-        records += [rec(9 + 0.1 * i, None, None, 11, status="error", level="c16", concurrency=16, kind="connect")
-                    for i in range(2)]
+        records = [
+            rec(
+                start + 0.1 * i,
+                ttft * slow * (1 + 0.01 * (i % 7)),
+                ttft * slow + 0.4,
+                11,
+                level=level,
+                concurrency=c,
+                itl=[0.04] * 9,
+            )
+            for level, c, start, ttft in (("c1", 1, 0, 0.1), ("c16", 16, 5, 0.63))
+            for i in range(40)
+        ]
+        records += [
+            rec(9 + 0.1 * i, None, None, 11, status="error", level="c16", concurrency=16, kind="connect")
+            for i in range(2)
+        ]
         return make_run(tmp_path / name, records, {"c1": (0, 4), "c16": (5, 9.5)})
 
     c = compare_runs(analyze_run(run("a", 1.0)), analyze_run(run("b", 1.3)))
@@ -171,7 +203,7 @@ def test_the_comparison_reads_at_every_width(tmp_path):
         print_answer(console, compare_answer(c))
 
     outputs = check_renders(draw)
-    assert "95% CI of B − A" in outputs[160] and "95% CI of B − A" not in outputs[80]   # left to compare.html
+    assert "95% CI of B − A" in outputs[160] and "95% CI of B − A" not in outputs[80]  # left to compare.html
     assert "unbounded" in outputs[80] and "worse" in outputs[80]
 
 
@@ -184,8 +216,12 @@ def test_llmbench_report_compare_and_runs_commands_read_at_every_width(monkeypat
     b, _ = make_report(tmp_path / "b", diagnosed=False, slow=1.3)
     outputs = check_widths(monkeypatch, llmbench_app, ["llmbench.report"], ["report", str(a.path)])
     assert "Why the tail" in outputs[80]
-    check_widths(monkeypatch, llmbench_app, ["llmbench.report"], ["compare", str(a.path), str(b.path),
-                                                                  "--out", str(tmp_path / "cmp")])
+    check_widths(
+        monkeypatch,
+        llmbench_app,
+        ["llmbench.report"],
+        ["compare", str(a.path), str(b.path), "--out", str(tmp_path / "cmp")],
+    )
     check_widths(monkeypatch, llmbench_app, ["llmbench.runs"], ["runs", str(tmp_path)])
 
 
@@ -193,7 +229,7 @@ def test_llmdiag_comm_table_reads_at_every_width(monkeypatch):
     from llmbench.diag import probe
     from probes.comm_table import make_row
 
-    rows = [make_row("all_reduce", 2 ** k, 2 ** k // 4, "float32", 2, [1e-5 * k, 1.2e-5 * k]) for k in range(10, 27, 4)]
+    rows = [make_row("all_reduce", 2**k, 2**k // 4, "float32", 2, [1e-5 * k, 1.2e-5 * k]) for k in range(10, 27, 4)]
     wide_console = _console(WIDE)
     monkeypatch.setattr(probe, "console", wide_console)
     probe.print_comm_table(rows, 2, "gloo", None)
@@ -223,12 +259,12 @@ def test_a_grid_is_a_table_down_to_its_width_and_blocks_below():
         return console.export_text()
 
     at, below = render(need), render(need - 1)
-    assert "┃" in at and "┃" not in below                     # a table exactly down to the width it needs
+    assert "┃" in at and "┃" not in below  # a table exactly down to the width it needs
     for text, width in ((at, need), (below, need - 1)):
         assert max(len(line.rstrip()) for line in text.splitlines()) <= width
         for token in ("p99.net.link-saturation", "1,414,212", "239,536", "evidence", "punishes"):
             assert any(token in line for line in text.splitlines()), (token, text)
-    assert "id: p99.sched.policy" in below and "  value: 239,536" in below     # one record a block
+    assert "id: p99.sched.policy" in below and "  value: 239,536" in below  # one record a block
 
 
 def test_blocks_in_a_pipe_keep_each_value_on_one_line():
@@ -254,10 +290,15 @@ def test_llmdiag_pcap_reads_at_every_width(monkeypatch, tmp_path):
         return Ether() / IP(src=src[0], dst=dst[0]) / TCP(sport=src[1], dport=dst[1], flags=flags, seq=seq, ack=ack)
 
     pkts = []
-    for k in range(3):                              # three flows, each with a duplicate ACK
+    for k in range(3):  # three flows, each with a duplicate ACK
         c, s = (f"192.168.100.{10 + k}", 51234 + k), ("10.200.30.40", 8000)
-        pkts += [seg(c, s, "S", 1000), seg(s, c, "SA", 5000, 1001), seg(c, s, "A", 1001, 5001),
-                 seg(s, c, "A", 5001, 1001), seg(s, c, "A", 5001, 1001)]
+        pkts += [
+            seg(c, s, "S", 1000),
+            seg(s, c, "SA", 5000, 1001),
+            seg(c, s, "A", 1001, 5001),
+            seg(s, c, "A", 5001, 1001),
+            seg(s, c, "A", 5001, 1001),
+        ]
     wrpcap(str(tmp_path / "c.pcap"), pkts)
     outputs = check_widths(monkeypatch, llmdiag_app, ["llmbench.diag.probe"], ["pcap", str(tmp_path / "c.pcap")])
     assert "192.168.100.12:51236" in outputs[80]
@@ -267,12 +308,15 @@ def test_a_long_finding_in_a_narrow_column_is_a_block_not_a_tower_of_words():
     from reports.grid import MAX_CELL_LINES, Column, Grid
 
     finding = " ".join(["a noisy neighbour throughout c8 (100% of its 73 s): other processes held 1.6 of 2 cores"] * 3)
-    grid = Grid("findings", [Column("#", "right"), Column("category"), Column("finding"), Column("next step")],
-                [["1", "host", finding, "rerun with the neighbour gone"]])
+    grid = Grid(
+        "findings",
+        [Column("#", "right"), Column("category"), Column("finding"), Column("next step")],
+        [["1", "host", finding, "rerun with the neighbour gone"]],
+    )
     wide, narrow = _console(200), _console(60)
     wide.print(layout(grid, wide))
     narrow.print(layout(grid, narrow))
-    assert "┃" in wide.export_text()                             # fits in a few lines: a table
+    assert "┃" in wide.export_text()  # fits in a few lines: a table
     text = narrow.export_text()
-    assert "┃" not in text and "finding: a noisy neighbour" in text, text   # would wrap past MAX_CELL_LINES
+    assert "┃" not in text and "finding: a noisy neighbour" in text, text  # would wrap past MAX_CELL_LINES
     assert MAX_CELL_LINES < len(finding) // 14

@@ -12,8 +12,9 @@ DIRECT = dict(url="http://a:8000", model="m", urls=["http://a:8000", "http://b:8
 
 
 def test_the_policy_and_the_replicas_pages_round_trip():
-    t = TargetInfo(**DIRECT, lb_policy="least-outstanding",
-                   replica_metrics=["http://a:8000/metrics", "http://b:8000/metrics"])
+    t = TargetInfo(
+        **DIRECT, lb_policy="least-outstanding", replica_metrics=["http://a:8000/metrics", "http://b:8000/metrics"]
+    )
     back = record_from_dict(TargetInfo, record_to_dict(t))
     assert back.lb_policy == "least-outstanding" and back.replica_metrics == t.replica_metrics
 
@@ -25,7 +26,7 @@ def test_a_run_recorded_before_the_fields_reads_as_nobody_of_ours_balancing():
 
 def test_a_policy_without_a_fleet_of_ours_or_pages_that_do_not_match_the_replicas_are_refused():
     with pytest.raises(ValueError, match="lb_policy"):
-        TargetInfo(url="http://router:8000", model="m", replicas=4, lb_policy="round-robin")   # the router's own
+        TargetInfo(url="http://router:8000", model="m", replicas=4, lb_policy="round-robin")  # the router's own
     with pytest.raises(ValueError, match="a page per replica"):
         TargetInfo(**DIRECT, replica_metrics=["http://a:8000/metrics"])
     assert TargetInfo(url=None, model="tiny", kind="embedded", replicas=2, lb_policy="round-robin").lb_policy

@@ -20,7 +20,7 @@ def test_cache_round_trip_and_invalidation(tmp_path, monkeypatch):
     pd.testing.assert_frame_equal(parsed.df, cached.df, check_dtype=False)
     assert np.array_equal(parsed.itl, cached.itl) and np.array_equal(parsed.itl_row, cached.itl_row)
     assert cached.df["error"].iloc[5] == "HTTP 500 ünïcode" and pd.isna(cached.df["error"].iloc[0])
-    run.append_records([rec(7, 0.1, 0.2, 4)])                 # the file grew: parse it again
+    run.append_records([rec(7, 0.1, 0.2, 4)])  # the file grew: parse it again
     assert len(load_cached(run)) == 7 == len(RequestTable.load(run))
-    cache_path(run).write_bytes(b"garbage")                   # a broken cache is ignored
+    cache_path(run).write_bytes(b"garbage")  # a broken cache is ignored
     assert len(load_cached(run)) == 7

@@ -20,15 +20,32 @@ from rundir.table import RequestTable
 NOT_A_FLEET = "not a fleet: the records name fewer than two replicas (one server)"
 
 
-def check_fleet(table: RequestTable, tails: TailWindows, target: TargetInfo,
-                server: ProbeSeries | None, tcp: ProbeSeries | None = None) -> list[CheckResult]:
+def check_fleet(
+    table: RequestTable,
+    tails: TailWindows,
+    target: TargetInfo,
+    server: ProbeSeries | None,
+    tcp: ProbeSeries | None = None,
+) -> list[CheckResult]:
     router = check_router(table, tails, target, server, tcp)
     load = fleet_load(table)
     if load is None:
-        return [*(unchecked(i, "fleet", t, NOT_A_FLEET) for i, t in ((REPLICA_FAIL_ID, REPLICA_FAIL_TITLE),
-                                                                       (HOT_ID, HOT_TITLE),
-                                                                       (IMBALANCE_ID, IMBALANCE_TITLE))), router]
+        return [
+            *(
+                unchecked(i, "fleet", t, NOT_A_FLEET)
+                for i, t in (
+                    (REPLICA_FAIL_ID, REPLICA_FAIL_TITLE),
+                    (HOT_ID, HOT_TITLE),
+                    (IMBALANCE_ID, IMBALANCE_TITLE),
+                )
+            ),
+            router,
+        ]
     hot = check_hot_replica(table, tails, load, server, target.urls)
     hot_replica = hot.finding.evidence["replica"] if hot.finding is not None else None
-    return [check_replica_failures(table, tails.metric, target.urls), hot,
-            check_imbalance(table, tails, load, routing_words(target), hot_replica, server), router]
+    return [
+        check_replica_failures(table, tails.metric, target.urls),
+        hot,
+        check_imbalance(table, tails, load, routing_words(target), hot_replica, server),
+        router,
+    ]

@@ -18,10 +18,10 @@ from analyzers.triage.tail_windows import TAIL_QUANTILE
 @dataclass(frozen=True)
 class ReplicaShare:
     replica: str
-    requests: int                  # measured requests it served
-    tail: int                      # of them in the tail
-    request_share: float           # of the measured requests that name a replica
-    tail_share: float              # of the tail requests that name a replica
+    requests: int  # measured requests it served
+    tail: int  # of them in the tail
+    request_share: float  # of the measured requests that name a replica
+    tail_share: float  # of the tail requests that name a replica
 
     def __post_init__(self) -> None:
         if not 0 <= self.tail <= self.requests:

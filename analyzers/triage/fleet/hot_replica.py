@@ -39,14 +39,15 @@ from analyzers.triage.tail_windows import METRIC_SPANS, TailWindows
 from rundir.table import RequestTable
 
 HOT_ID, HOT_TITLE = "p99.fleet.hot-replica", "no replica is slower than the others at the same load"
-HOT_RATIO = 1.5            # at the same load, at least this many times the others' latency
-HEAVIER = 1.25             # its requests' mean tokens over the others': it was handed heavier work
-MIN_MATCHED = 0.3          # ... then at least this share of its requests must meet loads the others had
-EVEN_SLACK = 0.05          # a request share at most this above the others' is no larger share
+HOT_RATIO = 1.5  # at the same load, at least this many times the others' latency
+HEAVIER = 1.25  # its requests' mean tokens over the others': it was handed heavier work
+MIN_MATCHED = 0.3  # ... then at least this share of its requests must meet loads the others had
+EVEN_SLACK = 0.05  # a request share at most this above the others' is no larger share
 
 
-def check_hot_replica(table: RequestTable, tails: TailWindows, load: FleetLoad,
-                      server: ProbeSeries | None, urls: list[str] | None = None) -> CheckResult:
+def check_hot_replica(
+    table: RequestTable, tails: TailWindows, load: FleetLoad, server: ProbeSeries | None, urls: list[str] | None = None
+) -> CheckResult:
     start_col, end_col, value_col = METRIC_SPANS[tails.metric]
     df = table.df
     values = df[value_col].to_numpy(float)
@@ -60,36 +61,65 @@ def check_hot_replica(table: RequestTable, tails: TailWindows, load: FleetLoad,
     r = load.replicas.index(top.replica)
     mine = measured & (load.replica == r)
     diff = differential(values, rows_by_level, measured, mine)
-    spread = (f"replica {top.replica} served {top.tail_share:.0%} of the tail and {top.request_share:.0%} of the "
-              "requests")
+    spread = (
+        f"replica {top.replica} served {top.tail_share:.0%} of the tail and {top.request_share:.0%} of the requests"
+    )
     if not diff.separates:
-        return passed(HOT_ID, "fleet", HOT_TITLE, f"being served by one replica does not separate the tail from the "
-                      f"body: {spread}, its requests' latency {diff.effect or 0.0:.2f}x the others' median",
-                      **_shares_evidence(shares))
+        return passed(
+            HOT_ID,
+            "fleet",
+            HOT_TITLE,
+            f"being served by one replica does not separate the tail from the "
+            f"body: {spread}, its requests' latency {diff.effect or 0.0:.2f}x the others' median",
+            **_shares_evidence(shares),
+        )
     own = load.own(load.in_flight)
     others = measured & (load.replica != r) & (load.replica >= 0)
     work = df["in_tokens"].to_numpy(float) + df["out_tokens"].to_numpy(float)
     heavier = float(np.mean(work[mine]) / max(float(np.mean(work[others])), 1.0)) if others.any() else 1.0
     slow = same_load(values, own, mine, others, extrapolate=heavier < HEAVIER)
     if heavier >= HEAVIER and (slow is None or slow.matched_share < MIN_MATCHED):
-        return passed(HOT_ID, "fleet", HOT_TITLE,
-                      f"{spread}, but it was handed {heavier:.1f}x the others' tokens per request and carried loads "
-                      f"they seldom had ({float(np.median(own[mine])):.0f} requests in flight against "
-                      f"{float(np.median(own[others])):.0f}): busier, not slower as far as these records tell "
-                      "(p99.fleet.imbalance asks why)", heavier_requests=round(heavier, 2), **_shares_evidence(shares))
+        return passed(
+            HOT_ID,
+            "fleet",
+            HOT_TITLE,
+            f"{spread}, but it was handed {heavier:.1f}x the others' tokens per request and carried loads "
+            f"they seldom had ({float(np.median(own[mine])):.0f} requests in flight against "
+            f"{float(np.median(own[others])):.0f}): busier, not slower as far as these records tell "
+            "(p99.fleet.imbalance asks why)",
+            heavier_requests=round(heavier, 2),
+            **_shares_evidence(shares),
+        )
     residence = _residence_ratio(df["e2e_s"].to_numpy(float), measured, mine, others, heavier, top, shares)
     from_residence = False
     if slow is None and residence is not None:
         from_residence = True
         # The others held too few requests at any one load to compare with (the slow replica held
         # nearly all of them): Little's law still compares the two.
-        slow = SameLoad(residence, 0.0, float(np.median(own[mine])), float(np.median(own[others])),
-                        float(np.median(values[mine])), float(np.median(values[others])))
+        slow = SameLoad(
+            residence,
+            0.0,
+            float(np.median(own[mine])),
+            float(np.median(own[others])),
+            float(np.median(values[mine])),
+            float(np.median(values[others])),
+        )
     if slow is None:
-        return passed(HOT_ID, "fleet", HOT_TITLE, f"{spread}, but the other replicas' loads give nothing to set "
-                      "its latency against (too few of their requests at any one load)", **_shares_evidence(shares))
-    evidence = dict(diff.evidence(), replica=top.replica, **_shares_evidence(shares), **slow.evidence(),
-                    heavier_requests=round(heavier, 2))
+        return passed(
+            HOT_ID,
+            "fleet",
+            HOT_TITLE,
+            f"{spread}, but the other replicas' loads give nothing to set "
+            "its latency against (too few of their requests at any one load)",
+            **_shares_evidence(shares),
+        )
+    evidence = dict(
+        diff.evidence(),
+        replica=top.replica,
+        **_shares_evidence(shares),
+        **slow.evidence(),
+        heavier_requests=round(heavier, 2),
+    )
     if residence is not None and slow.matched_share < MIN_MATCHED:
         # Its load was its own doing (no more requests, no heavier ones): the comparison at the same
         # load rested on the others' trend far beyond what they carried; Little's law does not.
@@ -98,10 +128,15 @@ def check_hot_replica(table: RequestTable, tails: TailWindows, load: FleetLoad,
             slow = dataclasses.replace(slow, ratio=residence)
             evidence["slowness_from"] = "residence"
     if slow.ratio < HOT_RATIO:
-        return passed(HOT_ID, "fleet", HOT_TITLE,
-                      f"{spread}, but at the load it carried (a median of {slow.its_in_flight:.0f} requests in "
-                      f"flight against {slow.others_in_flight:.0f} on the others) it was as fast as they were "
-                      f"({slow.ratio:.2f}x): busier, not slower (p99.fleet.imbalance asks why)", **evidence)
+        return passed(
+            HOT_ID,
+            "fleet",
+            HOT_TITLE,
+            f"{spread}, but at the load it carried (a median of {slow.its_in_flight:.0f} requests in "
+            f"flight against {slow.others_in_flight:.0f} on the others) it was as fast as they were "
+            f"({slow.ratio:.2f}x): busier, not slower (p99.fleet.imbalance asks why)",
+            **evidence,
+        )
     other_names = [s.replica for s in shares if s.replica != top.replica]
     gauges = replica_gauges(server, load.replicas, tails.span)
     said = None
@@ -111,26 +146,49 @@ def check_hot_replica(table: RequestTable, tails: TailWindows, load: FleetLoad,
         said = gauges_words(gauges[top.replica], [g for k, g in gauges.items() if k != top.replica])
     name = replica_label(top.replica, urls or [])
     if evidence.get("slowness_from") == "residence":
-        how = (f"sent no more requests and no heavier ones, each stayed on it {slow.ratio:.1f}x as long as the "
-               f"others' did on theirs, so it held a median of {slow.its_in_flight:.0f} in flight vs "
-               f"{slow.others_in_flight:.0f} (median {tails.metric.upper()} {_ms(slow.its_median_s)} vs "
-               f"{_ms(slow.others_median_s)})")
+        how = (
+            f"sent no more requests and no heavier ones, each stayed on it {slow.ratio:.1f}x as long as the "
+            f"others' did on theirs, so it held a median of {slow.its_in_flight:.0f} in flight vs "
+            f"{slow.others_in_flight:.0f} (median {tails.metric.upper()} {_ms(slow.its_median_s)} vs "
+            f"{_ms(slow.others_median_s)})"
+        )
     else:
-        how = (f"at the same load its {tails.metric.upper()} was {slow.ratio:.1f}x the others' (median "
-               f"{_ms(slow.its_median_s)} with {slow.its_in_flight:.0f} in flight vs {_ms(slow.others_median_s)} "
-               f"with {slow.others_in_flight:.0f})")
-    title = (f"{name} is the {tails.metric.upper()} tail: it served {top.tail_share:.0%} of the tail "
-             f"and {top.request_share:.0%} of the requests, and {how}" + (f"; {said}" if said else "")
-             + _counterfactual(diff, tails.metric, top.replica))
+        how = (
+            f"at the same load its {tails.metric.upper()} was {slow.ratio:.1f}x the others' (median "
+            f"{_ms(slow.its_median_s)} with {slow.its_in_flight:.0f} in flight vs {_ms(slow.others_median_s)} "
+            f"with {slow.others_in_flight:.0f})"
+        )
+    title = (
+        f"{name} is the {tails.metric.upper()} tail: it served {top.tail_share:.0%} of the tail "
+        f"and {top.request_share:.0%} of the requests, and {how}"
+        + (f"; {said}" if said else "")
+        + _counterfactual(diff, tails.metric, top.replica)
+    )
     starts, ends = df[start_col].to_numpy(float), df[end_col].to_numpy(float)
-    finding = Finding(HOT_ID, "fleet", "high" if diff.attributable >= 0.6 else "medium", title, evidence,
-                      exposed_windows(starts, ends, diff.exposed_tail_rows), len(tails.spikes),
-                      _next_step(name, other_names), kind="differential", tail_share=diff.attributable)
+    finding = Finding(
+        HOT_ID,
+        "fleet",
+        "high" if diff.attributable >= 0.6 else "medium",
+        title,
+        evidence,
+        exposed_windows(starts, ends, diff.exposed_tail_rows),
+        len(tails.spikes),
+        _next_step(name, other_names),
+        kind="differential",
+        tail_share=diff.attributable,
+    )
     return failed(finding, HOT_TITLE, title)
 
 
-def _residence_ratio(e2e: np.ndarray, measured: np.ndarray, mine: np.ndarray, others: np.ndarray, heavier: float,
-                     top: ReplicaShare, shares: list[ReplicaShare]) -> float | None:
+def _residence_ratio(
+    e2e: np.ndarray,
+    measured: np.ndarray,
+    mine: np.ndarray,
+    others: np.ndarray,
+    heavier: float,
+    top: ReplicaShare,
+    shares: list[ReplicaShare],
+) -> float | None:
     """How much longer its requests stayed on it than the others' did on theirs, per token of work;
     None unless it was sent no larger share of the requests than the others and no heavier ones. By
     Little's law (in flight = arrivals x time in the system) a replica with no more arrivals and no
@@ -148,8 +206,17 @@ def _residence_ratio(e2e: np.ndarray, measured: np.ndarray, mine: np.ndarray, ot
 
 
 def _shares_evidence(shares: list[ReplicaShare]) -> dict:
-    return {"replica_shares": {s.replica: {"requests": s.requests, "request_share": round(s.request_share, 3),
-                                           "tail": s.tail, "tail_share": round(s.tail_share, 3)} for s in shares}}
+    return {
+        "replica_shares": {
+            s.replica: {
+                "requests": s.requests,
+                "request_share": round(s.request_share, 3),
+                "tail": s.tail,
+                "tail_share": round(s.tail_share, 3),
+            }
+            for s in shares
+        }
+    }
 
 
 def _ms(seconds: float) -> str:
@@ -159,12 +226,16 @@ def _ms(seconds: float) -> str:
 def _counterfactual(diff: Differential, metric: str, replica: str) -> str:
     if diff.with_s is None or diff.without_s is None or diff.without_s >= diff.with_s:
         return ""
-    return (f"; without replica {replica}, {diff.level_id}'s {metric.upper()} P{diff.quantile:g} would be "
-            f"{_ms(diff.without_s)} instead of {_ms(diff.with_s)}")
+    return (
+        f"; without replica {replica}, {diff.level_id}'s {metric.upper()} P{diff.quantile:g} would be "
+        f"{_ms(diff.without_s)} instead of {_ms(diff.with_s)}"
+    )
 
 
 def _next_step(replica: str, others: list[str]) -> str:
-    return (f"look at {replica} itself, not the fleet: set its engine arguments (KV cache size: "
-            "--num-gpu-blocks-override, --gpu-memory-utilization; --max-num-seqs), its build and its host's other "
-            f"processes beside replica {', '.join(others)}'s; take it out of rotation or make it match, then sweep "
-            "again; meanwhile a load-aware router (--lb-policy least-outstanding) sends it less")
+    return (
+        f"look at {replica} itself, not the fleet: set its engine arguments (KV cache size: "
+        "--num-gpu-blocks-override, --gpu-memory-utilization; --max-num-seqs), its build and its host's other "
+        f"processes beside replica {', '.join(others)}'s; take it out of rotation or make it match, then sweep "
+        "again; meanwhile a load-aware router (--lb-policy least-outstanding) sends it less"
+    )

@@ -33,13 +33,15 @@ from analyzers.triage.tail_windows import METRIC_SPANS, TailWindows
 from rundir.run_info import TargetInfo
 from rundir.table import RequestTable
 
-IMBALANCE_ID, IMBALANCE_TITLE = ("p99.fleet.imbalance",
-                                 "requests did not go to a busier replica while another was lighter")
-BUSIER_FACTOR = 2.0        # its own replica held at least this many times the lightest one's outstanding tokens ...
+IMBALANCE_ID, IMBALANCE_TITLE = (
+    "p99.fleet.imbalance",
+    "requests did not go to a busier replica while another was lighter",
+)
+BUSIER_FACTOR = 2.0  # its own replica held at least this many times the lightest one's outstanding tokens ...
 # ... and at least this many typical requests' tokens more (one request more is what any router adds)
 BUSIER_REQUESTS = 1.0
-MORE_REQUESTS, MORE_SHARE = 2, 0.5     # or at least 2 and 50% more requests in flight than the lightest
-ROOM_SHARE = 0.5           # the queue is the routing's when another replica had room in this share of its scrapes
+MORE_REQUESTS, MORE_SHARE = 2, 0.5  # or at least 2 and 50% more requests in flight than the lightest
+ROOM_SHARE = 0.5  # the queue is the routing's when another replica had room in this share of its scrapes
 # The fleet-wide findings of a queue: where the queue formed with room elsewhere, they are the routing's.
 QUEUE_FINDINGS = ("p99.sched.queueing", "p99.sched.admission", "p99.sched.kv-capacity", "p99.sched.saturation")
 
@@ -54,8 +56,14 @@ def routing_words(target: TargetInfo) -> str:
     return "the router in front of the replicas"
 
 
-def check_imbalance(table: RequestTable, tails: TailWindows, load: FleetLoad, routing: str,
-                    hot_replica: str | None, server: ProbeSeries | None = None) -> CheckResult:
+def check_imbalance(
+    table: RequestTable,
+    tails: TailWindows,
+    load: FleetLoad,
+    routing: str,
+    hot_replica: str | None,
+    server: ProbeSeries | None = None,
+) -> CheckResult:
     start_col, end_col, value_col = METRIC_SPANS[tails.metric]
     df = table.df
     values = df[value_col].to_numpy(float)
@@ -66,56 +74,98 @@ def check_imbalance(table: RequestTable, tails: TailWindows, load: FleetLoad, ro
     work = df["in_tokens"].to_numpy(float) + df["out_tokens"].to_numpy(float)
     typical = float(np.median(work[measured]))
     count, fewest = load.own(load.in_flight), load.lightest_other(load.in_flight)
-    busier = measured & (((own >= BUSIER_FACTOR * lightest) & (own - lightest >= BUSIER_REQUESTS * typical))
-                         | (count >= fewest + np.maximum(MORE_REQUESTS, MORE_SHARE * fewest)))
+    busier = measured & (
+        ((own >= BUSIER_FACTOR * lightest) & (own - lightest >= BUSIER_REQUESTS * typical))
+        | (count >= fewest + np.maximum(MORE_REQUESTS, MORE_SHARE * fewest))
+    )
     diff = differential(values, table.level_rows(), measured, busier)
     out = df["out_tokens"].to_numpy(float)[measured]
     mix = float(np.percentile(out, 99) / max(np.median(out), 1.0))
-    evidence = dict(diff.evidence(), busier_share=round(float(busier[measured].mean()), 3),
-                    typical_request_tokens=typical, output_tokens_p99_over_median=round(mix, 1), routing=routing)
+    evidence = dict(
+        diff.evidence(),
+        busier_share=round(float(busier[measured].mean()), 3),
+        typical_request_tokens=typical,
+        output_tokens_p99_over_median=round(mix, 1),
+        routing=routing,
+    )
     if not diff.separates:
-        return passed(IMBALANCE_ID, "fleet", IMBALANCE_TITLE,
-                      f"{evidence['busier_share']:.0%} of the requests went to a clearly busier replica than the "
-                      f"lightest; they make {diff.tail_exposed:.0%} of the tail vs "
-                      f"{diff.body_exposed:.0%} of the body", **evidence)
+        return passed(
+            IMBALANCE_ID,
+            "fleet",
+            IMBALANCE_TITLE,
+            f"{evidence['busier_share']:.0%} of the requests went to a clearly busier replica than the "
+            f"lightest; they make {diff.tail_exposed:.0%} of the tail vs "
+            f"{diff.body_exposed:.0%} of the body",
+            **evidence,
+        )
     if hot_replica is not None:
-        return passed(IMBALANCE_ID, "fleet", IMBALANCE_TITLE,
-                      f"requests sent to a busier replica are the tail, but replica {hot_replica} is slower at the "
-                      "same load (p99.fleet.hot-replica): the work piled up on it because it is slow", **evidence)
+        return passed(
+            IMBALANCE_ID,
+            "fleet",
+            IMBALANCE_TITLE,
+            f"requests sent to a busier replica are the tail, but replica {hot_replica} is slower at the "
+            "same load (p99.fleet.hot-replica): the work piled up on it because it is slow",
+            **evidence,
+        )
     tail_rows = diff.exposed_tail_rows
-    evidence.update(tail_own_outstanding_median=float(np.median(own[tail_rows])),
-                    tail_lightest_outstanding_median=float(np.median(lightest[tail_rows])),
-                    tail_own_in_flight_median=float(np.median(count[tail_rows])),
-                    tail_lightest_in_flight_median=float(np.median(fewest[tail_rows])))
+    evidence.update(
+        tail_own_outstanding_median=float(np.median(own[tail_rows])),
+        tail_lightest_outstanding_median=float(np.median(lightest[tail_rows])),
+        tail_own_in_flight_median=float(np.median(count[tail_rows])),
+        tail_lightest_in_flight_median=float(np.median(fewest[tail_rows])),
+    )
     room = queue_with_room(server, load.replicas, tails.span)
     room_words = ""
     if room is not None and room.waiting_scrapes:
-        evidence.update(queue_scrapes=room.waiting_scrapes, queue_with_room_elsewhere=room.with_room,
-                        queue_with_room_elsewhere_share=round(room.share, 3))
-        room_words = (f"; requests waited on one replica while another had room in {room.with_room} of the "
-                      f"{room.waiting_scrapes} scrapes with a queue")
-    mix_words = (f"; the output lengths are heavy-tailed (P99 {mix:.0f}x the median)" if mix >= 4 else "")
-    title = (f"requests went to a busier replica while another was lighter ({routing}): "
-             f"{round(diff.tail_exposed * diff.n_tail)} of the {diff.n_tail} slowest {tails.metric.upper()}s were "
-             f"sent to a replica holding a median {evidence['tail_own_in_flight_median']:.0f} requests and "
-             f"{evidence['tail_own_outstanding_median']:,.0f} outstanding tokens while another held "
-             f"{evidence['tail_lightest_in_flight_median']:.0f} and "
-             f"{evidence['tail_lightest_outstanding_median']:,.0f}{mix_words}{room_words}")
+        evidence.update(
+            queue_scrapes=room.waiting_scrapes,
+            queue_with_room_elsewhere=room.with_room,
+            queue_with_room_elsewhere_share=round(room.share, 3),
+        )
+        room_words = (
+            f"; requests waited on one replica while another had room in {room.with_room} of the "
+            f"{room.waiting_scrapes} scrapes with a queue"
+        )
+    mix_words = f"; the output lengths are heavy-tailed (P99 {mix:.0f}x the median)" if mix >= 4 else ""
+    title = (
+        f"requests went to a busier replica while another was lighter ({routing}): "
+        f"{round(diff.tail_exposed * diff.n_tail)} of the {diff.n_tail} slowest {tails.metric.upper()}s were "
+        f"sent to a replica holding a median {evidence['tail_own_in_flight_median']:.0f} requests and "
+        f"{evidence['tail_own_outstanding_median']:,.0f} outstanding tokens while another held "
+        f"{evidence['tail_lightest_in_flight_median']:.0f} and "
+        f"{evidence['tail_lightest_outstanding_median']:,.0f}{mix_words}{room_words}"
+    )
     if diff.with_s is not None and diff.without_s is not None and diff.without_s < diff.with_s:
-        title += (f"; without them, {diff.level_id}'s {tails.metric.upper()} P{diff.quantile:g} would be "
-                  f"{diff.without_s * 1000:.0f} ms instead of {diff.with_s * 1000:.0f} ms")
+        title += (
+            f"; without them, {diff.level_id}'s {tails.metric.upper()} P{diff.quantile:g} would be "
+            f"{diff.without_s * 1000:.0f} ms instead of {diff.with_s * 1000:.0f} ms"
+        )
     starts, ends = df[start_col].to_numpy(float), df[end_col].to_numpy(float)
-    finding = Finding(IMBALANCE_ID, "fleet", "high" if diff.attributable >= 0.6 else "medium", title, evidence,
-                      exposed_windows(starts, ends, tail_rows), len(tails.spikes), _next_step(routing),
-                      kind="differential", tail_share=diff.attributable)
+    finding = Finding(
+        IMBALANCE_ID,
+        "fleet",
+        "high" if diff.attributable >= 0.6 else "medium",
+        title,
+        evidence,
+        exposed_windows(starts, ends, tail_rows),
+        len(tails.spikes),
+        _next_step(routing),
+        kind="differential",
+        tail_share=diff.attributable,
+    )
     return failed(finding, IMBALANCE_TITLE, title)
 
 
 def router_queue_yields(findings: list[Finding]) -> None:
     """A queue that formed on one replica while another had room is the routing's: the fleet-wide
     findings of that queue explain none of the tail beside a separating imbalance finding."""
-    routed = [f for f in findings if f.check_id == IMBALANCE_ID and (f.tail_share or 0.0) >= CONTEXT_SHARE
-              and (f.evidence.get("queue_with_room_elsewhere_share") or 0.0) >= ROOM_SHARE]
+    routed = [
+        f
+        for f in findings
+        if f.check_id == IMBALANCE_ID
+        and (f.tail_share or 0.0) >= CONTEXT_SHARE
+        and (f.evidence.get("queue_with_room_elsewhere_share") or 0.0) >= ROOM_SHARE
+    ]
     if not routed:
         return
     for f in findings:
@@ -126,10 +176,14 @@ def router_queue_yields(findings: list[Finding]) -> None:
 
 def _next_step(routing: str) -> str:
     if "least-outstanding" in routing:
-        return ("least-outstanding counts a replica's requests, not what they still have to generate: a "
-                "token-aware router weighs outstanding tokens (llm-d's endpoint picker scores replicas by queue "
-                "depth and KV cache use); then sweep again and `llmbench compare` the runs")
-    return ("route by load, not in turn: `--lb-policy least-outstanding` (`llmbench serve --data-parallel-size N`, "
-            "or `llmbench sweep` over --target URL1,URL2), or a token-aware router that weighs what each replica "
-            "still has to generate (llm-d's endpoint picker scores replicas by queue depth and KV cache use); then "
-            "sweep again and `llmbench compare` the runs")
+        return (
+            "least-outstanding counts a replica's requests, not what they still have to generate: a "
+            "token-aware router weighs outstanding tokens (llm-d's endpoint picker scores replicas by queue "
+            "depth and KV cache use); then sweep again and `llmbench compare` the runs"
+        )
+    return (
+        "route by load, not in turn: `--lb-policy least-outstanding` (`llmbench serve --data-parallel-size N`, "
+        "or `llmbench sweep` over --target URL1,URL2), or a token-aware router that weighs what each replica "
+        "still has to generate (llm-d's endpoint picker scores replicas by queue depth and KV cache use); then "
+        "sweep again and `llmbench compare` the runs"
+    )

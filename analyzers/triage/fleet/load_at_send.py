@@ -22,7 +22,7 @@ import numpy as np
 
 from rundir.table import RequestTable
 
-MIN_REPLICAS = 2           # one replica named is a single server, not a fleet
+MIN_REPLICAS = 2  # one replica named is a single server, not a fleet
 
 
 def replica_order(name: str) -> tuple[int, int | str]:
@@ -45,10 +45,10 @@ def replica_names(table: RequestTable) -> np.ndarray:
 
 @dataclass
 class FleetLoad:
-    replicas: list[str]               # the replicas named, in replica_order
-    replica: np.ndarray               # per row: index into `replicas`, -1 where none is named
-    in_flight: np.ndarray             # (rows, replicas): requests in flight on each when the row was sent (not itself)
-    outstanding: np.ndarray           # (rows, replicas): the tokens those requests still had to go
+    replicas: list[str]  # the replicas named, in replica_order
+    replica: np.ndarray  # per row: index into `replicas`, -1 where none is named
+    in_flight: np.ndarray  # (rows, replicas): requests in flight on each when the row was sent (not itself)
+    outstanding: np.ndarray  # (rows, replicas): the tokens those requests still had to go
 
     def __post_init__(self) -> None:
         n, r = self.replica.size, len(self.replicas)
@@ -95,7 +95,7 @@ def fleet_load(table: RequestTable) -> FleetLoad | None:
     first = df["t_first_token"].to_numpy(float)
     done = df["t_done"].to_numpy(float)
     last = float(np.nanmax(done)) if np.isfinite(done).any() else float(np.nanmax(sent))
-    done = np.where(np.isfinite(done), done, last)          # cut off: still running when the run ended
+    done = np.where(np.isfinite(done), done, last)  # cut off: still running when the run ended
     # Times from the run's first send: a + b * t summed over thousands of requests stays exact.
     t0 = float(np.nanmin(sent))
     sent, first, done = sent - t0, first - t0, done - t0
@@ -119,8 +119,9 @@ def _count_at(t: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray
     return np.clip(started - ended, 0, None).astype(float)
 
 
-def _work_at(t: np.ndarray, starts: np.ndarray, first: np.ndarray, ends: np.ndarray, prompt: np.ndarray,
-             output: np.ndarray) -> np.ndarray:
+def _work_at(
+    t: np.ndarray, starts: np.ndarray, first: np.ndarray, ends: np.ndarray, prompt: np.ndarray, output: np.ndarray
+) -> np.ndarray:
     """The sum over requests of their outstanding tokens at each time in `t`: prompt + output from the
     send to the first token, then the output falling in a straight line to 0 at the end. Each piece is
     a + b * t between events, so the sum is A(t) + B(t) * t with A and B cumulative sums of jumps."""
@@ -134,7 +135,7 @@ def _work_at(t: np.ndarray, starts: np.ndarray, first: np.ndarray, ends: np.ndar
     db = np.concatenate([np.zeros_like(slope), -slope, slope])
     order = np.argsort(times, kind="stable")
     times, a, b = times[order], np.cumsum(da[order]), np.cumsum(db[order])
-    k = np.searchsorted(times, t, side="left")         # events strictly before t
+    k = np.searchsorted(times, t, side="left")  # events strictly before t
     out = np.zeros(t.shape)
     valid = (k > 0) & np.isfinite(t)
     out[valid] = a[k[valid] - 1] + b[k[valid] - 1] * t[valid]

@@ -20,7 +20,7 @@ import numpy as np
 from analyzers.probe_series import ProbeSeries
 from analyzers.triage.tail_windows import Window
 
-KV_FULL = 0.95             # the KV-full threshold of the standing-tail analysis (docs/diagnosis.md)
+KV_FULL = 0.95  # the KV-full threshold of the standing-tail analysis (docs/diagnosis.md)
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,7 @@ class ReplicaGauges:
     scrapes: int
     kv_usage_mean: float | None
     waiting_mean: float | None
-    full_and_waiting_share: float | None   # scrapes with requests waiting while its KV cache was full
+    full_and_waiting_share: float | None  # scrapes with requests waiting while its KV cache was full
 
     def __post_init__(self) -> None:
         if self.scrapes <= 0:
@@ -38,8 +38,11 @@ class ReplicaGauges:
             raise ValueError(f"replica {self.replica}: {self.full_and_waiting_share} is not a share")
 
     def evidence(self) -> dict:
-        return {"kv_usage_mean": _round(self.kv_usage_mean), "waiting_mean": _round(self.waiting_mean),
-                "kv_full_and_waiting_share": _round(self.full_and_waiting_share)}
+        return {
+            "kv_usage_mean": _round(self.kv_usage_mean),
+            "waiting_mean": _round(self.waiting_mean),
+            "kv_full_and_waiting_share": _round(self.full_and_waiting_share),
+        }
 
 
 def _round(v: float | None) -> float | None:
@@ -58,7 +61,7 @@ def replica_gauges(server: ProbeSeries | None, replicas: list[str], span: Window
         running = server.numeric.get(f"per_engine.{name}.running")
         if kv is None and waiting is None:
             continue
-        rows = inside & np.isfinite(kv if kv is not None else waiting)   # type: ignore[arg-type]
+        rows = inside & np.isfinite(kv if kv is not None else waiting)  # type: ignore[arg-type]
         if not rows.any():
             continue
         kv_mean = float(np.nanmean(kv[rows])) if kv is not None else None
@@ -75,7 +78,7 @@ def _full(kv: np.ndarray, running: np.ndarray | None) -> np.ndarray:
     full = kv >= KV_FULL
     if running is not None:
         with np.errstate(invalid="ignore", divide="ignore"):
-            share = np.where(running > 0, kv / np.where(running > 0, running, 1.0), 0.0)   # none running: no share
+            share = np.where(running > 0, kv / np.where(running > 0, running, 1.0), 0.0)  # none running: no share
         full |= (1.0 - kv) < share
     return full
 
@@ -88,15 +91,22 @@ def gauges_words(hot: ReplicaGauges, others: list[ReplicaGauges]) -> str | None:
     rest = [g for g in others if g.kv_usage_mean is not None]
     if not rest:
         return None
-    their = "; ".join(f"replica {g.replica}'s was {g.kv_usage_mean:.0%} full on average"
-                      + (f" with {g.waiting_mean:.1f} waiting" if g.waiting_mean is not None else "") for g in rest)
+    their = "; ".join(
+        f"replica {g.replica}'s was {g.kv_usage_mean:.0%} full on average"
+        + (f" with {g.waiting_mean:.1f} waiting" if g.waiting_mean is not None else "")
+        for g in rest
+    )
     if hot.full_and_waiting_share > 0:
-        mine = (f"replica {hot.replica} had requests waiting with its KV cache full in "
-                f"{hot.full_and_waiting_share:.0%} of the scrapes"
-                + (f" ({hot.waiting_mean:.1f} waiting on average)" if hot.waiting_mean is not None else ""))
+        mine = (
+            f"replica {hot.replica} had requests waiting with its KV cache full in "
+            f"{hot.full_and_waiting_share:.0%} of the scrapes"
+            + (f" ({hot.waiting_mean:.1f} waiting on average)" if hot.waiting_mean is not None else "")
+        )
         return f"{mine}, while {their}"
-    return (f"replica {hot.replica}'s KV cache was {hot.kv_usage_mean:.0%} full on average, never full with "
-            f"requests waiting, while {their}: not a smaller KV cache")
+    return (
+        f"replica {hot.replica}'s KV cache was {hot.kv_usage_mean:.0%} full on average, never full with "
+        f"requests waiting, while {their}: not a smaller KV cache"
+    )
 
 
 @dataclass(frozen=True)
@@ -125,10 +135,12 @@ def queue_with_room(server: ProbeSeries | None, replicas: list[str], span: Windo
     waiting = [server.numeric.get(f"per_engine.{r}.waiting") for r in replicas]
     if any(v is None for v in running) or any(v is None for v in waiting):
         return None
-    run = np.vstack([v for v in running if v is not None])          # (replicas, scrapes)
+    run = np.vstack([v for v in running if v is not None])  # (replicas, scrapes)
     wait = np.vstack([v for v in waiting if v is not None])
-    inside = (server.t >= span.start) & (server.t <= span.end + 1.0) & np.isfinite(run).all(0) & np.isfinite(wait).all(0)
+    inside = (
+        (server.t >= span.start) & (server.t <= span.end + 1.0) & np.isfinite(run).all(0) & np.isfinite(wait).all(0)
+    )
     most = np.nanmax(np.where(inside, run, np.nan), axis=1, initial=0.0)[:, None]
-    room = (wait == 0) & (run < most)        # a replica with room has nothing waiting: never one that queued
+    room = (wait == 0) & (run < most)  # a replica with room has nothing waiting: never one that queued
     queued = inside & (wait > 0).any(0)
     return QueueWithRoom(int(queued.sum()), int((queued & room.any(0)).sum()))

@@ -25,8 +25,8 @@ from rundir.table import RequestTable
 
 REPLICA_FAIL_ID, REPLICA_FAIL_TITLE = "p99.fleet.replica-failures", "failed requests are not one replica's"
 MIN_FAILED = 3
-CONCENTRATED = 0.8          # of the failures on one replica ...
-RATE_FACTOR = 3.0           # ... failing its requests at least this many times as often as the others fail theirs
+CONCENTRATED = 0.8  # of the failures on one replica ...
+RATE_FACTOR = 3.0  # ... failing its requests at least this many times as often as the others fail theirs
 _FRONT_WORDS = re.compile(r"\breplica (\d+)\b")
 
 
@@ -48,10 +48,16 @@ def check_replica_failures(table: RequestTable, metric: str, urls: list[str] | N
     names = failed_replica(table)
     known = np.array([n is not None for n in names], dtype=bool)
     if not (failures & known).any():
-        return passed(REPLICA_FAIL_ID, "fleet", REPLICA_FAIL_TITLE,
-                      f"none of the {int(failures.sum())} failed requests names its replica")
-    per = {name: (int((failures & (names == name)).sum()), int((counted & (names == name)).sum()))
-           for name in sorted({n for n in names[counted & known]}, key=replica_order)}
+        return passed(
+            REPLICA_FAIL_ID,
+            "fleet",
+            REPLICA_FAIL_TITLE,
+            f"none of the {int(failures.sum())} failed requests names its replica",
+        )
+    per = {
+        name: (int((failures & (names == name)).sum()), int((counted & (names == name)).sum()))
+        for name in sorted({n for n in names[counted & known]}, key=replica_order)
+    }
     worst = max(per, key=lambda k: per[k][0])
     n_worst, sent_worst = per[worst]
     n_failed = int(failures.sum())
@@ -61,27 +67,54 @@ def check_replica_failures(table: RequestTable, metric: str, urls: list[str] | N
     others_rate = others_failed / others_sent if others_sent else 0.0
     by_replica = {k: {"failed": f, "requests": s} for k, (f, s) in per.items()}
     if n_worst < MIN_FAILED or n_worst < CONCENTRATED * n_failed or rate < RATE_FACTOR * others_rate:
-        return passed(REPLICA_FAIL_ID, "fleet", REPLICA_FAIL_TITLE,
-                      f"the failures are spread: replica {worst} had {n_worst} of the {n_failed} "
-                      f"({rate:.1%} of its requests, the others {others_rate:.1%})", by_replica=by_replica)
+        return passed(
+            REPLICA_FAIL_ID,
+            "fleet",
+            REPLICA_FAIL_TITLE,
+            f"the failures are spread: replica {worst} had {n_worst} of the {n_failed} "
+            f"({rate:.1%} of its requests, the others {others_rate:.1%})",
+            by_replica=by_replica,
+        )
     mine = failures & (names == worst)
     tail_total, explained = tail_filled(table, counted, mine)
     kinds, sample = failure_kinds(table, mine)
     top_kind, _ = kinds.most_common(1)[0]
     share = explained / tail_total if tail_total else 0.0
     name = replica_label(worst, urls or [])
-    title = (f"{name} failed {n_worst} of its {sent_worst} requests ({kinds_words(kinds)}) while the "
-             f"others failed {others_failed} of {others_sent}: its failures are {share:.0%} of the "
-             f"{metric.upper()} tail")
-    evidence = {"replica": worst, "failed": n_worst, "requests": sent_worst, "failure_rate": round(rate, 4),
-                "others_failure_rate": round(others_rate, 4), "by_kind": dict(kinds), "dominant_kind": top_kind,
-                "sample_error": sample[:200], "by_replica": by_replica, "tail_requests": tail_total,
-                "tail_failed": explained}
-    finding = Finding(REPLICA_FAIL_ID, "fleet", "high", title, evidence, explains=[], spike_windows=0,
-                      next_step=(f"{name} failed or restarted: read its log and its process (exit code, "
-                                 "OOM kill, health) around the failures; the fleet front routes around a replica "
-                                 "whose /health fails, a client that drives the URLs itself does not"),
-                      kind="differential", tail_share=share)
+    title = (
+        f"{name} failed {n_worst} of its {sent_worst} requests ({kinds_words(kinds)}) while the "
+        f"others failed {others_failed} of {others_sent}: its failures are {share:.0%} of the "
+        f"{metric.upper()} tail"
+    )
+    evidence = {
+        "replica": worst,
+        "failed": n_worst,
+        "requests": sent_worst,
+        "failure_rate": round(rate, 4),
+        "others_failure_rate": round(others_rate, 4),
+        "by_kind": dict(kinds),
+        "dominant_kind": top_kind,
+        "sample_error": sample[:200],
+        "by_replica": by_replica,
+        "tail_requests": tail_total,
+        "tail_failed": explained,
+    }
+    finding = Finding(
+        REPLICA_FAIL_ID,
+        "fleet",
+        "high",
+        title,
+        evidence,
+        explains=[],
+        spike_windows=0,
+        next_step=(
+            f"{name} failed or restarted: read its log and its process (exit code, "
+            "OOM kill, health) around the failures; the fleet front routes around a replica "
+            "whose /health fails, a client that drives the URLs itself does not"
+        ),
+        kind="differential",
+        tail_share=share,
+    )
     return failed(finding, REPLICA_FAIL_TITLE, title)
 
 

@@ -39,13 +39,15 @@ ROUTER_ID, ROUTER_TITLE = "p99.fleet.router", "the router adds no time of its ow
 # tail), because the gap is a paired measurement, the same requests on two clocks, where a standing
 # level sets two levels' medians against each other with the load's noise between them.
 MIN_GAP_S = 0.020
-GAP_SHARE = 0.25           # ... and at least this share of the level's client TTFT: a material part of it
+GAP_SHARE = 0.25  # ... and at least this share of the level's client TTFT: a material part of it
 # The standing-tail verdicts of "time outside the server" that are the router's where it found its gap.
 OUTSIDE_FINDINGS = ("p99.net.path", "p99.sched.saturation")
-NEXT_STEP = ("look at the router itself: its own metrics and logs (time before it forwards a request), its "
-             "connection pool to the replicas (a new connection per request, a pool that runs dry), TLS, "
-             "retries and health checks; then sweep one replica directly (`llmbench sweep --target <replica URL>`) "
-             "and `llmbench compare` the two runs")
+NEXT_STEP = (
+    "look at the router itself: its own metrics and logs (time before it forwards a request), its "
+    "connection pool to the replicas (a new connection per request, a pool that runs dry), TLS, "
+    "retries and health checks; then sweep one replica directly (`llmbench sweep --target <replica URL>`) "
+    "and `llmbench compare` the two runs"
+)
 
 
 def not_behind_a_router(target: TargetInfo) -> str | None:
@@ -55,45 +57,78 @@ def not_behind_a_router(target: TargetInfo) -> str | None:
     if target.kind == "embedded":
         return "no router's pages: the bundled engine (or its fleet's front) serves its engines' own page at its URL"
     if not target.replica_metrics:
-        return ("no replica pages behind the target: the server probe read the target's own /metrics "
-                "(a router's replicas: --replica-metrics URL,...)")
+        return (
+            "no replica pages behind the target: the server probe read the target's own /metrics "
+            "(a router's replicas: --replica-metrics URL,...)"
+        )
     if {urlparse(p).netloc for p in target.replica_metrics} == {urlparse(target.url or "").netloc}:
         return "no router: the replica pages the server probe read are the target's own"
     return None
 
 
-def check_router(table: RequestTable, tails: TailWindows, target: TargetInfo,
-                 server: ProbeSeries | None, tcp: ProbeSeries | None = None) -> CheckResult:
+def check_router(
+    table: RequestTable,
+    tails: TailWindows,
+    target: TargetInfo,
+    server: ProbeSeries | None,
+    tcp: ProbeSeries | None = None,
+) -> CheckResult:
     if tails.metric == "tpot":
-        return unchecked(ROUTER_ID, "fleet", ROUTER_TITLE, "a router's time comes before the first token (TTFT, "
-                         "E2E); TPOT is measured after it")
+        return unchecked(
+            ROUTER_ID,
+            "fleet",
+            ROUTER_TITLE,
+            "a router's time comes before the first token (TTFT, E2E); TPOT is measured after it",
+        )
     why = not_behind_a_router(target)
     if why is not None:
         return unchecked(ROUTER_ID, "fleet", ROUTER_TITLE, why)
     if server is None:
-        return unchecked(ROUTER_ID, "fleet", ROUTER_TITLE, "no server probe read the replicas' pages "
-                         "(llmbench sweep --probes server --replica-metrics URL,...)")
+        return unchecked(
+            ROUTER_ID,
+            "fleet",
+            ROUTER_TITLE,
+            "no server probe read the replicas' pages (llmbench sweep --probes server --replica-metrics URL,...)",
+        )
     gaps, skipped = level_gaps(table, server, tcp)
     if not gaps:
         return unchecked(ROUTER_ID, "fleet", ROUTER_TITLE, "no level to judge: " + "; ".join(skipped))
-    evidence: dict = {"router": target.url, "replica_pages": list(target.replica_metrics),
-                      "levels": {g.level_id: g.evidence() for g in gaps}}
+    evidence: dict = {
+        "router": target.url,
+        "replica_pages": list(target.replica_metrics),
+        "levels": {g.level_id: g.evidence() for g in gaps},
+    }
     if skipped:
         evidence["levels_not_judged"] = skipped
     found = [g for g in gaps if _material(g)]
     if not found:
         top = max(gaps, key=lambda g: g.gap_s)
         rtt = f", less the {_ms(top.rtt_s)} round trip to the router" if top.rtt_s is not None else ""
-        return passed(ROUTER_ID, "fleet", ROUTER_TITLE,
-                      f"the client's TTFT is at most {_ms(max(top.gap_s, 0.0))} above the replicas' own "
-                      f"({top.level_id}: {_ms(top.client_mean_s)} vs {_ms(top.replicas_mean_s)} mean{rtt}), under "
-                      f"{_ms(MIN_GAP_S)} or {GAP_SHARE:.0%} of it", **evidence)
+        return passed(
+            ROUTER_ID,
+            "fleet",
+            ROUTER_TITLE,
+            f"the client's TTFT is at most {_ms(max(top.gap_s, 0.0))} above the replicas' own "
+            f"({top.level_id}: {_ms(top.client_mean_s)} vs {_ms(top.replicas_mean_s)} mean{rtt}), under "
+            f"{_ms(MIN_GAP_S)} or {GAP_SHARE:.0%} of it",
+            **evidence,
+        )
     evidence["router_levels"] = [g.level_id for g in found]
     share = _tail_share(table, tails.metric, gaps)
     evidence["tail_latency_added"] = round(share, 3)
     title = _title(max(found, key=lambda g: g.gap_s), found)
-    finding = Finding(ROUTER_ID, "fleet", "high" if share >= 0.6 else "medium", title, evidence,
-                      [g.window for g in found], len(tails.spikes), NEXT_STEP, kind="added", tail_share=share)
+    finding = Finding(
+        ROUTER_ID,
+        "fleet",
+        "high" if share >= 0.6 else "medium",
+        title,
+        evidence,
+        [g.window for g in found],
+        len(tails.spikes),
+        NEXT_STEP,
+        kind="added",
+        tail_share=share,
+    )
     return failed(finding, ROUTER_TITLE, title)
 
 
@@ -123,25 +158,40 @@ def _tail_share(table: RequestTable, metric: str, gaps: list[LevelGap]) -> float
 
 def _title(g: LevelGap, found: list[LevelGap]) -> str:
     rtt = f", after the {_ms(g.rtt_s)} round trip to it" if g.rtt_s is not None else ""
-    sides = f"replicas' own TTFT mean {_ms(g.replicas_mean_s)}, at the client {_ms(g.client_mean_s)} ({g.level_id}{rtt})"
+    sides = (
+        f"replicas' own TTFT mean {_ms(g.replicas_mean_s)}, at the client {_ms(g.client_mean_s)} ({g.level_id}{rtt})"
+    )
     others = [o for o in found if o is not g]
-    also = (f"; also {', '.join(o.level_id for o in others)} ({_ms(min(o.gap_s for o in others))}"
-            f"-{_ms(max(o.gap_s for o in others))})" if others else "")
+    also = (
+        f"; also {', '.join(o.level_id for o in others)} ({_ms(min(o.gap_s for o in others))}"
+        f"-{_ms(max(o.gap_s for o in others))})"
+        if others
+        else ""
+    )
     median, p99 = g.median_gap, g.p99_gap
     if g.shape == "every request" and median is not None:
-        return (f"the router adds {_ms(g.gap_s)} to every request's TTFT: {sides}; the median request paid "
-                f"{_range(median)} of it, so it lifts P50 as much as P99 (TTFT's level, not the tail's spread); "
-                f"without it, {g.level_id}'s TTFT P99 would be about {_ms(max(g.client_p99_s - g.gap_s, 0.0))} "
-                f"instead of {_ms(g.client_p99_s)}{also}")
+        return (
+            f"the router adds {_ms(g.gap_s)} to every request's TTFT: {sides}; the median request paid "
+            f"{_range(median)} of it, so it lifts P50 as much as P99 (TTFT's level, not the tail's spread); "
+            f"without it, {g.level_id}'s TTFT P99 would be about {_ms(max(g.client_p99_s - g.gap_s, 0.0))} "
+            f"instead of {_ms(g.client_p99_s)}{also}"
+        )
     if g.shape == "uneven" and median is not None:
-        tail = (f", and the client's P99 stands {_range(p99)} above the replicas' own"
-                if p99 is not None and np.isfinite(p99[0]) else "")
-        return (f"the router adds {_ms(g.gap_s)} to the mean TTFT, unevenly: {sides}; the median request paid "
-                f"{_range(median)} of it{tail}: it holds some requests far longer than others and spreads the "
-                f"tail{also}")
+        tail = (
+            f", and the client's P99 stands {_range(p99)} above the replicas' own"
+            if p99 is not None and np.isfinite(p99[0])
+            else ""
+        )
+        return (
+            f"the router adds {_ms(g.gap_s)} to the mean TTFT, unevenly: {sides}; the median request paid "
+            f"{_range(median)} of it{tail}: it holds some requests far longer than others and spreads the "
+            f"tail{also}"
+        )
     buckets = f" (the median request paid {_range(median)})" if median is not None else ""
-    return (f"the router adds {_ms(g.gap_s)} to the mean TTFT: {sides}; the replicas' buckets are too wide to "
-            f"tell whether every request paid it{buckets}{also}")
+    return (
+        f"the router adds {_ms(g.gap_s)} to the mean TTFT: {sides}; the replicas' buckets are too wide to "
+        f"tell whether every request paid it{buckets}{also}"
+    )
 
 
 def router_path_yields(findings: list[Finding]) -> None:
@@ -152,8 +202,12 @@ def router_path_yields(findings: list[Finding]) -> None:
     if not levels:
         return
     for f in findings:
-        if f.kind == "standing" and f.check_id in OUTSIDE_FINDINGS and \
-                f.evidence.get("dominant_part") == "outside the server" and set(f.evidence.get("levels", ())) <= levels:
+        if (
+            f.kind == "standing"
+            and f.check_id in OUTSIDE_FINDINGS
+            and f.evidence.get("dominant_part") == "outside the server"
+            and set(f.evidence.get("levels", ())) <= levels
+        ):
             f.tail_share = 0.0
             f.evidence["outside_was_the_router"] = ROUTER_ID
 
@@ -171,4 +225,3 @@ def _range(r: Range) -> str:
 
 def _ms(seconds: float) -> str:
     return f"{seconds * 1000:.0f} ms" if seconds < 10 else f"{seconds:.1f} s"
-

@@ -31,9 +31,9 @@ from analyzers.triage.phases import observed_window, same_requests, window_rows
 from analyzers.triage.tail_windows import Window
 from rundir.table import RequestTable
 
-MIN_REQUESTS = 10          # a level with fewer measured requests gives no mean worth subtracting
-EVERY_REQUEST = 0.75       # the median request paid at least this share of the mean gap: every request paid it
-UNEVEN = 0.5               # the median request paid at most this share of it: some paid far more than others
+MIN_REQUESTS = 10  # a level with fewer measured requests gives no mean worth subtracting
+EVERY_REQUEST = 0.75  # the median request paid at least this share of the mean gap: every request paid it
+UNEVEN = 0.5  # the median request paid at most this share of it: some paid far more than others
 
 Range = tuple[float, float]
 
@@ -41,16 +41,16 @@ Range = tuple[float, float]
 @dataclass(frozen=True)
 class LevelGap:
     level_id: str
-    window: Window                        # the level's measured requests: first send .. last finish
-    n: int                                # the client's measured requests
+    window: Window  # the level's measured requests: first send .. last finish
+    n: int  # the client's measured requests
     client_mean_s: float
     client_p50_s: float
     client_p99_s: float
-    replicas_mean_s: float                # sum/count of the replicas' TTFT histogram over the span
-    replicas_count: float                 # first tokens the replicas counted over the span
-    replicas_p50: Range | None            # where the replicas' pooled P50 lies, from its buckets
+    replicas_mean_s: float  # sum/count of the replicas' TTFT histogram over the span
+    replicas_count: float  # first tokens the replicas counted over the span
+    replicas_p50: Range | None  # where the replicas' pooled P50 lies, from its buckets
     replicas_p99: Range | None
-    rtt_s: float | None = None            # mean RTT of the target's own connections (None: not recorded)
+    rtt_s: float | None = None  # mean RTT of the target's own connections (None: not recorded)
 
     def __post_init__(self) -> None:
         if self.n < 1:
@@ -79,7 +79,7 @@ class LevelGap:
 
     @property
     def shape(self) -> str:
-        """"every request" paid the gap (the median request paid most of it), "uneven" (the median
+        """ "every request" paid the gap (the median request paid most of it), "uneven" (the median
         request paid little of it), or "unresolved" (the replicas' buckets are too wide to tell)."""
         m = self.median_gap
         if m is None or self.gap_s <= 0:
@@ -100,12 +100,22 @@ class LevelGap:
         return max(self.gap_s, 0.0)
 
     def evidence(self) -> dict:
-        out = {"requests": self.n, "client_ttft_mean_s": round(self.client_mean_s, 6),
-               "replicas_ttft_mean_s": round(self.replicas_mean_s, 6), "replicas_ttft_count": self.replicas_count,
-               "gap_s": round(self.gap_s, 6), "client_ttft_p50_s": round(self.client_p50_s, 6),
-               "client_ttft_p99_s": round(self.client_p99_s, 6), "shape": self.shape}
-        for name, r in (("replicas_ttft_p50_range_s", self.replicas_p50), ("replicas_ttft_p99_range_s", self.replicas_p99),
-                        ("median_gap_range_s", self.median_gap), ("p99_gap_range_s", self.p99_gap)):
+        out = {
+            "requests": self.n,
+            "client_ttft_mean_s": round(self.client_mean_s, 6),
+            "replicas_ttft_mean_s": round(self.replicas_mean_s, 6),
+            "replicas_ttft_count": self.replicas_count,
+            "gap_s": round(self.gap_s, 6),
+            "client_ttft_p50_s": round(self.client_p50_s, 6),
+            "client_ttft_p99_s": round(self.client_p99_s, 6),
+            "shape": self.shape,
+        }
+        for name, r in (
+            ("replicas_ttft_p50_range_s", self.replicas_p50),
+            ("replicas_ttft_p99_range_s", self.replicas_p99),
+            ("median_gap_range_s", self.median_gap),
+            ("p99_gap_range_s", self.p99_gap),
+        ):
             if r is not None:
                 out[name] = [_round(r[0]), _round(r[1])]
         if self.rtt_s is not None:
@@ -144,23 +154,40 @@ def level_gaps(table: RequestTable, server: ProbeSeries, tcp: ProbeSeries | None
         counts = server.numeric.get("ttft_count")
         count = float(np.nansum(counts[seen])) if seen is not None and counts is not None else 0.0
         if mean is None or seen is None:
-            skipped.append(f"{level_id}: the replicas' pages had no TTFT histogram over its span "
-                           "(vllm:time_to_first_token_seconds)")
+            skipped.append(
+                f"{level_id}: the replicas' pages had no TTFT histogram over its span "
+                "(vllm:time_to_first_token_seconds)"
+            )
             continue
         if not same_requests(count, int(rows.size)):
-            skipped.append(f"{level_id}: the replicas counted {count:.0f} first tokens over its span and the client "
-                           f"{rows.size}: not the same requests")
+            skipped.append(
+                f"{level_id}: the replicas counted {count:.0f} first tokens over its span and the client "
+                f"{rows.size}: not the same requests"
+            )
             continue
         retrans, rtt = _path(tcp, w)
         if retrans >= MIN_RETRANS:
-            skipped.append(f"{level_id}: the target's own connections retransmitted {retrans:.0f} segments "
-                           "(p99.net.retransmits judges the path)")
+            skipped.append(
+                f"{level_id}: the target's own connections retransmitted {retrans:.0f} segments "
+                "(p99.net.retransmits judges the path)"
+            )
             continue
         v = ttft[rows]
-        gaps.append(LevelGap(level_id, w, int(rows.size), float(v.mean()), float(np.percentile(v, 50)),
-                             float(np.percentile(v, 99)), mean, count,
-                             quantile_range(server.numeric, "ttft_p50", seen),
-                             quantile_range(server.numeric, "ttft_p99", seen), rtt))
+        gaps.append(
+            LevelGap(
+                level_id,
+                w,
+                int(rows.size),
+                float(v.mean()),
+                float(np.percentile(v, 50)),
+                float(np.percentile(v, 99)),
+                mean,
+                count,
+                quantile_range(server.numeric, "ttft_p50", seen),
+                quantile_range(server.numeric, "ttft_p99", seen),
+                rtt,
+            )
+        )
     return gaps, skipped
 
 

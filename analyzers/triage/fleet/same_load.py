@@ -24,15 +24,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-MIN_AT_LOAD = 3            # the others' median at a load needs this many of their requests
-MIN_LOADS = 2              # ... and a trend needs this many loads that have it
+MIN_AT_LOAD = 3  # the others' median at a load needs this many of their requests
+MIN_LOADS = 2  # ... and a trend needs this many loads that have it
 
 
 @dataclass(frozen=True)
 class SameLoad:
-    ratio: float                  # median of the candidate's latency over the others' at its load
-    matched_share: float          # of its requests compared at loads the others had (the rest: on their trend)
-    its_in_flight: float          # median requests in flight on it when its requests were sent
+    ratio: float  # median of the candidate's latency over the others' at its load
+    matched_share: float  # of its requests compared at loads the others had (the rest: on their trend)
+    its_in_flight: float  # median requests in flight on it when its requests were sent
     others_in_flight: float
     its_median_s: float
     others_median_s: float
@@ -42,13 +42,19 @@ class SameLoad:
             raise ValueError(f"ratio {self.ratio} must be positive and matched share {self.matched_share} a share")
 
     def evidence(self) -> dict:
-        return {"latency_vs_others_same_load": round(self.ratio, 2), "same_load_matched_share": round(self.matched_share, 3),
-                "in_flight_median": self.its_in_flight, "others_in_flight_median": self.others_in_flight,
-                "latency_median_s": self.its_median_s, "others_latency_median_s": self.others_median_s}
+        return {
+            "latency_vs_others_same_load": round(self.ratio, 2),
+            "same_load_matched_share": round(self.matched_share, 3),
+            "in_flight_median": self.its_in_flight,
+            "others_in_flight_median": self.others_in_flight,
+            "latency_median_s": self.its_median_s,
+            "others_latency_median_s": self.others_median_s,
+        }
 
 
-def same_load(values: np.ndarray, in_flight: np.ndarray, mine: np.ndarray, others: np.ndarray,
-              extrapolate: bool = True) -> SameLoad | None:
+def same_load(
+    values: np.ndarray, in_flight: np.ndarray, mine: np.ndarray, others: np.ndarray, extrapolate: bool = True
+) -> SameLoad | None:
     """The candidate's (`mine`) latency against the `others` rows' at the same in-flight count; None
     when the others' loads give neither a median at its loads nor a trend to read them on. Without
     `extrapolate`, only loads the others had count (the trend is not read beyond them)."""
@@ -70,8 +76,14 @@ def same_load(values: np.ndarray, in_flight: np.ndarray, mine: np.ndarray, other
     if not usable.any():
         return None
     ratio = float(np.median(mine_values[usable] / expected[usable]))
-    return SameLoad(ratio, float(matched.mean()), float(np.median(mine_loads)), float(np.median(in_flight[others])),
-                    float(np.median(mine_values)), float(np.median(values[others])))
+    return SameLoad(
+        ratio,
+        float(matched.mean()),
+        float(np.median(mine_loads)),
+        float(np.median(in_flight[others])),
+        float(np.median(mine_values)),
+        float(np.median(values[others])),
+    )
 
 
 def _per_load(values: np.ndarray, loads: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -38,34 +38,37 @@ class Attention(nn.Module):
         self.kv_observer: Callable[[Attention, torch.Tensor, torch.Tensor], None] | None = None
         self.use_kernels = True
 
-    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_cache: torch.Tensor,
-                meta: AttentionMetadata) -> torch.Tensor:
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_cache: torch.Tensor, meta: AttentionMetadata
+    ) -> torch.Tensor:
         if self.kv_observer is not None:
             self.kv_observer(self, k, v)
         if q.is_cuda and self.use_kernels:
             # Imported here, not at the top: a CPU engine never loads (decorates) a Triton kernel.
             from refengine.kernels.dispatch import attention_with_kernels
+
             out = attention_with_kernels(self, q, k, v, kv_cache, meta)
             if out is not None:
                 return out
         store_kv(k, v, kv_cache, meta.slot_mapping, self.k_scale, self.v_scale)
         if meta.decode_token_indices is not None and self.use_kernels and cpu_paged_decode.applies(q, kv_cache):
             return self._decode_on_cpu_kernel(q, kv_cache, meta)
-        return paged_attention(q, kv_cache, meta, self.num_heads, self.scale, self.k_scale,
-                               self.v_scale).to(q.dtype)
+        return paged_attention(q, kv_cache, meta, self.num_heads, self.scale, self.k_scale, self.v_scale).to(q.dtype)
 
     def _decode_on_cpu_kernel(self, q, kv_cache, meta: AttentionMetadata) -> torch.Tensor:
         """Decodes on the CPU kernel (reads the cache in place); any prefills of the step on the reference."""
         # build_attention_metadata sets both whenever the step has decodes
         assert meta.decode_block_tables is not None and meta.decode_seq_lens is not None
         qd = q if meta.decode_only else q[meta.decode_token_indices]
-        od = cpu_paged_decode.paged_decode_cpu(qd, kv_cache, meta.decode_block_tables, meta.decode_seq_lens,
-                                               self.num_heads, self.scale).to(q.dtype)
+        od = cpu_paged_decode.paged_decode_cpu(
+            qd, kv_cache, meta.decode_block_tables, meta.decode_seq_lens, self.num_heads, self.scale
+        ).to(q.dtype)
         if meta.decode_only:
             return od
         prefills_only = dataclasses.replace(meta, decode_token_indices=None, decode_slots=None, decode_mask=None)
-        out = paged_attention(q, kv_cache, prefills_only, self.num_heads, self.scale, self.k_scale,
-                              self.v_scale).to(q.dtype)
+        out = paged_attention(q, kv_cache, prefills_only, self.num_heads, self.scale, self.k_scale, self.v_scale).to(
+            q.dtype
+        )
         out[meta.decode_token_indices] = od
         return out
 
@@ -76,8 +79,9 @@ def kv_cache_bytes_per_block(model_config, block_size: int, dtype: torch.dtype, 
     return block_size * kv_cache_bytes_per_token(model_config, dtype, tp_size=tp_size)
 
 
-def allocate_kv_caches(model_config, num_blocks: int, block_size: int, dtype: torch.dtype,
-                       device: torch.device | str, tp_size: int = 1) -> list[torch.Tensor]:
+def allocate_kv_caches(
+    model_config, num_blocks: int, block_size: int, dtype: torch.dtype, device: torch.device | str, tp_size: int = 1
+) -> list[torch.Tensor]:
     """One [2, num_blocks, block_size, kv_heads, head_dim] tensor per layer.
 
     Zero-filled, not empty: padded decode rows gather unused slots and a masked-out score times a

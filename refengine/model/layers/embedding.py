@@ -22,8 +22,15 @@ from refengine.parallel.tp_ops import tp_all_gather, tp_all_reduce
 
 
 class VocabParallelEmbedding(nn.Module):
-    def __init__(self, num_embeddings: int, embedding_dim: int, *, tp_rank: int = 0, tp_size: int = 1,
-                 params_dtype: torch.dtype | None = None):
+    def __init__(
+        self,
+        num_embeddings: int,
+        embedding_dim: int,
+        *,
+        tp_rank: int = 0,
+        tp_size: int = 1,
+        params_dtype: torch.dtype | None = None,
+    ):
         super().__init__()
         self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
         self.tp_rank, self.tp_size = tp_rank, tp_size
@@ -31,8 +38,11 @@ class VocabParallelEmbedding(nn.Module):
         self.vocab_start = tp_rank * self.num_embeddings_per_partition
         self.vocab_end = min(self.vocab_start + self.num_embeddings_per_partition, num_embeddings)
         self.weight = nn.Parameter(
-            torch.empty(self.num_embeddings_per_partition, embedding_dim, dtype=params_dtype or torch.get_default_dtype()),
-            requires_grad=False)
+            torch.empty(
+                self.num_embeddings_per_partition, embedding_dim, dtype=params_dtype or torch.get_default_dtype()
+            ),
+            requires_grad=False,
+        )
         attach_weight_loader(self.weight, self.weight_loader)
 
     def weight_loader(self, param: nn.Parameter, loaded_weight: torch.Tensor, shard_id=None) -> None:
@@ -64,4 +74,4 @@ class ParallelLMHead(VocabParallelEmbedding):
             self.packed_weight = cpu_gemm.PackedWeight()  # rebuilt if tie_to swaps the weight
         logits = cpu_gemm.linear(hidden, self.weight, None, self.packed_weight)
         logits = tp_all_gather(logits, self.tp_size, dim=-1)
-        return logits[..., :self.num_embeddings]
+        return logits[..., : self.num_embeddings]

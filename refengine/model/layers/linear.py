@@ -37,11 +37,19 @@ def divide(numerator: int, denominator: int, what: str) -> int:
 
 # --- the quantization hook ---------------------------------------------------------------------
 
+
 class LinearMethod:
     """How a linear layer stores and applies its weight. Subclass for quantized formats."""
 
-    def create_weights(self, layer: nn.Module, input_size_per_partition: int, output_partition_sizes: list[int],
-                       input_size: int, output_size: int, params_dtype: torch.dtype) -> None:
+    def create_weights(
+        self,
+        layer: nn.Module,
+        input_size_per_partition: int,
+        output_partition_sizes: list[int],
+        input_size: int,
+        output_size: int,
+        params_dtype: torch.dtype,
+    ) -> None:
         raise NotImplementedError
 
     def apply(self, layer: nn.Module, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -52,11 +60,13 @@ class LinearMethod:
 
 
 class UnquantizedLinearMethod(LinearMethod):
-    def create_weights(self, layer, input_size_per_partition, output_partition_sizes, input_size, output_size,
-                       params_dtype):
+    def create_weights(
+        self, layer, input_size_per_partition, output_partition_sizes, input_size, output_size, params_dtype
+    ):
         # torch.empty, not an initializer: every value is overwritten by the loader.
-        weight = nn.Parameter(torch.empty(sum(output_partition_sizes), input_size_per_partition, dtype=params_dtype),
-                              requires_grad=False)
+        weight = nn.Parameter(
+            torch.empty(sum(output_partition_sizes), input_size_per_partition, dtype=params_dtype), requires_grad=False
+        )
         attach_weight_loader(weight, layer.weight_loader)
         layer.register_parameter("weight", weight)
         layer.packed_weight = cpu_gemm.PackedWeight()
@@ -68,13 +78,22 @@ class UnquantizedLinearMethod(LinearMethod):
 
 # --- layers ------------------------------------------------------------------------------------
 
+
 class LinearBase(nn.Module):
     # Registered by the linear method's create_weights and by _make_bias; declared for the type checker.
     weight: nn.Parameter
     bias: nn.Parameter | None
 
-    def __init__(self, input_size: int, output_size: int, *, tp_rank: int = 0, tp_size: int = 1,
-                 linear_method: LinearMethod | None = None, params_dtype: torch.dtype | None = None):
+    def __init__(
+        self,
+        input_size: int,
+        output_size: int,
+        *,
+        tp_rank: int = 0,
+        tp_size: int = 1,
+        linear_method: LinearMethod | None = None,
+        params_dtype: torch.dtype | None = None,
+    ):
         super().__init__()
         self.input_size, self.output_size = input_size, output_size
         self.tp_rank, self.tp_size = tp_rank, tp_size
@@ -100,8 +119,9 @@ class ColumnParallelLinear(LinearBase):
         super().__init__(input_size, output_size, **kw)
         self.gather_output = gather_output
         self.output_size_per_partition = divide(output_size, self.tp_size, "output size")
-        self.linear_method.create_weights(self, input_size, self.output_partition_sizes(), input_size, output_size,
-                                          self.params_dtype)
+        self.linear_method.create_weights(
+            self, input_size, self.output_partition_sizes(), input_size, output_size, self.params_dtype
+        )
         self._make_bias(self.output_size_per_partition, bias)
 
     def output_partition_sizes(self) -> list[int]:
@@ -140,8 +160,15 @@ class MergedColumnParallelLinear(ColumnParallelLinear):
 class QKVParallelLinear(ColumnParallelLinear):
     """q, k and v projections fused; shard_id is "q", "k" or "v"."""
 
-    def __init__(self, hidden_size: int, head_size: int, total_num_heads: int, total_num_kv_heads: int | None = None,
-                 bias: bool = False, **kw):
+    def __init__(
+        self,
+        hidden_size: int,
+        head_size: int,
+        total_num_heads: int,
+        total_num_kv_heads: int | None = None,
+        bias: bool = False,
+        **kw,
+    ):
         tp_size = kw.get("tp_size", 1)
         total_num_kv_heads = total_num_kv_heads or total_num_heads
         self.head_size = head_size
@@ -180,8 +207,9 @@ class RowParallelLinear(LinearBase):
         super().__init__(input_size, output_size, **kw)
         self.reduce_results = reduce_results
         self.input_size_per_partition = divide(input_size, self.tp_size, "input size")
-        self.linear_method.create_weights(self, self.input_size_per_partition, [output_size], input_size, output_size,
-                                          self.params_dtype)
+        self.linear_method.create_weights(
+            self, self.input_size_per_partition, [output_size], input_size, output_size, self.params_dtype
+        )
         self._make_bias(output_size, bias)
 
     def weight_loader(self, param, loaded_weight, shard_id=None):

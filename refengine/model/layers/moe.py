@@ -44,12 +44,13 @@ from refengine.parallel.tp_ops import tp_all_reduce, tp_group
 @dataclass(frozen=True)
 class MoEParallel:
     expert_parallel: bool = False
-    capacity_factor: float = 0.0   # dropless, as vLLM, SGLang and transformers infer
-    dispatch: str = "auto"   # all_to_all | allgather | auto
+    capacity_factor: float = 0.0  # dropless, as vLLM, SGLang and transformers infer
+    dispatch: str = "auto"  # all_to_all | allgather | auto
 
 
 def _dist():
     import torch.distributed as dist
+
     return dist
 
 
@@ -67,8 +68,9 @@ class FusedExperts(nn.Module):
     Checkpoint tensors `experts.<e>.w1/w3/w2` arrive one at a time (shard ids (e, 0|1|2)); a rank
     keeps the experts it owns and, without EP, its TP slice of each."""
 
-    def __init__(self, num_experts: int, hidden: int, intermediate: int, tp_rank: int, tp_size: int, ep: bool,
-                 dtype: torch.dtype):
+    def __init__(
+        self, num_experts: int, hidden: int, intermediate: int, tp_rank: int, tp_size: int, ep: bool, dtype: torch.dtype
+    ):
         super().__init__()
         self.tp_rank, self.tp_size, self.ep = tp_rank, tp_size, ep
         self.num_local = num_experts // tp_size if ep else num_experts
@@ -88,8 +90,8 @@ class FusedExperts(nn.Module):
         shard_rank = 0 if self.ep else self.tp_rank
         if which == 2:  # w2 (down): split its input dim
             copy_weight(param.data[local], loaded.narrow(1, shard_rank * n, n))
-        else:           # w1 (gate) -> rows [0, n), w3 (up) -> rows [n, 2n)
-            copy_weight(param.data[local, which * n:(which + 1) * n], loaded.narrow(0, shard_rank * n, n))
+        else:  # w1 (gate) -> rows [0, n), w3 (up) -> rows [n, 2n)
+            copy_weight(param.data[local, which * n : (which + 1) * n], loaded.narrow(0, shard_rank * n, n))
 
     def expert(self, local: int, x: torch.Tensor) -> torch.Tensor:
         gate, up = F.linear(x, self.w13.weight[local]).chunk(2, dim=-1)
@@ -97,16 +99,25 @@ class FusedExperts(nn.Module):
 
 
 class MoE(nn.Module):
-    def __init__(self, hidden: int, intermediate: int, num_experts: int, top_k: int, tp_rank: int = 0,
-                 tp_size: int = 1, parallel: MoEParallel | None = None):
+    def __init__(
+        self,
+        hidden: int,
+        intermediate: int,
+        num_experts: int,
+        top_k: int,
+        tp_rank: int = 0,
+        tp_size: int = 1,
+        parallel: MoEParallel | None = None,
+    ):
         super().__init__()
         self.parallel = parallel = parallel or MoEParallel()
         self.num_experts, self.top_k, self.tp_size = num_experts, top_k, tp_size
         self.ep = parallel.expert_parallel and tp_size > 1
         # The router stays float32 whatever the model dtype (a bf16 router flips near-tied top-k choices).
         self.gate = nn.Linear(hidden, num_experts, bias=False, dtype=torch.float32)
-        self.experts = FusedExperts(num_experts, hidden, intermediate, tp_rank, tp_size, self.ep,
-                                    torch.get_default_dtype())
+        self.experts = FusedExperts(
+            num_experts, hidden, intermediate, tp_rank, tp_size, self.ep, torch.get_default_dtype()
+        )
         self.expert_tokens = torch.zeros(num_experts, dtype=torch.long, device="cpu")  # host-side counters
         self.overflow = 0
 
@@ -154,8 +165,9 @@ class MoE(nn.Module):
         num_tokens = x.shape[0]
         ids, w = self.route(x)
         flat_ids = ids.reshape(-1)
-        keep = self.keep_mask(ids, torch.zeros(self.num_experts, dtype=torch.long, device=x.device),
-                              self.capacity(num_tokens))
+        keep = self.keep_mask(
+            ids, torch.zeros(self.num_experts, dtype=torch.long, device=x.device), self.capacity(num_tokens)
+        )
         self.count_assignments(torch.bincount(flat_ids, minlength=self.num_experts), int(keep.sum()), keep.numel())
         token_of = torch.arange(num_tokens, device=x.device).repeat_interleave(self.top_k)
         out = self._apply_local(x, flat_ids, w.reshape(-1), token_of, keep)
@@ -170,4 +182,5 @@ class MoE(nn.Module):
 
     def _forward_all_to_all(self, x: torch.Tensor) -> torch.Tensor:
         from refengine.model.layers.moe_dispatch import all_to_all_moe
+
         return all_to_all_moe(self, x, tp_group())

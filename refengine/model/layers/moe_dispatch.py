@@ -38,7 +38,7 @@ def all_to_all_moe(moe, x: torch.Tensor, group) -> torch.Tensor:
     per_rank = num_experts // n
     sizes = _slice_sizes(x.shape[0], n)
     start = sum(sizes[:rank])
-    xs = x[start:start + sizes[rank]]
+    xs = x[start : start + sizes[rank]]
 
     ids, weights = moe.route(xs)
     flat_ids, flat_w = ids.reshape(-1), weights.reshape(-1)
@@ -55,15 +55,20 @@ def all_to_all_moe(moe, x: torch.Tensor, group) -> torch.Tensor:
     chosen = keep.nonzero().squeeze(-1)
     order = chosen[torch.argsort(flat_ids[chosen], stable=True)]
     send_x = xs[token_of[order]].contiguous()
-    send_splits = [int(kept[rank, d * per_rank:(d + 1) * per_rank].sum()) for d in range(n)]
-    recv_splits = [int(kept[src, rank * per_rank:(rank + 1) * per_rank].sum()) for src in range(n)]
+    send_splits = [int(kept[rank, d * per_rank : (d + 1) * per_rank].sum()) for d in range(n)]
+    recv_splits = [int(kept[src, rank * per_rank : (rank + 1) * per_rank].sum()) for src in range(n)]
     recv_x = x.new_empty(sum(recv_splits), hidden)
     dist.all_to_all_single(recv_x, send_x, recv_splits, send_splits, group=group)
 
     # Received rows: for each source rank, its rows for my experts in expert order.
-    local_ids = torch.cat([torch.full((int(kept[src, e]),), e - rank * per_rank, dtype=torch.long)
-                           for src in range(n) for e in range(rank * per_rank, (rank + 1) * per_rank)]
-                          or [torch.empty(0, dtype=torch.long)]).to(x.device)
+    local_ids = torch.cat(
+        [
+            torch.full((int(kept[src, e]),), e - rank * per_rank, dtype=torch.long)
+            for src in range(n)
+            for e in range(rank * per_rank, (rank + 1) * per_rank)
+        ]
+        or [torch.empty(0, dtype=torch.long)]
+    ).to(x.device)
     recv_y = torch.empty_like(recv_x)
     for local in range(per_rank):
         rows = (local_ids == local).nonzero().squeeze(-1)
@@ -76,7 +81,7 @@ def all_to_all_moe(moe, x: torch.Tensor, group) -> torch.Tensor:
     ys.index_add_(0, token_of[order], back * flat_w[order].unsqueeze(-1).to(x.dtype))
     longest = max(sizes)
     padded = torch.zeros(longest, hidden, dtype=x.dtype, device=x.device)
-    padded[:ys.shape[0]] = ys
+    padded[: ys.shape[0]] = ys
     parts = [torch.empty_like(padded) for _ in range(n)]
     dist.all_gather(parts, padded, group=group)
     return torch.cat([p[:s] for p, s in zip(parts, sizes)])

@@ -16,8 +16,9 @@ class RMSNorm(nn.Module):
     def __init__(self, hidden_size: int, eps: float = 1e-6, params_dtype: torch.dtype | None = None):
         super().__init__()
         self.eps = eps
-        self.weight = nn.Parameter(torch.ones(hidden_size, dtype=params_dtype or torch.get_default_dtype()),
-                                   requires_grad=False)
+        self.weight = nn.Parameter(
+            torch.ones(hidden_size, dtype=params_dtype or torch.get_default_dtype()), requires_grad=False
+        )
 
     def _norm(self, x: torch.Tensor) -> torch.Tensor:
         dtype = x.dtype

@@ -73,8 +73,9 @@ def _yarn_inv_freq(theta: float, dim: int, s: dict, max_position: int) -> tuple[
     return inv_freq, float(attn_factor)
 
 
-def compute_inv_freq(head_dim: int, theta: float, scaling: dict[str, Any] | None,
-                     max_position: int) -> tuple[torch.Tensor, float, int]:
+def compute_inv_freq(
+    head_dim: int, theta: float, scaling: dict[str, Any] | None, max_position: int
+) -> tuple[torch.Tensor, float, int]:
     """Returns (inv_freq [head_dim/2], cos/sin multiplier, number of positions to tabulate)."""
     s = scaling or {}
     rope_type = s.get("rope_type", "default")
@@ -97,7 +98,7 @@ def compute_inv_freq(head_dim: int, theta: float, scaling: dict[str, Any] | None
 
 
 class RotaryEmbedding(nn.Module):
-    cos_sin_cache: torch.Tensor          # a buffer (register_buffer), declared for the type checker
+    cos_sin_cache: torch.Tensor  # a buffer (register_buffer), declared for the type checker
 
     def __init__(self, head_dim: int, max_position: int, theta: float, scaling: dict | None = None):
         super().__init__()

@@ -20,12 +20,14 @@ WeightLoader = Callable[..., None]
 
 def attach_weight_loader(param: torch.nn.Parameter, loader: WeightLoader) -> None:
     """Give `param` the loader that narrows a checkpoint tensor to it (its TP shard, its slot)."""
-    setattr(param, WEIGHT_LOADER, loader)     # a dynamic attribute: torch's Parameter declares none
+    setattr(param, WEIGHT_LOADER, loader)  # a dynamic attribute: torch's Parameter declares none
 
 
 def copy_weight(dst: torch.Tensor, src: torch.Tensor) -> None:
     """dst.copy_(src) (casting to dst's dtype) after checking that the shapes agree."""
     if dst.shape != src.shape:
-        raise RefEngineError(f"checkpoint tensor has shape {tuple(src.shape)}, expected {tuple(dst.shape)}; "
-                             "does config.json match the weights?")
+        raise RefEngineError(
+            f"checkpoint tensor has shape {tuple(src.shape)}, expected {tuple(dst.shape)}; "
+            "does config.json match the weights?"
+        )
     dst.copy_(src)

@@ -19,10 +19,23 @@ def _records(level: str, c: int, ttft: np.ndarray) -> list[RequestRecord]:
     out = []
     for k, y in enumerate(ttft):
         t = 1000.0 + k * 0.05
-        out.append(RequestRecord(level_id=level, concurrency=c, request_rate=None, target_input_len=8,
-                                 target_output_len=5, t_scheduled=t, t_sent=t, t_first_token=t + y,
-                                 t_done=t + y + 0.2, status="ok", in_window=True, completion_tokens=5,
-                                 prompt_tokens=8).derive())
+        out.append(
+            RequestRecord(
+                level_id=level,
+                concurrency=c,
+                request_rate=None,
+                target_input_len=8,
+                target_output_len=5,
+                t_scheduled=t,
+                t_sent=t,
+                t_first_token=t + y,
+                t_done=t + y + 0.2,
+                status="ok",
+                in_window=True,
+                completion_tokens=5,
+                prompt_tokens=8,
+            ).derive()
+        )
     return out
 
 
@@ -48,9 +61,10 @@ def test_clear_boundary():
 
 def test_unclear_load_widens_the_interval():
     rng = np.random.default_rng(1)
-    close = np.r_[rng.uniform(0.1, 0.3, 395), [0.99, 1.0, 1.01, 1.02, 1.03]]    # P99 right at the bound
-    a = _answer({2: {"c2": rng.uniform(0.1, 0.3, 400)}, 3: {"c3": close, "c3-r2": close},
-                 4: {"c4": rng.uniform(2, 3, 400)}})
+    close = np.r_[rng.uniform(0.1, 0.3, 395), [0.99, 1.0, 1.01, 1.02, 1.03]]  # P99 right at the bound
+    a = _answer(
+        {2: {"c2": rng.uniform(0.1, 0.3, 400)}, 3: {"c3": close, "c3-r2": close}, 4: {"c4": rng.uniform(2, 3, 400)}}
+    )
     verdict = {v.load: v.verdict for v in a.loads}
     assert verdict == {2: "in", 3: "unclear", 4: "out"}
     assert a.low == 2 and a.high == 3
@@ -59,8 +73,10 @@ def test_unclear_load_widens_the_interval():
 def test_bounded_by_the_client():
     rng = np.random.default_rng(2)
     ok = rng.uniform(0.1, 0.3, 400)
-    a = _answer({1: {"c1": ok}, 2: {"c2": ok}, 4: {"c4": ok}},
-                notes={"c4": ["INVALID: the client fell behind (send lag); add --workers"]})
+    a = _answer(
+        {1: {"c1": ok}, 2: {"c2": ok}, 4: {"c4": ok}},
+        notes={"c4": ["INVALID: the client fell behind (send lag); add --workers"]},
+    )
     assert a.capacity == 2 and a.bounded_by == "client" and "bounded by client" in capacity_headline(a)
 
 
@@ -82,12 +98,18 @@ def test_the_recorded_answer_round_trips_and_leads_the_report():
     assert item.text.startswith("max concurrency within SLO: 4") and item.tone == "good"
     assert item.evidence[:2] == ["in: 1, 2, 4", "out: 5, 8"]
     rows = capacity_rows(back)
-    assert [r[0] for r in rows] == ["1", "2", "4", "5", "8"] and [r[2] for r in rows] == ["in", "in", "in", "out", "out"]
+    assert [r[0] for r in rows] == ["1", "2", "4", "5", "8"] and [r[2] for r in rows] == [
+        "in",
+        "in",
+        "in",
+        "out",
+        "out",
+    ]
     _reads_at_every_width(back)
-    assert answer_in(SweepInfo()) is None and answer_in(sweep({"search": {}})) is None     # a search still running
+    assert answer_in(SweepInfo()) is None and answer_in(sweep({"search": {}})) is None  # a search still running
     other = sweep({"answer": {"axis": "rate", "unknown_field": 1}})
-    assert answer_in(other) is None                                                        # another version's
-    assert other.to_dict()["capacity"]["answer"] == {"axis": "rate", "unknown_field": 1}   # kept, written back
+    assert answer_in(other) is None  # another version's
+    assert other.to_dict()["capacity"]["answer"] == {"axis": "rate", "unknown_field": 1}  # kept, written back
 
 
 def test_the_answer_of_a_trace_search_is_also_a_speed():
@@ -100,14 +122,21 @@ def test_too_few_requests_establish_no_load_and_the_answer_says_so():
     """44 requests all well within the bound cannot establish a P99 within it (a bootstrap
     interval of their P99 would claim so); the answer is a point estimate and says why."""
     rng = np.random.default_rng(3)
-    a = _answer({1: {"c1": rng.uniform(0.1, 0.3, 22), "c1-r2": rng.uniform(0.1, 0.3, 22)},
-                 2: {"c2": rng.uniform(0.1, 0.3, 44)}, 3: {"c3": rng.uniform(2, 3, 44)}})
+    a = _answer(
+        {
+            1: {"c1": rng.uniform(0.1, 0.3, 22), "c1-r2": rng.uniform(0.1, 0.3, 22)},
+            2: {"c2": rng.uniform(0.1, 0.3, 44)},
+            3: {"c3": rng.uniform(2, 3, 44)},
+        }
+    )
     assert {v.load: v.verdict for v in a.loads} == {1: "unclear", 2: "unclear", 3: "out"}
     assert all(v.too_few for v in a.loads if v.load < 3)
     assert a.capacity == 2 and a.low is None and a.high == 2
     assert a.loads[0].over_bound == {"TTFT P99": 0, "TPOT P95": 0} and a.loads[2].over_bound["TTFT P99"] == 44
-    assert ("max concurrency within SLO: 2 (a point estimate, not established at 95%: a P99 within its bound "
-            "needs 299 requests with none over it, the loads had 44") in capacity_headline(a)
+    assert (
+        "max concurrency within SLO: 2 (a point estimate, not established at 95%: a P99 within its bound "
+        "needs 299 requests with none over it, the loads had 44"
+    ) in capacity_headline(a)
     assert CapacityAnswer.from_dict(a.to_dict()) == a
 
 
@@ -128,7 +157,7 @@ def _reads_at_every_width(answer) -> None:
         text = console.export_text()
         lines = text.splitlines()
         assert "…" not in text and max(len(line.rstrip()) for line in lines) <= width, text
-        for cell in figures:         # "412 [400, 430]", "TTFT 0, TPOT 2": each on one line
+        for cell in figures:  # "412 [400, 430]", "TTFT 0, TPOT 2": each on one line
             assert any(cell in line for line in lines), (cell, text)
 
 
@@ -146,6 +175,7 @@ def test_a_load_whose_requests_over_the_bound_come_in_one_burst_is_not_out():
     assert by_load[4].design_effect["TTFT P99"] > 8 and by_load[4].verdict == "unclear"
     assert by_load[5].design_effect["TTFT P99"] == 1.0 and by_load[5].verdict == "out"
     from reports.capacity_table import capacity_rows
+
     rows = {r[0]: r for r in capacity_rows(a) + capacity_rows(b)}
     assert "TTFT 12 (in bursts: each counts 1/" in rows["4"][4] and rows["5"][4].startswith("TTFT 12, ")
 

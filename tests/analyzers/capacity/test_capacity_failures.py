@@ -16,14 +16,27 @@ from rundir.table import RequestTable
 SLOS = Slos(ttft_p99_s=1.0, tpot_p95_s=0.1)
 
 
-def _record(level: str, c: int, k: int, ttft: float | None, e2e: float, status: str = "ok",
-            kind: str | None = None) -> RequestRecord:
+def _record(
+    level: str, c: int, k: int, ttft: float | None, e2e: float, status: str = "ok", kind: str | None = None
+) -> RequestRecord:
     t = 1000.0 + k * 0.02
     ok = status == "ok"
-    return RequestRecord(level_id=level, concurrency=c, request_rate=None, target_input_len=8, target_output_len=5,
-                         t_scheduled=t, t_sent=t, t_first_token=None if ttft is None else t + ttft, t_done=t + e2e,
-                         status=status, in_window=True, completion_tokens=5 if ok else None,
-                         prompt_tokens=8 if ok else None, error_kind=kind).derive()
+    return RequestRecord(
+        level_id=level,
+        concurrency=c,
+        request_rate=None,
+        target_input_len=8,
+        target_output_len=5,
+        t_scheduled=t,
+        t_sent=t,
+        t_first_token=None if ttft is None else t + ttft,
+        t_done=t + e2e,
+        status=status,
+        in_window=True,
+        completion_tokens=5 if ok else None,
+        prompt_tokens=8 if ok else None,
+        error_kind=kind,
+    ).derive()
 
 
 def _level(level: str, c: int, n_ok: int, failed: list[tuple[float | None, float, str, str]], seed: int):
@@ -34,8 +47,9 @@ def _level(level: str, c: int, n_ok: int, failed: list[tuple[float | None, float
     at_failed = set(np.linspace(0, n - 1, len(failed)).round().astype(int).tolist()) if failed else set()
     at_ok = [k for k in range(n) if k not in at_failed]
     out = [_record(level, c, k, y, y + 0.2) for k, y in zip(at_ok, rng.uniform(0.1, 0.3, n_ok))]
-    out += [_record(level, c, k, ttft, e2e, status, kind)
-            for k, (ttft, e2e, status, kind) in zip(sorted(at_failed), failed)]
+    out += [
+        _record(level, c, k, ttft, e2e, status, kind) for k, (ttft, e2e, status, kind) in zip(sorted(at_failed), failed)
+    ]
     return out
 
 
@@ -43,8 +57,9 @@ def _answer(levels: dict[int, list[RequestRecord]], slos: Slos = SLOS) -> Capaci
     records = [r for recs in levels.values() for r in recs]
     loads = {float(c): [f"c{c}"] for c in levels}
     stats = {f"c{c}": summarize_level(recs, f"c{c}", 10.0, slos) for c, recs in levels.items()}
-    return capacity_answer("concurrency", judge_loads(RequestTable.from_records(records), loads, stats, slos),
-                           limit_reached=False)
+    return capacity_answer(
+        "concurrency", judge_loads(RequestTable.from_records(records), loads, stats, slos), limit_reached=False
+    )
 
 
 def test_timeouts_without_a_first_token_are_over_the_ttft_bound():

@@ -26,10 +26,24 @@ def _level(level: str, rate: float, ttft: np.ndarray, shares: list[float]) -> li
     out = []
     for k, y in enumerate(ttft):
         t = 1000.0 + k / rate
-        out.append(RequestRecord(level_id=level, concurrency=None, request_rate=rate, target_input_len=8,
-                                 target_output_len=5, t_scheduled=t, t_sent=t, t_first_token=t + y,
-                                 t_done=t + y + 0.2, status="ok", in_window=True, completion_tokens=5,
-                                 prompt_tokens=8, replica=str(names[k % len(names)])).derive())
+        out.append(
+            RequestRecord(
+                level_id=level,
+                concurrency=None,
+                request_rate=rate,
+                target_input_len=8,
+                target_output_len=5,
+                t_scheduled=t,
+                t_sent=t,
+                t_first_token=t + y,
+                t_done=t + y + 0.2,
+                status="ok",
+                in_window=True,
+                completion_tokens=5,
+                prompt_tokens=8,
+                replica=str(names[k % len(names)]),
+            ).derive()
+        )
     return out
 
 
@@ -58,7 +72,7 @@ def test_the_capacity_per_replica_is_the_fleets_over_n_at_the_balance_measured()
     words = per_replica_words(each)
     assert words is not None and "per replica: 10 req/s" in words and "the fleet's / 4" in words
     assert "assumes the balance measured" in words and "busiest replica served 30%" in words
-    assert "per replica: 10 req/s" in capacity_headline(answer)          # the answer leads with it too
+    assert "per replica: 10 req/s" in capacity_headline(answer)  # the answer leads with it too
     # One replica: the answer is already per replica, and nothing more is said.
     one, _ = _fleet_answer(replicas=1)
     assert per_replica_words(per_replica(one)) is None and "per replica" not in capacity_headline(one)
@@ -76,7 +90,8 @@ def test_replicas_needed_for_the_seeds_peak_from_the_measured_per_replica_capaci
     assert "extrapolated from the 4 measured" in words and "same balance" in words
     # At the size measured nothing is extrapolated; more load never needs fewer replicas.
     assert not replicas_for(40.0, each).extrapolated and "the fleet size measured" in replicas_for_words(
-        replicas_for(40.0, each))
+        replicas_for(40.0, each)
+    )
     counts = [replicas_for(r, each).replicas for r in (5.0, 40.0, 41.0, 350.0, 351.0)]
     assert counts == [1, 4, 5, 35, 36]
 

@@ -8,7 +8,7 @@ from analyzers.diagnosis_error import DiagnosisError
 from analyzers.oom.log import EXPANDABLE, parse_oom_log
 
 LOGS = Path(__file__).parent / "oom_logs"
-GiB, MiB = 1024 ** 3, 1024 ** 2
+GiB, MiB = 1024**3, 1024**2
 
 
 def parse(name):
@@ -32,7 +32,7 @@ def test_pytorch_2_1_spelling_and_other_processes():
     assert f.numbers["tried_to_allocate"] == 512 * MiB
     assert f.numbers["other_processes"] == pytest.approx(9.80 * GiB)
     assert any("other processes hold 9.80 GiB" in line for line in f.explanation)
-    assert not any(line.startswith("fragmentation") for line in f.explanation)   # 124 MiB cached < 512 MiB asked
+    assert not any(line.startswith("fragmentation") for line in f.explanation)  # 124 MiB cached < 512 MiB asked
 
 
 def test_older_pytorch_wording_full_card():

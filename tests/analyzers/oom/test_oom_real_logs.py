@@ -11,7 +11,7 @@ from analyzers.oom.log import parse_oom_log
 from analyzers.oom.log_text import clean_lines, strip_line
 
 REAL = Path(__file__).parent / "oom_logs" / "real"
-GiB, MiB = 1024 ** 3, 1024 ** 2
+GiB, MiB = 1024**3, 1024**2
 
 # file -> (kind of the first finding, numbers it must carry)
 CASES = {
@@ -23,17 +23,20 @@ CASES = {
     "nccl_unhandled_cuda_error_oom.log": ("nccl_oom", {}),
     "vllm_free_memory_startup.log": ("vllm_startup_free_memory", {"free": 7.34 * GiB, "total": 139.72 * GiB}),
     "vllm_free_memory_ansi_ci.log": ("vllm_startup_free_memory", {"free": 1.54 * GiB, "wanted": 19.84 * GiB}),
-    "vllm_kv_wrapped_midword.log": ("vllm_kv_too_small", {"max_model_len": 100000, "kv_needed": 4.26 * GiB,
-                                                          "kv_available": 4.25 * GiB}),
+    "vllm_kv_wrapped_midword.log": (
+        "vllm_kv_too_small",
+        {"max_model_len": 100000, "kv_needed": 4.26 * GiB, "kv_available": 4.25 * GiB},
+    ),
     "vllm_kv_wrapped_at_word.log": ("vllm_kv_too_small", {"max_model_len": 1048576, "max_len_that_fits": 810208}),
     "vllm_kv_compose.log": ("vllm_kv_too_small", {"max_model_len": 128000, "kv_available": 12.64 * GiB}),
     "vllm_kv_models_s.log": ("vllm_kv_too_small", {"max_model_len": 262144, "max_len_that_fits": 34736}),
     "vllm_max_len_v0.log": ("vllm_kv_too_small", {"max_model_len": 4096, "kv_tokens": 3664}),
-    "vllm_worker_process_torch_oom.log": ("torch_oom", {"tried_to_allocate": 128 * MiB,
-                                                        "cuda_graph_pools": 46 * MiB}),
+    "vllm_worker_process_torch_oom.log": ("torch_oom", {"tried_to_allocate": 128 * MiB, "cuda_graph_pools": 46 * MiB}),
     "vllm_worker_determine_blocks.log": ("torch_oom", {"tried_to_allocate": 19.63 * GiB, "free": 17.73 * GiB}),
-    "vllm_sampler_warmup_wrapped.log": ("torch_oom", {"tried_to_allocate": 252 * MiB,
-                                                      "reserved_unallocated": 26.44 * MiB}),
+    "vllm_sampler_warmup_wrapped.log": (
+        "torch_oom",
+        {"tried_to_allocate": 252 * MiB, "reserved_unallocated": 26.44 * MiB},
+    ),
     "vllm_v1_core_torch_oom.log": ("torch_oom", {"tried_to_allocate": 1.16 * GiB, "allocated": 4.81 * GiB}),
     "torch_old_html_escaped.log": ("torch_oom", {"tried_to_allocate": 258 * MiB, "total": 23.54 * GiB}),
 }
@@ -52,8 +55,11 @@ def test_real_message_is_recognised_with_its_numbers(name):
 
 
 def test_every_real_oom_file_has_a_case():
-    listed = {line.split("|")[1].strip() for line in (REAL / "README.md").read_text().splitlines()
-              if line.startswith("| ") and line.split("|")[1].strip().endswith(".log")}
+    listed = {
+        line.split("|")[1].strip()
+        for line in (REAL / "README.md").read_text().splitlines()
+        if line.startswith("| ") and line.split("|")[1].strip().endswith(".log")
+    }
     on_disk = {p.name for p in REAL.glob("*.log")}
     assert listed == on_disk
     not_oom = {"nccl_unhandled_cuda_error_plain.log", "journald_apiserver_prefix.log", "vllm_worker_rank_prefix.log"}
@@ -87,5 +93,7 @@ def test_prefixes_colours_and_escapes_are_stripped():
     ci = clean_lines((REAL / "vllm_free_memory_ansi_ci.log").read_text())[0]
     assert "^[" not in ci and "EngineCore" not in ci and ci.lstrip("> ").startswith("ValueError: Free memory"), ci
     assert strip_line("vllm-1  | (EngineCore pid=98) ValueError: x") == "ValueError: x"
-    assert strip_line("[rank7]: torch.distributed.DistBackendError: NCCL error") == \
-        "torch.distributed.DistBackendError: NCCL error"
+    assert (
+        strip_line("[rank7]: torch.distributed.DistBackendError: NCCL error")
+        == "torch.distributed.DistBackendError: NCCL error"
+    )

@@ -45,7 +45,12 @@ def test_no_pressure_in_a_clean_run(tmp_path):
     mp = memory_pressure(run)
     assert not mp.occurred and mp.preemptions == 0 and "no memory pressure found" in mp.headline
     env = dict(os.environ, COLUMNS="200")
-    out = subprocess.run([sys.executable, "-m", "llmbench.diag_cli", "oom", "--run", str(run.path)],
-                         capture_output=True, text=True, env=env, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "llmbench.diag_cli", "oom", "--run", str(run.path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     assert "no memory pressure found" in out.stdout and "oom.ramp" in out.stdout

@@ -13,8 +13,9 @@ from llmbench.diag_cli import app
 
 def test_quick_calibration_writes_a_valid_profile(tmp_path):
     out = tmp_path / "machine.json"
-    r = CliRunner().invoke(app, ["calibrate", "--quick", "--no-comm", "--out", str(out), "--name", "laptop"],
-                           env={"COLUMNS": "200"})
+    r = CliRunner().invoke(
+        app, ["calibrate", "--quick", "--no-comm", "--out", str(out), "--name", "laptop"], env={"COLUMNS": "200"}
+    )
     assert r.exit_code == 0, r.output
     data = json.loads(out.read_text())
     assert data["schema_version"] == PROFILE_SCHEMA and data["source"] == "measured" and data["name"] == "laptop"
@@ -27,8 +28,8 @@ def test_quick_calibration_writes_a_valid_profile(tmp_path):
     assert profile.attention_decode and profile.attention_prefill and profile.elementwise
     assert set(profile.measured_points) == {"attention", "elementwise", "step_overhead"}
     assert any("not measured (--no-comm)" in a for a in profile.assumptions)
-    assert profile.host == platform.node()          # whose machine: `--profile` tells this one from another
-    older = {k: v for k, v in data.items() if k != "host"}     # written before the field existed
+    assert profile.host == platform.node()  # whose machine: `--profile` tells this one from another
+    older = {k: v for k, v in data.items() if k != "host"}  # written before the field existed
     assert MachineProfile.from_dict(older).host == platform.node()
 
 
@@ -45,8 +46,9 @@ def test_calibrate_refuses_a_folder_that_does_not_exist(tmp_path):
 def test_serve_fits_the_overheads_to_a_sweep_of_the_bundled_server(tmp_path):
     """About a minute: a quick calibration, then a real two-level sweep of the embedded tiny-test."""
     out = tmp_path / "served.json"
-    r = CliRunner().invoke(app, ["calibrate", "--quick", "--no-comm", "--serve", "--out", str(out)],
-                           env={"COLUMNS": "200"})
+    r = CliRunner().invoke(
+        app, ["calibrate", "--quick", "--no-comm", "--serve", "--out", str(out)], env={"COLUMNS": "200"}
+    )
     assert r.exit_code == 0, r.output
     profile = MachineProfile.load(out)
     assert profile.source == "fitted" and profile.compute_scale == 1.0

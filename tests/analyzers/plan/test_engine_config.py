@@ -14,9 +14,14 @@ from refengine.parallel.layout import ParallelConfig
 
 def test_what_if_values_take_each_fields_type():
     assert parse_what_if("max_num_seqs=64, enable_chunked_prefill=false,watermark=0.05") == {
-        "max_num_seqs": 64, "enable_chunked_prefill": False, "watermark": 0.05}
+        "max_num_seqs": 64,
+        "enable_chunked_prefill": False,
+        "watermark": 0.05,
+    }
     assert parse_what_if("max-num-batched-tokens=512,scheduling_policy=sjf") == {
-        "max_num_batched_tokens": 512, "scheduling_policy": "sjf"}
+        "max_num_batched_tokens": 512,
+        "scheduling_policy": "sjf",
+    }
     for bad in ("", "max_num_seqs", "model=tiny", "nope=1", "max_num_seqs=1.5", "enable_prefix_caching=2x"):
         with pytest.raises(DiagnosisError):
             parse_what_if(bad)
@@ -25,13 +30,20 @@ def test_what_if_values_take_each_fields_type():
         resolve_engine(args, resolve_model("tiny-test"), 4)
 
 
-@pytest.mark.parametrize("flags", [[], ["--kv-cache-memory-bytes", "1000000", "--block-size", "32"],
-                                   ["--tensor-parallel-size", "2", "--kv-cache-memory-bytes", "3000000"]])
+@pytest.mark.parametrize(
+    "flags",
+    [
+        [],
+        ["--kv-cache-memory-bytes", "1000000", "--block-size", "32"],
+        ["--tensor-parallel-size", "2", "--kv-cache-memory-bytes", "3000000"],
+    ],
+)
 def test_kv_blocks_follow_the_engines_own_rule(flags):
     args = engine_args_from_flags("tiny-test", ["--max-model-len", "256", *flags])
     setup = resolve_engine(args, resolve_model("tiny-test"), kv_bytes_per_element=4)
-    engine_blocks = kv_blocks_for(args, load_model_config(model_dir("tiny-test")), ParallelConfig.from_engine_args(args),
-                                  torch.float32)
+    engine_blocks = kv_blocks_for(
+        args, load_model_config(model_dir("tiny-test")), ParallelConfig.from_engine_args(args), torch.float32
+    )
     assert setup.cache.num_blocks == engine_blocks
     assert setup.scheduler.max_model_len == 256 and setup.tp == args.tensor_parallel_size
 

@@ -9,7 +9,7 @@ def test_solve_factors_recovers_scale_and_overheads():
     s, a, b = 0.5, 1e-3, 2e-4
     # Operator time and batch vary apart (long prompts at low load, short at high): all three are decided.
     points = [(c, batch, s * c + a + b * batch) for c, batch in ((8e-3, 1), (2e-3, 4), (9e-3, 8), (3e-3, 16))]
-    got = solve_factors(points, a=0.0, b=0.0)          # a prior far from the truth
+    got = solve_factors(points, a=0.0, b=0.0)  # a prior far from the truth
     assert got == pytest.approx((s, a, b), rel=0.15)
 
 
@@ -24,5 +24,5 @@ def test_fixed_scale_moves_only_the_overheads_and_nothing_goes_negative():
 
 def test_nonneg_line():
     assert nonneg_line([(1, 3.0), (3, 7.0)]) == pytest.approx((1.0, 2.0))
-    assert nonneg_line([(1, 5.0), (3, 1.0)]) == (3.0, 0.0)       # a falling line is a constant
+    assert nonneg_line([(1, 5.0), (3, 1.0)]) == (3.0, 0.0)  # a falling line is a constant
     assert nonneg_line([(2, 4.0)]) == (4.0, 0.0)

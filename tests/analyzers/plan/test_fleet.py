@@ -16,7 +16,7 @@ def test_round_robin_has_a_worse_ttft_tail_than_least_outstanding_on_a_heavy_tai
     assert rr_p.unfinished == lo_p.unfinished == 0
     # The same stream, the same requests: only the routing differs.
     assert abs(sum(rr.routed) - sum(lo.routed)) <= 1
-    assert max(rr.routed) - min(rr.routed) <= 1               # round robin: every N-th arrival
+    assert max(rr.routed) - min(rr.routed) <= 1  # round robin: every N-th arrival
     assert rr_p.ttft_p99_s > 1.5 * lo_p.ttft_p99_s
 
 
@@ -33,9 +33,17 @@ def test_one_replica_fleet_is_the_single_replica_simulation():
     """A fleet of one under either policy sends every arrival to it: the same records as Simulator.run at those times."""
     from analyzers.plan.fleet import poisson_times
     from analyzers.plan.simulate import LoadSpec
-    load = FleetLoad(rate=30.0, warmup_s=1.0, duration_s=4.0)      # within one replica's capacity
+
+    load = FleetLoad(rate=30.0, warmup_s=1.0, duration_s=4.0)  # within one replica's capacity
     fleet = simulate_fleet(tiny_replica, "least-outstanding", 1, load, heavy_tailed)
-    alone = tiny_replica().run(LoadSpec(load.warmup_s, load.duration_s, arrivals=poisson_times(load.rate, load.seed),
-                                        drain_limit_s=load.drain_limit_s), heavy_tailed)
+    alone = tiny_replica().run(
+        LoadSpec(
+            load.warmup_s,
+            load.duration_s,
+            arrivals=poisson_times(load.rate, load.seed),
+            drain_limit_s=load.drain_limit_s,
+        ),
+        heavy_tailed,
+    )
     key = lambda r: (r.t_sent, r.t_first_token, r.t_done)
     assert sorted(map(key, fleet.result.records)) == sorted(map(key, alone.records))

@@ -62,6 +62,7 @@ def test_one_replicas_capacity_meets_the_slo_and_ten_percent_more_does_not():
 @pytest.mark.slow
 def test_round_robin_costs_replicas_that_least_outstanding_saves():
     from reports.replicas_words import policy_cost_words
+
     sizing = size_fleet(tiny_replica, heavy_tailed, _spec(240.0), ["round-robin", "least-outstanding"], 1)
     rr, lo = sizing.counts
     assert rr.replicas is not None and lo.replicas is not None and lo.replicas < rr.replicas
@@ -74,8 +75,14 @@ def test_stopping_an_over_capacity_fleet_early_changes_no_verdict():
     stops = []
     for n in (2, 3, 4, 5):
         early = simulate_fleet(tiny_replica, "round-robin", n, spec.load(150.0), heavy_tailed, sample=1)
-        full = simulate_fleet(tiny_replica, "round-robin", n, dataclasses.replace(spec.load(150.0), stop_past_ttft_s=None),
-                              heavy_tailed, sample=1)
+        full = simulate_fleet(
+            tiny_replica,
+            "round-robin",
+            n,
+            dataclasses.replace(spec.load(150.0), stop_past_ttft_s=None),
+            heavy_tailed,
+            sample=1,
+        )
         assert serves(early, spec) == serves(full, spec)
         stops.append(early.stopped_early)
     assert stops[0] and not stops[-1]

@@ -43,7 +43,7 @@ def test_70b_needs_tp_and_pp_when_the_concurrency_target_is_high():
     base = ServingPlan(concurrency=32, max_model_len=4096)
     ranked = rank_plans(shape, cluster, base, quantize=False)
     assert all(c.estimate.loads for c in ranked)
-    assert not any(c.gpus_per_replica == 1 for c in ranked)          # 141 GB of bf16 weights
+    assert not any(c.gpus_per_replica == 1 for c in ranked)  # 141 GB of bf16 weights
     best = ranked[0]
     assert best.meets_target and not best.tp_crosses_nodes
     # Nothing with fewer GPUs per replica meets the target.
@@ -57,7 +57,7 @@ def test_70b_needs_tp_and_pp_when_the_concurrency_target_is_high():
 def test_moe_plans_use_ep_and_count_all_to_all():
     shape = PRESETS["mixtral-8x7b"]
     ranked = rank_plans(shape, Cluster(nodes=1, gpus_per_node=8, gpu_memory_gib=40), ServingPlan(concurrency=8))
-    assert not any(c.tp * c.pp < 4 and c.weight_dtype == "bf16" for c in ranked)     # 93 GB of bf16 weights
+    assert not any(c.tp * c.pp < 4 and c.weight_dtype == "bf16" for c in ranked)  # 93 GB of bf16 weights
     tp4 = next(c for c in ranked if c.tp == 4 and c.pp == 1 and c.weight_dtype == "bf16")
     assert tp4.ep and tp4.comm_s_per_step > 2 * shape.num_layers * tp4.allreduce_s
     assert not next(c for c in ranked if c.tp == 1).ep

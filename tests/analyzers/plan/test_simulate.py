@@ -26,8 +26,16 @@ def _schedule_log(outputs):
 
 def test_same_admission_order_chunks_and_preemptions_as_the_real_engine():
     # A KV cache of 12 blocks of 16 tokens for six requests growing to 55-85 tokens: preemption is forced.
-    engine = LLMEngine(EngineArgs(model="tiny-test", max_model_len=128, num_gpu_blocks_override=12,
-                                  max_num_batched_tokens=64, max_num_seqs=4, enable_prefix_caching=False))
+    engine = LLMEngine(
+        EngineArgs(
+            model="tiny-test",
+            max_model_len=128,
+            num_gpu_blocks_override=12,
+            max_num_batched_tokens=64,
+            max_num_seqs=4,
+            enable_prefix_caching=False,
+        )
+    )
     seen = []
     schedule = engine.scheduler.schedule
 
@@ -36,6 +44,7 @@ def test_same_admission_order_chunks_and_preemptions_as_the_real_engine():
         if not out.is_empty:
             seen.append(out)
         return out
+
     engine.scheduler.schedule = logged
     for i in range(len(PROMPTS)):
         prompt, n_out = _lengths(i)
@@ -44,11 +53,13 @@ def test_same_admission_order_chunks_and_preemptions_as_the_real_engine():
         engine.step()
     assert engine.scheduler.num_preemptions_total > 0
 
-    sim = Simulator(StepModel(resolve_model("tiny-test"), published_profile("h100")), engine.scheduler_config,
-                    engine.cache_config)
+    sim = Simulator(
+        StepModel(resolve_model("tiny-test"), published_profile("h100")), engine.scheduler_config, engine.cache_config
+    )
     trace = []
-    result = sim.run(LoadSpec(warmup_s=0.0, duration_s=1e-9, arrivals=iter([0.0] * len(PROMPTS))), _lengths,
-                     trace=trace)
+    result = sim.run(
+        LoadSpec(warmup_s=0.0, duration_s=1e-9, arrivals=iter([0.0] * len(PROMPTS))), _lengths, trace=trace
+    )
     assert _schedule_log(trace) == _schedule_log(seen)
     assert result.preemptions == engine.scheduler.num_preemptions_total
     assert [r.output_tokens for r in result.records] == OUTPUTS
@@ -56,24 +67,30 @@ def test_same_admission_order_chunks_and_preemptions_as_the_real_engine():
 
 
 def _sim(max_num_seqs: int) -> Simulator:
-    return Simulator(StepModel(resolve_model("llama-3-8b"), published_profile("h100")),
-                     SchedulerConfig(max_num_seqs=max_num_seqs, max_model_len=4096), CacheConfig(num_blocks=20_000))
+    return Simulator(
+        StepModel(resolve_model("llama-3-8b"), published_profile("h100")),
+        SchedulerConfig(max_num_seqs=max_num_seqs, max_model_len=4096),
+        CacheConfig(num_blocks=20_000),
+    )
 
 
 def test_continuous_batching_serves_more_than_one_at_a_time():
     load = LoadSpec(warmup_s=2.0, duration_s=10.0, concurrency=16)
     batched = _sim(128).run(load, lambda i: (random_prompt(256, 0, i), 64))
-    serial = _sim(1).run(LoadSpec(warmup_s=2.0, duration_s=10.0, concurrency=16),
-                         lambda i: (random_prompt(256, 0, i), 64))
+    serial = _sim(1).run(
+        LoadSpec(warmup_s=2.0, duration_s=10.0, concurrency=16), lambda i: (random_prompt(256, 0, i), 64)
+    )
     assert batched.output_tok_s > 4 * serial.output_tok_s
     assert batched.mean_batch > 8 and serial.mean_batch == pytest.approx(1.0)
     ttft = lambda r: sorted(x.ttft_s for x in r.in_window)[len(r.in_window) // 2]
-    assert ttft(serial) > 5 * ttft(batched)     # with one seat, fifteen users queue
+    assert ttft(serial) > 5 * ttft(batched)  # with one seat, fifteen users queue
 
 
 def test_open_loop_sends_at_the_given_times_and_finishes_the_window():
-    times = itertools.count(0.05, 0.1)              # 10 requests/s
-    result = _sim(128).run(LoadSpec(warmup_s=1.0, duration_s=5.0, arrivals=times), lambda i: (random_prompt(128, 0, i), 32))
+    times = itertools.count(0.05, 0.1)  # 10 requests/s
+    result = _sim(128).run(
+        LoadSpec(warmup_s=1.0, duration_s=5.0, arrivals=times), lambda i: (random_prompt(128, 0, i), 32)
+    )
     window = result.in_window
     assert len(window) == 50
     assert all(r.t_done is not None and r.ttft_s > 0 for r in window)

@@ -12,18 +12,25 @@ from analyzers.plan.step_model import StepModel, StepShape
 
 def _profile(**kw) -> MachineProfile:
     # 1 TFLOP/s, bandwidth so large memory never binds, no launch cost: a matmul is 2MKN / 1e12 s.
-    base = dict(name="hand", source="published", dtype_bytes=2,
-                roofline=Roofline(peak_flops=1e12, mem_bw_bytes_s=1e30, compute_efficiency=1.0,
-                                  memory_efficiency=1.0, launch_s=0.0),
-                step_overhead=LinearCost(1e-3, 1e-5), collective=CollectiveCost(1e-5, 1e9),
-                attention_decode=LinearCost(0.0, 1e-12), attention_prefill=LinearCost(0.0, 1e-12),
-                elementwise=LinearCost(0.0, 1e-10))
+    base = dict(
+        name="hand",
+        source="published",
+        dtype_bytes=2,
+        roofline=Roofline(
+            peak_flops=1e12, mem_bw_bytes_s=1e30, compute_efficiency=1.0, memory_efficiency=1.0, launch_s=0.0
+        ),
+        step_overhead=LinearCost(1e-3, 1e-5),
+        collective=CollectiveCost(1e-5, 1e9),
+        attention_decode=LinearCost(0.0, 1e-12),
+        attention_prefill=LinearCost(0.0, 1e-12),
+        elementwise=LinearCost(0.0, 1e-10),
+    )
     base.update(kw)
     return MachineProfile(**base)
 
 
 def test_decode_step_matches_a_hand_computation():
-    shape = resolve_model("tiny-test")      # hidden 64, 2 layers, 4 heads, 2 kv heads, head_dim 16, inter 176, vocab 4096
+    shape = resolve_model("tiny-test")  # hidden 64, 2 layers, 4 heads, 2 kv heads, head_dim 16, inter 176, vocab 4096
     step = StepShape(((1, 100), (1, 300)), num_sampled=2)
     cost = StepModel(shape, _profile()).step_cost(step)
     t = 2
@@ -46,7 +53,7 @@ def test_tensor_parallel_halves_matmuls_and_adds_two_all_reduces_per_layer():
     assert c2.parts["matmul"] == pytest.approx(c1.parts["matmul"] / 2, rel=1e-9)
     # ring all-reduce of 8 tokens x 64 x 2 bytes over 2 ranks: latency + bytes x 2(n-1)/n / bus bandwidth
     ar = 1e-5 + 8 * 64 * 2 * 1.0 / 1e9
-    assert c2.parts["tp_comm"] == pytest.approx(2 * 2 * ar)      # two per layer, two layers
+    assert c2.parts["tp_comm"] == pytest.approx(2 * 2 * ar)  # two per layer, two layers
 
 
 def test_pipeline_stage_is_its_share_of_the_layers():
@@ -64,11 +71,11 @@ def test_matmul_table_interpolates_in_log_space_and_says_when_it_extrapolates():
     table = MatmulTable(ms=[1, 100], sizes=[10, 1000], times=[[1e-6, 1e-4], [1e-5, 1e-3]])
     notes: set[str] = set()
     assert table.seconds(1, 10, 10, notes) == pytest.approx(1e-6)
-    assert table.seconds(10, 100, 100, notes) == pytest.approx(math.sqrt(1e-6 * 1e-3))   # the grid's middle
+    assert table.seconds(10, 100, 100, notes) == pytest.approx(math.sqrt(1e-6 * 1e-3))  # the grid's middle
     assert not notes
-    assert table.seconds(200, 1000, 1000, notes) == pytest.approx(2e-3)                # twice the rows of the edge
+    assert table.seconds(200, 1000, 1000, notes) == pytest.approx(2e-3)  # twice the rows of the edge
     assert any("beyond the measured grid" in n for n in notes)
-    for m in range(101, 1000, 7):                      # a sweep's thousands of steps: one note, not one a shape
+    for m in range(101, 1000, 7):  # a sweep's thousands of steps: one note, not one a shape
         table.seconds(m, 1000, 2000, notes)
     assert len(notes) == 1, notes
 
@@ -96,9 +103,9 @@ def test_a_measured_matmul_table_prices_the_layers_and_notes_its_edge():
     profile = _profile(matmul=table, compute_scale=2.0)
     model = StepModel(resolve_model("tiny-test"), profile)
     cost = model.step_cost(StepShape(((1, 50),), num_sampled=1))
-    assert cost.parts["matmul"] == pytest.approx(2 * 4 * 1e-6 * 2.0)        # 2 layers x 4 matmuls x scale
+    assert cost.parts["matmul"] == pytest.approx(2 * 4 * 1e-6 * 2.0)  # 2 layers x 4 matmuls x scale
     assert cost.parts["lm_head"] == pytest.approx(1e-6 * 2.0)
     assert not cost.notes
-    wide = model.step_cost(StepShape(((128, 128),), num_sampled=1))        # 128 tokens: twice the grid's rows
+    wide = model.step_cost(StepShape(((128, 128),), num_sampled=1))  # 128 tokens: twice the grid's rows
     assert wide.parts["matmul"] == pytest.approx(2 * 4 * 2e-6 * 2.0)
     assert any("beyond the measured grid" in n for n in wide.notes)

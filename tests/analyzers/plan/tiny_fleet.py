@@ -9,8 +9,11 @@ from refengine.config import CacheConfig, SchedulerConfig
 
 def tiny_replica() -> Simulator:
     # Four seats per replica: a seat held by a 200-token answer is one a short request cannot have.
-    return Simulator(StepModel(resolve_model("tiny-test"), published_profile("h100")),
-                     SchedulerConfig(max_num_seqs=4, max_model_len=512), CacheConfig(num_blocks=2000))
+    return Simulator(
+        StepModel(resolve_model("tiny-test"), published_profile("h100")),
+        SchedulerConfig(max_num_seqs=4, max_model_len=512),
+        CacheConfig(num_blocks=2000),
+    )
 
 
 def heavy_tailed(i: int) -> tuple[list[int], int]:

@@ -6,7 +6,7 @@ import pytest
 
 from analyzers.stats.distribution import EXACT_BOOTSTRAP_MAX_N, Distribution, percentile_draws
 
-TRUE_P95 = -np.log(0.05)          # exponential(1): P95 = ln 20
+TRUE_P95 = -np.log(0.05)  # exponential(1): P95 = ln 20
 
 
 @pytest.mark.parametrize("n", [400, EXACT_BOOTSTRAP_MAX_N * 4])
@@ -18,7 +18,7 @@ def test_p95_interval_covers_the_truth(n):
         lo, hi = d.ci["p95"]
         assert lo <= d.p["p95"] <= hi
         covered += lo <= TRUE_P95 <= hi
-    assert covered >= 0.8 * trials           # nominal 95%; 80% leaves room for 40 trials' noise
+    assert covered >= 0.8 * trials  # nominal 95%; 80% leaves room for 40 trials' noise
 
 
 def test_intervals_narrow_with_more_samples():
@@ -36,4 +36,3 @@ def test_draws_are_seeded_and_shaped():
     b = percentile_draws(v, (95, 99), np.random.default_rng(3))
     assert a.shape == (1000, 2) and np.array_equal(a, b)
     assert np.isnan(percentile_draws(np.array([]), (95,))).all()
-

@@ -17,18 +17,18 @@ def _verdict(n: int, over: int, quantile: float = 0.99) -> str:
 
 def test_the_thresholds_are_the_binomial_ones():
     assert min_n_for_in(0.99) == 299 and min_n_for_in(0.95) == 59
-    assert (_verdict(298, 0), _verdict(299, 0)) == ("unclear", "in")       # 0.99^299 = 0.0495
+    assert (_verdict(298, 0), _verdict(299, 0)) == ("unclear", "in")  # 0.99^299 = 0.0495
     assert (_verdict(472, 1), _verdict(473, 1)) == ("unclear", "in")
-    assert (_verdict(5, 1), _verdict(6, 1)) == ("out", "unclear")          # 1 - 0.99^5 = 0.049
+    assert (_verdict(5, 1), _verdict(6, 1)) == ("out", "unclear")  # 1 - 0.99^5 = 0.049
     assert (_verdict(35, 2), _verdict(36, 2)) == ("out", "unclear")
     assert (_verdict(58, 0, 0.95), _verdict(59, 0, 0.95)) == ("unclear", "in")
-    assert _verdict(400, 4) == "unclear"                                    # 1%: right at the bound
+    assert _verdict(400, 4) == "unclear"  # 1%: right at the bound
     assert check_bound("x", np.array([]), 0.99, 1.0).verdict == "unclear"
 
 
 def test_the_log_space_sum_matches_the_exact_one():
     for n, k, p in ((10, 0, 0.01), (50, 3, 0.05), (300, 2, 0.01), (200, 199, 0.3)):
-        exact = sum(math.comb(n, i) * p ** i * (1 - p) ** (n - i) for i in range(k + 1))
+        exact = sum(math.comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(k + 1))
         assert _binom_cdf(k, n, p) == pytest.approx(exact, rel=1e-9)
 
 
@@ -40,6 +40,7 @@ def test_too_few_is_unclear_with_none_over_and_nonsense_is_refused():
 
 
 # ----- closed loop: requests over the bound in bursts (the design effect) -------------------------
+
 
 def _check(past: np.ndarray, quantile: float = 0.99):
     """check_bound on values 0 / 2 (bound 1), sent in order: `past` marks the ones over the bound."""
@@ -54,7 +55,7 @@ def _scattered(n: int, over: int) -> np.ndarray:
 
 def _burst(n: int, over: int, at: int = 0) -> np.ndarray:
     past = np.zeros(n, dtype=bool)
-    past[at:at + over] = True
+    past[at : at + over] = True
     return past
 
 
@@ -62,7 +63,7 @@ def test_a_burst_of_ten_late_together_is_weaker_evidence_than_ten_scattered():
     # out: 10 of 200 scattered break a P99; 10 in one burst are one event among ~20
     scattered, burst = _check(_scattered(200, 10)), _check(_burst(200, 10, at=95))
     assert scattered.design_effect == 1.0 and scattered.verdict == "out"
-    assert burst.design_effect > 8 and burst.verdict == "unclear"   # straddling two blocks: seen whole
+    assert burst.design_effect > 8 and burst.verdict == "unclear"  # straddling two blocks: seen whole
     # in: 10 of 2000 scattered establish a P99; one burst of 10 does not
     scattered, burst = _check(_scattered(2000, 10)), _check(_burst(2000, 10, at=1000))
     assert scattered.verdict == "in" and burst.verdict == "unclear"
@@ -74,16 +75,16 @@ def test_independent_draws_are_not_widened_much_and_spread_overload_stays_out():
     rng = np.random.default_rng(7)
     effects = [_check(rng.random(2000) < 0.03).design_effect for _ in range(50)]
     assert np.mean(effects) < 1.3
-    spread = _check(rng.random(400) < 0.2)             # a standing overload: over the bound everywhere
+    spread = _check(rng.random(400) < 0.2)  # a standing overload: over the bound everywhere
     assert spread.verdict == "out" and spread.design_effect < 2
-    whole = _check(np.ones(400, dtype=bool))            # every request over: no variance, no widening
+    whole = _check(np.ones(400, dtype=bool))  # every request over: no variance, no widening
     assert (whole.design_effect, whole.verdict) == (1.0, "out")
 
 
 def test_nothing_over_shows_no_clustering_and_the_thresholds_stand():
     assert (_check(np.zeros(299, dtype=bool)).verdict, _check(np.zeros(298, dtype=bool)).verdict) == ("in", "unclear")
     assert _check(np.zeros(299, dtype=bool)).design_effect == 1.0
-    assert _check(_burst(15, 1, at=7)).design_effect == 1.0      # too few requests for blocks: as independent
+    assert _check(_burst(15, 1, at=7)).design_effect == 1.0  # too few requests for blocks: as independent
     with pytest.raises(ValueError):
         BoundCheck("x", 0.99, 1.0, 10, 1, "in", design_effect=0.5)
 

@@ -14,9 +14,21 @@ from rundir.table import RequestTable
 
 def record(replica, ttft, tokens=10, status="ok", in_window=True, level="c4"):
     t = 1000.0
-    rec = RequestRecord(level_id=level, concurrency=4, request_rate=None, target_input_len=16, target_output_len=tokens,
-                        t_scheduled=t, t_sent=t, t_first_token=t + ttft, t_done=t + ttft + 0.1, status=status,
-                        in_window=in_window, completion_tokens=tokens if status == "ok" else None, replica=replica)
+    rec = RequestRecord(
+        level_id=level,
+        concurrency=4,
+        request_rate=None,
+        target_input_len=16,
+        target_output_len=tokens,
+        t_scheduled=t,
+        t_sent=t,
+        t_first_token=t + ttft,
+        t_done=t + ttft + 0.1,
+        status=status,
+        in_window=in_window,
+        completion_tokens=tokens if status == "ok" else None,
+        replica=replica,
+    )
     return rec.derive().__dict__
 
 
@@ -26,7 +38,7 @@ def table(rows):
 
 def test_shares_and_each_replicas_ttft_p99():
     rows = [record("0", 0.1) for _ in range(6)] + [record("1", 0.5, tokens=30) for _ in range(2)]
-    rows.append(record("1", 9.0, in_window=False))          # outside the window: not counted
+    rows.append(record("1", 9.0, in_window=False))  # outside the window: not counted
     t = table(rows)
     shares = level_replicas(t, np.arange(len(rows)), "c4")
     assert [s.replica for s in shares] == ["0", "1"]

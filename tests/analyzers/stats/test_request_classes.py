@@ -23,7 +23,7 @@ def test_classes_are_summarized_apart(tmp_path):
     assert [c.level_id for c in summary.classes] == ["c1/in10", "c1/in1000"]
     short, long = summary.classes
     assert short.n_ok == 40 and abs(short.ttft.p["p99"] - 0.2) < 1e-6 and abs(long.ttft.p["p50"] - 1.0) < 1e-6
-    assert summary.levels[0].n_ok == 50                      # the level itself is unchanged
+    assert summary.levels[0].n_ok == 50  # the level itself is unchanged
     assert summary.to_dict()["classes"][0]["level_id"] == "c1/in10"
 
 
@@ -44,12 +44,30 @@ def test_compare_reaches_the_short_class(tmp_path):
 
 def test_report_shows_classes_and_a_diagnosis(tmp_path):
     run = _mixed(tmp_path / "a", 0.2)
-    (run.path / "diagnosis_p99.json").write_text(json.dumps({
-        "headline": "<b>long prefills</b> block short requests", "metric": "ttft", "spike_windows": [{}],
-        "spike_seconds": 1.5, "findings": [{"category": "scheduling", "severity": "high", "title": "HOL <x>",
-                                            "explains": [{}], "spike_windows": 1, "next_step": "chunked prefill"}],
-        "playbook": {"playbook": "p99", "steps": [{"id": "p99.sched.long-prefill", "title": "t", "status": "failed",
-                                                   "evidence": "e"}]}}))
+    (run.path / "diagnosis_p99.json").write_text(
+        json.dumps(
+            {
+                "headline": "<b>long prefills</b> block short requests",
+                "metric": "ttft",
+                "spike_windows": [{}],
+                "spike_seconds": 1.5,
+                "findings": [
+                    {
+                        "category": "scheduling",
+                        "severity": "high",
+                        "title": "HOL <x>",
+                        "explains": [{}],
+                        "spike_windows": 1,
+                        "next_step": "chunked prefill",
+                    }
+                ],
+                "playbook": {
+                    "playbook": "p99",
+                    "steps": [{"id": "p99.sched.long-prefill", "title": "t", "status": "failed", "evidence": "e"}],
+                },
+            }
+        )
+    )
     _, paths = write_reports(run)
     html = paths["html"].read_text()
     assert 'id="class-table"' in html and "c1/in1000" in html

@@ -21,8 +21,19 @@ def _issue_level(n_ok: int = 544, n_hung: int = 23, level: str = "c8"):
     for i in range(n_ok + n_hung):
         if i % 24 == 23 and n_hung:
             n_hung -= 1
-            out.append(rec(i * 0.01, None, 3.0, 11, status="timeout", level=level, concurrency=8, kind="timeout",
-                           error="deadline passed"))
+            out.append(
+                rec(
+                    i * 0.01,
+                    None,
+                    3.0,
+                    11,
+                    status="timeout",
+                    level=level,
+                    concurrency=8,
+                    kind="timeout",
+                    error="deadline passed",
+                )
+            )
         else:
             out.append(rec(i * 0.01, 0.02, 0.07, 11, level=level, concurrency=8))
     return out
@@ -34,24 +45,26 @@ def test_timeouts_without_a_first_token_break_the_ttft_p99():
     lv = summarize_level(records, "c8", 10.0, Slos(ttft_p99_s=0.1, tpot_p95_s=0.05))
     # What the tables show is unchanged: the successful requests' distribution, the errors beside it.
     assert lv.ttft.n == 544 and lv.ttft.p["p99"] == pytest.approx(0.02, abs=1e-6) and lv.n_timeout == 23
-    assert lv.error_rate == pytest.approx(23 / 567)                  # under 5%: a valid measurement
+    assert lv.error_rate == pytest.approx(23 / 567)  # under 5%: a valid measurement
     # What the verdict rests on: 4% never answered, so the P99 of the requests sent is over 3 s.
     assert lv.slo_met is False
-    assert lv.slo_broken == ["TTFT P99 > 3 s counting the 23 requests that failed without a first token "
-                             "(bound 100 ms)"]
+    assert lv.slo_broken == ["TTFT P99 > 3 s counting the 23 requests that failed without a first token (bound 100 ms)"]
     assert lv.n_failed_no_token == 23 and lv.n_failed_mid_stream == 0
     assert lv.ttft_p99_unbounded and lv.ttft_p99_with_failures_s == pytest.approx(3.0, abs=1e-3)
 
 
 def test_the_sweep_answer_and_findings_say_the_failures(tmp_path):
     records = _issue_level() + [rec(i * 0.01, 0.02, 0.07, 11, level="c1", concurrency=1) for i in range(500)]
-    run = make_run(tmp_path / "run", records, {"c8": (0, 10), "c1": (0, 10)},
-                   slos={"ttft_p99_s": 0.1, "tpot_p95_s": 0.05})
+    run = make_run(
+        tmp_path / "run", records, {"c8": (0, 10), "c1": (0, 10)}, slos={"ttft_p99_s": 0.1, "tpot_p95_s": 0.05}
+    )
     s, _ = analyze_run(run)
-    assert s.best is not None and s.best.level_id == "c1"            # c8 is not "within the SLO"
+    assert s.best is not None and s.best.level_id == "c1"  # c8 is not "within the SLO"
     over = next(f for f in s.finding_groups if f.kind == "over_slo:TTFT P99")
-    assert over.text == ("Over the SLO on TTFT P99 (bound 100 ms): c8 (> 3 s counting the 23 requests that failed "
-                         "without a first token).")
+    assert over.text == (
+        "Over the SLO on TTFT P99 (bound 100 ms): c8 (> 3 s counting the 23 requests that failed "
+        "without a first token)."
+    )
     level = next(x for x in s.to_dict()["levels"] if x["level_id"] == "c8")
     assert level["ttft_p99_unbounded"] is True and level["n_failed_no_token"] == 23
 
@@ -71,7 +84,9 @@ def test_the_answer_gives_the_p99_the_verdict_used(tmp_path):
 
     records = [rec(i * 0.02, 0.01 * (1 + i % 10), 0.5, 11, level="c4", concurrency=4) for i in range(399)]
     records.append(rec(5.0, None, 0.001, 11, status="error", level="c4", concurrency=4, kind="http_status"))
-    s, _ = analyze_run(make_run(tmp_path / "run", records, {"c4": (0, 10)}, slos={"ttft_p99_s": 0.2, "tpot_p95_s": 0.1}))
+    s, _ = analyze_run(
+        make_run(tmp_path / "run", records, {"c4": (0, 10)}, slos={"ttft_p99_s": 0.2, "tpot_p95_s": 0.1})
+    )
     within = build_answer(s)[0]
     assert within.tone == "good" and "TTFT P99 100 ms counting the 1 of 400 requests that failed" in within.text
 
@@ -80,8 +95,10 @@ def test_a_request_cut_off_mid_stream_is_over_the_e2e_bound():
     """10 of 410 streams broke after their first token, before the E2E bound was even reached: none
     of them was served; with an E2E SLO they are over it (and their TPOT is not within its bound)."""
     records = [rec(i * 0.02, 0.1, 0.5, 11) for i in range(400)]
-    records += [rec(0.01 + i * 0.5, 0.1, 0.3, 11, status="error", kind="stream_broken", error="connection reset")
-                for i in range(10)]
+    records += [
+        rec(0.01 + i * 0.5, 0.1, 0.3, 11, status="error", kind="stream_broken", error="connection reset")
+        for i in range(10)
+    ]
     slos = Slos(ttft_p99_s=1.0, tpot_p95_s=0.1, e2e_p99_s=2.0)
     lv = summarize_level(records, "c1", 10.0, slos)
     assert lv.slo_met is False
@@ -138,7 +155,7 @@ def test_compare_is_not_fooled_by_failures_dropped_from_the_tail(tmp_path):
     p99 = by["TTFT P99"]
     assert p99.verdict == "worse" and p99.b == math.inf and p99.delta is None and "B's" in p99.note
     assert by["E2E P99"].verdict == "worse"
-    assert by["TTFT P50"].verdict == "better"          # the typical request really is faster on B
+    assert by["TTFT P50"].verdict == "better"  # the typical request really is faster on B
     back = compare_runs(_run(tmp_path / "b2", b), _run(tmp_path / "a2", a))
     assert {d.metric: d for d in back.levels[0].deltas}["TTFT P99"].verdict == "better"
 
@@ -155,8 +172,9 @@ def test_a_compare_with_failures_on_both_sides_says_unbounded_without_numpy_warn
     runs = []
     for name in ("a", "b"):
         recs = [rec(i * 0.03, 0.1 + 0.1 * rng.random(), 0.8, 11, level="c4", concurrency=4) for i in range(280)]
-        recs += [rec(0.01 + i, None, 3.0, 11, status="timeout", level="c4", concurrency=4, kind="timeout")
-                 for i in range(20)]
+        recs += [
+            rec(0.01 + i, None, 3.0, 11, status="timeout", level="c4", concurrency=4, kind="timeout") for i in range(20)
+        ]
         runs.append(_run(tmp_path / name, recs))
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)

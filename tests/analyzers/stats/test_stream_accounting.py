@@ -64,8 +64,10 @@ def test_usage_short_of_the_request_is_found_in_true_words(tmp_path):
         r.finish_reason = "stop"
     lv = summarize_level(records, "c1", 10.0)
     assert lv.output_len_unhonoured == 20 and lv.output_len_longer == 0
-    assert any(n.startswith("20 requests did not get the requested 8 output tokens by the server's count (20 shorter")
-               for n in lv.notes)
+    assert any(
+        n.startswith("20 requests did not get the requested 8 output tokens by the server's count (20 shorter")
+        for n in lv.notes
+    )
     s = analyze_run(make_run(tmp_path / "run", records, {"c1": (0, 10)}))[0]
     f = {f.kind: f for f in s.finding_groups}["output_len"]
     assert "stopped before max_tokens" in f.text and "20 shorter, 0 longer" in f.text
@@ -73,8 +75,18 @@ def test_usage_short_of_the_request_is_found_in_true_words(tmp_path):
 
 def test_cut_off_after_tokens_fails_the_slo_as_cut_off_mid_stream():
     ok = [rec(i * 0.25, 0.05, 0.2, OUT) for i in range(36)]
-    cut = [rec(9 + i * 0.25, 0.05, 0.1, OUT, status="error", kind="cut_off",
-               error="cut off by the server: [DONE] without a finish_reason after 3 tokens") for i in range(4)]
+    cut = [
+        rec(
+            9 + i * 0.25,
+            0.05,
+            0.1,
+            OUT,
+            status="error",
+            kind="cut_off",
+            error="cut off by the server: [DONE] without a finish_reason after 3 tokens",
+        )
+        for i in range(4)
+    ]
     lv = summarize_level(ok + cut, "c1", 10.0)
     assert lv.n_error == 4 and lv.errors_by_kind == {"cut_off": 4} and lv.n_failed_mid_stream == 4
     assert lv.slo_met is False

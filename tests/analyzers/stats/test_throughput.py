@@ -17,10 +17,23 @@ def stream(t_sent, n_out, ttft=0.1, itl=0.01, chunks=None, n_in=20, in_window=Tr
     chunks = n_out if chunks is None else chunks
     span = itl * (n_out - 1)
     gap = span / (chunks - 1) if chunks > 1 else 0.0
-    r = RequestRecord(level_id="c1", concurrency=1, request_rate=None, target_input_len=n_in, target_output_len=n_out,
-                      t_scheduled=t_sent, t_sent=t_sent, t_first_token=t_sent + ttft, t_done=t_sent + ttft + span,
-                      status=status, in_window=in_window, prompt_tokens=n_in, completion_tokens=n_out,
-                      client_token_chunks=chunks if gaps else None, itl_s=[gap] * (chunks - 1) if gaps else [])
+    r = RequestRecord(
+        level_id="c1",
+        concurrency=1,
+        request_rate=None,
+        target_input_len=n_in,
+        target_output_len=n_out,
+        t_scheduled=t_sent,
+        t_sent=t_sent,
+        t_first_token=t_sent + ttft,
+        t_done=t_sent + ttft + span,
+        status=status,
+        in_window=in_window,
+        prompt_tokens=n_in,
+        completion_tokens=n_out,
+        client_token_chunks=chunks if gaps else None,
+        itl_s=[gap] * (chunks - 1) if gaps else [],
+    )
     return r.derive()
 
 
@@ -30,13 +43,13 @@ def rates(records, window, seed=0):
 
 
 def test_tokens_are_timed_by_their_chunks():
-    r = stream(100.0, 10, ttft=0.5, itl=0.1)                   # tokens at 100.5, 100.6, ..., 101.4
+    r = stream(100.0, 10, ttft=0.5, itl=0.1)  # tokens at 100.5, 100.6, ..., 101.4
     t, w = token_arrivals(RequestTable.from_records([r]), np.array([0]))
     assert np.allclose(np.sort(t), 100.5 + 0.1 * np.arange(10)) and w.sum() == 10
-    multi = stream(100.0, 10, ttft=0.5, itl=0.1, chunks=4)      # 10 tokens in 4 chunks: 2.5 each
+    multi = stream(100.0, 10, ttft=0.5, itl=0.1, chunks=4)  # 10 tokens in 4 chunks: 2.5 each
     t, w = token_arrivals(RequestTable.from_records([multi]), np.array([0]))
     assert t.size == 4 and np.allclose(w, 2.5) and np.isclose(t.max(), 101.4)
-    old = stream(100.0, 10, ttft=0.5, itl=0.1, gaps=False)      # no gaps, no chunk count: spread to the end
+    old = stream(100.0, 10, ttft=0.5, itl=0.1, gaps=False)  # no gaps, no chunk count: spread to the end
     t, w = token_arrivals(RequestTable.from_records([old]), np.array([0]))
     assert np.allclose(np.sort(t), 100.5 + 0.1 * np.arange(10)) and w.sum() == 10
 
@@ -44,9 +57,9 @@ def test_tokens_are_timed_by_their_chunks():
 def test_only_what_arrived_inside_the_window_counts():
     # One request streaming 100 tokens over 100.10 .. 101.09 s; the window is [100.505, 101.505).
     r = rates([stream(100.0, 100)], Window(1.0, 100.505, 101.505))
-    assert r.values["output tok/s"] == pytest.approx(59.0)        # tokens 41..99 arrived inside
-    assert r.values["total tok/s"] == pytest.approx(59.0)         # its prompt counted at 100.1, outside
-    assert r.values["requests/s"] == pytest.approx(1.0)           # it finished inside
+    assert r.values["output tok/s"] == pytest.approx(59.0)  # tokens 41..99 arrived inside
+    assert r.values["total tok/s"] == pytest.approx(59.0)  # its prompt counted at 100.1, outside
+    assert r.values["requests/s"] == pytest.approx(1.0)  # it finished inside
     # A warm-up request (sent before the window) streams into it and counts for that part.
     r = rates([stream(99.0, 200, in_window=False)], Window(1.0, 100.005, 101.005))
     assert r.values["output tok/s"] == pytest.approx(100.0) and r.values["requests/s"] == 0.0

@@ -19,7 +19,7 @@ from analyzers.stats.latency import summarize_level
 from analyzers.stats.window import Window
 from loadgen import LevelSpec
 
-TTFT_MS, ITL_MS, OUT = 20.0, 40.0, 50       # 25 tok/s per stream, a 2 s cycle
+TTFT_MS, ITL_MS, OUT = 20.0, 40.0, 50  # 25 tok/s per stream, a 2 s cycle
 
 
 @pytest.fixture
@@ -30,11 +30,18 @@ def server():
     s.proc.wait()
 
 
-@pytest.mark.slow   # ~10 s each; .ci/run runs it by name (the default suite keeps under 10 minutes)
+@pytest.mark.slow  # ~10 s each; .ci/run runs it by name (the default suite keeps under 10 minutes)
 @pytest.mark.parametrize("concurrency", [4, 8])
 def test_steady_streams_give_the_configured_rate_with_a_tight_interval(server, concurrency):
-    spec = LevelSpec(f"c{concurrency}", concurrency=concurrency, input_len=16, output_len=OUT, warmup_s=1.0,
-                     duration_s=6.0, request_timeout_s=20.0)
+    spec = LevelSpec(
+        f"c{concurrency}",
+        concurrency=concurrency,
+        input_len=16,
+        output_len=OUT,
+        warmup_s=1.0,
+        duration_s=6.0,
+        request_timeout_s=20.0,
+    )
     lr = run(spec, server.target())
     res = lr.result
     assert res.end_reason == "complete" and not res.fell_behind, res
@@ -45,10 +52,12 @@ def test_steady_streams_give_the_configured_rate_with_a_tight_interval(server, c
     configured = concurrency * OUT / cycle_s
     old = sum(r.completion_tokens for r in lr.in_window if r.status == "ok") / window.seconds
     lo, hi = lv.output_tok_s_ci
-    print(f"c={concurrency}: configured {configured:.1f} tok/s; arrived {lv.output_tok_s:.1f} "
-          f"({lv.output_tok_s / configured - 1:+.2%}), 95% CI {lo:.1f}–{hi:.1f} "
-          f"({lo / configured - 1:+.2%} / {hi / configured - 1:+.2%}); sent-in-window count {old:.1f} "
-          f"({old / configured - 1:+.2%}); req/s {lv.req_s:.2f} vs {concurrency / cycle_s:.2f}")
+    print(
+        f"c={concurrency}: configured {configured:.1f} tok/s; arrived {lv.output_tok_s:.1f} "
+        f"({lv.output_tok_s / configured - 1:+.2%}), 95% CI {lo:.1f}–{hi:.1f} "
+        f"({lo / configured - 1:+.2%} / {hi / configured - 1:+.2%}); sent-in-window count {old:.1f} "
+        f"({old / configured - 1:+.2%}); req/s {lv.req_s:.2f} vs {concurrency / cycle_s:.2f}"
+    )
     assert lv.output_tok_s == pytest.approx(configured, rel=0.03)
     assert configured * 0.95 <= lo <= lv.output_tok_s <= hi <= configured * 1.05
     assert lv.total_tok_s > lv.output_tok_s and lv.total_tok_s_ci is not None

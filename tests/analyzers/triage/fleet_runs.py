@@ -14,28 +14,34 @@ from planted import T0, write_run
 from rundir import RequestRecord, RunDir
 
 PROMPT, OUT, LONG_OUT = 256, 32, 400
-TTFT_S, PER_REQUEST, TPOT_S = 0.050, 0.25, 0.004     # TTFT at an idle replica, +25% per request in flight
+TTFT_S, PER_REQUEST, TPOT_S = 0.050, 0.25, 0.004  # TTFT at an idle replica, +25% per request in flight
 
 
 @dataclass
 class Replica:
-    slots: int = 1_000          # requests it runs at once (its KV cache); the rest wait for a slot
-    speed: float = 1.0          # a slower build: every step this many times slower
+    slots: int = 1_000  # requests it runs at once (its KV cache); the rest wait for a slot
+    speed: float = 1.0  # a slower build: every step this many times slower
 
     def latency(self, ends_in_flight: list[float], t: float, n_out: int, noise: float) -> tuple[float, float]:
         """(TTFT, E2E) of a request sent at t to this replica with these requests in flight."""
         n = len(ends_in_flight)
         wait = 0.0
-        if n >= self.slots:      # the (n - slots + 1)-th earliest end frees its slot
+        if n >= self.slots:  # the (n - slots + 1)-th earliest end frees its slot
             wait = sorted(ends_in_flight)[n - self.slots] - t
         running = min(n, self.slots)
         ttft = wait + TTFT_S * self.speed * (1 + PER_REQUEST * running) * noise
         return ttft, ttft + n_out * TPOT_S * self.speed * (1 + 0.05 * running)
 
 
-def fleet_records(replicas: list[Replica], n: int = 1200, concurrency: int = 8, seed: int = 0,
-                  long_out: list[bool] | None = None, least_outstanding: bool = False,
-                  level: str = "c8") -> tuple[list[RequestRecord], list[dict]]:
+def fleet_records(
+    replicas: list[Replica],
+    n: int = 1200,
+    concurrency: int = 8,
+    seed: int = 0,
+    long_out: list[bool] | None = None,
+    least_outstanding: bool = False,
+    level: str = "c8",
+) -> tuple[list[RequestRecord], list[dict]]:
     """`n` requests of a closed loop over the replicas (round robin, or to the fewest in flight), and
     the per-engine gauges a server probe would have read each second. `long_out[i]`: request i asks
     for LONG_OUT tokens instead of OUT."""
@@ -52,10 +58,24 @@ def fleet_records(replicas: list[Replica], n: int = 1200, concurrency: int = 8, 
         n_out = LONG_OUT if long_out is not None and long_out[i] else OUT
         ttft, e2e = replicas[pick].latency(ends[pick], t, n_out, float(rng.lognormal(0.0, 0.08)))
         ends[pick].append(t + e2e)
-        recs.append(RequestRecord(level_id=level, concurrency=concurrency, request_rate=None, target_input_len=PROMPT,
-                                  target_output_len=n_out, t_scheduled=t, t_sent=t, t_first_token=t + ttft,
-                                  t_done=t + e2e, status="ok", in_window=True, prompt_tokens=PROMPT,
-                                  completion_tokens=n_out, replica=str(pick)).derive())
+        recs.append(
+            RequestRecord(
+                level_id=level,
+                concurrency=concurrency,
+                request_rate=None,
+                target_input_len=PROMPT,
+                target_output_len=n_out,
+                t_scheduled=t,
+                t_sent=t,
+                t_first_token=t + ttft,
+                t_done=t + e2e,
+                status="ok",
+                in_window=True,
+                prompt_tokens=PROMPT,
+                completion_tokens=n_out,
+                replica=str(pick),
+            ).derive()
+        )
         heapq.heappush(users, (t + e2e + 0.001, u))
     return recs, _gauges(recs, replicas)
 
@@ -70,12 +90,23 @@ def _gauges(recs: list[RequestRecord], replicas: list[Replica]) -> list[dict]:
         for k, rep in enumerate(replicas):
             n = sum(1 for r in recs if r.replica == str(k) and r.t_sent <= t < r.t_done)
             running = min(n, rep.slots)
-            per_engine[str(k)] = {"running": running, "waiting": n - running,
-                                  "kv_usage": min(1.0, running / rep.slots) if rep.slots < 1_000 else 0.3}
-        rows.append({"t": float(t), "up": 1, "running": sum(v["running"] for v in per_engine.values()),
-                     "waiting": sum(v["waiting"] for v in per_engine.values()),
-                     "kv_usage": max(v["kv_usage"] for v in per_engine.values()), "preemptions": 0,
-                     "preemptions_total": 0, "per_engine": per_engine})
+            per_engine[str(k)] = {
+                "running": running,
+                "waiting": n - running,
+                "kv_usage": min(1.0, running / rep.slots) if rep.slots < 1_000 else 0.3,
+            }
+        rows.append(
+            {
+                "t": float(t),
+                "up": 1,
+                "running": sum(v["running"] for v in per_engine.values()),
+                "waiting": sum(v["waiting"] for v in per_engine.values()),
+                "kv_usage": max(v["kv_usage"] for v in per_engine.values()),
+                "preemptions": 0,
+                "preemptions_total": 0,
+                "per_engine": per_engine,
+            }
+        )
     return rows
 
 

@@ -14,8 +14,9 @@ from analyzers.triage.tail_windows import Window
 
 
 def test_exposure_is_the_share_of_a_requests_window_the_condition_covers():
-    share = time_exposure(np.array([0.0, 0.0, 5.0, 3.0]), np.array([10.0, 2.0, 6.0, 3.0]),
-                          [Window(1.0, 4.0), Window(3.5, 5.0)])
+    share = time_exposure(
+        np.array([0.0, 0.0, 5.0, 3.0]), np.array([10.0, 2.0, 6.0, 3.0]), [Window(1.0, 4.0), Window(3.5, 5.0)]
+    )
     assert np.allclose(share, [0.4, 0.5, 0.0, 1.0])
 
 
@@ -26,7 +27,7 @@ def test_a_condition_both_tail_and_body_share_explains_nothing():
     everyone = np.ones(400, dtype=bool)
     d = differential(values, rows, everyone, everyone)
     assert d.tail_exposed == 1.0 and d.attributable == 0.0 and not d.separates
-    half = rng.random(400) < 0.5                     # exposure unrelated to latency
+    half = rng.random(400) < 0.5  # exposure unrelated to latency
     assert not differential(values, rows, everyone, half).separates
 
 
@@ -43,8 +44,12 @@ def _neighbour_run(tmp_path, start_s: float, seconds: float, others_cores: float
     for row in probes["host"]:
         row.update(server_cpu_cores=1.0, cpu_pct=55.0, others_cpu_cores=0.05)
         if on < row["t"] <= off + 1.0:
-            row.update(others_cpu_cores=others_cores, cpu_pct=100.0, cpu_pressure_some_share=1.0,
-                       top_others=[{"pid": 900 + k, "comm": "burn", "cpu_cores": others_cores / 4} for k in range(4)])
+            row.update(
+                others_cpu_cores=others_cores,
+                cpu_pct=100.0,
+                cpu_pressure_some_share=1.0,
+                top_others=[{"pid": 900 + k, "comm": "burn", "cpu_cores": others_cores / 4} for k in range(4)],
+            )
     return write_run(tmp_path / "r", recs, probes, url="http://127.0.0.1:8000")
 
 
@@ -70,8 +75,12 @@ def _half_core_neighbour(tmp_path, server_wait: float):
     for row in probes["host"]:
         row.update(server_cpu_cores=1.0, cpu_pct=55.0, others_cpu_cores=0.01, server_cpu_wait_share=0.28)
         if any(a < row["t"] <= b + 1.0 for a, b in stretches):
-            row.update(server_cpu_cores=0.52, others_cpu_cores=0.48, server_cpu_wait_share=server_wait,
-                       top_others=[{"pid": 900 + k, "comm": "burn", "cpu_cores": 0.06} for k in range(8)])
+            row.update(
+                server_cpu_cores=0.52,
+                others_cpu_cores=0.48,
+                server_cpu_wait_share=server_wait,
+                top_others=[{"pid": 900 + k, "comm": "burn", "cpu_cores": 0.06} for k in range(8)],
+            )
     return write_run(tmp_path / "r", recs, probes, url="http://127.0.0.1:8000")
 
 
@@ -106,8 +115,12 @@ def _hol_run(tmp_path, every_short_blocked: bool = True):
         pending = [q for q in longs if q.t_sent <= r.t_sent < q.t_first_token]
         if pending:
             delay(r, max(0.0, max(q.t_first_token for q in pending) + 0.02 - r.t_first_token))
-    return write_run(tmp_path / "r", recs, clean_probes(recs[0].t_sent - 1, max(r.t_done for r in recs) + 1),
-                     url="http://127.0.0.1:8000")
+    return write_run(
+        tmp_path / "r",
+        recs,
+        clean_probes(recs[0].t_sent - 1, max(r.t_done for r in recs) + 1),
+        url="http://127.0.0.1:8000",
+    )
 
 
 def test_head_of_line_blocking_everywhere_is_named_not_saturation(tmp_path):
@@ -127,13 +140,14 @@ def test_a_neighbour_that_exited_before_each_sample_is_still_seen_where_the_serv
     rows = [json.loads(line) for line in run.probe_file("host").read_text().splitlines()]
     for row in rows:
         busy = row["others_cpu_cores"] > 0.5
-        row.update(others_cpu_cores=0.02, top_others=[], client_cpu_cores=0.1,
-                   server_cpu_wait_share=0.6 if busy else 0.1)
+        row.update(
+            others_cpu_cores=0.02, top_others=[], client_cpu_cores=0.1, server_cpu_wait_share=0.6 if busy else 0.1
+        )
     run.probe_file("host").write_text("".join(json.dumps(r) + "\n" for r in rows))
     diag = diagnose_p99(run)
     assert diag.findings and diag.findings[0].check_id == "p99.host.cpu", diag.headline
     for row in rows:
-        row["server_cpu_wait_share"] = 0.1                          # the server never waited
+        row["server_cpu_wait_share"] = 0.1  # the server never waited
     run.probe_file("host").write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert not any(f.check_id == "p99.host.cpu" for f in diagnose_p99(run).findings)
 

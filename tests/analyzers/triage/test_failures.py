@@ -38,11 +38,11 @@ def test_streams_cut_by_the_server_are_named_first_with_their_share_of_the_tail(
 
 def test_one_failure_in_a_thousand_is_part_of_the_tail_not_all_of_it(tmp_path):
     recs = base_records(n=1000)
-    _fail(recs, 1000, "http_status", "HTTP 503: queue full")       # 1 of 10 tail requests
+    _fail(recs, 1000, "http_status", "HTTP 503: queue full")  # 1 of 10 tail requests
     diag = _diagnose(tmp_path, recs)
     check = next(c for c in diag.checks if c.check_id == "p99.failures")
     assert check.status == "failed" and np.isclose(check.finding.coverage, 0.1)
-    assert check.finding in diag.context            # under the 20% a cause needs
+    assert check.finding in diag.context  # under the 20% a cause needs
 
 
 def test_no_failure_passes(tmp_path):

@@ -23,34 +23,67 @@ BEHIND = {"replica_metrics": [REPLICA_PAGE]}
 TPOT_S, OUT = 0.010, 32
 
 
-def router_run(tmp_path, delay, n: int = 400, users: int = 4, target: dict | None = None, histogram: bool = True,
-               tcp_rtt_ms: float | None = None, metric_page: bool = True, slow_at_replica=lambda i: 0.0,
-               slos: dict | None = None):
+def router_run(
+    tmp_path,
+    delay,
+    n: int = 400,
+    users: int = 4,
+    target: dict | None = None,
+    histogram: bool = True,
+    tcp_rtt_ms: float | None = None,
+    metric_page: bool = True,
+    slow_at_replica=lambda i: 0.0,
+    slos: dict | None = None,
+):
     """A closed loop of `users` through a router: each replica TTFT ~ 25 ms (plus `slow_at_replica(i)`), the
     router holding request i `delay(i)` seconds before forwarding it; the server probe's rows (one a second)
     are the replicas' own TTFT histogram over each second, as probes/server.py writes them."""
     rng = np.random.default_rng(3)
     clocks = [T0 + 0.01 * u for u in range(users)]
-    recs, observed = [], []                   # observed: (replica's first token time, its own TTFT)
+    recs, observed = [], []  # observed: (replica's first token time, its own TTFT)
     for i in range(n):
         u = i % users
         t = clocks[u]
         own = 0.025 * float(rng.lognormal(0.0, 0.2)) + slow_at_replica(i)
         ttft = own + delay(i)
         e2e = ttft + TPOT_S * (OUT - 1)
-        recs.append(RequestRecord(level_id="c4", concurrency=users, request_rate=None, target_input_len=64,
-                                  target_output_len=OUT, t_scheduled=t, t_sent=t, t_first_token=t + ttft,
-                                  t_done=t + e2e, status="ok", in_window=True, prompt_tokens=64,
-                                  completion_tokens=OUT, itl_s=[TPOT_S] * (OUT - 1)).derive())
+        recs.append(
+            RequestRecord(
+                level_id="c4",
+                concurrency=users,
+                request_rate=None,
+                target_input_len=64,
+                target_output_len=OUT,
+                t_scheduled=t,
+                t_sent=t,
+                t_first_token=t + ttft,
+                t_done=t + e2e,
+                status="ok",
+                in_window=True,
+                prompt_tokens=64,
+                completion_tokens=OUT,
+                itl_s=[TPOT_S] * (OUT - 1),
+            ).derive()
+        )
         observed.append((t + ttft, own))
         clocks[u] = t + e2e + 0.001
     rows = [_server_row(float(s), observed, histogram) for s in np.arange(T0 + 1.0, max(clocks) + 1.0, 1.0)]
     probes = {"server": rows} if metric_page else {}
     if tcp_rtt_ms is not None:
-        probes["tcp"] = [{"t": r["t"], "dt_s": 1.0, "Tcp.RetransSegs": 0, "conns": users, "conns_retrans": 0,
-                          "conns_rtt_ms_mean": tcp_rtt_ms} for r in rows]
-    return write_run(tmp_path / "run", recs, probes, url=ROUTER_URL, target=BEHIND if target is None else target,
-                     slos=slos)
+        probes["tcp"] = [
+            {
+                "t": r["t"],
+                "dt_s": 1.0,
+                "Tcp.RetransSegs": 0,
+                "conns": users,
+                "conns_retrans": 0,
+                "conns_rtt_ms_mean": tcp_rtt_ms,
+            }
+            for r in rows
+        ]
+    return write_run(
+        tmp_path / "run", recs, probes, url=ROUTER_URL, target=BEHIND if target is None else target, slos=slos
+    )
 
 
 def _server_row(t: float, observed: list[tuple[float, float]], histogram: bool) -> dict:
@@ -58,18 +91,23 @@ def _server_row(t: float, observed: list[tuple[float, float]], histogram: bool) 
     own = [v for at, v in observed if t - 1.0 < at <= t]
     if not histogram or not own:
         return row
-    h = Histogram({le: float(sum(v <= le for v in own)) for le in (*TTFT_BUCKETS, float("inf"))},
-                  len(own), float(sum(own)))
+    h = Histogram(
+        {le: float(sum(v <= le for v in own)) for le in (*TTFT_BUCKETS, float("inf"))}, len(own), float(sum(own))
+    )
     row.update(ttft_count=len(own), ttft_mean_s=sum(own) / len(own))
     # The replica's own TTFT is its queue (a fifth) and its prefill: the standing split's histograms.
-    row.update(queue_time_count=len(own), queue_time_mean_s=0.2 * sum(own) / len(own),
-               prefill_time_count=len(own), prefill_time_mean_s=0.8 * sum(own) / len(own))
+    row.update(
+        queue_time_count=len(own),
+        queue_time_mean_s=0.2 * sum(own) / len(own),
+        prefill_time_count=len(own),
+        prefill_time_mean_s=0.8 * sum(own) / len(own),
+    )
     for q in (0.5, 0.9, 0.99):
         est = quantile_estimate(h, q)
         key = f"ttft_p{int(q * 100)}"
         if est is None:
             continue
-        if est.value is None:         # the first bucket gives "< its edge", the +Inf one "> the last edge"
+        if est.value is None:  # the first bucket gives "< its edge", the +Inf one "> the last edge"
             row.update({f"{key}_s": None, **({f"{key}_gt_s": est.lo} if np.isinf(est.hi) else {f"{key}_lt_s": est.hi})})
         else:
             row.update({f"{key}_s": est.value, f"{key}_bucket_s": [est.lo, est.hi]})
@@ -86,7 +124,9 @@ def test_a_router_that_adds_80_ms_to_every_request_is_named_first_as_the_level_o
     assert first.check_id == ROUTER_ID and first.kind == "added", diag.headline
     level = first.evidence["levels"]["c4"]
     assert 0.075 <= level["gap_s"] <= 0.085 and level["shape"] == "every request"
-    assert first.title.startswith("the router adds 80 ms to every request's TTFT: replicas' own TTFT mean 2"), first.title
+    assert first.title.startswith("the router adds 80 ms to every request's TTFT: replicas' own TTFT mean 2"), (
+        first.title
+    )
     assert "lifts P50 as much as P99" in first.title
     # Most of what the slowest requests waited is the router's: 80 ms of about 110.
     assert first.coverage >= 0.6 and first.severity == "high"
@@ -134,12 +174,15 @@ def test_the_round_trip_to_a_remote_router_is_the_paths_not_the_routers(tmp_path
 
 
 def test_without_a_router_or_its_replicas_histogram_it_is_not_judged(tmp_path):
-    cases = {"own page": dict(target={"replica_metrics": [ROUTER_URL + "/metrics"]}),
-             "no pages": dict(target={}),
-             "no histogram": dict(histogram=False),
-             "no server probe": dict(metric_page=False)}
-    why = {name: _router(diagnose_p99(router_run(tmp_path / name, lambda i: 0.080, **kw)))
-           for name, kw in cases.items()}
+    cases = {
+        "own page": dict(target={"replica_metrics": [ROUTER_URL + "/metrics"]}),
+        "no pages": dict(target={}),
+        "no histogram": dict(histogram=False),
+        "no server probe": dict(metric_page=False),
+    }
+    why = {
+        name: _router(diagnose_p99(router_run(tmp_path / name, lambda i: 0.080, **kw))) for name, kw in cases.items()
+    }
     assert all(c.status == "unchecked" for c in why.values()), {k: c.detail for k, c in why.items()}
     assert "the target's own" in why["own page"].detail and "--replica-metrics" in why["no pages"].detail
     assert "no TTFT histogram" in why["no histogram"].detail and "no server probe" in why["no server probe"].detail
@@ -155,11 +198,13 @@ def test_the_gap_threshold_is_below_a_standing_levels_excess():
 
 def test_a_pooled_quantile_lies_between_its_intervals_bucket_edges():
     nan = float("nan")
-    numeric = {"ttft_p50_s": np.array([0.015, nan, nan, 0.05]),
-               "ttft_p50_bucket_s.0": np.array([0.01, nan, nan, 0.04]),
-               "ttft_p50_bucket_s.1": np.array([0.02, nan, nan, 0.06]),
-               "ttft_p50_lt_s": np.array([nan, 0.001, nan, nan]),
-               "ttft_p50_gt_s": np.array([nan, nan, 30.0, nan])}
+    numeric = {
+        "ttft_p50_s": np.array([0.015, nan, nan, 0.05]),
+        "ttft_p50_bucket_s.0": np.array([0.01, nan, nan, 0.04]),
+        "ttft_p50_bucket_s.1": np.array([0.02, nan, nan, 0.06]),
+        "ttft_p50_lt_s": np.array([nan, 0.001, nan, nan]),
+        "ttft_p50_gt_s": np.array([nan, nan, 30.0, nan]),
+    }
     assert quantile_range(numeric, "ttft_p50", np.array([True, False, False, True])) == (0.01, 0.06)
     assert quantile_range(numeric, "ttft_p50", np.array([0, 1])) == (0.0, 0.02)
     assert quantile_range(numeric, "ttft_p50", np.array([2])) == (30.0, float("inf"))

@@ -28,13 +28,27 @@ def _ids(findings):
 
 def test_each_replicas_load_at_a_send_is_what_its_requests_still_had_to_do():
     def rec(t_sent, t_first, t_done, replica, n_in=10, n_out=100):
-        return RequestRecord(level_id="c2", concurrency=2, request_rate=None, target_input_len=n_in,
-                             target_output_len=n_out, t_scheduled=T0 + t_sent, t_sent=T0 + t_sent,
-                             t_first_token=T0 + t_first, t_done=T0 + t_done, status="ok", in_window=True,
-                             prompt_tokens=n_in, completion_tokens=n_out, replica=replica).derive()
+        return RequestRecord(
+            level_id="c2",
+            concurrency=2,
+            request_rate=None,
+            target_input_len=n_in,
+            target_output_len=n_out,
+            t_scheduled=T0 + t_sent,
+            t_sent=T0 + t_sent,
+            t_first_token=T0 + t_first,
+            t_done=T0 + t_done,
+            status="ok",
+            in_window=True,
+            prompt_tokens=n_in,
+            completion_tokens=n_out,
+            replica=replica,
+        ).derive()
+
     # Replica 0 streams 100 tokens from 0.5 s to 2.5 s; replica 1's request is sent at 1.0 s, then one at 1.5 s.
-    table = RequestTable.from_records([rec(0.0, 0.5, 2.5, "0"), rec(1.0, 1.2, 3.0, "1", n_in=20, n_out=50),
-                                       rec(1.5, 1.6, 2.0, "0")])
+    table = RequestTable.from_records(
+        [rec(0.0, 0.5, 2.5, "0"), rec(1.0, 1.2, 3.0, "1", n_in=20, n_out=50), rec(1.5, 1.6, 2.0, "0")]
+    )
     load = fleet_load(table)
     assert load is not None and load.replicas == ["0", "1"]
     assert load.in_flight.tolist() == [[0, 0], [1, 0], [1, 1]]
@@ -88,8 +102,9 @@ def test_a_replica_busier_because_round_robin_gave_it_the_long_requests_is_imbal
 def test_equal_replicas_where_round_robin_overfills_one_are_imbalance_and_its_queue_is_the_routings(tmp_path):
     # Both replicas run 3 requests at once; round robin hands replica 0 every long request, so it
     # queues past its room while replica 1 has room: the queue and the full KV cache are the routing's.
-    diag = diagnose_p99(fleet_run(tmp_path / "r", [Replica(slots=3), Replica(slots=3)],
-                                  long_out=[i % 4 == 0 for i in range(1200)]))
+    diag = diagnose_p99(
+        fleet_run(tmp_path / "r", [Replica(slots=3), Replica(slots=3)], long_out=[i % 4 == 0 for i in range(1200)])
+    )
     assert diag.findings and diag.findings[0].check_id == "p99.fleet.imbalance", diag.headline
     assert _ids(diag.findings) == ["p99.fleet.imbalance"], diag.headline
     hot = _check(diag, "p99.fleet.hot-replica")
@@ -110,17 +125,27 @@ def test_a_balanced_fleet_of_equal_replicas_gets_neither(tmp_path):
 
 def test_failures_on_one_replica_name_it(tmp_path):
     recs, _ = fleet_records([Replica(), Replica()], n=800)
-    t_fail = (T0 + 6.0, T0 + 9.0)        # replica 1 restarts: its streams break, then the front cannot reach it
+    t_fail = (T0 + 6.0, T0 + 9.0)  # replica 1 restarts: its streams break, then the front cannot reach it
     out = []
     for r in recs:
         if r.replica == "1" and t_fail[0] <= r.t_sent <= t_fail[1]:
             broken = r.t_sent < T0 + 7.5
-            r = dataclasses.replace(r, status="error", t_first_token=None, ttft_s=None, tpot_s=None,
-                                    t_done=r.t_sent + 0.01, completion_tokens=None,
-                                    error_kind="stream_broken" if broken else "http_status",
-                                    error=("replica 1 ended the stream early" if broken else
-                                           "HTTP 503: replica 1 (http://127.0.0.1:40001) did not answer"),
-                                    replica="1" if broken else None).derive()
+            r = dataclasses.replace(
+                r,
+                status="error",
+                t_first_token=None,
+                ttft_s=None,
+                tpot_s=None,
+                t_done=r.t_sent + 0.01,
+                completion_tokens=None,
+                error_kind="stream_broken" if broken else "http_status",
+                error=(
+                    "replica 1 ended the stream early"
+                    if broken
+                    else "HTTP 503: replica 1 (http://127.0.0.1:40001) did not answer"
+                ),
+                replica="1" if broken else None,
+            ).derive()
         out.append(r)
     diag = diagnose_p99(write_run(tmp_path / "r", out))
     assert diag.findings and diag.findings[0].check_id == "p99.fleet.replica-failures", diag.headline
@@ -134,9 +159,21 @@ def test_failures_on_one_replica_name_it(tmp_path):
 
 def test_failures_spread_over_the_replicas_are_not_one_replicas(tmp_path):
     recs, _ = fleet_records([Replica(), Replica()], n=800)
-    out = [dataclasses.replace(r, status="error", t_first_token=None, ttft_s=None, tpot_s=None, completion_tokens=None,
-                               error_kind="stream_broken", error="broken").derive() if i % 25 == 7 else r
-           for i, r in enumerate(recs)]
+    out = [
+        dataclasses.replace(
+            r,
+            status="error",
+            t_first_token=None,
+            ttft_s=None,
+            tpot_s=None,
+            completion_tokens=None,
+            error_kind="stream_broken",
+            error="broken",
+        ).derive()
+        if i % 25 == 7
+        else r
+        for i, r in enumerate(recs)
+    ]
     diag = diagnose_p99(write_run(tmp_path / "r", out))
     assert _check(diag, "p99.fleet.replica-failures").status == "passed"
     assert diag.findings and diag.findings[0].check_id == "p99.failures", diag.headline
@@ -157,11 +194,13 @@ def test_littles_law_speaks_only_for_a_replica_sent_no_more_and_no_heavier_reque
     e2e = np.array([3.0, 3.0, 1.0, 1.0])
     measured = np.ones(4, bool)
     mine, others = np.array([True, True, False, False]), np.array([False, False, True, True])
+
     def share(name, requests):
         return ReplicaShare(replica=name, requests=requests, request_share=requests / 4, tail=0, tail_share=0.0)
+
     even = [share("0", 2), share("1", 2)]
     assert _residence_ratio(e2e, measured, mine, others, 1.0, even[0], even) == 3.0
-    assert _residence_ratio(e2e, measured, mine, others, 1.2, even[0], even) == 2.5      # per token of work
-    assert _residence_ratio(e2e, measured, mine, others, 1.3, even[0], even) is None     # handed heavier work
+    assert _residence_ratio(e2e, measured, mine, others, 1.2, even[0], even) == 2.5  # per token of work
+    assert _residence_ratio(e2e, measured, mine, others, 1.3, even[0], even) is None  # handed heavier work
     more = [share("0", 3), share("1", 1)]
-    assert _residence_ratio(e2e, measured, mine, others, 1.0, more[0], more) is None     # sent more requests
+    assert _residence_ratio(e2e, measured, mine, others, 1.0, more[0], more) is None  # sent more requests

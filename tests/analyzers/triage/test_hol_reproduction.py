@@ -18,21 +18,48 @@ from analyzers.summary import analyze_run
 from rundir import RunDir
 
 ENV = dict(os.environ, COLUMNS="200")
-SWEEP = [sys.executable, "-m", "llmbench.cli", "sweep", "--workload", "mixed", "--input-len", "32", "--long-len",
-         "1024", "--long-fraction", "0.1", "--output-len", "16", "--concurrency", "4", "--warmup", "3s",
-         "--duration", "30s", "--probes", "server,host,tcp"]
+SWEEP = [
+    sys.executable,
+    "-m",
+    "llmbench.cli",
+    "sweep",
+    "--workload",
+    "mixed",
+    "--input-len",
+    "32",
+    "--long-len",
+    "1024",
+    "--long-fraction",
+    "0.1",
+    "--output-len",
+    "16",
+    "--concurrency",
+    "4",
+    "--warmup",
+    "3s",
+    "--duration",
+    "30s",
+    "--probes",
+    "server,host,tcp",
+]
 
 
 def _sweep(out, engine_arg: str) -> RunDir:
-    proc = subprocess.run(SWEEP + [f"--engine-arg={engine_arg}", "--out", str(out)], capture_output=True, text=True,
-                          env=ENV, timeout=600)
+    proc = subprocess.run(
+        SWEEP + [f"--engine-arg={engine_arg}", "--out", str(out)], capture_output=True, text=True, env=ENV, timeout=600
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     return RunDir(out)
 
 
 def _p99(run: RunDir) -> dict:
-    proc = subprocess.run([sys.executable, "-m", "llmbench.diag_cli", "p99", str(run.path), "--json"],
-                          capture_output=True, text=True, env=ENV, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "llmbench.diag_cli", "p99", str(run.path), "--json"],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     return json.loads(proc.stdout)
 
@@ -43,14 +70,21 @@ def test_chunked_prefill_off_blocks_short_requests_and_a_prefill_cap_fixes_it(tm
     capped = _sweep(tmp_path / "capped", "--long-prefill-token-threshold=64")
     d_blocked, d_capped = _p99(blocked), _p99(capped)
     assert d_blocked["findings"] and d_blocked["findings"][0]["check_id"] == "p99.sched.long-prefill", d_blocked
+
     # Capped, a long prompt shares its 16 steps with the short ones instead of holding one: a short
     # request beside it still runs in slower steps, so the check may still name it (it is still what
     # the short tail lived through), but what it adds to the P99 (with it against without it) shrinks.
     def added(d: dict) -> float:
         ev = [f["evidence"] for f in d["findings"] + d["context"] if f["check_id"] == "p99.sched.long-prefill"]
-        return max([e["percentile_with_s"] - e["percentile_without_s"] for e in ev
-                    if e.get("percentile_with_s") is not None and e.get("percentile_without_s") is not None],
-                   default=0.0)
+        return max(
+            [
+                e["percentile_with_s"] - e["percentile_without_s"]
+                for e in ev
+                if e.get("percentile_with_s") is not None and e.get("percentile_without_s") is not None
+            ],
+            default=0.0,
+        )
+
     assert added(d_capped) < added(d_blocked), (added(d_capped), added(d_blocked), d_capped["headline"])
     cmp = compare_runs(analyze_run(blocked), analyze_run(capped))
     short = next(lc for lc in cmp.levels if lc.level_id.endswith("/in32"))

@@ -12,7 +12,7 @@ from planted import base_records, clean_probes, delay, plant_head_of_line, rows_
 
 from analyzers.triage.p99 import diagnose_p99, mark_playbook
 
-EPISODES = [(10.0, 11.5), (25.0, 26.5), (40.0, 41.5)]     # seconds after the first request
+EPISODES = [(10.0, 11.5), (25.0, 26.5), (40.0, 41.5)]  # seconds after the first request
 
 
 def _spike_windows(recs, episodes=EPISODES, extra_s=1.0):
@@ -64,7 +64,7 @@ def test_host_wide_retransmits_of_other_flows_are_context_only(tmp_path):
     windows = _spike_windows(recs)
     probes = _probes(recs)
     for row in rows_in(probes["tcp"], windows):
-        row["Tcp.RetransSegs"], row["TcpExt.TCPTimeouts"] = 40, 2      # other flows; the target's stay at 0
+        row["Tcp.RetransSegs"], row["TcpExt.TCPTimeouts"] = 40, 2  # other flows; the target's stay at 0
     diag = diagnose_p99(write_run(tmp_path / "r", recs, probes))
     assert diag.findings == []
     assert any("other flows on this host retransmitted 240 segments" in n for n in diag.notes), diag.notes
@@ -89,13 +89,17 @@ def test_pinned_nic_irqs_are_ranked_first(tmp_path):
     for row in probes["irq"]:
         row["nic_busiest_share"], row["nic_busiest_cpu"] = 1.0, 0
     for row in rows_in(probes["irq"], windows):
-        row["nic_irq_total"] = 40000              # bursts of traffic, all on cpu0 ...
+        row["nic_irq_total"] = 40000  # bursts of traffic, all on cpu0 ...
     for row in rows_in(probes["host"], windows):
-        row["cpu_per_core_pct"] = [100.0] + [40.0] * 7   # ... which saturate it
+        row["cpu_per_core_pct"] = [100.0] + [40.0] * 7  # ... which saturate it
     diag = diagnose_p99(write_run(tmp_path / "r", recs, probes))
     assert [f.check_id for f in diag.findings] == ["p99.net.irq-affinity"]
     f = diag.findings[0]
-    assert f.evidence["busiest_core"] == 0 and f.evidence["busiest_core_cpu_pct_spikes"] > 1.5 * f.evidence["busiest_core_cpu_pct_calm"] and f.coverage == 1.0
+    assert (
+        f.evidence["busiest_core"] == 0
+        and f.evidence["busiest_core_cpu_pct_spikes"] > 1.5 * f.evidence["busiest_core_cpu_pct_calm"]
+        and f.coverage == 1.0
+    )
 
 
 def test_a_neighbour_behind_a_steady_background_is_named_by_process(tmp_path):
@@ -107,13 +111,20 @@ def test_a_neighbour_behind_a_steady_background_is_named_by_process(tmp_path):
     for row in probes["host"]:
         row["others_cpu_cores"], row["top_others"] = 1.2, [{"pid": 77, "comm": "cc1plus", "cpu_cores": 1.2}]
     for row in rows_in(probes["host"], windows):
-        row["others_cpu_cores"] = 1.5          # the background yields to the burner: the sum grows a little
-        row["top_others"] = [{"pid": 77, "comm": "cc1plus", "cpu_cores": 0.9}, {"pid": 4242, "comm": "burner",
-                                                                                "cpu_cores": 0.8}]
+        row["others_cpu_cores"] = 1.5  # the background yields to the burner: the sum grows a little
+        row["top_others"] = [
+            {"pid": 77, "comm": "cc1plus", "cpu_cores": 0.9},
+            {"pid": 4242, "comm": "burner", "cpu_cores": 0.8},
+        ]
     diag = diagnose_p99(write_run(tmp_path / "r", recs, probes))
     assert [f.check_id for f in diag.findings] == ["p99.host.cpu"], diag.headline
     f = diag.findings[0]
-    assert "burner (pid 4242, " in f.title and "cores vs 0.00)" in f.title and "cc1plus" not in f.title and f.coverage == 1.0
+    assert (
+        "burner (pid 4242, " in f.title
+        and "cores vs 0.00)" in f.title
+        and "cc1plus" not in f.title
+        and f.coverage == 1.0
+    )
 
 
 def test_the_servers_own_cpu_is_not_a_neighbour(tmp_path):
@@ -121,7 +132,7 @@ def test_the_servers_own_cpu_is_not_a_neighbour(tmp_path):
     windows = _spike_windows(recs)
     probes = _probes(recs)
     for row in rows_in(probes["host"], windows):
-        row["cpu_pct"], row["server_cpu_cores"] = 100.0, 7.5       # the engine itself on all 8 cores
+        row["cpu_pct"], row["server_cpu_cores"] = 100.0, 7.5  # the engine itself on all 8 cores
     diag = diagnose_p99(write_run(tmp_path / "r", recs, probes))
     assert not any(f.check_id == "p99.host.cpu" for f in diag.findings)
     assert any("compute-bound engine (saturation), not a neighbour" in n for n in diag.notes), diag.notes
@@ -139,7 +150,7 @@ def test_head_of_line_blocking_is_named_beside_the_long_prompts_own_prefill(tmp_
 
 
 def test_long_prompts_slow_only_by_their_own_prefill_are_not_head_of_line_blocking(tmp_path):
-    recs = base_records(long_every=10)                       # nobody waits behind them
+    recs = base_records(long_every=10)  # nobody waits behind them
     diag = diagnose_p99(write_run(tmp_path / "r", recs, _probes(recs)))
     assert [f.check_id for f in diag.findings] == ["p99.sched.long-prompts"], diag.headline
     assert diag.findings[0].next_step.startswith("a long prompt's TTFT is its own prefill")
@@ -183,12 +194,22 @@ def test_cli_prints_the_cause_and_saves_json(tmp_path):
         row["Tcp.RetransSegs"] = row["conns_retrans"] = 40
     run = write_run(tmp_path / "r", recs, probes)
     env = dict(os.environ, COLUMNS="200")
-    out = subprocess.run([sys.executable, "-m", "llmbench.diag_cli", "p99", str(run.path)], capture_output=True,
-                         text=True, env=env, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "llmbench.diag_cli", "p99", str(run.path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     assert "TCP retransmits on the target's connections" in out.stdout and "p99.net.retransmits" in out.stdout
     saved = json.loads((run.path / "diagnosis_p99.json").read_text())
     assert saved["findings"][0]["check_id"] == "p99.net.retransmits" and len(saved["spike_windows"]) == 3
-    bad = subprocess.run([sys.executable, "-m", "llmbench.diag_cli", "p99", str(tmp_path / "nope")],
-                         capture_output=True, text=True, env=env, timeout=120)
+    bad = subprocess.run(
+        [sys.executable, "-m", "llmbench.diag_cli", "p99", str(tmp_path / "nope")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert bad.returncode == 2 and "not a run directory" in bad.stderr and "Traceback" not in bad.stderr

@@ -18,24 +18,39 @@ SMALL = ["--model", "tiny-test", "--input-len", "16", "--output-len", "8", "--pr
 
 
 def _sweep(out, *args) -> RunDir:
-    proc = subprocess.run([sys.executable, "-m", "llmbench.cli", "sweep", *SMALL, *args, "--out", str(out)],
-                          capture_output=True, text=True, env=ENV, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "llmbench.cli", "sweep", *SMALL, *args, "--out", str(out)],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     return RunDir(out)
 
 
-@pytest.mark.slow   # ~19 s; .ci/run runs it (--runslow)
+@pytest.mark.slow  # ~19 s; .ci/run runs it (--runslow)
 def test_a_real_admission_limit_is_a_standing_tail_named_first(tmp_path):
     # 8 users behind one sequence slot: each waits for ~7 others' whole requests, so the TTFT P99 is
     # many service times, far over a 50 ms bound on any host (0.3 s held on a slow host, not on a fast one).
-    run = _sweep(tmp_path / "adm", "--concurrency", "8", "--engine-arg=--max-num-seqs=1", "--warmup", "1s",
-                 "--duration", "4s", "--slo-ttft", "0.05")
+    run = _sweep(
+        tmp_path / "adm",
+        "--concurrency",
+        "8",
+        "--engine-arg=--max-num-seqs=1",
+        "--warmup",
+        "1s",
+        "--duration",
+        "4s",
+        "--slo-ttft",
+        "0.05",
+    )
     diag = diagnose_p99(run)
     assert diag.findings, diag.headline
     f = diag.findings[0]
     assert f.check_id == "p99.sched.admission" and f.kind == "standing", [x.title for x in diag.findings]
     assert "max_num_seqs=1" in f.title and f.evidence["dominant_part"] == "queue"
-    assert not any(x.category == "network" for x in diag.findings)      # loopback: not in the path
+    assert not any(x.category == "network" for x in diag.findings)  # loopback: not in the path
 
 
 @pytest.mark.slow

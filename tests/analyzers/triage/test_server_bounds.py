@@ -18,8 +18,29 @@ from probes.server import ServerProbe
 from reports.answer import build_answer
 from reports.evidence_units import evidence_name, fmt_evidence
 
-REQUEST_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
-                   240.0, 480.0, 960.0, 1920.0, 7680.0)
+REQUEST_BUCKETS = (
+    0.3,
+    0.5,
+    0.8,
+    1.0,
+    1.5,
+    2.0,
+    2.5,
+    5.0,
+    10.0,
+    15.0,
+    20.0,
+    30.0,
+    40.0,
+    50.0,
+    60.0,
+    120.0,
+    240.0,
+    480.0,
+    960.0,
+    1920.0,
+    7680.0,
+)
 EPISODES = [(10.0, 11.5), (25.0, 26.5), (40.0, 41.5)]
 
 
@@ -27,10 +48,12 @@ class _VllmPage:
     def __init__(self):
         self.reg = CollectorRegistry()
         labels = ["engine", "model_name"]
-        self.queue = Histogram("vllm:request_queue_time_seconds", "queue", labels, buckets=REQUEST_BUCKETS,
-                               registry=self.reg).labels("0", "m")
-        self.e2e = Histogram("vllm:e2e_request_latency_seconds", "e2e", labels, buckets=REQUEST_BUCKETS,
-                             registry=self.reg).labels("0", "m")
+        self.queue = Histogram(
+            "vllm:request_queue_time_seconds", "queue", labels, buckets=REQUEST_BUCKETS, registry=self.reg
+        ).labels("0", "m")
+        self.e2e = Histogram(
+            "vllm:e2e_request_latency_seconds", "e2e", labels, buckets=REQUEST_BUCKETS, registry=self.reg
+        ).labels("0", "m")
         self.waiting = Gauge("vllm:num_requests_waiting", "w", labels, registry=self.reg).labels("0", "m")
         self.running = Gauge("vllm:num_requests_running", "r", labels, registry=self.reg).labels("0", "m")
 
@@ -54,17 +77,17 @@ def _queued_run(tmp_path):
         page.waiting.set(6 if spike else 0)
         page.running.set(8)
         for _ in range(8):
-            page.queue.observe(1e-5)           # vLLM on CPU: its own mean queue time was 0.01 ms
+            page.queue.observe(1e-5)  # vLLM on CPU: its own mean queue time was 0.01 ms
             page.e2e.observe(0.7)
         rows.append(scraper.row_from_text(page.text(), t))
-    probes["server"] = rows[1:]                  # the first scrape holds no interval
+    probes["server"] = rows[1:]  # the first scrape holds no interval
     return write_run(tmp_path / "r", recs, probes)
 
 
 def test_queueing_evidence_says_below_the_first_bucket_not_a_number(tmp_path):
     run = _queued_run(tmp_path)
     row = json.loads(run.probe_file("server").read_text().splitlines()[5])
-    assert row["queue_time_p99_s"] is None and row["queue_time_p99_lt_s"] == 0.3      # was 0.297
+    assert row["queue_time_p99_s"] is None and row["queue_time_p99_lt_s"] == 0.3  # was 0.297
     assert 0.5 < row["e2e_p99_s"] <= 0.8 and row["e2e_p99_bucket_s"] == [0.5, 0.8]
     diag = diagnose_p99(run)
     f = next(f for f in diag.findings if f.check_id == "p99.sched.queueing")
@@ -88,6 +111,6 @@ def test_the_report_panel_draws_a_bound_as_a_bound(tmp_path):
     p = server_panels(read_probe(run.probe_file("server"), "server"))
     p99 = p.panels["server-side P99 latency per scrape interval (ms)"]
     assert "queue time" not in p99 and set(p99["queue time: below this (first bucket)"]) == {300.0}
-    assert "e2e" in p99                                   # interpolated within (0.5, 0.8]: a number
+    assert "e2e" in p99  # interpolated within (0.5, 0.8]: a number
     assert "queue time" in p.panels["server-side mean latency per scrape interval (ms, sum/count)"]
     assert "queue_time_p99_lt_s" in p.used and "e2e_p99_bucket_s.1" in p.used

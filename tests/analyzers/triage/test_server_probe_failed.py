@@ -43,7 +43,7 @@ def _run(tmp_path, url: str, status: str | None):
     rows = []
     for row in probes["server"]:
         scraped = probe.sample()
-        rows.append(scraped | {"t": row["t"]})              # on the run's (planted) clock
+        rows.append(scraped | {"t": row["t"]})  # on the run's (planted) clock
     probes["server"] = rows
     run = write_run(tmp_path / "r", recs, probes, url=url)
     info = run.read_info()
@@ -53,19 +53,26 @@ def _run(tmp_path, url: str, status: str | None):
 
 
 def _server_checks(run) -> dict[str, str]:
-    return {c.check_id: c.detail for c in diagnose_p99(run).checks
-            if c.check_id in ("p99.sched.preemption", "p99.sched.queueing")}
+    return {
+        c.check_id: c.detail
+        for c in diagnose_p99(run).checks
+        if c.check_id in ("p99.sched.preemption", "p99.sched.queueing")
+    }
 
 
 def test_p99_says_the_server_probe_failed_and_why(tmp_path, no_metrics):
     run = _run(tmp_path, no_metrics, None)
-    assert run.read_info().probes["server"] == \
-        f"failed: every scrape of {no_metrics}/metrics failed (HTTP Error 404: Not Found)"
+    assert (
+        run.read_info().probes["server"]
+        == f"failed: every scrape of {no_metrics}/metrics failed (HTTP Error 404: Not Found)"
+    )
     details = _server_checks(run)
     assert len(details) == 2
     for detail in details.values():
-        assert detail == f"the server probe failed: every scrape of {no_metrics}/metrics failed " \
-                         "(HTTP Error 404: Not Found)", detail
+        assert (
+            detail == f"the server probe failed: every scrape of {no_metrics}/metrics failed "
+            "(HTTP Error 404: Not Found)"
+        ), detail
         assert "no server probe" not in detail
     # the run's validity says it once
     validity = next(a for a in build_answer(analyze_run(run)[0]) if a.label == "Validity")
@@ -74,6 +81,6 @@ def test_p99_says_the_server_probe_failed_and_why(tmp_path, no_metrics):
 
 
 def test_an_older_run_that_said_ok_is_read_from_its_rows(tmp_path, no_metrics):
-    run = _run(tmp_path, no_metrics, "ok")          # written before run.json's probes said "failed"
+    run = _run(tmp_path, no_metrics, "ok")  # written before run.json's probes said "failed"
     for detail in _server_checks(run).values():
         assert detail.startswith("the server probe failed: none of its ") and "HTTP Error 404: Not Found" in detail

@@ -13,8 +13,16 @@ from rundir import RequestRecord
 OUT = 32
 
 
-def level(level_id: str, concurrency: int, t0: float, seconds: float, ttft_s: float, tpot_s: float,
-          prompt: int = 128, seed: int = 0) -> list[RequestRecord]:
+def level(
+    level_id: str,
+    concurrency: int,
+    t0: float,
+    seconds: float,
+    ttft_s: float,
+    tpot_s: float,
+    prompt: int = 128,
+    seed: int = 0,
+) -> list[RequestRecord]:
     """A closed-loop level whose every request takes about ttft_s to its first token (no spikes)."""
     rng = np.random.default_rng(seed)
     recs, clocks = [], [t0 + 0.01 * u for u in range(concurrency)]
@@ -23,45 +31,99 @@ def level(level_id: str, concurrency: int, t0: float, seconds: float, ttft_s: fl
         t_sent = clocks[u]
         ttft = ttft_s * (1 + 0.1 * rng.random())
         e2e = ttft + tpot_s * (OUT - 1)
-        recs.append(RequestRecord(level_id=level_id, concurrency=concurrency, request_rate=None,
-                                  target_input_len=prompt, target_output_len=OUT, t_scheduled=t_sent, t_sent=t_sent,
-                                  t_first_token=t_sent + ttft, t_done=t_sent + e2e, status="ok", in_window=True,
-                                  prompt_tokens=prompt, completion_tokens=OUT, itl_s=[tpot_s] * (OUT - 1)).derive())
+        recs.append(
+            RequestRecord(
+                level_id=level_id,
+                concurrency=concurrency,
+                request_rate=None,
+                target_input_len=prompt,
+                target_output_len=OUT,
+                t_scheduled=t_sent,
+                t_sent=t_sent,
+                t_first_token=t_sent + ttft,
+                t_done=t_sent + e2e,
+                status="ok",
+                in_window=True,
+                prompt_tokens=prompt,
+                completion_tokens=OUT,
+                itl_s=[tpot_s] * (OUT - 1),
+            ).derive()
+        )
         clocks[u] = t_sent + e2e + 0.001
     return recs
 
 
-def server_rows(t0: float, t1: float, running: float, waiting: float, queue_s: float, prefill_s: float,
-                kv: float = 0.3, preemptions: float = 0.0, count: float = 4.0) -> list[dict]:
-    return [{"t": float(t), "up": 1, "running": running, "waiting": waiting, "kv_usage": kv,
-             "preemptions": preemptions, "queue_time_count": count, "queue_time_mean_s": queue_s,
-             "prefill_time_count": count, "prefill_time_mean_s": prefill_s, "ttft_count": count,
-             "ttft_mean_s": queue_s + prefill_s} for t in np.arange(t0 + 1, t1 + 1, 1.0)]
+def server_rows(
+    t0: float,
+    t1: float,
+    running: float,
+    waiting: float,
+    queue_s: float,
+    prefill_s: float,
+    kv: float = 0.3,
+    preemptions: float = 0.0,
+    count: float = 4.0,
+) -> list[dict]:
+    return [
+        {
+            "t": float(t),
+            "up": 1,
+            "running": running,
+            "waiting": waiting,
+            "kv_usage": kv,
+            "preemptions": preemptions,
+            "queue_time_count": count,
+            "queue_time_mean_s": queue_s,
+            "prefill_time_count": count,
+            "prefill_time_mean_s": prefill_s,
+            "ttft_count": count,
+            "ttft_mean_s": queue_s + prefill_s,
+        }
+        for t in np.arange(t0 + 1, t1 + 1, 1.0)
+    ]
 
 
 def host_rows(t0: float, t1: float, server: float, others: float = 0.05, cores: int = 2) -> list[dict]:
     busy = min(100.0, 100.0 * (server + others) / cores)
-    return [{"t": float(t), "dt_s": 1.0, "cpu_pct": busy, "cpu_per_core_pct": [busy] * cores,
-             "server_cpu_cores": server, "client_cpu_cores": 0.05, "others_cpu_cores": others,
-             "top_others": [{"pid": 4242, "comm": "burner", "cpu_cores": others}] if others > 0.3 else []}
-            for t in np.arange(t0 + 1, t1 + 1, 1.0)]
+    return [
+        {
+            "t": float(t),
+            "dt_s": 1.0,
+            "cpu_pct": busy,
+            "cpu_per_core_pct": [busy] * cores,
+            "server_cpu_cores": server,
+            "client_cpu_cores": 0.05,
+            "others_cpu_cores": others,
+            "top_others": [{"pid": 4242, "comm": "burner", "cpu_cores": others}] if others > 0.3 else [],
+        }
+        for t in np.arange(t0 + 1, t1 + 1, 1.0)
+    ]
 
 
-def two_levels(tmp_path, loaded_server: dict, loaded_host: dict | None = None, ttft_s: float = 2.5,
-               url: str = "http://127.0.0.1:8000", tpot_s: float = 0.02, target: dict | None = None):
+def two_levels(
+    tmp_path,
+    loaded_server: dict,
+    loaded_host: dict | None = None,
+    ttft_s: float = 2.5,
+    url: str = "http://127.0.0.1:8000",
+    tpot_s: float = 0.02,
+    target: dict | None = None,
+):
     base = level("c1", 1, T0, 10, 0.05, 0.01)
     t1 = max(r.t_done for r in base) + 1
     loaded = level("c16", 16, t1, 10, ttft_s, tpot_s, seed=1)
     t2 = max(r.t_done for r in loaded)
-    probes = {"server": server_rows(T0, t1 - 1, 1, 0, 0.002, 0.04) + server_rows(t1, t2 + 2, **loaded_server),
-              "host": host_rows(T0, t1 - 1, 0.3) + host_rows(t1, t2 + 2, **(loaded_host or {"server": 0.6}))}
+    probes = {
+        "server": server_rows(T0, t1 - 1, 1, 0, 0.002, 0.04) + server_rows(t1, t2 + 2, **loaded_server),
+        "host": host_rows(T0, t1 - 1, 0.3) + host_rows(t1, t2 + 2, **(loaded_host or {"server": 0.6})),
+    }
     return write_run(tmp_path / "r", base + loaded, probes, url=url, target=target)
 
 
 def test_admission_limit_is_named_with_its_numbers(tmp_path):
     run = two_levels(tmp_path, dict(running=2, waiting=14, queue_s=2.3, prefill_s=0.1))
     diag = diagnose_p99(run)
-    assert diag.tails.spikes == [] or len(diag.tails.spikes) <= 3        # the tail stands, it does not spike
+    assert diag.tails.spikes == [] or len(diag.tails.spikes) <= 3  # the tail stands, it does not spike
     f = diag.findings[0]
     assert f.check_id == "p99.sched.admission" and f.kind == "standing" and f.coverage == 1.0, diag.headline
     # an external target: max_num_seqs is not known, the batch's own ceiling is what is pinned
@@ -75,11 +137,13 @@ FLEET = {"kind": "embedded", "engine_args": ["--max-num-seqs=2"], "replicas": 2,
 def test_a_fleets_running_is_held_against_every_replicas_cap(tmp_path):
     """Two replicas of max_num_seqs 2: the probe sums running over them, so 3 running is not a batch
     pinned at its cap (one replica had room), and 4 is, said per replica."""
-    f = diagnose_p99(two_levels(tmp_path, dict(running=3, waiting=14, queue_s=2.3, prefill_s=0.1),
-                                target=FLEET)).findings[0]
+    f = diagnose_p99(
+        two_levels(tmp_path, dict(running=3, waiting=14, queue_s=2.3, prefill_s=0.1), target=FLEET)
+    ).findings[0]
     assert "pinned" not in f.title, f.title
-    f = diagnose_p99(two_levels(tmp_path / "full", dict(running=4, waiting=14, queue_s=2.3, prefill_s=0.1),
-                                target=FLEET)).findings[0]
+    f = diagnose_p99(
+        two_levels(tmp_path / "full", dict(running=4, waiting=14, queue_s=2.3, prefill_s=0.1), target=FLEET)
+    ).findings[0]
     assert f.check_id == "p99.sched.admission", f.title
     assert "running pinned at max_num_seqs=2 on each of 2 replicas (4 in all)" in f.title, f.title
 
@@ -96,7 +160,9 @@ def test_a_kv_cache_full_for_the_next_request_is_kv_capacity_far_from_100_percen
     run = two_levels(tmp_path, dict(running=1.7, waiting=13, queue_s=2.3, prefill_s=0.01, kv=0.8))
     f = diagnose_p99(run).findings[0]
     assert f.check_id == "p99.sched.kv-capacity", f.title
-    assert "full for the next request: 80% used" in f.title and "free 20% less than one running request's 47%" in f.title, f.title
+    assert (
+        "full for the next request: 80% used" in f.title and "free 20% less than one running request's 47%" in f.title
+    ), f.title
 
 
 def test_a_cache_with_room_for_the_next_request_is_not_kv_capacity(tmp_path):
@@ -106,8 +172,7 @@ def test_a_cache_with_room_for_the_next_request_is_not_kv_capacity(tmp_path):
 
 
 def test_a_compute_bound_engine_is_saturation_not_a_neighbour(tmp_path):
-    run = two_levels(tmp_path, dict(running=16, waiting=3, queue_s=0.8, prefill_s=1.5),
-                     dict(server=1.9, others=0.05))
+    run = two_levels(tmp_path, dict(running=16, waiting=3, queue_s=0.8, prefill_s=1.5), dict(server=1.9, others=0.05))
     diag = diagnose_p99(run)
     assert diag.findings[0].check_id == "p99.sched.saturation", diag.headline
     assert "busy on 1.9 of 2 cores" in diag.findings[0].title
@@ -115,15 +180,13 @@ def test_a_compute_bound_engine_is_saturation_not_a_neighbour(tmp_path):
 
 
 def test_a_cpu_neighbour_is_named_in_a_standing_level(tmp_path):
-    run = two_levels(tmp_path, dict(running=16, waiting=3, queue_s=0.8, prefill_s=1.5),
-                     dict(server=0.9, others=1.1))
+    run = two_levels(tmp_path, dict(running=16, waiting=3, queue_s=0.8, prefill_s=1.5), dict(server=0.9, others=1.1))
     f = diagnose_p99(run).findings[0]
     assert f.check_id == "p99.host.cpu" and "other processes took 1.1 cores" in f.title
 
 
 def test_time_outside_the_server_on_a_remote_target_is_the_network_path(tmp_path):
-    run = two_levels(tmp_path, dict(running=16, waiting=0, queue_s=0.01, prefill_s=0.05),
-                     url="http://10.99.0.5:8000")
+    run = two_levels(tmp_path, dict(running=16, waiting=0, queue_s=0.01, prefill_s=0.05), url="http://10.99.0.5:8000")
     f = diagnose_p99(run).findings[0]
     assert f.check_id == "p99.net.path" and f.category == "network" and "outside the server" in f.title
 

@@ -18,12 +18,17 @@ def _whole_level_neighbour(tmp_path, server_wait: float | None, others_cores: fl
         delay(r, 0.1 + float(rng.exponential(0.04)) + (0.3 if rng.random() < 0.03 else 0.0))
     probes = clean_probes(recs[0].t_sent - 1, max(r.t_done for r in recs) + 1, ncpu=2)
     for row in probes["host"]:
-        row.update(server_cpu_cores=0.3, cpu_pct=100.0, others_cpu_cores=others_cores, cpu_pressure_some_share=1.0,
-                   top_others=[{"pid": 900 + k, "comm": "burn", "cpu_cores": others_cores / 4} for k in range(4)])
+        row.update(
+            server_cpu_cores=0.3,
+            cpu_pct=100.0,
+            others_cpu_cores=others_cores,
+            cpu_pressure_some_share=1.0,
+            top_others=[{"pid": 900 + k, "comm": "burn", "cpu_cores": others_cores / 4} for k in range(4)],
+        )
         if server_wait is not None:
             row["server_cpu_wait_share"] = server_wait
     for row in probes["server"]:
-        row["waiting"] = 2                     # the queue behind the slower steps
+        row["waiting"] = 2  # the queue behind the slower steps
     return write_run(tmp_path / "r", recs, probes, url="http://127.0.0.1:8000")
 
 
@@ -95,8 +100,10 @@ def test_a_throughout_finding_in_words(tmp_path):
 
     f = diagnose_p99(_whole_level_neighbour(tmp_path, server_wait=0.8)).findings[0]
     said = evidence_sentences(dict(asdict(f), coverage=f.coverage))
-    assert said[0] == "It held through the whole of c8 (100% of the tail requests): no stretch of the run without " \
-                      "it to compare with.", said
+    assert (
+        said[0] == "It held through the whole of c8 (100% of the tail requests): no stretch of the run without "
+        "it to compare with."
+    ), said
     assert "Other processes held 1.6 cores, and the server's threads waited for a CPU 80% of the time." in said
     assert 3 <= len(said) <= 5 and said[-1].startswith("Next: rerun with the neighbour gone")
 
@@ -105,9 +112,9 @@ def test_only_the_queue_of_the_levels_the_neighbour_held_is_its_consequence():
     from analyzers.triage.p99 import _inside
     from analyzers.triage.tail_windows import Window
 
-    held = [Window(100.0, 160.0)]                                   # c32, beside the neighbour
-    assert _inside([Window(100.0, 150.0)], held)                    # queueing in c32: its consequence
-    assert not _inside([Window(100.0, 150.0), Window(170.0, 260.0)], held)   # saturation of c32 and c64 too
+    held = [Window(100.0, 160.0)]  # c32, beside the neighbour
+    assert _inside([Window(100.0, 150.0)], held)  # queueing in c32: its consequence
+    assert not _inside([Window(100.0, 150.0), Window(170.0, 260.0)], held)  # saturation of c32 and c64 too
     assert not _inside([Window(170.0, 260.0)], held)
 
 
@@ -121,16 +128,26 @@ def _baseline_then_admission(tmp_path, neighbour_in_baseline: bool):
     loaded = []
     for r in base_records(n=400, concurrency=8, seed=4):
         shift = start - base[0].t_sent
-        r = replace(r, t_scheduled=r.t_scheduled + shift, t_sent=r.t_sent + shift,
-                    t_first_token=r.t_first_token + shift, t_done=r.t_done + shift).derive()
+        r = replace(
+            r,
+            t_scheduled=r.t_scheduled + shift,
+            t_sent=r.t_sent + shift,
+            t_first_token=r.t_first_token + shift,
+            t_done=r.t_done + shift,
+        ).derive()
         delay(r, 0.6)
         loaded.append(r)
     recs = base + loaded
     probes = clean_probes(recs[0].t_sent - 1, max(r.t_done for r in recs) + 1, ncpu=2)
     for row in probes["host"]:
         if neighbour_in_baseline or row["t"] >= start:
-            row.update(server_cpu_cores=0.5, cpu_pct=100.0, others_cpu_cores=1.4, server_cpu_wait_share=0.6,
-                       top_others=[{"pid": 901, "comm": "burn", "cpu_cores": 1.4}])
+            row.update(
+                server_cpu_cores=0.5,
+                cpu_pct=100.0,
+                others_cpu_cores=1.4,
+                server_cpu_wait_share=0.6,
+                top_others=[{"pid": 901, "comm": "burn", "cpu_cores": 1.4}],
+            )
     for row in probes["server"]:
         row.update(running=2, waiting=6) if row["t"] >= start else row.update(running=1, waiting=0)
     run = write_run(tmp_path / "r", recs, probes, url="http://127.0.0.1:8000")
@@ -151,5 +168,6 @@ def test_a_neighbour_the_baseline_lived_through_does_not_explain_the_standing_ex
 
 def test_a_neighbour_only_in_the_loaded_level_stays_a_cause(tmp_path):
     diag = diagnose_p99(_baseline_then_admission(tmp_path, neighbour_in_baseline=False))
-    assert any(f.check_id == "p99.host.cpu" and f.kind == "throughout" for f in diag.findings), \
-        [f.title for f in diag.findings]
+    assert any(f.check_id == "p99.host.cpu" and f.kind == "throughout" for f in diag.findings), [
+        f.title for f in diag.findings
+    ]

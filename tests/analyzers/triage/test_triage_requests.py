@@ -34,7 +34,7 @@ def test_steady_run_has_no_spikes(tmp_path):
 
 def test_planted_spikes_are_found_and_merged(tmp_path):
     recs = base_records()
-    for r in recs[100:104]:                 # four requests of one episode
+    for r in recs[100:104]:  # four requests of one episode
         delay(r, 1.0)
     table = RequestTable.load(write_run(tmp_path / "r", recs))
     tails = find_tail_windows(table)
@@ -67,7 +67,7 @@ def test_long_prompts_alone_are_not_blamed(tmp_path):
 def test_late_client_is_flagged(tmp_path):
     recs = base_records()
     for r in recs[200:220]:
-        r.t_scheduled = r.t_sent - 0.3      # the client sent these 300 ms after their planned time
+        r.t_scheduled = r.t_sent - 0.3  # the client sent these 300 ms after their planned time
         r.derive()
         delay(r, 0.5)
     table = RequestTable.load(write_run(tmp_path / "r", recs))

@@ -17,9 +17,25 @@ from rundir import RunDir
 @pytest.mark.slow
 def test_embedded_default_capacity_finishes_with_an_answer(tmp_path):
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "llmbench.cli", "capacity", "--slo-ttft", "2", "--slo-tpot", "0.2",
-                           "--out", str(tmp_path / "run"), "--json"],
-                          capture_output=True, text=True, timeout=900, env={**os.environ, "COLUMNS": "200"})
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "llmbench.cli",
+            "capacity",
+            "--slo-ttft",
+            "2",
+            "--slo-tpot",
+            "0.2",
+            "--out",
+            str(tmp_path / "run"),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, "COLUMNS": "200"},
+    )
     took = time.monotonic() - t0
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout)

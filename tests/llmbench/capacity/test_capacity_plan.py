@@ -28,8 +28,8 @@ def test_concurrency_search_brackets_bisects_and_repeats_the_boundary():
     plan = CapacityPlan(SearchSpec("concurrency", repeats=2), TEMPLATE)
     ids = _drive(plan, lambda c: c <= 24)
     loads = [p.load for p in plan.probes]
-    assert loads[:6] == [1, 2, 4, 8, 16, 32]                   # doubling until one misses
-    assert plan.bracket() == (24, 25)                          # bisected to resolution 1
+    assert loads[:6] == [1, 2, 4, 8, 16, 32]  # doubling until one misses
+    assert plan.bracket() == (24, 25)  # bisected to resolution 1
     assert ids.count("c24-in16-out8") == 1 and "c24-in16-out8-r2" in ids and "c25-in16-out8-r2" in ids
     assert len(ids) == len(set(ids))
 
@@ -67,11 +67,11 @@ def test_a_resumed_search_replays_its_decisions_and_measures_only_what_is_left()
         stats = {i: SimpleNamespace(slo_met=meets(p.load)) for i, p in zip(ids[:k], whole.probes[:k])}
         resumed = CapacityPlan(SearchSpec("concurrency", repeats=2), TEMPLATE)
         level = resumed.next_level(stats)
-        assert level.level_id == ids[k]                            # nothing measured twice, nothing skipped
+        assert level.level_id == ids[k]  # nothing measured twice, nothing skipped
         stats[level.level_id] = SimpleNamespace(slo_met=meets(level.concurrency))
         assert _drive_from(resumed, stats, meets) == ids
     done = {i: SimpleNamespace(slo_met=meets(p.load)) for i, p in zip(ids, whole.probes)}
-    assert CapacityPlan(SearchSpec("concurrency", repeats=2), TEMPLATE).next_level(done) is None   # finished
+    assert CapacityPlan(SearchSpec("concurrency", repeats=2), TEMPLATE).next_level(done) is None  # finished
 
 
 def _drive_from(plan: CapacityPlan, stats: dict, meets) -> list[str]:
@@ -99,7 +99,7 @@ def test_a_start_that_already_misses_is_halved_until_a_load_meets_the_slo():
     assert lo <= 1.5 < hi and hi / lo <= 1.1
     plan = CapacityPlan(SearchSpec("rate", start=8, repeats=1), TEMPLATE)
     _drive(plan, lambda r: False)
-    assert min(p.load for p in plan.probes) == 0.125                      # start / 64, then it stops
+    assert min(p.load for p in plan.probes) == 0.125  # start / 64, then it stops
     plan = CapacityPlan(SearchSpec("concurrency", start=8, repeats=1), TEMPLATE)
     _drive(plan, lambda c: c <= 2)
     assert [p.load for p in plan.probes][:3] == [8, 4, 2] and plan.bracket() == (2, 3)

@@ -30,7 +30,7 @@ async def _copy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, dela
                 data = await reader.read(CHUNK)
                 line.put_nowait((loop.time() + delay_s, data))
         finally:
-            if data:                  # a reset or a cancel: the other side is told the stream ended
+            if data:  # a reset or a cancel: the other side is told the stream ended
                 line.put_nowait((loop.time(), b""))
 
     async def give() -> None:
@@ -73,7 +73,9 @@ class DelayProxy:
 
     def start(self) -> DelayProxy:
         self._thread.start()
-        started = asyncio.run_coroutine_threadsafe(asyncio.start_server(self._serve, "127.0.0.1", self.port), self._loop)
+        started = asyncio.run_coroutine_threadsafe(
+            asyncio.start_server(self._serve, "127.0.0.1", self.port), self._loop
+        )
         self._server = started.result(timeout=10)
         return self
 

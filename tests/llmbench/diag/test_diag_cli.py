@@ -20,11 +20,28 @@ def _row(out: str, label: str) -> list[str]:
 
 
 def test_oom_shows_the_seeds_whole_model_kv_beside_the_per_gpu_figures():
-    r = invoke("oom", "--model", "llama-3-70b", "--tp", "8", "--dtype", "fp16", "--max-model-len", "2048",
-               "-c", "32", "--gpu-memory", "80GiB")
+    r = invoke(
+        "oom",
+        "--model",
+        "llama-3-70b",
+        "--tp",
+        "8",
+        "--dtype",
+        "fp16",
+        "--max-model-len",
+        "2048",
+        "-c",
+        "32",
+        "--gpu-memory",
+        "80GiB",
+    )
     assert r.exit_code == 0, r.output
     assert _row(r.output, "per token") == ["per token", "320 KiB", "40 KiB"]
-    assert _row(r.output, "per request of 2,048") == ["per request of 2,048 tokens (max_model_len)", "640 MiB", "80 MiB"]
+    assert _row(r.output, "per request of 2,048") == [
+        "per request of 2,048 tokens (max_model_len)",
+        "640 MiB",
+        "80 MiB",
+    ]
     assert _row(r.output, "32 concurrent requests") == ["32 concurrent requests of 2,048 tokens", "20 GiB", "2.50 GiB"]
     assert "80 GiB x 0.90" in r.output
 
@@ -33,7 +50,7 @@ def test_gpu_memory_takes_units():
     from analyzers.oom.units import parse_gpu_memory
 
     assert parse_gpu_memory("80") == parse_gpu_memory("80GiB") == parse_gpu_memory("80G") == 80.0
-    assert abs(parse_gpu_memory("80GB") - 80e9 / 1024 ** 3) < 1e-9 and parse_gpu_memory("24576MiB") == 24.0
+    assert abs(parse_gpu_memory("80GB") - 80e9 / 1024**3) < 1e-9 and parse_gpu_memory("24576MiB") == 24.0
     r = invoke("oom", "--model", "llama-3-8b", "--gpu-memory", "80GB")
     assert r.exit_code == 0 and "74.51 GiB x 0.90" in r.output, r.output
     bad = invoke("oom", "--model", "llama-3-8b", "--gpu-memory", "eighty")
@@ -45,9 +62,17 @@ def test_a_model_is_named_from_its_config_not_its_folder(tmp_path):
 
     folder = tmp_path / "snapshots" / "5cc0ffe09ee49f7be6ca7c794ee6bd7245e84e60"
     folder.mkdir(parents=True)
-    cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "_name_or_path": "meta-llama/Meta-Llama-3-8B",
-           "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8, "num_hidden_layers": 32,
-           "intermediate_size": 14336, "vocab_size": 128256}
+    cfg = {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "_name_or_path": "meta-llama/Meta-Llama-3-8B",
+        "hidden_size": 4096,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "num_hidden_layers": 32,
+        "intermediate_size": 14336,
+        "vocab_size": 128256,
+    }
     (folder / "config.json").write_text(json.dumps(cfg))
     r = invoke("oom", "--model", str(folder))
     assert r.exit_code == 0, r.output
@@ -58,15 +83,33 @@ def test_a_model_is_named_from_its_config_not_its_folder(tmp_path):
 
 
 def test_oom_model_mode_prints_breakdown_verdict_fixes_and_playbook():
-    r = invoke("oom", "--model", "llama-3-70b", "--dtype", "fp16", "--max-model-len", "2048", "-c", "32",
-               "--gpu-memory", "1000")
+    r = invoke(
+        "oom",
+        "--model",
+        "llama-3-70b",
+        "--dtype",
+        "fp16",
+        "--max-model-len",
+        "2048",
+        "-c",
+        "32",
+        "--gpu-memory",
+        "1000",
+    )
     assert r.exit_code == 0, r.output
     out = r.output
     assert "KV cache: 2 x 80 layers x 8 KV heads x 128 x 2 B per token" in out
     assert "per request of 2,048 tokens: 128 blocks of 16 = 640.0 MiB per GPU; 32 requests need 20.00 GiB" in out
     assert "verdict: fits: 32 concurrent requests" in out and "fixes, in the seed's order" in out
-    for part in ("weights", "activations (peak prefill)", "communication buffers", "CUDA context", "CUDA graphs",
-                 "fragmentation headroom", "KV cache (what is left)"):
+    for part in (
+        "weights",
+        "activations (peak prefill)",
+        "communication buffers",
+        "CUDA context",
+        "CUDA graphs",
+        "fragmentation headroom",
+        "KV cache (what is left)",
+    ):
         assert part in out
     assert "oom.weights" in out and "passed" in out and "assumptions:" in out
 
@@ -91,10 +134,13 @@ def test_oom_log_garbage_is_one_clean_line():
 
 
 def test_oom_user_mistakes_are_one_line_errors():
-    for args, message in ((("oom",), "give --model"), (("oom", "--model", "nope-13b"), "unknown model"),
-                          (("oom", "--ramp"), "--ramp needs --target"),
-                          (("oom", "--model", "llama-3-8b", "--tp", "3"), "TP 3 does not divide"),
-                          (("oom", "--log", "/no/such/file"), "is not a file")):
+    for args, message in (
+        (("oom",), "give --model"),
+        (("oom", "--model", "nope-13b"), "unknown model"),
+        (("oom", "--ramp"), "--ramp needs --target"),
+        (("oom", "--model", "llama-3-8b", "--tp", "3"), "TP 3 does not divide"),
+        (("oom", "--log", "/no/such/file"), "is not a file"),
+    ):
         r = invoke(*args)
         assert r.exit_code == 2, (args, r.output)
         assert message in r.output and "Traceback" not in r.output

@@ -17,19 +17,50 @@ ENV = {**os.environ, "COLUMNS": "200"}
 SMALL_KV = ["--num-gpu-blocks-override", "12", "--block-size", "16", "--max-model-len", "128"]
 
 
-@pytest.mark.slow   # two servers, an 8 s level, the diagnosis: ~60 s on two cores
+@pytest.mark.slow  # two servers, an 8 s level, the diagnosis: ~60 s on two cores
 def test_the_replica_with_a_small_kv_cache_is_named_first(tmp_path):
     out = tmp_path / "run"
     with refengine_server(model="tiny-test") as (_, fast), refengine_server(*SMALL_KV, model="tiny-test") as (_, hot):
-        sweep = subprocess.run([sys.executable, "-m", "llmbench.cli", "sweep", "--target", f"{fast},{hot}",
-                                "--model", "tiny-test", "--input-len", "32", "--output-len", "32", "--concurrency", "8",
-                                "--warmup", "1s", "--duration", "8s", "--probes", "server", "--out", str(out)],
-                               capture_output=True, text=True, timeout=300, env=ENV)
+        sweep = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "llmbench.cli",
+                "sweep",
+                "--target",
+                f"{fast},{hot}",
+                "--model",
+                "tiny-test",
+                "--input-len",
+                "32",
+                "--output-len",
+                "32",
+                "--concurrency",
+                "8",
+                "--warmup",
+                "1s",
+                "--duration",
+                "8s",
+                "--probes",
+                "server",
+                "--out",
+                str(out),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=ENV,
+        )
     assert sweep.returncode == 0, sweep.stdout + sweep.stderr
-    proc = subprocess.run([sys.executable, "-m", "llmbench.diag_cli", "p99", str(out)], capture_output=True, text=True,
-                          timeout=120, env=ENV)
+    proc = subprocess.run(
+        [sys.executable, "-m", "llmbench.diag_cli", "p99", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=ENV,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    print(proc.stdout)                   # the diagnosis as a person reads it (pytest -s)
+    print(proc.stdout)  # the diagnosis as a person reads it (pytest -s)
     diag = json.loads((out / "diagnosis_p99.json").read_text())
     first = diag["findings"][0]
     assert first["check_id"] == "p99.fleet.hot-replica", diag["headline"]

@@ -26,22 +26,55 @@ ROUTER_ID = "p99.fleet.router"
 
 
 def _sweep(target: str, page: str, out) -> None:
-    sweep = subprocess.run([sys.executable, "-m", "llmbench.cli", "sweep", "--target", target, "--model", "tiny-test",
-                            "--replica-metrics", page, "--input-len", "32", "--output-len", "16", "--concurrency", "2",
-                            "--warmup", "1s", "--duration", "6s", "--probes", "server", "--out", str(out)],
-                           capture_output=True, text=True, timeout=300, env=ENV)
+    sweep = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "llmbench.cli",
+            "sweep",
+            "--target",
+            target,
+            "--model",
+            "tiny-test",
+            "--replica-metrics",
+            page,
+            "--input-len",
+            "32",
+            "--output-len",
+            "16",
+            "--concurrency",
+            "2",
+            "--warmup",
+            "1s",
+            "--duration",
+            "6s",
+            "--probes",
+            "server",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=ENV,
+    )
     assert sweep.returncode == 0, sweep.stdout + sweep.stderr
 
 
-@pytest.mark.slow   # one server, two 6 s levels, the diagnosis: ~60 s on two cores
+@pytest.mark.slow  # one server, two 6 s levels, the diagnosis: ~60 s on two cores
 def test_a_router_that_holds_requests_80_ms_is_named_first_and_the_server_driven_directly_is_not(tmp_path):
     with refengine_server(model="tiny-test") as (_, backend), delay_proxy(backend, DELAY_S) as router:
         _sweep(router, f"{backend}/metrics", tmp_path / "via")
         _sweep(backend, f"{backend}/metrics", tmp_path / "direct")
-    proc = subprocess.run([sys.executable, "-m", "llmbench.diag_cli", "p99", str(tmp_path / "via")],
-                          capture_output=True, text=True, timeout=120, env=ENV)
+    proc = subprocess.run(
+        [sys.executable, "-m", "llmbench.diag_cli", "p99", str(tmp_path / "via")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=ENV,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    print(proc.stdout)                   # the diagnosis as a person reads it (pytest -s)
+    print(proc.stdout)  # the diagnosis as a person reads it (pytest -s)
     diag = json.loads((tmp_path / "via" / "diagnosis_p99.json").read_text())
     first = diag["findings"][0]
     assert first["check_id"] == ROUTER_ID, diag["headline"]

@@ -26,10 +26,18 @@ def run_dir(tmp_path):
     records = []
     for c, start, ttft in ((1, 0.0, 0.01), (4, 20.0, 0.03)):
         for i in range(30):
-            records.append(rec(start + i * 0.3, ttft, ttft + 10 * 0.004 * c, 11, level=f"c{c}-in10-out11",
-                               concurrency=c, itl=[0.004 * c] * 10))
-    run = make_run(tmp_path / "run", records, {"c1-in10-out11": (0, 10), "c4-in10-out11": (20, 30)},
-                   model="tiny-test")
+            records.append(
+                rec(
+                    start + i * 0.3,
+                    ttft,
+                    ttft + 10 * 0.004 * c,
+                    11,
+                    level=f"c{c}-in10-out11",
+                    concurrency=c,
+                    itl=[0.004 * c] * 10,
+                )
+            )
+    run = make_run(tmp_path / "run", records, {"c1-in10-out11": (0, 10), "c4-in10-out11": (20, 30)}, model="tiny-test")
     info = run.read_info()
     info.target.engine_args = ["--max-num-seqs", "8", "--max-model-len", "256"]
     run.write_info(info)
@@ -52,8 +60,18 @@ def test_predict_sweep_prints_each_level_predicted_and_measured(run_dir):
 
 @pytest.mark.slow
 def test_fit_calibrates_to_the_named_levels_and_saves_the_profile(run_dir, tmp_path):
-    r = invoke("plan", "--predict-sweep", run_dir, "--profile", "h100", "--fit", "c1-in10-out11", "--json",
-               "--save-profile", tmp_path / "fitted.json")
+    r = invoke(
+        "plan",
+        "--predict-sweep",
+        run_dir,
+        "--profile",
+        "h100",
+        "--fit",
+        "c1-in10-out11",
+        "--json",
+        "--save-profile",
+        tmp_path / "fitted.json",
+    )
     assert r.exit_code == 0, r.output
     out = json.loads(r.output)
     assert [lv["role"] for lv in out["levels"]] == ["fitted", "predicted"]
@@ -66,8 +84,16 @@ def test_fit_calibrates_to_the_named_levels_and_saves_the_profile(run_dir, tmp_p
 
 
 def test_what_if_changes_the_engine_and_a_bad_one_is_one_line(run_dir):
-    r = invoke("plan", "--predict-sweep", run_dir, "--profile", "h100", "--json", "--what-if",
-               "max_num_seqs=1,enable_chunked_prefill=false")
+    r = invoke(
+        "plan",
+        "--predict-sweep",
+        run_dir,
+        "--profile",
+        "h100",
+        "--json",
+        "--what-if",
+        "max_num_seqs=1,enable_chunked_prefill=false",
+    )
     assert r.exit_code == 0, r.output
     engine = json.loads(r.output)["engine"]
     assert engine["max_num_seqs"] == 1 and engine["enable_chunked_prefill"] is False
@@ -79,9 +105,12 @@ def test_what_if_changes_the_engine_and_a_bad_one_is_one_line(run_dir):
 
 
 def test_predict_sweep_needs_a_profile_and_a_run(run_dir, tmp_path):
-    for args in (("--predict-sweep", run_dir), ("--predict-sweep", tmp_path / "nothing", "--profile", "h100"),
-                 ("--predict-sweep", run_dir, "--profile", tmp_path / "missing.json"),
-                 ("--predict-sweep", run_dir, "--profile", "h100", "--fit", "c99")):
+    for args in (
+        ("--predict-sweep", run_dir),
+        ("--predict-sweep", tmp_path / "nothing", "--profile", "h100"),
+        ("--predict-sweep", run_dir, "--profile", tmp_path / "missing.json"),
+        ("--predict-sweep", run_dir, "--profile", "h100", "--fit", "c99"),
+    ):
         r = invoke("plan", *args)
         assert r.exit_code == 2 and "error:" in r.output and "Traceback" not in r.output, r.output
 
@@ -95,17 +124,34 @@ def test_predict_sweep_prints_a_table_by_default(run_dir):
 
 def _rank_rows(out: str) -> list[list[str]]:
     start = out.index("predicted at")
-    return [[c.strip() for c in line.split("│") if c.strip()] for line in out[start:].splitlines()
-            if line.startswith("│")]
+    return [
+        [c.strip() for c in line.split("│") if c.strip()] for line in out[start:].splitlines() if line.startswith("│")
+    ]
 
 
 def test_plan_with_a_profile_ranks_on_predicted_goodput_and_compares_what_ifs():
     # A 70B model's steps are long, so a minute of simulated serving is few steps (a fast test).
-    r = invoke("plan", "--model", "llama-3-70b", "-c", "8", "--profile", "h100", "--no-quantize",
-               "--input-len", "256", "--output-len", "16", "--top", "1", "--what-if", "max_num_seqs=1")
+    r = invoke(
+        "plan",
+        "--model",
+        "llama-3-70b",
+        "-c",
+        "8",
+        "--profile",
+        "h100",
+        "--no-quantize",
+        "--input-len",
+        "256",
+        "--output-len",
+        "16",
+        "--top",
+        "1",
+        "--what-if",
+        "max_num_seqs=1",
+    )
     assert r.exit_code == 0, r.output
     rows = _rank_rows(r.output)
-    assert len(rows) == 2                                   # the best plan, its baseline and one variation
+    assert len(rows) == 2  # the best plan, its baseline and one variation
     goodput = [float(row[3]) for row in rows]
     assert goodput == sorted(goodput, reverse=True)
     one_seat = [row for row in rows if row[2] == "max_num_seqs=1"]
@@ -118,8 +164,9 @@ def test_plan_with_a_profile_ranks_on_predicted_goodput_and_compares_what_ifs():
 
 @pytest.mark.slow
 def test_predict_sweep_predicts_levels_the_run_did_not_measure(run_dir):
-    r = invoke("plan", "--predict-sweep", run_dir, "--profile", "h100", "--fit", "all", "--extra-concurrency",
-               "4,16", "--json")
+    r = invoke(
+        "plan", "--predict-sweep", run_dir, "--profile", "h100", "--fit", "all", "--extra-concurrency", "4,16", "--json"
+    )
     assert r.exit_code == 0, r.output
     levels = {lv["level_id"]: lv for lv in json.loads(r.output)["levels"]}
     assert set(levels) == {"c1-in10-out11", "c4-in10-out11", "c16-in10-out11"}
@@ -142,9 +189,19 @@ def _one_level_run(path, sweep: dict, level: str, rate: float | None = None):
 
 
 def test_open_loop_levels_are_predicted_at_the_runs_own_arrival_rate(tmp_path):
-    path = _one_level_run(tmp_path / "open", {"concurrency": [], "request_rate": [5.0], "input_lens": [64],
-                                              "output_lens": [11], "warmup_s": 2.0, "duration_s": 20.0},
-                          "r5-in64-out11", rate=5.0)
+    path = _one_level_run(
+        tmp_path / "open",
+        {
+            "concurrency": [],
+            "request_rate": [5.0],
+            "input_lens": [64],
+            "output_lens": [11],
+            "warmup_s": 2.0,
+            "duration_s": 20.0,
+        },
+        "r5-in64-out11",
+        rate=5.0,
+    )
     r = invoke("plan", "--predict-sweep", path, "--profile", "h100", "--json")
     assert r.exit_code == 0, r.output
     level = json.loads(r.output)["levels"][0]
@@ -155,18 +212,40 @@ def test_open_loop_levels_are_predicted_at_the_runs_own_arrival_rate(tmp_path):
 
 
 def test_shared_prefixes_of_an_ids_workload_hit_the_simulated_prefix_cache(tmp_path):
-    workload = {"kind": "shared_prefix", "prompt_format": "ids", "vocab_size": 4096, "num_prefixes": 2,
-                "prefix_len": 448, "suffixes_per_prefix": 4}
-    sweep = {"concurrency": [1], "input_lens": [500], "output_lens": [11], "warmup_s": 1.0, "duration_s": 5.0,
-             "workload": workload}
+    workload = {
+        "kind": "shared_prefix",
+        "prompt_format": "ids",
+        "vocab_size": 4096,
+        "num_prefixes": 2,
+        "prefix_len": 448,
+        "suffixes_per_prefix": 4,
+    }
+    sweep = {
+        "concurrency": [1],
+        "input_lens": [500],
+        "output_lens": [11],
+        "warmup_s": 1.0,
+        "duration_s": 5.0,
+        "workload": workload,
+    }
     path = _one_level_run(tmp_path / "prefix", sweep, "c1-in500-out11")
     # A slow machine (10 GFLOP/s), so that tiny-test's prefill costs by its length, not by launches.
     slow = published_profile("a100")
     slow = dataclasses.replace(slow, roofline=dataclasses.replace(slow.roofline, peak_flops=1e10))
     slow.save(tmp_path / "slow.json")
     shared = json.loads(invoke("plan", "--predict-sweep", path, "--profile", tmp_path / "slow.json", "--json").output)
-    cold = json.loads(invoke("plan", "--predict-sweep", path, "--profile", tmp_path / "slow.json", "--json",
-                             "--what-if", "enable_prefix_caching=false").output)
+    cold = json.loads(
+        invoke(
+            "plan",
+            "--predict-sweep",
+            path,
+            "--profile",
+            tmp_path / "slow.json",
+            "--json",
+            "--what-if",
+            "enable_prefix_caching=false",
+        ).output
+    )
     # 448 of 500 prompt tokens come from the cache once each prefix is warm: a shorter prefill.
     assert shared["levels"][0]["predicted"]["ttft_p50_s"] < 0.8 * cold["levels"][0]["predicted"]["ttft_p50_s"]
     too_long = _one_level_run(tmp_path / "long", {**sweep, "input_lens": [512]}, "c1-in512-out11")
@@ -176,11 +255,31 @@ def test_shared_prefixes_of_an_ids_workload_hit_the_simulated_prefix_cache(tmp_p
 
 def test_peak_rate_sizes_the_top_plan_as_a_fleet_under_each_policy():
     # A 70B model's steps are long, so each simulated fleet is few steps (a fast test, about 4 s).
-    r = invoke("plan", "--model", "llama-3-70b", "-c", "8", "--profile", "h100", "--no-quantize", "--input-len", "256",
-               "--output-len", "16", "--top", "1", "--slo-tpot", "0.1", "--peak-rate", "30", "--max-replicas", "8")
+    r = invoke(
+        "plan",
+        "--model",
+        "llama-3-70b",
+        "-c",
+        "8",
+        "--profile",
+        "h100",
+        "--no-quantize",
+        "--input-len",
+        "256",
+        "--output-len",
+        "16",
+        "--top",
+        "1",
+        "--slo-tpot",
+        "0.1",
+        "--peak-rate",
+        "30",
+        "--max-replicas",
+        "8",
+    )
     print(r.output)
     assert r.exit_code == 0, r.output
-    out = r.output[r.output.index("replicas for 30 requests/s"):]
+    out = r.output[r.output.index("replicas for 30 requests/s") :]
     row = next(line for line in out.splitlines() if line.startswith("│"))
     cells = [c.strip() for c in row.split("│") if c.strip()]
     rr, lo = int(cells[2].split()[0]), int(cells[4].split()[0])
@@ -191,9 +290,11 @@ def test_peak_rate_sizes_the_top_plan_as_a_fleet_under_each_policy():
 
 
 def test_peak_rate_refuses_a_bad_rate_or_policy_in_one_line():
-    for args, says in ((("--peak-rate", "0"), "the target rate must be > 0"),
-                       (("--peak-rate", "30", "--lb-policy", "random"), "--lb-policy is one of round-robin"),
-                       (("--peak-rate", "30", "--max-replicas", "0"), "--max-replicas")):
+    for args, says in (
+        (("--peak-rate", "0"), "the target rate must be > 0"),
+        (("--peak-rate", "30", "--lb-policy", "random"), "--lb-policy is one of round-robin"),
+        (("--peak-rate", "30", "--max-replicas", "0"), "--max-replicas"),
+    ):
         r = invoke("plan", "--model", "llama-3-70b", "--profile", "h100", *args)
         assert r.exit_code == 2, r.output
         assert says in r.output and "No such option" not in r.output and "Traceback" not in r.output

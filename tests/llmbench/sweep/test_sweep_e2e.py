@@ -13,11 +13,27 @@ from refengine_proc import start_refengine
 
 from rundir import RequestRecord, RunDir
 
-SWEEP = [sys.executable, "-m", "llmbench.cli", "sweep", "--model", "tiny-test", "--input-len", "16",
-         "--output-len", "8", "--warmup", "1s", "--duration", "3s", "--request-timeout", "30s"]
+SWEEP = [
+    sys.executable,
+    "-m",
+    "llmbench.cli",
+    "sweep",
+    "--model",
+    "tiny-test",
+    "--input-len",
+    "16",
+    "--output-len",
+    "8",
+    "--warmup",
+    "1s",
+    "--duration",
+    "3s",
+    "--request-timeout",
+    "30s",
+]
 
 
-ENV = {**os.environ, "COLUMNS": "200"}   # rich boxes wrap long messages at 80 columns
+ENV = {**os.environ, "COLUMNS": "200"}  # rich boxes wrap long messages at 80 columns
 
 
 def _run(args, **kw):
@@ -39,7 +55,7 @@ def test_two_level_sweep_writes_a_valid_run_directory(tmp_path):
     assert ok and all(r.completion_tokens == 8 and r.prompt_tokens == 16 for r in ok)
     assert all(r.ttft_s > 0 and r.e2e_s >= r.ttft_s for r in ok)
     for line in run.requests_jsonl.read_text().splitlines():
-        RequestRecord.from_dict(json.loads(line))             # every line fits the contract
+        RequestRecord.from_dict(json.loads(line))  # every line fits the contract
     summary = run.read_summary()
     assert [lv["level_id"] for lv in summary["levels"]] == info.levels_done
     for lv in summary["levels"]:
@@ -50,20 +66,25 @@ def test_two_level_sweep_writes_a_valid_run_directory(tmp_path):
     diagnosis = json.loads((out / "diagnosis_p99.json").read_text())
     assert diagnosis["run_id"] == info.run_id and diagnosis["playbook"]["playbook"] == "p99"
     assert "P99 diagnosis:" in proc.stdout and 'id="diagnosis"' in (out / "report.html").read_text()
-    assert info.target.engine_facts["cache_config"]["block_size"]       # the target's own account
+    assert info.target.engine_facts["cache_config"]["block_size"]  # the target's own account
 
 
-@pytest.mark.slow   # ~35 s each; .ci/run runs it (--runslow)
+@pytest.mark.slow  # ~35 s each; .ci/run runs it (--runslow)
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "kill"])
 def test_interrupted_sweep_resumes_at_first_unfinished_level(tmp_path, stop):
     """Ctrl-C, or a plain `kill` (what a CI runner or a container stop sends): the sweep stops in
     order, leaves no process of its own behind, and resumes."""
     out = tmp_path / "run"
-    proc = subprocess.Popen(SWEEP + ["--concurrency", "1,2", "--duration", "4s", "--out", str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=os.environ.copy())
+    proc = subprocess.Popen(
+        SWEEP + ["--concurrency", "1,2", "--duration", "4s", "--out", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=os.environ.copy(),
+    )
     run = RunDir(out)
     deadline = time.monotonic() + 240
-    while time.monotonic() < deadline:          # wait until the first level is done, then interrupt
+    while time.monotonic() < deadline:  # wait until the first level is done, then interrupt
         if run.exists() and run.read_info().levels_done:
             break
         time.sleep(0.2)
@@ -74,9 +95,14 @@ def test_interrupted_sweep_resumes_at_first_unfinished_level(tmp_path, stop):
     assert info.status == "interrupted" and info.levels_done == ["c1-in16-out8"]
     assert started and not [p for p in started if _alive(p)], (
         "the sweep left its engine or load generator running: "
-        + "; ".join(open(f"/proc/{p}/cmdline").read().replace("\0", " ") for p in started if _alive(p)))
-    resumed = subprocess.run([sys.executable, "-m", "llmbench.cli", "sweep", "--resume", str(out)],
-                             capture_output=True, text=True, timeout=300)
+        + "; ".join(open(f"/proc/{p}/cmdline").read().replace("\0", " ") for p in started if _alive(p))
+    )
+    resumed = subprocess.run(
+        [sys.executable, "-m", "llmbench.cli", "sweep", "--resume", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     info = run.read_info()
     assert info.status == "complete" and info.levels_done == ["c1-in16-out8", "c2-in16-out8"]
@@ -112,12 +138,16 @@ def test_bad_options_are_one_line_errors(tmp_path):
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     proc = _run(["--concurrency", "1", "--request-rate", "2", "--out", str(tmp_path / "r")])
     assert proc.returncode == 2 and "exactly one" in proc.stdout + proc.stderr
-    proc = subprocess.run([sys.executable, "-m", "llmbench.cli", "sweep", "--resume", str(tmp_path / "nope")],
-                          capture_output=True, text=True, env=ENV)
+    proc = subprocess.run(
+        [sys.executable, "-m", "llmbench.cli", "sweep", "--resume", str(tmp_path / "nope")],
+        capture_output=True,
+        text=True,
+        env=ENV,
+    )
     assert proc.returncode == 2 and "not a run directory" in proc.stdout + proc.stderr
 
 
-@pytest.mark.slow   # ~20 s; .ci/run runs it (--runslow)
+@pytest.mark.slow  # ~20 s; .ci/run runs it (--runslow)
 def test_two_workers_account_for_every_request(tmp_path):
     out = tmp_path / "run"
     proc = _run(["--concurrency", "4", "--workers", "2", "--out", str(out)])
@@ -130,15 +160,31 @@ def test_two_workers_account_for_every_request(tmp_path):
     assert not any("never reported" in n for n in lv["notes"])
 
 
-@pytest.mark.slow   # ~10 s, a second guard of a path another default test covers; .ci/run runs it
+@pytest.mark.slow  # ~10 s, a second guard of a path another default test covers; .ci/run runs it
 def test_target_killed_mid_sweep_leaves_an_interrupted_run(tmp_path):
     server, url = start_refengine(quiet=True)
     try:
         deadline = time.monotonic() + 120
         out = tmp_path / "run"
-        sweep = subprocess.Popen(SWEEP + ["--target", url, "--concurrency", "2,4",
-                                          "--duration", "6s", "--tokenizer", _tiny_test_dir(), "--out", str(out)],
-                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV)
+        sweep = subprocess.Popen(
+            SWEEP
+            + [
+                "--target",
+                url,
+                "--concurrency",
+                "2,4",
+                "--duration",
+                "6s",
+                "--tokenizer",
+                _tiny_test_dir(),
+                "--out",
+                str(out),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=ENV,
+        )
         run = RunDir(out)
         while time.monotonic() < deadline and not (run.exists() and any(True for _ in run.iter_records())):
             time.sleep(0.2)

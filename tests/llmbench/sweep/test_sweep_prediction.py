@@ -38,10 +38,38 @@ def swept(tmp_path_factory):
     r = runner.invoke(llmdiag_app, ["calibrate", "--quick", "--no-comm", "--out", str(profile)])
     assert r.exit_code == 0, r.output
     out = tmp / "run"
-    proc = subprocess.run([sys.executable, "-m", "llmbench.cli", "sweep", "--model", "tiny-test", "--concurrency",
-                           "1,4", "--input-len", "16", "--output-len", "8", "--warmup", "1s", "--duration", "3s",
-                           "--request-timeout", "30s", "--probes", "none", "--out", str(out), "--profile",
-                           str(profile)], capture_output=True, text=True, timeout=300, env=ENV)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "llmbench.cli",
+            "sweep",
+            "--model",
+            "tiny-test",
+            "--concurrency",
+            "1,4",
+            "--input-len",
+            "16",
+            "--output-len",
+            "8",
+            "--warmup",
+            "1s",
+            "--duration",
+            "3s",
+            "--request-timeout",
+            "30s",
+            "--probes",
+            "none",
+            "--out",
+            str(out),
+            "--profile",
+            str(profile),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=ENV,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return out, proc.stdout, profile
 
@@ -85,8 +113,21 @@ def fitted(swept):
     """The calibrated profile fitted to the run itself (the planner's own --fit): within its error band."""
     out, _, calibrated = swept
     path = out.parent / "fitted.json"
-    r = runner.invoke(llmdiag_app, ["plan", "--predict-sweep", str(out), "--profile", str(calibrated),
-                                    "--fit", "all", "--save-profile", str(path), "--json"])
+    r = runner.invoke(
+        llmdiag_app,
+        [
+            "plan",
+            "--predict-sweep",
+            str(out),
+            "--profile",
+            str(calibrated),
+            "--fit",
+            "all",
+            "--save-profile",
+            str(path),
+            "--json",
+        ],
+    )
     assert r.exit_code == 0, r.output
     return path
 
@@ -94,10 +135,13 @@ def fitted(swept):
 def _faster(p: MachineProfile, k: float) -> MachineProfile:
     """The same machine claimed k times faster: every operator, step and request overhead over k."""
     ov = p.step_overhead
-    return dataclasses.replace(p, compute_scale=p.compute_scale / k,
-                               step_overhead=LinearCost(ov.fixed_s / k, ov.per_unit_s / k, ov.lo, ov.hi),
-                               request_overhead_s=p.request_overhead_s / k,
-                               request_overhead_per_running_s=p.request_overhead_per_running_s / k)
+    return dataclasses.replace(
+        p,
+        compute_scale=p.compute_scale / k,
+        step_overhead=LinearCost(ov.fixed_s / k, ov.per_unit_s / k, ov.lo, ov.hi),
+        request_overhead_s=p.request_overhead_s / k,
+        request_overhead_per_running_s=p.request_overhead_per_running_s / k,
+    )
 
 
 def test_a_profile_three_times_too_fast_is_a_finding_at_every_level(fitted, run_copy, tmp_path):
@@ -136,7 +180,7 @@ def test_one_level_slowed_beyond_the_band_is_the_only_finding(fitted, run_copy):
     c4_tpot = next(c for c in measured["c4-in16-out8"]["checks"] if c["metric"] == "tpot_p50_s")
     record.level("c4-in16-out8").tpot_p50_s = c4_tpot["measured"] / 3
     run_copy.write_prediction(record)
-    r = llmbench("report", run_copy.path)          # no --profile: the stored prediction is shown
+    r = llmbench("report", run_copy.path)  # no --profile: the stored prediction is shown
     assert r.exit_code == 0, r.output
     departures = _prediction(run_copy)["departures"]
     assert [(d["level_id"], d["metric"]) for d in departures] == [("c4-in16-out8", "tpot_p50_s")]
@@ -148,7 +192,7 @@ def test_a_profile_of_another_machine_or_an_external_target_says_so_once(run_cop
     assert r.exit_code == 0, r.output
     assert run_copy.read_prediction().scope == "other_machine"
     assert r.output.count("is not this machine's") == 1 and "Finding:" not in r.output
-    assert _prediction(run_copy)["departures"] == []          # an H100's speed says nothing about this run
+    assert _prediction(run_copy)["departures"] == []  # an H100's speed says nothing about this run
 
     info = run_copy.read_info()
     info.target.kind, info.target.url = "external", "http://127.0.0.1:9"
@@ -164,4 +208,4 @@ def test_a_profile_that_does_not_read_is_one_line_before_anything_runs(tmp_path)
     r = llmbench("sweep", "--model", "tiny-test", "--concurrency", "1", "--out", out, "--profile", tmp_path / "no.json")
     assert r.exit_code == 2 and "cannot read the profile" in r.output and not out.exists()
     r = llmbench("report", tmp_path, "--profile", "h100")
-    assert r.exit_code == 2                                   # not a run directory
+    assert r.exit_code == 2  # not a run directory

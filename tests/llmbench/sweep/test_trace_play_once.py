@@ -24,13 +24,44 @@ MOONCAKE = os.path.join(ROOT, "bench", "data", "sample_mooncake.jsonl")
 
 
 def _args(tmp_path, **kw) -> SweepArgs:
-    base = dict(concurrency=None, request_rate=None, burstiness=1.0, input_len="128", output_len="64",
-                input_len_spread=0.0, workload="trace", long_len=4096, long_fraction=0.1, dataset=MOONCAKE,
-                warmup=None, duration=None, request_timeout="60s", workers=1, master_bind=None,
-                target="http://127.0.0.1:9", model="m", api_key=None, endpoint="completions", ignore_eos=True,
-                engine_arg=[], server_threads=None, slo_ttft=None, slo_tpot=None, slo_e2e=None,
-                out=tmp_path / "run", label=None, resume=None, tokenizer=None, seed=0, prompt_format="text",
-                strict=False, probes="none", probe_interval=1.0, server_pid=None, trace_limit=24)
+    base = dict(
+        concurrency=None,
+        request_rate=None,
+        burstiness=1.0,
+        input_len="128",
+        output_len="64",
+        input_len_spread=0.0,
+        workload="trace",
+        long_len=4096,
+        long_fraction=0.1,
+        dataset=MOONCAKE,
+        warmup=None,
+        duration=None,
+        request_timeout="60s",
+        workers=1,
+        master_bind=None,
+        target="http://127.0.0.1:9",
+        model="m",
+        api_key=None,
+        endpoint="completions",
+        ignore_eos=True,
+        engine_arg=[],
+        server_threads=None,
+        slo_ttft=None,
+        slo_tpot=None,
+        slo_e2e=None,
+        out=tmp_path / "run",
+        label=None,
+        resume=None,
+        tokenizer=None,
+        seed=0,
+        prompt_format="text",
+        strict=False,
+        probes="none",
+        probe_interval=1.0,
+        server_pid=None,
+        trace_limit=24,
+    )
     return SweepArgs(**{**base, **kw})
 
 
@@ -57,16 +88,20 @@ def test_by_default_the_level_lasts_the_traces_span_and_the_workload_ends_with_i
 
 def test_it_cycles_when_asked_or_when_the_duration_is_longer_and_says_why(tmp_path):
     info, level = _level(tmp_path, trace_loop="--trace-loop")
-    assert (level.warmup_s, level.duration_s) == (5.0, 20.0)                # the defaults: a steady stream
+    assert (level.warmup_s, level.duration_s) == (5.0, 20.0)  # the defaults: a steady stream
     assert make_workload(WorkloadOptions.of(info.sweep.workload, input_len=1, output_len=1)).length is None
     replay = trace_replay(info.sweep.workload, level)
     assert replay.play == "cycled" and replay.cycled_by == "--trace-loop"
-    assert trace_words(replay) == f"the trace (24 requests, 8.1 s) cycled {25 / replay.span_s:.1f} times to fill 25 s (--trace-loop)"
+    assert (
+        trace_words(replay)
+        == f"the trace (24 requests, 8.1 s) cycled {25 / replay.span_s:.1f} times to fill 25 s (--trace-loop)"
+    )
     info, level = _level(tmp_path, duration="30s")
     assert info.sweep.workload.trace_loop == "--duration" and level.warmup_s == 0.0
     assert "cycled 3.7 times to fill 30 s (--duration longer than the trace)" in trace_words(
-        trace_replay(info.sweep.workload, level))
-    info, level = _level(tmp_path, warmup="1s", duration="4s")             # shorter: its first part, once
+        trace_replay(info.sweep.workload, level)
+    )
+    info, level = _level(tmp_path, warmup="1s", duration="4s")  # shorter: its first part, once
     replay = trace_replay(info.sweep.workload, level)
     assert info.sweep.workload.trace_loop is None and replay.play == "part"
     assert trace_words(replay).startswith("the first 5.0 s of the trace (24 requests, 8.1 s) played")
@@ -81,8 +116,15 @@ def test_a_warmup_as_long_as_the_trace_is_a_one_line_error(tmp_path):
 
 def test_the_replay_round_trips_through_run_json():
     replay = TraceReplay(requests=24, span_s=3.0, speed=2.0, level_s=30.0, cycled_by="capacity", sent=240)
-    info = RunInfo.from_dict({"run_id": "r", "command": [], "host": {}, "target": {"url": None, "model": None},
-                              "level_meta": {"r8": dataclasses.asdict(LevelMeta(trace=replay))}})
+    info = RunInfo.from_dict(
+        {
+            "run_id": "r",
+            "command": [],
+            "host": {},
+            "target": {"url": None, "model": None},
+            "level_meta": {"r8": dataclasses.asdict(LevelMeta(trace=replay))},
+        }
+    )
     again = RunInfo.from_dict(json.loads(json.dumps(info.to_dict()))).level_meta["r8"].trace
     assert again == replay and again.passes == pytest.approx(20.0) and again.play == "cycled"
     assert "a capacity level lasts" in trace_words(again)
@@ -98,7 +140,7 @@ def test_a_trace_run_recorded_before_play_once_resumes_cycling(tmp_path):
     run = RunDir(tmp_path / "old")
     run.create(info)
     old = json.loads(run.run_json.read_text())
-    del old["sweep"]["workload"]["trace_loop"]               # as an older tool wrote it
+    del old["sweep"]["workload"]["trace_loop"]  # as an older tool wrote it
     run.run_json.write_text(json.dumps(old))
     _, resumed = _resumed_run(run.path, Console(file=open(os.devnull, "w")))
     assert resumed.sweep.workload.trace_loop == "--trace-loop"

@@ -32,8 +32,9 @@ _CACHE_FIELDS = {f.name for f in fields(CacheConfig)}
 
 def make_scheduler(clock: FakeClock | None = None, **kwargs) -> Scheduler:
     """Small defaults (block_size 4, 64 blocks, budget 64, max_model_len 64, no watermark)."""
-    defaults = dict(block_size=4, num_blocks=64, max_num_batched_tokens=64, max_model_len=64,
-                    max_num_seqs=16, watermark=0.0)
+    defaults = dict(
+        block_size=4, num_blocks=64, max_num_batched_tokens=64, max_model_len=64, max_num_seqs=16, watermark=0.0
+    )
     defaults.update(kwargs)
     unknown = set(defaults) - _SCHED_FIELDS - _CACHE_FIELDS
     assert not unknown, unknown
@@ -42,8 +43,17 @@ def make_scheduler(clock: FakeClock | None = None, **kwargs) -> Scheduler:
     return Scheduler(sched_cfg, cache_cfg, clock=clock or FakeClock())
 
 
-def make_request(req_id: str, prompt: int | list[int], max_tokens: int | None = 4, *, arrival: float = 0.0,
-                 priority: int = 0, eos_token_id: int | None = None, start: int = 100, **sampling) -> Request:
+def make_request(
+    req_id: str,
+    prompt: int | list[int],
+    max_tokens: int | None = 4,
+    *,
+    arrival: float = 0.0,
+    priority: int = 0,
+    eos_token_id: int | None = None,
+    start: int = 100,
+    **sampling,
+) -> Request:
     """A request whose prompt is `prompt` (a list) or `prompt` distinct tokens starting at `start`."""
     tokens = list(prompt) if isinstance(prompt, list) else list(range(start, start + prompt))
     params = SamplingParams(max_tokens=max_tokens, **sampling)
@@ -61,7 +71,7 @@ def check_output(scheduler: Scheduler, out: SchedulerOutput) -> None:
     for sr in out.requests:
         req = scheduler.get_request(sr.req_id)
         assert req is not None and sr.num_tokens > 0
-        assert sr.token_ids == req.all_token_ids[sr.start_pos:sr.end_pos]
+        assert sr.token_ids == req.all_token_ids[sr.start_pos : sr.end_pos]
         assert sr.sample == (sr.end_pos == req.num_tokens)
         assert len(sr.block_ids) * bs >= sr.end_pos, "block table too short for the scheduled tokens"
         assert sr.block_ids == scheduler.kv_cache_manager.get_block_ids(req)

@@ -23,6 +23,7 @@ def scheduled(out):
 
 # ---- budget, chunking, limits -----------------------------------------------------------------
 
+
 def test_token_budget_is_respected_every_step():
     s = make_scheduler(max_num_batched_tokens=16, num_blocks=128)
     for i in range(8):
@@ -54,8 +55,9 @@ def test_long_prefill_cap_limits_each_chunk():
 
 
 def test_chunked_prefill_off_schedules_prompts_whole():
-    s = make_scheduler(enable_chunked_prefill=False, max_num_batched_tokens=64, max_model_len=64,
-                       long_prefill_token_threshold=8)
+    s = make_scheduler(
+        enable_chunked_prefill=False, max_num_batched_tokens=64, max_model_len=64, long_prefill_token_threshold=8
+    )
     s.add_request(make_request("a", 40, max_tokens=3))
     s.add_request(make_request("b", 40, max_tokens=3, start=500))
     out, _ = step(s)
@@ -77,6 +79,7 @@ def test_max_num_seqs_caps_the_running_batch():
 
 
 # ---- preemption ---------------------------------------------------------------------------
+
 
 def preemption_setup(policy, first_prompt, second_prompt, first_priority=0, second_priority=0):
     """8 blocks of 4 tokens: `a` runs alone a step, then `b` is admitted and fills the cache."""
@@ -120,9 +123,16 @@ def test_priority_victim_itself_stops_the_running_loop():
 def test_priority_ties_do_not_livelock():
     # Equal (priority, arrival): picking the older of the two as victim made them preempt
     # each other forever; the newest of equals is the victim, as under fcfs.
-    s = make_scheduler(policy="priority", block_size=1, num_blocks=23, max_model_len=19,
-                       max_num_batched_tokens=6, max_num_seqs=2, long_prefill_token_threshold=3,
-                       enable_prefix_caching=False)
+    s = make_scheduler(
+        policy="priority",
+        block_size=1,
+        num_blocks=23,
+        max_model_len=19,
+        max_num_batched_tokens=6,
+        max_num_seqs=2,
+        long_prefill_token_threshold=3,
+        enable_prefix_caching=False,
+    )
     s.add_request(make_request("a", 15, max_tokens=1))
     s.add_request(make_request("b", 18, max_tokens=1, start=500))
     run_to_completion(s, max_steps=200)
@@ -148,10 +158,25 @@ def test_resumed_request_gets_prefix_hits_and_right_output_count():
 @pytest.mark.parametrize("policy", ["fcfs", "priority", "sjf"])
 @pytest.mark.parametrize("chunked", [True, False])
 def test_kv_exhaustion_with_many_requests_finishes_everything(policy, chunked):
-    s = make_scheduler(policy=policy, num_blocks=10, max_model_len=40, max_num_batched_tokens=40,
-                       enable_chunked_prefill=chunked, watermark=0.1)
-    reqs = [make_request(f"r{i}", 3 + (7 * i) % 20, max_tokens=4 + (5 * i) % 12, start=(i % 3) * 1000,
-                         priority=i % 3, arrival=float(i)) for i in range(30)]
+    s = make_scheduler(
+        policy=policy,
+        num_blocks=10,
+        max_model_len=40,
+        max_num_batched_tokens=40,
+        enable_chunked_prefill=chunked,
+        watermark=0.1,
+    )
+    reqs = [
+        make_request(
+            f"r{i}",
+            3 + (7 * i) % 20,
+            max_tokens=4 + (5 * i) % 12,
+            start=(i % 3) * 1000,
+            priority=i % 3,
+            arrival=float(i),
+        )
+        for i in range(30)
+    ]
     for r in reqs:
         s.add_request(r)
     run_to_completion(s, max_steps=5000)
@@ -164,6 +189,7 @@ def test_kv_exhaustion_with_many_requests_finishes_everything(policy, chunked):
 
 
 # ---- prefix caching through the scheduler -------------------------------------------------------
+
 
 def test_prefix_hit_between_requests_counted_in_tokens():
     s = make_scheduler()
@@ -216,6 +242,7 @@ def test_prefix_caching_off_recomputes_everything():
 
 
 # ---- waiting-queue policies and batching modes ---------------------------------------------------
+
 
 def admission_order(s, n):
     order = []
@@ -342,6 +369,7 @@ def test_watermark_does_not_block_a_lone_large_prompt():
 
 # ---- stop conditions ----------------------------------------------------------------------------
 
+
 def generate(s, req, tokens):
     s.add_request(req)
     for tok in tokens:
@@ -351,17 +379,29 @@ def generate(s, req, tokens):
     return req
 
 
-@pytest.mark.parametrize("params,tokens,expected_out,status", [
-    (dict(max_tokens=10), [5, 5, 2, 5], [5, 5, 2], RequestStatus.FINISHED_STOPPED),
-    (dict(max_tokens=4, ignore_eos=True), [2, 2, 2, 2, 2], [2, 2, 2, 2], RequestStatus.FINISHED_LENGTH),
-    (dict(max_tokens=10, min_tokens=3), [2, 2, 2, 5], [2, 2, 2], RequestStatus.FINISHED_STOPPED),
-    (dict(max_tokens=10, min_tokens=2, stop_token_ids=[9]), [9, 9], [9, 9], RequestStatus.FINISHED_STOPPED),
-    (dict(max_tokens=10, stop_token_ids=[9]), [5, 9, 5], [5, 9], RequestStatus.FINISHED_STOPPED),
-    (dict(max_tokens=3), [5] * 10, [5, 5, 5], RequestStatus.FINISHED_LENGTH),
-    (dict(max_tokens=3), [5, 5, 2], [5, 5, 2], RequestStatus.FINISHED_STOPPED),
-    (dict(max_tokens=None), [5] * 100, [5] * 4, RequestStatus.FINISHED_LENGTH),  # max_model_len 64
-], ids=["eos", "ignore_eos", "min_tokens", "stop_ids_after_min", "stop_token_ids", "max_tokens",
-        "eos_beats_length", "max_model_len"])
+@pytest.mark.parametrize(
+    "params,tokens,expected_out,status",
+    [
+        (dict(max_tokens=10), [5, 5, 2, 5], [5, 5, 2], RequestStatus.FINISHED_STOPPED),
+        (dict(max_tokens=4, ignore_eos=True), [2, 2, 2, 2, 2], [2, 2, 2, 2], RequestStatus.FINISHED_LENGTH),
+        (dict(max_tokens=10, min_tokens=3), [2, 2, 2, 5], [2, 2, 2], RequestStatus.FINISHED_STOPPED),
+        (dict(max_tokens=10, min_tokens=2, stop_token_ids=[9]), [9, 9], [9, 9], RequestStatus.FINISHED_STOPPED),
+        (dict(max_tokens=10, stop_token_ids=[9]), [5, 9, 5], [5, 9], RequestStatus.FINISHED_STOPPED),
+        (dict(max_tokens=3), [5] * 10, [5, 5, 5], RequestStatus.FINISHED_LENGTH),
+        (dict(max_tokens=3), [5, 5, 2], [5, 5, 2], RequestStatus.FINISHED_STOPPED),
+        (dict(max_tokens=None), [5] * 100, [5] * 4, RequestStatus.FINISHED_LENGTH),  # max_model_len 64
+    ],
+    ids=[
+        "eos",
+        "ignore_eos",
+        "min_tokens",
+        "stop_ids_after_min",
+        "stop_token_ids",
+        "max_tokens",
+        "eos_beats_length",
+        "max_model_len",
+    ],
+)
 def test_stop_conditions(params, tokens, expected_out, status):
     s = make_scheduler()
     req = generate(s, make_request("r", 60, eos_token_id=2, **params), tokens)
@@ -376,13 +416,14 @@ def test_results_report_new_tokens_and_finished_ids_reach_the_runner():
     out, results = step(s)
     assert results == [] and out.requests[0].num_tokens == 8  # a chunk: no token yet
     out, results = step(s, token=42)
-    (req, new), = results
+    ((req, new),) = results
     assert req.request_id == "a" and new == [42] and req.is_finished()
     assert s.schedule().finished_req_ids == {"a"}
     assert s.schedule().finished_req_ids == set()
 
 
 # ---- aborts and bookkeeping -----------------------------------------------------------------
+
 
 def test_finish_requests_aborts_waiting_and_running_and_frees_blocks():
     s = make_scheduler(max_num_seqs=1)

@@ -121,10 +121,11 @@ def test_aborted_in_flight_request_keeps_its_blocks_until_the_batch_lands():
 @pytest.mark.parametrize("depth", [2, 3])
 def test_many_requests_under_a_tight_kv_budget_all_finish(policy, depth):
     """Varied lengths, preemption-inducing budget: every request gets its tokens, no block leaks."""
-    s = batch_queue_scheduler(depth=depth, num_blocks=12, max_model_len=32, max_num_batched_tokens=24,
-                              policy=policy)
-    requests = [make_request(f"r{i}", 3 + (7 * i) % 13, max_tokens=2 + i % 5, priority=i % 3,
-                             arrival=float(i), start=100 * i) for i in range(10)]
+    s = batch_queue_scheduler(depth=depth, num_blocks=12, max_model_len=32, max_num_batched_tokens=24, policy=policy)
+    requests = [
+        make_request(f"r{i}", 3 + (7 * i) % 13, max_tokens=2 + i % 5, priority=i % 3, arrival=float(i), start=100 * i)
+        for i in range(10)
+    ]
     for r in requests:
         s.add_request(r)
     max_in_flight = [0]
@@ -135,8 +136,10 @@ def test_many_requests_under_a_tight_kv_budget_all_finish(policy, depth):
     outs = run_batch_queue(s, depth, on_land=on_land)
     assert s.num_preemptions_total > 0, "the budget was meant to force preemption"
     assert max_in_flight[0] >= 2, "batches never overlapped"
-    assert all(r.status == RequestStatus.FINISHED_LENGTH and r.num_output_tokens == r.sampling_params.max_tokens
-               for r in requests)
+    assert all(
+        r.status == RequestStatus.FINISHED_LENGTH and r.num_output_tokens == r.sampling_params.max_tokens
+        for r in requests
+    )
     assert_all_blocks_free(s)
     assert not s.in_flight and not s._free_on_landing
     assert len({o.step_id for o in outs}) == len(outs)

@@ -19,7 +19,9 @@ def configs(draw):
     chunked = draw(st.booleans())
     min_blocks = -(-max_model_len // block_size)
     return dict(
-        block_size=block_size, max_model_len=max_model_len, enable_chunked_prefill=chunked,
+        block_size=block_size,
+        max_model_len=max_model_len,
+        enable_chunked_prefill=chunked,
         num_blocks=draw(st.integers(min_blocks, min_blocks * 3)),
         max_num_batched_tokens=draw(st.integers(1 if chunked else max_model_len, 2 * max_model_len)),
         max_num_seqs=draw(st.integers(1, 8)),
@@ -33,10 +35,13 @@ def configs(draw):
     )
 
 
-add_op = st.tuples(st.just("add"), st.integers(1, 60), st.integers(0, 3), st.integers(1, 20),
-                   st.integers(0, 2), st.booleans())
-ops = st.lists(st.one_of(add_op, st.just(("step",)), st.just(("step",)),
-                         st.tuples(st.just("abort"), st.integers(0, 30))), max_size=60)
+add_op = st.tuples(
+    st.just("add"), st.integers(1, 60), st.integers(0, 3), st.integers(1, 20), st.integers(0, 2), st.booleans()
+)
+ops = st.lists(
+    st.one_of(add_op, st.just(("step",)), st.just(("step",)), st.tuples(st.just("abort"), st.integers(0, 30))),
+    max_size=60,
+)
 
 
 def apply_step(s, tokens, clock):
@@ -65,8 +70,14 @@ def test_random_workloads_keep_integrity_and_drain(cfg, operations, tokens):
             prompt = [prefix_group * 1000 + i for i in range(length)]
             if len(requests) % 3 == 0:
                 prompt[-1] = 999_999 - len(requests)
-            req = make_request(f"r{len(requests)}", prompt, max_tokens=max_tokens, priority=priority,
-                               eos_token_id=EOS if use_eos else None, arrival=clock())
+            req = make_request(
+                f"r{len(requests)}",
+                prompt,
+                max_tokens=max_tokens,
+                priority=priority,
+                eos_token_id=EOS if use_eos else None,
+                arrival=clock(),
+            )
             requests.append(req)
             s.add_request(req)
         elif op[0] == "step":
@@ -96,9 +107,11 @@ def test_random_workloads_keep_integrity_and_drain(cfg, operations, tokens):
 
 
 @settings(max_examples=100, deadline=None)
-@given(policy=st.sampled_from(["fcfs", "priority", "sjf"]),
-       items=st.lists(st.tuples(st.integers(1, 50), st.integers(0, 3), st.integers(0, 20)), max_size=20),
-       removals=st.lists(st.integers(0, 19), max_size=5))
+@given(
+    policy=st.sampled_from(["fcfs", "priority", "sjf"]),
+    items=st.lists(st.tuples(st.integers(1, 50), st.integers(0, 3), st.integers(0, 20)), max_size=20),
+    removals=st.lists(st.integers(0, 19), max_size=5),
+)
 def test_request_queues_pop_in_policy_order(policy, items, removals):
     rate = 2.0
     q = create_request_queue(policy, rate)
@@ -117,8 +130,12 @@ def test_request_queues_pop_in_policy_order(policy, items, removals):
     elif policy == "priority":
         expected = [r for _, r in sorted(kept, key=lambda ir: (ir[1].priority, ir[1].arrival_time, ir[0]))]
     else:
-        expected = [r for _, r in sorted(kept, key=lambda ir: (ir[1].num_tokens + rate * ir[1].arrival_time,
-                                                             ir[1].arrival_time, ir[0]))]
+        expected = [
+            r
+            for _, r in sorted(
+                kept, key=lambda ir: (ir[1].num_tokens + rate * ir[1].arrival_time, ir[1].arrival_time, ir[0])
+            )
+        ]
     assert list(q) == expected
     popped = []
     while q:

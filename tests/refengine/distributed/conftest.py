@@ -9,9 +9,17 @@ def llama_dir(tmp_path_factory):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=250, hidden_size=64, intermediate_size=96, num_hidden_layers=4,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-                      initializer_range=0.08, tie_word_embeddings=False)
+    cfg = LlamaConfig(
+        vocab_size=250,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        initializer_range=0.08,
+        tie_word_embeddings=False,
+    )
     path = tmp_path_factory.mktemp("llama")
     LlamaForCausalLM(cfg).save_pretrained(path)
     return str(path)
@@ -23,9 +31,17 @@ def mqa_llama_dir(tmp_path_factory):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(1)
-    cfg = LlamaConfig(vocab_size=250, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=1, max_position_embeddings=256,
-                      initializer_range=0.08, tie_word_embeddings=True)
+    cfg = LlamaConfig(
+        vocab_size=250,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=1,
+        max_position_embeddings=256,
+        initializer_range=0.08,
+        tie_word_embeddings=True,
+    )
     path = tmp_path_factory.mktemp("mqa")
     LlamaForCausalLM(cfg).save_pretrained(path)
     return str(path)
@@ -36,9 +52,18 @@ def mixtral_dir(tmp_path_factory):
     from transformers import MixtralConfig, MixtralForCausalLM
 
     torch.manual_seed(0)
-    cfg = MixtralConfig(vocab_size=250, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-                        num_attention_heads=4, num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2,
-                        max_position_embeddings=256, initializer_range=0.08)
+    cfg = MixtralConfig(
+        vocab_size=250,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        num_local_experts=4,
+        num_experts_per_tok=2,
+        max_position_embeddings=256,
+        initializer_range=0.08,
+    )
     path = tmp_path_factory.mktemp("mixtral")
     MixtralForCausalLM(cfg).save_pretrained(path)
     return str(path)

@@ -41,12 +41,15 @@ def make_steps(vocab: int) -> list[SchedulerOutput]:
         return ScheduledRequest(rid, toks, start, blocks, sample, greedy)
 
     return [
-        SchedulerOutput(1, [req("a", a[:8], 0, [0, 1]), req("b", b[:5], 0, [2, 3, 4], sample=False),
-                            req("c", c, 0, [5])]),
-        SchedulerOutput(2, [req("a", a[8:9], 8, [0, 1, 6]), req("b", b[5:], 5, [2, 3, 4]),
-                            req("c", [a[0]], 3, [5, 7])]),
-        SchedulerOutput(3, [req("a", [b[0]], 9, [0, 1, 6]), req("b", [c[1]], 12, [2, 3, 4, 8]),
-                            req("c", [c[2]], 4, [5, 7])]),
+        SchedulerOutput(
+            1, [req("a", a[:8], 0, [0, 1]), req("b", b[:5], 0, [2, 3, 4], sample=False), req("c", c, 0, [5])]
+        ),
+        SchedulerOutput(
+            2, [req("a", a[8:9], 8, [0, 1, 6]), req("b", b[5:], 5, [2, 3, 4]), req("c", [a[0]], 3, [5, 7])]
+        ),
+        SchedulerOutput(
+            3, [req("a", [b[0]], 9, [0, 1, 6]), req("b", [c[1]], 12, [2, 3, 4, 8]), req("c", [c[2]], 4, [5, 7])]
+        ),
     ]
 
 
@@ -79,8 +82,9 @@ def reference_logits(model_dir: str, capacity_factor: float = 0.0, device: str =
     return logits, stats
 
 
-def _rank_main(rank: int, world: int, port: int, cases: list[tuple[str, str, dict]], out_dir: str,
-               device_type: str, backend: str) -> None:
+def _rank_main(
+    rank: int, world: int, port: int, cases: list[tuple[str, str, dict]], out_dir: str, device_type: str, backend: str
+) -> None:
     try:
         os.environ["LOCAL_RANK"] = str(rank)
         torch.set_num_threads(1)
@@ -89,8 +93,9 @@ def _rank_main(rank: int, world: int, port: int, cases: list[tuple[str, str, dic
             pc = ParallelConfig(**layout)
             groups = init_process_groups(pc, rank, store, backend, device_type)
             cfg = load_model_config(model_dir)
-            spec = WorkerSpec(EngineArgs(model=model_dir, block_size=BLOCK_SIZE), model_dir, torch.float32,
-                              device_type, NUM_BLOCKS)
+            spec = WorkerSpec(
+                EngineArgs(model=model_dir, block_size=BLOCK_SIZE), model_dir, torch.float32, device_type, NUM_BLOCKS
+            )
             runner = build_runner(spec, cfg, pc, groups)
             logits = run_steps(runner, make_steps(cfg.vocab_size))
             stats = runner.model.moe_stats() if cfg.num_experts else None
@@ -102,15 +107,23 @@ def _rank_main(rank: int, world: int, port: int, cases: list[tuple[str, str, dic
         os._exit(1)
 
 
-def run_layouts(cases: list[tuple[str, str, dict]], out_dir: str, world: int = 2, timeout: float = 120.0,
-                device_type: str = "cpu", backend: str = "gloo") -> dict:
+def run_layouts(
+    cases: list[tuple[str, str, dict]],
+    out_dir: str,
+    world: int = 2,
+    timeout: float = 120.0,
+    device_type: str = "cpu",
+    backend: str = "gloo",
+) -> dict:
     """Run every case on `world` spawned ranks; returns {case name: {rank: saved dict}}."""
-    store = dist.TCPStore("127.0.0.1", 0, world, is_master=True, wait_for_workers=False,
-                          timeout=datetime.timedelta(seconds=60))
+    store = dist.TCPStore(
+        "127.0.0.1", 0, world, is_master=True, wait_for_workers=False, timeout=datetime.timedelta(seconds=60)
+    )
     ctx = mp.get_context("spawn")
-    procs = [ctx.Process(target=_rank_main, args=(r, world, store.port, cases, out_dir, device_type, backend),
-                         daemon=True)
-             for r in range(world)]
+    procs = [
+        ctx.Process(target=_rank_main, args=(r, world, store.port, cases, out_dir, device_type, backend), daemon=True)
+        for r in range(world)
+    ]
     for p in procs:
         p.start()
     for p in procs:
@@ -120,5 +133,4 @@ def run_layouts(cases: list[tuple[str, str, dict]], out_dir: str, world: int = 2
         if p.is_alive():
             p.kill()
     assert codes == [0] * world, f"rank exit codes {codes}"
-    return {name: {r: torch.load(Path(out_dir) / f"{name}.rank{r}.pt") for r in range(world)}
-            for name, _, _ in cases}
+    return {name: {r: torch.load(Path(out_dir) / f"{name}.rank{r}.pt") for r in range(world)} for name, _, _ in cases}

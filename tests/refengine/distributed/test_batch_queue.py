@@ -1,7 +1,6 @@
 """The batch queue (vLLM's PP schedule) on 2 spawned gloo ranks: several scheduled batches in the
 pipeline at once give the same tokens as one process, with preemption and aborts in flight."""
 
-
 import pytest
 from rank_kill import kill_a_rank_mid_request
 
@@ -69,8 +68,9 @@ def test_batch_queue_matches_one_process(blocks):
 
 
 def test_abort_while_in_flight_and_a_rank_killed_mid_request():
-    llm = LLM(model="tiny-test", pipeline_parallel_size=2, pipeline_schedule="batch-queue",
-              num_gpu_blocks_override=64, **KW)
+    llm = LLM(
+        model="tiny-test", pipeline_parallel_size=2, pipeline_schedule="batch-queue", num_gpu_blocks_override=64, **KW
+    )
     engine = llm.llm_engine
     try:
         sp = SamplingParams(max_tokens=6, temperature=0, ignore_eos=True)
@@ -93,30 +93,43 @@ def test_abort_while_in_flight_and_a_rank_killed_mid_request():
 def test_batch_queue_tp2_pp2_on_four_ranks():
     kw = dict(KW, num_gpu_blocks_override=24)
     reference = _tokens(LLM(model="tiny-test", **kw))
-    llm = LLM(model="tiny-test", tensor_parallel_size=2, pipeline_parallel_size=2, pipeline_schedule="batch-queue",
-              **kw)
+    llm = LLM(
+        model="tiny-test", tensor_parallel_size=2, pipeline_parallel_size=2, pipeline_schedule="batch-queue", **kw
+    )
     try:
         assert _tokens(llm) == reference
     finally:
         llm.llm_engine.shutdown()
 
 
-@pytest.mark.parametrize("schedule, micro_batches, expected", [
-    ("auto", None, "batch-queue"), ("auto", 4, "micro-batch"), ("micro-batch", None, "micro-batch"),
-    ("batch-queue", None, "batch-queue")])
+@pytest.mark.parametrize(
+    "schedule, micro_batches, expected",
+    [
+        ("auto", None, "batch-queue"),
+        ("auto", 4, "micro-batch"),
+        ("micro-batch", None, "micro-batch"),
+        ("batch-queue", None, "batch-queue"),
+    ],
+)
 def test_pipeline_schedule_resolution(schedule, micro_batches, expected):
     from refengine.config import EngineArgs
     from refengine.parallel.layout import ParallelConfig
+
     args = EngineArgs(pipeline_parallel_size=2, pipeline_schedule=schedule, pipeline_micro_batches=micro_batches)
     pc = ParallelConfig.from_engine_args(args)
     assert pc.schedule == expected
     assert pc.batches_in_flight == (2 if expected == "batch-queue" else 1)
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(pipeline_schedule="batch-queue", pipeline_micro_batches=2), "drop one of the two"),
-    (dict(pipeline_schedule="1f1b"), "pipeline_schedule must be one of")])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(pipeline_schedule="batch-queue", pipeline_micro_batches=2), "drop one of the two"),
+        (dict(pipeline_schedule="1f1b"), "pipeline_schedule must be one of"),
+    ],
+)
 def test_bad_pipeline_schedule_is_a_user_error(kwargs, message):
     from refengine.errors import RefEngineError
+
     with pytest.raises(RefEngineError, match=message):
         LLM(model="tiny-test", pipeline_parallel_size=2, **kwargs)

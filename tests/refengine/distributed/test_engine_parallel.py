@@ -40,7 +40,7 @@ def test_pp2_engine_matches_one_process_and_reports_bubble(llama_dir, one_proces
         assert 0.0 <= ex.measured_bubble(stats) < 1.0
     finally:
         llm.llm_engine.shutdown()
-    assert_unchanged(before)          # the spawned rank and the watchdog are gone
+    assert_unchanged(before)  # the spawned rank and the watchdog are gone
 
 
 @pytest.mark.slow
@@ -71,7 +71,7 @@ def test_killing_a_rank_mid_request_fails_the_engine_quickly(llama_dir):
             engine.step()
     finally:
         engine.shutdown()
-    assert_unchanged(before)          # a TP engine whose rank died cleans up as well
+    assert_unchanged(before)  # a TP engine whose rank died cleans up as well
 
 
 def test_a_rank_dying_while_idle_is_noticed_without_a_step(llama_dir):

@@ -33,13 +33,21 @@ def two_rank_results(llama_dir, mqa_llama_dir, mixtral_dir, tmp_path_factory):
         ("mqa_tied_pp2", mqa_llama_dir, dict(pipeline_parallel_size=2)),
         ("moe_tp2", mixtral_dir, dict(tensor_parallel_size=2)),
         ("moe_ep2", mixtral_dir, dict(tensor_parallel_size=2, enable_expert_parallel=True, moe_dispatch="all_to_all")),
-        ("moe_ep2_allgather", mixtral_dir, dict(tensor_parallel_size=2, enable_expert_parallel=True,
-                                                moe_dispatch="allgather")),
+        (
+            "moe_ep2_allgather",
+            mixtral_dir,
+            dict(tensor_parallel_size=2, enable_expert_parallel=True, moe_dispatch="allgather"),
+        ),
         ("moe_pp2", mixtral_dir, dict(pipeline_parallel_size=2, micro_batches=2)),
         # The capacity factor, asked for explicitly: the same drops at every world size.
         ("moe_tp2_capped", mixtral_dir, dict(tensor_parallel_size=2, moe_capacity_factor=1.25)),
-        ("moe_ep2_capped", mixtral_dir, dict(tensor_parallel_size=2, enable_expert_parallel=True,
-                                             moe_dispatch="all_to_all", moe_capacity_factor=1.25)),
+        (
+            "moe_ep2_capped",
+            mixtral_dir,
+            dict(
+                tensor_parallel_size=2, enable_expert_parallel=True, moe_dispatch="all_to_all", moe_capacity_factor=1.25
+            ),
+        ),
     ]
     return run_layouts(cases, str(tmp_path_factory.mktemp("ranks")))
 

@@ -11,8 +11,17 @@ from refengine.sampling_params import SamplingParams
 
 
 def _cfg(**kw):
-    base = dict(architecture="LlamaForCausalLM", model_type="llama", hidden_size=64, num_hidden_layers=4,
-                num_attention_heads=4, num_key_value_heads=2, head_dim=16, intermediate_size=96, vocab_size=250)
+    base = dict(
+        architecture="LlamaForCausalLM",
+        model_type="llama",
+        hidden_size=64,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        intermediate_size=96,
+        vocab_size=250,
+    )
     return ModelConfig(**{**base, **kw})
 
 
@@ -29,17 +38,23 @@ def test_stage_split_balanced_and_overridden():
     assert ParallelConfig(pipeline_parallel_size=2, layer_partition=(1, 3)).stage_layers(4) == [(0, 1), (1, 4)]
 
 
-@pytest.mark.parametrize("layout, cfg, message", [
-    (dict(tensor_parallel_size=3), {}, "num_attention_heads (4) is not divisible by tensor_parallel_size=3"),
-    (dict(tensor_parallel_size=2), {"intermediate_size": 97}, "intermediate_size (97)"),
-    (dict(tensor_parallel_size=4), {"num_key_value_heads": 4, "num_attention_heads": 8}, None),
-    (dict(tensor_parallel_size=2), {"num_key_value_heads": 3, "num_attention_heads": 6}, "num_key_value_heads (3)"),
-    (dict(pipeline_parallel_size=5), {}, "exceeds num_hidden_layers (4)"),
-    (dict(pipeline_parallel_size=2, layer_partition=(1, 2)), {}, "summing to num_hidden_layers (4)"),
-    (dict(tensor_parallel_size=2, enable_expert_parallel=True), {}, "needs a mixture-of-experts model"),
-    (dict(tensor_parallel_size=2, enable_expert_parallel=True),
-     {"architecture": "MixtralForCausalLM", "num_experts": 3, "num_experts_per_tok": 2}, "num_local_experts (3)"),
-])
+@pytest.mark.parametrize(
+    "layout, cfg, message",
+    [
+        (dict(tensor_parallel_size=3), {}, "num_attention_heads (4) is not divisible by tensor_parallel_size=3"),
+        (dict(tensor_parallel_size=2), {"intermediate_size": 97}, "intermediate_size (97)"),
+        (dict(tensor_parallel_size=4), {"num_key_value_heads": 4, "num_attention_heads": 8}, None),
+        (dict(tensor_parallel_size=2), {"num_key_value_heads": 3, "num_attention_heads": 6}, "num_key_value_heads (3)"),
+        (dict(pipeline_parallel_size=5), {}, "exceeds num_hidden_layers (4)"),
+        (dict(pipeline_parallel_size=2, layer_partition=(1, 2)), {}, "summing to num_hidden_layers (4)"),
+        (dict(tensor_parallel_size=2, enable_expert_parallel=True), {}, "needs a mixture-of-experts model"),
+        (
+            dict(tensor_parallel_size=2, enable_expert_parallel=True),
+            {"architecture": "MixtralForCausalLM", "num_experts": 3, "num_experts_per_tok": 2},
+            "num_local_experts (3)",
+        ),
+    ],
+)
 def test_bad_layouts_are_one_line_errors(layout, cfg, message):
     if message is None:
         validate_layout(_cfg(**cfg), ParallelConfig(**layout))

@@ -19,7 +19,12 @@ def test_default_mixtral_greedy_equals_transformers(mixtral_dir):
     hf = MixtralForCausalLM.from_pretrained(mixtral_dir).eval()
     for prompt, out in zip(PROMPTS, outs):
         with torch.no_grad():
-            ref = hf.generate(torch.tensor([prompt]), max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,
-                              do_sample=False, pad_token_id=0)[0, len(prompt):].tolist()
+            ref = hf.generate(
+                torch.tensor([prompt]),
+                max_new_tokens=NEW_TOKENS,
+                min_new_tokens=NEW_TOKENS,
+                do_sample=False,
+                pad_token_id=0,
+            )[0, len(prompt) :].tolist()
         assert out.outputs[0].token_ids == ref
     assert llm.llm_engine.stats().moe_overflow_total == 0

@@ -39,8 +39,15 @@ def streaming_matches_offline(url: str) -> None:
     """tests/refengine/server/test_openai_client.py's streaming test, against this server."""
     client = openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0, timeout=60)
     prompt = "the quick brown fox"
-    stream = client.completions.create(model="tiny-test", prompt=prompt, max_tokens=12, temperature=0, stream=True,
-                                       stream_options={"include_usage": True}, extra_body={"ignore_eos": True})
+    stream = client.completions.create(
+        model="tiny-test",
+        prompt=prompt,
+        max_tokens=12,
+        temperature=0,
+        stream=True,
+        stream_options={"include_usage": True},
+        extra_body={"ignore_eos": True},
+    )
     texts, usage, reasons = [], None, []
     for ch in stream:
         usage = ch.usage or usage
@@ -57,13 +64,19 @@ def streaming_matches_offline(url: str) -> None:
 @pytest.mark.slow
 def test_tp2_server_streams_then_reports_unhealthy_when_a_rank_dies():
     port = free_port()
-    proc, url = start([sys.executable, "-m", "refengine.server", *SERVE_ARGS, "--port", str(port),
-                       "--tensor-parallel-size", "2"], port)
+    proc, url = start(
+        [sys.executable, "-m", "refengine.server", *SERVE_ARGS, "--port", str(port), "--tensor-parallel-size", "2"],
+        port,
+    )
     try:
         streaming_matches_offline(url)
         (rank1,) = rank_pids(proc.pid)
-        with httpx.stream("POST", url + "/v1/completions", timeout=30,
-                          json={"prompt": [9] * 10, "max_tokens": 2000, "stream": True, "ignore_eos": True}) as r:
+        with httpx.stream(
+            "POST",
+            url + "/v1/completions",
+            timeout=30,
+            json={"prompt": [9] * 10, "max_tokens": 2000, "stream": True, "ignore_eos": True},
+        ) as r:
             lines = r.iter_lines()
             assert next(lines).startswith("data:")
             os.kill(rank1, signal.SIGKILL)
@@ -81,20 +94,42 @@ def test_tp2_server_streams_then_reports_unhealthy_when_a_rank_dies():
 
 
 def test_bad_layout_is_one_line_error_before_loading():
-    r = subprocess.run([sys.executable, "-m", "refengine.server", *SERVE_ARGS, "--tensor-parallel-size", "3"],
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "refengine.server", *SERVE_ARGS, "--tensor-parallel-size", "3"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 2
-    assert r.stderr.strip() == ("error: num_attention_heads (4) is not divisible by tensor_parallel_size=3; "
-                                "use a divisor of 4")
+    assert r.stderr.strip() == (
+        "error: num_attention_heads (4) is not divisible by tensor_parallel_size=3; use a divisor of 4"
+    )
 
 
 @pytest.mark.slow
 def test_torchrun_two_ranks_serve(tmp_path):
     """The multi-machine launch, on one machine: torchrun starts both ranks, rank 0 serves."""
     port = free_port()
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2",
-           "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}",
-           "-m", "refengine.server", *SERVE_ARGS, "--port", str(port), "--tensor-parallel-size", "2"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes",
+        "1",
+        "--nproc-per-node",
+        "2",
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        f"127.0.0.1:{free_port()}",
+        "-m",
+        "refengine.server",
+        *SERVE_ARGS,
+        "--port",
+        str(port),
+        "--tensor-parallel-size",
+        "2",
+    ]
     proc, url = start(cmd, port)
     try:
         streaming_matches_offline(url)

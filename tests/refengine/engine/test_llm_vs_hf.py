@@ -12,9 +12,16 @@ from refengine import LLM, SamplingParams  # noqa: E402
 @pytest.fixture(scope="module")
 def hf_llama(tmp_path_factory):
     torch.manual_seed(0)
-    cfg = transformers.LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-                                   tie_word_embeddings=False)
+    cfg = transformers.LlamaConfig(
+        vocab_size=256,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        tie_word_embeddings=False,
+    )
     model = transformers.LlamaForCausalLM(cfg).eval()
     path = tmp_path_factory.mktemp("llama")
     model.save_pretrained(path, safe_serialization=True)
@@ -23,9 +30,10 @@ def hf_llama(tmp_path_factory):
 
 def _hf_greedy(model, prompt, n):
     with torch.no_grad():
-        out = model.generate(torch.tensor([prompt]), max_new_tokens=n, min_new_tokens=n, do_sample=False,
-                             pad_token_id=0)
-    return out[0, len(prompt):].tolist()
+        out = model.generate(
+            torch.tensor([prompt]), max_new_tokens=n, min_new_tokens=n, do_sample=False, pad_token_id=0
+        )
+    return out[0, len(prompt) :].tolist()
 
 
 def test_single_and_batched_greedy_match_transformers(hf_llama):

@@ -10,10 +10,10 @@ from refengine import LLM, SamplingParams
 
 def _prompts():
     rng = random.Random(7)
-    shared = [rng.randrange(5, 4000) for _ in range(40)]    # a prefix spanning 2.5 blocks of 16
+    shared = [rng.randrange(5, 4000) for _ in range(40)]  # a prefix spanning 2.5 blocks of 16
     prompts = [shared + [rng.randrange(5, 4000) for _ in range(rng.randint(1, 30))] for _ in range(5)]
     prompts += [[rng.randrange(5, 4000) for _ in range(rng.randint(3, 90))] for _ in range(7)]
-    prompts.append(shared[:32])                              # exactly two full blocks: hit must leave one token
+    prompts.append(shared[:32])  # exactly two full blocks: hit must leave one token
     return prompts
 
 
@@ -60,7 +60,7 @@ def test_greedy_tokens_identical_across_modes(mode, reference):
 
 def test_prefix_cache_hits_counted_in_tokens():
     llm = LLM("tiny-test", **BASE)
-    shared = list(range(10, 74))   # 64 tokens = 4 blocks
+    shared = list(range(10, 74))  # 64 tokens = 4 blocks
     llm.generate([shared + [5]], SamplingParams(max_tokens=2, temperature=0))
     before = llm.llm_engine.stats()
     out = llm.generate([shared + [6]], SamplingParams(max_tokens=2, temperature=0))[0]

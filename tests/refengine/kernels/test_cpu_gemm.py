@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from refengine.model.layers import cpu_gemm
 
-SHAPES = [(64, 96), (128, 128), (250, 64)]          # (in_features, out_features)
+SHAPES = [(64, 96), (128, 128), (250, 64)]  # (in_features, out_features)
 BATCHES = [1, 7, 64]
 # Relative to the output's magnitude: float32 differs from F.linear only in summation order
 # (seen: ~5e-7 of max|y|); the half types are handed to F.linear itself.
@@ -49,18 +49,18 @@ def test_linear_matches_f_linear(in_f, out_f, with_bias, dtype, threads):
     bias = torch.randn(out_f, generator=g).to(dtype) if with_bias else None
     cache = cpu_gemm.PackedWeight()
     packed = None
-    with torch.no_grad():                       # the engine runs without autograd; the packed path needs that
-        for batch in BATCHES:                   # one PackedWeight across calls, as a layer keeps it
+    with torch.no_grad():  # the engine runs without autograd; the packed path needs that
+        for batch in BATCHES:  # one PackedWeight across calls, as a layer keeps it
             x = torch.randn(batch, in_f, generator=g).to(dtype)
             got = cpu_gemm.linear(x, weight, bias, cache)
             assert got.shape == (batch, out_f) and got.dtype == dtype
             _assert_close(got, F.linear(x, weight, bias), dtype)
             if dtype == torch.float32 and cpu_gemm._ops_available():
-                assert cache.packed is not None             # the packed path ran, not F.linear
+                assert cache.packed is not None  # the packed path ran, not F.linear
                 packed = packed if packed is not None else cache.packed
-                assert cache.packed is packed               # packed once, reused
+                assert cache.packed is packed  # packed once, reused
             elif dtype != torch.float32:
-                assert cache.key is None                    # only float32 is packed
+                assert cache.key is None  # only float32 is packed
         x = torch.randn(2, 3, in_f, generator=g).to(dtype)  # any leading dims
         _assert_close(cpu_gemm.linear(x, weight, bias, cache), F.linear(x, weight, bias), dtype)
 

@@ -53,8 +53,12 @@ def _case(lengths, bs, heads, kv_heads, head_dim, seed=0):
     seqs = [(n - 1, 1, [free.pop() for _ in range(-(-n // bs))]) for n in lengths]
     fill = build_attention_metadata([(0, n, ids) for n, (_, _, ids) in zip(lengths, seqs)], bs)
     total = sum(lengths)
-    store_kv(torch.randn(total, kv_heads * head_dim, generator=g), torch.randn(total, kv_heads * head_dim, generator=g),
-             cache, fill.slot_mapping)
+    store_kv(
+        torch.randn(total, kv_heads * head_dim, generator=g),
+        torch.randn(total, kv_heads * head_dim, generator=g),
+        cache,
+        fill.slot_mapping,
+    )
     q = torch.randn(len(lengths), heads * head_dim, generator=g)
     return q, cache, build_attention_metadata(seqs, bs)
 
@@ -83,16 +87,20 @@ def test_mixed_step_through_the_layer_matches_reference():
     g = torch.Generator().manual_seed(3)
     cache = torch.zeros(2, 40, bs, kv_heads, d)
     prior = build_attention_metadata([(0, 9, [5, 6, 7]), (0, 6, [1, 2]), (0, 4, [10])], bs)
-    store_kv(torch.randn(19, kv_heads * d, generator=g), torch.randn(19, kv_heads * d, generator=g), cache,
-             prior.slot_mapping)
+    store_kv(
+        torch.randn(19, kv_heads * d, generator=g),
+        torch.randn(19, kv_heads * d, generator=g),
+        cache,
+        prior.slot_mapping,
+    )
     # seq 0 decodes at 9, seq 1 prefills 5 more tokens from 6, seq 2 decodes at 4.
     meta = build_attention_metadata([(9, 1, [5, 6, 7]), (6, 5, [1, 2, 3]), (4, 1, [10, 11])], bs)
     q = torch.randn(7, heads * d, generator=g)
     k, v = torch.randn(7, kv_heads * d, generator=g), torch.randn(7, kv_heads * d, generator=g)
-    layer = Attention(heads, d, d ** -0.5, kv_heads)
+    layer = Attention(heads, d, d**-0.5, kv_heads)
     ref_cache = cache.clone()
     store_kv(k, v, ref_cache, meta.slot_mapping)
-    want = paged_attention(q, ref_cache, meta, heads, d ** -0.5)
+    want = paged_attention(q, ref_cache, meta, heads, d**-0.5)
     got = layer(q, k, v, cache, meta)
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(cache, ref_cache)
@@ -101,7 +109,7 @@ def test_mixed_step_through_the_layer_matches_reference():
 def test_cache_key_follows_the_cpu_flags(monkeypatch):
     """The object's name changes with the CPU's flag set, and only with the set (not its order)."""
     if os.path.exists("/proc/cpuinfo") and platform.machine() == "x86_64":
-        assert "sse2" in cpu_paged_decode._cpu_flags()     # the real flags line was read (all x86-64 have SSE2)
+        assert "sse2" in cpu_paged_decode._cpu_flags()  # the real flags line was read (all x86-64 have SSE2)
 
     def path_for(flags):
         monkeypatch.setattr(cpu_paged_decode, "_cpu_flags", lambda: flags)
@@ -109,7 +117,7 @@ def test_cache_key_follows_the_cpu_flags(monkeypatch):
 
     here = path_for(["fpu", "sse2", "avx2", "fma"])
     assert path_for(["fpu", "sse2", "avx2", "fma"]) == here
-    assert path_for(["fma", "avx2", "sse2", "fpu", "avx2"]) == here     # same set, other order
+    assert path_for(["fma", "avx2", "sse2", "fpu", "avx2"]) == here  # same set, other order
     assert path_for(["fpu", "sse2", "avx2", "fma", "avx512f"])[0] != here[0]
     assert path_for(["fpu", "sse2"])[0] != here[0]
     assert "cpu flags: avx2 fma fpu sse2\n" in here[1]
@@ -131,8 +139,9 @@ def test_object_built_for_another_cpu_is_not_loaded(monkeypatch, fresh_build):
     assert lib != foreign and lib.exists()
     assert foreign.read_bytes() == b"built for another CPU"
     assert sorted(p.name for p in fresh_build.joinpath("kernels").iterdir()) == sorted(
-        [foreign.name, lib.name, lib.with_suffix(".txt").name])
-    note = lib.with_suffix(".txt").read_text()           # what it was built for, for a human
+        [foreign.name, lib.name, lib.with_suffix(".txt").name]
+    )
+    note = lib.with_suffix(".txt").read_text()  # what it was built for, for a human
     assert note == cpu_paged_decode._key() and f"cpu flags: {' '.join(sorted(set(here)))}\n" in note
     q, cache, meta = _case([7, 20], 4, 4, 2, 16)
     got = cpu_paged_decode.paged_decode_cpu(q, cache, meta.block_tables, meta.seq_lens, 4, 0.25)
@@ -144,7 +153,7 @@ def test_switched_off_falls_back(monkeypatch):
     monkeypatch.setattr(cpu_paged_decode, "ENABLED", False)
     assert not cpu_paged_decode.applies(q, cache)
     monkeypatch.setattr(cpu_paged_decode, "ENABLED", True)
-    assert not cpu_paged_decode.applies(q, cache.to(torch.bfloat16))   # float32 caches only
+    assert not cpu_paged_decode.applies(q, cache.to(torch.bfloat16))  # float32 caches only
 
 
 @pytest.mark.parametrize("compiler,reason", [(None, "no C++ compiler"), ("/bin/false", "CalledProcessError")])
@@ -159,8 +168,12 @@ def test_unbuildable_falls_back_to_pytorch(monkeypatch, fresh_build, caplog, com
     monkeypatch.setattr(cpu_paged_decode, "ENABLED", True)
     with caplog.at_level(logging.WARNING, logger=cpu_paged_decode.log.name):
         assert not cpu_paged_decode.available()
-    assert any("CPU paged decode kernel unavailable" in r.getMessage() and reason in r.getMessage()
-               and "using the PyTorch path" in r.getMessage() for r in caplog.records)
+    assert any(
+        "CPU paged decode kernel unavailable" in r.getMessage()
+        and reason in r.getMessage()
+        and "using the PyTorch path" in r.getMessage()
+        for r in caplog.records
+    )
     assert not list(fresh_build.joinpath("kernels").glob("*.so"))
 
     def no_kernel(*args, **kwargs):
@@ -171,13 +184,17 @@ def test_unbuildable_falls_back_to_pytorch(monkeypatch, fresh_build, caplog, com
     g = torch.Generator().manual_seed(5)
     cache = torch.zeros(2, 12, bs, kv_heads, d)
     prior = build_attention_metadata([(0, 7, [3, 8]), (0, 20, [0, 1, 2, 4, 5])], bs)
-    store_kv(torch.randn(27, kv_heads * d, generator=g), torch.randn(27, kv_heads * d, generator=g), cache,
-             prior.slot_mapping)
+    store_kv(
+        torch.randn(27, kv_heads * d, generator=g),
+        torch.randn(27, kv_heads * d, generator=g),
+        cache,
+        prior.slot_mapping,
+    )
     meta = build_attention_metadata([(7, 1, [3, 8]), (20, 1, [0, 1, 2, 4, 5, 6])], bs)
     q = torch.randn(2, heads * d, generator=g)
     k, v = torch.randn(2, kv_heads * d, generator=g), torch.randn(2, kv_heads * d, generator=g)
     ref_cache = cache.clone()
     store_kv(k, v, ref_cache, meta.slot_mapping)
-    want = paged_attention(q, ref_cache, meta, heads, d ** -0.5)
-    got = Attention(heads, d, d ** -0.5, kv_heads)(q, k, v, cache, meta)
+    want = paged_attention(q, ref_cache, meta, heads, d**-0.5)
+    got = Attention(heads, d, d**-0.5, kv_heads)(q, k, v, cache, meta)
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)

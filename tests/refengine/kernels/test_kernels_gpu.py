@@ -17,6 +17,7 @@ pytestmark = pytest.mark.gpu
 
 def _engine_tokens(monkeypatch, flag: str, **kw):
     from refengine.kernels import dispatch
+
     monkeypatch.setenv("REFENGINE_KERNELS", flag)
     dispatch.kernels_enabled.cache_clear()
     try:
@@ -40,6 +41,7 @@ class Cfg:
 @pytest.mark.parametrize("num_splits", [1, 8])
 def test_long_context_decode(cache_dtype, num_splits):
     from refengine.kernels.paged_decode import paged_decode_attention
+
     bs, lengths = 16, [4096, 1000, 17]
     nblocks = sum(-(-n // bs) for n in lengths)
     cache = allocate_kv_caches(Cfg, nblocks + 4, bs, cache_dtype, "cuda")[0]
@@ -47,7 +49,7 @@ def test_long_context_decode(cache_dtype, num_splits):
     seqs, i = [], 0
     for n in lengths:
         nb = -(-n // bs)
-        seqs.append((n - 1, 1, perm[i:i + nb]))
+        seqs.append((n - 1, 1, perm[i : i + nb]))
         i += nb
     fill = build_attention_metadata([(0, n, ids) for n, (_, _, ids) in zip(lengths, seqs)], bs, "cuda")
     k = torch.randn(fill.num_tokens, 8 * 128, device="cuda")
@@ -55,7 +57,8 @@ def test_long_context_decode(cache_dtype, num_splits):
     store_kv(k, v, cache, fill.slot_mapping, 0.02, 0.02)
     meta = build_attention_metadata(seqs, bs, "cuda")
     q = torch.randn(3, 32 * 128, device="cuda", dtype=torch.bfloat16)
-    want = paged_attention(q.float(), cache, meta, 32, 128 ** -0.5, 0.02, 0.02)
-    got = paged_decode_attention(q, cache, meta.block_tables, meta.seq_lens, 32, 128 ** -0.5, 0.02, 0.02,
-                                 num_splits=num_splits)
+    want = paged_attention(q.float(), cache, meta, 32, 128**-0.5, 0.02, 0.02)
+    got = paged_decode_attention(
+        q, cache, meta.block_tables, meta.seq_lens, 32, 128**-0.5, 0.02, 0.02, num_splits=num_splits
+    )
     torch.testing.assert_close(got.float(), want, rtol=2e-2, atol=2e-2)

@@ -60,6 +60,7 @@ CASES = {
 @pytest.mark.parametrize("num_splits", [1, 3])
 def test_paged_decode_matches_oracle(case, num_splits):
     from refengine.kernels.paged_decode import paged_decode_attention
+
     c = CASES[case]
     q, cache, meta = _decode_case(c["lengths"], c["bs"], c["heads"], c["kv_heads"], c["head_dim"], torch.float32)
     scale = c["head_dim"] ** -0.5
@@ -70,6 +71,7 @@ def test_paged_decode_matches_oracle(case, num_splits):
 
 def test_split_k_more_splits_than_a_short_sequence_has_blocks():
     from refengine.kernels.paged_decode import paged_decode_attention
+
     # 200 tokens = 4 tiles, one split each: the 2-token sequence leaves three splits empty
     q, cache, meta = _decode_case([2, 200], bs=4, heads=2, kv_heads=1, head_dim=8, cache_dtype=torch.float32)
     want = paged_attention(q, cache, meta, 2, 0.3)
@@ -79,6 +81,7 @@ def test_split_k_more_splits_than_a_short_sequence_has_blocks():
 
 def test_paged_decode_fp8_cache_with_scales():
     from refengine.kernels.paged_decode import paged_decode_attention
+
     s = 0.02
     q, cache, meta = _decode_case([6, 100], bs=4, heads=4, kv_heads=2, head_dim=16, cache_dtype=FP8_DTYPE, scale=s * 30)
     assert cache.dtype == FP8_DTYPE
@@ -89,8 +92,10 @@ def test_paged_decode_fp8_cache_with_scales():
 
 def test_paged_decode_bfloat16():
     from refengine.kernels.paged_decode import paged_decode_attention
-    q, cache, meta = _decode_case([5, 9], bs=4, heads=2, kv_heads=1, head_dim=16, cache_dtype=torch.bfloat16,
-                                  q_dtype=torch.bfloat16)
+
+    q, cache, meta = _decode_case(
+        [5, 9], bs=4, heads=2, kv_heads=1, head_dim=16, cache_dtype=torch.bfloat16, q_dtype=torch.bfloat16
+    )
     want = paged_attention(q.float(), cache, meta, 2, 0.25)
     got = paged_decode_attention(q, cache, meta.block_tables, meta.seq_lens, 2, 0.25)
     assert got.dtype == torch.bfloat16
@@ -100,12 +105,13 @@ def test_paged_decode_bfloat16():
 @pytest.mark.parametrize("cache_dtype", [torch.float32, FP8_DTYPE])
 def test_kv_store_matches_oracle(cache_dtype):
     from refengine.kernels.kv_store import store_kv_triton
+
     kv_heads, head_dim, bs, nb = 2, 12, 4, 5
     caches = [allocate_kv_caches(Cfg(kv_heads, head_dim), nb, bs, cache_dtype, DEVICE)[0] for _ in range(2)]
     g = torch.Generator().manual_seed(0)
     k = (torch.randn(6, kv_heads * head_dim, generator=g) * 3).to(DEVICE)
     v = (torch.randn(6, kv_heads * head_dim, generator=g) * 3).to(DEVICE)
-    k[0, 0] = 1e5   # saturates in FP8 instead of becoming NaN
+    k[0, 0] = 1e5  # saturates in FP8 instead of becoming NaN
     slots = torch.tensor([0, 19, 4, 7, 8, 3], device=DEVICE)
     store_kv(k, v, caches[0], slots, 0.5, 2.0)
     store_kv_triton(k, v, caches[1], slots, 0.5, 2.0)
@@ -130,6 +136,7 @@ def test_kv_store_matches_oracle(cache_dtype):
 def test_fp8_dequant_matches_oracle(kind, block):
     from refengine.kernels.fp8_dequant import fp8_dequantize_triton
     from refengine.numerics.fp8 import quantize_blocks
+
     w = torch.randn(40, 72)
     w8, scale = quantize_blocks(w, block) if kind == "block" else quantize(w, kind)
     want = dequantize(w8, scale, torch.float32, block)
@@ -147,9 +154,11 @@ def test_dispatch_runs_decode_and_mixed_steps_like_the_torch_path():
     g = torch.Generator().manual_seed(3)
     for cache_dtype in (torch.float32, FP8_DTYPE):
         caches = [allocate_kv_caches(Cfg(2, 16), 12, 4, cache_dtype, DEVICE)[0] for _ in range(2)]
-        steps = [[(0, 6, [3, 7]), (0, 3, [1])],            # two prefills
-                 [(6, 1, [3, 7]), (3, 1, [1])],             # a decode-only step (the Triton decode kernel)
-                 [(7, 1, [3, 7]), (4, 3, [1, 9])]]          # a decode mixed with a prefill chunk
+        steps = [
+            [(0, 6, [3, 7]), (0, 3, [1])],  # two prefills
+            [(6, 1, [3, 7]), (3, 1, [1])],  # a decode-only step (the Triton decode kernel)
+            [(7, 1, [3, 7]), (4, 3, [1, 9])],
+        ]  # a decode mixed with a prefill chunk
         for seqs in steps:
             meta = build_attention_metadata(seqs, 4, DEVICE)
             q = torch.randn(meta.num_tokens, 64, generator=g).to(DEVICE)
@@ -158,13 +167,14 @@ def test_dispatch_runs_decode_and_mixed_steps_like_the_torch_path():
             got = attention_with_kernels(layer, q, k, v, caches[1], meta)
             # the oracle on the cache the kernel wrote (the store itself is checked above; the
             # interpreter's FP8 cast differs from PyTorch's on a few values)
-            torch.testing.assert_close(got, paged_attention(q, caches[1], meta, 4, 0.25, 0.05, 0.05),
-                                       rtol=1e-4, atol=1e-5)
-            if cache_dtype == torch.float32 and DEVICE == "cpu":   # the whole step, store included
+            torch.testing.assert_close(
+                got, paged_attention(q, caches[1], meta, 4, 0.25, 0.05, 0.05), rtol=1e-4, atol=1e-5
+            )
+            if cache_dtype == torch.float32 and DEVICE == "cpu":  # the whole step, store included
                 torch.testing.assert_close(got, layer(q, k, v, caches[0], meta), rtol=1e-4, atol=1e-5)
-    assert choose_num_splits(64, 8, 8192, torch.device("cpu")) == 1       # enough programs already
-    assert choose_num_splits(1, 8, 512, torch.device("cpu")) == 1         # short context
-    assert choose_num_splits(1, 8, 8192, torch.device("cpu")) == 16       # long context, idle SMs
+    assert choose_num_splits(64, 8, 8192, torch.device("cpu")) == 1  # enough programs already
+    assert choose_num_splits(1, 8, 512, torch.device("cpu")) == 1  # short context
+    assert choose_num_splits(1, 8, 8192, torch.device("cpu")) == 16  # long context, idle SMs
 
 
 def test_cpu_engine_never_imports_the_kernels():
@@ -173,11 +183,13 @@ def test_cpu_engine_never_imports_the_kernels():
     import subprocess
     import sys
 
-    code = ("import sys; from refengine import LLM, SamplingParams; "
-            "llm = LLM('tiny-test', device='cpu', max_model_len=64, kv_cache_memory_bytes=1 << 20, quantization='fp8', "
-            "kv_cache_dtype='fp8'); llm.generate(['hi'], SamplingParams(max_tokens=2)); "
-            "print(sorted(m for m in sys.modules if m.startswith('refengine.kernels.') "
-            "and not m.startswith('refengine.kernels.cpu_')), 'triton' in sys.modules)")
+    code = (
+        "import sys; from refengine import LLM, SamplingParams; "
+        "llm = LLM('tiny-test', device='cpu', max_model_len=64, kv_cache_memory_bytes=1 << 20, quantization='fp8', "
+        "kv_cache_dtype='fp8'); llm.generate(['hi'], SamplingParams(max_tokens=2)); "
+        "print(sorted(m for m in sys.modules if m.startswith('refengine.kernels.') "
+        "and not m.startswith('refengine.kernels.cpu_')), 'triton' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     # the CPU kernels (refengine.kernels.cpu_*, C++ through ctypes) are the CPU path; no Triton kernel loads
     assert out.stdout.strip() == "[] False"

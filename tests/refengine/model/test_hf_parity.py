@@ -23,27 +23,59 @@ VOCAB = 192
 
 # initializer_range 0.2 (not HF's 0.02) so attention is peaked and logits are O(1): with near-uniform
 # attention a wrong position, mask or RoPE would hardly show in the logits.
-BASE = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
-            max_position_embeddings=256, initializer_range=0.2, rms_norm_eps=1e-5, bos_token_id=1, eos_token_id=2)
+BASE = dict(
+    vocab_size=VOCAB,
+    hidden_size=64,
+    intermediate_size=96,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    max_position_embeddings=256,
+    initializer_range=0.2,
+    rms_norm_eps=1e-5,
+    bos_token_id=1,
+    eos_token_id=2,
+)
 
 CASES = {
     "llama_gqa": ("LlamaForCausalLM", dict(num_key_value_heads=2)),
-    "llama_mha_tied_bias": ("LlamaForCausalLM", dict(hidden_size=48, num_key_value_heads=4, tie_word_embeddings=True,
-                                                     attention_bias=True, mlp_bias=True)),
-    "qwen2_bias_tied": ("Qwen2ForCausalLM", dict(num_attention_heads=8, num_key_value_heads=2,
-                                                 tie_word_embeddings=True, rope_theta=1e6)),
+    "llama_mha_tied_bias": (
+        "LlamaForCausalLM",
+        dict(hidden_size=48, num_key_value_heads=4, tie_word_embeddings=True, attention_bias=True, mlp_bias=True),
+    ),
+    "qwen2_bias_tied": (
+        "Qwen2ForCausalLM",
+        dict(num_attention_heads=8, num_key_value_heads=2, tie_word_embeddings=True, rope_theta=1e6),
+    ),
     "mistral_head_dim": ("MistralForCausalLM", dict(num_key_value_heads=1, head_dim=32, sliding_window=None)),
-    "llama3_rope": ("LlamaForCausalLM", dict(num_key_value_heads=2, rope_scaling=dict(
-        rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=16))),
+    "llama3_rope": (
+        "LlamaForCausalLM",
+        dict(
+            num_key_value_heads=2,
+            rope_scaling=dict(
+                rope_type="llama3",
+                factor=8.0,
+                low_freq_factor=1.0,
+                high_freq_factor=4.0,
+                original_max_position_embeddings=16,
+            ),
+        ),
+    ),
     "linear_rope": ("LlamaForCausalLM", dict(num_key_value_heads=2, rope_scaling=dict(rope_type="linear", factor=2.0))),
-    "yarn_rope": ("LlamaForCausalLM", dict(num_key_value_heads=2, rope_scaling=dict(
-        rope_type="yarn", factor=4.0, original_max_position_embeddings=32))),
+    "yarn_rope": (
+        "LlamaForCausalLM",
+        dict(
+            num_key_value_heads=2, rope_scaling=dict(rope_type="yarn", factor=4.0, original_max_position_embeddings=32)
+        ),
+    ),
 }
 
 
 def _build(tmp_path, arch: str, overrides: dict, seed: int = 0, **save_kw):
-    cfg_cls = {"LlamaForCausalLM": transformers.LlamaConfig, "Qwen2ForCausalLM": transformers.Qwen2Config,
-               "MistralForCausalLM": transformers.MistralConfig}[arch]
+    cfg_cls = {
+        "LlamaForCausalLM": transformers.LlamaConfig,
+        "Qwen2ForCausalLM": transformers.Qwen2Config,
+        "MistralForCausalLM": transformers.MistralConfig,
+    }[arch]
     cfg = cfg_cls(**{**BASE, **overrides})
     torch.manual_seed(seed)
     hf = getattr(transformers, arch)(cfg).eval()
@@ -148,7 +180,7 @@ def test_paged_decode_and_mixed_steps(models):
                 seqs[2] = list(late)
             else:
                 seqs[sid] = seqs[sid] + toks
-            ref = _hf_logits(hf, seqs[sid])[-len(toks):]
+            ref = _hf_logits(hf, seqs[sid])[-len(toks) :]
             _close(logits, ref)
 
 
@@ -167,8 +199,9 @@ def test_greedy_generation_matches_hf_generate(models):
     hf, ours, mc = models
     prompt = _prompt(6, 9)
     with torch.no_grad():
-        ref = hf.generate(torch.tensor([prompt]), max_new_tokens=8, min_new_tokens=8, do_sample=False,
-                          pad_token_id=0)[0, len(prompt):].tolist()
+        ref = hf.generate(torch.tensor([prompt]), max_new_tokens=8, min_new_tokens=8, do_sample=False, pad_token_id=0)[
+            0, len(prompt) :
+        ].tolist()
     runner = PagedRunner(ours, mc, seed=11)
     out, logits = [], runner.step([(0, prompt)])[0]
     for _ in range(8):
@@ -189,8 +222,9 @@ def test_dynamic_ntk_rope_at_its_reference_length(tmp_path):
     # refengine fixes the dynamic-NTK base for length max_position * factor (vLLM's choice);
     # transformers recomputes it from the current length, so the two agree exactly at that length.
     scaling = dict(rope_type="dynamic", factor=2.0)
-    hf, ours, mc = _build(tmp_path, "LlamaForCausalLM", dict(num_key_value_heads=2, max_position_embeddings=12,
-                                                             rope_scaling=scaling))
+    hf, ours, mc = _build(
+        tmp_path, "LlamaForCausalLM", dict(num_key_value_heads=2, max_position_embeddings=12, rope_scaling=scaling)
+    )
     ids = _prompt(24, 8)
     _close(PagedRunner(ours, mc).step([(0, ids)])[0], _hf_logits(hf, ids))
 
@@ -207,14 +241,16 @@ def test_tensor_parallel_weight_shards(tmp_path):
         p = "model.layers.1."
         q, k, v = attn.qkv_proj.weight.split([hd, hd, hd])  # 1 query head, 1 (replicated) KV head per rank
         kv_head = rank // 2
-        assert torch.equal(q, full[p + "self_attn.q_proj.weight"][rank * hd:(rank + 1) * hd])
-        assert torch.equal(k, full[p + "self_attn.k_proj.weight"][kv_head * hd:(kv_head + 1) * hd])
-        assert torch.equal(v, full[p + "self_attn.v_proj.weight"][kv_head * hd:(kv_head + 1) * hd])
-        assert torch.equal(attn.o_proj.weight, full[p + "self_attn.o_proj.weight"][:, rank * hd:(rank + 1) * hd])
+        assert torch.equal(q, full[p + "self_attn.q_proj.weight"][rank * hd : (rank + 1) * hd])
+        assert torch.equal(k, full[p + "self_attn.k_proj.weight"][kv_head * hd : (kv_head + 1) * hd])
+        assert torch.equal(v, full[p + "self_attn.v_proj.weight"][kv_head * hd : (kv_head + 1) * hd])
+        assert torch.equal(attn.o_proj.weight, full[p + "self_attn.o_proj.weight"][:, rank * hd : (rank + 1) * hd])
         gate, up = mlp.gate_up_proj.weight.split([inter, inter])
-        assert torch.equal(gate, full[p + "mlp.gate_proj.weight"][rank * inter:(rank + 1) * inter])
-        assert torch.equal(up, full[p + "mlp.up_proj.weight"][rank * inter:(rank + 1) * inter])
-        assert torch.equal(mlp.down_proj.weight, full[p + "mlp.down_proj.weight"][:, rank * inter:(rank + 1) * inter])
+        assert torch.equal(gate, full[p + "mlp.gate_proj.weight"][rank * inter : (rank + 1) * inter])
+        assert torch.equal(up, full[p + "mlp.up_proj.weight"][rank * inter : (rank + 1) * inter])
+        assert torch.equal(mlp.down_proj.weight, full[p + "mlp.down_proj.weight"][:, rank * inter : (rank + 1) * inter])
         rows = VOCAB // tp
-        assert torch.equal(m.model.embed_tokens.weight, full["model.embed_tokens.weight"][rank * rows:(rank + 1) * rows])
-        assert torch.equal(m.lm_head.weight, full["lm_head.weight"][rank * rows:(rank + 1) * rows])
+        assert torch.equal(
+            m.model.embed_tokens.weight, full["model.embed_tokens.weight"][rank * rows : (rank + 1) * rows]
+        )
+        assert torch.equal(m.lm_head.weight, full["lm_head.weight"][rank * rows : (rank + 1) * rows])

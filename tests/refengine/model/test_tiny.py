@@ -125,14 +125,31 @@ def test_config_errors(tmp_path):
 
 
 def test_config_parsing_variants():
-    base = dict(architectures=["LlamaForCausalLM"], hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                intermediate_size=128, vocab_size=100)
+    base = dict(
+        architectures=["LlamaForCausalLM"],
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=128,
+        vocab_size=100,
+    )
     mc = parse_model_config(base)
     assert mc.num_key_value_heads == 4 and mc.head_dim == 16 and mc.rope_scaling is None and mc.eos_token_id is None
     # transformers 4.x spelling, Llama 3.1 style: eos list, rope_theta + rope_scaling.
-    mc = parse_model_config({**base, "rope_theta": 500000.0, "eos_token_id": [128001, 128009],
-                             "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-                                              "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}})
+    mc = parse_model_config(
+        {
+            **base,
+            "rope_theta": 500000.0,
+            "eos_token_id": [128001, 128009],
+            "rope_scaling": {
+                "rope_type": "llama3",
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 8192,
+            },
+        }
+    )
     assert mc.rope_theta == 500000.0 and mc.rope_scaling["rope_type"] == "llama3"
     assert mc.eos_token_ids == [128001, 128009] and mc.eos_token_id == 128001
     mc = parse_model_config({**base, "rope_scaling": {"type": "linear", "factor": 2.0}})
@@ -153,6 +170,7 @@ def test_loader_errors(tiny_dir, tmp_path):
     with pytest.raises(RefEngineError, match=r"\.bin checkpoints are not supported.*safe_serialization=True"):
         load_model(empty, mc)
     from safetensors.torch import load_file, save_file
+
     weights = load_file(tiny_dir / "model.safetensors")
     del weights["model.layers.1.self_attn.k_proj.weight"], weights["model.norm.weight"]
     partial = _write_config(tmp_path / "partial", **tiny.model_config_dict(tiny.PRESETS["tiny-test"]))
@@ -165,10 +183,12 @@ def test_concurrent_generation_is_safe(tmp_path):
     """Two processes generating the same preset into one cache both end with the same complete directory."""
     import subprocess
     import sys
-    code = ("import sys; from refengine.model.tiny import ensure_preset; "
-            "print(ensure_preset('tiny-test', sys.argv[1]))")
-    procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True)
-             for _ in range(2)]
+
+    code = "import sys; from refengine.model.tiny import ensure_preset; print(ensure_preset('tiny-test', sys.argv[1]))"
+    procs = [
+        subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
     outs = [p.communicate(timeout=120)[0].strip() for p in procs]
     assert all(p.returncode == 0 for p in procs)
     assert outs[0] == outs[1] == str(tmp_path / f"tiny-test-{tiny.VERSION}")

@@ -46,12 +46,13 @@ def test_compressed_tensors(tmp_path, original, strategy):
     assert llm.llm_engine.quant.policy.quantization == "fp8"
     qkv = _layer(llm, "model.layers.1.self_attn.qkv_proj")
     assert qkv.weight.dtype == FP8_DTYPE and qkv.weight_scale.shape == (qkv.weight.shape[0], 1)
-    if strategy == "tensor":   # three per-tensor scales (q, k, v) became rows of one per-channel scale
+    if strategy == "tensor":  # three per-tensor scales (q, k, v) became rows of one per-channel scale
         assert len(torch.unique(qkv.weight_scale)) == 3
     torch.testing.assert_close(_effective_weight(qkv), _expected(original, QKV, strategy), rtol=0, atol=0)
     down = _layer(llm, "model.layers.0.mlp.down_proj")
-    torch.testing.assert_close(_effective_weight(down),
-                               _expected(original, ["model.layers.0.mlp.down_proj.weight"], strategy), rtol=0, atol=0)
+    torch.testing.assert_close(
+        _effective_weight(down), _expected(original, ["model.layers.0.mlp.down_proj.weight"], strategy), rtol=0, atol=0
+    )
     out = llm.generate(["hello"], None)
     assert len(out[0].outputs[0].token_ids) > 0
 
@@ -69,11 +70,15 @@ def test_channel_checkpoint_equals_online_quantization(tmp_path):
 def test_fine_grained_blocks(tmp_path, original):
     llm = LLM(str(export_fp8("tiny-test", tmp_path / "fg", "fine-grained", block=16)), **KW)
     qkv = _layer(llm, "model.layers.1.self_attn.qkv_proj")
-    assert qkv.weight_scale.shape == (128 // 16, 64 // 16)     # q 64 + k 32 + v 32 rows, hidden 64
+    assert qkv.weight_scale.shape == (128 // 16, 64 // 16)  # q 64 + k 32 + v 32 rows, hidden 64
     torch.testing.assert_close(_effective_weight(qkv), _expected(original, QKV, "block", 16), rtol=0, atol=0)
     gate_up = _layer(llm, "model.layers.0.mlp.gate_up_proj")
-    torch.testing.assert_close(_effective_weight(gate_up), _expected(
-        original, [f"model.layers.0.mlp.{p}_proj.weight" for p in ("gate", "up")], "block", 16), rtol=0, atol=0)
+    torch.testing.assert_close(
+        _effective_weight(gate_up),
+        _expected(original, [f"model.layers.0.mlp.{p}_proj.weight" for p in ("gate", "up")], "block", 16),
+        rtol=0,
+        atol=0,
+    )
 
 
 def test_blocks_that_straddle_fused_shards_are_refused(tmp_path):
@@ -85,10 +90,10 @@ def test_blocks_that_straddle_fused_shards_are_refused(tmp_path):
 def test_ignore_list_and_user_skip(tmp_path, original):
     path = export_fp8("tiny-test", tmp_path / "skip", "compressed-tensors", "channel", skip=("o_proj",))
     llm = LLM(str(path), quantization_skip="qkv_proj", **KW)
-    o = _layer(llm, "model.layers.0.self_attn.o_proj")          # never quantized in the checkpoint
+    o = _layer(llm, "model.layers.0.self_attn.o_proj")  # never quantized in the checkpoint
     assert o.weight.dtype == torch.float32
     torch.testing.assert_close(o.weight.data, original["model.layers.0.self_attn.o_proj.weight"])
-    qkv = _layer(llm, "model.layers.1.self_attn.qkv_proj")      # FP8 in the checkpoint, upcast by the policy
+    qkv = _layer(llm, "model.layers.1.self_attn.qkv_proj")  # FP8 in the checkpoint, upcast by the policy
     assert qkv.weight.dtype == torch.float32 and not hasattr(qkv, "weight_scale")
     torch.testing.assert_close(qkv.weight.data, _expected(original, QKV, "channel"), rtol=0, atol=0)
     d = llm.llm_engine.quant.policy.as_dict()

@@ -30,11 +30,19 @@ def ref():
 
 def _linears(llm):
     from refengine.model.layers.linear import LinearBase
+
     return {n: m for n, m in llm.llm_engine.runner.model.named_modules() if isinstance(m, LinearBase)}
 
 
-@pytest.mark.parametrize("extra", [dict(quantization="fp8"), dict(quantization="fp8", fp8_weight_scales="block"),
-                                   dict(quantization="fp8", kv_cache_dtype="fp8"), dict(kv_cache_dtype="fp8")])
+@pytest.mark.parametrize(
+    "extra",
+    [
+        dict(quantization="fp8"),
+        dict(quantization="fp8", fp8_weight_scales="block"),
+        dict(quantization="fp8", kv_cache_dtype="fp8"),
+        dict(kv_cache_dtype="fp8"),
+    ],
+)
 def test_fp8_engine_kl_to_fp32_under_bound(ref, extra):
     q = LLM("tiny-test", **KW, **extra)
     kls, same = [], []
@@ -45,7 +53,7 @@ def test_fp8_engine_kl_to_fp32_under_bound(ref, extra):
         same.append(s["top1_same"])
     kl = torch.cat(kls)
     assert float(kl.mean()) < KL_BOUND
-    assert float(kl.mean()) > 0          # it is really quantized: something moved
+    assert float(kl.mean()) > 0  # it is really quantized: something moved
     assert bool(torch.cat(same).all())
     # and the engine's own greedy decode (paged decode path) agrees
     params = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True)
@@ -106,7 +114,7 @@ def test_weight_bytes_saved():
     fp8_params = sum(m.weight.numel() for m in _linears(q).values())
     scales = sum(m.weight_scale.numel() for m in _linears(q).values())
     assert rep.weight_bytes_saved == fp8_params * 3 - scales * 4
-    assert rep.dequant_cache_bytes == fp8_params * 4       # CPU keeps a float32 copy, reported apart
+    assert rep.dequant_cache_bytes == fp8_params * 4  # CPU keeps a float32 copy, reported apart
 
 
 def test_kv_scale_calibration_sets_amax_over_448():
@@ -128,12 +136,16 @@ def test_policy_and_bytes_in_server_metrics():
     from refengine.engine import LLMEngine
     from refengine.server.metrics import ServerMetrics
 
-    engine = LLMEngine(EngineArgs(model="tiny-test", quantization="fp8", quantization_skip="seed",
-                                  kv_cache_dtype="fp8", **KW))
+    engine = LLMEngine(
+        EngineArgs(model="tiny-test", quantization="fp8", quantization_skip="seed", kv_cache_dtype="fp8", **KW)
+    )
     loop = SimpleNamespace(engine=engine, stats=engine.stats(), healthy=True, num_waiting_admitted=0)
     text = ServerMetrics(loop, "m", 16, engine.cache_config.num_blocks).render().decode()
-    assert 'refengine:quantization_info{' in text and 'skip="qkv_proj"' in text and 'kv_cache_dtype="fp8"' in text
-    assert f'refengine:model_memory_bytes{{model_name="m",what="kv_per_token"}} {float(engine.quant_memory.kv_bytes_per_token)}' in text
+    assert "refengine:quantization_info{" in text and 'skip="qkv_proj"' in text and 'kv_cache_dtype="fp8"' in text
+    assert (
+        f'refengine:model_memory_bytes{{model_name="m",what="kv_per_token"}} {float(engine.quant_memory.kv_bytes_per_token)}'
+        in text
+    )
 
 
 def test_server_prints_and_exports_the_policy():
@@ -142,11 +154,21 @@ def test_server_prints_and_exports_the_policy():
 
     from llmbench.sweep.embedded import EmbeddedServer
 
-    args = ["--quantization", "fp8", "--quantization-skip", "seed", "--kv-cache-dtype", "fp8",
-            "--max-model-len", "256", "--kv-cache-memory-bytes", str(1 << 22)]
+    args = [
+        "--quantization",
+        "fp8",
+        "--quantization-skip",
+        "seed",
+        "--kv-cache-dtype",
+        "fp8",
+        "--max-model-len",
+        "256",
+        "--kv-cache-memory-bytes",
+        str(1 << 22),
+    ]
     with EmbeddedServer("tiny-test", args, startup_timeout_s=120) as server:
         metrics = urllib.request.urlopen(server.url + "/metrics", timeout=10).read().decode()
         log = server.tail(50)
     assert "precision policy: weights fp8 (channel scales)" in log and "self_attn.qkv_proj; KV cache fp8" in log
     assert "KV 128 B/token (unquantized 512)" in log
-    assert 'refengine:quantization_info{' in metrics and 'skip="qkv_proj"' in metrics
+    assert "refengine:quantization_info{" in metrics and 'skip="qkv_proj"' in metrics

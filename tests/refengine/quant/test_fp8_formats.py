@@ -39,7 +39,7 @@ def _check_bound(w, w8, scale, block=128):
     assert w8.dtype == FP8_DTYPE and w8.shape == w.shape
     back = dequantize(w8, scale, torch.float32, block)
     s = _elementwise_scale(scale, w.shape, block)
-    bound = 2 ** -4 * w.abs() + 2 ** -10 * s + 1e-12
+    bound = 2**-4 * w.abs() + 2**-10 * s + 1e-12
     excess = (w - back).abs() - bound
     assert float(excess.max()) <= 0, f"round-trip error exceeds the E4M3 bound by {float(excess.max()):.3g}"
     assert torch.isfinite(back).all()
@@ -54,14 +54,14 @@ def test_round_trip_within_e4m3_bound(kind, shape):
     w8, scale = quantize(w, kind)
     back = _check_bound(w, w8, scale)
     # amax maps onto 448 exactly, so the largest magnitude survives to within one rounding step.
-    assert float(back.abs().max()) == pytest.approx(float(w.abs().max()), rel=2 ** -4)
+    assert float(back.abs().max()) == pytest.approx(float(w.abs().max()), rel=2**-4)
 
 
 def test_scale_shapes():
     w = torch.randn(300, 200)
     assert quantize_per_tensor(w)[1].shape == (1,)
     assert quantize_per_channel(w)[1].shape == (300, 1)
-    assert quantize_blocks(w)[1].shape == (3, 2)            # ceil(300/128), ceil(200/128)
+    assert quantize_blocks(w)[1].shape == (3, 2)  # ceil(300/128), ceil(200/128)
     assert scale_kind(quantize_blocks(w)[1], (300, 200)) == "block"
 
 
@@ -71,7 +71,9 @@ def test_per_channel_beats_per_tensor_with_an_outlier_row():
     g = torch.Generator().manual_seed(1)
     w = torch.randn(64, 64, generator=g) * 0.02
     w[3] *= 1e5
-    err = {k: float((dequantize(*quantize(w, k)) - w)[torch.arange(64) != 3].abs().mean()) for k in ("tensor", "channel")}
+    err = {
+        k: float((dequantize(*quantize(w, k)) - w)[torch.arange(64) != 3].abs().mean()) for k in ("tensor", "channel")
+    }
     assert err["channel"] < err["tensor"] / 10
 
 
@@ -112,14 +114,19 @@ def test_per_token_activation_scales():
     x8, s = quantize_per_token(x)
     assert s.shape == (5, 1)
     back = x8.float() * s
-    assert float(((back - x).abs() - (2 ** -4 * x.abs() + 2 ** -10 * s)).max()) <= 1e-9
+    assert float(((back - x).abs() - (2**-4 * x.abs() + 2**-10 * s)).max()) <= 1e-9
 
 
 @settings(max_examples=25, deadline=None)
-@given(rows=st.integers(1, 40), cols=st.integers(1, 40), log_mag=st.floats(-6, 3),
-       kind=st.sampled_from(["tensor", "channel", "block"]), seed=st.integers(0, 2 ** 16))
+@given(
+    rows=st.integers(1, 40),
+    cols=st.integers(1, 40),
+    log_mag=st.floats(-6, 3),
+    kind=st.sampled_from(["tensor", "channel", "block"]),
+    seed=st.integers(0, 2**16),
+)
 def test_round_trip_bound_property(rows, cols, log_mag, kind, seed):
     g = torch.Generator().manual_seed(seed)
-    w = torch.randn(rows, cols, generator=g) * 10 ** log_mag
+    w = torch.randn(rows, cols, generator=g) * 10**log_mag
     w8, scale = quantize(w, kind)
     _check_bound(w, w8, scale)

@@ -29,7 +29,7 @@ def test_store_then_load_round_trip(scale):
     back_k = flat[0, slots].float().reshape(6, 32) * scale
     back_v = flat[1, slots].float().reshape(6, 32) * scale * 2
     for x, back, s in ((k, back_k, scale), (v, back_v, scale * 2)):
-        assert float(((x - back).abs() - (2 ** -4 * x.abs() + 2 ** -10 * s)).max()) <= 1e-6
+        assert float(((x - back).abs() - (2**-4 * x.abs() + 2**-10 * s)).max()) <= 1e-6
     untouched = torch.ones(16, dtype=torch.bool)
     untouched[slots] = False
     assert flat[0, untouched].float().abs().sum() == 0
@@ -51,11 +51,11 @@ def test_paged_attention_over_fp8_cache_matches_fp32():
     caches = {dt: allocate_kv_caches(Cfg, 16, bs, dt, "cpu")[0] for dt in (torch.float32, FP8_DTYPE)}
     seqs, blocks = [], list(range(16))
     rng.shuffle(blocks)
-    for ctx, new in ((5, 1), (9, 1), (3, 4)):     # two decodes of ragged length, one chunked prefill
+    for ctx, new in ((5, 1), (9, 1), (3, 4)):  # two decodes of ragged length, one chunked prefill
         need = -(-(ctx + new) // bs)
         seqs.append((ctx, new, [blocks.pop() for _ in range(need)]))
     scale = 0.05
-    for start, _new, ids in seqs:                    # fill the context that is already cached
+    for start, _new, ids in seqs:  # fill the context that is already cached
         if start:
             meta = build_attention_metadata([(0, start, ids)], bs)
             k, v = torch.randn(start, 32), torch.randn(start, 32)

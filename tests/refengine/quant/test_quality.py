@@ -28,17 +28,18 @@ def ref():
 
 def test_sound_fp8_passes_and_broken_fails(ref):
     prompts = load_prompts(None)[:4]
-    good = run_quality_check(ref, LLM("tiny-test", quantization="fp8", kv_cache_dtype="fp8", **KW), prompts,
-                             greedy_tokens=8)
+    good = run_quality_check(
+        ref, LLM("tiny-test", quantization="fp8", kv_cache_dtype="fp8", **KW), prompts, greedy_tokens=8
+    )
     assert good.passed, good.checks
     assert good.top1_agreement == 1.0 and good.greedy_match_mean == 8
     assert good.ppl_ratio == pytest.approx(1.0, abs=1e-3)
 
     broken = LLM("tiny-test", quantization="fp8", **KW)
-    assert sabotage_fp8_scales(broken, 4.0) == 8          # 2 layers x (qkv, o, gate_up, down)
+    assert sabotage_fp8_scales(broken, 4.0) == 8  # 2 layers x (qkv, o, gate_up, down)
     bad = run_quality_check(ref, broken, prompts, greedy_tokens=8)
     assert not bad.passed
-    assert bad.near_uniform and not bad.checks["relative_kl"]      # tiny-test has random weights
+    assert bad.near_uniform and not bad.checks["relative_kl"]  # tiny-test has random weights
     assert bad.relative_kl > 0.5 and good.relative_kl < 0.01
     assert bad.top1_agreement < 0.5 and bad.mean_kl > 100 * good.mean_kl
     # the verdict follows the limits: loose enough, the broken one passes; a trained-model regime
@@ -51,14 +52,27 @@ def test_sound_fp8_passes_and_broken_fails(ref):
 
 def test_cli_exit_codes_and_json(tmp_path):
     runner = CliRunner()
-    ok = runner.invoke(app, ["quality", "--model", "tiny-test", "--max-prompts", "3", "--greedy-tokens", "4",
-                             "--json", str(tmp_path / "q.json")])
+    ok = runner.invoke(
+        app,
+        [
+            "quality",
+            "--model",
+            "tiny-test",
+            "--max-prompts",
+            "3",
+            "--greedy-tokens",
+            "4",
+            "--json",
+            str(tmp_path / "q.json"),
+        ],
+    )
     assert ok.exit_code == 0, ok.output
     assert "PASS" in ok.output and "precision policy" in ok.output
     data = json.loads((tmp_path / "q.json").read_text())
     assert data["passed"] and data["policy"]["quantization"] == "fp8" and data["num_prompts"] == 3
-    bad = runner.invoke(app, ["quality", "--model", "tiny-test", "--max-prompts", "3", "--greedy-tokens", "4",
-                              "--sabotage-scales", "4"])
+    bad = runner.invoke(
+        app, ["quality", "--model", "tiny-test", "--max-prompts", "3", "--greedy-tokens", "4", "--sabotage-scales", "4"]
+    )
     assert bad.exit_code == 1 and "FAIL" in bad.output
     err = runner.invoke(app, ["quality", "--model", "tiny-test", "--dataset", str(tmp_path / "missing.txt")])
     assert err.exit_code == 2 and "does not exist" in " ".join(err.output.split()) and "Traceback" not in err.output

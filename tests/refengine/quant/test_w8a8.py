@@ -27,7 +27,7 @@ def test_w8a8_math_on_cpu():
     ref = F.linear(x, dequantize(w8, s), bias)
     assert y.shape == (2, 5, 64) and y.dtype == torch.float32
     rel = float((y - ref).norm() / ref.norm())
-    assert 1e-4 < rel < 0.05        # activation quantization costs something, not much
+    assert 1e-4 < rel < 0.05  # activation quantization costs something, not much
     # the engine never picks it for CPU tensors (nor for block scales)
     layer = SimpleNamespace(weight=w8, weight_scale=s, fp8_use_w8a8=True)
     assert not _can_w8a8(layer, x)
@@ -51,7 +51,7 @@ def test_w8a8_close_to_weight_only(dtype):
     ref = F.linear(x.float(), dequantize(w8, s), bias.float())
     assert y.dtype == dtype and y.shape == (33, 512)
     rel = (y.float() - ref).norm() / ref.norm()
-    assert rel < 0.05   # per-token E4M3 activations: ~2-3% relative error in the product
+    assert rel < 0.05  # per-token E4M3 activations: ~2-3% relative error in the product
 
 
 @pytest.mark.gpu

@@ -29,9 +29,19 @@ ROBUST_BODY_LIMIT = 16 * 1024 * 1024
 @pytest.fixture(scope="session")
 def robust_server():
     """(url, header/body deadline in s, body limit in bytes) of a server all robustness tests share."""
-    proc, url = start_refengine("--max-model-len", "256", "--max-request-body-bytes", str(ROBUST_BODY_LIMIT),
-                                "--timeout-request-header", str(ROBUST_TIMEOUT_S), "--timeout-request-body",
-                                str(ROBUST_TIMEOUT_S), "--timeout-keep-alive", "1", quiet=True)
+    proc, url = start_refengine(
+        "--max-model-len",
+        "256",
+        "--max-request-body-bytes",
+        str(ROBUST_BODY_LIMIT),
+        "--timeout-request-header",
+        str(ROBUST_TIMEOUT_S),
+        "--timeout-request-body",
+        str(ROBUST_TIMEOUT_S),
+        "--timeout-keep-alive",
+        "1",
+        quiet=True,
+    )
     yield url, ROBUST_TIMEOUT_S, ROBUST_BODY_LIMIT
     proc.terminate()
     try:
@@ -63,8 +73,9 @@ class _InProcessServer:
         self.server = Server(self.engine, MODEL, max_waiting_requests=max_waiting)
         port = free_port()
         self.url = f"http://127.0.0.1:{port}"
-        self.uvicorn = uvicorn.Server(uvicorn.Config(self.server.app(), host="127.0.0.1", port=port,
-                                                     log_level="warning"))
+        self.uvicorn = uvicorn.Server(
+            uvicorn.Config(self.server.app(), host="127.0.0.1", port=port, log_level="warning")
+        )
         self.thread = threading.Thread(target=self.uvicorn.run, daemon=True)
 
     def __enter__(self):
@@ -85,7 +96,7 @@ class _InProcessServer:
     def __exit__(self, exc_type, *exc):
         self.uvicorn.should_exit = True
         self.thread.join(30)
-        if exc_type is None:          # served in-process and stopped: the caller's process is as it was
+        if exc_type is None:  # served in-process and stopped: the caller's process is as it was
             assert_unchanged(self.state_before)
 
 

@@ -17,7 +17,7 @@ CASES = [
     ("unknown model", dict(json={"prompt": "x", "model": "gpt-9"}, headers=AUTH), 404, "does not exist"),
     ("wrong api key", dict(json=GOOD, headers={"Authorization": "Bearer nope"}), 401, "API key"),
     ("no api key", dict(json=GOOD), 401, "API key"),
-    ("token id out of vocab", dict(json={"prompt": [10 ** 8]}, headers=AUTH), 400, "token ids"),
+    ("token id out of vocab", dict(json={"prompt": [10**8]}, headers=AUTH), 400, "token ids"),
     ("n=2", dict(json={"prompt": "x", "n": 2}, headers=AUTH), 400, "n=2"),
     ("batched prompts", dict(json={"prompt": ["a", "b"]}, headers=AUTH), 400, "one prompt per request"),
     ("negative temperature", dict(json={"prompt": "x", "temperature": -1}, headers=AUTH), 400, "temperature"),

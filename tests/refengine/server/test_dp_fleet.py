@@ -17,19 +17,20 @@ from refengine_proc import start_refengine
 from probes.prom import parse_metrics
 from refengine.server.dp_policy import REPLICA_HEADER
 
-LONG = 1500     # tokens of a request that is still generating seconds after its first chunk
+LONG = 1500  # tokens of a request that is still generating seconds after its first chunk
 KEY = "sekret"  # the fleets require it: the front passes the client's Authorization on to the replica
 AUTH = {"Authorization": f"Bearer {KEY}"}
 
 
 @contextlib.contextmanager
 def fleet(*args: str):
-    proc, url = start_refengine("--data-parallel-size", "2", "--max-model-len", "2048", "--api-key", KEY, *args,
-                                quiet=True)
+    proc, url = start_refengine(
+        "--data-parallel-size", "2", "--max-model-len", "2048", "--api-key", KEY, *args, quiet=True
+    )
     try:
         yield proc, url
     finally:
-        proc.terminate()        # the front stops its replicas
+        proc.terminate()  # the front stops its replicas
         try:
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
@@ -51,8 +52,9 @@ def lo_fleet(lo_fleet_front):
 
 
 def complete(url: str, max_tokens: int = 4) -> httpx.Response:
-    r = httpx.post(url + "/v1/completions", json={"prompt": "hello", "max_tokens": max_tokens}, headers=AUTH,
-                   timeout=60)
+    r = httpx.post(
+        url + "/v1/completions", json={"prompt": "hello", "max_tokens": max_tokens}, headers=AUTH, timeout=60
+    )
     assert r.status_code == 200, r.text
     return r
 
@@ -73,8 +75,10 @@ def long_stream(url: str):
     """A streaming request that has sent its first chunk and goes on generating: (replica, first line);
     the rest of its lines are in `long_stream.rest` (an iterator) while the block runs."""
     body = {"prompt": "hello", "max_tokens": LONG, "ignore_eos": True, "stream": True}
-    with httpx.Client(timeout=60) as client, client.stream("POST", url + "/v1/completions", json=body,
-                                                                         headers=AUTH) as resp:
+    with (
+        httpx.Client(timeout=60) as client,
+        client.stream("POST", url + "/v1/completions", json=body, headers=AUTH) as resp,
+    ):
         assert resp.status_code == 200
         lines = resp.iter_lines()
         first = next(line for line in lines if line.startswith("data: "))
@@ -93,12 +97,12 @@ def test_requests_spread_over_both_replicas_which_the_header_names(lo_fleet):
     # One at a time, both replicas are idle at every pick: ties go round-robin.
     served = [complete(lo_fleet).headers[REPLICA_HEADER] for _ in range(4)]
     assert set(served) == {"0", "1"}
-    assert served[0] != served[1] and served[:2] == served[2:]      # strictly alternating
+    assert served[0] != served[1] and served[:2] == served[2:]  # strictly alternating
 
 
 def test_first_chunk_arrives_while_the_replica_still_generates(lo_fleet):
     with long_stream(lo_fleet) as (replica, first):
-        assert json.loads(first[len("data: "):])["choices"][0]["text"] is not None
+        assert json.loads(first[len("data: ") :])["choices"][0]["text"] is not None
         # Not buffered by the front: when the first chunk is here the replica is still at work.
         assert series(lo_fleet, "vllm:num_requests_running")[replica] == 1
         assert series(lo_fleet, "refengine:dp_requests_in_flight")[replica] == 1
@@ -121,7 +125,7 @@ def test_metrics_carry_both_replicas_with_the_engine_label(lo_fleet):
     snap = parse_metrics(httpx.get(lo_fleet + "/metrics").text)
     assert snap.engine == "refengine"
     assert snap.values["generation_tokens_total"] == sum(tokens.values())
-    assert set(snap.per_engine) == {"0", "1"}               # and each replica's queue and KV cache apart
+    assert set(snap.per_engine) == {"0", "1"}  # and each replica's queue and KV cache apart
     assert all(set(v) == {"running", "waiting", "kv_usage"} for v in snap.per_engine.values())
 
 
@@ -135,7 +139,7 @@ def test_each_replica_runs_on_cores_of_its_own_with_threads_to_match(lo_fleet_fr
         assert all(sorted(r.cpu_affinity()) == front_cores for r in replicas)
         return
     mine = [set(r.cpu_affinity()) for r in replicas]
-    assert not mine[0] & mine[1] and all(mine)              # disjoint, none empty
+    assert not mine[0] & mine[1] and all(mine)  # disjoint, none empty
     assert mine[0] | mine[1] <= set(front_cores)
     assert [r.environ().get("OMP_NUM_THREADS") for r in replicas] == [str(len(m)) for m in mine]
 
@@ -143,7 +147,7 @@ def test_each_replica_runs_on_cores_of_its_own_with_threads_to_match(lo_fleet_fr
 def test_models_and_health_answer_for_the_fleet(lo_fleet):
     assert httpx.get(lo_fleet + "/health").status_code == 200
     assert httpx.get(lo_fleet + "/v1/models", headers=AUTH).json()["data"][0]["id"] == "tiny-test"
-    assert httpx.get(lo_fleet + "/v1/models").status_code == 401           # the replica's own check
+    assert httpx.get(lo_fleet + "/v1/models").status_code == 401  # the replica's own check
     refused = httpx.post(lo_fleet + "/v1/completions", json={"prompt": "hello"})
     assert refused.status_code == 401 and REPLICA_HEADER in refused.headers
 
@@ -179,7 +183,7 @@ def test_a_dead_replica_fails_health_and_the_other_keeps_serving():
         assert health.status_code == 503
         assert [r["healthy"] for r in health.json()["replicas"]] == [busy != "0", busy != "1"]
         served = {complete(url).headers[REPLICA_HEADER] for _ in range(4)}
-        assert served == {str(1 - int(busy))}       # every request went to the survivor
+        assert served == {str(1 - int(busy))}  # every request went to the survivor
         assert series(url, "refengine:dp_replica_up") == {busy: 0.0, str(1 - int(busy)): 1.0}
         replicas[1 - int(busy)].kill()
         replicas[1 - int(busy)].wait(10)
@@ -188,7 +192,11 @@ def test_a_dead_replica_fails_health_and_the_other_keeps_serving():
 
 
 def test_a_fleet_of_a_missing_model_is_one_line_and_exit_2():
-    r = subprocess.run([sys.executable, "-m", "refengine.server", "--model", "no-such-model", "--data-parallel-size",
-                        "2"], capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "refengine.server", "--model", "no-such-model", "--data-parallel-size", "2"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 2
     assert r.stderr.strip().count("\n") == 0 and "no-such-model" in r.stderr and "Traceback" not in r.stderr

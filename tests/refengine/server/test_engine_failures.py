@@ -51,8 +51,12 @@ def _metric(url: str, name: str, **labels: str) -> float:
 
 
 def test_a_failing_request_fails_alone_and_the_others_finish(InProcessServer):
-    expected = LLM(model="tiny-test", max_model_len=256).generate(
-        [HEALTHY["prompt"]], SamplingParams(max_tokens=24, temperature=0, ignore_eos=True))[0].outputs[0].text
+    expected = (
+        LLM(model="tiny-test", max_model_len=256)
+        .generate([HEALTHY["prompt"]], SamplingParams(max_tokens=24, temperature=0, ignore_eos=True))[0]
+        .outputs[0]
+        .text
+    )
     with InProcessServer() as srv:
         _poison_sampler(srv.engine)
         poison = {"prompt": "hello", "max_tokens": 8, "temperature": 0.8, "seed": POISON_SEED}
@@ -67,7 +71,7 @@ def test_a_failing_request_fails_alone_and_the_others_finish(InProcessServer):
 
         (status, text, _), plain, (s_status, _, s_chunks) = asyncio.run(run())
         srv.wait_idle()
-        assert status == 200 and text == expected          # redone after the failed steps, token for token
+        assert status == 200 and text == expected  # redone after the failed steps, token for token
         assert plain.status_code == 500
         assert plain.json()["error"]["type"] == "server_error"
         assert "failed inside the engine" in plain.json()["error"]["message"]

@@ -44,8 +44,8 @@ def test_one_wake_up_per_step_and_every_stream_complete():
     finally:
         loop_thread.stop()
     for i, seen in enumerate(results):
-        assert [len(ids) for ids in seen] == list(range(1, 6 + i))      # one output per token, in order
-        assert all(seen[k] == seen[-1][:len(seen[k])] for k in range(len(seen)))
+        assert [len(ids) for ids in seen] == list(range(1, 6 + i))  # one output per token, in order
+        assert all(seen[k] == seen[-1][: len(seen[k])] for k in range(len(seen)))
     # 8 streams ran together: per-output delivery would need 5+...+12 = 68 wake-ups; per step,
     # the longest request's 12 tokens plus the prefill steps.
     assert wake_ups <= engine.num_steps < sum(5 + i for i in range(8))
@@ -60,13 +60,13 @@ def test_queue_time_counts_from_admission_not_from_when_the_engine_thread_took_i
     engine = LLMEngine(EngineArgs(model="tiny-test", max_model_len=128, max_num_seqs=8))
     real_step = engine.step
     in_step = threading.Event()
-    step_spans: list[tuple[float, float]] = []         # (start, end) of each step's compute, monotonic
+    step_spans: list[tuple[float, float]] = []  # (start, end) of each step's compute, monotonic
 
     def slow_step():
         start = time.monotonic()
         outputs = real_step()
         in_step.set()
-        time.sleep(0.3)                                   # the step's compute: long, as a big prefill on a CPU
+        time.sleep(0.3)  # the step's compute: long, as a big prefill on a CPU
         step_spans.append((start, time.monotonic()))
         return outputs
 
@@ -79,13 +79,14 @@ def test_queue_time_counts_from_admission_not_from_when_the_engine_thread_took_i
     async def run():
         loop_thread.start()
         first = loop_thread.generate([3] * 6, params, "a")
-        await first.__anext__()                         # "a" streams ...
+        await first.__anext__()  # "a" streams ...
         in_step.clear()
-        await asyncio.to_thread(in_step.wait, 30)       # ... and the engine thread is inside its next step
-        second = loop_thread.generate([4] * 6, params, "b")    # admitted; the engine thread is busy
+        await asyncio.to_thread(in_step.wait, 30)  # ... and the engine thread is inside its next step
+        second = loop_thread.generate([4] * 6, params, "b")  # admitted; the engine thread is busy
         page = metrics.render().decode()
-        waiting.append(next(float(line.split()[-1]) for line in page.splitlines()
-                            if line.startswith("vllm:num_requests_waiting{")))
+        waiting.append(
+            next(float(line.split()[-1]) for line in page.splitlines() if line.startswith("vllm:num_requests_waiting{"))
+        )
         last = None
         async for out in second:
             last = out
@@ -99,6 +100,6 @@ def test_queue_time_counts_from_admission_not_from_when_the_engine_thread_took_i
         loop_thread.stop()
     ts = out.timestamps
     running = [(a, b) for a, b in step_spans if a <= ts.arrival < b]
-    assert running, (ts, step_spans)                      # it arrived while a step ran ...
-    assert ts.first_scheduled >= running[0][1], ts        # ... and waited for it: queue time
-    assert waiting == [1.0]                               # and the waiting gauge counted it meanwhile
+    assert running, (ts, step_spans)  # it arrived while a step ran ...
+    assert ts.first_scheduled >= running[0][1], ts  # ... and waited for it: queue time
+    assert waiting == [1.0]  # and the waiting gauge counted it meanwhile

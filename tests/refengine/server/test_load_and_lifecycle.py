@@ -21,8 +21,14 @@ def _metrics(url: str) -> dict:
 
 
 async def _stream_one(client: httpx.AsyncClient, i: int) -> tuple[int, int, str]:
-    body = {"prompt": [3 + i % 50] * (5 + i % 20), "max_tokens": 6 + i % 5, "temperature": 0, "stream": True,
-            "ignore_eos": True, "stream_options": {"include_usage": True}}
+    body = {
+        "prompt": [3 + i % 50] * (5 + i % 20),
+        "max_tokens": 6 + i % 5,
+        "temperature": 0,
+        "stream": True,
+        "ignore_eos": True,
+        "stream_options": {"include_usage": True},
+    }
     usage, done = None, False
     async with client.stream("POST", "/v1/completions", json=body) as r:
         assert r.status_code == 200
@@ -41,8 +47,9 @@ def test_64_concurrent_streams_and_metrics_agree(InProcessServer):
         before = _metrics(srv.url)
 
         async def run():
-            async with httpx.AsyncClient(base_url=srv.url, timeout=120,
-                                         limits=httpx.Limits(max_connections=100)) as client:
+            async with httpx.AsyncClient(
+                base_url=srv.url, timeout=120, limits=httpx.Limits(max_connections=100)
+            ) as client:
                 return await asyncio.gather(*(_stream_one(client, i) for i in range(64)))
 
         results = asyncio.run(run())
@@ -63,16 +70,23 @@ def test_64_concurrent_streams_and_metrics_agree(InProcessServer):
     assert delta("vllm:e2e_request_latency_seconds_count{}") == 64
     assert delta("vllm:inter_token_latency_seconds_count{}") == gen_total - 64
     assert after["vllm:num_requests_running{}"] == 0 and after["vllm:kv_cache_usage_perc{}"] == 0
-    assert after['vllm:cache_config_info{"block_size": "16", "num_gpu_blocks": "%d"}' % srv.engine.cache_config.num_blocks] == 1
+    assert (
+        after['vllm:cache_config_info{"block_size": "16", "num_gpu_blocks": "%d"}' % srv.engine.cache_config.num_blocks]
+        == 1
+    )
 
 
 def test_disconnect_mid_stream_aborts_and_frees_blocks(InProcessServer):
     with InProcessServer() as srv:
-        with httpx.stream("POST", srv.url + "/v1/completions", timeout=60,
-                          json={"prompt": [9] * 40, "max_tokens": 200, "stream": True, "ignore_eos": True}) as r:
+        with httpx.stream(
+            "POST",
+            srv.url + "/v1/completions",
+            timeout=60,
+            json={"prompt": [9] * 40, "max_tokens": 200, "stream": True, "ignore_eos": True},
+        ) as r:
             for n, _line in enumerate(r.iter_lines()):
                 if n >= 3:
-                    break          # leave mid-stream: the response is closed here
+                    break  # leave mid-stream: the response is closed here
         srv.wait_idle()
         srv.engine.scheduler.kv_cache_manager.check_integrity()
         m = _metrics(srv.url)
@@ -85,6 +99,7 @@ def test_disconnect_mid_stream_aborts_and_frees_blocks(InProcessServer):
 def test_overload_gets_503_and_nothing_is_lost(InProcessServer):
     # max_num_seqs=1 keeps requests waiting; a waiting bound of 2 makes the rest overflow.
     with InProcessServer(max_waiting=2, max_num_seqs=1) as srv:
+
         async def run():
             async with httpx.AsyncClient(base_url=srv.url, timeout=120) as client:
                 body = {"prompt": [4] * 10, "max_tokens": 30, "ignore_eos": True}
@@ -104,12 +119,16 @@ def test_overload_gets_503_and_nothing_is_lost(InProcessServer):
 def test_sigterm_exits_cleanly_during_a_stream(start_server_process):
     proc, url = start_server_process()
     try:
-        with httpx.stream("POST", url + "/v1/completions", timeout=60,
-                          json={"prompt": [9] * 10, "max_tokens": 200, "stream": True, "ignore_eos": True}) as r:
+        with httpx.stream(
+            "POST",
+            url + "/v1/completions",
+            timeout=60,
+            json={"prompt": [9] * 10, "max_tokens": 200, "stream": True, "ignore_eos": True},
+        ) as r:
             lines = r.iter_lines()
             next(lines)
             proc.send_signal(signal.SIGTERM)
-            rest = list(lines)          # the stream finishes (or is aborted) and closes
+            rest = list(lines)  # the stream finishes (or is aborted) and closes
         assert rest
         assert proc.wait(timeout=30) == 0
     finally:
@@ -145,7 +164,9 @@ def test_waiting_bound_holds_at_admission_under_10x_overload(InProcessServer):
             return out
 
         async def run():
-            async with httpx.AsyncClient(base_url=srv.url, timeout=120, limits=httpx.Limits(max_connections=50)) as client:
+            async with httpx.AsyncClient(
+                base_url=srv.url, timeout=120, limits=httpx.Limits(max_connections=50)
+            ) as client:
                 until = time.monotonic() + 1.5
                 return [r for rs in await asyncio.gather(*(worker(client, until) for _ in range(40))) for r in rs]
 
@@ -163,24 +184,29 @@ def test_waiting_bound_holds_at_admission_under_10x_overload(InProcessServer):
 def test_clients_that_leave_while_waiting_give_their_places_back(InProcessServer):
     with InProcessServer(max_waiting=2, max_num_seqs=1) as srv:
         step = srv.engine.step
-        srv.engine.step = lambda: (time.sleep(0.01), step())[1]   # the running request lasts ~2 s
+        srv.engine.step = lambda: (time.sleep(0.01), step())[1]  # the running request lasts ~2 s
         loop = srv.server.loop
         running = {"prompt": [9] * 10, "max_tokens": 200, "ignore_eos": True, "stream": True}
         waiting = {"prompt": [8] * 10, "max_tokens": 2, "ignore_eos": True, "stream": True}
-        with httpx.Client(base_url=srv.url, timeout=60) as client, \
-                client.stream("POST", "/v1/completions", json=running) as long_one:
+        with (
+            httpx.Client(base_url=srv.url, timeout=60) as client,
+            client.stream("POST", "/v1/completions", json=running) as long_one,
+        ):
             long_lines = long_one.iter_lines()
-            next(long_lines)                                      # it is running
-            for _ in range(2):                                    # two wait, and leave before their turn
+            next(long_lines)  # it is running
+            for _ in range(2):  # two wait, and leave before their turn
                 with client.stream("POST", "/v1/completions", json=waiting) as r:
                     assert r.status_code == 200
             deadline = time.monotonic() + 10
             while loop.num_waiting_admitted and time.monotonic() < deadline:
                 time.sleep(0.01)
-            assert loop.num_waiting_admitted == 0                 # their places are free again
-            with httpx.Client(base_url=srv.url, timeout=60) as a, httpx.Client(base_url=srv.url, timeout=60) as b, \
-                    a.stream("POST", "/v1/completions", json=waiting) as r1, \
-                    b.stream("POST", "/v1/completions", json=waiting) as r2:
+            assert loop.num_waiting_admitted == 0  # their places are free again
+            with (
+                httpx.Client(base_url=srv.url, timeout=60) as a,
+                httpx.Client(base_url=srv.url, timeout=60) as b,
+                a.stream("POST", "/v1/completions", json=waiting) as r1,
+                b.stream("POST", "/v1/completions", json=waiting) as r2,
+            ):
                 third = client.post("/v1/completions", json=waiting)
                 assert (r1.status_code, r2.status_code, third.status_code) == (200, 200, 503)
                 assert [line for line in r1.iter_lines() if line][-1] == "data: [DONE]"
@@ -204,8 +230,8 @@ def test_first_token_histograms_count_a_stream_cut_off_after_its_first_token(InP
             with client.stream("POST", "/v1/completions", json=body) as r:
                 for line in r.iter_lines():
                     if line.startswith("data: {"):
-                        break                              # the first token is here; leave
-            seen = _metrics(srv.url)                        # scraped while nothing finished
+                        break  # the first token is here; leave
+            seen = _metrics(srv.url)  # scraped while nothing finished
         srv.wait_idle()
         after = _metrics(srv.url)
 

@@ -22,9 +22,15 @@ def test_models(client):
 
 def test_streaming_completion_matches_offline_generate(client, offline):
     prompt = "the quick brown fox"
-    stream = client.completions.create(model="tiny-test", prompt=prompt, max_tokens=12, temperature=0,
-                                       stream=True, stream_options={"include_usage": True},
-                                       extra_body={"ignore_eos": True})
+    stream = client.completions.create(
+        model="tiny-test",
+        prompt=prompt,
+        max_tokens=12,
+        temperature=0,
+        stream=True,
+        stream_options={"include_usage": True},
+        extra_body={"ignore_eos": True},
+    )
     texts, usage, reasons = [], None, []
     for ch in stream:
         if ch.usage:
@@ -41,8 +47,9 @@ def test_streaming_completion_matches_offline_generate(client, offline):
 
 def test_non_streaming_completion_with_token_ids(client, offline):
     ids = [5, 17, 300, 42, 9]
-    resp = client.completions.create(model="tiny-test", prompt=ids, max_tokens=8, temperature=0,
-                                     extra_body={"ignore_eos": True})
+    resp = client.completions.create(
+        model="tiny-test", prompt=ids, max_tokens=8, temperature=0, extra_body={"ignore_eos": True}
+    )
     expected = offline.generate([ids], SamplingParams(max_tokens=8, temperature=0, ignore_eos=True))[0]
     assert resp.choices[0].text == expected.outputs[0].text
     assert resp.usage.prompt_tokens == 5 and resp.usage.completion_tokens == 8
@@ -50,20 +57,30 @@ def test_non_streaming_completion_with_token_ids(client, offline):
 
 def test_streaming_chat(client):
     stream = client.chat.completions.create(
-        model="tiny-test", messages=[{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}],
-        max_tokens=10, temperature=0, stream=True, stream_options={"include_usage": True},
-        extra_body={"ignore_eos": True})
+        model="tiny-test",
+        messages=[{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}],
+        max_tokens=10,
+        temperature=0,
+        stream=True,
+        stream_options={"include_usage": True},
+        extra_body={"ignore_eos": True},
+    )
     chunks = list(stream)
     content = [c.choices[0].delta.content for c in chunks if c.choices]
     assert chunks[0].choices[0].delta.role == "assistant"
-    assert chunks[0].choices[0].delta.content   # the first chunk already carries a token
+    assert chunks[0].choices[0].delta.content  # the first chunk already carries a token
     assert chunks[-1].usage.completion_tokens == 10
     assert "".join(x or "" for x in content)
 
 
 def test_non_streaming_chat(client):
-    resp = client.chat.completions.create(model="tiny-test", messages=[{"role": "user", "content": "hello"}],
-                                          max_tokens=5, temperature=0, extra_body={"ignore_eos": True})
+    resp = client.chat.completions.create(
+        model="tiny-test",
+        messages=[{"role": "user", "content": "hello"}],
+        max_tokens=5,
+        temperature=0,
+        extra_body={"ignore_eos": True},
+    )
     assert resp.choices[0].message.role == "assistant"
     assert resp.usage.completion_tokens == 5 and resp.choices[0].finish_reason == "length"
 
@@ -71,9 +88,20 @@ def test_non_streaming_chat(client):
 def test_raw_sse_ends_with_done(server_url):
     import httpx
 
-    with httpx.stream("POST", server_url + "/v1/completions", headers={"Authorization": "Bearer sekret"},
-                      json={"prompt": "abc", "max_tokens": 4, "stream": True, "ignore_eos": True,
-                            "temperature": 0, "some_vendor_field": {"x": 1}}, timeout=60) as r:
+    with httpx.stream(
+        "POST",
+        server_url + "/v1/completions",
+        headers={"Authorization": "Bearer sekret"},
+        json={
+            "prompt": "abc",
+            "max_tokens": 4,
+            "stream": True,
+            "ignore_eos": True,
+            "temperature": 0,
+            "some_vendor_field": {"x": 1},
+        },
+        timeout=60,
+    ) as r:
         assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
         lines = [line for line in r.iter_lines() if line]
     assert all(line.startswith("data: ") for line in lines)

@@ -33,7 +33,7 @@ def test_tokenizing_a_long_text_in_a_thread_leaves_the_gil(engine):
     threading.Thread(target=work).start()
     started.wait()
     turns = 0
-    while not done.is_set():   # holding the GIL, encode() would give this loop no turn until it ends
+    while not done.is_set():  # holding the GIL, encode() would give this loop no turn until it ends
         time.sleep(0.001)
         turns += 1
     assert turns >= 20, turns
@@ -48,7 +48,7 @@ def test_long_text_ids_are_the_plain_encoders(engine):
 
 
 def test_a_prompt_that_cannot_fit_is_refused_from_its_prefix(engine):
-    text = TEXT * 250_000                                  # 11 MB: ~2.5 M tokens
+    text = TEXT * 250_000  # 11 MB: ~2.5 M tokens
     t0 = time.perf_counter()
     hit = too_long_by_prefix(engine.tokenizer, text, engine.max_model_len)
     assert hit is not None and hit[1] == PROBE_CHARS and time.perf_counter() - t0 < 2.0
@@ -58,11 +58,12 @@ def test_a_prompt_that_cannot_fit_is_refused_from_its_prefix(engine):
 
 def test_prefixes_that_do_not_prove_it_leave_the_verdict_to_the_whole(engine, monkeypatch):
     import refengine.server.prompt_tokens as pt
-    monkeypatch.setattr(pt, "PROBE_CHARS", 64)               # so that short texts take several probes
-    fits = (TEXT * 20)[:800]                                 # ~180 tokens: probed at 64 and 256 characters
+
+    monkeypatch.setattr(pt, "PROBE_CHARS", 64)  # so that short texts take several probes
+    fits = (TEXT * 20)[:800]  # ~180 tokens: probed at 64 and 256 characters
     assert too_long_by_prefix(engine.tokenizer, fits, 256) is None
     assert 64 * 4 < len(fits) and prompt_ids(engine, fits, chat=False) == engine.encode_prompt(fits)[1]
-    over = (TEXT * 50)[:2000]                                # ~450 tokens: too many, but no prefix proves it
+    over = (TEXT * 50)[:2000]  # ~450 tokens: too many, but no prefix proves it
     assert too_long_by_prefix(engine.tokenizer, over, 256) is None
     with pytest.raises(RefEngineError, match=r"the prompt has \d+ tokens but max_model_len is 256"):
         prompt_ids(engine, over, chat=False)

@@ -14,7 +14,7 @@ import pytest
 from hostile_bodies import BARE_500S, CHAT, CHAT_BODY, COMPLETION, ENGINE_KILLERS, C
 
 JSON = {"content-type": "application/json"}
-TIMEOUT_S, BODY_LIMIT = 2, 16 * 1024 * 1024   # the shared robust_server's (conftest.py)
+TIMEOUT_S, BODY_LIMIT = 2, 16 * 1024 * 1024  # the shared robust_server's (conftest.py)
 
 
 @pytest.fixture
@@ -45,8 +45,14 @@ def test_engine_killers_are_refused_or_honoured(url, path, fields, status, param
 
 
 def test_a_concurrent_stream_outlives_every_killer(url):
-    body = {"prompt": [9] * 8, "max_tokens": 120, "temperature": 0, "ignore_eos": True, "stream": True,
-            "stream_options": {"include_usage": True}}
+    body = {
+        "prompt": [9] * 8,
+        "max_tokens": 120,
+        "temperature": 0,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     lines = []
 
     def stream():
@@ -62,7 +68,9 @@ def test_a_concurrent_stream_outlives_every_killer(url):
     assert json.loads(lines[-2][6:])["usage"]["completion_tokens"] == 120
 
 
-@pytest.mark.parametrize("path, raw, param, fragment", BARE_500S, ids=[f"{i}-{b[1][:40]}" for i, b in enumerate(BARE_500S)])
+@pytest.mark.parametrize(
+    "path, raw, param, fragment", BARE_500S, ids=[f"{i}-{b[1][:40]}" for i, b in enumerate(BARE_500S)]
+)
 def test_bare_500s_are_400s(url, path, raw, param, fragment):
     r = post(url, path, raw)
     assert r.status_code == 400, r.text[:300]
@@ -122,8 +130,10 @@ def _read_all(sock: socket.socket) -> bytes:
 
 def test_a_half_sent_body_gets_408(url):
     with _raw_connection(url) as s:
-        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                  b"Content-Length: 100\r\n\r\n{\"prompt\":")
+        s.sendall(
+            b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b'Content-Length: 100\r\n\r\n{"prompt":'
+        )
         t0 = time.monotonic()
         reply = _read_all(s)
     assert reply.startswith(b"HTTP/1.1 408") and b"--timeout-request-body" in reply, reply[:300]
@@ -140,7 +150,7 @@ def test_a_client_gone_mid_body_is_counted_not_an_error(url):
 
     before = disconnected()
     with _raw_connection(url) as s:
-        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"prom")
+        s.sendall(b'POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"prom')
         time.sleep(0.3)
     deadline = time.monotonic() + 10
     while disconnected() == before and time.monotonic() < deadline:
@@ -154,9 +164,9 @@ def test_half_sent_headers_get_408_and_idle_connections_are_closed(url):
         half.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n")
         t0 = time.monotonic()
         assert _read_all(half).startswith(b"HTTP/1.1 408")
-        assert _read_all(idle) == b""                      # closed, nothing said: it had asked nothing
+        assert _read_all(idle) == b""  # closed, nothing said: it had asked nothing
         assert time.monotonic() - t0 < TIMEOUT_S + 5
-    with _raw_connection(url) as kept:                     # after a response: --timeout-keep-alive
+    with _raw_connection(url) as kept:  # after a response: --timeout-keep-alive
         kept.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
         t0 = time.monotonic()
         assert _read_all(kept).startswith(b"HTTP/1.1 200")

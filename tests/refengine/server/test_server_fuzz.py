@@ -16,8 +16,9 @@ FUZZ_SETTINGS = dict(deadline=None, database=None, suppress_health_check=list(He
 @pytest.fixture(scope="module")
 def fuzz_client(robust_server):
     # No keep-alive: the server closes idle connections after 1 s, and a request must not race that.
-    with httpx.Client(base_url=robust_server[0], timeout=httpx.Timeout(30.0),
-                      limits=httpx.Limits(max_keepalive_connections=0)) as client:
+    with httpx.Client(
+        base_url=robust_server[0], timeout=httpx.Timeout(30.0), limits=httpx.Limits(max_keepalive_connections=0)
+    ) as client:
         yield client
 
 

@@ -21,7 +21,7 @@ def test_a_request_whose_prefill_is_under_way_is_not_waiting(InProcessServer):
         scheduler = srv.engine.scheduler
         schedule, scheduled, release = scheduler.schedule, threading.Event(), threading.Event()
 
-        def slow_schedule():                # the step after scheduling lasts until we release it
+        def slow_schedule():  # the step after scheduling lasts until we release it
             out = schedule()
             if scheduler.num_running:
                 scheduled.set()
@@ -32,8 +32,7 @@ def test_a_request_whose_prefill_is_under_way_is_not_waiting(InProcessServer):
         body = {"prompt": [5] * 20, "max_tokens": 2, "ignore_eos": True}
         with httpx.Client(base_url=srv.url, timeout=30) as client:
             done: list[int] = []
-            sender = threading.Thread(target=lambda: done.append(client.post("/v1/completions", json=body)
-                                                                 .status_code))
+            sender = threading.Thread(target=lambda: done.append(client.post("/v1/completions", json=body).status_code))
             sender.start()
             assert scheduled.wait(10)
             during_prefill = _waiting(srv.url)
@@ -72,7 +71,7 @@ def test_a_waiting_request_whose_client_left_is_not_counted_while_the_step_runs(
                     while _waiting(srv.url) != 1 and time.monotonic() < deadline:
                         time.sleep(0.02)
                     assert _waiting(srv.url) == 1
-            deadline = time.monotonic() + 5         # the client has gone; the step still runs
+            deadline = time.monotonic() + 5  # the client has gone; the step still runs
             while _waiting(srv.url) != 0 and time.monotonic() < deadline:
                 time.sleep(0.02)
             after_leaving = _waiting(srv.url)
