@@ -7,6 +7,12 @@ beside an admission limit) must name both.
 
     python bench/diagnosis_family.py [--draws 40] [--seed 0] [--out bench/diagnosis_family.json]
 
+Each draw also measures what its plant did to TTFT (the "effect"; a plant that moved it less than
+the diagnosis's least effect, 1.3x, left no cause to find and is counted apart as faint): a fault
+held for part of the level, the median TTFT of the requests that lived through it over those that
+did not; head-of-line, the short requests beside a long prompt over the others; the fleet's
+imbalance, the tail (slowest 10%) under round robin over the same trace under least-outstanding.
+
 Every draw is reproducible from (seed, index): its parameters are in the JSON. The JSON and the
 confusion matrix (planted cause x first finding) printed at the end are this script's own output;
 a figure in bench/RESULTS.md comes from one invocation over every draw. Packet-loss draws need root,
@@ -271,7 +277,8 @@ def main() -> int:
             try:
                 run_dir = run_draw(tmp, d, res)
                 res.run_dir = str(run_dir)
-                res.effect = head_of_line_effect(run_dir) if d.cause == "head-of-line" else realized_effect(run_dir)
+                if res.effect is None:  # a draw may measure its own (the fleet's imbalance: by its cure)
+                    res.effect = head_of_line_effect(run_dir) if d.cause == "head-of-line" else realized_effect(run_dir)
                 diagnose(run_dir, res)
                 judge(d, res)
             except Exception as exc:  # noqa: BLE001 - one broken draw must not hide the others
@@ -279,7 +286,7 @@ def main() -> int:
         res.seconds = round(time.time() - t0, 1)
         results.append({"draw": asdict(d), "result": asdict(res)})
         first = res.findings[0]["check_id"] if res.findings else "nothing"
-        effect = f", TTFT x{res.effect:g} in the fault" if res.effect is not None else ""
+        effect = f", plant moved TTFT x{res.effect:g}" if res.effect is not None else ""
         print(
             f"draw {d.index:2d} {d.cause:14s} {'skipped: ' + res.skipped if res.skipped else ('OK  ' if res.first_ok else 'MISS') + ' first=' + first} ({res.seconds:.0f} s{effect})",
             flush=True,
@@ -331,7 +338,7 @@ def main() -> int:
 def draw_table(results: list[dict]) -> str:
     """Every draw as a Markdown row: what was planted, what the plant did to TTFT, what came first."""
     out = [
-        "| draw | cause | parameters | TTFT in the fault / outside | first finding | right |",
+        "| draw | cause | parameters | plant's effect on TTFT (docstring) | first finding | right |",
         "| --- | --- | --- | --- | --- | --- |",
     ]
     for r in results:

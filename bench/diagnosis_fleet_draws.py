@@ -6,7 +6,8 @@ one of three situations with random parameters, planted for real.
   its core. Expected first: `p99.fleet.hot-replica`.
 - fleet-imbalance: two equal replicas behind the fleet front's round robin (`--data-parallel-size 2`,
   each on a core of its own), a small batch cap, and a seeded Poisson trace whose output lengths are
-  heavy-tailed (rate, long share and long length drawn). Expected first: `p99.fleet.imbalance`.
+  heavy-tailed (rate, long share and long length drawn). Expected first: `p99.fleet.imbalance`. Its
+  effect is measured by the cure: the same trace again under least-outstanding (`_imbalance`).
 - fleet-clean: two equal replicas behind the front, a light closed loop, the policy drawn. Expected:
   nothing.
 """
@@ -162,31 +163,40 @@ def _hot_replica(tmp: Path, name: str, p: dict) -> Path:
     return out
 
 
+def tail_ttft_s(run_dir: Path, share: float = 0.1) -> float | None:
+    """The mean TTFT of the slowest `share` of a run's measured requests: the tail, steadier than a
+    P99 that at ~150 requests is one or two of them."""
+    rows = [json.loads(line) for line in (run_dir / "requests.jsonl").read_text().splitlines() if line.strip()]
+    ttfts = sorted(r["ttft_s"] for r in rows if r.get("status") == "ok" and r.get("in_window") and r.get("ttft_s"))
+    k = max(1, round(share * len(ttfts)))
+    return float(np.mean(ttfts[-k:])) if len(ttfts) >= 10 else None
+
+
+def _imbalance(tmp: Path, name: str, p: dict, res: CaseResult) -> Path:
+    """Round robin on the heavy-tailed trace, then the same trace under least-outstanding, the cure:
+    the plant's effect is what the cure took off the tail (the round-robin run's tail TTFT over the
+    control's). A draw whose cure takes off less than the diagnosis's least effect had an imbalance
+    that did not make its tail, and counts apart as faint (bench/diagnosis_family.py)."""
+    trace = heavy_trace(tmp / f"{name}-trace.jsonl", p)
+
+    def run(run_name: str, policy: str) -> Path:
+        args = ["--model", "tiny-test", "--data-parallel-size", "2", "--lb-policy", policy]
+        args += [f"--engine-arg=--max-num-seqs={p['max_num_seqs']}", "--workload", "trace", "--dataset", str(trace)]
+        return run_embedded(tmp, run_name, [*args, "--block-size", "16", "--probes", "server,host,tcp"])
+
+    out = run(name, "round-robin")
+    control = run(f"{name}-control-least-outstanding", "least-outstanding")
+    planted, cured = tail_ttft_s(out), tail_ttft_s(control)
+    if planted is not None and cured:
+        res.effect = round(planted / cured, 2)
+        res.notes.append(f"tail TTFT {planted * 1e3:.0f} ms round robin, {cured * 1e3:.0f} ms least-outstanding")
+    return out
+
+
 def run_fleet_draw(tmp: Path, d, res: CaseResult) -> Path:
     name = f"draw{d.index:02d}-{d.cause}"
     if d.cause == "hot-replica":
         return _hot_replica(tmp, name, d.params)
     if d.cause == "fleet-imbalance":
-        trace = heavy_trace(tmp / f"{name}-trace.jsonl", d.params)
-        return run_embedded(
-            tmp,
-            name,
-            [
-                "--model",
-                "tiny-test",
-                "--data-parallel-size",
-                "2",
-                "--lb-policy",
-                "round-robin",
-                f"--engine-arg=--max-num-seqs={d.params['max_num_seqs']}",
-                "--workload",
-                "trace",
-                "--dataset",
-                str(trace),
-                "--block-size",
-                "16",
-                "--probes",
-                "server,host,tcp",
-            ],
-        )
+        return _imbalance(tmp, name, d.params, res)
     return run_embedded(tmp, name, d.args)
