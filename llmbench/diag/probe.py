@@ -42,6 +42,12 @@ def probe(
         None, help="Base URL of the server being observed (server, tcp, capture probes), e.g. http://127.0.0.1:8000."
     ),
     pid: Optional[int] = typer.Option(None, help="PID of the local server process (host and stacks probes)."),
+    replica_metrics: Optional[str] = typer.Option(
+        None,
+        help="A fleet behind the --target router: each replica's own /metrics page, comma-separated in "
+        "replica order (a URL ending in /metrics, or a base URL). The server probe reads each and records "
+        "per_engine (key i: the i-th page) beside the fleet's sums, as `llmbench sweep --replica-metrics`.",
+    ),
     interval: float = typer.Option(1.0, help="Seconds between samples (stacks dumps every 5 s regardless)."),
     capture_port: Optional[int] = typer.Option(None, help="TCP port to capture (default: the target's port)."),
     capture_iface: Optional[str] = typer.Option(
@@ -54,6 +60,8 @@ def probe(
     import sys
 
     from llmbench.options.parse import parse_duration
+    from llmbench.options.target import metrics_page
+    from llmbench.options.target import replica_metrics as replica_pages
     from llmbench.sweep.run import host_facts
     from probes.base import ProbeContext
     from probes.registry import parse_probe_list
@@ -65,13 +73,19 @@ def probe(
         seconds = parse_duration(duration, "--duration")
         if interval <= 0:
             raise ValueError("--interval must be > 0 seconds")
+        n_pages = len(replica_metrics.split(",")) if replica_metrics else 1
+        pages = replica_pages(replica_metrics, [target] if target else [], n_pages) if replica_metrics else []
+        if target and metrics_page(target) in pages:
+            raise ValueError("--replica-metrics lists the --target's own page: give the replicas' pages behind it")
         run = RunDir(out)
         if run.path.exists():
             raise ValueError(f"{run.path} exists; choose another --out")
         info = RunInfo(
             run_id=run.path.name,
             command=sys.argv,
-            target=TargetInfo(url=target, model=None, kind="external", pid=pid),
+            target=TargetInfo(
+                url=target, model=None, kind="external", pid=pid, replicas=max(n_pages, 1), replica_metrics=pages
+            ),
             sweep=SweepInfo(probe_only=True, duration_s=seconds),
             slos=SloSpec(),
             host=host_facts(),
@@ -89,6 +103,7 @@ def probe(
         capture_max_packets=capture_max_packets,
         capture_max_s=None,
         stacks_record=stacks_record,
+        replica_metrics=pages,
     )
     pset = ProbeSet(names, ctx, log=lambda m: console.print(m, style="yellow", highlight=False, markup=False))
     info.probes = pset.start()

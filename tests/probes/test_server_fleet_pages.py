@@ -127,3 +127,30 @@ def test_no_replica_read_is_failed(tmp_path, replicas):
     assert row["up"] == 0 and "replica 0" in row["error"] and "replica 1" in row["error"]
     assert probe.failure().startswith("every scrape of the 2 replicas' /metrics pages")
     assert probe.shortfall() is None
+
+
+def test_llmdiag_probe_reads_the_replicas_behind_a_router(tmp_path, replicas):
+    """`llmdiag probe --target ROUTER --replica-metrics P0,P1`: the run records the pages and the
+    replica count, and the server probe's rows carry per_engine, as a sweep's would."""
+    from typer.testing import CliRunner
+
+    from llmbench.diag_cli import app
+    from rundir import RunDir
+
+    a = replicas(vllm_page(2, 0, 0.2, 10, 0))
+    b = replicas(vllm_page(4, 1, 0.5, 10, 0))
+    router = "http://127.0.0.1:9"  # never read: the server probe reads the pages behind it
+    out = tmp_path / "watch"
+    args = ["probe", "--probes", "server", "--duration", "1s", "--interval", "0.2", "--target", router]
+    res = CliRunner().invoke(app, [*args, "--replica-metrics", f"{a.url},{b.url}", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    info = RunDir(out).read_info()
+    assert info.target.replicas == 2 and info.target.replica_metrics == [a.url, b.url]
+    assert info.probes["server"] == "ok"
+    rows = read_rows(out / "probes" / "server.jsonl")
+    assert rows and rows[-1]["per_engine"]["1"] == {"running": 4, "waiting": 1, "kv_usage": 0.5}
+    # The router's own page as a replica's is a mistake, said in one line.
+    bad = CliRunner().invoke(
+        app, [*args, "--replica-metrics", f"{router}/metrics,{a.url}", "--out", str(tmp_path / "bad")]
+    )
+    assert bad.exit_code == 2 and "the --target's own page" in bad.output and not (tmp_path / "bad").exists()
