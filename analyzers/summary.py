@@ -17,11 +17,13 @@ from analyzers.bursts import level_server_itl
 from analyzers.findings import Finding, run_findings
 from analyzers.plan.departures import PredictionCheck, check_prediction
 from analyzers.probe_series import ProbeSeries, read_probe
-from analyzers.stats.latency import LevelStats, Window, level_stats
+from analyzers.stats.latency import LevelStats
 from analyzers.stats.replicas import ReplicaShare, run_replicas
 from analyzers.stats.request_classes import all_class_rows
 from analyzers.stats.scaling import ScalingPoint, Series, analyze_scaling, best_level_within_slo
 from analyzers.stats.slo import Slos
+from analyzers.stats.summarize import level_stats
+from analyzers.stats.window import Window
 from analyzers.validity import mark_cut_short, mark_over_capacity
 from rundir import LevelMeta, RunDir, RunInfo, SloSpec
 from rundir.table import RequestTable

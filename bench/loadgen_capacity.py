@@ -3,7 +3,7 @@ first tokens to within 2 ms at P99.
 
 Target: the known-delay server (bench/loadgen_common.py wraps tests/loadgen/delay_server.py): the
 first token 50 ms after a request arrives, then one every 10 ms, 16 tokens, on a free 127.0.0.1
-port, killed at the end. Load: open-loop levels through loadgen.level.run_level (Poisson
+port, killed at the end. Load: open-loop levels through loadgen.run_level (Poisson
 arrivals), windows 1 s warm-up + 5 s measured, the rate doubled from 50 req/s until a level fails
 (halved when the first one fails), then bisected 3 times (geometric midpoint) between the last good
 and the first bad rate. The 2-worker search starts at half the 1-worker result. --quick: 0.5 + 2 s

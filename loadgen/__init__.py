@@ -5,7 +5,7 @@ load runs in locust processes of its own (loadgen.locust_proc), started by run_l
 """
 
 from loadgen.errors import LoadGeneratorError
-from loadgen.level import run_level
+from loadgen.level.run import run_level
 from loadgen.specs import LevelProgress, LevelResult, LevelSpec, TargetSpec
 from loadgen.workloads import (
     RequestSpec,

@@ -9,7 +9,7 @@ A record writes back the keys it was given, no more: the sweep writes a kind's o
 fewer keys than this one. So `recorded` names the fields run.json holds: `kind`, each field off
 its default, and each field read from run.json or set with `updated` even at its default. The
 same sweep thus writes the same run.json, and a run.json reads and writes back unchanged (an
-absent key stays absent: llmbench/sweep/setup.py reads a trace without `trace_loop` as one
+absent key stays absent: llmbench/sweep/setup/resume.py reads a trace without `trace_loop` as one
 recorded before traces played once).
 """
 

@@ -113,7 +113,7 @@ def capacity(
     """Find the highest load within the SLO: bracket by doubling, bisect, re-measure the boundary; every probe is
     a measured level of a normal run directory (report, compare and `llmdiag p99` work on it)."""
     from llmbench.capacity.run import CapacityArgs, run_capacity
-    from llmbench.sweep.setup import SweepArgs
+    from llmbench.sweep.setup.args import SweepArgs
 
     if peak_rate is not None and not peak_rate > 0:
         raise typer.BadParameter(f"a request rate is > 0 req/s, got {peak_rate:g}", param_hint="--peak-rate")

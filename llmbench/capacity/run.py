@@ -17,7 +17,9 @@ from analyzers.capacity.replicas import per_replica, replicas_for, with_fleet
 from analyzers.stats.latency import LevelStats
 from analyzers.stats.slo import Slos
 from llmbench.capacity.search import CapacityPlan, SearchSpec
-from llmbench.sweep.setup import SweepArgs, execute_sweep, prepare_run
+from llmbench.sweep.setup.args import SweepArgs
+from llmbench.sweep.setup.execute import execute_sweep
+from llmbench.sweep.setup.prepare import prepare_run
 from llmbench.sweep.spec import spec_of
 from llmbench.sweep.trace_level import sweep_trace
 from reports.capacity_words import capacity_headline

@@ -17,7 +17,10 @@ from rich.text import Text
 from analyzers.diagnosis_error import DiagnosisError
 from llmbench.sweep.target import settle_requests
 from llmbench.sweep.target_facts import engine_facts, server_gauges
-from loadgen.kv_ramp import RampError, RampResult, RampSpec, check_metrics, run_ramp
+from loadgen.kv_ramp.gauges import check_metrics
+from loadgen.kv_ramp.loop import run_ramp
+from loadgen.kv_ramp.result import RampResult
+from loadgen.kv_ramp.spec import RampError, RampSpec
 from loadgen.openai_body import request_dict
 from loadgen.prompt_text import text_of_words
 from loadgen.specs import TargetSpec

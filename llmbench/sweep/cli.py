@@ -160,7 +160,9 @@ def sweep(
     profile: Optional[str] = profile_options.PROFILE,
 ) -> None:
     """Sweep load levels against a server and write a run directory with per-request records and a summary."""
-    from llmbench.sweep.setup import SweepArgs, execute_sweep, prepare_run
+    from llmbench.sweep.setup.args import SweepArgs
+    from llmbench.sweep.setup.execute import execute_sweep
+    from llmbench.sweep.setup.prepare import prepare_run
 
     args = SweepArgs(**{k: v for k, v in locals().items() if k in SweepArgs.__dataclass_fields__})
     args.trace_loop = "--trace-loop" if trace_loop else None

@@ -12,10 +12,12 @@ from rich.progress import Progress
 
 from analyzers.bursts import server_itl_mean
 from analyzers.probe_series import read_probe
-from analyzers.stats.latency import LevelStats, Window, summarize_level
+from analyzers.stats.latency import LevelStats
+from analyzers.stats.summarize import summarize_level
+from analyzers.stats.window import Window
 from analyzers.validity import INVALID_PREFIX, mark_cut_short, mark_over_capacity
 from llmbench.sweep.spec import SweepSpec
-from loadgen.level import run_level
+from loadgen.level.run import run_level
 from loadgen.specs import LevelProgress, LevelResult, LevelSpec, TargetSpec
 from loadgen.workloads import level_workload_factory
 from reports.level_sizing import bound_words

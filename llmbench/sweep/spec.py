@@ -81,5 +81,5 @@ class SweepSpec(SweepInfo):
 
 def spec_of(info: RunInfo) -> SweepSpec:
     """run.json's sweep as the SweepSpec the sweep's setup made it (new_run_info for a new run,
-    _resumed_run on --resume): RunInfo types it as the contract's SweepInfo."""
+    resumed_run on --resume): RunInfo types it as the contract's SweepInfo."""
     return cast(SweepSpec, info.sweep)

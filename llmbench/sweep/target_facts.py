@@ -13,7 +13,7 @@ from __future__ import annotations
 import urllib.error
 import urllib.request
 
-from loadgen.kv_ramp import ServerGauges
+from loadgen.kv_ramp.gauges import ServerGauges
 from probes.prom import parse_metrics
 
 FACT_KEYS = {"vllm:cache_config_info": "cache_config", "refengine:quantization_info": "quantization"}

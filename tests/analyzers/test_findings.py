@@ -89,7 +89,7 @@ def test_a_finished_level_without_records_is_said_not_dropped(tmp_path):
 
 def test_arrivals_notes_keep_each_levels_own_numbers(tmp_path):
     """Grouped by their words alone, the first level's rates were printed for every level."""
-    from loadgen.level import arrivals_note  # the notes as the load generator writes them
+    from loadgen.level.loop import arrivals_note  # the notes as the load generator writes them
 
     def note(offered, achieved):
         return arrivals_note(offered, achieved, 10.0, 0.0041)

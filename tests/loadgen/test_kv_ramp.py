@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from llmbench.diag_cli import app
 from llmbench.sweep.target_facts import server_gauges
-from loadgen.kv_ramp import RampError, RampSpec
+from loadgen.kv_ramp.spec import RampError, RampSpec
 
 # tiny-test KV on CPU (float32): 2 x 2 layers x 2 KV heads x 16 dims x 4 B = 512 B per token; blocks
 # of 128 tokens = 64 KiB. 24 blocks; each request is 80 + 40 = 120 tokens = one block, so the
@@ -90,7 +90,8 @@ def test_unreachable_target_is_a_clean_error():
 
 
 def test_capacity_is_read_from_the_held_back_samples():
-    from loadgen.kv_ramp import LevelObservation, RampResult, Sample
+    from loadgen.kv_ramp.observation import LevelObservation, Sample
+    from loadgen.kv_ramp.result import RampResult
 
     def level(conc, pairs, preemptions=0.0, kv=0.95):
         lv = LevelObservation(conc, ok=10, preemptions=preemptions)
@@ -117,7 +118,8 @@ def test_capacity_is_read_from_the_held_back_samples():
 def test_a_cache_too_full_for_one_more_request_is_kv_limited_however_far_from_100_percent():
     """vLLM with 16 blocks of 128 and requests of 8 blocks: one runs (8 of the 15 usable blocks,
     53%), the next waits for KV, and vLLM v1's null block makes the estimate 15 // 8 = 1, not 2."""
-    from loadgen.kv_ramp import LevelObservation, RampResult, Sample
+    from loadgen.kv_ramp.observation import LevelObservation, Sample
+    from loadgen.kv_ramp.result import RampResult
 
     spec = RampSpec(target="http://127.0.0.1:1", prompt_tokens=1000, max_tokens=8)
     held = LevelObservation(2, ok=20)

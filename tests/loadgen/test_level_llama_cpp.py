@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from loadgen_harness import run
 
-from analyzers.stats.latency import summarize_level
+from analyzers.stats.summarize import summarize_level
 from loadgen import LevelSpec
 
 OUT = 8

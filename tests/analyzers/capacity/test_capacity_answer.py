@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from analyzers.capacity.answer import CapacityAnswer, capacity_answer, judge_loads
-from analyzers.stats.latency import summarize_level
 from analyzers.stats.slo import Slos
+from analyzers.stats.summarize import summarize_level
 from reports.capacity_words import capacity_headline
 from rundir import RequestRecord
 from rundir.table import RequestTable

@@ -9,8 +9,8 @@ import numpy as np
 
 from analyzers.capacity.answer import capacity_answer, judge_loads
 from analyzers.capacity.replicas import busiest_share, per_replica, replicas_for, with_fleet
-from analyzers.stats.latency import summarize_level
 from analyzers.stats.slo import Slos
+from analyzers.stats.summarize import summarize_level
 from reports.capacity_words import capacity_headline
 from reports.replicas_words import per_replica_words, replicas_for_words
 from rundir import RequestRecord

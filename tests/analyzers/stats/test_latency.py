@@ -5,8 +5,8 @@ import math
 import pytest
 
 from analyzers.stats.distribution import Distribution
-from analyzers.stats.latency import summarize_level
 from analyzers.stats.scaling import analyze_scaling, best_level_within_slo
+from analyzers.stats.summarize import summarize_level
 from rundir import RequestRecord
 
 

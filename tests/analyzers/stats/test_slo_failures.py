@@ -10,8 +10,8 @@ import pytest
 from synth_run import make_run, rec
 
 from analyzers.compare import compare_runs
-from analyzers.stats.latency import summarize_level
 from analyzers.stats.slo import Slos
+from analyzers.stats.summarize import summarize_level
 from analyzers.summary import analyze_run
 
 

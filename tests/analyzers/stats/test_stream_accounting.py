@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from synth_run import make_run, rec
 
-from analyzers.stats.latency import summarize_level
+from analyzers.stats.summarize import summarize_level
 from analyzers.summary import analyze_run
 from rundir.table import RequestTable
 

@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "loadgen"))
 
 from loadgen_harness import run, start_delay_server
 
-from analyzers.stats.latency import summarize_level
+from analyzers.stats.summarize import summarize_level
 from analyzers.stats.window import Window
 from loadgen import LevelSpec
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from refengine_proc import start_process
 
-from analyzers.stats.latency import summarize_level
+from analyzers.stats.summarize import summarize_level
 from analyzers.stats.window import Window
 from loadgen import LevelSpec, TargetSpec, level_workload_factory, run_level
 from rundir import RunDir

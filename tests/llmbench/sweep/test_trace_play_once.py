@@ -12,7 +12,8 @@ import pytest
 import typer
 from rich.console import Console
 
-from llmbench.sweep.setup import SweepArgs, _new_run
+from llmbench.sweep.setup.args import SweepArgs
+from llmbench.sweep.setup.new_run import new_run
 from loadgen.trace import load_trace
 from loadgen.trace_workload import trace_replay
 from loadgen.workloads import WorkloadOptions, make_workload
@@ -66,7 +67,7 @@ def _args(tmp_path, **kw) -> SweepArgs:
 
 
 def _level(tmp_path, **kw):
-    run, info = _new_run(_args(tmp_path, **kw), Console(file=open(os.devnull, "w")))
+    run, info = new_run(_args(tmp_path, **kw), Console(file=open(os.devnull, "w")))
     (level,) = info.sweep.levels()
     return info, level
 
@@ -133,18 +134,18 @@ def test_the_replay_round_trips_through_run_json():
 
 
 def test_a_trace_run_recorded_before_play_once_resumes_cycling(tmp_path):
-    from llmbench.sweep.setup import _resumed_run
+    from llmbench.sweep.setup.resume import resumed_run
     from rundir import RunDir
 
-    _, info = _new_run(_args(tmp_path), Console(file=open(os.devnull, "w")))
+    _, info = new_run(_args(tmp_path), Console(file=open(os.devnull, "w")))
     run = RunDir(tmp_path / "old")
     run.create(info)
     old = json.loads(run.run_json.read_text())
     del old["sweep"]["workload"]["trace_loop"]  # as an older tool wrote it
     run.run_json.write_text(json.dumps(old))
-    _, resumed = _resumed_run(run.path, Console(file=open(os.devnull, "w")))
+    _, resumed = resumed_run(run.path, Console(file=open(os.devnull, "w")))
     assert resumed.sweep.workload.trace_loop == "--trace-loop"
-    _, info = _new_run(_args(tmp_path), Console(file=open(os.devnull, "w")))
+    _, info = new_run(_args(tmp_path), Console(file=open(os.devnull, "w")))
     run = RunDir(tmp_path / "new")
     run.create(info)
-    assert _resumed_run(run.path, Console(file=open(os.devnull, "w")))[1].sweep.workload.trace_loop is None
+    assert resumed_run(run.path, Console(file=open(os.devnull, "w")))[1].sweep.workload.trace_loop is None

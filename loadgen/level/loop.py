@@ -1,162 +1,26 @@
-"""run_level: one load level, driven from the caller's (unpatched) process.
-
-The load itself runs in locust processes (loadgen.locust_proc): one LocalRunner process when
-workers == 1, else a master plus `workers` worker processes on this machine (loopback). Records
-travel worker -> master over locust's messaging (runner.send_message / register_message), and
-master -> here as JSON lines on the master's stdout, flushed as they finish; a reader thread
-moves them onto a queue so that a slow on_records callback never blocks the load processes.
-
-Bounds: the locust processes get 60 s to start; after that the level ends by the plan's hard
-deadline (warmup + duration + request_timeout + 1 s; a sized level's bounds at first, as its plan
-moves the ones published later) plus a grace of KILL_GRACE_S, whatever the server does; then the
-processes are killed. Ctrl-C stops the level the orderly way (in-flight
-requests are recorded as cancelled) and is re-raised.
-"""
+"""The parent's loop over one level: the master's JSON lines read on a thread of their own (a slow
+on_records never blocks the load processes), records tallied and handed on, progress reported,
+the deadlines kept, the fail-fast and over-capacity rules applied, and the level's LevelResult
+built from what the coordinator published (with the open loop's offered-vs-achieved note)."""
 
 from __future__ import annotations
 
 import json
-import os
 import queue
 import signal
-import subprocess
-import sys
-import tempfile
 import threading
 import time
-from typing import Any, BinaryIO, Callable
 
 from loadgen.errors import LoadGeneratorError
 from loadgen.fail_fast import FailFast
+from loadgen.level.processes import LocustProcess, stop_all
 from loadgen.saturation import SaturationRule
-from loadgen.specs import LevelProgress, LevelResult, LevelSpec, TargetSpec
+from loadgen.specs import LevelProgress, LevelResult, LevelSpec
 from loadgen.tally import LevelTally
-from loadgen.token_count import ClientTokenCounter, records_without_counting
-from loadgen.workloads import Workload, level_workload_factory
-from rundir import RequestRecord
-from rundir.ports import free_port
 
 STARTUP_TIMEOUT_S = 60.0
 KILL_GRACE_S = 15.0  # past the plan's hard deadline (the coordinator gives up 11 s after it)
 PROGRESS_INTERVAL_S = 0.5
-_PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def run_level(
-    spec: LevelSpec,
-    target: TargetSpec,
-    workload_factory: Callable[[LevelSpec], Workload] | None,
-    on_records: Callable[[list[RequestRecord]], None],
-    on_progress: Callable[[LevelProgress], None] | None = None,
-    master_bind: str | None = None,
-) -> LevelResult:
-    """Run one level against `target` and return its counts and client health.
-
-    workload_factory(spec) builds the level's Workload (None: random prompts of spec.input_len /
-    spec.output_len); it runs here first, so a bad option or a missing dataset fails before any
-    process starts, and its options are what the locust processes rebuild it from.
-    master_bind="host:port": run a master there and wait for spec.workers workers started
-    elsewhere (`python -m loadgen.locust_proc --worker --master-host ...`) instead of local ones.
-    """
-    workload = (workload_factory or level_workload_factory())(spec)
-    if not workload.rebuildable:
-        raise ValueError(
-            "the workload was built with a length_fn, which cannot reach the locust processes: "
-            "give WorkloadOptions.tokenizer instead"
-        )
-    if target.endpoint == "chat" and not isinstance(workload.spec(0).prompt, str):
-        raise ValueError("the chat endpoint needs text prompts: use the sharegpt workload or endpoint='completions'")
-    config = {"level": spec.to_dict(), "target": target.to_dict(), "workload": workload.options.to_dict()}
-    with tempfile.TemporaryDirectory(prefix="llmbench-loadgen-") as logdir:
-        procs: list[LocustProcess] = []  # filled as they start: a Ctrl-C while starting stops those
-        loop = None
-        try:
-            _start_processes(spec, config, logdir, master_bind, procs)
-            tokenizer = config["workload"].get("tokenizer")
-            loop = _LevelLoop(
-                spec,
-                procs,
-                on_records,
-                on_progress,
-                ClientTokenCounter(tokenizer).records if tokenizer else records_without_counting,
-            )
-            return loop.run()
-        finally:
-            # After a clean end the processes are already quitting: let them, rather than interrupt them.
-            _stop_all(procs, polite_s=3.0 if loop is not None and loop.end is not None else 0.0)
-
-
-# ----- processes ----------------------------------------------------------------------------
-
-
-class LocustProcess(subprocess.Popen):
-    """A locust process, with its command, its log file (the first's stderr; a worker's whole output)
-    and, once stopped, the log's end."""
-
-    cmd: list[str]
-    log: BinaryIO
-    log_tail: str = ""
-
-
-def _start_processes(
-    spec: LevelSpec, config: dict, logdir: str, master_bind: str | None, procs: list[LocustProcess]
-) -> None:
-    """Start the level's locust processes, appending each to `procs` as soon as it exists."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
-    base = [sys.executable, "-m", "loadgen.locust_proc"]
-    # A session of their own: the terminal's Ctrl-C reaches only us, and we stop them in order.
-    # Same working directory as the caller, so relative dataset and tokenizer paths mean the same.
-    common: dict[str, Any] = dict(env=env, start_new_session=True)
-    if spec.workers == 1 and master_bind is None:
-        cmds = [base + ["--local"]]
-    else:
-        host, port = master_bind.rsplit(":", 1) if master_bind else ("127.0.0.1", str(free_port()))
-        cmds = [base + ["--master", "--bind-host", host, "--port", port, "--expect-workers", str(spec.workers)]]
-        if master_bind is None:
-            cmds += [base + ["--worker", "--master-host", "127.0.0.1", "--port", port, "--once"]] * spec.workers
-    for n, cmd in enumerate(cmds):
-        log = open(os.path.join(logdir, f"proc{n}.log"), "w+b")
-        if n == 0:
-            p = LocustProcess(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, **common)
-        else:
-            p = LocustProcess(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, **common)
-        p.log, p.cmd = log, cmd
-        procs.append(p)
-        if n == 0 and p.stdin is not None:  # a pipe: always, for the first
-            p.stdin.write(json.dumps(config).encode())
-            p.stdin.close()
-
-
-def _stop_all(procs: list[LocustProcess], timeout: float = 5.0, polite_s: float = 0.0) -> None:
-    """Wait polite_s for the processes to exit, then terminate, then kill; keep the end of each log.
-    Idempotent."""
-    procs = [p for p in procs if not p.log.closed]
-    polite_until = time.monotonic() + polite_s
-    for p in procs:
-        try:
-            p.wait(timeout=max(0.0, polite_until - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            pass
-    for p in procs:
-        if p.poll() is None:
-            p.terminate()
-    deadline = time.monotonic() + timeout
-    for p in procs:
-        try:
-            p.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-        p.log_tail = _read_tail(p.log)
-        p.log.close()
-
-
-def _read_tail(f, n: int = 3000) -> str:
-    f.flush()
-    f.seek(0, os.SEEK_END)
-    f.seek(max(0, f.tell() - n))
-    return f.read().decode("utf-8", "replace")
 
 
 def arrivals_note(offered: int, achieved: int, window_s: float, lag_p99_s: float | None) -> str:
@@ -169,10 +33,7 @@ def arrivals_note(offered: int, achieved: int, window_s: float, lag_p99_s: float
     )
 
 
-# ----- the parent's loop --------------------------------------------------------------------
-
-
-class _LevelLoop:
+class LevelLoop:
     def __init__(self, spec: LevelSpec, procs: list[LocustProcess], on_records, on_progress, make_records):
         self.spec, self.procs, self.on_records, self.on_progress = spec, procs, on_records, on_progress
         self.make_records = make_records
@@ -351,10 +212,10 @@ class _LevelLoop:
         elif self.error in ("interrupted", "deadline"):
             r.end_reason = self.error
         else:
-            _stop_all(self.procs)
+            stop_all(self.procs)
             raise LoadGeneratorError(f"level {self.spec.level_id}: {self.error}\n{self._log_tail()}")
         if r.end_reason not in ("complete", "server_died", "interrupted", "failed_fast", "over_capacity"):
-            _stop_all(self.procs)
+            stop_all(self.procs)
             r.client_log_tail = self._log_tail()
         return r
 
