@@ -4,7 +4,7 @@ each finding tied to the spike windows it coincides with, and the p99 playbook m
 Two kinds of tail: spikes (a few requests far above their level's median, analyzers/triage/tail_windows.py)
 and standing tails (a level that misses the SLO or sits far above the unloaded baseline throughout,
 analyzers/triage/levels.py), the latter split into queue, prefill and decode time
-(analyzers/triage/standing.py). Findings rank by the share of the run's tail requests they explain;
+(analyzers/triage/standing/). Findings rank by the share of the run's tail requests they explain;
 one that explains less than CONTEXT_SHARE is context, not a cause. Evidence must be the target's:
 its own connections, its own process; host-wide counters are context.
 
@@ -43,7 +43,8 @@ from analyzers.triage.network import (
 from analyzers.triage.phases import level_phases
 from analyzers.triage.requests import LAG_ID, check_hol_blocking, check_send_lag
 from analyzers.triage.server import QUEUE_ID, check_batch_size, check_preemptions, check_queueing, server_absence
-from analyzers.triage.standing import check_standing, engine_limits, tail_rows
+from analyzers.triage.standing.check import check_standing, tail_rows
+from analyzers.triage.standing.limits import engine_limits
 from analyzers.triage.tail_windows import METRIC_SPANS, TailWindows, Window, find_tail_windows, merge, overlaps
 from analyzers.triage.throughout import level_windows
 from rundir import RunDir
