@@ -30,7 +30,8 @@ from analyzers.triage.fleet.checks import check_fleet
 from analyzers.triage.fleet.imbalance import router_queue_yields
 from analyzers.triage.fleet.replica_failures import narrow_failures
 from analyzers.triage.fleet.router import router_path_yields
-from analyzers.triage.host import check_cpu, check_gpu_throttle, read_top_others
+from analyzers.triage.host.cpu import check_cpu
+from analyzers.triage.host.gpu_throttle import check_gpu_throttle
 from analyzers.triage.levels import LevelLoad, level_loads
 from analyzers.triage.long_prompts import check_long_prompts
 from analyzers.triage.network import (
@@ -41,6 +42,7 @@ from analyzers.triage.network import (
     target_locality,
 )
 from analyzers.triage.phases import level_phases
+from analyzers.triage.processes import read_top_others
 from analyzers.triage.requests import LAG_ID, check_hol_blocking, check_send_lag
 from analyzers.triage.server import QUEUE_ID, check_batch_size, check_preemptions, check_queueing, server_absence
 from analyzers.triage.standing.check import check_standing, tail_rows
