@@ -109,7 +109,7 @@ def test_a_throughout_finding_in_words(tmp_path):
 
 
 def test_only_the_queue_of_the_levels_the_neighbour_held_is_its_consequence():
-    from analyzers.triage.p99 import _inside
+    from analyzers.triage.tail_shares import _inside
     from analyzers.triage.tail_windows import Window
 
     held = [Window(100.0, 160.0)]  # c32, beside the neighbour
