@@ -84,7 +84,7 @@ class BurstReads:
 
     def note(self) -> str:
         """The level's INVALID note, worded as the sweep's own for a client that fell behind, so
-        that the run's findings group both with each level's own numbers (analyzers/findings.py)."""
+        that the run's findings group both with each level's own numbers (analyzers/findings/)."""
         return f"the client fell behind ({self._head()}: its TTFT/TPOT are not measured; {PIN})"
 
     def _head(self) -> str:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from analyzers.bursts import level_server_itl
-from analyzers.findings import Finding, run_findings
+from analyzers.findings.run import Finding, run_findings
 from analyzers.plan.departures import PredictionCheck, check_prediction
 from analyzers.probe_series import ProbeSeries, read_probe
 from analyzers.stats.latency import LevelStats
@@ -38,7 +38,7 @@ class RunSummary:
     scaling: dict[str, ScalingPoint]
     series: list[Series]
     findings: list[str] = field(default_factory=list)  # the grouped findings' sentences
-    finding_groups: list[Finding] = field(default_factory=list)  # analyzers/findings.py
+    finding_groups: list[Finding] = field(default_factory=list)  # analyzers/findings/run.py
     windows: dict[str, Window] = field(default_factory=dict)  # level (or class) id -> the window used
     classes: list[LevelStats] = field(default_factory=list)  # request classes (analyzers/stats/request_classes.py)
     replicas: list[ReplicaShare] = field(default_factory=list)  # per level and replica (analyzers/stats/replicas.py)

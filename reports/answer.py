@@ -19,7 +19,7 @@ from analyzers.capacity.answer import answer_in
 from analyzers.stats.slo_reach import SloReach, slo_reach
 from analyzers.summary import RunSummary
 from reports.capacity_words import capacity_headline
-from reports.evidence_words import evidence_sentences
+from reports.evidence_words.sentences import evidence_sentences
 from reports.terminal import load_label
 from rundir.capacity import CapacityAnswer
 

@@ -1,5 +1,5 @@
 """A P99 finding's evidence numbers with the unit each key names: `send_lag_p99_s` 0.08 reads
-"send lag p99 80.0 ms". The report's Diagnosis table shows every key so; reports/evidence_words.py
+"send lag p99 80.0 ms". The report's Diagnosis table shows every key so; reports/evidence_words/
 builds the few sentences the terminal and the answer show from the same numbers."""
 
 from __future__ import annotations

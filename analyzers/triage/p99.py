@@ -4,9 +4,10 @@ each finding tied to the spike windows it coincides with, and the p99 playbook m
 Two kinds of tail: spikes (a few requests far above their level's median, analyzers/triage/tail_windows.py)
 and standing tails (a level that misses the SLO or sits far above the unloaded baseline throughout,
 analyzers/triage/levels.py), the latter split into queue, prefill and decode time
-(analyzers/triage/standing.py). Findings rank by the share of the run's tail requests they explain;
-one that explains less than CONTEXT_SHARE is context, not a cause. Evidence must be the target's:
-its own connections, its own process; host-wide counters are context.
+(analyzers/triage/standing/). Findings rank by the share of the run's tail requests they explain
+(analyzers/triage/tail_shares.py); one that explains less than CONTEXT_SHARE is context, not a
+cause. Evidence must be the target's: its own connections, its own process; host-wide counters are
+context.
 
 Everything comes from the run directory: requests.jsonl for the tail and its windows, and the
 probes (tcp, irq, server, host, gpu) for the evidence. A check whose data is missing says so
@@ -23,14 +24,15 @@ import numpy as np
 from analyzers.diagnosis_error import DiagnosisError
 from analyzers.probe_series import read_probe
 from analyzers.stats.distribution import MIN_SAMPLES_FOR_P99
-from analyzers.triage.contracts import CONTEXT_SHARE, OWN_SHARE, CheckResult, Finding, split_causes
+from analyzers.triage.contracts import CheckResult, Finding, split_causes
 from analyzers.triage.evidence import split_samples
-from analyzers.triage.failures import check_failures, is_consequence_of_load
+from analyzers.triage.failures import check_failures
 from analyzers.triage.fleet.checks import check_fleet
 from analyzers.triage.fleet.imbalance import router_queue_yields
 from analyzers.triage.fleet.replica_failures import narrow_failures
 from analyzers.triage.fleet.router import router_path_yields
-from analyzers.triage.host import check_cpu, check_gpu_throttle, read_top_others
+from analyzers.triage.host.cpu import check_cpu
+from analyzers.triage.host.gpu_throttle import check_gpu_throttle
 from analyzers.triage.levels import LevelLoad, level_loads
 from analyzers.triage.long_prompts import check_long_prompts
 from analyzers.triage.network import (
@@ -41,10 +43,18 @@ from analyzers.triage.network import (
     target_locality,
 )
 from analyzers.triage.phases import level_phases
-from analyzers.triage.requests import LAG_ID, check_hol_blocking, check_send_lag
-from analyzers.triage.server import QUEUE_ID, check_batch_size, check_preemptions, check_queueing, server_absence
-from analyzers.triage.standing import check_standing, engine_limits, tail_rows
-from analyzers.triage.tail_windows import METRIC_SPANS, TailWindows, Window, find_tail_windows, merge, overlaps
+from analyzers.triage.processes import read_top_others
+from analyzers.triage.requests import check_hol_blocking, check_send_lag
+from analyzers.triage.server import check_batch_size, check_preemptions, check_queueing, server_absence
+from analyzers.triage.standing.check import check_standing
+from analyzers.triage.standing.limits import engine_limits
+from analyzers.triage.tail_shares import (
+    baseline_lived_through_it,
+    last_resort_yields,
+    set_tail_shares,
+    unmeasured_is_a_cause,
+)
+from analyzers.triage.tail_windows import METRIC_SPANS, TailWindows, find_tail_windows
 from analyzers.triage.throughout import level_windows
 from rundir import RunDir
 from rundir.table import RequestTable
@@ -179,127 +189,21 @@ def diagnose_p99(run: RunDir, metric: str = "ttft") -> P99Diagnosis:
         check_send_lag(table, ttft, series["server"]),
     ]
     found = [c.finding for c in checks if c.finding is not None]
-    _baseline_lived_through_it(found, levels)
-    n_tail = _set_tail_shares(table, metric, tails, levels, found)
+    baseline_lived_through_it(found, levels)
+    n_tail = set_tail_shares(table, metric, tails, levels, found)
     narrow_failures(found)
-    _unmeasured_is_a_cause(found)
-    _last_resort_yields(found)
+    unmeasured_is_a_cause(found)
+    last_resort_yields(found)
     router_queue_yields(found)
     router_path_yields(found)
     causes, context = split_causes(found)
     return P99Diagnosis(info.run_id, metric, tails, checks, causes, context, levels, n_tail)
 
 
-SATURATION_ID = "p99.sched.saturation"
-
-
-def _unmeasured_is_a_cause(findings: list[Finding]) -> None:
-    """Streams the client read in one burst (analyzers/bursts.py) were not measured: every latency of
-    their level is the client's clock, so the finding is a cause however little of the tail it
-    overlaps (a level of bursts can have no tail at all: its TTFT is uniformly the client's wait)."""
-    for f in findings:
-        if f.check_id == LAG_ID and "burst_streams" in f.evidence:
-            f.tail_share = max(f.tail_share or 0.0, CONTEXT_SHARE)
-
-
-def _last_resort_yields(findings: list[Finding]) -> None:
-    """Saturation is the standing verdict of last resort (none of the named causes holds): where a
-    condition separates the tail from the body request by request, that condition is the cause and
-    the level being busy is its consequence, so saturation explains none of the tail (context).
-    Queueing is a symptom too: where a separating cause of the fleet, scheduling or the host (a slow
-    replica, a busier one, a long prefill ahead, preemptions, a neighbour) covers the queue's windows,
-    the queue is that cause's.
-    A neighbour that held the host's cores through a whole level took capacity from the engine:
-    the queue that formed behind its slower steps in that level is its consequence too (queueing or
-    saturation found in other levels stands; an admission limit or a full KV cache has findings of
-    its own, which do not yield)."""
-    separating = [
-        f
-        for f in findings
-        if f.kind == "differential" and (f.tail_share or 0.0) >= CONTEXT_SHARE and not is_consequence_of_load(f)
-    ]
-    held = [
-        w
-        for f in findings
-        if f.kind == "throughout" and f.category == "host" and (f.tail_share or 0.0) >= CONTEXT_SHARE
-        for w in f.explains
-    ]
-    # The requests a long prefill held up, or a neighbour or preemptions slowed, waited: that queue
-    # is the cause's, where it lies in the cause's own requests' windows.
-    queue_causes = [w for f in separating if f.category in ("fleet", "scheduling", "host") for w in f.explains]
-    for f in findings:
-        if (
-            f.check_id == SATURATION_ID
-            and separating
-            or f.check_id in (SATURATION_ID, QUEUE_ID)
-            and held
-            and _inside(f.explains, held)
-            or f.check_id == QUEUE_ID
-            and queue_causes
-            and _inside(f.explains, queue_causes, QUEUE_INSIDE)
-        ):
-            f.tail_share = 0.0
-
-
-def _baseline_lived_through_it(findings: list[Finding], levels: list[LevelLoad]) -> None:
-    """A condition that held throughout a level (a neighbour, a lossy path) cannot explain why that
-    level stands above its baseline when the baseline lived through it too and had no standing tail:
-    the excess is measured against a level that had the condition, so it is the load's. Such a
-    level's window leaves the finding's; a finding left with none explains none of the tail."""
-    by_id = {lv.level_id: lv for lv in levels}
-    for f in findings:
-        if f.kind != "throughout":
-            continue
-        held = set(f.evidence.get("throughout_levels") or ())
-        shared = [
-            lv
-            for lv in levels
-            if lv.standing
-            and lv.level_id in held
-            and lv.baseline_level is not None
-            and lv.baseline_level in held
-            and lv.baseline_level != lv.level_id
-            and not by_id[lv.baseline_level].standing
-        ]
-        if not shared:
-            continue
-        f.explains = [w for w in f.explains if not _inside([w], [lv.window for lv in shared], 0.5)]
-        f.evidence["baseline_lived_through_it"] = [lv.level_id for lv in shared]
-
-
-QUEUE_INSIDE = 0.5  # the queue's spike windows lie this much in a separating cause's requests' windows
-
-
-def _inside(windows: list[Window], held: list[Window], share: float = 0.8) -> bool:
-    """Whether `share` of the time `windows` cover lies inside the `held` ones (a level slow beside
-    the neighbour, not a level slow on its own)."""
-    total = sum(w.seconds for w in windows)
-    covered = sum(max(0.0, min(w.end, h.end) - max(w.start, h.start)) for w in windows for h in merge(held, 0.0))
-    return total > 0 and covered >= share * total
-
-
 def _ok(table: RequestTable, metric: str) -> np.ndarray:
     col = METRIC_SPANS[metric][2]
     df = table.df
     return (df["status"] == "ok").to_numpy() & df["in_window"].to_numpy() & df[col].notna().to_numpy()
-
-
-def _set_tail_shares(
-    table: RequestTable, metric: str, tails: TailWindows, levels: list[LevelLoad], findings: list[Finding]
-) -> int:
-    """Each finding's share of the run's tail: the spike requests and the standing levels' tail
-    requests whose own latency window overlaps a window the finding explains."""
-    tail = np.union1d(tails.spike_rows, tail_rows(levels)).astype(int)
-    start_col, end_col, _ = METRIC_SPANS[metric]
-    starts = table.df[start_col].to_numpy(float)[tail]
-    ends = table.df[end_col].to_numpy(float)[tail]
-    # A request cut off before its first token: its window runs to when it was cut off.
-    starts = np.where(np.isfinite(starts), starts, table.df["t_sent"].to_numpy(float)[tail])
-    ends = np.where(np.isfinite(ends), ends, table.df["t_done"].to_numpy(float)[tail])
-    for f in findings:
-        if f.kind not in OWN_SHARE:  # a differential or added finding measured its own share of the tail
-            f.tail_share = float(overlaps(starts, ends, f.explains).mean()) if tail.size else 0.0
-    return int(tail.size)
 
 
 def mark_playbook(diag: P99Diagnosis):

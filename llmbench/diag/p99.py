@@ -148,7 +148,7 @@ def _print_tail(diag) -> None:
 
 def _print_findings(diag, data: dict) -> None:
     """The causes ranked, then each one's evidence in a few sentences (every number: the report)."""
-    from reports.evidence_words import evidence_sentences
+    from reports.evidence_words.sentences import evidence_sentences
     from reports.grid import Column, Grid, print_grid, print_hanging
 
     standing = [lv for lv in diag.levels if lv.standing]

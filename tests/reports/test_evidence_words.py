@@ -6,7 +6,8 @@ from __future__ import annotations
 from planted import base_records, clean_probes, delay, rows_in, write_run
 
 from analyzers.triage.p99 import diagnose_p99
-from reports.evidence_words import evidence_sentences, seconds
+from reports.evidence_words.phrasing import seconds
+from reports.evidence_words.sentences import evidence_sentences
 
 EPISODES = [(10.0, 11.5), (25.0, 26.5), (40.0, 41.5)]
 

@@ -100,7 +100,7 @@ def test_client_tokenizer_difference_is_reported_as_a_difference():
     assert lv.tokenizer_count_diff_mean == pytest.approx(0.10)
     assert not any(
         "tokenizer" in n for n in lv.notes
-    )  # a benign difference: the run's findings explain it once (analyzers/findings.py)
+    )  # a benign difference: the run's findings explain it once (analyzers/findings/)
 
 
 def test_output_tokens_fall_back_to_the_client_counts():

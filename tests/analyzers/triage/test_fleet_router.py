@@ -15,7 +15,7 @@ from analyzers.triage.levels import MIN_EXCESS_S
 from analyzers.triage.p99 import diagnose_p99
 from probes.prom import Histogram, quantile_estimate
 from refengine.server.metrics import TTFT_BUCKETS
-from reports.evidence_words import evidence_sentences
+from reports.evidence_words.sentences import evidence_sentences
 from rundir import RequestRecord
 
 ROUTER_URL, REPLICA_PAGE = "http://10.99.0.5:8000", "http://10.99.0.6:8000/metrics"

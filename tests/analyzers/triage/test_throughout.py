@@ -96,7 +96,7 @@ def test_occasional_retransmits_are_not_a_condition_of_the_whole_level(tmp_path)
 def test_a_throughout_finding_in_words(tmp_path):
     from dataclasses import asdict
 
-    from reports.evidence_words import evidence_sentences
+    from reports.evidence_words.sentences import evidence_sentences
 
     f = diagnose_p99(_whole_level_neighbour(tmp_path, server_wait=0.8)).findings[0]
     said = evidence_sentences(dict(asdict(f), coverage=f.coverage))
@@ -109,7 +109,7 @@ def test_a_throughout_finding_in_words(tmp_path):
 
 
 def test_only_the_queue_of_the_levels_the_neighbour_held_is_its_consequence():
-    from analyzers.triage.p99 import _inside
+    from analyzers.triage.tail_shares import _inside
     from analyzers.triage.tail_windows import Window
 
     held = [Window(100.0, 160.0)]  # c32, beside the neighbour

@@ -1,143 +1,35 @@
-"""P99 checks of the host, last in the seed's order: CPU by process (the server's own, the load
-generator's, other processes' named), run-queue pressure, and GPUs throttling their clocks."""
+"""A noisy neighbour on the host, the CPU check's cause (analyzers/triage/host/cpu.py): found from
+what each request lived through, else from the spike windows against the calm, else as a neighbour
+held through a whole level; named by pid, command and cores."""
 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
 import numpy as np
 
-from analyzers.triage.contracts import CheckResult, Finding, failed, passed, unchecked
+from analyzers.triage.contracts import CheckResult, Finding, failed
 from analyzers.triage.evidence import SampleSplit, finite_mean, lift
 from analyzers.triage.exposure import differential_in_time, held_windows
-from analyzers.triage.processes import per_process, read_top_others, spiking
+from analyzers.triage.host.other_processes import PSI_FELT, SERVER_FELT_WAIT
+from analyzers.triage.processes import per_process, spiking
 from analyzers.triage.tail_windows import TailWindows
 from analyzers.triage.throughout import NO_CONTRAST, held_throughout, level_windows
 from rundir.table import RequestTable
 
+# The CPU check's id and title: every finding it makes is a neighbour's but the one without
+# per-process data (cpu.py).
+CPU_ID, CPU_TITLE = "p99.host.cpu", "the host's CPU is not saturated"
 HOST_BUSY_PCT = 90.0  # all cores this busy in the spikes: the host is saturated
 NEIGHBOUR_CORES = 0.5  # other processes using at least this many cores in the spikes ...
 NEIGHBOUR_LIFT = 1.5  # ... and this many times their calm use ...
 NEIGHBOUR_EXTRA = 0.5  # ... and at least this many cores more than in the calm
 PROCESS_EXTRA = 0.5  # named processes taking this many cores more in the spikes than in the calm
-COMPUTE_BOUND = 0.75  # the server itself on this share of the cores: saturation
-# The server felt contention in an interval when its own threads waited for a CPU this share of
-# their runnable time (schedstat; alone beside its load generator on 2 cores they wait ~10-15%).
-# That gates a neighbour held throughout a level, and busy CPU nobody in /proc claims.
-SERVER_FELT_WAIT = 0.3
 FELT_NEIGHBOUR_CORES = 0.25  # other processes above their background by this much, while the server waited
-PSI_FELT = 0.5  # ... or, for runs without schedstat, some task waited this share of the time
 TOP_NAMED = 5
-__all__ = ["check_cpu", "check_gpu_throttle", "read_top_others"]
-# NVML clock event reasons that slow a busy GPU down (idle and application clocks are benign).
-SLOWDOWN_BITS = {
-    0x4: "sw_power_cap",
-    0x8: "hw_slowdown",
-    0x20: "sw_thermal_slowdown",
-    0x40: "hw_thermal_slowdown",
-    0x80: "hw_power_brake_slowdown",
-}
-
-CPU_ID, CPU_TITLE = "p99.host.cpu", "the host's CPU is not saturated"
-GPU_ID, GPU_TITLE = "p99.host.gpu-throttle", "GPUs are not throttling"
 
 
-def check_cpu(
-    host: SampleSplit | None,
-    tails: TailWindows,
-    top_others: dict[float, list[dict]] | None = None,
-    table: RequestTable | None = None,
-) -> CheckResult:
-    """CPU by process: a neighbour is named only from other processes' own CPU; the server's own
-    CPU (a compute-bound CPU engine) is saturation, context here and a cause in the standing-tail
-    analysis; run-queue pressure (PSI) and steal say whether anyone waited for a core."""
-    if host is None or not host.has("cpu_pct"):
-        return unchecked(CPU_ID, "host", CPU_TITLE, "no host probe in this run (llmbench sweep --probes host)")
-    ncores = len(host.fields("cpu_per_core_pct.")) or 1
-    busy_spike, busy_calm = host.mean("cpu_pct")
-    evidence: dict = dict(cores=ncores, cpu_pct_spikes=busy_spike, cpu_pct_calm=busy_calm)
-    for name in (
-        "server_cpu_cores",
-        "client_cpu_cores",
-        "others_cpu_cores",
-        "cpu_pressure_some_share",
-        "cpu_pressure_some_avg10",
-        "cpu_steal_pct",
-    ):
-        if host.has(name):
-            evidence[f"{name}_spikes"], evidence[f"{name}_calm"] = host.mean(name)
-    server = np.nan_to_num(host.values("server_cpu_cores")) if host.has("server_cpu_cores") else None
-    others = _others(host, server, ncores)
-    context = None
-    srv_spike = evidence.get("server_cpu_cores_spikes")
-    if srv_spike is not None and srv_spike >= COMPUTE_BOUND * ncores:
-        context = (
-            f"the server itself took {srv_spike:.1f} of {ncores} cores in the spikes: a compute-bound "
-            "engine (saturation), not a neighbour"
-        )
-    neighbour = (
-        _find_neighbour(host, others, tails, table, top_others or {}, evidence, busy_spike)
-        if others is not None
-        else None
-    )
-    if neighbour is not None:
-        return neighbour
-    if (
-        others is None
-        and busy_spike is not None
-        and busy_spike >= HOST_BUSY_PCT
-        and (busy_calm is None or busy_calm < HOST_BUSY_PCT)
-        and tails.spikes
-    ):
-        # No per-process data: the host was busy only in the spikes, whoever it was.
-        explains = host.windows_where(tails, host.values("cpu_pct") >= HOST_BUSY_PCT)
-        finding = Finding(
-            CPU_ID,
-            "host",
-            "medium",
-            f"the host's CPUs were {busy_spike:.0f}% busy in the spike windows vs {busy_calm or 0:.0f}% "
-            "in the calm (no per-process data: whose is unknown)",
-            evidence,
-            explains,
-            len(tails.spikes),
-            "see which process takes the CPU in the windows (probe host with the server's pid, py-spy)",
-        )
-        return failed(finding, CPU_TITLE, finding.title)
-    return passed(
-        CPU_ID,
-        "host",
-        CPU_TITLE,
-        f"CPU {busy_spike or 0:.0f}% busy in the spikes vs {busy_calm or 0:.0f}% "
-        "in the calm" + (f"; {context}" if context else ""),
-        context=context,
-        **evidence,
-    )
-
-
-def _others(host: SampleSplit, server: np.ndarray | None, ncores: int) -> np.ndarray | None:
-    """Other processes' CPU per interval, in cores. The probe names the processes it finds in /proc;
-    one that exited before the sample (a burner stopped mid-interval, a short job) took its ticks
-    with it, yet /proc/stat counted them: what was busy beyond the server and the load generator is
-    the others' too, named or not — counted where the target felt it (its threads waited for a
-    CPU), since unnamed CPU can also be the load generator's own processes ending with a level."""
-    if server is None:
-        return host.values("others_cpu_cores") if host.has("others_cpu_cores") else None
-    client = np.nan_to_num(host.values("client_cpu_cores")) if host.has("client_cpu_cores") else 0.0
-    implied = np.clip(np.nan_to_num(host.values("cpu_pct")) / 100.0 * ncores - server - client, 0.0, None)
-    if not host.has("others_cpu_cores"):  # older runs: all busy CPU minus the server's
-        return implied
-    visible = host.values("others_cpu_cores")
-    if host.has("server_cpu_wait_share"):
-        felt = np.nan_to_num(host.values("server_cpu_wait_share")) >= SERVER_FELT_WAIT
-    elif host.has("cpu_pressure_some_share"):
-        felt = np.nan_to_num(host.values("cpu_pressure_some_share")) >= PSI_FELT
-    else:
-        return visible
-    return np.where(felt, np.fmax(visible, implied), visible)
-
-
-def _find_neighbour(
+def find_neighbour(
     host: SampleSplit,
     others: np.ndarray,
     tails: TailWindows,
@@ -350,43 +242,3 @@ def _neighbour_throughout(
 def _mean_over(host: SampleSplit, name: str, rows: np.ndarray) -> float | None:
     mean = finite_mean(host.values(name)[rows]) if host.has(name) else None
     return None if mean is None else round(mean, 3)
-
-
-def check_gpu_throttle(gpu: SampleSplit | None, tails: TailWindows) -> CheckResult:
-    masks = gpu.fields("gpus.") if gpu is not None else []
-    masks = [f for f in masks if f.endswith(".throttle_mask")]
-    if gpu is None or not masks:  # (no masks without a gpu probe)
-        return unchecked(GPU_ID, "host", GPU_TITLE, "no gpu probe rows in this run (no GPU, or --probes without gpu)")
-    slowed = np.zeros(gpu.keep.sum(), dtype=bool)
-    reasons: set[str] = set()
-    for f in masks:
-        m = np.nan_to_num(gpu.values(f)).astype(np.int64)
-        for bit, name in SLOWDOWN_BITS.items():
-            hit = (m & bit) != 0
-            if (hit & gpu.spike).any():
-                reasons.add(name)
-            slowed |= hit
-    s_spike, s_calm = finite_mean(slowed[gpu.spike].astype(float)), finite_mean(slowed[~gpu.spike].astype(float))
-    evidence: dict[str, Any] = dict(
-        throttled_share_spikes=s_spike, throttled_share_calm=s_calm, reasons=sorted(reasons)
-    )
-    if not s_spike or lift(s_spike, s_calm) < 2.0:
-        return passed(
-            GPU_ID,
-            "host",
-            GPU_TITLE,
-            f"clocks slowed in {s_spike or 0:.0%} of spike intervals vs {s_calm or 0:.0%} of calm ones",
-            **evidence,
-        )
-    finding = Finding(
-        GPU_ID,
-        "host",
-        "medium",
-        f"GPU clocks were slowed ({', '.join(sorted(reasons))}) in "
-        f"{s_spike:.0%} of the spike intervals vs {s_calm or 0:.0%} of the calm",
-        evidence,
-        gpu.windows_where(tails, slowed),
-        len(tails.spikes),
-        "check cooling and power limits (nvidia-smi -q -d PERFORMANCE,POWER,TEMPERATURE)",
-    )
-    return failed(finding, GPU_TITLE, finding.title)

@@ -1,0 +1,114 @@
+"""The causes a standing level's dominant part can have: the KV cache at its ceiling (in every part),
+then by part — time in the queue (the admission limit, the token budget), in prefill (long
+prompts), in decode (batches grown past the baseline's, stalls in the stream)."""
+
+from __future__ import annotations
+
+from analyzers.triage.levels import LevelLoad
+from analyzers.triage.phases import LevelPhases
+from analyzers.triage.standing.limits import cap_words
+from analyzers.triage.standing.split import NOT_SPLIT, duration
+
+KV_FULL = 0.95
+PINNED = 0.75  # running mean >= this x max_num_seqs: the batch is pinned at its cap
+# (scrapes between two steps catch one fewer now and then)
+MIN_WAITING = 0.5  # requests waiting on average (KV, token budget)
+SMALL_CAP = 4  # caps this small are judged by the batch reaching them, not by the mean
+MIN_QUEUED_SHARE = 0.3  # requests waited in at least this share of the level's scrapes (admission)
+LONG_PROMPT_TOKENS = 1024
+BATCH_GROWTH = 1.5
+STALL_SHARE = 0.02
+
+Verdict = tuple[str, str]  # (check id, the sentence with the numbers)
+
+
+def kv_capacity(s: dict, queue_part: bool, cap: int | None) -> Verdict | None:
+    """The KV cache at its ceiling and something to show for it: preemptions, retracted requests, or
+    requests waiting while the queue dominates. "At its ceiling" is >= KV_FULL, or full *for the next
+    request*: while requests waited, the free part was smaller than one running request's share
+    (usage / running; unique prompts share nothing), however far from 100% it reads — 10 of 16
+    blocks used by one request that the next one needs 10 of (the same rule as `llmdiag oom --ramp`,
+    docs/diagnosis.md). A batch pinned at a known max_num_seqs is the admission limit's instead."""
+    waiting = s.get("waiting_mean") or 0.0
+    kv_max, pre, retr = s.get("kv_usage_max"), s.get("preemptions") or 0.0, s.get("retracted_max") or 0.0
+    if kv_max is None:
+        return None
+    kv_w, per_request = s.get("kv_usage_when_waiting"), s.get("kv_per_running_when_waiting")
+    below_cap = cap is None or (s.get("running_max_when_waiting") or 0.0) < cap
+    next_one_waits = kv_w is not None and per_request is not None and below_cap and 1.0 - kv_w < per_request
+    if kv_max < KV_FULL and not next_one_waits:
+        return None
+    if not (pre > 0 or retr > 0 or (queue_part and waiting >= MIN_WAITING)):
+        return None
+    what = f"{pre:.0f} preemptions" if pre else f"{retr:.0f} retracted" if retr else f"{waiting:.1f} waiting"
+    if kv_max >= KV_FULL or kv_w is None:  # (below KV_FULL the next request waits: kv_w is known)
+        return "p99.sched.kv-capacity", f"KV cache {kv_max:.0%} full with {what}"
+    return "p99.sched.kv-capacity", (
+        f"KV cache full for the next request: {kv_w:.0%} used while requests waited, "
+        f"the free {1 - kv_w:.0%} less than one running request's {per_request:.0%}, "
+        f"with {what}"
+    )
+
+
+def _queue(lv: LevelLoad, ph: LevelPhases, base: LevelPhases | None, limits: dict) -> Verdict | None:
+    """Time in the queue: the admission limit (batch pinned at its cap) or the token budget."""
+    s = ph.server
+    waiting = s.get("waiting_mean") or 0.0
+    cap = limits.get("max_num_seqs")
+    held, held_max = s.get("running_when_waiting"), s.get("running_max_when_waiting")
+    queued = s.get("waiting_share") or 0.0
+    ceiling = cap if cap is not None else s.get("running_max")
+    # Pinned: while requests waited the batch reached its cap, and held most of it on average
+    # (a scrape between two steps sees one fewer: with a cap of 1 or 2 that is a big share).
+    pinned = (
+        held is not None
+        and held_max is not None
+        and ceiling
+        and queued >= MIN_QUEUED_SHARE
+        and held_max >= ceiling
+        and held >= (0.5 if ceiling <= SMALL_CAP else PINNED) * ceiling
+        and lv.load
+        and ceiling < lv.load
+    )
+    if pinned:
+        limit = cap_words(limits) if cap is not None else f"{s['running_max']:.0f} (its ceiling)"
+        return "p99.sched.admission", (
+            f"admission limit, running pinned at {limit} (mean {held:.1f} while "
+            f"requests waited, {queued:.0%} of the level) with {waiting:.1f} waiting"
+        )
+    mbt = limits.get("max_num_batched_tokens")
+    if waiting >= MIN_WAITING and mbt and ph.in_tokens_mean >= 0.5 * mbt:
+        return "p99.sched.token-budget", (
+            f"{waiting:.1f} waiting with prompts of {ph.in_tokens_mean:.0f} tokens against a {mbt}-token budget"
+        )
+    return None
+
+
+def _prefill(lv: LevelLoad, ph: LevelPhases, base: LevelPhases | None, limits: dict) -> Verdict | None:
+    """Time in prefill: long prompts, absolutely or against the baseline's."""
+    long_prompts = ph.in_tokens_mean >= LONG_PROMPT_TOKENS or (
+        base is not None and base.in_tokens_mean > 0 and ph.in_tokens_mean >= 4 * base.in_tokens_mean
+    )
+    if long_prompts:
+        return "p99.sched.prefill-time", f"long prefills, prompts of {ph.in_tokens_mean:.0f} tokens"
+    return None
+
+
+def _decode(lv: LevelLoad, ph: LevelPhases, base: LevelPhases | None, limits: dict) -> Verdict | None:
+    """Time in decode: batches grown past the baseline's, or stalls in the token stream."""
+    running = ph.server.get("running_mean")
+    base_running = base.server.get("running_mean") if base is not None else None
+    if base is not None and running and base_running and running >= BATCH_GROWTH * base_running:
+        return "p99.sched.batch-size", (
+            f"decode batches of {running:.1f} vs {base_running:.1f} "
+            f"at the baseline, TPOT {duration(ph.tpot_mean_s)} vs {duration(base.tpot_mean_s)}"
+        )
+    if ph.stall_share is not None and ph.stall_share >= STALL_SHARE:
+        return "p99.sched.decode-stalls", (
+            f"{ph.stall_share:.1%} of token gaps are stalls (>= 10x the median {duration(ph.itl_median_s)})"
+        )
+    return None
+
+
+# The causes a dominant part can have, tested after KV capacity and the path.
+BY_PART = {"queue": _queue, NOT_SPLIT: _queue, "prefill": _prefill, "decode": _decode}
