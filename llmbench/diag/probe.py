@@ -73,8 +73,9 @@ def probe(
         seconds = parse_duration(duration, "--duration")
         if interval <= 0:
             raise ValueError("--interval must be > 0 seconds")
-        n_pages = len(replica_metrics.split(",")) if replica_metrics else 1
-        pages = replica_pages(replica_metrics, [target] if target else [], n_pages) if replica_metrics else []
+        # One page per replica by definition here (no --target URLs to count them against).
+        listed = len(replica_metrics.split(",")) if replica_metrics else 0
+        pages = replica_pages(replica_metrics, [target] if target else [], listed) if replica_metrics else []
         if target and metrics_page(target) in pages:
             raise ValueError("--replica-metrics lists the --target's own page: give the replicas' pages behind it")
         run = RunDir(out)
@@ -84,7 +85,7 @@ def probe(
             run_id=run.path.name,
             command=sys.argv,
             target=TargetInfo(
-                url=target, model=None, kind="external", pid=pid, replicas=max(n_pages, 1), replica_metrics=pages
+                url=target, model=None, kind="external", pid=pid, replicas=len(pages) or 1, replica_metrics=pages
             ),
             sweep=SweepInfo(probe_only=True, duration_s=seconds),
             slos=SloSpec(),
