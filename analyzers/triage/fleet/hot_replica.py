@@ -35,12 +35,13 @@ from analyzers.triage.fleet.concentration import ReplicaShare, replica_shares, t
 from analyzers.triage.fleet.load_at_send import FleetLoad, replica_label
 from analyzers.triage.fleet.per_engine import gauges_words, replica_gauges
 from analyzers.triage.fleet.same_load import SameLoad, same_load
+from analyzers.triage.fleet.work import work_seconds
 from analyzers.triage.tail_windows import METRIC_SPANS, TailWindows
 from rundir.table import RequestTable
 
 HOT_ID, HOT_TITLE = "p99.fleet.hot-replica", "no replica is slower than the others at the same load"
 HOT_RATIO = 1.5  # at the same load, at least this many times the others' latency
-HEAVIER = 1.25  # its requests' mean tokens over the others': it was handed heavier work
+HEAVIER = 1.25  # its requests' mean work (work.py) over the others': it was handed heavier work
 MIN_MATCHED = 0.3  # ... then at least this share of its requests must meet loads the others had
 EVEN_SLACK = 0.05  # a request share at most this above the others' is no larger share
 
@@ -75,15 +76,17 @@ def check_hot_replica(
         )
     own = load.own(load.in_flight)
     others = measured & (load.replica != r) & (load.replica >= 0)
-    work = df["in_tokens"].to_numpy(float) + df["out_tokens"].to_numpy(float)
-    heavier = float(np.mean(work[mine]) / max(float(np.mean(work[others])), 1.0)) if others.any() else 1.0
+    work = work_seconds(df, measured)
+    theirs = float(np.mean(work[others])) if others.any() else 0.0
+    heavier = float(np.mean(work[mine])) / theirs if theirs > 0 else 1.0
     slow = same_load(values, own, mine, others, extrapolate=heavier < HEAVIER)
     if heavier >= HEAVIER and (slow is None or slow.matched_share < MIN_MATCHED):
         return passed(
             HOT_ID,
             "fleet",
             HOT_TITLE,
-            f"{spread}, but it was handed {heavier:.1f}x the others' tokens per request and carried loads "
+            f"{spread}, but it was handed {heavier:.1f}x the others' work per request (tokens at the run's prefill "
+            f"and decode paces) and carried loads "
             f"they seldom had ({float(np.median(own[mine])):.0f} requests in flight against "
             f"{float(np.median(own[others])):.0f}): busier, not slower as far as these records tell "
             "(p99.fleet.imbalance asks why)",
@@ -189,7 +192,7 @@ def _residence_ratio(
     top: ReplicaShare,
     shares: list[ReplicaShare],
 ) -> float | None:
-    """How much longer its requests stayed on it than the others' did on theirs, per token of work;
+    """How much longer its requests stayed on it than the others' did on theirs, per unit of work (work.py);
     None unless it was sent no larger share of the requests than the others and no heavier ones. By
     Little's law (in flight = arrivals x time in the system) a replica with no more arrivals and no
     more work per request holds more requests in flight only by keeping each longer: more in flight

@@ -8,8 +8,12 @@ replica still had to go when it was sent, and the requests it had in flight, aga
 other replica's. It was sent to a *clearly busier* replica when its own held at least BUSIER_FACTOR
 times the lightest one's tokens and more than one typical request's worth more (a request's own
 prompt plus output, median over the run), or at least MORE_REQUESTS and MORE_SHARE more requests
-in flight (a replica busy with many short requests is busier too). Whether that separates the tail from the body, and how much of the tail it
-explains, is exposure.py's differential.
+in flight (a replica busy with many short requests is busier too). A request *waited for a slot*
+when its replica already held as many requests as it was ever seen generating at once (its batch
+room: max_num_seqs, or a KV cache's worth) while another replica held fewer than its own: the
+sharper mechanism, where a few long waits among fast requests make the P99. Whether either
+separates the tail from the body, and how much of the tail it explains, is exposure.py's
+differential; the one that explains more is named.
 
 The premise is replicas equally fast: where one replica is slower at the same load
 (p99.fleet.hot-replica), the work piled up on it because of its slowness, and this check defers.
@@ -78,12 +82,25 @@ def check_imbalance(
         ((own >= BUSIER_FACTOR * lightest) & (own - lightest >= BUSIER_REQUESTS * typical))
         | (count >= fewest + np.maximum(MORE_REQUESTS, MORE_SHARE * fewest))
     )
-    diff = differential(values, table.level_rows(), measured, busier)
+    waited = measured & load.waited_for_a_slot()
+    levels = table.level_rows()
+    # Two ways the routing makes a request slow: its replica's batch was full while another's was not
+    # (it waited for a slot), or it joined far more work than another replica held (slower steps, a
+    # longer queue). The first is rarer and sharper: a tail of a few long waits among fast requests
+    # is its, and the broad "busier" condition, shared with much of the body, would dilute it.
+    by_busier = differential(values, levels, measured, busier)
+    by_slot = differential(values, levels, measured, waited)
+    slot_first = by_slot.separates and (not by_busier.separates or by_slot.attributable > by_busier.attributable)
+    diff = by_slot if slot_first else by_busier
     out = df["out_tokens"].to_numpy(float)[measured]
     mix = float(np.percentile(out, 99) / max(np.median(out), 1.0))
     evidence = dict(
         diff.evidence(),
+        exposure="waited for a slot" if slot_first else "sent to a busier replica",
         busier_share=round(float(busier[measured].mean()), 3),
+        waited_for_a_slot_share=round(float(waited[measured].mean()), 3),
+        tail_waited_for_a_slot=round(by_slot.tail_exposed, 3),
+        replica_slots=[int(x) for x in load.slots],
         typical_request_tokens=typical,
         output_tokens_p99_over_median=round(mix, 1),
         routing=routing,
@@ -94,8 +111,9 @@ def check_imbalance(
             "fleet",
             IMBALANCE_TITLE,
             f"{evidence['busier_share']:.0%} of the requests went to a clearly busier replica than the "
-            f"lightest; they make {diff.tail_exposed:.0%} of the tail vs "
-            f"{diff.body_exposed:.0%} of the body",
+            f"lightest; they make {diff.tail_exposed:.0%} of the tail vs {diff.body_exposed:.0%} of the body; "
+            f"{by_slot.tail_exposed:.0%} of the tail and {by_slot.body_exposed:.0%} of the body waited for a "
+            "slot while another replica had one",
             **evidence,
         )
     if hot_replica is not None:
@@ -127,14 +145,23 @@ def check_imbalance(
             f"{room.waiting_scrapes} scrapes with a queue"
         )
     mix_words = f"; the output lengths are heavy-tailed (P99 {mix:.0f}x the median)" if mix >= 4 else ""
-    title = (
-        f"requests went to a busier replica while another was lighter ({routing}): "
-        f"{round(diff.tail_exposed * diff.n_tail)} of the {diff.n_tail} slowest {tails.metric.upper()}s were "
-        f"sent to a replica holding a median {evidence['tail_own_in_flight_median']:.0f} requests and "
-        f"{evidence['tail_own_outstanding_median']:,.0f} outstanding tokens while another held "
-        f"{evidence['tail_lightest_in_flight_median']:.0f} and "
-        f"{evidence['tail_lightest_outstanding_median']:,.0f}{mix_words}{room_words}"
-    )
+    if slot_first:
+        slots = sorted({int(x) for x in load.slots})
+        title = (
+            f"requests waited for a slot on one replica while another had one free ({routing}): "
+            f"{round(diff.tail_exposed * diff.n_tail)} of the {diff.n_tail} slowest {tails.metric.upper()}s were "
+            f"sent to a replica already running as many requests as it ever ran at once "
+            f"({' or '.join(map(str, slots))}), while another ran fewer than its own{mix_words}{room_words}"
+        )
+    else:
+        title = (
+            f"requests went to a busier replica while another was lighter ({routing}): "
+            f"{round(diff.tail_exposed * diff.n_tail)} of the {diff.n_tail} slowest {tails.metric.upper()}s were "
+            f"sent to a replica holding a median {evidence['tail_own_in_flight_median']:.0f} requests and "
+            f"{evidence['tail_own_outstanding_median']:,.0f} outstanding tokens while another held "
+            f"{evidence['tail_lightest_in_flight_median']:.0f} and "
+            f"{evidence['tail_lightest_outstanding_median']:,.0f}{mix_words}{room_words}"
+        )
     if diff.with_s is not None and diff.without_s is not None and diff.without_s < diff.with_s:
         title += (
             f"; without them, {diff.level_id}'s {tails.metric.upper()} P{diff.quantile:g} would be "

@@ -49,6 +49,10 @@ class FleetLoad:
     replica: np.ndarray  # per row: index into `replicas`, -1 where none is named
     in_flight: np.ndarray  # (rows, replicas): requests in flight on each when the row was sent (not itself)
     outstanding: np.ndarray  # (rows, replicas): the tokens those requests still had to go
+    # (replicas,): the most requests each was seen generating at once (between first token and end):
+    # its batch room as the run showed it. A request sent while its replica held that many waited for
+    # one of them to end (a max_num_seqs or a KV cache full); a replica never full shows its peak load.
+    slots: np.ndarray
 
     def __post_init__(self) -> None:
         n, r = self.replica.size, len(self.replicas)
@@ -56,6 +60,8 @@ class FleetLoad:
             raise ValueError(f"a fleet has at least {MIN_REPLICAS} replicas, got {self.replicas}")
         if self.in_flight.shape != (n, r) or self.outstanding.shape != (n, r):
             raise ValueError(f"loads must be ({n}, {r}), got {self.in_flight.shape} and {self.outstanding.shape}")
+        if self.slots.shape != (r,) or (self.slots < 0).any():
+            raise ValueError(f"slots must be ({r},) counts, got {self.slots}")
         if (self.in_flight < 0).any() or (self.outstanding < -1e-6).any():
             raise ValueError("a replica's load cannot be negative")
         if ((self.replica < -1) | (self.replica >= r)).any():
@@ -81,6 +87,16 @@ class FleetLoad:
         out[~self.named] = np.nan
         return out
 
+    def waited_for_a_slot(self) -> np.ndarray:
+        """Per row: sent to a replica already holding as many requests as it was ever seen generating
+        at once, while another replica held fewer than its own: it waited where it need not have."""
+        own = self.own(self.in_flight)
+        own_slots = np.where(self.named, self.slots[np.maximum(self.replica, 0)], np.inf)
+        room = self.in_flight < self.slots[None, :]
+        rows = np.flatnonzero(self.named)
+        room[rows, self.replica[rows]] = False
+        return self.named & (own >= own_slots) & (own_slots > 0) & room.any(axis=1)
+
 
 def fleet_load(table: RequestTable) -> FleetLoad | None:
     """The fleet's load at every request's send time; None when fewer than two replicas are named."""
@@ -104,11 +120,24 @@ def fleet_load(table: RequestTable) -> FleetLoad | None:
     n = len(df)
     in_flight = np.zeros((n, len(replicas)))
     outstanding = np.zeros((n, len(replicas)))
+    slots = np.zeros(len(replicas))
     for r in range(len(replicas)):
         mine = (replica == r) & np.isfinite(sent)
         in_flight[:, r] = _count_at(sent, sent[mine], done[mine])
         outstanding[:, r] = _work_at(sent, sent[mine], first[mine], done[mine], prompt[mine], output[mine])
-    return FleetLoad(replicas, replica, in_flight, np.clip(outstanding, 0.0, None))
+        generating = mine & np.isfinite(first) & (first < done)
+        slots[r] = _most_at_once(first[generating], done[generating])
+    return FleetLoad(replicas, replica, in_flight, np.clip(outstanding, 0.0, None), slots)
+
+
+def _most_at_once(starts: np.ndarray, ends: np.ndarray) -> float:
+    """The most intervals [start, end) open at one instant (an end before a start at the same time)."""
+    if not starts.size:
+        return 0.0
+    times = np.concatenate([starts, ends])
+    steps = np.concatenate([np.ones(starts.size), -np.ones(ends.size)])
+    order = np.lexsort((steps, times))  # at equal times the -1 (an end) first
+    return float(np.cumsum(steps[order]).max())
 
 
 def _count_at(t: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:

@@ -108,10 +108,38 @@ def test_equal_replicas_where_round_robin_overfills_one_are_imbalance_and_its_qu
     assert diag.findings and diag.findings[0].check_id == "p99.fleet.imbalance", diag.headline
     assert _ids(diag.findings) == ["p99.fleet.imbalance"], diag.headline
     hot = _check(diag, "p99.fleet.hot-replica")
-    assert hot.status == "passed" and "tokens per request" in hot.detail, hot.detail
+    assert hot.status == "passed" and "work per request" in hot.detail, hot.detail
     f = diag.findings[0]
     assert f.evidence["queue_with_room_elsewhere_share"] >= 0.5 and "had room" in f.title
     assert any(c.evidence.get("queue_was_the_routing") for c in diag.context), [c.check_id for c in diag.context]
+
+
+def test_a_few_requests_that_waited_for_a_full_replicas_slot_while_another_had_one_are_imbalance(tmp_path):
+    # Two replicas of 3 slots at concurrency 6; every 25th request is long, so now and then round
+    # robin sends a request to a replica whose 3 slots are taken while the other has one free. Those
+    # few waits make the tail; "sent to a busier replica" alone is shared with much of the body.
+    run = fleet_run(
+        tmp_path / "r", [Replica(slots=3), Replica(slots=3)], concurrency=6, long_out=[i % 25 == 0 for i in range(1200)]
+    )
+    load = fleet_load(RequestTable.load(run))
+    assert load is not None and list(load.slots) == [3, 3]
+    diag = diagnose_p99(run)
+    assert _ids(diag.findings)[:1] == ["p99.fleet.imbalance"], diag.headline
+    f = diag.findings[0]
+    assert f.evidence["exposure"] == "waited for a slot" and "waited for a slot" in f.title, f.title
+    assert f.evidence["replica_slots"] == [3, 3]
+
+
+def test_a_replica_handed_the_long_outputs_is_busier_not_hot_though_its_tokens_per_request_barely_rose(tmp_path):
+    # Every 20th request (always replica 0's turn) asks for 400 output tokens instead of 32: its mean
+    # prompt + output tokens rise 13%, but an output token costs a decode step, so its work doubles.
+    run = fleet_run(
+        tmp_path / "r", [Replica(slots=3), Replica(slots=3)], concurrency=5, long_out=[i % 20 == 0 for i in range(1200)]
+    )
+    diag = diagnose_p99(run)
+    assert _ids(diag.findings)[:1] == ["p99.fleet.imbalance"], diag.headline
+    hot = _check(diag, "p99.fleet.hot-replica")
+    assert hot.status == "passed" and "work per request" in hot.detail, hot.detail
 
 
 def test_a_balanced_fleet_of_equal_replicas_gets_neither(tmp_path):
