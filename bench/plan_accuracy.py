@@ -7,7 +7,7 @@ tokens/s; per mode the median absolute error, fitted and held-out levels apart.
 Goal (issue 28): median |error| <= 10% on output throughput and TPOT P50 of the held-out levels.
 
     python bench/plan_accuracy.py [--models tiny-test,tiny,random] [--layouts tp1,tp2,pp2] [--concurrency 1,4,16]
-                                  [--input-lens 128,512] [--rate 2] [--output-len 64] [--warmup 3] [--duration 10]
+                                  [--input-lens 128,512] [--rate 2|70%] [--output-len 64] [--warmup 3] [--duration 10]
                                   [--profile FILE] [--no-serve] [--quick] [--out bench/plan_accuracy.json]
 
 --layouts runs each model at each parallel layout (TP and PP ranks over gloo on this CPU); --rate adds
@@ -120,11 +120,30 @@ def _predict(run: Path, profile: Path, *extra: str) -> dict:
     )
 
 
-def _open_loop(model: str, layout: str, a, profile: Path, fitted_profile: Path, work: Path) -> dict:
+def open_loop_rates(specs: list[str], closed_levels: list[dict], output_len: int) -> list[float]:
+    """--rate's entries in req/s: a number as given, "70%" as that share of the highest request rate
+    the closed loop measured for this model and layout (output tok/s over the output length), so
+    that every layout is offered a load under its own capacity (2 req/s overloads `tiny` at TP2 on
+    two cores: no request of the window finishes and the level has no latency to compare)."""
+    peak = max(((lv.get("measured") or {}).get("output_tok_s") or 0.0 for lv in closed_levels), default=0.0)
+    rates = []
+    for spec in specs:
+        if spec.endswith("%"):
+            if peak <= 0:
+                raise SystemExit(f"--rate {spec}: the closed loop measured no throughput to take a share of")
+            rates.append(round(float(spec[:-1]) / 100 * peak / output_len, 2))
+        else:
+            rates.append(float(spec))
+    return rates
+
+
+def _open_loop(
+    model: str, layout: str, a, profile: Path, fitted_profile: Path, work: Path, closed_levels: list[dict]
+) -> dict:
     """One open-loop run (Poisson arrivals at --rate, the first input length), predicted by the
     calibrated profile and by the profile fitted to the closed-loop levels: every level held out."""
     run = work / f"run-{model}-{layout}-rate"
-    rate = ",".join(map(str, a.rate))
+    rate = ",".join(map(str, open_loop_rates(a.rate, closed_levels, a.output_len)))
     sweep_s = _sweep(model, layout, a, work, run, ["--request-rate", rate], a.input_lens[:1])
     plain, fitted = _predict(run, profile), _predict(run, fitted_profile)
     return {
@@ -156,7 +175,7 @@ def _model_case(model: str, layout: str, a, profile: Path, work: Path) -> dict:
                 "held_out": _medians(fitted["levels"], "predicted"),
             },
         },
-        "open_loop": _open_loop(model, layout, a, profile, fitted_profile, work) if a.rate else None,
+        "open_loop": _open_loop(model, layout, a, profile, fitted_profile, work, plain["levels"]) if a.rate else None,
     }
 
 
@@ -216,7 +235,10 @@ def main() -> None:
     p.add_argument("--input-lens", default="128,512")
     p.add_argument("--layouts", default="tp1", help="comma list of tp1, tp2, pp2 (gloo ranks on this CPU)")
     p.add_argument(
-        "--rate", default="", help="open-loop rates (req/s, comma list): one more run per model and layout, held out"
+        "--rate",
+        default="",
+        help="open-loop rates (req/s, or '70%%': that share of the layout's highest closed-loop request rate; "
+        "comma list): one more run per model and layout, held out",
     )
     p.add_argument("--output-len", type=int, default=64)
     p.add_argument("--warmup", type=float, default=3.0)
@@ -235,7 +257,7 @@ def main() -> None:
         a.models, a.concurrency, a.input_lens, a.warmup, a.duration = "tiny-test", "1,4,8", "128", 2.0, 6.0
     a.concurrency = [int(x) for x in str(a.concurrency).split(",")]
     a.input_lens = [int(x) for x in str(a.input_lens).split(",")]
-    a.rate = [float(x) for x in str(a.rate).split(",") if x]
+    a.rate = [x.strip() for x in str(a.rate).split(",") if x.strip()]
     a.layouts = [x.strip() for x in str(a.layouts).split(",") if x.strip()]
     unknown = [x for x in a.layouts if x not in LAYOUTS]
     if unknown:
