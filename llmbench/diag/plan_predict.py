@@ -136,6 +136,8 @@ def print_prediction(result: SweepPrediction, console: Console) -> None:
     for role, errs in d["median_abs_error"].items():
         parts = ", ".join(f"{k} {v:.0%}" for k, v in errs.items() if v is not None)
         console.print(f"median |error| of the {role} levels: {parts or 'nothing measured'}")
+    if d["fit"] is not None and d["fit"]["warning"]:
+        console.print(f"[bold yellow]warning:[/] {d['fit']['warning']}")
     if any(row["role"] == "not run" for row in d["levels"]):
         console.print("levels marked 'not run' are predictions of loads the run did not measure")
     notes = sorted({n for row in d["levels"] for n in row["predicted"]["notes"]} | set(result.setup.notes))

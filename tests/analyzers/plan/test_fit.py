@@ -26,3 +26,15 @@ def test_nonneg_line():
     assert nonneg_line([(1, 3.0), (3, 7.0)]) == pytest.approx((1.0, 2.0))
     assert nonneg_line([(1, 5.0), (3, 1.0)]) == (3.0, 0.0)  # a falling line is a constant
     assert nonneg_line([(2, 4.0)]) == (4.0, 0.0)
+
+
+def test_a_fit_that_misses_its_own_levels_is_said_not_to_be_trusted():
+    from analyzers.plan.sweep_prediction import fit_warning
+
+    # tiny-test at PP2 (bench/RESULTS.md): fitted c1 +2% and c16 +97% TPOT P50, a median of 49.5%.
+    failed = {"fitted": {"tpot_p50_s": 0.495, "output_tok_s": 0.24}, "predicted": {"tpot_p50_s": 5.4}}
+    words = fit_warning(failed)
+    assert words is not None and "TPOT P50 by a median 50%" in words and "not to be trusted" in words
+    assert fit_warning({"fitted": {"tpot_p50_s": 0.03, "output_tok_s": 0.01}}) is None
+    assert fit_warning({"predicted": {"tpot_p50_s": 0.9}}) is None  # no fit: nothing to judge
+    assert fit_warning({"fitted": {"tpot_p50_s": None, "output_tok_s": 0.4}}) is not None
