@@ -16,8 +16,12 @@ def differential_sentences(ev: dict, metric: str) -> list[str]:
     if tail is None or exposed is None or body is None:
         return []
     lived = "were long prompts" if "long_prompt_share" in ev else "lived through it"  # a property, not a time
-    if "busier_share" in ev:
-        lived = "were sent to a clearly busier replica"
+    if "busier_share" in ev:  # p99.fleet.imbalance: the exposure it named (analyzers/triage/fleet/imbalance.py)
+        lived = (
+            "waited for a slot on a full replica while another had one free"
+            if ev.get("exposure") == "waited for a slot"
+            else "were sent to a clearly busier replica"
+        )
     # A hot replica's shares of the tail and of the requests (fleet_sentences) say it already.
     out = (
         []

@@ -124,3 +124,19 @@ def test_a_hot_replica_judged_by_littles_law_says_so_not_the_same_load_ratio():
         "1.3x."
     ), said
     assert not any("Also measured" in s and "residence" in s for s in said), said
+
+
+def test_requests_that_waited_for_a_slot_are_said_as_such_not_as_sent_to_a_busier_replica(tmp_path):
+    from fleet_runs import Replica, fleet_run
+
+    run = fleet_run(
+        tmp_path / "slot",
+        [Replica(slots=3), Replica(slots=3)],
+        concurrency=6,
+        long_out=[i % 25 == 0 for i in range(1200)],
+    )
+    d = diagnose_p99(run).to_dict()
+    said = evidence_sentences(d["findings"][0])
+    assert d["findings"][0]["evidence"]["exposure"] == "waited for a slot", d["findings"][0]["title"]
+    assert any("waited for a slot on a full replica while another had one free" in s for s in said), said
+    assert not any("clearly busier" in s for s in said), said
