@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from analyzers.triage.fleet.imbalance import SLOT_WAIT
 from reports.evidence_words.phrasing import figure_name, figure_value, number, seconds
 
 
@@ -19,7 +20,7 @@ def differential_sentences(ev: dict, metric: str) -> list[str]:
     if "busier_share" in ev:  # p99.fleet.imbalance: the exposure it named (analyzers/triage/fleet/imbalance.py)
         lived = (
             "waited for a slot on a full replica while another had one free"
-            if ev.get("exposure") == "waited for a slot"
+            if ev.get("exposure") == SLOT_WAIT
             else "were sent to a clearly busier replica"
         )
     # A hot replica's shares of the tail and of the requests (fleet_sentences) say it already.

@@ -41,6 +41,8 @@ IMBALANCE_ID, IMBALANCE_TITLE = (
     "p99.fleet.imbalance",
     "requests did not go to a busier replica while another was lighter",
 )
+# The evidence's `exposure`: which of the two conditions the finding names (reports word them).
+SLOT_WAIT, SENT_BUSIER = "waited for a slot", "sent to a busier replica"
 BUSIER_FACTOR = 2.0  # its own replica held at least this many times the lightest one's outstanding tokens ...
 # ... and at least this many typical requests' tokens more (one request more is what any router adds)
 BUSIER_REQUESTS = 1.0
@@ -96,7 +98,7 @@ def check_imbalance(
     mix = float(np.percentile(out, 99) / max(np.median(out), 1.0))
     evidence = dict(
         diff.evidence(),
-        exposure="waited for a slot" if slot_first else "sent to a busier replica",
+        exposure=SLOT_WAIT if slot_first else SENT_BUSIER,
         busier_share=round(float(busier[measured].mean()), 3),
         waited_for_a_slot_share=round(float(waited[measured].mean()), 3),
         tail_waited_for_a_slot=round(by_slot.tail_exposed, 3),
