@@ -9,6 +9,7 @@ Goal (issue 28): median |error| <= 10% on output throughput and TPOT P50 of the 
     python bench/plan_accuracy.py [--models tiny-test,tiny,random] [--layouts tp1,tp2,pp2] [--concurrency 1,4,16]
                                   [--input-lens 128,512] [--rate 2|70%] [--output-len 64] [--warmup 3] [--duration 10]
                                   [--profile FILE] [--no-serve] [--quick] [--out bench/plan_accuracy.json]
+                                  [--keep-runs DIR]
 
 --layouts runs each model at each parallel layout (TP and PP ranks over gloo on this CPU); --rate adds
 one open-loop run per model and layout, every level held out (predicted by the calibrated profile
@@ -258,6 +259,12 @@ def main() -> None:
     )
     p.add_argument("--quick", action="store_true", help="tiny-test, concurrency 1, 4, 8, one input length")
     p.add_argument("--out", default=str(ROOT / "bench" / "plan_accuracy.json"))
+    p.add_argument(
+        "--keep-runs",
+        default=None,
+        help="keep the profile, the sweeps' run directories and the fitted profiles in this folder "
+        "(to predict them again after a change to the model without measuring again)",
+    )
     a = p.parse_args()
     if a.quick:
         a.models, a.concurrency, a.input_lens, a.warmup, a.duration = "tiny-test", "1,4,8", "128", 2.0, 6.0
@@ -270,7 +277,8 @@ def main() -> None:
         raise SystemExit(f"--layouts: unknown {unknown}; known: {', '.join(LAYOUTS)}")
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="plan-accuracy-") as tmp:
-        work = Path(tmp)
+        work = Path(a.keep_runs or tmp)
+        work.mkdir(parents=True, exist_ok=True)
         profile = Path(a.profile) if a.profile else work / "profile.json"
         if not a.profile:
             _run(

@@ -3,26 +3,34 @@
 A served engine pays per step more than the offline engine calibrate measures (the HTTP server's
 event loop streams every token of every request and shares the GIL with the engine thread; the
 load generator shares the CPU), its operators run slower or faster than alone, and each request
-pays once for HTTP and tokenization before the scheduler sees it. So three efficiency factors are
+pays once for HTTP and tokenization before the scheduler sees it. So five efficiency factors are
 fitted, to the levels given:
 
-- TPOT is the time between a request's steps: each level's measured mean TPOT (its P50 where the
-  mean is not recorded; throughput follows the mean, and a noisy machine skews the two apart) is
-  regressed on the simulated step's operator time c and its batch B as  TPOT = s x c + a + b x B:
-  s scales every operator (compute_scale), a + b x B is the step overhead. Three or more levels fit
-  all three; two fit s and a (b kept); one fits s alone. Two passes, each on a fresh simulation.
+- the step: s scales every operator (compute_scale) and a + b x B is the step overhead, fitted so
+  that each level's simulated mean TPOT matches its measured one (its P50 where the mean is not
+  recorded; throughput follows the mean, and a noisy machine skews the two apart).
 - the request overhead (HTTP and tokenization before the scheduler sees a request, on an event loop
-  that is busy streaming the others): each level's measured minus predicted TTFT P50 is added to
-  the overhead it already had, and  r0 + r1 x B  fitted to those (least squares, both >= 0).
+  that is busy streaming the others) r0 + r1 x (requests running then), fitted to TTFT P50.
 
-The fitted levels' remaining errors are the fit's error; levels not fitted are predictions.
+How a factor reaches a metric is the simulator's business, not a formula's: under pipeline
+parallelism a token waits for every micro-batch's step overhead on the driver, not its own alone,
+and a closed loop feeds a slower TTFT back into fewer requests running. So each pass is a
+Gauss-Newton step on the simulation itself: the levels are simulated at the current factors and
+once with each factor nudged, the slopes found that way linearize the metric, and the factors come
+from non-negative least squares in relative error, with weak prior rows pulling towards the
+profile's own values so that two levels give a well-posed answer. The pass whose factors match the
+fitted levels best is kept. The fitted levels' remaining errors are the fit's error; levels not
+fitted are predictions.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+import itertools
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 from analyzers.diagnosis_error import DiagnosisError
 from analyzers.plan.predict import LevelPrediction
@@ -42,57 +50,171 @@ class FitResult:
 PRIOR_WEIGHT = 0.1  # how strongly the profile's own factors hold where the run does not decide them
 
 
+@dataclass(frozen=True)
+class Linearized:
+    """One level's simulated metric near the current factors, y ~ base + sum(slopes[j] x factor[j]),
+    beside its measured value."""
+
+    slopes: tuple[float, ...]
+    base: float
+    measured: float
+
+    def __post_init__(self) -> None:
+        if not self.measured > 0:
+            raise DiagnosisError(f"a fitted level needs a positive measurement, got {self.measured}")
+
+
 def solve_factors(
-    points: list[tuple[float, float, float]], a: float, b: float, fit_scale: bool = True
-) -> tuple[float, float, float]:
-    """(c, B, y) points -> (s, a, b) >= 0 of y = s x c + a + b x B, in relative error (each row over its y),
-    with weak prior rows pulling towards s = 1 and the given a, b, so that two or three levels give a
-    well-posed answer. Non-negative least squares by trying every set of factors held at zero."""
-    import itertools
-
-    import numpy as np
-
-    ys = np.array([p[2] for p in points])
-    y_mean, batch_mean = float(ys.mean()), float(np.mean([p[1] for p in points]))
-    rows = [[c / y, 1 / y, batch / y] for c, batch, y in points]
-    rhs = [1.0] * len(points)
-    w = PRIOR_WEIGHT
-    rows += [[w, 0, 0], [0, w / y_mean, 0], [0, 0, w * batch_mean / y_mean]]
-    rhs += [w, w * a / y_mean, w * b * batch_mean / y_mean]
+    points: Sequence[Linearized], prior: Sequence[float], free: Sequence[bool] | None = None
+) -> tuple[float, ...]:
+    """The factors >= 0 that bring every point's linearized metric nearest its measurement (relative
+    error), each pulled weakly towards `prior`; a factor not `free` stays at its prior. Non-negative
+    least squares by trying every set of free factors held at zero."""
+    n = len(prior)
+    free = [True] * n if free is None else list(free)
+    if not points or any(len(p.slopes) != n for p in points):
+        raise DiagnosisError("solve_factors needs points with one slope per factor")
+    y_mean = float(np.mean([p.measured for p in points]))
+    rows = [[g / p.measured for g in p.slopes] for p in points]
+    rhs = [1.0 - p.base / p.measured for p in points]
+    for j in range(n):  # a prior row, in units of the factor's typical share of the metric
+        weight = PRIOR_WEIGHT * (float(np.mean([abs(p.slopes[j]) for p in points])) / y_mean or 1.0)
+        rows.append([weight if i == j else 0.0 for i in range(n)])
+        rhs.append(weight * prior[j])
     m, v = np.array(rows), np.array(rhs)
-    fixed = np.array([0.0 if fit_scale else 1.0, 0.0, 0.0])  # s = 1: operators as measured
-    free = [0, 1, 2] if fit_scale else [1, 2]
+    held = np.array([0.0 if free[j] else prior[j] for j in range(n)])
+    free_cols = [j for j in range(n) if free[j]]
     best: tuple[float, np.ndarray] | None = None
-    for mask in itertools.product((True, False), repeat=len(free)):
-        cols = [i for i, on in zip(free, mask) if on]
-        x = fixed.copy()
+    for mask in itertools.product((True, False), repeat=len(free_cols)):
+        cols = [j for j, on in zip(free_cols, mask) if on]
+        x = held.copy()
         if cols:
-            x[cols] = np.linalg.lstsq(m[:, cols], v - m @ fixed, rcond=None)[0]
+            x[cols] = np.linalg.lstsq(m[:, cols], v - m @ held, rcond=None)[0]
         if (x < 0).any():
             continue
         err = float(np.sum((m @ x - v) ** 2))
         if best is None or err < best[0]:
             best = (err, x)
     assert best is not None  # every free factor at zero is always feasible
-    s, a, b = best[1]
-    return max(float(s), 0.01), float(a), float(b)
+    return tuple(float(x) for x in best[1])
 
 
-def nonneg_line(points: list[tuple[float, float]]) -> tuple[float, float]:
-    """(x, y) -> (a, b) >= 0 of y = a + b x, least squares; one point, or one x, is a constant."""
-    xs, ys = [x for x, _ in points], [y for _, y in points]
-    n = len(points)
-    mx, my = sum(xs) / n, sum(ys) / n
-    sxx = sum((x - mx) ** 2 for x in xs)
-    if sxx <= 1e-12:
-        return max(0.0, my), 0.0
-    b = sum((x - mx) * (y - my) for x, y in points) / sxx
-    a = my - b * mx
-    if b < 0:
-        return max(0.0, my), 0.0
-    if a < 0:
-        return 0.0, max(0.0, sum(x * y for x, y in points) / max(sum(x * x for x in xs), 1e-30))
-    return a, b
+@dataclass(frozen=True)
+class Factor:
+    """One efficiency factor of a profile: how to read it, set it, and how far to nudge it for a slope."""
+
+    name: str
+    get: Callable[[MachineProfile], float]
+    put: Callable[[MachineProfile, float], MachineProfile]
+    nudge: Callable[[float], float]  # current value -> step (large enough to move a discrete simulation)
+
+
+def _put_step(profile: MachineProfile, fixed_s: float | None = None, per_unit_s: float | None = None) -> MachineProfile:
+    ov = profile.step_overhead
+    a = ov.fixed_s if fixed_s is None else fixed_s
+    b = ov.per_unit_s if per_unit_s is None else per_unit_s
+    return dataclasses.replace(profile, step_overhead=LinearCost(a, b, ov.lo, ov.hi))
+
+
+STEP_FACTORS = (
+    Factor(
+        "compute_scale",
+        lambda p: p.compute_scale,
+        lambda p, v: dataclasses.replace(p, compute_scale=max(v, 0.01)),
+        lambda v: 0.1 * v,
+    ),
+    Factor(
+        "step overhead",
+        lambda p: p.step_overhead.fixed_s,
+        lambda p, v: _put_step(p, fixed_s=v),
+        lambda v: max(2e-4, 0.25 * v),
+    ),
+    Factor(
+        "step overhead per request",
+        lambda p: p.step_overhead.per_unit_s,
+        lambda p, v: _put_step(p, per_unit_s=v),
+        lambda v: max(2e-5, 0.25 * v),
+    ),
+)
+REQUEST_FACTORS = (
+    Factor(
+        "request overhead",
+        lambda p: p.request_overhead_s,
+        lambda p, v: dataclasses.replace(p, request_overhead_s=v),
+        lambda v: max(1e-3, 0.25 * v),
+    ),
+    Factor(
+        "request overhead per running request",
+        lambda p: p.request_overhead_per_running_s,
+        lambda p, v: dataclasses.replace(p, request_overhead_per_running_s=v),
+        lambda v: max(2e-4, 0.25 * v),
+    ),
+)
+
+Metric = Callable[[LevelPrediction], float | None]
+
+
+def _misfit(preds: list[LevelPrediction], targets: dict[str, float], metric: Metric) -> float:
+    """Sum of squared relative errors over the targets; a level the simulation gives no value is a miss of 1."""
+    by_id = {p.level_id: metric(p) for p in preds}
+    total = 0.0
+    for lid, y in targets.items():
+        got = by_id.get(lid)
+        total += 1.0 if got is None else (got / y - 1) ** 2
+    return total
+
+
+def _gauss_newton_step(
+    profile: MachineProfile,
+    base: list[LevelPrediction],
+    predict: Predictor,
+    targets: dict[str, float],
+    metric: Metric,
+    factors: Sequence[Factor],
+    free: Sequence[bool],
+) -> MachineProfile:
+    y0 = {p.level_id: v for p in base if (v := metric(p)) is not None and p.level_id in targets}
+    theta0 = [f.get(profile) for f in factors]
+    slopes: list[dict[str, float]] = []
+    for f, value, on in zip(factors, theta0, free):
+        if not on:
+            slopes.append({})
+            continue
+        step = f.nudge(value)
+        moved = {p.level_id: v for p in predict(f.put(profile, value + step)) if (v := metric(p)) is not None}
+        slopes.append({lid: (moved[lid] - y0[lid]) / step for lid in y0 if lid in moved})
+    points = []
+    for lid, y in y0.items():
+        g = tuple(s.get(lid, 0.0) for s in slopes)
+        points.append(Linearized(g, y - sum(gi * ti for gi, ti in zip(g, theta0)), targets[lid]))
+    if not points:
+        return profile
+    for f, value in zip(factors, solve_factors(points, theta0, free)):
+        profile = f.put(profile, value)
+    return profile
+
+
+def _fit(
+    profile: MachineProfile,
+    predict: Predictor,
+    targets: dict[str, float],
+    metric: Metric,
+    factors: Sequence[Factor],
+    free: Sequence[bool],
+    passes: int,
+) -> MachineProfile:
+    """Gauss-Newton passes on the simulation; the profile (the start included) that fits best."""
+    best: tuple[float, MachineProfile] | None = None
+    current = profile
+    for i in range(passes + 1):
+        base = predict(current)
+        err = _misfit(base, targets, metric)
+        if best is None or err < best[0]:
+            best = (err, current)
+        if i < passes:
+            current = _gauss_newton_step(current, base, predict, targets, metric, factors, free)
+    assert best is not None
+    return best[1]
 
 
 def _tpot_target(m: dict) -> float | None:
@@ -104,45 +226,34 @@ def fit_profile(
     predict: Predictor,
     measured: dict[str, dict],
     run_id: str,
-    passes: int = 2,
+    passes: int = 3,
     fit_scale: bool = True,
 ) -> FitResult:
     """`predict(profile)` simulates the fitted levels; `measured[level_id]` holds their metrics.
     `fit_scale=False` keeps the operators as measured (a model too small to say what they cost)."""
     if not measured:
         raise DiagnosisError("nothing to fit: no measured level with TTFT and TPOT")
-    fitted = profile
-    for _ in range(passes):
-        preds = [p for p in predict(fitted) if p.level_id in measured]
-        pts = [
-            (p.mean_compute_s, p.mean_batch, y)
-            for p in preds
-            if p.mean_compute_s > 0 and (y := _tpot_target(measured[p.level_id])) is not None
-        ]
-        if not pts:
-            raise DiagnosisError("nothing to fit: no fitted level has a measured TPOT")
-        ov = fitted.step_overhead
-        scale, a, b = solve_factors(pts, ov.fixed_s, ov.per_unit_s, fit_scale)
-        fitted = dataclasses.replace(
-            fitted,
-            compute_scale=fitted.compute_scale * scale,
-            step_overhead=LinearCost(a, b, ov.lo, max(ov.hi, max(x for _, x, _ in pts))),
-        )
-    preds = [p for p in predict(fitted) if p.level_id in measured]
-    r0, r1 = fitted.request_overhead_s, fitted.request_overhead_per_running_s
-    pts2 = [
-        (p.mean_batch, max(0.0, r0 + r1 * p.mean_batch + measured[p.level_id]["ttft_p50_s"] - p.ttft_p50_s))
-        for p in preds
-        if p.ttft_p50_s is not None and measured[p.level_id].get("ttft_p50_s") is not None
-    ]
-    if pts2:
-        r0, r1 = nonneg_line(pts2)
-    ov = fitted.step_overhead
+    tpot = {lid: y for lid, m in measured.items() if (y := _tpot_target(m)) is not None and y > 0}
+    if not tpot:
+        raise DiagnosisError("nothing to fit: no fitted level has a measured TPOT")
+    # The step overhead's measured range grows to the batches the fitted levels run (no extrapolation note for them).
+    widest = max((p.mean_batch for p in predict(profile) if p.level_id in tpot), default=0.0)
+    ov = profile.step_overhead
+    fitted = dataclasses.replace(
+        profile, step_overhead=LinearCost(ov.fixed_s, ov.per_unit_s, ov.lo, max(ov.hi, widest))
+    )
+
+    def tpot_mean(p: LevelPrediction) -> float | None:
+        return p.tpot_mean_s if p.tpot_mean_s is not None else p.tpot_p50_s
+
+    fitted = _fit(fitted, predict, tpot, tpot_mean, STEP_FACTORS, (fit_scale, True, True), passes)
+    ttft = {lid: y for lid, m in measured.items() if (y := m.get("ttft_p50_s")) is not None and y > 0}
+    if ttft:
+        fitted = _fit(fitted, predict, ttft, lambda p: p.ttft_p50_s, REQUEST_FACTORS, (True, True), passes - 1)
+    ov, r0, r1 = fitted.step_overhead, fitted.request_overhead_s, fitted.request_overhead_per_running_s
     fitted = dataclasses.replace(
         fitted,
         source="fitted",
-        request_overhead_s=r0,
-        request_overhead_per_running_s=r1,
         assumptions=[
             *profile.assumptions,
             f"fitted to run {run_id} ({', '.join(sorted(measured))}): operators x "

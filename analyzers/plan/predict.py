@@ -41,6 +41,7 @@ class LevelPrediction:
     tpot_p50_s: float | None
     tpot_p95_s: float | None
     output_tok_s: float
+    tpot_mean_s: float | None  # what throughput follows; the fit matches it to a run's (analyzers/plan/fit.py)
     req_s: float
     n_requests: int
     mean_batch: float  # requests per step, averaged over the window's steps
@@ -83,6 +84,7 @@ def summarize(level_id: str, result: SimResult) -> LevelPrediction:
         tpot_p50_s=_pct(tpot, 50),
         tpot_p95_s=_pct(tpot, 95),
         output_tok_s=result.output_tok_s,
+        tpot_mean_s=float(np.mean(tpot)) if tpot else None,
         req_s=done / (hi - lo),
         n_requests=len(window),
         mean_batch=result.mean_batch,
