@@ -46,6 +46,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.common import machine, print_table, verdict, write_json  # noqa: E402
+from bench.goodput_ranking import rank_layouts  # noqa: E402
 
 METRICS = ("ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p95_s", "output_tok_s")
 GOAL = 0.10
@@ -109,6 +110,10 @@ LATENCY_BENCH_SLO_TTFT_S = 60.0
 
 
 def _sweep(model: str, layout: str, a, work: Path, out: Path, load: list[str], input_lens: list[int]) -> float:
+    if a.from_runs:
+        if not (out / "run.json").exists():
+            raise SystemExit(f"--from-runs: no run {out} (was it kept with these --models and --layouts?)")
+        return 0.0  # measured before: predicted again
     t0 = time.monotonic()
     _run(
         ["llmbench.cli", "sweep", "--model", _model_path(model, work), *LAYOUTS[layout], *load]
@@ -204,6 +209,31 @@ def _print(cases: list[dict]) -> None:
     )
 
 
+def _print_ranking(ranking: list[dict]) -> None:
+    def order(goodputs: dict, keys: list[str]) -> str:
+        return " > ".join(f"{k} {goodputs[k]:.0f}" for k in keys)
+
+    rows = []
+    for r in ranking:
+        slo = (
+            "none"
+            if r["slo"] is None
+            else f"{r['slo']['ttft_p99_s'] * 1e3:.0f} / {r['slo']['tpot_p95_s'] * 1e3:.0f} ms"
+        )
+        rows.append(
+            [r["model"], r["input_len"], slo, order(r["measured"], r["measured_order"])]
+            + [
+                f"{order(r[m]['predicted'], r[m]['order'])} ({r[m]['pairs_agree']}/{r[m]['pairs']})"
+                for m in ("calibrated", "fitted")
+            ]
+        )
+    print_table(
+        "layouts ranked by goodput (output tok/s within the SLO TTFT P99 / TPOT P95; pairs agreeing)",
+        ["model", "input", "SLO", "measured", "calibrated profile", "fitted profiles"],
+        rows,
+    )
+
+
 def _levels(case: dict, mode: str) -> list[tuple[dict, bool]]:
     """A case's levels under one profile, each with whether it is the open-loop run's."""
     out = [(lv, False) for lv in case[mode]["levels"]]
@@ -260,6 +290,12 @@ def main() -> None:
     p.add_argument("--quick", action="store_true", help="tiny-test, concurrency 1, 4, 8, one input length")
     p.add_argument("--out", default=str(ROOT / "bench" / "plan_accuracy.json"))
     p.add_argument(
+        "--from-runs",
+        default=None,
+        help="predict the runs a --keep-runs invocation kept in this folder again, with its profile, "
+        "measuring nothing (same --models, --layouts, --concurrency, --input-lens and --rate)",
+    )
+    p.add_argument(
         "--keep-runs",
         default=None,
         help="keep the profile, the sweeps' run directories and the fitted profiles in this folder "
@@ -277,10 +313,10 @@ def main() -> None:
         raise SystemExit(f"--layouts: unknown {unknown}; known: {', '.join(LAYOUTS)}")
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="plan-accuracy-") as tmp:
-        work = Path(a.keep_runs or tmp)
+        work = Path(a.from_runs or a.keep_runs or tmp)
         work.mkdir(parents=True, exist_ok=True)
         profile = Path(a.profile) if a.profile else work / "profile.json"
-        if not a.profile:
+        if not a.profile and not a.from_runs:
             _run(
                 ["llmbench.diag_cli", "calibrate", "--out", str(profile)]
                 + (["--quick"] if a.quick else [])
@@ -303,6 +339,8 @@ def main() -> None:
             f"{k}: held-out median |error| (worst model) "
             f"{'-' if worst is None else f'{worst:.1%}'} vs goal {GOAL:.0%}: {summary[k]['verdict']}"
         )
+    ranking = rank_layouts(cases)
+    _print_ranking(ranking)
     pooled = _pooled(cases)
     for k, v in pooled.items():
         if v["median"] is not None:
@@ -318,6 +356,7 @@ def main() -> None:
             "cases": cases,
             "summary": summary,
             "held_out_pooled": pooled,
+            "ranking": ranking,
         },
     )
 
