@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import itertools
 
+from analyzers.plan.predict import slo_met
+
 SLO_TIMES = 3.0
 TIE = 0.05  # measured goodputs within 5% of each other: the order between them is noise on two cores
 
@@ -32,10 +34,7 @@ def _closed(level_id: str) -> bool:
 
 
 def _meets(values: dict, slo: tuple[float, float] | None) -> bool:
-    if slo is None:
-        return True
-    ttft, tpot = values.get("ttft_p99_s"), values.get("tpot_p95_s")
-    return ttft is not None and ttft <= slo[0] and (tpot is None or tpot <= slo[1])
+    return slo is None or slo_met(values.get("ttft_p99_s"), values.get("tpot_p95_s"), *slo)
 
 
 def goodput(levels: list[dict], side: str, input_len: int, slo: tuple[float, float] | None) -> float:

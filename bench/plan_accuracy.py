@@ -9,7 +9,7 @@ Goal (issue 28): median |error| <= 10% on output throughput and TPOT P50 of the 
     python bench/plan_accuracy.py [--models tiny-test,tiny,random] [--layouts tp1,tp2,pp2] [--concurrency 1,4,16]
                                   [--input-lens 128,512] [--rate 2|70%] [--output-len 64] [--warmup 3] [--duration 10]
                                   [--profile FILE] [--no-serve] [--quick] [--out bench/plan_accuracy.json]
-                                  [--keep-runs DIR]
+                                  [--keep-runs DIR | --from-runs DIR]
 
 --layouts runs each model at each parallel layout (TP and PP ranks over gloo on this CPU); --rate adds
 one open-loop run per model and layout, every level held out (predicted by the calibrated profile

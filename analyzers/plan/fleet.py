@@ -231,6 +231,4 @@ def _pooled(results: list[SimResult]) -> SimResult:
         sum(r.preemptions for r in results),
         notes,
         sum(r.mean_batch for r in results) / n,
-        sum(r.mean_compute_s for r in results) / n,
-        sum(r.mean_overhead_s for r in results) / n,
     )

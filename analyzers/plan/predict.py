@@ -45,8 +45,6 @@ class LevelPrediction:
     req_s: float
     n_requests: int
     mean_batch: float  # requests per step, averaged over the window's steps
-    mean_compute_s: float  # a window step's operators
-    mean_overhead_s: float  # a window step's engine overhead
     preemptions: int
     unfinished: int  # window requests still running when the simulation stopped
     notes: list[str] = field(default_factory=list)
@@ -88,8 +86,6 @@ def summarize(level_id: str, result: SimResult) -> LevelPrediction:
         req_s=done / (hi - lo),
         n_requests=len(window),
         mean_batch=result.mean_batch,
-        mean_compute_s=result.mean_compute_s,
-        mean_overhead_s=result.mean_overhead_s,
         preemptions=result.preemptions,
         unfinished=unfinished,
         notes=notes,
@@ -111,13 +107,14 @@ def predict_level(
     return summarize(level.level_id, sim.run(load, lengths))
 
 
+def slo_met(ttft_p99_s: float | None, tpot_p95_s: float | None, slo_ttft_s: float, slo_tpot_s: float) -> bool:
+    """TTFT P99 and TPOT P95 within their bounds (a level without TTFTs is not; one without TPOTs,
+    every output a single token, meets the TPOT bound)."""
+    return ttft_p99_s is not None and ttft_p99_s <= slo_ttft_s and (tpot_p95_s is None or tpot_p95_s <= slo_tpot_s)
+
+
 def within_slo(pred: LevelPrediction, slo_ttft_s: float, slo_tpot_s: float) -> bool:
-    """TTFT P99 and TPOT P95 within their bounds (a level without TTFTs is not)."""
-    return (
-        pred.ttft_p99_s is not None
-        and pred.ttft_p99_s <= slo_ttft_s
-        and (pred.tpot_p95_s is None or pred.tpot_p95_s <= slo_tpot_s)
-    )
+    return slo_met(pred.ttft_p99_s, pred.tpot_p95_s, slo_ttft_s, slo_tpot_s)
 
 
 def relative_errors(predicted: dict[str, float | None], measured: dict[str, float | None]) -> dict[str, float | None]:

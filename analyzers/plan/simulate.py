@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from analyzers.diagnosis_error import DiagnosisError
-from analyzers.plan.step_model import StepCost, StepModel, StepShape
+from analyzers.plan.step_model import StepModel, StepShape
 from refengine.config import CacheConfig, SchedulerConfig
 from refengine.core.outputs import ModelRunnerOutput, SchedulerOutput
 from refengine.core.scheduler import Scheduler
@@ -99,8 +99,6 @@ class SimResult:
     preemptions: int
     notes: set[str]
     mean_batch: float = 0.0  # requests per step over the window's steps
-    mean_compute_s: float = 0.0  # a window step's model time (its operators)
-    mean_overhead_s: float = 0.0  # a window step's engine overhead
 
     @property
     def in_window(self) -> list[SimRecord]:
@@ -158,9 +156,6 @@ class EngineRun:
         self.window_steps = 0
         self.window_open = 0  # window requests not finished yet
         self.window_batch = 0
-        self.window_compute = 0.0
-        self.window_overhead = 0.0
-        self.costs: dict[int, StepCost] = {}  # step id -> its cost, until it lands
         self.notes: set[str] = set()
         self.pending: collections.deque[tuple[float, SchedulerOutput]] = collections.deque()  # (lands at, batch)
         self.stage_free = 0.0
@@ -254,8 +249,6 @@ class EngineRun:
             self.scheduler.num_preemptions_total,
             self.notes,
             self.window_batch / n,
-            self.window_compute / n,
-            self.window_overhead / n,
         )
 
     def _window_done(self) -> bool:
@@ -270,7 +263,6 @@ class EngineRun:
                 if self.trace is not None:
                     self.trace.append(sched)
                 cost = self.sim.model.step_cost(_shape(sched))
-                self.costs[sched.step_id] = cost
                 self.notes |= cost.notes
                 if self.depth == 1:
                     self.now += cost.total_s
@@ -292,12 +284,9 @@ class EngineRun:
         self.steps += 1
         sampled = {r.req_id: SAMPLED_TOKEN for r in sched.requests if r.sample}
         lo, hi = self.load.window
-        cost = self.costs.pop(sched.step_id)
         if lo <= self.now < hi:
             self.window_steps += 1
             self.window_batch += len(sched.requests)
-            self.window_overhead += cost.overhead_s
-            self.window_compute += cost.total_s - cost.overhead_s
         for request, tokens in self.scheduler.update_from_output(sched, ModelRunnerOutput(sampled)):
             rec = self.records[request.request_id]
             if lo <= self.now < hi:
