@@ -48,13 +48,6 @@ class LoadSpec:
     drain_limit_s: float = 600.0  # the window's requests may run this long past its end
     seed: int = 0  # the request overheads' jitter
 
-    @property
-    def stagger_s(self) -> float:
-        """Closed loop: the users' first requests spread over the first half of the warm-up. Users that
-        start together and ask for the same lengths would otherwise stay in lockstep forever on a clock
-        without noise; a real server's noise spreads them, which is what the warm-up waits for."""
-        return self.warmup_s / 2 if self.concurrency is not None else 0.0
-
     def __post_init__(self) -> None:
         if (self.concurrency is None) == (self.arrivals is None):
             raise DiagnosisError("a load is either a concurrency or a list of arrival times")
@@ -210,8 +203,12 @@ class EngineRun:
     # ---- the engine loop --------------------------------------------------------------------
     def go(self, max_steps: int) -> SimResult:
         if self.load.concurrency is not None:
-            for u in range(self.load.concurrency):
-                self.send(self.load.stagger_s * u / self.load.concurrency)
+            # Every user sends at once, as the load generator's do (at its plan's start). Users that ask
+            # for the same lengths then stay in phase, each wave's prefills in one step, until the
+            # request overhead's jitter (fitted to a run) sends some into another step: the measured
+            # runs show both (bench/RESULTS.md: tiny's TP2 c16, TTFT P50 3.25 s = P99).
+            for _ in range(self.load.concurrency):
+                self.send(0.0)
         self.advance(self.load.window[1] + self.load.drain_limit_s, max_steps)
         return self.result(max_steps)
 
