@@ -6,6 +6,7 @@ locust process, the locust master hands them on to its workers.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -57,6 +58,17 @@ class TargetSpec:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def level_seed(run_seed: int, level_id: str) -> int:
+    """The workload seed of one level of a run: its own, so that no level resends an earlier level's
+    prompts. Servers keep a prefix cache across levels (vLLM's and refengine's are on by default), and
+    with one seed for every level a level's request i was the earlier levels' request i: a prefix-cache
+    hit whose TTFT is a fraction of a fresh prompt's (docs/metrics.md, "Every level's prompts are its
+    own"). Derived from the level id, not its position, so that a resumed run or a re-ordered plan
+    sends each level the same prompts."""
+    digest = hashlib.sha256(f"{run_seed}:{level_id}".encode()).digest()
+    return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
 
 
 @dataclass

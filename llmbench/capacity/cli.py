@@ -105,7 +105,9 @@ def capacity(
     ),
     label: Optional[str] = typer.Option(None, help="Label in the default run directory name."),
     tokenizer: Optional[Path] = typer.Option(None, help="tokenizer.json (or model directory) of the target's model."),
-    seed: int = typer.Option(0, help="Seed of the workload (a repeated level adds its repeat number)."),
+    seed: int = typer.Option(
+        0, help="Seed of the workload; each level (and each repeat of one) sends prompts of its own, derived from it."
+    ),
     probes: str = typer.Option("default", help="Probes: comma list, 'default', 'all' or 'none'."),
     probe_interval: float = typer.Option(1.0, help="Seconds between probe samples."),
     server_pid: Optional[int] = typer.Option(None, help="PID of a local --target server, for host/stacks probes."),

@@ -24,7 +24,7 @@ import math
 from dataclasses import dataclass
 
 from analyzers.stats.latency import LevelStats
-from loadgen.specs import LevelSpec
+from loadgen.specs import LevelSpec, level_seed
 from rundir import RunInfo
 from rundir.capacity import CAPACITY_AXES, CapacityProbe, CapacityRecord, CapacitySearch
 
@@ -180,8 +180,8 @@ class CapacityPlan:
             concurrency=int(load) if self.search.axis == "concurrency" else None,
             request_rate=load if self.search.axis == "rate" else None,
             trace_speed=self.search.trace_speed(load),
-            seed=t.seed + n,
-        )  # a repeat is a fresh sample, not the same requests
+            seed=level_seed(t.seed, level_id),
+        )  # each load, and each repeat of one, a fresh sample: not the prompts a server has cached
         self.probes.append(CapacityProbe(level_id, load, phase))
         self._levels.append(spec)
         return spec

@@ -144,7 +144,9 @@ def sweep(
         "the embedded engine: its own; without it text prompts are calibrated "
         "against the server).",
     ),
-    seed: int = typer.Option(0, help="Seed of the workload."),
+    seed: int = typer.Option(
+        0, help="Seed of the workload; each level sends prompts of its own, derived from it and the level id."
+    ),
     probes: str = typer.Option(
         "default",
         help="Probes sampled during the sweep: comma list of gpu, server, host, "

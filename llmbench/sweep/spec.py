@@ -8,7 +8,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import cast
 
-from loadgen.specs import LevelSpec
+from loadgen.specs import LevelSpec, level_seed
 from rundir import RunInfo, SweepInfo
 
 
@@ -60,9 +60,10 @@ class SweepSpec(SweepInfo):
             for outl in self.output_lens:
                 for prefix, c, r in loads:
                     load = c if c is not None else f"{r:g}"
+                    level_id = f"{prefix}{load}-in{inp}-out{outl}"
                     out.append(
                         LevelSpec(
-                            level_id=f"{prefix}{load}-in{inp}-out{outl}",
+                            level_id=level_id,
                             concurrency=c,
                             request_rate=r,
                             burstiness=self.burstiness,
@@ -72,7 +73,7 @@ class SweepSpec(SweepInfo):
                             duration_s=self.duration_s,
                             request_timeout_s=self.request_timeout_s,
                             workers=self.workers,
-                            seed=self.seed,
+                            seed=level_seed(self.seed, level_id),
                             **self._sizing(c is not None),
                         )
                     )
