@@ -202,8 +202,10 @@ def _fit(
     factors: Sequence[Factor],
     free: Sequence[bool],
     passes: int,
+    bound: Callable[[MachineProfile], MachineProfile] = lambda p: p,
 ) -> MachineProfile:
-    """Gauss-Newton passes on the simulation; the profile (the start included) that fits best."""
+    """Gauss-Newton passes on the simulation, each step's factors brought inside `bound`; the
+    profile (the start included) that fits best."""
     best: tuple[float, MachineProfile] | None = None
     current = profile
     for i in range(passes + 1):
@@ -212,9 +214,27 @@ def _fit(
         if best is None or err < best[0]:
             best = (err, current)
         if i < passes:
-            current = _gauss_newton_step(current, base, predict, targets, metric, factors, free)
+            current = bound(_gauss_newton_step(current, base, predict, targets, metric, factors, free))
     assert best is not None
     return best[1]
+
+
+def request_overhead_bound(running: float, unloaded_ttft_s: float) -> Callable[[MachineProfile], MachineProfile]:
+    """The request overhead at `running` requests (the most the fitted levels run) no longer than
+    `unloaded_ttft_s`, the shortest TTFT P50 measured: HTTP and tokenization cannot take longer than
+    a whole request's wait for its first token at the lightest load. Without it the fit can put a
+    closed loop's queueing into the overhead: TTFT P50 barely moves with it while users stay in
+    phase (docs/planning.md, "Lockstep"), and one fit reached 3.9 s per running request."""
+
+    def bound(p: MachineProfile) -> MachineProfile:
+        r0, r1 = p.request_overhead_s, p.request_overhead_per_running_s
+        at_most = r0 + r1 * running
+        if at_most <= unloaded_ttft_s or at_most <= 0:
+            return p
+        shrink = unloaded_ttft_s / at_most
+        return dataclasses.replace(p, request_overhead_s=r0 * shrink, request_overhead_per_running_s=r1 * shrink)
+
+    return bound
 
 
 def _tpot_target(m: dict) -> float | None:
@@ -249,7 +269,11 @@ def fit_profile(
     fitted = _fit(fitted, predict, tpot, tpot_mean, STEP_FACTORS, (fit_scale, True, True), passes)
     ttft = {lid: y for lid, m in measured.items() if (y := m.get("ttft_p50_s")) is not None and y > 0}
     if ttft:
-        fitted = _fit(fitted, predict, ttft, lambda p: p.ttft_p50_s, REQUEST_FACTORS, (True, True), passes - 1)
+        running = max((p.mean_batch for p in predict(fitted) if p.level_id in ttft), default=0.0)
+        bound = request_overhead_bound(running, min(ttft.values()))
+        fitted = _fit(
+            bound(fitted), predict, ttft, lambda p: p.ttft_p50_s, REQUEST_FACTORS, (True, True), passes - 1, bound
+        )
     ov, r0, r1 = fitted.step_overhead, fitted.request_overhead_s, fitted.request_overhead_per_running_s
     fitted = dataclasses.replace(
         fitted,

@@ -97,3 +97,21 @@ def test_a_fit_that_misses_its_own_levels_is_said_not_to_be_trusted():
     assert fit_warning({"fitted": {"tpot_p50_s": 0.03, "output_tok_s": 0.01}}) is None
     assert fit_warning({"predicted": {"tpot_p50_s": 0.9}}) is None  # no fit: nothing to judge
     assert fit_warning({"fitted": {"tpot_p50_s": None, "output_tok_s": 0.4}}) is not None
+
+
+def test_the_request_overhead_never_exceeds_the_unloaded_ttft():
+    # A closed loop's queueing the simulation does not reproduce (measured TTFT P50 at c16 ten times
+    # the simulated one) must not land in the request overhead: one fit put 3.9 s per running
+    # request there (tiny TP2), and its held-out TTFT P99s came out 5-29x too long.
+    shape = resolve_model("tiny-test")
+    base = published_profile("h100")
+    levels = [LevelLoad(f"c{c}", 1.0, 2.0, concurrency=c) for c in (1, 16)]
+    predict = _pp2_predictor(shape, levels)
+    measured = {
+        p.level_id: {"tpot_mean_s": p.tpot_mean_s, "ttft_p50_s": p.ttft_p50_s * (10.0 if p.level_id == "c16" else 1.0)}
+        for p in predict(base)
+    }
+    fit = fit_profile(base, predict, measured, "queued-run", fit_scale=False)
+    c16 = next(p for p in predict(fit.profile) if p.level_id == "c16")
+    overhead_at_c16 = fit.profile.request_overhead_s + fit.profile.request_overhead_per_running_s * c16.mean_batch
+    assert overhead_at_c16 <= measured["c1"]["ttft_p50_s"] * 1.0001
