@@ -14,6 +14,7 @@ import numpy as np
 
 from analyzers.diagnosis_error import DiagnosisError
 from analyzers.plan.simulate import LengthsFn, LoadSpec, SimResult, Simulator
+from analyzers.plan.window import FIXED, WindowSizing
 
 METRICS = ("ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p95_s", "output_tok_s")
 
@@ -27,6 +28,7 @@ class LevelLoad:
     duration_s: float
     concurrency: int | None = None
     request_rate: float | None = None
+    sizing: WindowSizing = FIXED  # the sweep's sizing of this level's warm-up and window
 
     def __post_init__(self) -> None:
         if (self.concurrency is None) == (self.request_rate is None):
@@ -103,6 +105,7 @@ def predict_level(
         duration_s=level.duration_s,
         concurrency=level.concurrency,
         arrivals=arrivals if level.concurrency is None else None,
+        sizing=level.sizing,
     )
     return summarize(level.level_id, sim.run(load, lengths))
 

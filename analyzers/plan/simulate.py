@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from analyzers.diagnosis_error import DiagnosisError
 from analyzers.plan.step_model import StepModel, StepShape
+from analyzers.plan.window import FIXED, LevelWindow, WindowSizing
 from refengine.config import CacheConfig, SchedulerConfig
 from refengine.core.outputs import ModelRunnerOutput, SchedulerOutput
 from refengine.core.scheduler import Scheduler
@@ -47,6 +48,7 @@ class LoadSpec:
     arrivals: Iterator[float] | None = None
     drain_limit_s: float = 600.0  # the window's requests may run this long past its end
     seed: int = 0  # the request overheads' jitter
+    sizing: WindowSizing = FIXED  # a sized warm-up or window, as the sweep's (analyzers/plan/window.py)
 
     def __post_init__(self) -> None:
         if (self.concurrency is None) == (self.arrivals is None):
@@ -58,7 +60,9 @@ class LoadSpec:
 
     @property
     def window(self) -> tuple[float, float]:
-        return self.warmup_s, self.warmup_s + self.duration_s
+        """The window as planned before any sizing decision (a sized one's, at its bounds)."""
+        w = LevelWindow(self.warmup_s, self.duration_s, self.sizing)
+        return w.lo, w.hi
 
 
 @dataclass
@@ -144,6 +148,10 @@ class EngineRun:
         self.requests: dict[str, Request] = {}  # sent, not yet at the server
         self.arrivals: list[tuple[float, int, str]] = []  # heap of (time at the server, index, id)
         self.next_open = next(load.arrivals, None) if load.arrivals is not None else None
+        self.window = LevelWindow(load.warmup_s, load.duration_s, load.sizing)
+        self.cold_users_at_start = load.concurrency or 0
+        self.cold_users = self.cold_users_at_start  # closed loop: users that have not finished a request yet
+        self.window_sent = 0
         self.tokens_in_window = 0
         self.steps = 0
         self.window_steps = 0
@@ -167,8 +175,9 @@ class EngineRun:
             )
         rid = str(i)
         self.records[rid] = SimRecord(t_sent=t, prompt_tokens=len(prompt), output_tokens=n_out)
-        lo, hi = self.load.window
-        self.window_open += lo <= t < hi
+        in_window = self.window.contains(t)
+        self.window_open += in_window
+        self.window_sent += in_window
         # HTTP and tokenization before the engine sees it, slower while the server streams to more
         # requests (fitted to a run; 0 otherwise); uniform in [0, 2 x mean]: clients do not reach the
         # server in the same microsecond.
@@ -181,7 +190,7 @@ class EngineRun:
         self.requests[rid] = request
 
     def sending(self) -> bool:
-        return self.now < self.load.window[1]
+        return self.now < self.window.hi
 
     def take_in(self) -> None:
         """Open loop: the arrivals due by now; then everything that has reached the server."""
@@ -209,7 +218,7 @@ class EngineRun:
             # runs show both (bench/RESULTS.md: tiny's TP2 c16, TTFT P50 3.25 s = P99).
             for _ in range(self.load.concurrency):
                 self.send(0.0)
-        self.advance(self.load.window[1] + self.load.drain_limit_s, max_steps)
+        self.advance(self.window.latest_end + self.load.drain_limit_s, max_steps)
         return self.result(max_steps)
 
     def advance(self, until: float, max_steps: int, more_coming: bool = False) -> None:
@@ -240,11 +249,11 @@ class EngineRun:
         n = self.window_steps or 1  # per-step means over the window's steps (0 without any)
         return SimResult(
             list(self.records.values()),
-            self.load.window,
+            (self.window.lo, self.window.hi),
             self.tokens_in_window,
             self.steps,
             self.scheduler.num_preemptions_total,
-            self.notes,
+            self.notes | self.window.notes(),
             self.window_batch / n,
         )
 
@@ -280,24 +289,29 @@ class EngineRun:
     def land(self, sched: SchedulerOutput) -> None:
         self.steps += 1
         sampled = {r.req_id: SAMPLED_TOKEN for r in sched.requests if r.sample}
-        lo, hi = self.load.window
-        if lo <= self.now < hi:
+        step_in_window = self.window.contains(self.now)
+        if step_in_window:
             self.window_steps += 1
             self.window_batch += len(sched.requests)
         for request, tokens in self.scheduler.update_from_output(sched, ModelRunnerOutput(sampled)):
             rec = self.records[request.request_id]
-            if lo <= self.now < hi:
+            if step_in_window:
                 self.tokens_in_window += len(tokens)
             if rec.t_first_token is None:
                 rec.t_first_token = self.now
             if request.is_finished():
                 rec.t_done = self.now
                 rec.output_tokens = request.num_output_tokens  # max_model_len may stop it short
-                self.window_open -= lo <= rec.t_sent < hi
+                self.window_open -= self.window.contains(rec.t_sent)
                 rec.preemptions = request.num_preemptions
                 self.done_times.append(self.now)
+                if int(request.request_id) < self.cold_users_at_start:
+                    self.cold_users -= 1  # a user's first request: indices 0..concurrency-1, sent at the start
+                    if self.cold_users == 0:
+                        self.window.every_user_warm(self.now)
                 if self.load.concurrency is not None and self.sending():
                     self.send(self.now)  # the user's next request, at once (closed loop)
+        self.window.holds(self.now, self.window_sent)
 
 
 def _shape(sched: SchedulerOutput) -> StepShape:

@@ -10,8 +10,10 @@ from analyzers.diagnosis_error import DiagnosisError
 from analyzers.plan.predict import LevelLoad
 from analyzers.plan.simulate import LengthsFn, random_prompt
 from analyzers.plan.sweep_prediction import LevelInput
+from analyzers.plan.window import WindowSizing
 from llmbench.sweep.spec import SweepSpec
 from loadgen.arrivals import ArrivalPlan
+from loadgen.sizing import ANNOUNCE_LEAD_S
 from loadgen.specs import LevelSpec
 from loadgen.workloads import level_workload_factory
 from rundir import SweepInfo, WorkloadSpec
@@ -62,6 +64,7 @@ def planned_levels(sweep: SweepInfo, overrides: dict | None = None) -> list[Leve
             duration_s=lv.duration_s,
             concurrency=lv.concurrency,
             request_rate=lv.request_rate,
+            sizing=WindowSizing(lv.steady_warmup, lv.sample_target, lv.max_duration_s, ANNOUNCE_LEAD_S),
         )
         out.append(LevelInput(load, _lengths(lv, sweep.workload), _arrivals(lv)))
     return out
