@@ -32,10 +32,16 @@ def _lengths(level: LevelSpec, workload: WorkloadSpec) -> LengthsFn:
     return lengths
 
 
-def _arrivals(level: LevelSpec) -> Callable[[], Iterator[float] | None]:
+def _arrivals(level: LevelSpec, workload: WorkloadSpec) -> Callable[[], Iterator[float] | None]:
+    """The level's send times: none (closed loop), a trace's own (its requests' arrival_s, as the
+    pacer sends them), or loadgen's arrival plan at the level's rate."""
+
     def make() -> Iterator[float] | None:
         if level.request_rate is None:
             return None
+        if workload.kind == "trace":
+            wl = level_workload_factory(**workload.options())(level)
+            return (spec.arrival_s or 0.0 for spec in wl)
         per_worker = level.request_rate / level.workers
         return heapq.merge(
             *(
@@ -66,5 +72,5 @@ def planned_levels(sweep: SweepInfo, overrides: dict | None = None) -> list[Leve
             request_rate=lv.request_rate,
             sizing=WindowSizing(lv.steady_warmup, lv.sample_target, lv.max_duration_s, ANNOUNCE_LEAD_S),
         )
-        out.append(LevelInput(load, _lengths(lv, sweep.workload), _arrivals(lv)))
+        out.append(LevelInput(load, _lengths(lv, sweep.workload), _arrivals(lv, sweep.workload)))
     return out

@@ -5,6 +5,7 @@ and the run says which (run.json's level_meta[level].trace; docs/workloads.md, "
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import os
 
@@ -149,3 +150,15 @@ def test_a_trace_run_recorded_before_play_once_resumes_cycling(tmp_path):
     run = RunDir(tmp_path / "new")
     run.create(info)
     assert resumed_run(run.path, Console(file=open(os.devnull, "w")))[1].sweep.workload.trace_loop is None
+
+
+def test_the_planner_sends_a_trace_level_at_the_traces_own_times(tmp_path):
+    # A trace level is named by its mean rate; its requests go at the trace's times, and the plan's
+    # simulation must send them so, not at Poisson times of that mean rate.
+    from llmbench.diag.plan_levels import planned_levels
+
+    info, level = _level(tmp_path)
+    (planned,) = planned_levels(info.sweep)
+    times = list(itertools.islice(planned.arrivals(), 100))  # a Poisson stream would not end
+    trace = load_trace(MOONCAKE, 24)
+    assert times == pytest.approx([r.t_s for r in trace.rows])  # trace speed 1, played once
