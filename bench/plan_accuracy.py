@@ -1,20 +1,24 @@
-"""How well does `llmdiag plan` predict refengine? Calibrate this machine, then for each model run a
-real sweep (the embedded engine, `llmbench sweep` with short fixed --warmup/--duration) over
-concurrencies and two input lengths, and predict every level from the run's own spec with
-`llmdiag plan --predict-sweep`: once with the calibrated profile alone, once fitted to a few levels
-(`--fit`), the others held out. Per level: the error of TTFT P50/P99, TPOT P50/P95 and output
-tokens/s; per mode the median absolute error, fitted and held-out levels apart.
-Goal (issue 28): median |error| <= 10% on output throughput and TPOT P50 of the held-out levels.
+"""How well does `llmdiag plan` predict refengine? Calibrate this machine, then for each model and
+parallel layout run a real sweep (the embedded engine, `llmbench sweep`: the sweep's own sized
+warm-up, a fixed --duration window) over concurrencies and two input lengths, and predict every
+level from the run's own spec with `llmdiag plan --predict-sweep`: once with the calibrated profile
+alone, once fitted to a few levels (`--fit`), the others held out. Per level: the error of TTFT
+P50/P99, TPOT P50/P95 and output tokens/s; per mode the median absolute error, fitted and held-out
+levels apart. Goal (issue 28): median |error| <= 10% and P90 <= 20% on output throughput and TPOT
+P50, <= 25% on the P99s, and layouts ranked by measured goodput as the predictions rank them.
 
-    python bench/plan_accuracy.py [--models tiny-test,tiny,random] [--layouts tp1,tp2,pp2] [--concurrency 1,4,16]
-                                  [--input-lens 128,512] [--rate 2|70%] [--output-len 64] [--warmup 3] [--duration 10]
+    python bench/plan_accuracy.py [--models tiny-test,tiny,random] [--layouts tp1,tp2,pp2] [--concurrency 1,4,8,16]
+                                  [--input-lens 128,512] [--rate 2|70%] [--trace-share 50%] [--output-len 64]
+                                  [--warmup S] [--duration 10] [--max-duration 60]
                                   [--profile FILE] [--no-serve] [--quick] [--out bench/plan_accuracy.json]
                                   [--keep-runs DIR | --from-runs DIR]
 
 --layouts runs each model at each parallel layout (TP and PP ranks over gloo on this CPU); --rate adds
-one open-loop run per model and layout, every level held out (predicted by the calibrated profile
-and by the profile fitted to that model and layout's closed-loop levels). The JSON's
-`held_out_pooled` gives the median and P90 |error| over every held-out level, the issue's goal.
+one open-loop run per model and layout, --trace-share one replay of a bursty trace
+(bench/plan_trace.py) at that share of the layout's closed-loop peak; their levels are all held out
+(predicted by the calibrated profile and by the profile fitted to that model and layout's
+closed-loop levels). The JSON's `held_out_pooled` gives the median and P90 |error| over every
+held-out level, `ranking` the layouts ranked by goodput (bench/goodput_ranking.py).
 
 Calibration is `llmdiag calibrate --serve` (its overheads fitted to a short sweep of the bundled
 tiny-test server, ~40 s) unless --no-serve: the "calibrated" rows say how well a machine profile
@@ -23,11 +27,10 @@ predicts levels and models it was not fitted on.
 "random" is a random Llama checkpoint of shapes neither built-in model has (hidden 512, 4 layers, 8
 heads without GQA, untied), written with refengine's own checkpoint writer.
 
-Expected run time on a quiet 2-core machine: about 9 minutes with the defaults (calibration ~2 min;
-each of the three models ~2 min: 6 levels of 13 s plus the engine's start and the summaries; the
-predictions seconds). --quick (tiny-test, concurrency 1, 4 and 8 (4 held out), one input length, 2 s
-+ 6 s levels) about 1.5 minutes. On a shared machine every figure is indicative only: calibration
-and the sweep both measure whatever else runs.
+Run time on a quiet 2-core machine: about 2.5 minutes for --quick (tiny-test at TP1, concurrency
+1, 4 and 8, one input length, 6-s windows); each model and layout adds about 20 s per level (a
+sized warm-up of at least 5 s, the window, the drain) plus the engine's start. On a shared machine
+every figure is indicative only: calibration and the sweep both measure whatever else runs.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.common import machine, print_table, verdict, write_json  # noqa: E402
 from bench.goodput_ranking import rank_layouts  # noqa: E402
+from bench.plan_trace import BLOCK, mean_output_len, write_bursty_trace  # noqa: E402
 
 METRICS = ("ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p95_s", "output_tok_s")
 GOAL = 0.10
@@ -109,16 +113,25 @@ LAYOUTS = {
 LATENCY_BENCH_SLO_TTFT_S = 60.0
 
 
+def _timeline(a) -> list[str]:
+    """Fixed --warmup when given; otherwise the sweep's own sized warm-up (at least 5 s and until every
+    user has finished a request, at most --max-duration), which the planner simulates too."""
+    if a.warmup is not None:
+        return ["--warmup", str(a.warmup), "--duration", str(a.duration)]
+    return ["--duration", str(a.duration), "--max-duration", str(a.max_duration)]
+
+
 def _sweep(model: str, layout: str, a, work: Path, out: Path, load: list[str], input_lens: list[int]) -> float:
     if a.from_runs:
         if not (out / "run.json").exists():
             raise SystemExit(f"--from-runs: no run {out} (was it kept with these --models and --layouts?)")
         return 0.0  # measured before: predicted again
     t0 = time.monotonic()
+    lengths = ["--input-len", ",".join(map(str, input_lens)), "--output-len", str(a.output_len)] if input_lens else []
     _run(
-        ["llmbench.cli", "sweep", "--model", _model_path(model, work), *LAYOUTS[layout], *load]
-        + ["--input-len", ",".join(map(str, input_lens)), "--output-len", str(a.output_len)]
-        + ["--warmup", str(a.warmup), "--duration", str(a.duration), "--out", str(out)]
+        ["llmbench.cli", "sweep", "--model", _model_path(model, work), *LAYOUTS[layout], *load, *lengths]
+        + (_timeline(a) if input_lens else [])
+        + ["--out", str(out)]
         # A latency bench, not an SLO verdict: the default 1.5-s TTFT bound would stop a slow layout's
         # level early (requests waiting twice the bound) and leave it without percentiles to compare.
         + ["--slo-ttft", str(LATENCY_BENCH_SLO_TTFT_S)]
@@ -132,12 +145,17 @@ def _predict(run: Path, profile: Path, *extra: str) -> dict:
     )
 
 
+def peak_tok_s(closed_levels: list[dict]) -> float:
+    """The highest output throughput the closed loop measured (a layout's capacity, as far as it went)."""
+    return max(((lv.get("measured") or {}).get("output_tok_s") or 0.0 for lv in closed_levels), default=0.0)
+
+
 def open_loop_rates(specs: list[str], closed_levels: list[dict], output_len: int) -> list[float]:
     """--rate's entries in req/s: a number as given, "70%" as that share of the highest request rate
     the closed loop measured for this model and layout (output tok/s over the output length), so
     that every layout is offered a load under its own capacity (2 req/s overloads `tiny` at TP2 on
     two cores: no request of the window finishes and the level has no latency to compare)."""
-    peak = max(((lv.get("measured") or {}).get("output_tok_s") or 0.0 for lv in closed_levels), default=0.0)
+    peak = peak_tok_s(closed_levels)
     rates = []
     for spec in specs:
         if spec.endswith("%"):
@@ -157,6 +175,24 @@ def _open_loop(
     run = work / f"run-{model}-{layout}-rate"
     rate = ",".join(map(str, open_loop_rates(a.rate, closed_levels, a.output_len)))
     sweep_s = _sweep(model, layout, a, work, run, ["--request-rate", rate], a.input_lens[:1])
+    plain, fitted = _predict(run, profile), _predict(run, fitted_profile)
+    return {
+        "sweep_s": round(sweep_s, 1),
+        "calibrated": {"levels": plain["levels"], "median_abs_error": _medians(plain["levels"], "predicted")},
+        "fitted": {"levels": fitted["levels"], "median_abs_error": _medians(fitted["levels"], "predicted")},
+    }
+
+
+def _trace(model: str, layout: str, a, profile: Path, fitted_profile: Path, work: Path, closed_levels: list[dict]):
+    """One replay of a bursty trace (bench/plan_trace.py, the same seed for every case) at --trace-share
+    of the layout's closed-loop peak request rate, played once; every level held out."""
+    run = work / f"run-{model}-{layout}-trace"
+    path = work / f"trace-{model}-{layout}.jsonl"
+    if not a.from_runs:
+        rate = float(a.trace_share.rstrip("%")) / 100 * peak_tok_s(closed_levels) / mean_output_len()
+        write_bursty_trace(path, rate, a.trace_span, seed=28)
+    load = ["--workload", "trace", "--dataset", str(path), "--block-size", str(BLOCK), "--prompt-format", "ids"]
+    sweep_s = _sweep(model, layout, a, work, run, load, [])
     plain, fitted = _predict(run, profile), _predict(run, fitted_profile)
     return {
         "sweep_s": round(sweep_s, 1),
@@ -188,6 +224,7 @@ def _model_case(model: str, layout: str, a, profile: Path, work: Path) -> dict:
             },
         },
         "open_loop": _open_loop(model, layout, a, profile, fitted_profile, work, plain["levels"]) if a.rate else None,
+        "trace": _trace(model, layout, a, profile, fitted_profile, work, plain["levels"]) if a.trace_share else None,
     }
 
 
@@ -199,9 +236,9 @@ def _print(cases: list[dict]) -> None:
     rows = []
     for case in cases:
         for mode in ("calibrated", "fitted"):
-            for lv, loop in _levels(case, mode):
+            for lv, kind in _levels(case, mode):
                 e = lv["error"] or {}
-                role = lv["role"] + (" (open loop)" if loop else "")
+                role = lv["role"] + (f" ({kind})" if kind else "")
                 name = f"{case['model']} {case['layout']}"
                 rows.append([name, mode, lv["level_id"], role, *(_pct(e.get(k)) for k in METRICS)])
     print_table(
@@ -234,11 +271,12 @@ def _print_ranking(ranking: list[dict]) -> None:
     )
 
 
-def _levels(case: dict, mode: str) -> list[tuple[dict, bool]]:
-    """A case's levels under one profile, each with whether it is the open-loop run's."""
-    out = [(lv, False) for lv in case[mode]["levels"]]
-    if case.get("open_loop"):
-        out += [(lv, True) for lv in case["open_loop"][mode]["levels"]]
+def _levels(case: dict, mode: str) -> list[tuple[dict, str]]:
+    """A case's levels under one profile, each with its run's kind: "" (closed loop), "open loop", "trace"."""
+    out = [(lv, "") for lv in case[mode]["levels"]]
+    for key, kind in (("open_loop", "open loop"), ("trace", "trace")):
+        if case.get(key):
+            out += [(lv, kind) for lv in case[key][mode]["levels"]]
     return out
 
 
@@ -268,7 +306,7 @@ def main() -> None:
         default="tiny-test,tiny,random",
         help="built-in models, and 'random': a random Llama checkpoint of other shapes",
     )
-    p.add_argument("--concurrency", default="1,4,16")
+    p.add_argument("--concurrency", default="1,4,8,16")
     p.add_argument("--input-lens", default="128,512")
     p.add_argument("--layouts", default="tp1", help="comma list of tp1, tp2, pp2 (gloo ranks on this CPU)")
     p.add_argument(
@@ -278,8 +316,21 @@ def main() -> None:
         "comma list): one more run per model and layout, held out",
     )
     p.add_argument("--output-len", type=int, default=64)
-    p.add_argument("--warmup", type=float, default=3.0)
+    p.add_argument(
+        "--warmup",
+        type=float,
+        default=None,
+        help="a fixed warm-up; default: the sweep's sized one (at least 5 s and until every user has finished a request)",
+    )
     p.add_argument("--duration", type=float, default=10.0)
+    p.add_argument("--max-duration", type=float, default=60.0, help="the bound of a sized warm-up")
+    p.add_argument(
+        "--trace-share",
+        default="",
+        help="one more run per model and layout: a bursty trace (bench/plan_trace.py) at this share of the "
+        "layout's closed-loop peak request rate, e.g. '50%%', played once; held out",
+    )
+    p.add_argument("--trace-span", type=float, default=20.0, help="the trace's length in seconds")
     p.add_argument("--profile", default=None, help="a profile file; default: calibrate this machine first")
     p.add_argument(
         "--no-serve",
@@ -303,7 +354,7 @@ def main() -> None:
     )
     a = p.parse_args()
     if a.quick:
-        a.models, a.concurrency, a.input_lens, a.warmup, a.duration = "tiny-test", "1,4,8", "128", 2.0, 6.0
+        a.models, a.concurrency, a.input_lens, a.duration = "tiny-test", "1,4,8", "128", 6.0
     a.concurrency = [int(x) for x in str(a.concurrency).split(",")]
     a.input_lens = [int(x) for x in str(a.input_lens).split(",")]
     a.rate = [x.strip() for x in str(a.rate).split(",") if x.strip()]
