@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from analyzers.bursts import level_server_itl
+from analyzers.cached_prompts import cached_prompts_words, window_hit_rate
 from analyzers.findings.run import Finding, run_findings
 from analyzers.plan.departures import PredictionCheck, check_prediction
 from analyzers.probe_series import ProbeSeries, read_probe
@@ -141,6 +142,9 @@ def summarize_table(
         )
         meta = info.level_meta.get(level_id) or LevelMeta()
         lv.notes.extend(meta.notes)
+        cached = cached_prompts_words(window_hit_rate(server, window.start, window.end), info.sweep.workload.kind)
+        if cached:
+            lv.notes.append(cached)
         lv.notes.extend((extra_notes or {}).get(level_id, []))
         if meta.over_capacity:
             mark_over_capacity(lv, meta.over_capacity)
