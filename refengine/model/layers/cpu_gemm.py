@@ -7,6 +7,13 @@ same matmul 1.3-2x faster at 16-128 rows on this machine's AVX2 cores, and no sl
 (bench/RESULTS.md, "Engine performance (issue 16)"). This is what inductor's CPU freezing pass
 does; we call the same two ops directly so no compile step is needed.
 
+One row (a lone decode: every linear of a step at concurrency 1) is the exception: it goes to
+F.linear, whose MKL sgemm on one row streams the plain [out, in] weight at memory speed,
+while oneDNN's packed inner product on one row is 15-25% slower (the `tiny` model's decode-step
+linears on one AVX2 core: 24-28 ms against 30-33 ms; from 2 to 64 rows the packed path is 1.1-2.1x
+faster and F.linear is the slow one). Measured for issue 26 (refengine against vLLM at
+concurrency 1); docs/engine.md, "Packed linears".
+
 It degrades cleanly: the packed path is used only for a float32 CPU weight, only if torch has
 the ops, and only after a self-check against F.linear on the real weight; otherwise F.linear.
 `REFENGINE_CPU_PACKED_GEMM=0` turns it off (the bench flips `ENABLED` for side-by-side runs).
@@ -81,6 +88,8 @@ class PackedWeight:
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, cache: PackedWeight) -> torch.Tensor:
     """F.linear(x, weight, bias), through the packed weight where it applies (any leading dims)."""
     if not ENABLED or x.dtype != torch.float32 or x.device.type != "cpu" or torch.is_grad_enabled():
+        return F.linear(x, weight, bias)
+    if x.numel() == x.shape[-1]:  # one row: MKL's sgemm on the plain weight beats the packed path (see above)
         return F.linear(x, weight, bias)
     packed = cache.get(weight)
     if packed is None:

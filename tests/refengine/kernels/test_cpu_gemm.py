@@ -2,7 +2,8 @@
 
 float32 goes through oneDNN with the weight packed once (checked here to agree with F.linear to
 float32 rounding, with and without bias, over decode- and prefill-sized batches reusing one
-PackedWeight, on one and two threads); bfloat16 and float16 are passed to F.linear as they are.
+PackedWeight, on one and two threads), except a single row, which is F.linear's own; bfloat16 and
+float16 are passed to F.linear as they are.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ def test_linear_matches_f_linear(in_f, out_f, with_bias, dtype, threads):
             got = cpu_gemm.linear(x, weight, bias, cache)
             assert got.shape == (batch, out_f) and got.dtype == dtype
             _assert_close(got, F.linear(x, weight, bias), dtype)
-            if dtype == torch.float32 and cpu_gemm._ops_available():
+            if dtype == torch.float32 and batch > 1 and cpu_gemm._ops_available():
                 assert cache.packed is not None  # the packed path ran, not F.linear
                 packed = packed if packed is not None else cache.packed
                 assert cache.packed is packed  # packed once, reused
@@ -87,3 +88,19 @@ def test_with_autograd_it_is_f_linear():
     got.sum().backward()
     torch.testing.assert_close(weight.grad, x.sum(0).expand(96, 64))
     assert cache.key is None
+
+
+@pytest.mark.parametrize("shape", [(1, 64), (1, 1, 64)], ids=["2d", "3d"])
+def test_one_row_is_f_linear_and_packs_nothing(shape, threads):
+    """A lone decode's single row goes to F.linear (MKL's sgemm on the plain weight is faster there than
+    the packed path): F.linear's very numbers, nothing packed for it; the next multi-row call packs."""
+    g = torch.Generator().manual_seed(3)
+    weight, bias = torch.randn(96, 64, generator=g), torch.randn(96, generator=g)
+    cache = cpu_gemm.PackedWeight()
+    with torch.no_grad():
+        x = torch.randn(*shape, generator=g)
+        assert torch.equal(cpu_gemm.linear(x, weight, bias, cache), F.linear(x, weight, bias))
+        assert cache.key is None
+        rows = torch.randn(2, 64, generator=g)
+        _assert_close(cpu_gemm.linear(rows, weight, bias, cache), F.linear(rows, weight, bias), torch.float32)
+        assert cache.key is not None
