@@ -140,9 +140,14 @@ def print_prediction(result: SweepPrediction, console: Console) -> None:
         console.print(f"[bold yellow]warning:[/] {d['fit']['warning']}")
     if any(row["role"] == "not run" for row in d["levels"]):
         console.print("levels marked 'not run' are predictions of loads the run did not measure")
-    notes = sorted({n for row in d["levels"] for n in row["predicted"]["notes"]} | set(result.setup.notes))
-    for note in notes:
+    for note in sorted(set(result.setup.notes)):
         console.print(f"[dim]note: {note}[/]")
+    levels_of: dict[str, list[str]] = {}  # a note once, with the levels it is about
+    for row in d["levels"]:
+        for note in row["predicted"]["notes"]:
+            levels_of.setdefault(note, []).append(row["level_id"])
+    for note, level_ids in levels_of.items():
+        console.print(f"[dim]note ({', '.join(level_ids)}): {note}[/]", highlight=False)
 
 
 def emit(result: SweepPrediction, as_json: bool, console: Console, save_profile: Path | None) -> None:
