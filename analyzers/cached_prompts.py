@@ -20,6 +20,7 @@ UNSHARED_KINDS = ("random", "mixed")
 # Above this share of prompt tokens found in the cache, the level's TTFT is mostly of cached prompts'.
 CACHED_SHARE_NOTE = 0.10
 MIN_PROMPT_TOKENS = 1_000  # fewer prompt tokens in the window say nothing either way
+CACHED_NOTE_OPENING = "the server found this level's prompts in its prefix cache"  # the run's finding keys on it
 
 
 def window_hit_rate(series: ProbeSeries | None, start: float | None, end: float | None) -> float | None:
@@ -45,8 +46,8 @@ def cached_prompts_words(hit_rate: float | None, workload_kind: str) -> str | No
     if hit_rate is None or workload_kind not in UNSHARED_KINDS or hit_rate < CACHED_SHARE_NOTE:
         return None
     return (
-        f"the server found {hit_rate:.0%} of this level's prompt tokens in its prefix cache, on a "
-        f"{workload_kind} workload whose prompts share nothing: it had seen them before (an earlier run "
-        "with the same --seed against this server?), so the TTFT here is partly a cache hit's; rerun "
-        "with another --seed or a fresh server"
+        f"{CACHED_NOTE_OPENING} ({hit_rate:.0%} of their tokens), on a {workload_kind} workload whose "
+        "prompts share nothing: it had seen them before, from an earlier run with the same --seed "
+        "against this server or another client, so the TTFT here is partly a cache hit's; rerun with "
+        "another --seed or a fresh server"
     )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 
+from analyzers.cached_prompts import CACHED_NOTE_OPENING
 from analyzers.stats.latency import LevelStats
 from analyzers.validity import INVALID_PREFIX
 
@@ -21,6 +22,14 @@ _META_KINDS = (
         "requests were sent but never reported by the client",
     ),
     ("the target stopped answering", "target_stopped", "invalid", "the target stopped answering"),
+    (
+        CACHED_NOTE_OPENING,
+        "cached_prompts",
+        "caveat",
+        "the server found these levels' unshared prompts in its prefix cache (the share of their tokens): "
+        "their TTFT is partly a cache hit's; an earlier run with the same --seed against this server? "
+        "Rerun with another --seed or a fresh server",
+    ),
     (
         "the level did not finish",
         "cut_short",

@@ -13,6 +13,7 @@ from refengine_proc import refengine_server
 
 from analyzers.cached_prompts import cached_prompts_words, window_hit_rate
 from analyzers.probe_series import ProbeSeries
+from analyzers.summary import analyze_run
 from rundir import RunDir
 
 
@@ -33,7 +34,7 @@ def test_the_windows_hit_rate_weighs_each_interval_by_its_prompt_tokens():
 
 
 def test_only_an_unshared_workloads_cached_prompts_are_a_note():
-    assert "40% of this level's prompt tokens" in cached_prompts_words(0.4, "random")
+    assert "prefix cache (40% of their tokens)" in cached_prompts_words(0.4, "random")
     assert cached_prompts_words(0.4, "shared_prefix") is None  # sharing is the workload's point
     assert cached_prompts_words(0.05, "random") is None and cached_prompts_words(None, "random") is None
 
@@ -43,7 +44,7 @@ def test_a_second_run_with_the_same_seed_against_one_server_is_told_its_prompts_
     sweep = [sys.executable, "-m", "llmbench.cli", "sweep", "--concurrency", "2", "--input-len", "64"]
     sweep += ["--output-len", "8", "--warmup", "1s", "--duration", "3s", "--probes", "server"]
     env = {**os.environ, "COLUMNS": "200"}
-    notes = []
+    notes, caveats = [], []
     with refengine_server() as (_, url):
         for name in ("first", "second"):
             out = tmp_path / name
@@ -51,5 +52,8 @@ def test_a_second_run_with_the_same_seed_against_one_server_is_told_its_prompts_
             assert proc.returncode == 0, proc.stdout + proc.stderr
             (level,) = RunDir(out).read_summary()["levels"]
             notes.append(" ".join(level["notes"]))
-    assert "prefix cache" not in notes[0]
-    assert "in its prefix cache, on a random workload" in notes[1]
+            summary, _ = analyze_run(RunDir(out))
+            caveats.append([f.kind for f in summary.finding_groups if f.severity == "caveat"])
+    assert "prefix cache" not in notes[0] and "cached_prompts" not in caveats[0]
+    assert "cached_prompts" in caveats[1]  # the run's validity says so, not only the level's note
+    assert "in its prefix cache (" in notes[1] and "on a random workload" in notes[1]
