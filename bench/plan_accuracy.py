@@ -38,7 +38,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -48,11 +47,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.common import machine, print_table, verdict, write_json  # noqa: E402
+from bench.common import machine, verdict, write_json  # noqa: E402
 from bench.goodput_ranking import rank_layouts  # noqa: E402
 from bench.plan_trace import BLOCK, mean_output_len, write_bursty_trace  # noqa: E402
+from bench.prediction_errors import medians, pooled, print_levels, print_ranking  # noqa: E402
 
-METRICS = ("ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p95_s", "output_tok_s")
 GOAL = 0.10
 # "random" in --models: a random Llama checkpoint of shapes neither built-in model has (no GQA, 4
 # layers of hidden 512, untied), written by refengine's own checkpoint writer.
@@ -92,14 +91,6 @@ def _fit_levels(levels: list[str], concurrency: list[int], input_len: int, outpu
     """The lowest and highest concurrency at the first input length: the others are held out."""
     picks = [f"c{c}-in{input_len}-out{output_len}" for c in (min(concurrency), max(concurrency))]
     return [lid for lid in dict.fromkeys(picks) if lid in levels]
-
-
-def _medians(rows: list[dict], role: str) -> dict:
-    out = {}
-    for k in METRICS:
-        errs = [abs(r["error"][k]) for r in rows if r["role"] == role and r["error"] and r["error"][k] is not None]
-        out[k] = statistics.median(errs) if errs else None
-    return out
 
 
 # --layouts: the embedded engine's parallel layout, as `llmbench serve` flags (gloo ranks on this CPU).
@@ -178,8 +169,8 @@ def _open_loop(
     plain, fitted = _predict(run, profile), _predict(run, fitted_profile)
     return {
         "sweep_s": round(sweep_s, 1),
-        "calibrated": {"levels": plain["levels"], "median_abs_error": _medians(plain["levels"], "predicted")},
-        "fitted": {"levels": fitted["levels"], "median_abs_error": _medians(fitted["levels"], "predicted")},
+        "calibrated": {"levels": plain["levels"], "median_abs_error": medians(plain["levels"], "predicted")},
+        "fitted": {"levels": fitted["levels"], "median_abs_error": medians(fitted["levels"], "predicted")},
     }
 
 
@@ -196,8 +187,8 @@ def _trace(model: str, layout: str, a, profile: Path, fitted_profile: Path, work
     plain, fitted = _predict(run, profile), _predict(run, fitted_profile)
     return {
         "sweep_s": round(sweep_s, 1),
-        "calibrated": {"levels": plain["levels"], "median_abs_error": _medians(plain["levels"], "predicted")},
-        "fitted": {"levels": fitted["levels"], "median_abs_error": _medians(fitted["levels"], "predicted")},
+        "calibrated": {"levels": plain["levels"], "median_abs_error": medians(plain["levels"], "predicted")},
+        "fitted": {"levels": fitted["levels"], "median_abs_error": medians(fitted["levels"], "predicted")},
     }
 
 
@@ -214,89 +205,18 @@ def _model_case(model: str, layout: str, a, profile: Path, work: Path) -> dict:
         "layout": layout,
         "sweep_s": round(sweep_s, 1),
         "fit_levels": fit_levels,
-        "calibrated": {"levels": plain["levels"], "median_abs_error": _medians(plain["levels"], "predicted")},
+        "calibrated": {"levels": plain["levels"], "median_abs_error": medians(plain["levels"], "predicted")},
         "fitted": {
             "levels": fitted["levels"],
             "profile": fitted["profile"],
             "median_abs_error": {
-                "fitted": _medians(fitted["levels"], "fitted"),
-                "held_out": _medians(fitted["levels"], "predicted"),
+                "fitted": medians(fitted["levels"], "fitted"),
+                "held_out": medians(fitted["levels"], "predicted"),
             },
         },
         "open_loop": _open_loop(model, layout, a, profile, fitted_profile, work, plain["levels"]) if a.rate else None,
         "trace": _trace(model, layout, a, profile, fitted_profile, work, plain["levels"]) if a.trace_share else None,
     }
-
-
-def _pct(v: float | None) -> str:
-    return "-" if v is None else f"{v:+.0%}"
-
-
-def _print(cases: list[dict]) -> None:
-    rows = []
-    for case in cases:
-        for mode in ("calibrated", "fitted"):
-            for lv, kind in _levels(case, mode):
-                e = lv["error"] or {}
-                role = lv["role"] + (f" ({kind})" if kind else "")
-                name = f"{case['model']} {case['layout']}"
-                rows.append([name, mode, lv["level_id"], role, *(_pct(e.get(k)) for k in METRICS)])
-    print_table(
-        "plan accuracy: (predicted - measured) / measured", ["model", "profile", "level", "role", *METRICS], rows
-    )
-
-
-def _print_ranking(ranking: list[dict]) -> None:
-    def order(goodputs: dict, keys: list[str]) -> str:
-        return " > ".join(f"{k} {goodputs[k]:.0f}" for k in keys)
-
-    rows = []
-    for r in ranking:
-        slo = (
-            "none"
-            if r["slo"] is None
-            else f"{r['slo']['ttft_p99_s'] * 1e3:.0f} / {r['slo']['tpot_p95_s'] * 1e3:.0f} ms"
-        )
-        rows.append(
-            [r["model"], r["input_len"], slo, order(r["measured"], r["measured_order"])]
-            + [
-                f"{order(r[m]['predicted'], r[m]['order'])} ({r[m]['pairs_agree']}/{r[m]['pairs']})"
-                for m in ("calibrated", "fitted")
-            ]
-        )
-    print_table(
-        "layouts ranked by goodput (output tok/s within the SLO TTFT P99 / TPOT P95; pairs agreeing)",
-        ["model", "input", "SLO", "measured", "calibrated profile", "fitted profiles"],
-        rows,
-    )
-
-
-def _levels(case: dict, mode: str) -> list[tuple[dict, str]]:
-    """A case's levels under one profile, each with its run's kind: "" (closed loop), "open loop", "trace"."""
-    out = [(lv, "") for lv in case[mode]["levels"]]
-    for key, kind in (("open_loop", "open loop"), ("trace", "trace")):
-        if case.get(key):
-            out += [(lv, kind) for lv in case[key][mode]["levels"]]
-    return out
-
-
-def _pooled(cases: list[dict]) -> dict:
-    """Median and P90 of |error| over every held-out level of every case (closed and open loop),
-    with the fitted profile: the issue's goal is stated over these."""
-    out = {}
-    for k in METRICS:
-        errs = sorted(
-            abs(lv["error"][k])
-            for c in cases
-            for lv, _ in _levels(c, "fitted")
-            if lv["role"] == "predicted" and lv["error"] and lv["error"][k] is not None
-        )
-        out[k] = {
-            "n": len(errs),
-            "median": statistics.median(errs) if errs else None,
-            "p90": errs[min(len(errs) - 1, int(0.9 * len(errs)))] if errs else None,
-        }
-    return out
 
 
 def main() -> None:
@@ -375,7 +295,7 @@ def main() -> None:
             )
         profile_doc = json.loads(profile.read_text())
         cases = [_model_case(m, lay, a, profile, work) for m in a.models.split(",") for lay in a.layouts]
-    _print(cases)
+    print_levels(cases)
     held = [c["fitted"]["median_abs_error"]["held_out"] for c in cases]
     summary = {}
     for k in ("output_tok_s", "tpot_p50_s"):
@@ -391,9 +311,9 @@ def main() -> None:
             f"{'-' if worst is None else f'{worst:.1%}'} vs goal {GOAL:.0%}: {summary[k]['verdict']}"
         )
     ranking = rank_layouts(cases)
-    _print_ranking(ranking)
-    pooled = _pooled(cases)
-    for k, v in pooled.items():
+    print_ranking(ranking)
+    held_out_pooled = pooled(cases)
+    for k, v in held_out_pooled.items():
         if v["median"] is not None:
             print(f"{k}: held-out |error| over {v['n']} levels, median {v['median']:.1%}, P90 {v['p90']:.1%}")
     write_json(
@@ -406,7 +326,7 @@ def main() -> None:
             "profile": {k: profile_doc.get(k) for k in ("name", "source", "step_overhead", "assumptions")},
             "cases": cases,
             "summary": summary,
-            "held_out_pooled": pooled,
+            "held_out_pooled": held_out_pooled,
             "ranking": ranking,
         },
     )
