@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from analyzers.probe_series import ProbeSeries
+from analyzers.probe_series import ProbeSeries, rows_covering
 from rundir import RequestRecord
 from rundir.table import RequestTable
 
@@ -156,11 +156,7 @@ def server_itl_mean(series: ProbeSeries | None, start: float | None, end: float 
     count, mean = series.numeric.get("itl_count"), series.numeric.get("itl_mean_s")
     if count is None or mean is None:
         return None
-    # A row covers the interval since the previous scrape: the first row after the end still holds part of it.
-    after = np.flatnonzero(series.t > end)
-    last = after[0] if after.size else len(series) - 1
-    inside = (series.t > start) & (np.arange(len(series)) <= last)
-    inside &= np.isfinite(count) & np.isfinite(mean) & (count > 0)
+    inside = rows_covering(series, start, end) & np.isfinite(count) & np.isfinite(mean) & (count > 0)
     total = float(count[inside].sum())
     if total < MIN_SERVER_ITL_COUNT:
         return None

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from analyzers.probe_series import ProbeSeries
+from analyzers.probe_series import ProbeSeries, rows_covering
 
 # Workloads whose prompts share no prefix by construction; the others share on purpose.
 UNSHARED_KINDS = ("random", "mixed")
@@ -31,10 +31,7 @@ def window_hit_rate(series: ProbeSeries | None, start: float | None, end: float 
     rate, tokens = series.numeric.get("prefix_cache_hit_rate"), series.numeric.get("prompt_tokens")
     if rate is None or tokens is None:
         return None
-    # A row covers the interval since the previous scrape: the first row after the end still holds part of it.
-    after = np.flatnonzero(series.t > end)
-    last = after[0] if after.size else len(series) - 1
-    inside = (series.t > start) & (np.arange(len(series)) <= last) & np.isfinite(rate) & np.isfinite(tokens)
+    inside = rows_covering(series, start, end) & np.isfinite(rate) & np.isfinite(tokens)
     total = float(tokens[inside].sum())
     if total < MIN_PROMPT_TOKENS:
         return None

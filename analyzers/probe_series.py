@@ -30,6 +30,14 @@ class ProbeSeries:
         return int(self.t.size)
 
 
+def rows_covering(series: ProbeSeries, start: float, end: float) -> np.ndarray:
+    """The rows whose intervals cover (start, end]: a row covers the interval since the previous
+    scrape, so the first row after the end still holds part of it."""
+    after = np.flatnonzero(series.t > end)
+    last = after[0] if after.size else len(series) - 1
+    return (series.t > start) & (np.arange(len(series)) <= last)
+
+
 def flatten(obj, prefix: str = "") -> dict[str, object]:
     """Nested dicts and lists -> {"a.b.0.c": leaf}."""
     out: dict[str, object] = {}

@@ -58,12 +58,6 @@ class LoadSpec:
         if self.warmup_s < 0 or self.duration_s <= 0:
             raise DiagnosisError("warm-up must be >= 0 and the window > 0")
 
-    @property
-    def window(self) -> tuple[float, float]:
-        """The window as planned before any sizing decision (a sized one's, at its bounds)."""
-        w = LevelWindow(self.warmup_s, self.duration_s, self.sizing)
-        return w.lo, w.hi
-
 
 @dataclass
 class SimRecord:
