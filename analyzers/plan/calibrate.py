@@ -11,6 +11,8 @@
 - step overhead: the real LLMEngine decoding `tiny-test` (whose model is negligible) at a few batch
   sizes; what the measured step takes beyond the model's own predicted time is the engine's
   per-step cost (scheduler, input tensors, sampler, output processing), fitted to requests.
+- ranks that share the host: the matmul, attention and elementwise tables again at each thread
+  count that R ranks get (cores // R, refengine's split) for the R asked for.
 The collectives come from the comm probe (the face runs it and passes the rows in).
 Each point is the fastest of `repeats` timed calls after a warm-up call (others disturb the rest).
 """
@@ -22,7 +24,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from analyzers.diagnosis_error import DiagnosisError
-from analyzers.plan.profile import CollectiveCost, LinearCost, MachineProfile, MatmulTable, Roofline
+from analyzers.plan.profile import CollectiveCost, LinearCost, MachineProfile, MatmulTable, Roofline, ThreadTables
 
 OVERHEAD_MODEL = "tiny-test"
 
@@ -238,14 +240,40 @@ def collective_of(rows: list[dict]) -> CollectiveCost | None:
     return CollectiveCost(latency_s=small["time_us"] * 1e-6, bus_bw_bytes_s=max(big["busbw_gbs"], 1e-3) * 1e9)
 
 
+def measure_at_threads(grid: CalibrationGrid, threads: int, progress: Callable[[str], None]) -> ThreadTables:
+    """The matmul, attention and elementwise tables at `threads` intra-op threads (then restored)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        progress(f"matmul grid ({threads} threads)")
+        table = measure_matmul(grid)
+        progress(f"attention ({threads} threads)")
+        decode, prefill, _ = measure_attention(grid)
+        progress(f"elementwise ({threads} threads)")
+        elementwise, _ = measure_elementwise(grid)
+    finally:
+        torch.set_num_threads(before)
+    return ThreadTables(threads, table, decode, prefill, elementwise)
+
+
+def rank_threads(cores: int, threads: int, rank_counts: tuple[int, ...]) -> list[int]:
+    """The thread counts below `threads` that R ranks sharing `cores` cores compute with, for each R."""
+    return sorted({max(1, cores // r) for r in rank_counts if r > 1} - {threads}, reverse=True)
+
+
 def calibrate(
     grid: CalibrationGrid,
     comm_rows: list[dict] | None = None,
     name: str = "this machine",
     progress: Callable[[str], None] = lambda _: None,
+    rank_counts: tuple[int, ...] = (2, 4),
 ) -> MachineProfile:
-    """Every measurement above, into a measured profile."""
+    """Every measurement above, into a measured profile; `rank_counts`: the ranks (TP x PP) that will
+    share this host's cores in the plans to predict, each measured again at its ranks' thread count."""
     import datetime
+    import os
     import platform
 
     import torch
@@ -253,12 +281,14 @@ def calibrate(
     from analyzers.model.presets import resolve_model
     from analyzers.plan.step_model import StepModel, StepShape
 
+    cores, threads = os.cpu_count() or 1, torch.get_num_threads()
     progress("matmul grid")
     table = measure_matmul(grid)
     progress("attention")
     decode, prefill, att_points = measure_attention(grid)
     progress("elementwise")
     elementwise, el_points = measure_elementwise(grid)
+    fewer = [measure_at_threads(grid, t, progress) for t in rank_threads(cores, threads, rank_counts) if t < threads]
     collective = collective_of(comm_rows or []) or CollectiveCost(latency_s=0.0, bus_bw_bytes_s=1e12)
     provisional = MachineProfile(
         name=name,
@@ -278,8 +308,9 @@ def calibrate(
         grid, lambda b, ctx: model.step_cost(StepShape(((1, ctx),) * b, b)).total_s
     )
     assumptions = [
-        f"measured on {platform.node()} ({platform.machine()}, torch {torch.__version__}, "
-        f"{torch.get_num_threads()} threads), float32",
+        f"measured on {platform.node()} ({platform.machine()}, torch {torch.__version__}, {threads} threads), float32",
+        f"ranks sharing its {cores} cores: operators measured again at "
+        + (", ".join(f"{t.threads}" for t in fewer) + " threads" if fewer else "no other thread count"),
         f"attention measured at {grid.heads} heads, {grid.kv_heads} KV heads, head dim {grid.head_dim}; "
         "other shapes scale by the elements read and the work",
         "elementwise measured at hidden 1024 (intermediate 2.75 x hidden); other sizes scale by tokens x hidden",
@@ -306,4 +337,7 @@ def calibrate(
         host=platform.node(),
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         measured_points={"attention": att_points, "elementwise": el_points, "step_overhead": ov_points},
+        threads=threads,
+        cores=cores,
+        fewer_threads=fewer,
     )

@@ -10,7 +10,9 @@ fitted, to the levels given:
   that each level's simulated mean TPOT matches its measured one (its P50 where the mean is not
   recorded; throughput follows the mean, and a noisy machine skews the two apart).
 - the request overhead (HTTP and tokenization before the scheduler sees a request, on an event loop
-  that is busy streaming the others) r0 + r1 x (requests running then), fitted to TTFT P50.
+  that is busy streaming the others) r0 + r1 x (requests running then): measured where the run has
+  the server's own TTFT histogram (the client's mean TTFT less the server's, against the server's
+  running gauge: analyzers/plan/outside_server.py), else fitted to TTFT P50.
 
 How a factor reaches a metric is the simulator's business, not a formula's: under pipeline
 parallelism a token waits for every micro-batch's step overhead on the driver, not its own alone,
@@ -33,6 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from analyzers.diagnosis_error import DiagnosisError
+from analyzers.plan.outside_server import OutsideTime, request_overhead_of
 from analyzers.plan.predict import LevelPrediction
 from analyzers.plan.profile import LinearCost, MachineProfile
 
@@ -45,6 +48,7 @@ class FitResult:
     fitted_levels: list[str]
     step_overhead_before: LinearCost
     request_overhead_before_s: float
+    request_overhead_from: str = "fitted to TTFT P50"
 
 
 PRIOR_WEIGHT = 0.1  # how strongly the profile's own factors hold where the run does not decide them
@@ -237,6 +241,16 @@ def request_overhead_bound(running: float, unloaded_ttft_s: float) -> Callable[[
     return bound
 
 
+def _tpot_mean(p: LevelPrediction) -> float | None:
+    """The simulated mean TPOT the fit holds to the measured one: the window's, else (a window that
+    caught no request) every finished request's, so that a factor's nudge never turns into a miss."""
+    return p.tpot_mean_s if p.tpot_mean_s is not None else p.tpot_mean_all_s
+
+
+def _ttft_p50(p: LevelPrediction) -> float | None:
+    return p.ttft_p50_s if p.ttft_p50_s is not None else p.ttft_p50_all_s
+
+
 def _tpot_target(m: dict) -> float | None:
     return m.get("tpot_mean_s") if m.get("tpot_mean_s") is not None else m.get("tpot_p50_s")
 
@@ -248,9 +262,12 @@ def fit_profile(
     run_id: str,
     passes: int = 3,
     fit_scale: bool = True,
+    outside: Sequence[OutsideTime] = (),
 ) -> FitResult:
     """`predict(profile)` simulates the fitted levels; `measured[level_id]` holds their metrics.
-    `fit_scale=False` keeps the operators as measured (a model too small to say what they cost)."""
+    `fit_scale=False` keeps the operators as measured (a model too small to say what they cost).
+    `outside`: the fitted levels' measured time outside the server; when every level with a TTFT
+    has one, the request overhead is drawn through them instead of fitted."""
     if not measured:
         raise DiagnosisError("nothing to fit: no measured level with TTFT and TPOT")
     tpot = {lid: y for lid, m in measured.items() if (y := _tpot_target(m)) is not None and y > 0}
@@ -263,17 +280,17 @@ def fit_profile(
         profile, step_overhead=LinearCost(ov.fixed_s, ov.per_unit_s, ov.lo, max(ov.hi, widest))
     )
 
-    def tpot_mean(p: LevelPrediction) -> float | None:
-        return p.tpot_mean_s if p.tpot_mean_s is not None else p.tpot_p50_s
-
-    fitted = _fit(fitted, predict, tpot, tpot_mean, STEP_FACTORS, (fit_scale, True, True), passes)
+    fitted = _fit(fitted, predict, tpot, _tpot_mean, STEP_FACTORS, (fit_scale, True, True), passes)
     ttft = {lid: y for lid, m in measured.items() if (y := m.get("ttft_p50_s")) is not None and y > 0}
-    if ttft:
+    overhead_from = "fitted to TTFT P50"
+    if ttft and {o.level_id for o in outside} >= set(ttft):
+        r0, r1 = request_overhead_of([o for o in outside if o.level_id in ttft])
+        fitted = dataclasses.replace(fitted, request_overhead_s=r0, request_overhead_per_running_s=r1)
+        overhead_from = "measured: the client's mean TTFT less the server's own, by running requests"
+    elif ttft:
         running = max((p.mean_batch for p in predict(fitted) if p.level_id in ttft), default=0.0)
         bound = request_overhead_bound(running, min(ttft.values()))
-        fitted = _fit(
-            bound(fitted), predict, ttft, lambda p: p.ttft_p50_s, REQUEST_FACTORS, (True, True), passes - 1, bound
-        )
+        fitted = _fit(bound(fitted), predict, ttft, _ttft_p50, REQUEST_FACTORS, (True, True), passes - 1, bound)
     ov, r0, r1 = fitted.step_overhead, fitted.request_overhead_s, fitted.request_overhead_per_running_s
     fitted = dataclasses.replace(
         fitted,
@@ -283,7 +300,7 @@ def fit_profile(
             f"fitted to run {run_id} ({', '.join(sorted(measured))}): operators x "
             f"{fitted.compute_scale:.2f}, step overhead {ov.fixed_s * 1e3:.2f} ms + "
             f"{ov.per_unit_s * 1e6:.0f} us/request, request overhead {r0 * 1e3:.1f} ms + "
-            f"{r1 * 1e3:.2f} ms per running request",
+            f"{r1 * 1e3:.2f} ms per running request ({overhead_from})",
         ],
     )
-    return FitResult(fitted, sorted(measured), profile.step_overhead, profile.request_overhead_s)
+    return FitResult(fitted, sorted(measured), profile.step_overhead, profile.request_overhead_s, overhead_from)

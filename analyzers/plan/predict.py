@@ -44,6 +44,10 @@ class LevelPrediction:
     tpot_p95_s: float | None
     output_tok_s: float
     tpot_mean_s: float | None  # what throughput follows; the fit matches it to a run's (analyzers/plan/fit.py)
+    # Over every request the simulation finished, window or not: what the fit holds a level to when
+    # the simulated window caught no request (a wave of long requests can straddle a short window).
+    tpot_mean_all_s: float | None
+    ttft_p50_all_s: float | None
     req_s: float
     n_requests: int
     mean_batch: float  # requests per step, averaged over the window's steps
@@ -71,6 +75,9 @@ def summarize(level_id: str, result: SimResult) -> LevelPrediction:
     notes = sorted(result.notes)
     if len(window) < 100:
         notes.append(f"{len(window)} simulated requests in the window: its P99 rests on fewer than 100")
+    finished = [r for r in result.records if r.t_done is not None]
+    tpot_all = [r.tpot_s for r in finished if r.tpot_s is not None]
+    ttft_all = [r.ttft_s for r in finished if r.ttft_s is not None]
     unfinished = sum(1 for r in window if r.t_done is None)
     if unfinished:
         notes.append(
@@ -85,6 +92,8 @@ def summarize(level_id: str, result: SimResult) -> LevelPrediction:
         tpot_p95_s=_pct(tpot, 95),
         output_tok_s=result.output_tok_s,
         tpot_mean_s=float(np.mean(tpot)) if tpot else None,
+        tpot_mean_all_s=float(np.mean(tpot_all)) if tpot_all else None,
+        ttft_p50_all_s=_pct(ttft_all, 50),
         req_s=done / (hi - lo),
         n_requests=len(window),
         mean_batch=result.mean_batch,

@@ -18,10 +18,14 @@ Tables:
   `request_overhead_per_running_s` x (requests the server is running) before the scheduler sees it
   (HTTP and tokenization on an event loop busy streaming the others), 0 unless fitted to a run.
 - collective: seconds = latency + bytes x bus factor / bus bandwidth (nccl-tests' busbw).
+- fewer_threads: the matmul, attention and elementwise tables again at fewer threads, for ranks
+  that share a CPU host's cores (refengine gives each of R ranks cores // R threads): a prefill's
+  matmul on one thread takes up to twice its two-thread time, a decode's about the same.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -180,6 +184,31 @@ class CollectiveCost:
 
 
 @dataclass(frozen=True)
+class ThreadTables:
+    """The operator tables measured at `threads` threads, fewer than the profile's own."""
+
+    threads: int
+    matmul: MatmulTable
+    attention_decode: LinearCost
+    attention_prefill: LinearCost
+    elementwise: LinearCost
+
+    def __post_init__(self) -> None:
+        if self.threads < 1:
+            raise DiagnosisError(f"thread tables need threads >= 1, got {self.threads}")
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ThreadTables":
+        return cls(
+            threads=d["threads"],
+            matmul=MatmulTable(**d["matmul"]),
+            attention_decode=LinearCost(**d["attention_decode"]),
+            attention_prefill=LinearCost(**d["attention_prefill"]),
+            elementwise=LinearCost(**d["elementwise"]),
+        )
+
+
+@dataclass(frozen=True)
 class MachineProfile:
     name: str
     source: str  # measured | published | fitted
@@ -198,6 +227,9 @@ class MachineProfile:
     created: str = ""
     host: str = ""  # the machine a measured profile measured (platform.node()); "" unknown
     measured_points: dict = field(default_factory=dict)  # what a calibration measured, for the record
+    threads: int = 0  # threads the tables were measured with (0: not a CPU measurement)
+    cores: int = 0  # the measured host's cores, which its ranks share (0: each rank has a device of its own)
+    fewer_threads: list[ThreadTables] = field(default_factory=list)
     schema_version: int = PROFILE_SCHEMA
 
     def __post_init__(self) -> None:
@@ -210,6 +242,31 @@ class MachineProfile:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    def for_ranks(self, ranks: int) -> tuple["MachineProfile", str | None]:
+        """The profile as each of `ranks` ranks on one host of this profile's sees it: the tables
+        measured at cores // ranks threads (refengine's own split of a host's cores among its ranks),
+        or these, with a note saying what they get wrong, when that thread count was not measured."""
+        if ranks <= 1 or self.cores < 1 or self.threads < 1:
+            return self, None
+        threads = max(1, self.cores // ranks)
+        if threads >= self.threads:
+            return self, None
+        for t in self.fewer_threads:
+            if t.threads == threads:
+                return dataclasses.replace(
+                    self,
+                    threads=threads,
+                    matmul=t.matmul,
+                    attention_decode=t.attention_decode,
+                    attention_prefill=t.attention_prefill,
+                    elementwise=t.elementwise,
+                ), None
+        return self, (
+            f"{ranks} ranks share this host's {self.cores} cores ({threads} threads each), but the profile "
+            f"measured its operators at {self.threads} threads only: prefill-sized matmuls are priced up to "
+            f"{self.threads / threads:.0f}x fast (llmdiag calibrate --ranks {ranks} measures them)"
+        )
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.to_dict(), indent=1) + "\n")
@@ -241,6 +298,9 @@ class MachineProfile:
                 attention_decode=linear("attention_decode"),
                 attention_prefill=linear("attention_prefill"),
                 elementwise=linear("elementwise"),
+                threads=d.get("threads", 0),
+                cores=d.get("cores", 0),
+                fewer_threads=[ThreadTables.from_dict(t) for t in d.get("fewer_threads", [])],
             )
         except (KeyError, TypeError) as exc:
             raise DiagnosisError(f"the machine profile lacks or mistypes a field: {exc}") from None

@@ -72,7 +72,14 @@ def replica_simulator(
         enable_prefix_caching=args.enable_prefix_caching,
     )
     return Simulator(
-        StepModel(shape, _replica_profile(profile, cluster, c), c.tp, c.pp, weight_bytes=c.estimate.plan.weight_bytes),
+        StepModel(
+            shape,
+            _replica_profile(profile, cluster, c),
+            c.tp,
+            c.pp,
+            weight_bytes=c.estimate.plan.weight_bytes,
+            ranks_per_host=min(c.tp * c.pp, cluster.gpus_per_node),
+        ),
         sched,
         cache,
         profile.request_overhead_s,

@@ -10,7 +10,8 @@ samples S of them. Per layer, on one tensor-parallel rank of one pipeline stage:
     attention  decode: KV elements read; prefill: query tokens x context x heads x head_dim
     elementwise  norms, RoPE, activation, residual adds: by T x hidden
     TP       two all-reduces of T x hidden x dtype (after attention and after the MLP)
-Once per step: lm_head on the S sampled rows (an all-gather of the logits under TP), a PP send of
+On a CPU host, ranks that share its cores compute at their share of its threads (the profile's
+tables at that thread count). Once per step: lm_head on the S sampled rows (an all-gather of the logits under TP), a PP send of
 T x hidden x dtype per stage boundary, and the engine's overhead (scheduler, inputs, sampler,
 output processing) by requests. A stage's time is its layers' sum; the step is the stages' sum
 (one batch goes through every stage) plus the overhead.
@@ -55,7 +56,13 @@ class StepCost:
 
 class StepModel:
     def __init__(
-        self, shape: ModelShape, profile: MachineProfile, tp: int = 1, pp: int = 1, weight_bytes: float | None = None
+        self,
+        shape: ModelShape,
+        profile: MachineProfile,
+        tp: int = 1,
+        pp: int = 1,
+        weight_bytes: float | None = None,
+        ranks_per_host: int | None = None,
     ):
         if tp < 1 or pp < 1:
             raise DiagnosisError("TP and PP must be >= 1")
@@ -63,6 +70,10 @@ class StepModel:
             raise DiagnosisError(f"{shape.name}: {shape.num_heads} heads do not split over TP {tp}")
         if pp > shape.num_layers:
             raise DiagnosisError(f"{shape.name}: {shape.num_layers} layers do not fill {pp} pipeline stages")
+        # On a CPU host the plan's ranks share the cores (each computes with cores // ranks threads):
+        # a rank's operators are priced at its own thread count, not at the whole machine's.
+        profile, shared_note = profile.for_ranks(tp * pp if ranks_per_host is None else ranks_per_host)
+        self.profile_notes = {shared_note} if shared_note else set()
         self.shape, self.profile, self.tp, self.pp = shape, profile, tp, pp
         self.stage_layers = -(-shape.num_layers // pp)  # the widest stage sets the pace
         # Bytes per weight element the roofline reads (FP8 weights: 1); a measured table is its own dtype's.
@@ -129,7 +140,7 @@ class StepModel:
         }
 
     def step_cost(self, step: StepShape) -> StepCost:
-        notes: set[str] = set()
+        notes: set[str] = set(self.profile_notes)
         if not step.chunks:
             return StepCost(0.0, 0.0, 0.0, {}, notes)
         s, p, k = self.shape, self.profile, self.profile.compute_scale

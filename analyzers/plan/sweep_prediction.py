@@ -15,6 +15,7 @@ from analyzers.diagnosis_error import DiagnosisError
 from analyzers.model.presets import ModelShape
 from analyzers.plan.engine_config import EngineSetup
 from analyzers.plan.fit import FitResult, fit_profile
+from analyzers.plan.outside_server import OutsideTime
 from analyzers.plan.predict import METRICS, LevelLoad, LevelPrediction, predict_level, relative_errors
 from analyzers.plan.profile import MachineProfile
 from analyzers.plan.simulate import LengthsFn, Simulator
@@ -89,6 +90,7 @@ class SweepPrediction:
                     self.fit.step_overhead_before.per_unit_s,
                 ],
                 "request_overhead_before_s": self.fit.request_overhead_before_s,
+                "request_overhead_from": self.fit.request_overhead_from,
                 "warning": fit_warning(self.error_summary),
             },
             "levels": self.rows,
@@ -135,7 +137,10 @@ def predict_sweep(
     measured: dict[str, dict],
     fit_levels: list[str] | None = None,
     fit_scale: bool = True,
+    outside: dict[str, OutsideTime] | None = None,
 ) -> SweepPrediction:
+    """`outside`: the run's measured time outside the server per level (the fit draws the request
+    overhead through the fitted levels' own)."""
     fit = None
     if fit_levels:
         unknown = sorted(set(fit_levels) - {lv.load.level_id for lv in levels})
@@ -154,6 +159,7 @@ def predict_sweep(
             {lid: measured[lid] for lid in fit_levels},
             run_id,
             fit_scale=fit_scale,
+            outside=[o for lid, o in (outside or {}).items() if lid in fit_levels],
         )
         profile = fit.profile
     rows = []

@@ -33,6 +33,13 @@ def calibrate(
     comm_nprocs: int = typer.Option(
         2, "--comm-nprocs", help="Local processes the collective benchmark runs (gloo on CPU)."
     ),
+    ranks: str = typer.Option(
+        "2,4",
+        "--ranks",
+        help="Rank counts (TP x PP) that will share this host's cores in the plans you predict, comma "
+        "separated: refengine gives each of R ranks cores // R threads, and a prefill's matmul on fewer "
+        "threads is slower, so the operators are measured again at each such thread count.",
+    ),
     serve: bool = typer.Option(
         False,
         "--serve",
@@ -51,6 +58,7 @@ def calibrate(
     with user_errors():
         if max_tokens < 2 or comm_nprocs < 2:
             raise DiagnosisError("--max-tokens and --comm-nprocs must be >= 2")
+        rank_counts = _rank_counts(ranks)
         if quick:
             grid = CalibrationGrid(
                 ms=(1, 16, 256),
@@ -68,7 +76,13 @@ def calibrate(
         if out.parent and not out.parent.exists():
             raise DiagnosisError(f"{out.parent} does not exist")
         rows = None if no_comm else _comm_rows(comm_nprocs, quick)
-        profile = measure(grid, rows, name=name, progress=lambda what: console.print(f"[dim]measuring {what}[/]"))
+        profile = measure(
+            grid,
+            rows,
+            name=name,
+            progress=lambda what: console.print(f"[dim]measuring {what}[/]"),
+            rank_counts=rank_counts,
+        )
         profile.save(out)
         if serve:
             profile = _fit_to_served(out, quick)
@@ -84,6 +98,18 @@ def calibrate(
         f"wrote {out}: step overhead {ov.fixed_s * 1e3:.2f} ms + {ov.per_unit_s * 1e6:.0f} us/request, "
         f"best matmul {profile.roofline.peak_flops / 1e9:.0f} GFLOP/s, {comm}"
     )
+
+
+def _rank_counts(text: str) -> tuple[int, ...]:
+    from analyzers.diagnosis_error import DiagnosisError
+
+    try:
+        counts = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise DiagnosisError(f"--ranks takes whole numbers separated by commas, got {text!r}") from None
+    if any(c < 1 for c in counts):
+        raise DiagnosisError(f"--ranks counts must be >= 1, got {text!r}")
+    return counts
 
 
 def _fit_to_served(profile_path: Path, quick: bool):

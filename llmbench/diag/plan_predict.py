@@ -14,6 +14,7 @@ from analyzers.model.presets import resolve_model
 from analyzers.plan.engine_config import engine_args_from_flags, parse_what_if, resolve_engine, with_changes
 from analyzers.plan.gpu_profiles import resolve_profile
 from analyzers.plan.measured import measured_levels
+from analyzers.plan.outside_server import outside_the_server
 from analyzers.plan.predict import METRICS
 from analyzers.plan.sweep_prediction import SweepPrediction, predict_sweep
 from llmbench.diag.plan_levels import planned_levels
@@ -99,7 +100,9 @@ def predict_run(
             if fit == "all"
             else [x.strip() for x in fit.split(",") if x.strip()]
         )
-    return predict_sweep(info.run_id, shape, profile, setup, levels, measured, fit_levels, fit_scale)
+    # The request overhead is measured where the server's own TTFT histogram lets it be.
+    outside = outside_the_server(run) if fit_levels else {}
+    return predict_sweep(info.run_id, shape, profile, setup, levels, measured, fit_levels, fit_scale, outside)
 
 
 def _ms(v: float | None) -> str:

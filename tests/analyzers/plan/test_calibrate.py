@@ -1,12 +1,14 @@
 """`llmdiag calibrate` measures this machine into a profile `llmdiag plan` reads back."""
 
 import json
+import os
 import platform
 
 import pytest
+import torch
 from typer.testing import CliRunner
 
-from analyzers.plan.calibrate import monotone
+from analyzers.plan.calibrate import monotone, rank_threads
 from analyzers.plan.profile import PROFILE_SCHEMA, MachineProfile
 from llmbench.diag_cli import app
 
@@ -28,6 +30,9 @@ def test_quick_calibration_writes_a_valid_profile(tmp_path):
     assert profile.attention_decode and profile.attention_prefill and profile.elementwise
     assert set(profile.measured_points) == {"attention", "elementwise", "step_overhead"}
     assert any("not measured (--no-comm)" in a for a in profile.assumptions)
+    # Measured again at the threads each of 2 or 4 ranks sharing these cores gets (refengine's split).
+    assert profile.cores == os.cpu_count() and profile.threads == torch.get_num_threads()
+    assert [t.threads for t in profile.fewer_threads] == rank_threads(profile.cores, profile.threads, (2, 4))
     assert profile.host == platform.node()  # whose machine: `--profile` tells this one from another
     older = {k: v for k, v in data.items() if k != "host"}  # written before the field existed
     assert MachineProfile.from_dict(older).host == platform.node()

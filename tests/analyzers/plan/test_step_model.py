@@ -1,12 +1,13 @@
 """The step model against hand computations, and the profile's interpolation and fits."""
 
+import dataclasses
 import math
 
 import pytest
 
 from analyzers.diagnosis_error import DiagnosisError
 from analyzers.model.presets import resolve_model
-from analyzers.plan.profile import CollectiveCost, LinearCost, MachineProfile, MatmulTable, Roofline
+from analyzers.plan.profile import CollectiveCost, LinearCost, MachineProfile, MatmulTable, Roofline, ThreadTables
 from analyzers.plan.step_model import StepModel, StepShape
 
 
@@ -109,3 +110,38 @@ def test_a_measured_matmul_table_prices_the_layers_and_notes_its_edge():
     wide = model.step_cost(StepShape(((128, 128),), num_sampled=1))  # 128 tokens: twice the grid's rows
     assert wide.parts["matmul"] == pytest.approx(2 * 4 * 2e-6 * 2.0)
     assert any("beyond the measured grid" in n for n in wide.notes)
+
+
+def _tables(threads: int, us: float) -> ThreadTables:
+    return ThreadTables(
+        threads=threads,
+        matmul=MatmulTable(ms=[1, 64], sizes=[16, 4096], times=[[us * 1e-6] * 2] * 2),
+        attention_decode=LinearCost(0.0, 1e-12),
+        attention_prefill=LinearCost(0.0, 1e-12),
+        elementwise=LinearCost(0.0, 1e-10),
+    )
+
+
+def test_ranks_sharing_a_cpu_host_are_priced_at_their_share_of_its_threads(tmp_path):
+    # Measured at 2 threads (1 us a matmul) and again at 1 (3 us): refengine gives each of 2 ranks on a
+    # 2-core host one thread, so TP2 and PP2 price their matmuls from the 1-thread table, TP1 from its own.
+    two = _tables(2, 1.0)
+    profile = _profile(matmul=two.matmul, threads=2, cores=2, fewer_threads=[_tables(1, 3.0)], source="measured")
+    profile.save(tmp_path / "p.json")
+    assert MachineProfile.load(tmp_path / "p.json") == profile
+    shape, step = resolve_model("tiny-test"), StepShape(((8, 8),), num_sampled=1)
+    tp1 = StepModel(shape, profile).step_cost(step)
+    assert tp1.parts["matmul"] == pytest.approx(2 * 4 * 1e-6) and not tp1.notes
+    for tp, pp in ((2, 1), (1, 2)):
+        shared = StepModel(shape, profile, tp=tp, pp=pp).step_cost(step)
+        assert shared.parts["matmul"] == pytest.approx(2 * 4 * 3e-6)  # both layers, over the stages
+        assert not shared.notes
+    # A rank with a device of its own (a GPU profile: no cores recorded) keeps the profile's tables.
+    gpu = StepModel(shape, dataclasses.replace(profile, cores=0), tp=2).step_cost(step)
+    assert gpu.parts["matmul"] == pytest.approx(2 * 4 * 1e-6)
+    # Four ranks on 2 cores get 1 thread each as well; 4 ranks on a 16-core host measured at 16 threads only
+    # would need 4-thread tables it lacks: priced at 16, and the prediction says so.
+    assert StepModel(shape, profile, tp=2, pp=2).step_cost(step).parts["matmul"] == pytest.approx(2 * 4 * 3e-6)
+    big = dataclasses.replace(profile, threads=16, cores=16, fewer_threads=[])
+    noted = StepModel(shape, big, tp=4).step_cost(step)
+    assert any("measured its operators at 16 threads only" in n for n in noted.notes)

@@ -298,3 +298,28 @@ def test_peak_rate_refuses_a_bad_rate_or_policy_in_one_line():
         r = invoke("plan", "--model", "llama-3-70b", "--profile", "h100", *args)
         assert r.exit_code == 2, r.output
         assert says in r.output and "No such option" not in r.output and "Traceback" not in r.output
+
+
+def test_the_time_outside_the_server_is_the_clients_ttft_less_the_servers_own(run_dir):
+    # The server's TTFT histogram (vLLM's names, per scrape interval) says each request waited 2 ms at
+    # c1 (1 running) and 6 ms at c4 (4 running) less than the client saw: the time outside the server,
+    # which the fit draws the request overhead through (tests/analyzers/plan/test_fit.py).
+    from synth_run import T0
+
+    from analyzers.plan.outside_server import outside_the_server
+
+    run = RunDir(run_dir)
+    assert outside_the_server(run) == {}  # no server histograms: nothing measured
+    rows = []
+    for start, ttft, running in ((0.0, 0.01 - 0.002, 1.0), (20.0, 0.03 - 0.006, 4.0)):
+        for k in range(1, 11):
+            rows.append({"t": T0 + start + k, "ttft_count": 3.0, "ttft_mean_s": ttft, "running": running})
+    run.probe_file("server").parent.mkdir(parents=True, exist_ok=True)
+    run.probe_file("server").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = outside_the_server(run)
+    assert set(out) == {"c1-in10-out11", "c4-in10-out11"}
+    assert out["c1-in10-out11"].outside_s == pytest.approx(0.002, abs=1e-6) and out["c1-in10-out11"].running == 1.0
+    assert out["c4-in10-out11"].outside_s == pytest.approx(0.006, abs=1e-6) and out["c4-in10-out11"].running == 4.0
+    # A histogram that counted far other requests than the client measured says nothing about them.
+    run.probe_file("server").write_text("".join(json.dumps({**r, "ttft_count": 30.0}) + "\n" for r in rows))
+    assert outside_the_server(run) == {}
