@@ -9,6 +9,10 @@ profile, and its open-loop and trace runs' levels (every one held out).
 from __future__ import annotations
 
 import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the project first
 
 from bench.common import print_table
 
@@ -75,16 +79,16 @@ def case_levels(case: dict, mode: str) -> list[tuple[dict, str]]:
     return out
 
 
-def pooled(cases: list[dict]) -> dict:
-    """Median and P90 of |error| over every held-out level of every case (closed and open loop),
-    with the fitted profile: the issue's goal is stated over these."""
+def pooled(cases: list[dict], kinds: tuple[str, ...] = ("", "open loop", "trace")) -> dict:
+    """Median and P90 of |error| over every held-out level of every case (closed and open loop,
+    trace; or the `kinds` given), with the fitted profile: the issue's goal is stated over these."""
     out = {}
     for k in METRICS:
         errs = sorted(
             abs(lv["error"][k])
             for c in cases
-            for lv, _ in case_levels(c, "fitted")
-            if lv["role"] == "predicted" and lv["error"] and lv["error"][k] is not None
+            for lv, kind in case_levels(c, "fitted")
+            if kind in kinds and lv["role"] == "predicted" and lv["error"] and lv["error"][k] is not None
         )
         out[k] = {
             "n": len(errs),
@@ -92,3 +96,26 @@ def pooled(cases: list[dict]) -> dict:
             "p90": errs[min(len(errs) - 1, int(0.9 * len(errs)))] if errs else None,
         }
     return out
+
+
+def print_pooled_by_kind(cases: list[dict]) -> None:
+    """The held-out pooled table, all levels and each kind of run apart (bench/RESULTS.md's table)."""
+    rows = []
+    for name, kinds in (
+        ("all", ("", "open loop", "trace")),
+        ("closed loop", ("",)),
+        ("open loop", ("open loop",)),
+        ("trace", ("trace",)),
+    ):
+        p = pooled(cases, kinds)
+        n = f"{p['ttft_p50_s']['n']} ({p['output_tok_s']['n']})"
+        rows.append([name, n, *(f"{p[k]['median']:.1%} / {p[k]['p90']:.1%}" if p[k]["n"] else "-" for k in METRICS)])
+    print_table("held out (fitted profiles), median / P90 of |error|", ["levels", "n (tok/s)", *METRICS], rows)
+
+
+if __name__ == "__main__":
+    import json
+
+    if len(sys.argv) != 2:
+        raise SystemExit("usage: python bench/prediction_errors.py BENCH_JSON (a bench/plan_accuracy.py output)")
+    print_pooled_by_kind(json.load(open(sys.argv[1]))["cases"])
