@@ -310,7 +310,11 @@ def calibrate(
     assumptions = [
         f"measured on {platform.node()} ({platform.machine()}, torch {torch.__version__}, {threads} threads), float32",
         f"ranks sharing its {cores} cores: operators measured again at "
-        + (", ".join(f"{t.threads}" for t in fewer) + " threads" if fewer else "no other thread count"),
+        + (
+            ", ".join(str(t.threads) for t in fewer) + (" thread" if [t.threads for t in fewer] == [1] else " threads")
+            if fewer
+            else "no other thread count"
+        ),
         f"attention measured at {grid.heads} heads, {grid.kv_heads} KV heads, head dim {grid.head_dim}; "
         "other shapes scale by the elements read and the work",
         "elementwise measured at hidden 1024 (intermediate 2.75 x hidden); other sizes scale by tokens x hidden",
