@@ -139,6 +139,15 @@ def print_prediction(result: SweepPrediction, console: Console) -> None:
     for role, errs in d["median_abs_error"].items():
         parts = ", ".join(f"{k} {v:.0%}" for k, v in errs.items() if v is not None)
         console.print(f"median |error| of the {role} levels: {parts or 'nothing measured'}")
+    if result.fit is not None:
+        p, ov = result.profile, result.profile.step_overhead
+        console.print(
+            f"fitted to {', '.join(result.fit.fitted_levels)}: operators x {p.compute_scale:.2f}, step overhead "
+            f"{ov.fixed_s * 1e3:.2f} ms + {ov.per_unit_s * 1e6:.0f} us/request, request overhead "
+            f"{p.request_overhead_s * 1e3:.1f} ms + {p.request_overhead_per_running_s * 1e3:.2f} ms per running "
+            f"request ({result.fit.request_overhead_from})",
+            highlight=False,
+        )
     if d["fit"] is not None and d["fit"]["warning"]:
         console.print(f"[bold yellow]warning:[/] {d['fit']['warning']}")
     if any(row["role"] == "not run" for row in d["levels"]):

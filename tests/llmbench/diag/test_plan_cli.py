@@ -81,6 +81,10 @@ def test_fit_calibrates_to_the_named_levels_and_saves_the_profile(run_dir, tmp_p
     assert abs(fitted["error"]["tpot_p50_s"]) < 0.2
     profile = MachineProfile.load(tmp_path / "fitted.json")
     assert profile.source == "fitted" and "fitted to run" in profile.assumptions[-1]
+    # The table says what the fit found, and where the request overhead came from (no server probe here).
+    text = invoke("plan", "--predict-sweep", run_dir, "--profile", "h100", "--fit", "c1-in10-out11").output
+    assert "fitted to c1-in10-out11: operators x" in " ".join(text.split())
+    assert "(fitted to TTFT P50)" in " ".join(text.split())
 
 
 def test_what_if_changes_the_engine_and_a_bad_one_is_one_line(run_dir):
