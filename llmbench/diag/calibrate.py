@@ -94,9 +94,13 @@ def calibrate(
         if no_comm
         else f"all-reduce {profile.collective.bus_bw_bytes_s / 1e9:.2f} GB/s bus bandwidth"
     )
+    shared = ", ".join(str(t.threads) for t in profile.fewer_threads)
     console.print(
         f"wrote {out}: step overhead {ov.fixed_s * 1e3:.2f} ms + {ov.per_unit_s * 1e6:.0f} us/request, "
-        f"best matmul {profile.roofline.peak_flops / 1e9:.0f} GFLOP/s, {comm}"
+        f"best matmul {profile.roofline.peak_flops / 1e9:.0f} GFLOP/s ({profile.threads} threads"
+        + (f"; again at {shared} for ranks sharing the {profile.cores} cores" if shared else "")
+        + f"), {comm}",
+        highlight=False,
     )
 
 

@@ -33,6 +33,7 @@ def test_quick_calibration_writes_a_valid_profile(tmp_path):
     # Measured again at the threads each of 2 or 4 ranks sharing these cores gets (refengine's split).
     assert profile.cores == os.cpu_count() and profile.threads == torch.get_num_threads()
     assert [t.threads for t in profile.fewer_threads] == rank_threads(profile.cores, profile.threads, (2, 4))
+    assert f"({profile.threads} threads" in " ".join(r.output.split())
     assert profile.host == platform.node()  # whose machine: `--profile` tells this one from another
     older = {k: v for k, v in data.items() if k != "host"}  # written before the field existed
     assert MachineProfile.from_dict(older).host == platform.node()
