@@ -5,7 +5,8 @@
   weights so that each call reads its weight from memory, as in a model's step.
 - attention: refengine's Attention layer (store into the paged cache, then its decode or prefill
   path) at a grid of batch x context (decode) and prompt lengths (prefill), fitted linearly to the
-  KV elements read and to tokens x context x heads x head_dim.
+  KV elements read and to tokens x context x heads x head_dim; and prefill per head on a grid of
+  prompt lengths x head dims (the table the step model reads: analyzers/plan/attention_table.py).
 - elementwise: one layer's worth of refengine's RMSNorm (two, with the residual add), RoPE and
   SiluAndMul at a grid of tokens, fitted to tokens x hidden.
 - step overhead: the real LLMEngine decoding `tiny-test` (whose model is negligible) at a few batch
@@ -24,6 +25,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from analyzers.diagnosis_error import DiagnosisError
+from analyzers.plan.attention_table import AttentionTable
 from analyzers.plan.profile import CollectiveCost, LinearCost, MachineProfile, MatmulTable, Roofline, ThreadTables
 
 OVERHEAD_MODEL = "tiny-test"
@@ -36,6 +38,8 @@ class CalibrationGrid:
     decode_batches: tuple[int, ...] = (1, 8, 32)
     decode_contexts: tuple[int, ...] = (64, 512, 2048)
     prefill_tokens: tuple[int, ...] = (32, 256, 1024)
+    table_tokens: tuple[int, ...] = (32, 128, 512, 2048)  # the prefill attention table's sequences
+    table_head_dims: tuple[int, ...] = (16, 64, 128)  # ... and head dims (4 heads, 2 KV heads)
     elementwise_tokens: tuple[int, ...] = (1, 32, 256, 1024)
     overhead_batches: tuple[int, ...] = (1, 8, 32)
     repeats: int = 5
@@ -52,6 +56,8 @@ class CalibrationGrid:
             "prefill_tokens",
             "elementwise_tokens",
             "overhead_batches",
+            "table_tokens",
+            "table_head_dims",
         ):
             values = getattr(self, name)
             if len(values) < 2 or list(values) != sorted(set(values)) or values[0] < 1:
@@ -158,6 +164,18 @@ def measure_attention(grid: CalibrationGrid) -> tuple[LinearCost, LinearCost, di
     return LinearCost.fit(dx, dy), LinearCost.fit(px, py), {"decode": list(zip(dx, dy)), "prefill": list(zip(px, py))}
 
 
+def measure_attention_table(grid: CalibrationGrid) -> AttentionTable:
+    """Prefill attention per head: one sequence of n tokens at each head dim, 4 heads and 2 KV heads."""
+    import dataclasses
+
+    times = [[0.0] * len(grid.table_head_dims) for _ in grid.table_tokens]
+    for j, d in enumerate(grid.table_head_dims):
+        layout = dataclasses.replace(grid, heads=4, kv_heads=2, head_dim=d)
+        for i, n in enumerate(grid.table_tokens):
+            times[i][j] = max(_attention(layout, [(0, n)]), 1e-7) / 4
+    return AttentionTable(list(grid.table_tokens), list(grid.table_head_dims), times)
+
+
 def measure_elementwise(grid: CalibrationGrid, hidden: int = 1024) -> tuple[LinearCost, list]:
     import torch
 
@@ -251,11 +269,12 @@ def measure_at_threads(grid: CalibrationGrid, threads: int, progress: Callable[[
         table = measure_matmul(grid)
         progress(f"attention ({threads} threads)")
         decode, prefill, _ = measure_attention(grid)
+        prefill_table = measure_attention_table(grid)
         progress(f"elementwise ({threads} threads)")
         elementwise, _ = measure_elementwise(grid)
     finally:
         torch.set_num_threads(before)
-    return ThreadTables(threads, table, decode, prefill, elementwise)
+    return ThreadTables(threads, table, decode, prefill, elementwise, prefill_table)
 
 
 def rank_threads(cores: int, threads: int, rank_counts: tuple[int, ...]) -> list[int]:
@@ -286,6 +305,7 @@ def calibrate(
     table = measure_matmul(grid)
     progress("attention")
     decode, prefill, att_points = measure_attention(grid)
+    prefill_table = measure_attention_table(grid)
     progress("elementwise")
     elementwise, el_points = measure_elementwise(grid)
     fewer = [measure_at_threads(grid, t, progress) for t in rank_threads(cores, threads, rank_counts) if t < threads]
@@ -336,6 +356,7 @@ def calibrate(
         matmul=table,
         attention_decode=decode,
         attention_prefill=prefill,
+        attention_prefill_table=prefill_table,
         elementwise=elementwise,
         assumptions=assumptions,
         host=platform.node(),

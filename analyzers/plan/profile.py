@@ -10,7 +10,9 @@ Tables:
   a query (M, K, N) is read at s = sqrt(K x N) (the same weight bytes and FLOP per row), log-log
   bilinear inside the grid.
 - attention_decode: seconds = a + b x (KV elements read), from refengine's decode path.
-- attention_prefill: seconds = a + b x (query tokens x context x heads x head_dim).
+- attention_prefill: seconds = a + b x (query tokens x context x heads x head_dim); where measured,
+  attention_prefill_table (analyzers/plan/attention_table.py) replaces it: per head, by tokens and
+  head dim.
 - elementwise: seconds per layer of refengine's norms, RoPE, activation and residual adds
   = a + b x (tokens x hidden).
 - step_overhead: seconds per engine step outside the model (scheduler, input tensors, sampler,
@@ -33,6 +35,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from analyzers.diagnosis_error import DiagnosisError
+from analyzers.plan.attention_table import AttentionTable
+from analyzers.plan.loglog_grid import loglog_bilinear
 
 PROFILE_SCHEMA = 1
 
@@ -134,7 +138,7 @@ class MatmulTable:
         s = math.sqrt(k * n)
         mm = min(max(m, self.ms[0]), self.ms[-1])
         ss = min(max(s, self.sizes[0]), self.sizes[-1])
-        t = math.exp(_bilinear(self.ms, self.sizes, self.times, mm, ss))
+        t = math.exp(loglog_bilinear(self.ms, self.sizes, self.times, mm, ss))
         # Outside the grid: scale the edge by the FLOP ratio (exact for large M, an upper bound for small).
         scale = (m / mm) * (s * s) / (ss * ss)
         if notes is not None and (m > self.ms[-1] or s > self.sizes[-1] * 1.001):
@@ -149,20 +153,6 @@ def _measured_on(assumptions: list[str]) -> str:
     """The host a profile written before `host` existed names in its first assumption ("measured on X (...")."""
     m = re.match(r"measured on (\S+) \(", assumptions[0]) if assumptions else None
     return m.group(1) if m else ""
-
-
-def _bilinear(xs: list[int], ys: list[int], zs: list[list[float]], x: float, y: float) -> float:
-    """log(z) interpolated in (log x, log y)."""
-
-    def bracket(axis: list[int], v: float) -> tuple[int, float]:
-        i = max(0, min(len(axis) - 2, next((j for j in range(len(axis) - 1) if v <= axis[j + 1]), len(axis) - 2)))
-        lo, hi = math.log(axis[i]), math.log(axis[i + 1])
-        return i, (math.log(v) - lo) / (hi - lo) if hi > lo else 0.0
-
-    i, fx = bracket(xs, x)
-    j, fy = bracket(ys, y)
-    z = [[math.log(zs[a][b]) for b in (j, j + 1)] for a in (i, i + 1)]
-    return z[0][0] * (1 - fx) * (1 - fy) + z[1][0] * fx * (1 - fy) + z[0][1] * (1 - fx) * fy + z[1][1] * fx * fy
 
 
 @dataclass(frozen=True)
@@ -192,6 +182,7 @@ class ThreadTables:
     attention_decode: LinearCost
     attention_prefill: LinearCost
     elementwise: LinearCost
+    attention_prefill_table: AttentionTable | None = None
 
     def __post_init__(self) -> None:
         if self.threads < 1:
@@ -205,6 +196,9 @@ class ThreadTables:
             attention_decode=LinearCost(**d["attention_decode"]),
             attention_prefill=LinearCost(**d["attention_prefill"]),
             elementwise=LinearCost(**d["elementwise"]),
+            attention_prefill_table=AttentionTable(**d["attention_prefill_table"])
+            if d.get("attention_prefill_table")
+            else None,
         )
 
 
@@ -219,6 +213,7 @@ class MachineProfile:
     matmul: MatmulTable | None = None
     attention_decode: LinearCost | None = None  # by KV elements read
     attention_prefill: LinearCost | None = None  # by tokens x context x heads x head_dim
+    attention_prefill_table: AttentionTable | None = None  # measured per head: read before the line above
     elementwise: LinearCost | None = None  # per layer, by tokens x hidden
     request_overhead_s: float = 0.0  # once per request, on its TTFT ...
     request_overhead_per_running_s: float = 0.0  # ... plus this per request the server is running then
@@ -260,6 +255,7 @@ class MachineProfile:
                     matmul=t.matmul,
                     attention_decode=t.attention_decode,
                     attention_prefill=t.attention_prefill,
+                    attention_prefill_table=t.attention_prefill_table,
                     elementwise=t.elementwise,
                 ), None
         return self, (
@@ -297,6 +293,9 @@ class MachineProfile:
                 measured_points=d.get("measured_points", {}),
                 attention_decode=linear("attention_decode"),
                 attention_prefill=linear("attention_prefill"),
+                attention_prefill_table=AttentionTable(**d["attention_prefill_table"])
+                if d.get("attention_prefill_table")
+                else None,
                 elementwise=linear("elementwise"),
                 threads=d.get("threads", 0),
                 cores=d.get("cores", 0),

@@ -104,7 +104,9 @@ class StepModel:
                 if p.attention_decode
                 else p.roofline.seconds(2.0 * kv_elems * heads / kv_heads, kv_elems * p.dtype_bytes)
             )
-        if prefill:
+        if prefill and p.attention_prefill_table is not None:
+            t += p.attention_prefill_table.step_seconds(prefill, heads, s.head_dim, notes)
+        elif prefill:
             t += (
                 p.attention_prefill.seconds(work, notes, "prefill attention work")
                 if p.attention_prefill

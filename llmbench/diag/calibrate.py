@@ -66,6 +66,8 @@ def calibrate(
                 decode_batches=(1, 8),
                 decode_contexts=(64, 256),
                 prefill_tokens=(32, 128),
+                table_tokens=(32, 128),
+                table_head_dims=(16, 64),
                 elementwise_tokens=(1, 64),
                 overhead_batches=(1, 4),
                 repeats=2,

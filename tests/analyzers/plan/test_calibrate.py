@@ -28,6 +28,9 @@ def test_quick_calibration_writes_a_valid_profile(tmp_path):
     # A bigger matmul never costs less (noise on a shared machine is clipped, not believed).
     assert all(table.times[i][j] <= table.times[i + 1][j] for i in range(2) for j in range(2))
     assert profile.attention_decode and profile.attention_prefill and profile.elementwise
+    att = profile.attention_prefill_table  # refengine's Attention per head, by prompt length and head dim
+    assert att is not None and att.tokens == [32, 128] and att.head_dims == [16, 64]
+    assert all(t.attention_prefill_table is not None for t in profile.fewer_threads)
     assert set(profile.measured_points) == {"attention", "elementwise", "step_overhead"}
     assert any("not measured (--no-comm)" in a for a in profile.assumptions)
     # Measured again at the threads each of 2 or 4 ranks sharing these cores gets (refengine's split).

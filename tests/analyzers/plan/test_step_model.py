@@ -7,6 +7,7 @@ import pytest
 
 from analyzers.diagnosis_error import DiagnosisError
 from analyzers.model.presets import resolve_model
+from analyzers.plan.attention_table import AttentionTable
 from analyzers.plan.profile import CollectiveCost, LinearCost, MachineProfile, MatmulTable, Roofline, ThreadTables
 from analyzers.plan.step_model import StepModel, StepShape
 
@@ -145,3 +146,30 @@ def test_ranks_sharing_a_cpu_host_are_priced_at_their_share_of_its_threads(tmp_p
     big = dataclasses.replace(profile, threads=16, cores=16, fewer_threads=[])
     noted = StepModel(shape, big, tp=4).step_cost(step)
     assert any("measured its operators at 16 threads only" in n for n in noted.notes)
+
+
+def test_a_measured_prefill_attention_table_prices_each_chunk_per_head():
+    # Per head: 1 us at 32 tokens (the layer's fixed cost, little else), 10 us at 512, 100 us at 2048, at
+    # head dims 16 and 64 alike but 2x at 128. One chunk of 512 at 4 heads: 40 us; two chunks pay the
+    # fixed cost once (4 + 2 x (40 - 4) us); a chunk of 256 new tokens over 1,024 reads at sqrt(256 x
+    # 1024) = 512; head dim 96 lies between 64 and 128 (log-log); 4,096 tokens is beyond the grid.
+    table = AttentionTable(
+        tokens=[32, 512, 2048],
+        head_dims=[16, 64, 128],
+        times=[[1e-6, 1e-6, 2e-6], [10e-6, 10e-6, 20e-6], [100e-6, 100e-6, 200e-6]],
+    )
+    notes: set[str] = set()
+    assert table.seconds(512, 512, 4, 64, notes) == pytest.approx(40e-6)
+    assert table.step_seconds([(512, 512), (512, 512)], 4, 64, notes) == pytest.approx(4e-6 + 2 * 36e-6)
+    assert table.seconds(256, 1024, 4, 64, notes) == pytest.approx(40e-6)
+    assert table.seconds(512, 512, 1, 96) == pytest.approx(10e-6 * 2 ** (math.log(96 / 64) / math.log(2)))
+    assert not notes
+    assert table.seconds(4096, 4096, 1, 64, notes) == pytest.approx(100e-6 * 4)  # the work, 4x the edge's
+    assert any("beyond the measured grid" in n for n in notes)
+    # The step model reads the table before the line, per TP rank's heads.
+    profile = _profile(attention_prefill_table=table, attention_prefill=LinearCost(1.0, 1.0))
+    shape = resolve_model("tiny-test")  # 4 heads, head dim 16
+    cost = StepModel(shape, profile, tp=2).step_cost(StepShape(((512, 512),), num_sampled=1))
+    assert cost.parts["attention"] == pytest.approx(2 * 2 * 10e-6)  # 2 layers x 2 heads per rank
+    with pytest.raises(DiagnosisError):
+        AttentionTable(tokens=[32, 16], head_dims=[16, 64], times=[[1e-6, 1e-6], [1e-6, 1e-6]])
