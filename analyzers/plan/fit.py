@@ -223,6 +223,33 @@ def _fit(
     return best[1]
 
 
+def _fit_jointly(
+    profile: MachineProfile,
+    predict: Predictor,
+    tpot: dict[str, float],
+    ttft: dict[str, float],
+    free: Sequence[bool],
+    passes: int,
+) -> MachineProfile:
+    """The step's factors fitted to the levels' mean TPOT and to `ttft` (TTFT P50) at once: each
+    level appears twice to the Gauss-Newton passes, once per metric."""
+
+    def both(profile: MachineProfile) -> list[LevelPrediction]:
+        out = []
+        for p in predict(profile):
+            out += [
+                dataclasses.replace(p, level_id=f"{p.level_id}|tpot"),
+                dataclasses.replace(p, level_id=f"{p.level_id}|ttft"),
+            ]
+        return out
+
+    def metric(p: LevelPrediction) -> float | None:
+        return _tpot_mean(p) if p.level_id.endswith("|tpot") else _ttft_p50(p)
+
+    targets = {f"{lid}|tpot": y for lid, y in tpot.items()} | {f"{lid}|ttft": y for lid, y in ttft.items()}
+    return _fit(profile, both, targets, metric, STEP_FACTORS, free, passes)
+
+
 def request_overhead_bound(running: float, unloaded_ttft_s: float) -> Callable[[MachineProfile], MachineProfile]:
     """The request overhead at `running` requests (the most the fitted levels run) no longer than
     `unloaded_ttft_s`, the shortest TTFT P50 measured: HTTP and tokenization cannot take longer than
@@ -280,14 +307,20 @@ def fit_profile(
         profile, step_overhead=LinearCost(ov.fixed_s, ov.per_unit_s, ov.lo, max(ov.hi, widest))
     )
 
-    fitted = _fit(fitted, predict, tpot, _tpot_mean, STEP_FACTORS, (fit_scale, True, True), passes)
     ttft = {lid: y for lid, m in measured.items() if (y := m.get("ttft_p50_s")) is not None and y > 0}
     overhead_from = "fitted to TTFT P50"
     if ttft and {o.level_id for o in outside} >= set(ttft):
         r0, r1 = request_overhead_of([o for o in outside if o.level_id in ttft])
         fitted = dataclasses.replace(fitted, request_overhead_s=r0, request_overhead_per_running_s=r1)
         overhead_from = "measured: the client's mean TTFT less the server's own, by running requests"
-    elif ttft:
+        # With the time outside the server measured, the lightest level's TTFT is its prefill: it pins
+        # what the operators cost in a long step, which decode-bound TPOTs alone leave to the prior.
+        batch = {p.level_id: p.mean_batch for p in predict(fitted)}
+        lightest = min(ttft, key=lambda lid: batch.get(lid, 0.0))
+        fitted = _fit_jointly(fitted, predict, tpot, {lightest: ttft[lightest]}, (fit_scale, True, True), passes)
+    else:
+        fitted = _fit(fitted, predict, tpot, _tpot_mean, STEP_FACTORS, (fit_scale, True, True), passes)
+    if ttft and overhead_from == "fitted to TTFT P50":
         running = max((p.mean_batch for p in predict(fitted) if p.level_id in ttft), default=0.0)
         bound = request_overhead_bound(running, min(ttft.values()))
         fitted = _fit(bound(fitted), predict, ttft, _ttft_p50, REQUEST_FACTORS, (True, True), passes - 1, bound)

@@ -164,3 +164,29 @@ def test_a_level_whose_simulated_window_catches_no_request_is_still_fitted():
     fit = fit_profile(start, predict, {"c4": {"tpot_mean_s": level.tpot_mean_all_s}}, "short-window", fit_scale=False)
     (fitted,) = predict(fit.profile)
     assert fitted.tpot_mean_all_s == pytest.approx(level.tpot_mean_all_s, rel=0.1)
+
+
+def test_the_lightest_levels_ttft_pins_what_a_prefill_costs_when_the_outside_time_is_measured():
+    # Two decode-bound TPOTs cannot tell "operators 2x slower" from "a longer step overhead": both
+    # give the same TPOT, and the prior picks. A prefill of 1,024 tokens is compute-bound, so the
+    # lightest level's TTFT (its time outside the server measured, here none) tells them apart: the
+    # fit holds it too and finds the operators' scale (served: 1.25-1.65 on decode alone inflated the
+    # prefills, bench/RESULTS.md).
+    from analyzers.plan.outside_server import OutsideTime
+
+    shape = resolve_model("llama-3-8b")
+    sched, cache = SchedulerConfig(max_num_seqs=64, max_model_len=4096), CacheConfig(num_blocks=20_000)
+    levels = [LevelLoad(f"c{c}", 0.5, 2.0, concurrency=c) for c in (1, 8)]
+
+    def predict(profile):
+        sim = Simulator(StepModel(shape, profile), sched, cache, profile.request_overhead_s)
+        return [predict_level(sim, lv, lambda i: (random_prompt(1024, 0, i, vocab=32000), 16)) for lv in levels]
+
+    base = published_profile("h100")
+    truth = dataclasses.replace(base, compute_scale=2.0, step_overhead=LinearCost(1e-3, 0.0))
+    measured = {p.level_id: {"tpot_mean_s": p.tpot_mean_s, "ttft_p50_s": p.ttft_p50_s} for p in predict(truth)}
+    outside = [OutsideTime("c1", 0.0, 1.0, 20, 20.0), OutsideTime("c8", 0.0, 8.0, 80, 80.0)]
+    fit = fit_profile(base, predict, measured, "long-prompts", outside=outside)
+    assert fit.profile.compute_scale == pytest.approx(2.0, rel=0.15)
+    c1 = next(p for p in predict(fit.profile) if p.level_id == "c1")
+    assert c1.ttft_p50_s == pytest.approx(measured["c1"]["ttft_p50_s"], rel=0.1)
