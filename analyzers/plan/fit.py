@@ -308,22 +308,23 @@ def fit_profile(
     )
 
     ttft = {lid: y for lid, m in measured.items() if (y := m.get("ttft_p50_s")) is not None and y > 0}
-    overhead_from = "fitted to TTFT P50"
-    if ttft and {o.level_id for o in outside} >= set(ttft):
-        r0, r1 = request_overhead_of([o for o in outside if o.level_id in ttft])
+    measured_overhead = bool(ttft) and {o.level_id for o in outside} >= set(ttft)
+    if measured_overhead:
+        times = [o for o in outside if o.level_id in ttft]
+        r0, r1 = request_overhead_of(times)
         fitted = dataclasses.replace(fitted, request_overhead_s=r0, request_overhead_per_running_s=r1)
         overhead_from = "measured: the client's mean TTFT less the server's own, by running requests"
         # With the time outside the server measured, the lightest level's TTFT is its prefill: it pins
         # what the operators cost in a long step, which decode-bound TPOTs alone leave to the prior.
-        batch = {p.level_id: p.mean_batch for p in predict(fitted)}
-        lightest = min(ttft, key=lambda lid: batch.get(lid, 0.0))
+        lightest = min(times, key=lambda o: o.running).level_id
         fitted = _fit_jointly(fitted, predict, tpot, {lightest: ttft[lightest]}, (fit_scale, True, True), passes)
     else:
+        overhead_from = "fitted to TTFT P50"
         fitted = _fit(fitted, predict, tpot, _tpot_mean, STEP_FACTORS, (fit_scale, True, True), passes)
-    if ttft and overhead_from == "fitted to TTFT P50":
-        running = max((p.mean_batch for p in predict(fitted) if p.level_id in ttft), default=0.0)
-        bound = request_overhead_bound(running, min(ttft.values()))
-        fitted = _fit(bound(fitted), predict, ttft, _ttft_p50, REQUEST_FACTORS, (True, True), passes - 1, bound)
+        if ttft:
+            running = max((p.mean_batch for p in predict(fitted) if p.level_id in ttft), default=0.0)
+            bound = request_overhead_bound(running, min(ttft.values()))
+            fitted = _fit(bound(fitted), predict, ttft, _ttft_p50, REQUEST_FACTORS, (True, True), passes - 1, bound)
     ov, r0, r1 = fitted.step_overhead, fitted.request_overhead_s, fitted.request_overhead_per_running_s
     fitted = dataclasses.replace(
         fitted,

@@ -196,10 +196,16 @@ class ThreadTables:
             attention_decode=LinearCost(**d["attention_decode"]),
             attention_prefill=LinearCost(**d["attention_prefill"]),
             elementwise=LinearCost(**d["elementwise"]),
-            attention_prefill_table=AttentionTable(**d["attention_prefill_table"])
-            if d.get("attention_prefill_table")
-            else None,
+            attention_prefill_table=_attention_table(d),
         )
+
+
+def _attention_table(d: dict) -> AttentionTable | None:
+    return AttentionTable(**d["attention_prefill_table"]) if d.get("attention_prefill_table") else None
+
+
+# The fields a ThreadTables replaces in a profile: its operator tables, all but its thread count.
+OPERATOR_FIELDS = tuple(f.name for f in dataclasses.fields(ThreadTables) if f.name != "threads")
 
 
 @dataclass(frozen=True)
@@ -249,15 +255,8 @@ class MachineProfile:
             return self, None
         for t in self.fewer_threads:
             if t.threads == threads:
-                return dataclasses.replace(
-                    self,
-                    threads=threads,
-                    matmul=t.matmul,
-                    attention_decode=t.attention_decode,
-                    attention_prefill=t.attention_prefill,
-                    attention_prefill_table=t.attention_prefill_table,
-                    elementwise=t.elementwise,
-                ), None
+                tables = {name: getattr(t, name) for name in OPERATOR_FIELDS}
+                return dataclasses.replace(self, threads=threads, **tables), None
         return self, (
             f"{ranks} ranks share this host's {self.cores} cores ({threads} threads each), but the profile "
             f"measured its operators at {self.threads} threads only: prefill-sized matmuls are priced up to "
@@ -293,9 +292,7 @@ class MachineProfile:
                 measured_points=d.get("measured_points", {}),
                 attention_decode=linear("attention_decode"),
                 attention_prefill=linear("attention_prefill"),
-                attention_prefill_table=AttentionTable(**d["attention_prefill_table"])
-                if d.get("attention_prefill_table")
-                else None,
+                attention_prefill_table=_attention_table(d),
                 elementwise=linear("elementwise"),
                 threads=d.get("threads", 0),
                 cores=d.get("cores", 0),

@@ -11,9 +11,9 @@ samples S of them. Per layer, on one tensor-parallel rank of one pipeline stage:
     elementwise  norms, RoPE, activation, residual adds: by T x hidden
     TP       two all-reduces of T x hidden x dtype (after attention and after the MLP)
 On a CPU host, ranks that share its cores compute at their share of its threads (the profile's
-tables at that thread count). Once per step: lm_head on the S sampled rows (an all-gather of the logits under TP), a PP send of
-T x hidden x dtype per stage boundary, and the engine's overhead (scheduler, inputs, sampler,
-output processing) by requests. A stage's time is its layers' sum; the step is the stages' sum
+tables at that thread count). Once per step: lm_head on the S sampled rows (an all-gather of the
+logits under TP), a PP send of T x hidden x dtype per stage boundary, and the engine's overhead
+(scheduler, inputs, sampler, output processing) by requests. A stage's time is its layers' sum; the step is the stages' sum
 (one batch goes through every stage) plus the overhead.
 """
 

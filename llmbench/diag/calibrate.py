@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from llmbench.cli_common import make_console, user_errors
+from llmbench.options.parse import parse_list
 
 console = make_console()
 
@@ -58,7 +59,9 @@ def calibrate(
     with user_errors():
         if max_tokens < 2 or comm_nprocs < 2:
             raise DiagnosisError("--max-tokens and --comm-nprocs must be >= 2")
-        rank_counts = _rank_counts(ranks)
+        rank_counts = tuple(parse_list(ranks, int, "--ranks"))
+        if any(c < 1 for c in rank_counts):
+            raise DiagnosisError(f"--ranks counts must be >= 1, got {ranks!r}")
         if quick:
             grid = CalibrationGrid(
                 ms=(1, 16, 256),
@@ -104,18 +107,6 @@ def calibrate(
         + f"), {comm}",
         highlight=False,
     )
-
-
-def _rank_counts(text: str) -> tuple[int, ...]:
-    from analyzers.diagnosis_error import DiagnosisError
-
-    try:
-        counts = tuple(int(v) for v in text.split(",") if v.strip())
-    except ValueError:
-        raise DiagnosisError(f"--ranks takes whole numbers separated by commas, got {text!r}") from None
-    if any(c < 1 for c in counts):
-        raise DiagnosisError(f"--ranks counts must be >= 1, got {text!r}")
-    return counts
 
 
 def _fit_to_served(profile_path: Path, quick: bool):

@@ -100,18 +100,24 @@ def test_a_fit_that_misses_its_own_levels_is_said_not_to_be_trusted():
     assert fit_warning({"fitted": {"tpot_p50_s": None, "output_tok_s": 0.4}}) is not None
 
 
-def test_the_request_overhead_never_exceeds_the_unloaded_ttft():
-    # A closed loop's queueing the simulation does not reproduce (measured TTFT P50 at c16 ten times
-    # the simulated one) must not land in the request overhead: one fit put 3.9 s per running
-    # request there (tiny TP2), and its held-out TTFT P99s came out 5-29x too long.
-    shape = resolve_model("tiny-test")
+def _queued_at_c16():
+    """tiny-test at PP2 on an H100 profile, c1 and c16, measured as simulated but for a c16 TTFT P50
+    ten times the simulated one (a closed loop's queueing the simulation does not reproduce)."""
     base = published_profile("h100")
     levels = [LevelLoad(f"c{c}", 1.0, 2.0, concurrency=c) for c in (1, 16)]
-    predict = _pp2_predictor(shape, levels)
+    predict = _pp2_predictor(resolve_model("tiny-test"), levels)
     measured = {
         p.level_id: {"tpot_mean_s": p.tpot_mean_s, "ttft_p50_s": p.ttft_p50_s * (10.0 if p.level_id == "c16" else 1.0)}
         for p in predict(base)
     }
+    return base, predict, measured
+
+
+def test_the_request_overhead_never_exceeds_the_unloaded_ttft():
+    # A closed loop's queueing the simulation does not reproduce (measured TTFT P50 at c16 ten times
+    # the simulated one) must not land in the request overhead: one fit put 3.9 s per running
+    # request there (tiny TP2), and its held-out TTFT P99s came out 5-29x too long.
+    base, predict, measured = _queued_at_c16()
     fit = fit_profile(base, predict, measured, "queued-run", fit_scale=False)
     c16 = next(p for p in predict(fit.profile) if p.level_id == "c16")
     overhead_at_c16 = fit.profile.request_overhead_s + fit.profile.request_overhead_per_running_s * c16.mean_batch
@@ -124,14 +130,7 @@ def test_the_request_overhead_is_measured_where_the_server_timed_its_own_ttft():
     # simulated one (queueing the simulation misses) stays a visible miss instead of an overhead.
     from analyzers.plan.outside_server import OutsideTime, request_overhead_of
 
-    shape = resolve_model("tiny-test")
-    base = published_profile("h100")
-    levels = [LevelLoad(f"c{c}", 1.0, 2.0, concurrency=c) for c in (1, 16)]
-    predict = _pp2_predictor(shape, levels)
-    measured = {
-        p.level_id: {"tpot_mean_s": p.tpot_mean_s, "ttft_p50_s": p.ttft_p50_s * (10.0 if p.level_id == "c16" else 1.0)}
-        for p in predict(base)
-    }
+    base, predict, measured = _queued_at_c16()
     outside = [OutsideTime("c1", 0.002, 1.0, 40, 40.0), OutsideTime("c16", 0.017, 16.0, 200, 210.0)]
     fit = fit_profile(base, predict, measured, "queued-run", fit_scale=False, outside=outside)
     assert fit.profile.request_overhead_s == pytest.approx(1e-3)
