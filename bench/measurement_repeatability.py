@@ -24,8 +24,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the project first
 
-from bench.common import print_table, write_json  # noqa: E402
-from bench.prediction_errors import METRICS  # noqa: E402
+from bench.common import print_table, write_json
+from bench.prediction_errors import METRICS
 
 
 def closed_loop_levels(bench: dict) -> dict[tuple[str, str, str], dict]:
@@ -58,7 +58,9 @@ def spread(rows: list[dict], role: str | None) -> dict:
     P90 is taken the way bench/prediction_errors.py takes it, so the two tables compare."""
     out = {}
     for k in METRICS:
-        vals = sorted(abs(r["diff"][k]) for r in rows if (role is None or r["role"] == role) and r["diff"][k] is not None)
+        vals = sorted(
+            abs(r["diff"][k]) for r in rows if (role is None or r["role"] == role) and r["diff"][k] is not None
+        )
         out[k] = {
             "n": len(vals),
             "median": statistics.median(vals) if vals else None,
