@@ -116,7 +116,7 @@ def build_parser(prog: str = "refengine-serve") -> argparse.ArgumentParser:
         default="auto",
         choices=list(HTTP_IMPLEMENTATIONS),
         help="uvicorn's HTTP parser: auto is httptools (C) where installed, else h11 (pure Python, "
-        "several times the event loop's CPU per streamed token) (default: %(default)s).",
+        "more of the event loop's CPU per streamed token) (default: %(default)s).",
     )
     p.add_argument(
         "--loop",

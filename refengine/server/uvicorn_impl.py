@@ -1,11 +1,13 @@
 """Which of uvicorn's implementations serve: its HTTP parser and its event loop (its --http, --loop).
 
 The server is one process: the engine steps on one thread, HTTP is served on the event loop's, and
-the two share the GIL. Every streamed token costs the event loop a parse-free but Python-heavy trip
-(an SSE chunk through Starlette into the protocol's write); with pure-Python h11 and asyncio's loop
-that trip holds the GIL several times longer than with httptools (C) and uvloop (libuv), and each
-moment it holds it the engine's step waits. vLLM serves with the same pair (uvicorn[standard]).
-"auto" takes httptools and uvloop where installed (they are dependencies), else h11 and asyncio.
+the two share the GIL (and, pinned, the cores). Every streamed token is an SSE chunk the event loop
+writes, and what that costs the engine's step waits for. httptools (C) and uvloop (libuv) cost the
+loop less than pure-Python h11 and asyncio's loop: measured on tiny-test, one core, the loop's CPU
+per token fell by 20-30% relative to the engine's, to 7-15% of it (bench/http_impl.py,
+bench/RESULTS.md); the end-to-end TPOT difference that buys (~3%) is below this host's drift.
+vLLM serves with the same pair (uvicorn[standard]). "auto" takes httptools and uvloop where
+installed (they are dependencies), else h11 and asyncio.
 """
 
 from __future__ import annotations
