@@ -18,6 +18,13 @@ import uvicorn
 from refengine.config import EngineArgs
 from refengine.errors import RefEngineError
 from refengine.server.dp_policy import DEFAULT_LB_POLICY, LB_POLICIES
+from refengine.server.uvicorn_impl import (
+    EVENT_LOOPS,
+    HTTP_IMPLEMENTATIONS,
+    event_loop,
+    http_protocol_class,
+    implementations_in_use,
+)
 
 
 def _base_type(annotation):
@@ -105,6 +112,19 @@ def build_parser(prog: str = "refengine-serve") -> argparse.ArgumentParser:
         "within this many seconds of its headers, or the request gets 408 (default: %(default)s).",
     )
     p.add_argument(
+        "--http",
+        default="auto",
+        choices=list(HTTP_IMPLEMENTATIONS),
+        help="uvicorn's HTTP parser: auto is httptools (C) where installed, else h11 (pure Python, "
+        "more of the event loop's CPU per streamed token) (default: %(default)s).",
+    )
+    p.add_argument(
+        "--loop",
+        default="auto",
+        choices=list(EVENT_LOOPS),
+        help="uvicorn's event loop: auto is uvloop where installed, else asyncio (default: %(default)s).",
+    )
+    p.add_argument(
         "--graceful-shutdown-s",
         type=float,
         default=10.0,
@@ -186,6 +206,8 @@ def main(argv: list[str] | None = None, prog: str = "refengine-serve") -> int:
         from refengine.server.http_protocol import header_timeout_protocol
         from refengine.server.request_body import BodyLimits
 
+        protocol = header_timeout_protocol(ns.timeout_request_header, http_protocol_class(ns.http))
+        loop = event_loop(ns.loop)
         if ns.max_waiting_requests < 1:
             raise RefEngineError("--max-waiting-requests must be >= 1")
         if ns.max_request_body_bytes < 1:
@@ -208,7 +230,8 @@ def main(argv: list[str] | None = None, prog: str = "refengine-serve") -> int:
     layout = f", TP {pc.tensor_parallel_size} x PP {pc.pipeline_parallel_size}" if pc.world_size > 1 else ""
     print(
         f"refengine serving '{name}' on http://{ns.host}:{ns.port} (device {engine.device}, {engine.dtype}, "
-        f"max_model_len {engine.max_model_len}, {cfg.num_blocks} KV blocks of {cfg.block_size} tokens{layout})",
+        f"max_model_len {engine.max_model_len}, {cfg.num_blocks} KV blocks of {cfg.block_size} tokens{layout}; "
+        f"HTTP {implementations_in_use(ns.http, loop)})",
         flush=True,
     )
     if getattr(engine, "quant", None) is not None:  # the FP8 precision policy in force, and what it saves
@@ -220,7 +243,8 @@ def main(argv: list[str] | None = None, prog: str = "refengine-serve") -> int:
         log_level=ns.log_level,
         timeout_graceful_shutdown=ns.graceful_shutdown_s,
         timeout_keep_alive=ns.timeout_keep_alive,
-        http=header_timeout_protocol(ns.timeout_request_header),
+        http=protocol,
+        loop=loop,
     )
     try:
         _GracefulServer(config).run()
@@ -246,6 +270,7 @@ def serve_fleet(ns: argparse.Namespace, argv: list[str]) -> int:
             raise RefEngineError(f"--data-parallel-size must be >= 1, got {ns.data_parallel_size}")
         from refengine.model.tiny import resolve_model
 
+        front_protocol, _ = http_protocol_class(ns.http), event_loop(ns.loop)  # the replicas take them too
         args = engine_args_from(ns)  # a mistake in the engine flags or the model is said once here, not N times
         resolve_model(args.model)  # (and a built-in preset is generated once, before the replicas load it)
         per_replica = args.tensor_parallel_size * args.pipeline_parallel_size
@@ -281,6 +306,8 @@ def serve_fleet(ns: argparse.Namespace, argv: list[str]) -> int:
         log_level=ns.log_level,
         timeout_graceful_shutdown=ns.graceful_shutdown_s,
         timeout_keep_alive=ns.timeout_keep_alive,
+        http=front_protocol,
+        loop=ns.loop,
     )
     try:
         _GracefulServer(config).run()

@@ -10,21 +10,19 @@ within `timeout_s` of connecting or of its previous response; otherwise it is cl
 
 from __future__ import annotations
 
-from uvicorn.protocols.http.auto import AutoHTTPProtocol
-
 _408 = (
     b"HTTP/1.1 408 Request Timeout\r\ncontent-type: text/plain; charset=utf-8\r\nconnection: close\r\n"
     b"content-length: %d\r\n\r\n%s"
 )
 
 
-def header_timeout_protocol(timeout_s: float) -> type:
-    """uvicorn's protocol class (h11, or httptools where installed) with the header deadline."""
+def header_timeout_protocol(timeout_s: float, base: type) -> type:
+    """uvicorn's protocol class `base` (h11's or httptools', refengine/server/uvicorn_impl.py) with
+    the header deadline."""
     message = (f"request headers did not arrive within {timeout_s:g} s (--timeout-request-header)\n").encode()
 
-    # uvicorn declares AutoHTTPProtocol a variable (h11's or httptools' class, chosen at import),
-    # which mypy cannot take as a base class; at run time it is a class.
-    class HeaderTimeoutProtocol(AutoHTTPProtocol):  # type: ignore[valid-type, misc]
+    # The base is chosen at run time, which mypy cannot take as a base class; at run time it is a class.
+    class HeaderTimeoutProtocol(base):  # type: ignore[valid-type, misc]
         _header_timer = None
         _armed_cycle = None
         _partial = False
