@@ -114,7 +114,7 @@ def _measured(lv: LevelStats) -> dict[str, float | None]:
         "ttft_p99_s": lv.ttft.p.get("p99"),
         "tpot_p50_s": lv.tpot.p.get("p50"),
         "tpot_p95_s": lv.tpot.p.get("p95"),
-        "output_tok_s": lv.output_tok_s if lv.n_in_window else None,
+        "output_tok_s": lv.steady_output_tok_s,
     }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from analyzers.stats.latency import steady_rate
 from analyzers.summary import analyze_run
 from rundir import RunDir
 
@@ -18,7 +19,10 @@ def level_metrics(level: dict) -> dict[str, float | None]:
         "ttft_p99_s": p("ttft", "p99"),
         "tpot_p50_s": p("tpot", "p50"),
         "tpot_p95_s": p("tpot", "p95"),
-        "output_tok_s": level.get("output_tok_s"),
+        # None where the window caught one phase of the requests, not a rate (docs/metrics.md)
+        "output_tok_s": steady_rate(
+            level.get("output_tok_s"), level.get("n_in_window", 1), level.get("window_shorter_than_request", False)
+        ),
         "tpot_mean_s": (level.get("tpot") or {}).get("mean"),
     }
     return out

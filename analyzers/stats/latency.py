@@ -88,6 +88,15 @@ class LevelStats:
     burst_judged: int = 0
     burst_unjudged: int = 0
     burst_server_itl_s: float | None = None
+    # A closed loop's window shorter than a request of the level (the median E2E of every request it
+    # sent), or one that saw no request sent: its users' requests move in phase, so the tokens that
+    # arrived in it are one phase of those requests (all prefill, or all decode), not a rate.
+    window_shorter_than_request: bool = False
+
+    @property
+    def steady_output_tok_s(self) -> float | None:
+        """output_tok_s where it is a rate; None where the window caught one phase (above)."""
+        return steady_rate(self.output_tok_s, self.n_in_window, self.window_shorter_than_request)
 
     @property
     def load(self) -> float:
@@ -104,3 +113,12 @@ class LevelStats:
         for key in ("ttft", "tpot", "itl", "e2e", "send_lag"):
             d[key] = Distribution(**d[key])
         return cls(**d)
+
+
+def steady_rate(output_tok_s: float | None, n_in_window: int, window_shorter_than_request: bool) -> float | None:
+    """A level's output tok/s where its window measured a rate, else None: no request sent inside
+    it, or a closed loop's window shorter than its requests (LevelStats.window_shorter_than_request).
+    The one rule for every reader that holds a throughput against something (predictions, departures)."""
+    if not n_in_window or window_shorter_than_request:
+        return None
+    return output_tok_s

@@ -127,6 +127,13 @@ def level_stats(
         )
     if validity.stall is not None:
         notes.append(INVALID_PREFIX + stall_words(validity.stall, window))
+    shorter = window_shorter_than_request(col, n_win, window, first_of("concurrency"))
+    if shorter is not None and n_win:
+        notes.append(
+            f"the {window.seconds:.0f}-s window is shorter than a request of this level (E2E P50 "
+            f"{shorter:.1f} s): its users' requests move in phase, so its throughput is one phase of them, "
+            "not a rate (a longer --duration measures it)"
+        )
     if validity.carried_failed:
         notes.append(
             f"{validity.carried_failed} requests sent during the warm-up failed inside the window "
@@ -183,6 +190,7 @@ def level_stats(
         output_tokens_estimated=acct.estimated,
         output_len_longer=acct.longer,
         first_token_at_end=at_end,
+        window_shorter_than_request=shorter is not None or n_win == 0,
     )
     if validity.bursts is not None:
         b = validity.bursts
@@ -194,3 +202,17 @@ def level_stats(
         )
         mark_not_measured(lv, b)
     return lv
+
+
+def window_shorter_than_request(col: dict, n_win: int, window: Window, concurrency) -> float | None:
+    """The median E2E of every successful request a closed-loop level sent (warm-up and window
+    alike) when the window is shorter than it, else None. Open-loop arrivals are not in phase: a
+    short window still samples a rate there."""
+    if concurrency is None:
+        return None
+    e2e = col["e2e_s"][col["status"] == "ok"].astype(float)
+    e2e = e2e[np.isfinite(e2e)]
+    if not e2e.size:
+        return None
+    median = float(np.median(e2e))
+    return median if window.seconds < median else None

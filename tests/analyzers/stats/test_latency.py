@@ -130,3 +130,34 @@ def test_ceiling_notes_and_best_level():
 def test_distribution_of_nothing():
     d = Distribution.of([None, None])
     assert d.n == 0 and d.mean is None
+
+
+def test_a_closed_loop_window_shorter_than_its_requests_has_no_rate():
+    """Requests of 20 s in a 10-s window: the tokens that arrived in it are one phase of requests
+    that move together, not a rate; the level says so, and readers that hold a throughput against
+    something (predictions, departures) get None. Its neighbours are rates: requests shorter than
+    the window, and an open loop's (arrivals not in phase) however long."""
+    long_ones = [rec(5.0, 20.0, 11, t0=1000.0 + i, conc=4) for i in range(4)]
+    lv = summarize_level(long_ones, "c1", window_s=10.0)
+    assert lv.window_shorter_than_request and lv.steady_output_tok_s is None
+    assert lv.output_tok_s > 0  # still the tokens that arrived: reported, not held against anything
+    assert any("shorter than a request of this level (E2E P50 20.0 s)" in n for n in lv.notes)
+
+    short_ones = [rec(0.5, 2.0, 11, t0=1000.0 + i, conc=4) for i in range(4)]
+    short = summarize_level(short_ones, "c1", window_s=10.0)
+    assert not short.window_shorter_than_request and short.steady_output_tok_s == short.output_tok_s
+
+    open_loop = [rec(5.0, 20.0, 11, t0=1000.0 + i, conc=None) for i in range(4)]
+    assert summarize_level(open_loop, "c1", window_s=10.0).steady_output_tok_s is not None
+
+    nothing_sent = [rec(5.0, 20.0, 11, t0=1000.0 + i, conc=4, in_window=False) for i in range(4)]
+    assert summarize_level(nothing_sent, "c1", window_s=10.0).steady_output_tok_s is None
+
+
+def test_the_planner_reads_the_same_rule_from_summary_json():
+    from analyzers.plan.measured import level_metrics
+
+    lv = summarize_level([rec(5.0, 20.0, 11, t0=1000.0 + i, conc=4) for i in range(4)], "c1", window_s=10.0)
+    assert level_metrics(lv.to_dict())["output_tok_s"] is None
+    ok = summarize_level([rec(0.5, 2.0, 11, t0=1000.0 + i, conc=4) for i in range(4)], "c1", window_s=10.0)
+    assert level_metrics(ok.to_dict())["output_tok_s"] == pytest.approx(ok.output_tok_s)
