@@ -38,11 +38,16 @@ def _meets(values: dict, slo: tuple[float, float] | None) -> bool:
 
 
 def goodput(levels: list[dict], side: str, input_len: int, slo: tuple[float, float] | None) -> float:
-    """`side` is "measured" or "predicted": the best output tok/s of the closed-loop levels within the SLO."""
+    """`side` is "measured" or "predicted": the best output tok/s of the closed-loop levels within the SLO.
+    Both sides read the same levels: those whose measurement is a rate (a window shorter than its
+    requests measured none, docs/metrics.md), so a prediction is not ranked on a level the
+    measurement could not rank."""
     best = 0.0
     for lv in levels:
         values = lv.get(side) or {}
         if not _closed(lv["level_id"]) or _input_len(lv["level_id"]) != input_len or not values:
+            continue
+        if (lv.get("measured") or {}).get("output_tok_s") is None:
             continue
         if _meets(values, slo):
             best = max(best, values.get("output_tok_s") or 0.0)

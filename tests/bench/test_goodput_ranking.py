@@ -36,3 +36,16 @@ def test_rankings_agree_or_not_pair_by_pair():
     # A prediction that puts TP2's c16 above TP1's when the runs say otherwise disagrees.
     wrong = rank_layouts([_case("tp1", TP1, [400, 800]), _case("tp2", TP2, [200, 900])])
     assert next(r for r in wrong if r["slo"] is None)["calibrated"]["pairs_agree"] == 0
+
+
+def test_a_level_the_measurement_has_no_rate_for_is_ranked_on_neither_side():
+    """A window shorter than its requests measured no rate (output_tok_s None): the prediction of that
+    level must not decide the layout's goodput either, or the two sides rank different level sets."""
+    unmeasured = {
+        "level_id": "c16-in128-out64",
+        "measured": {"ttft_p99_s": 0.2, "tpot_p95_s": 0.008, "output_tok_s": None},
+        "predicted": {"ttft_p99_s": 0.2, "tpot_p95_s": 0.008, "output_tok_s": 5000},
+    }
+    levels = [TP1[0], unmeasured]
+    assert goodput(levels, "measured", 128, None) == 400
+    assert goodput(levels, "predicted", 128, None) == 400
