@@ -51,6 +51,7 @@ def _stream_tokens(url: str) -> int:
     return chunks
 
 
+@pytest.mark.slow  # a real server start (~7 s); .ci/run runs it by name
 def test_h11_and_asyncio_serve_stream_and_keep_the_header_deadline():
     proc, url = start_refengine("--http", "h11", "--loop", "asyncio", "--timeout-request-header", "1")
     try:
