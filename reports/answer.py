@@ -167,7 +167,8 @@ def _ceiling(s: RunSummary) -> list[AnswerItem]:
     items = []
     for ser in s.series:
         prefix = f"{ser.key}: " if len(s.series) > 1 else ""
-        measured = [by_id[i] for i in ser.level_ids if by_id[i].n_ok]
+        # The peak among levels whose window measured a rate (docs/metrics.md), not one phase of a request.
+        measured = [by_id[i] for i in ser.level_ids if by_id[i].n_ok and by_id[i].steady_output_tok_s is not None]
         if not measured:
             continue
         peak = max(measured, key=lambda lv: lv.output_tok_s)

@@ -55,13 +55,14 @@ def analyze_scaling(levels: list[LevelStats]) -> tuple[dict[str, ScalingPoint], 
     points: dict[str, ScalingPoint] = {}
     series = []
     for key, group in series_of(levels).items():
-        base = next((lv for lv in group if lv.output_tok_s > 0 and lv.load > 0), None)
+        base = next((lv for lv in group if (lv.steady_output_tok_s or 0) > 0 and lv.load > 0), None)
         met = [lv for lv in group if lv.slo_met]
         best = met[-1] if met else None
         knee: str | None = None
         prev: LevelStats | None = None
         for lv in group:
-            if lv.n_in_window == 0:  # nothing measured: no point on the curve
+            # Nothing measured, or a window that caught one phase of its requests: no point on the curve.
+            if lv.steady_output_tok_s is None:
                 points[lv.level_id] = ScalingPoint(lv.level_id, None, None, _note(lv, best, False))
                 continue
             linearity = (
@@ -91,6 +92,8 @@ def _note(lv: LevelStats, best: LevelStats | None, flat: bool) -> str:
     if lv.n_ok == 0:
         return "over SLO (no successful requests)"
     main = "over SLO" if lv.slo_met is False else ("at target" if best is lv else "normal")
+    if lv.window_shorter_than_request:  # its tokens/s is one phase of its requests (docs/metrics.md)
+        return f"{main} · window < request"
     if flat:
         return "near ceiling" if main == "normal" else f"{main} · near ceiling"
     return main

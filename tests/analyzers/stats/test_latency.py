@@ -161,3 +161,15 @@ def test_the_planner_reads_the_same_rule_from_summary_json():
     assert level_metrics(lv.to_dict())["output_tok_s"] is None
     ok = summarize_level([rec(0.5, 2.0, 11, t0=1000.0 + i, conc=4) for i in range(4)], "c1", window_s=10.0)
     assert level_metrics(ok.to_dict())["output_tok_s"] == pytest.approx(ok.output_tok_s)
+
+
+def test_a_window_shorter_than_its_requests_is_no_point_on_the_scaling_curve():
+    """Its tokens/s is one phase of its requests: the curve, the knee and the ceiling skip it, and its
+    note says why, beside its SLO verdict."""
+    short = summarize_level([rec(0.5, 2.0, 11, t0=1000.0 + i, conc=1) for i in range(4)], "c1", window_s=10.0)
+    long_recs = [rec(5.0, 20.0, 11, t0=1000.0 + i, level="c4", conc=4) for i in range(8)]
+    long = summarize_level(long_recs, "c4", window_s=10.0)
+    points, series = analyze_scaling([short, long])
+    assert points["c4"].linearity is None and points["c4"].efficiency is None
+    assert points["c4"].note.endswith("· window < request")
+    assert series[0].knee is None
