@@ -127,7 +127,7 @@ def level_stats(
         )
     if validity.stall is not None:
         notes.append(INVALID_PREFIX + stall_words(validity.stall, window))
-    shorter = window_shorter_than_request(col, n_win, window, first_of("concurrency"))
+    shorter = window_shorter_than_request(col, window, closed_loop=first_of("concurrency") is not None)
     if shorter is not None and n_win:
         notes.append(
             f"the {window.seconds:.0f}-s window is shorter than a request of this level (E2E P50 "
@@ -204,11 +204,11 @@ def level_stats(
     return lv
 
 
-def window_shorter_than_request(col: dict, n_win: int, window: Window, concurrency) -> float | None:
+def window_shorter_than_request(col: dict, window: Window, closed_loop: bool) -> float | None:
     """The median E2E of every successful request a closed-loop level sent (warm-up and window
     alike) when the window is shorter than it, else None. Open-loop arrivals are not in phase: a
     short window still samples a rate there."""
-    if concurrency is None:
+    if not closed_loop:
         return None
     e2e = col["e2e_s"][col["status"] == "ok"].astype(float)
     e2e = e2e[np.isfinite(e2e)]
