@@ -35,28 +35,16 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT))
 
-from common import print_table, write_json  # noqa: E402
+from common import print_table, thread_cpu_s, write_json  # noqa: E402
 from cores import check_cores, core_list, host_info, parse_cores  # noqa: E402
 from loopback_server import launch_refengine, stop, wait_healthy  # noqa: E402
+
+from probes.prom import parse_metrics  # noqa: E402
 
 ARMS = {
     "h11+asyncio": ["--http", "h11", "--loop", "asyncio"],
     "httptools+uvloop": ["--http", "httptools", "--loop", "uvloop"],
 }
-GENERATED = "vllm:generation_tokens_total"
-
-
-def threads_cpu_s(pid: int) -> dict[int, float]:
-    """CPU seconds of each thread of the server so far (tid -> s); the main thread's tid is the pid."""
-    out = {}
-    tick = os.sysconf("SC_CLK_TCK")
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            fields = Path(f"/proc/{pid}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue  # a thread that ended meanwhile
-        out[int(tid)] = (int(fields[11]) + int(fields[12])) / tick
-    return out
 
 
 def by_kind(pid: int, before: dict[int, float], after: dict[int, float]) -> dict[str, float]:
@@ -71,10 +59,8 @@ def by_kind(pid: int, before: dict[int, float], after: dict[int, float]) -> dict
 
 
 def generated_tokens(url: str) -> float:
-    for line in httpx.get(url + "/metrics", timeout=10.0).text.splitlines():
-        if line.startswith(GENERATED):
-            return float(line.rsplit(" ", 1)[1])
-    raise RuntimeError(f"{url}/metrics has no {GENERATED}")
+    """The server's own count of generated tokens so far (its /metrics, read by the server probe's parser)."""
+    return parse_metrics(httpx.get(url + "/metrics", timeout=10.0).text).values["generation_tokens_total"]
 
 
 def sweep_level(url: str, c: int, a, run: Path) -> dict:
@@ -96,9 +82,9 @@ def measure_arm(arm: str, a, work: Path, rep: int) -> list[dict]:
     try:
         wait_healthy(url, proc)
         for c in a.concurrency:
-            cpu0, tok0 = threads_cpu_s(proc.pid), generated_tokens(url)
+            cpu0, tok0 = thread_cpu_s(proc.pid), generated_tokens(url)
             lv = sweep_level(url, c, a, work / f"{arm}-r{rep}-c{c}")
-            cpu1, tok1 = threads_cpu_s(proc.pid), generated_tokens(url)
+            cpu1, tok1 = thread_cpu_s(proc.pid), generated_tokens(url)
             tokens, spent = tok1 - tok0, by_kind(proc.pid, cpu0, cpu1)
             rows.append(
                 {

@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the project first
 
 from bench.common import print_table, write_json
-from bench.prediction_errors import METRICS
+from bench.prediction_errors import METRICS, median_p90
 
 
 def closed_loop_levels(bench: dict) -> dict[tuple[str, str, str], dict]:
@@ -54,19 +53,12 @@ def differences(first: dict, second: dict) -> list[dict]:
 
 
 def spread(rows: list[dict], role: str | None) -> dict:
-    """Median and P90 of |difference| per metric over the rows with that role (None: every row); the
-    P90 is taken the way bench/prediction_errors.py takes it, so the two tables compare."""
-    out = {}
-    for k in METRICS:
-        vals = sorted(
-            abs(r["diff"][k]) for r in rows if (role is None or r["role"] == role) and r["diff"][k] is not None
-        )
-        out[k] = {
-            "n": len(vals),
-            "median": statistics.median(vals) if vals else None,
-            "p90": vals[min(len(vals) - 1, int(0.9 * len(vals)))] if vals else None,
-        }
-    return out
+    """Median and P90 of |difference| per metric over the rows with that role (None: every row), taken
+    as bench/prediction_errors.py takes the prediction errors', so the two tables compare."""
+    return {
+        k: median_p90(r["diff"][k] for r in rows if (role is None or r["role"] == role) and r["diff"][k] is not None)
+        for k in METRICS
+    }
 
 
 def main() -> None:

@@ -79,23 +79,28 @@ def case_levels(case: dict, mode: str) -> list[tuple[dict, str]]:
     return out
 
 
+def median_p90(values) -> dict:
+    """n, median and P90 of |value| (the P90 the sorted values' 90th-percent rank, no interpolation)."""
+    errs = sorted(abs(v) for v in values)
+    return {
+        "n": len(errs),
+        "median": statistics.median(errs) if errs else None,
+        "p90": errs[min(len(errs) - 1, int(0.9 * len(errs)))] if errs else None,
+    }
+
+
 def pooled(cases: list[dict], kinds: tuple[str, ...] = ("", "open loop", "trace")) -> dict:
     """Median and P90 of |error| over every held-out level of every case (closed and open loop,
     trace; or the `kinds` given), with the fitted profile: the issue's goal is stated over these."""
-    out = {}
-    for k in METRICS:
-        errs = sorted(
-            abs(lv["error"][k])
+    return {
+        k: median_p90(
+            lv["error"][k]
             for c in cases
             for lv, kind in case_levels(c, "fitted")
             if kind in kinds and lv["role"] == "predicted" and lv["error"] and lv["error"][k] is not None
         )
-        out[k] = {
-            "n": len(errs),
-            "median": statistics.median(errs) if errs else None,
-            "p90": errs[min(len(errs) - 1, int(0.9 * len(errs)))] if errs else None,
-        }
-    return out
+        for k in METRICS
+    }
 
 
 def print_pooled_by_kind(cases: list[dict]) -> None:

@@ -270,7 +270,8 @@ def serve_fleet(ns: argparse.Namespace, argv: list[str]) -> int:
             raise RefEngineError(f"--data-parallel-size must be >= 1, got {ns.data_parallel_size}")
         from refengine.model.tiny import resolve_model
 
-        front_protocol, _ = http_protocol_class(ns.http), event_loop(ns.loop)  # the replicas take them too
+        front_protocol = http_protocol_class(ns.http)  # checked here once; the replicas take the same flags
+        event_loop(ns.loop)
         args = engine_args_from(ns)  # a mistake in the engine flags or the model is said once here, not N times
         resolve_model(args.model)  # (and a built-in preset is generated once, before the replicas load it)
         per_replica = args.tensor_parallel_size * args.pipeline_parallel_size
