@@ -47,8 +47,9 @@ def strict():
     proc.wait()
 
 
-# The chat endpoint is the same path with messages: slow, run by .ci/run.
-@pytest.mark.parametrize("endpoint", ["completions", pytest.param("chat", marks=pytest.mark.slow)])
+# ~13 s per endpoint (a strict server started per test): slow, both run by .ci/run.
+@pytest.mark.slow
+@pytest.mark.parametrize("endpoint", ["completions", "chat"])
 def test_strict_text_only_server_is_measured_on_both_endpoints(strict, tmp_path, endpoint):
     out = tmp_path / endpoint
     p = sweep(

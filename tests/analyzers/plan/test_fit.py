@@ -63,6 +63,7 @@ def _pp2_predictor(shape, levels):
     return run
 
 
+@pytest.mark.slow  # ~8 s of simulation; .ci/run runs it
 def test_a_pipeline_fit_matches_its_own_levels():
     # Under PP2 a token waits for both micro-batches' step overheads on the driver, not its own alone:
     # a fit that reads TPOT as one step (operators + one overhead) doubles the overhead it finds at
