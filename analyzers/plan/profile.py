@@ -37,6 +37,7 @@ from pathlib import Path
 from analyzers.diagnosis_error import DiagnosisError
 from analyzers.plan.attention_table import AttentionTable
 from analyzers.plan.loglog_grid import loglog_bilinear
+from analyzers.plan.step_jitter import StepJitter
 
 PROFILE_SCHEMA = 1
 
@@ -224,6 +225,7 @@ class MachineProfile:
     request_overhead_s: float = 0.0  # once per request, on its TTFT ...
     request_overhead_per_running_s: float = 0.0  # ... plus this per request the server is running then
     compute_scale: float = 1.0  # multiplies every operator's time (fitted to a run)
+    step_jitter: StepJitter | None = None  # added to every simulated step (measured on a run); None: steady
     assumptions: list[str] = field(default_factory=list)
     created: str = ""
     host: str = ""  # the machine a measured profile measured (platform.node()); "" unknown
@@ -286,6 +288,7 @@ class MachineProfile:
                 request_overhead_s=d.get("request_overhead_s", 0.0),
                 request_overhead_per_running_s=d.get("request_overhead_per_running_s", 0.0),
                 compute_scale=d.get("compute_scale", 1.0),
+                step_jitter=StepJitter.from_dict(d["step_jitter"]) if d.get("step_jitter") else None,
                 assumptions=list(d.get("assumptions", [])),
                 created=d.get("created", ""),
                 host=d.get("host") or _measured_on(d.get("assumptions", [])),

@@ -139,6 +139,10 @@ class EngineRun:
         self.index = itertools.count()
         self.records: dict[str, SimRecord] = {}
         self.rng = random.Random(f"plan/{load.seed}")
+        # Steps wander (analyzers/plan/step_jitter.py); a stream of their own, so that turning the
+        # jitter on leaves the request overheads' draws where they were.
+        self.jitter = sim.model.profile.step_jitter
+        self.step_rng = random.Random(f"plan/{load.seed}/steps")
         self.requests: dict[str, Request] = {}  # sent, not yet at the server
         self.arrivals: list[tuple[float, int, str]] = []  # heap of (time at the server, index, id)
         self.next_open = next(load.arrivals, None) if load.arrivals is not None else None
@@ -264,13 +268,15 @@ class EngineRun:
                     self.trace.append(sched)
                 cost = self.sim.model.step_cost(_shape(sched))
                 self.notes |= cost.notes
+                # A pause lengthens the step; one faster than the median shortens it, never below half.
+                extra = max(self.jitter.draw(self.step_rng.random()), -cost.total_s / 2) if self.jitter else 0.0
                 if self.depth == 1:
-                    self.now += cost.total_s
+                    self.now += cost.total_s + extra
                     self.land(sched)
                     return True
                 issue = max(self.now, self.stage_free) + cost.overhead_s
-                self.stage_free = issue + cost.stage_s
-                self.pending.append((issue + cost.total_s - cost.overhead_s, sched))
+                self.stage_free = issue + max(cost.stage_s + extra, cost.stage_s / 2)
+                self.pending.append((issue + cost.total_s - cost.overhead_s + extra, sched))
                 self.now = issue
                 submitted = True
         if self.pending and (not submitted or len(self.pending) == self.depth):

@@ -7,6 +7,7 @@ sweep's, the model its model. Levels named for fitting calibrate the profile to 
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from analyzers.plan.outside_server import OutsideTime
 from analyzers.plan.predict import METRICS, LevelLoad, LevelPrediction, predict_level, relative_errors
 from analyzers.plan.profile import MachineProfile
 from analyzers.plan.simulate import LengthsFn, Simulator
+from analyzers.plan.step_jitter import StepJitter
 from analyzers.plan.step_model import StepModel
 
 # A fit that misses its own levels by more than this (median |error| of TPOT P50 or throughput) has
@@ -70,6 +72,7 @@ class SweepPrediction:
                 "step_overhead_s": [ov.fixed_s, ov.per_unit_s],
                 "request_overhead_s": [self.profile.request_overhead_s, self.profile.request_overhead_per_running_s],
                 "compute_scale": self.profile.compute_scale,
+                "step_jitter": None if self.profile.step_jitter is None else self.profile.step_jitter.to_dict(),
             },
             "engine": {
                 "tp": self.setup.tp,
@@ -138,11 +141,17 @@ def predict_sweep(
     fit_levels: list[str] | None = None,
     fit_scale: bool = True,
     outside: dict[str, OutsideTime] | None = None,
+    jitter: StepJitter | None = None,
 ) -> SweepPrediction:
     """`outside`: the run's measured time outside the server per level (the fit draws the request
-    overhead through the fitted levels' own)."""
+    overhead through the fitted levels' own). `jitter`: the run's own step-time wander, measured at a
+    fitted concurrency-1 level; the fit and every prediction simulate with it."""
     fit = None
     if fit_levels:
+        if jitter is not None:
+            profile = dataclasses.replace(
+                profile, step_jitter=jitter, assumptions=[*profile.assumptions, jitter.describe()]
+            )
         unknown = sorted(set(fit_levels) - {lv.load.level_id for lv in levels})
         if unknown:
             raise DiagnosisError(

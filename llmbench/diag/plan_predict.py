@@ -16,6 +16,7 @@ from analyzers.plan.gpu_profiles import resolve_profile
 from analyzers.plan.measured import measured_levels
 from analyzers.plan.outside_server import outside_the_server
 from analyzers.plan.predict import METRICS
+from analyzers.plan.step_jitter import jitter_of_level
 from analyzers.plan.sweep_prediction import SweepPrediction, predict_sweep
 from llmbench.diag.plan_levels import planned_levels
 from rundir import RunDir
@@ -102,7 +103,10 @@ def predict_run(
         )
     # The request overhead is measured where the server's own TTFT histogram lets it be.
     outside = outside_the_server(run) if fit_levels else {}
-    return predict_sweep(info.run_id, shape, profile, setup, levels, measured, fit_levels, fit_scale, outside)
+    # A served step's wander, from a fitted level where each gap is one request's step (concurrency 1).
+    alone = [lv.load.level_id for lv in levels if lv.load.level_id in (fit_levels or []) and lv.load.concurrency == 1]
+    jitter = jitter_of_level(run, alone[0]) if alone else None
+    return predict_sweep(info.run_id, shape, profile, setup, levels, measured, fit_levels, fit_scale, outside, jitter)
 
 
 def _ms(v: float | None) -> str:
