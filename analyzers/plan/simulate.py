@@ -143,6 +143,7 @@ class EngineRun:
         # jitter on leaves the request overheads' draws where they were.
         self.jitter = sim.model.profile.step_jitter
         self.step_rng = random.Random(f"plan/{load.seed}/steps")
+        self.pace, self.pace_until = 1.0, 0.0  # the host's speed now, and until when it holds
         self.requests: dict[str, Request] = {}  # sent, not yet at the server
         self.arrivals: list[tuple[float, int, str]] = []  # heap of (time at the server, index, id)
         self.next_open = next(load.arrivals, None) if load.arrivals is not None else None
@@ -268,15 +269,15 @@ class EngineRun:
                     self.trace.append(sched)
                 cost = self.sim.model.step_cost(_shape(sched))
                 self.notes |= cost.notes
-                # A pause lengthens the step; one faster than the median shortens it, never below half.
-                extra = max(self.jitter.draw(self.step_rng.random()), -cost.total_s / 2) if self.jitter else 0.0
+                pace, excess = self._wander()
+                total = max(cost.total_s * pace + excess, cost.total_s / 2)  # never below half the model's
                 if self.depth == 1:
-                    self.now += cost.total_s + extra
+                    self.now += total
                     self.land(sched)
                     return True
                 issue = max(self.now, self.stage_free) + cost.overhead_s
-                self.stage_free = issue + max(cost.stage_s + extra, cost.stage_s / 2)
-                self.pending.append((issue + cost.total_s - cost.overhead_s + extra, sched))
+                self.stage_free = issue + max(cost.stage_s * pace + excess, cost.stage_s / 2)
+                self.pending.append((issue + total - cost.overhead_s, sched))
                 self.now = issue
                 submitted = True
         if self.pending and (not submitted or len(self.pending) == self.depth):
@@ -285,6 +286,16 @@ class EngineRun:
             self.land(sched)
             return True
         return submitted
+
+    def _wander(self) -> tuple[float, float]:
+        """(pace, excess s) of the next served step (analyzers/plan/step_jitter.py): the pace of the
+        stretch it falls in, its own excess; (1, 0) without a measured jitter."""
+        if self.jitter is None:
+            return 1.0, 0.0
+        if self.now >= self.pace_until:
+            self.pace = self.jitter.draw_pace(self.step_rng.random())
+            self.pace_until = self.now + self.jitter.pace_period_s
+        return self.pace, self.jitter.draw_excess(self.step_rng.random())
 
     def land(self, sched: SchedulerOutput) -> None:
         self.steps += 1

@@ -25,30 +25,43 @@ def _pauses(n: int, seed: int = 0) -> list[float]:
     return [0.002 + (rng.uniform(0.003, 0.008) if rng.random() < 0.1 else rng.uniform(-2e-4, 2e-4)) for _ in range(n)]
 
 
-def test_gaps_give_their_spread_about_the_median():
-    gaps = _pauses(2000)
-    j = StepJitter.from_gaps(gaps, "c1", min_gaps=100)
-    assert j is not None and j.n_gaps == 2000 and len(j.excess_s) == GRID
-    assert j.percentile_s(50) == pytest.approx(0.0, abs=1e-12)
-    assert j.percentile_s(99) == pytest.approx(np.percentile(gaps, 99) - np.median(gaps))
-    assert 0.003 < j.percentile_s(99) < 0.0082 and j.percentile_s(1) > -3e-4
+def _requests(n: int, per: int = 30, seed: int = 0) -> list[list[float]]:
+    """n requests of `per` gaps; every fourth one on a host 1.5x slower while it lived."""
+    rng = random.Random(seed)
+    return [[g * (1.5 if i % 4 == 3 else 1.0) for g in _pauses(per, rng.randrange(10**6))] for i in range(n)]
+
+
+def test_gaps_give_the_pace_of_each_request_and_the_excess_about_it():
+    reqs = _requests(80)
+    j = StepJitter.from_requests(reqs, "c1")
+    assert j is not None and j.n_gaps == 2400 and j.n_requests == 80 and len(j.excess_s) == GRID
+    medians = np.array([np.median(r) for r in reqs])
+    assert j.pace[50] == pytest.approx(1.0, abs=0.02) and j.pace[90] == pytest.approx(1.5, abs=0.05)
+    assert j.pace_period_s == pytest.approx(np.median([sum(r) for r in reqs]))
+    excess = np.concatenate([np.array(r) - m for r, m in zip(reqs, medians)])
+    assert j.excess_s[99] == pytest.approx(np.percentile(excess, 99))
+    assert 0.003 < j.excess_s[99] < 0.0125 and j.excess_s[50] == pytest.approx(0.0, abs=3e-4)
     # Inverse CDF: u at a percentile gives it; between two, the line between them.
-    assert j.draw(0.99) == pytest.approx(j.percentile_s(99))
-    assert j.draw(0.995) == pytest.approx((j.percentile_s(99) + j.percentile_s(100)) / 2)
-    assert j.draw(0.0) == j.percentile_s(0)
+    assert j.draw_excess(0.99) == pytest.approx(j.excess_s[99])
+    assert j.draw_excess(0.995) == pytest.approx((j.excess_s[99] + j.excess_s[100]) / 2)
+    assert j.draw_pace(0.0) == j.pace[0]
 
 
 def test_too_few_gaps_measure_no_jitter_and_bad_percentiles_are_refused():
-    assert StepJitter.from_gaps(_pauses(50), "c1", min_gaps=100) is None
-    assert StepJitter.from_gaps([float("nan")] * 500, "c1") is None
+    assert StepJitter.from_requests(_requests(4, per=100), "c1") is None  # too few requests
+    assert StepJitter.from_requests(_requests(6, per=20), "c1") is None  # too few gaps
+    assert StepJitter.from_requests([[float("nan")] * 50] * 10, "c1") is None
+    flat = tuple([0.0] * GRID)
     with pytest.raises(DiagnosisError):
-        StepJitter(tuple(range(GRID, 0, -1)), "c1", 500)  # decreasing
+        StepJitter(tuple(range(GRID, 0, -1)), tuple([1.0] * GRID), 1.0, "c1", 500, 10)  # decreasing
     with pytest.raises(DiagnosisError):
-        StepJitter((0.0,) * 10, "c1", 500)
+        StepJitter(flat, flat, 1.0, "c1", 500, 10)  # a pace of 0
+    with pytest.raises(DiagnosisError):
+        StepJitter.from_dict({"excess_s": list(flat)})
 
 
 def test_a_profile_keeps_its_jitter_through_a_file(tmp_path):
-    j = StepJitter.from_gaps(_pauses(500), "c1-in128-out64")
+    j = StepJitter.from_requests(_requests(20), "c1-in128-out64")
     profile = dataclasses.replace(published_profile("h100"), step_jitter=j)
     profile.save(tmp_path / "p.json")
     assert MachineProfile.load(tmp_path / "p.json").step_jitter == j
@@ -70,11 +83,11 @@ def test_a_steady_simulation_keeps_users_in_lockstep_and_jitter_spreads_them():
     still = _c4(steady)
     # Four users that start together and ask the same lengths stay together: every TTFT is one figure.
     assert still.ttft_p99_s == pytest.approx(still.ttft_p50_s)
-    jittery = _c4(dataclasses.replace(steady, step_jitter=StepJitter.from_gaps(_pauses(2000), "c1")))
+    jittery = _c4(dataclasses.replace(steady, step_jitter=StepJitter.from_requests(_requests(80), "c1")))
     assert jittery.ttft_p99_s > 1.3 * jittery.ttft_p50_s
     assert jittery.tpot_p95_s > still.tpot_p95_s
     # The same seed draws the same steps: a prediction is reproducible.
-    again = _c4(dataclasses.replace(steady, step_jitter=StepJitter.from_gaps(_pauses(2000), "c1")))
+    again = _c4(dataclasses.replace(steady, step_jitter=StepJitter.from_requests(_requests(80), "c1")))
     assert again.ttft_p99_s == jittery.ttft_p99_s
 
 
@@ -107,6 +120,8 @@ def test_a_runs_concurrency_1_level_gives_its_window_gaps(tmp_path):
     run.append_records(records)
     j = jitter_of_level(run, "c1-in128-out31")
     kept = [g for i in range(20) if i >= 2 and i != 3 for g in gaps[i * 30 : (i + 1) * 30]]
-    assert j is not None and j.n_gaps == len(kept) == 510
-    assert j.percentile_s(90) == pytest.approx(np.percentile(kept, 90) - np.median(kept))
+    assert j is not None and j.n_gaps == len(kept) == 510 and j.n_requests == 17
+    assert j.pace_period_s == pytest.approx(
+        np.median([sum(gaps[i * 30 : (i + 1) * 30]) for i in range(20) if i >= 2 and i != 3])
+    )
     assert jitter_of_level(run, "c4-in128-out31") is None
