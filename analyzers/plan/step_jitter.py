@@ -91,14 +91,14 @@ class StepJitter:
         kept = [g for g in kept if g.size >= MIN_REQUEST_GAPS]
         if len(kept) < MIN_REQUESTS or sum(g.size for g in kept) < min_gaps:
             return None
-        medians = np.array([np.median(g) for g in kept])
-        if not np.median(medians) > 0:
+        means = np.array([g.mean() for g in kept])
+        if not means.mean() > 0:
             return None
-        excess = np.concatenate([g - m for g, m in zip(kept, medians)])
+        excess = np.concatenate([g - m for g, m in zip(kept, means)])
         spans = np.array([g.sum() for g in kept])
         return cls(
             _percentiles(excess),
-            _percentiles(medians / np.median(medians)),
+            _percentiles(means / means.mean()),
             float(np.median(spans)),
             level_id,
             int(excess.size),

@@ -148,10 +148,6 @@ def predict_sweep(
     fitted concurrency-1 level; the fit and every prediction simulate with it."""
     fit = None
     if fit_levels:
-        if jitter is not None:
-            profile = dataclasses.replace(
-                profile, step_jitter=jitter, assumptions=[*profile.assumptions, jitter.describe()]
-            )
         unknown = sorted(set(fit_levels) - {lv.load.level_id for lv in levels})
         if unknown:
             raise DiagnosisError(
@@ -171,6 +167,10 @@ def predict_sweep(
             outside=[o for lid, o in (outside or {}).items() if lid in fit_levels],
         )
         profile = fit.profile
+        if jitter is not None:
+            profile = dataclasses.replace(
+                profile, step_jitter=jitter, assumptions=[*profile.assumptions, jitter.describe()]
+            )
     rows = []
     for pred in _predict_all(shape, setup, levels)(profile):
         meas = measured.get(pred.level_id)

@@ -150,7 +150,8 @@ def _fit_to_served(profile_path: Path, quick: bool):
         if proc.returncode != 0:
             raise DiagnosisError(f"the served sweep failed ({proc.returncode}): {proc.stderr.strip()[-300:]}")
         # tiny-test's operators are too small to say what operators cost: only the overheads are fitted.
-        result = predict_run(run, str(profile_path), "all", None, fit_scale=False)
+        # Steady steps: a calibrated profile prices the step, a fit to the user's own run adds its wander.
+        result = predict_run(run, str(profile_path), "all", None, fit_scale=False, step_jitter=False)
     ov = result.profile.step_overhead
     console.print(
         f"[dim]fitted to the served sweep: step overhead {ov.fixed_s * 1e3:.2f} ms + "

@@ -115,6 +115,12 @@ def plan(
     save_profile: Optional[Path] = typer.Option(
         None, "--save-profile", help="With --fit: write the fitted profile here (use it as --profile next time)."
     ),
+    steady_steps: bool = typer.Option(
+        False,
+        "--steady-steps",
+        help="With --fit: simulate every step at the model's time, without the step-time jitter measured "
+        "from the run's fitted concurrency-1 level (docs/planning.md, 'Step-time jitter').",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the prediction as JSON (with --predict-sweep)."),
 ) -> None:
     """Rank parallel plans for a model on a cluster: the seed's procedure (one card, TP in a node, PP across
@@ -134,7 +140,9 @@ def plan(
                 raise DiagnosisError("--predict-sweep needs --profile (a file from llmdiag calibrate, or h100, ...)")
             if what_if and len(what_if) > 1:
                 raise DiagnosisError("--predict-sweep takes one --what-if (it predicts the run under it)")
-            result = predict_run(predict_sweep, profile, fit, what_if[0] if what_if else None, extra)
+            result = predict_run(
+                predict_sweep, profile, fit, what_if[0] if what_if else None, extra, step_jitter=not steady_steps
+            )
         emit(result, as_json, console, save_profile)
         return
     with user_errors():

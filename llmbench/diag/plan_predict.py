@@ -60,9 +60,11 @@ def predict_run(
     what_if: str | None,
     extra_concurrency: list[int] | None = None,
     fit_scale: bool = True,
+    step_jitter: bool = True,
 ) -> SweepPrediction:
     """The run's levels (and, with `extra_concurrency`, levels it did not run at those concurrencies,
-    the same lengths and timeline), predicted; fitted first to the `fit` levels."""
+    the same lengths and timeline), predicted; fitted first to the `fit` levels. `step_jitter`: with
+    a fit, simulate the step-time wander of the run's fitted concurrency-1 level (if it has one)."""
     run, info = _read_run(path)
     if not info.target.model:
         raise DiagnosisError(f"run {info.run_id} does not say its model; --predict-sweep needs one")
@@ -105,7 +107,7 @@ def predict_run(
     outside = outside_the_server(run) if fit_levels else {}
     # A served step's wander, from a fitted level where each gap is one request's step (concurrency 1).
     alone = [lv.load.level_id for lv in levels if lv.load.level_id in (fit_levels or []) and lv.load.concurrency == 1]
-    jitter = jitter_of_level(run, alone[0]) if alone else None
+    jitter = jitter_of_level(run, alone[0]) if alone and step_jitter else None
     return predict_sweep(info.run_id, shape, profile, setup, levels, measured, fit_levels, fit_scale, outside, jitter)
 
 
