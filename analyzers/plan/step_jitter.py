@@ -10,15 +10,17 @@ apart): TTFT P99 equals P50, and there is no tail under TTFT P99 or TPOT P95 (do
 At a fitted run's concurrency-1 level every inter-token gap is one decode step of one request, the
 same shape each time, so the gaps say how the step wanders, on two time scales:
 
-- the pace: each request's median gap against the level's (the median of the requests' medians).
-  A request lives a fraction of a second, so its median is the host's speed over that stretch; the
+- the pace: each request's mean gap against the level's (the mean of the requests' means). A
+  request lives a fraction of a second, so its mean is the host's speed over that stretch; the
   simulator holds a pace drawn from these for as long as such a request lived (`pace_period_s`)
   and multiplies each step's time by it;
-- the excess: each gap less its own request's median, the step-to-step wander at one pace (a pause
+- the excess: each gap less its own request's mean, the step-to-step wander at one pace (a pause
   of the collector or the event loop). Added, in seconds, not as a ratio: a pause costs a 2-ms step
   and a 100-ms prefill the same milliseconds; one draw per step, independent.
 
-Both are kept as percentiles 0..100 in the profile.
+Both are kept as percentiles 0..100 in the profile. Both are about the mean, so the wander adds no
+time on average: the fitted factors are the steady fit's (the jitter joins after the fit), and only
+the spread is new.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from rundir import RunDir
 from rundir.table import RequestTable
 
 # Enough gaps that the 99th percentile rests on a few of them, not on one; enough requests, each
-# with enough gaps for its median to be its pace.
+# with enough gaps for its mean to be its pace.
 MIN_GAPS = 200
 MIN_REQUESTS = 5
 MIN_REQUEST_GAPS = 5
@@ -62,8 +64,8 @@ def _inverse_cdf(xs: tuple[float, ...], u: float) -> float:
 
 @dataclass(frozen=True)
 class StepJitter:
-    """Percentiles 0..100 of each gap less its request's median gap (`excess_s`, seconds) and of each
-    request's median gap over the level's (`pace`, a ratio held for `pace_period_s`), from `n_gaps`
+    """Percentiles 0..100 of each gap less its request's mean gap (`excess_s`, seconds) and of each
+    request's mean gap over the level's (`pace`, a ratio held for `pace_period_s`), from `n_gaps`
     gaps of `n_requests` requests of level `level_id`."""
 
     excess_s: tuple[float, ...]
