@@ -1,4 +1,4 @@
-"""float32 linears on CPU through oneDNN with the weight pre-packed once, instead of F.linear.
+"""float32 and bfloat16 linears on CPU through oneDNN with the weight pre-packed once, instead of F.linear.
 
 Why: F.linear on CPU calls MKL sgemm with the [out, in] weight as it is stored, re-laying it out
 on every call; at decode batch sizes (tens of rows) that costs as much as the arithmetic. oneDNN's
@@ -7,16 +7,23 @@ same matmul 1.3-2x faster at 16-128 rows on this machine's AVX2 cores, and no sl
 (bench/RESULTS.md, "Engine performance (issue 16)"). This is what inductor's CPU freezing pass
 does; we call the same two ops directly so no compile step is needed.
 
-One row (a lone decode: every linear of a step at concurrency 1) is the exception: it goes to
-F.linear, whose MKL sgemm on one row streams the plain [out, in] weight at memory speed,
-while oneDNN's packed inner product on one row is 15-25% slower (the `tiny` model's decode-step
-linears on one AVX2 core: 24-28 ms against 30-33 ms; from 2 to 64 rows the packed path is 1.1-2.1x
-faster and F.linear is the slow one). Measured for issue 26 (refengine against vLLM at
-concurrency 1); docs/engine.md, "Packed linears".
+One float32 row (a lone decode: every linear of a step at concurrency 1) is the exception: it goes
+to F.linear, whose MKL sgemm on one row streams the plain [out, in] weight at memory speed, while
+oneDNN's packed inner product on one row is 15-25% slower (the `tiny` model's decode-step linears
+on one AVX2 core: 24-28 ms against 30-33 ms; from 2 to 64 rows the packed path is 1.1-2.1x faster
+and F.linear is the slow one). Measured for issue 26 (refengine against vLLM at concurrency 1);
+docs/engine.md, "Packed linears".
 
-It degrades cleanly: the packed path is used only for a float32 CPU weight, only if torch has
-the ops, and only after a self-check against F.linear on the real weight; otherwise F.linear.
-`REFENGINE_CPU_PACKED_GEMM=0` turns it off (the bench flips `ENABLED` for side-by-side runs).
+bfloat16 weights are packed too where oneDNN computes bfloat16 natively (AVX-512 BF16 or AMX:
+`torch.ops.mkldnn._is_mkldnn_bf16_supported()`), one row included: there F.linear also re-lays the
+weight out on every call, and the packed path was 1.2-1.7x faster from 1 to 64 rows of a 1,024 x
+3,072 linear on an AMX core (docs/engine.md, "Packed linears"). Without native bfloat16 the
+weight stays with F.linear.
+
+It degrades cleanly: the packed path is used only for a float32 or (natively computed) bfloat16 CPU
+weight, only if torch has the ops, and only after a self-check against F.linear on the real weight;
+otherwise F.linear. `REFENGINE_CPU_PACKED_GEMM=0` turns it off (the bench flips `ENABLED` for
+side-by-side runs).
 
 The dense weight is kept (state dicts, TP loaders and tests read it), so weights take twice
 their memory on CPU; the packed copy is rebuilt if the weight tensor is replaced.
@@ -44,18 +51,36 @@ def _ops_available() -> bool:
     )
 
 
+def _bf16_native() -> bool:
+    fn = getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", None)
+    try:
+        return bool(fn is not None and fn())
+    except RuntimeError:
+        return False
+
+
+# The weight dtypes packed, and how close the packed product must come to F.linear's (relative to
+# the largest output): bfloat16 keeps 8 bits of mantissa, and the two paths may accumulate differently.
+_TOLERANCE = {torch.float32: 1e-4, torch.bfloat16: 2e-2}
+
+
+def packs(dtype: torch.dtype) -> bool:
+    """Whether a CPU weight of this dtype goes through the packed path (when ENABLED and the ops exist)."""
+    return dtype == torch.float32 or (dtype == torch.bfloat16 and _bf16_native())
+
+
 def pack(weight: torch.Tensor) -> torch.Tensor | None:
-    """The oneDNN-packed copy of a float32 CPU weight [out, in], or None where it does not apply."""
-    if not ENABLED or weight.device.type != "cpu" or weight.dtype != torch.float32 or weight.dim() != 2:
+    """The oneDNN-packed copy of a CPU weight [out, in], or None where it does not apply."""
+    if not ENABLED or weight.device.type != "cpu" or weight.dim() != 2 or not packs(weight.dtype):
         return None
     if not _ops_available():
         return None
     try:
         with torch.no_grad():
             packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None)
-            x = torch.randn(_CHECK_ROWS, weight.shape[1], generator=torch.Generator().manual_seed(0))
-            want, got = F.linear(x, weight), _packed_linear(x, packed, None)
-            tol = 1e-4 * (1.0 + float(want.abs().max()))
+            x = torch.randn(_CHECK_ROWS, weight.shape[1], generator=torch.Generator().manual_seed(0)).to(weight.dtype)
+            want, got = F.linear(x, weight).float(), _packed_linear(x, packed, None).float()
+            tol = _TOLERANCE[weight.dtype] * (1.0 + float(want.abs().max()))
             if got.shape != want.shape or float((got - want).abs().max()) > tol:
                 log.info("oneDNN packed linear disagrees with F.linear; using F.linear")
                 return None
@@ -87,10 +112,10 @@ class PackedWeight:
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, cache: PackedWeight) -> torch.Tensor:
     """F.linear(x, weight, bias), through the packed weight where it applies (any leading dims)."""
-    if not ENABLED or x.dtype != torch.float32 or x.device.type != "cpu" or torch.is_grad_enabled():
+    if not ENABLED or x.dtype not in _TOLERANCE or x.device.type != "cpu" or torch.is_grad_enabled():
         return F.linear(x, weight, bias)
-    if x.numel() == x.shape[-1]:  # one row: MKL's sgemm on the plain weight beats the packed path (see above)
-        return F.linear(x, weight, bias)
+    if x.dtype == torch.float32 and x.numel() == x.shape[-1]:
+        return F.linear(x, weight, bias)  # one float32 row: MKL's sgemv on the plain weight is faster (see above)
     packed = cache.get(weight)
     if packed is None:
         return F.linear(x, weight, bias)

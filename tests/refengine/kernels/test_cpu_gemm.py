@@ -2,8 +2,9 @@
 
 float32 goes through oneDNN with the weight packed once (checked here to agree with F.linear to
 float32 rounding, with and without bias, over decode- and prefill-sized batches reusing one
-PackedWeight, on one and two threads), except a single row, which is F.linear's own; bfloat16 and
-float16 are passed to F.linear as they are.
+PackedWeight, on one and two threads), except a single row, which is F.linear's own; bfloat16 too,
+one row included, where oneDNN computes it natively (AVX-512 BF16, AMX), else F.linear; float16 is
+passed to F.linear as it is.
 """
 
 from __future__ import annotations
@@ -56,12 +57,13 @@ def test_linear_matches_f_linear(in_f, out_f, with_bias, dtype, threads):
             got = cpu_gemm.linear(x, weight, bias, cache)
             assert got.shape == (batch, out_f) and got.dtype == dtype
             _assert_close(got, F.linear(x, weight, bias), dtype)
-            if dtype == torch.float32 and batch > 1 and cpu_gemm._ops_available():
+            packable = cpu_gemm.packs(dtype) and cpu_gemm._ops_available()
+            if packable and (batch > 1 or dtype == torch.bfloat16):
                 assert cache.packed is not None  # the packed path ran, not F.linear
                 packed = packed if packed is not None else cache.packed
                 assert cache.packed is packed  # packed once, reused
-            elif dtype != torch.float32:
-                assert cache.key is None  # only float32 is packed
+            elif not packable:
+                assert cache.key is None  # F.linear, nothing packed
         x = torch.randn(2, 3, in_f, generator=g).to(dtype)  # any leading dims
         _assert_close(cpu_gemm.linear(x, weight, bias, cache), F.linear(x, weight, bias), dtype)
 
@@ -104,3 +106,14 @@ def test_one_row_is_f_linear_and_packs_nothing(shape, threads):
         rows = torch.randn(2, 64, generator=g)
         _assert_close(cpu_gemm.linear(rows, weight, bias, cache), F.linear(rows, weight, bias), torch.float32)
         assert cache.key is not None
+
+
+def test_bfloat16_without_native_support_stays_with_f_linear(monkeypatch):
+    """An AVX2 host computes bfloat16 by conversion: no packed copy, F.linear's own result."""
+    monkeypatch.setattr(cpu_gemm, "_bf16_native", lambda: False)
+    g = torch.Generator().manual_seed(2)
+    weight, x = torch.randn(96, 64, generator=g).bfloat16(), torch.randn(7, 64, generator=g).bfloat16()
+    cache = cpu_gemm.PackedWeight()
+    with torch.no_grad():
+        assert torch.equal(cpu_gemm.linear(x, weight, None, cache), F.linear(x, weight))
+    assert cache.packed is None and not cpu_gemm.packs(torch.bfloat16) and cpu_gemm.packs(torch.float32)
