@@ -7,6 +7,7 @@ default) and once with `--steady-steps`; the other levels are held out. Per arm,
 of |error| over every held-out level of every run given, per metric, side by side.
 
     python bench/plan_jitter.py DIR [DIR ...] [--profile FILE] [--out FILE]
+    python bench/plan_jitter.py --from-json FILE      # the tables of a recorded invocation again
 
 Each DIR holds `run-<model>-<layout>` run directories and, unless --profile is given, the
 `profile.json` they were predicted with.
@@ -15,6 +16,7 @@ Each DIR holds `run-<model>-<layout>` run directories and, unless --profile is g
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
 from pathlib import Path
@@ -49,25 +51,14 @@ def predict_both(run: Path, profile: Path) -> dict:
     return out
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("dirs", nargs="+", type=Path, help="folders a plan_accuracy.py --keep-runs kept")
-    p.add_argument("--profile", type=Path, default=None, help="default: each folder's profile.json")
-    p.add_argument("--out", default=None)
-    a = p.parse_args()
-    runs = []
-    for d in a.dirs:
-        profile = a.profile or d / "profile.json"
-        for run in sorted(x for x in d.iterdir() if CLOSED_LOOP_RUN.match(x.name) and (x / "run.json").exists()):
-            print(f"predicting {run} ...", file=sys.stderr)
-            runs.append(predict_both(run, profile))
-    if not runs:
-        raise SystemExit(f"no run-<model>-<layout> directories in {', '.join(map(str, a.dirs))}")
-    pooled = {
+def pooled_errors(runs: list[dict], model: str | None = None) -> dict:
+    """Per arm and metric: n, median and P90 of |error| over the held-out levels of `runs` (of one model)."""
+    return {
         arm: {
             k: median_p90(
                 lv["error"][k]
                 for r in runs
+                if model is None or f"run-{model}-" in Path(r["run"]).name
                 for lv in r[arm]["levels"]
                 if lv["role"] == "predicted" and lv["error"] and lv["error"][k] is not None
             )
@@ -76,15 +67,45 @@ def main() -> None:
         for arm in ARMS
     }
 
+
+def print_pooled(runs: list[dict]) -> None:
     def cell(s: dict) -> str:
         return "-" if s["median"] is None else f"{s['median'] * 100:.1f}% / {s['p90'] * 100:.1f}% ({s['n']})"
 
-    print_table(
-        f"held-out |error|, median / P90 (levels), over {len(runs)} runs",
-        ["arm", *METRICS],
-        [[arm, *(cell(pooled[arm][k]) for k in METRICS)] for arm in ARMS],
+    models = sorted({m.group(1) for r in runs if (m := re.match(r"run-(.+)-(?:tp|pp)\d+$", Path(r["run"]).name))})
+    for model in (None, *models):
+        pooled = pooled_errors(runs, model)
+        n = sum(1 for r in runs if model is None or f"run-{model}-" in Path(r["run"]).name)
+        print_table(
+            f"held-out |error|, median / P90 (levels): {model or 'every model'}, {n} runs",
+            ["arm", *METRICS],
+            [[arm, *(cell(pooled[arm][k]) for k in METRICS)] for arm in ARMS],
+        )
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("dirs", nargs="*", type=Path, help="folders a plan_accuracy.py --keep-runs kept")
+    p.add_argument("--profile", type=Path, default=None, help="default: each folder's profile.json")
+    p.add_argument("--from-json", type=Path, default=None, help="print the tables of this recorded invocation")
+    p.add_argument("--out", default=None)
+    a = p.parse_args()
+    if a.from_json:
+        print_pooled(json.loads(a.from_json.read_text())["runs"])
+        return
+    runs = []
+    for d in a.dirs:
+        profile = a.profile or d / "profile.json"
+        for run in sorted(x for x in d.iterdir() if CLOSED_LOOP_RUN.match(x.name) and (x / "run.json").exists()):
+            print(f"predicting {run} ...", file=sys.stderr)
+            runs.append(predict_both(run, profile))
+    if not runs:
+        raise SystemExit(f"no run-<model>-<layout> directories in {', '.join(map(str, a.dirs)) or 'no folder'}")
+    print_pooled(runs)
+    write_json(
+        a.out,
+        {"bench": "plan_jitter", "args": vars(a), "machine": machine(), "runs": runs, "pooled": pooled_errors(runs)},
     )
-    write_json(a.out, {"bench": "plan_jitter", "args": vars(a), "machine": machine(), "runs": runs, "pooled": pooled})
 
 
 if __name__ == "__main__":
