@@ -42,7 +42,8 @@ def cpu_computes_bfloat16() -> bool:
 
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     if name == "auto":
-        # No AMX on these CPUs: float32 matmul beats bfloat16 there (docs/architecture.md, host facts).
+        # float32 on CPU: without native bfloat16 (an AVX2 host) float32 is the faster one; with it
+        # (cpu_computes_bfloat16: AMX), ask for --dtype bfloat16 (bench/RESULTS.md, vs_vllm on AMX).
         return torch.float32 if device.type == "cpu" else torch.bfloat16
     return DTYPES[name]
 
