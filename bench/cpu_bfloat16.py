@@ -33,8 +33,8 @@ from common import machine, print_table, write_json  # noqa: E402
 
 from refengine import LLM, SamplingParams  # noqa: E402
 from refengine.attention import reference  # noqa: E402
-from refengine.device import cpu_computes_bfloat16  # noqa: E402
 from refengine.model.layers import cpu_gemm  # noqa: E402
+from refengine.numerics.cpu_bfloat16 import cpu_computes_bfloat16  # noqa: E402
 
 ARMS = ("both", "no packing", "float32 attention")
 DECODE_STEPS = 10

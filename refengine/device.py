@@ -7,7 +7,6 @@ so all ranks agree on the weights they load, the KV dtype and therefore the bloc
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,22 +27,10 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-@functools.lru_cache(maxsize=None)
-def cpu_computes_bfloat16() -> bool:
-    """Whether this CPU computes bfloat16 natively (AVX-512 BF16 or AMX, as oneDNN sees it). There
-    bfloat16 matmuls and attention run faster than float32; elsewhere each bfloat16 op converts to
-    float32 and back, and is slower than float32 itself."""
-    probe = getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", None)
-    try:
-        return bool(probe is not None and torch.backends.mkldnn.is_available() and probe())
-    except RuntimeError:
-        return False
-
-
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     if name == "auto":
         # float32 on CPU: without native bfloat16 (an AVX2 host) float32 is the faster one; with it
-        # (cpu_computes_bfloat16: AMX), ask for --dtype bfloat16 (bench/RESULTS.md, vs_vllm on AMX).
+        # (numerics/cpu_bfloat16.py: AMX), ask for --dtype bfloat16 (bench/RESULTS.md, vs_vllm on AMX).
         return torch.float32 if device.type == "cpu" else torch.bfloat16
     return DTYPES[name]
 

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from refengine.attention.metadata import AttentionMetadata
-from refengine.device import cpu_computes_bfloat16
+from refengine.numerics.cpu_bfloat16 import cpu_computes_bfloat16
 from refengine.numerics.kv_cache import from_cache, is_fp8, to_cache
 
 

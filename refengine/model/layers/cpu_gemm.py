@@ -15,7 +15,7 @@ and F.linear is the slow one). Measured for issue 26 (refengine against vLLM at 
 docs/engine.md, "Packed linears".
 
 bfloat16 weights are packed too where oneDNN computes bfloat16 natively (AVX-512 BF16 or AMX:
-refengine/device.py `cpu_computes_bfloat16`), one row included: there F.linear also re-lays the
+refengine/numerics/cpu_bfloat16.py), one row included: there F.linear also re-lays the
 weight out on every call, and the packed path was 1.2-1.7x faster from 1 to 64 rows of a 1,024 x
 3,072 linear on an AMX core (docs/engine.md, "Packed linears"). Without native bfloat16 the
 weight stays with F.linear.
@@ -37,7 +37,7 @@ import os
 import torch
 import torch.nn.functional as F
 
-from refengine import device
+from refengine.numerics import cpu_bfloat16
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ _TOLERANCE = {torch.float32: 1e-4, torch.bfloat16: 2e-2}
 
 def packs(dtype: torch.dtype) -> bool:
     """Whether a CPU weight of this dtype goes through the packed path (when ENABLED and the ops exist)."""
-    return dtype == torch.float32 or (dtype == torch.bfloat16 and device.cpu_computes_bfloat16())
+    return dtype == torch.float32 or (dtype == torch.bfloat16 and cpu_bfloat16.cpu_computes_bfloat16())
 
 
 def pack(weight: torch.Tensor) -> torch.Tensor | None:

@@ -8,10 +8,10 @@ import random
 import pytest
 import torch
 
-from refengine import device
 from refengine.attention import reference
 from refengine.attention.metadata import build_attention_metadata
 from refengine.attention.reference import paged_attention, store_kv
+from refengine.numerics.cpu_bfloat16 import cpu_computes_bfloat16
 
 
 def _step(bs=4, heads=8, kv_heads=2, d=64, seed=0):
@@ -48,4 +48,4 @@ def test_bfloat16_attention_is_close_to_float32(monkeypatch, native):
 def test_float32_attention_is_float32_whatever_the_cpu():
     assert reference._cpu_keeps(torch.float32)
     assert not reference._cpu_keeps(torch.float16)
-    assert reference._cpu_keeps(torch.bfloat16) == device.cpu_computes_bfloat16()
+    assert reference._cpu_keeps(torch.bfloat16) == cpu_computes_bfloat16()

@@ -110,7 +110,7 @@ def test_one_row_is_f_linear_and_packs_nothing(shape, threads):
 
 def test_bfloat16_without_native_support_stays_with_f_linear(monkeypatch):
     """An AVX2 host computes bfloat16 by conversion: no packed copy, F.linear's own result."""
-    monkeypatch.setattr(cpu_gemm.device, "cpu_computes_bfloat16", lambda: False)
+    monkeypatch.setattr(cpu_gemm.cpu_bfloat16, "cpu_computes_bfloat16", lambda: False)
     g = torch.Generator().manual_seed(2)
     weight, x = torch.randn(96, 64, generator=g).bfloat16(), torch.randn(7, 64, generator=g).bfloat16()
     cache = cpu_gemm.PackedWeight()
