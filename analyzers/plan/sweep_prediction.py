@@ -168,9 +168,9 @@ def predict_sweep(
         )
         profile = fit.profile
         if jitter is not None:
-            profile = dataclasses.replace(
-                profile, step_jitter=jitter, assumptions=[*profile.assumptions, jitter.describe()]
-            )
+            # Said before the fit's own line, which stays last (what the fit found, read by the table).
+            said = [*profile.assumptions[:-1], jitter.describe(), *profile.assumptions[-1:]]
+            profile = dataclasses.replace(profile, step_jitter=jitter, assumptions=said)
     rows = []
     for pred in _predict_all(shape, setup, levels)(profile):
         meas = measured.get(pred.level_id)

@@ -81,6 +81,13 @@ def test_fit_calibrates_to_the_named_levels_and_saves_the_profile(run_dir, tmp_p
     assert abs(fitted["error"]["tpot_p50_s"]) < 0.2
     profile = MachineProfile.load(tmp_path / "fitted.json")
     assert profile.source == "fitted" and "fitted to run" in profile.assumptions[-1]
+    # Its concurrency-1 level lends the simulation its steps' wander, saved with the profile; --steady-steps not.
+    assert profile.step_jitter is not None and profile.step_jitter.level_id == "c1-in10-out11"
+    assert out["profile"]["step_jitter"]["n_gaps"] == profile.step_jitter.n_gaps
+    steady = invoke(
+        "plan", "--predict-sweep", run_dir, "--profile", "h100", "--fit", "c1-in10-out11", "--steady-steps", "--json"
+    )
+    assert steady.exit_code == 0 and json.loads(steady.output)["profile"]["step_jitter"] is None
     # The table says what the fit found, and where the request overhead came from (no server probe here).
     text = invoke("plan", "--predict-sweep", run_dir, "--profile", "h100", "--fit", "c1-in10-out11").output
     assert "fitted to c1-in10-out11: operators x" in " ".join(text.split())
