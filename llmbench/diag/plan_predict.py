@@ -154,6 +154,13 @@ def print_prediction(result: SweepPrediction, console: Console) -> None:
             f"request ({result.fit.request_overhead_from})",
             highlight=False,
         )
+        jitter = result.profile.step_jitter
+        console.print(
+            jitter.describe() + " (--steady-steps: without it)"
+            if jitter
+            else "steady steps: no step-time jitter (no fitted concurrency-1 level, or --steady-steps)",
+            highlight=False,
+        )
     if d["fit"] is not None and d["fit"]["warning"]:
         console.print(f"[bold yellow]warning:[/] {d['fit']['warning']}")
     if any(row["role"] == "not run" for row in d["levels"]):

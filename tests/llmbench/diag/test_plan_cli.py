@@ -92,6 +92,7 @@ def test_fit_calibrates_to_the_named_levels_and_saves_the_profile(run_dir, tmp_p
     text = invoke("plan", "--predict-sweep", run_dir, "--profile", "h100", "--fit", "c1-in10-out11").output
     assert "fitted to c1-in10-out11: operators x" in " ".join(text.split())
     assert "(fitted to TTFT P50)" in " ".join(text.split())
+    assert "step jitter: 300 inter-token gaps of 30 requests of c1-in10-out11" in " ".join(text.split())
 
 
 def test_what_if_changes_the_engine_and_a_bad_one_is_one_line(run_dir):
