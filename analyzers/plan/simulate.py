@@ -269,14 +269,14 @@ class EngineRun:
                     self.trace.append(sched)
                 cost = self.sim.model.step_cost(_shape(sched))
                 self.notes |= cost.notes
-                pace, excess = self._wander()
-                total = max(cost.total_s * pace + excess, cost.total_s / 2)  # never below half the model's
+                served = self._served_time()
+                total = served(cost.total_s)
                 if self.depth == 1:
                     self.now += total
                     self.land(sched)
                     return True
                 issue = max(self.now, self.stage_free) + cost.overhead_s
-                self.stage_free = issue + max(cost.stage_s * pace + excess, cost.stage_s / 2)
+                self.stage_free = issue + served(cost.stage_s)
                 self.pending.append((issue + total - cost.overhead_s, sched))
                 self.now = issue
                 submitted = True
@@ -287,15 +287,17 @@ class EngineRun:
             return True
         return submitted
 
-    def _wander(self) -> tuple[float, float]:
-        """(pace, excess s) of the next served step (analyzers/plan/step_jitter.py): the pace of the
-        stretch it falls in, its own excess; (1, 0) without a measured jitter."""
+    def _served_time(self) -> Callable[[float], float]:
+        """The next step's model time -> its served time (analyzers/plan/step_jitter.py): times the
+        pace of the stretch it falls in, plus its own excess, never below half the model's; the
+        model's time itself without a measured jitter."""
         if self.jitter is None:
-            return 1.0, 0.0
+            return lambda t: t
         if self.now >= self.pace_until:
             self.pace = self.jitter.draw_pace(self.step_rng.random())
             self.pace_until = self.now + self.jitter.pace_period_s
-        return self.pace, self.jitter.draw_excess(self.step_rng.random())
+        pace, excess = self.pace, self.jitter.draw_excess(self.step_rng.random())
+        return lambda t: max(t * pace + excess, t / 2)
 
     def land(self, sched: SchedulerOutput) -> None:
         self.steps += 1

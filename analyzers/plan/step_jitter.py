@@ -89,7 +89,7 @@ class StepJitter:
     ) -> StepJitter | None:
         """The jitter of these requests' gaps (each request's own list, in order), or None when they
         hold fewer than `min_gaps` gaps, or fewer than MIN_REQUESTS requests with MIN_REQUEST_GAPS."""
-        kept = [g for g in (np.asarray([x for x in gs if math.isfinite(x) and x >= 0]) for gs in gaps_per_request)]
+        kept = [np.asarray([x for x in gs if math.isfinite(x) and x >= 0]) for gs in gaps_per_request]
         kept = [g for g in kept if g.size >= MIN_REQUEST_GAPS]
         if len(kept) < MIN_REQUESTS or sum(g.size for g in kept) < min_gaps:
             return None
@@ -147,9 +147,9 @@ def jitter_of_level(run: RunDir, level_id: str) -> StepJitter | None:
         return None
     df = table.df
     ok = df["in_window"].to_numpy(bool) & (df["status"] == "ok").to_numpy()
-    per_request = []
-    for row in rows[ok[rows]]:
-        mask = np.zeros(len(df), dtype=bool)
-        mask[row] = True
-        per_request.append(table.gaps_of(mask).tolist())
-    return StepJitter.from_requests(per_request, level_id)
+    measured = rows[ok[rows]]
+    mask = np.zeros(len(df), dtype=bool)
+    mask[measured] = True
+    owner = table.itl_row[mask[table.itl_row]] if table.itl.size else table.itl_row
+    gaps = table.gaps_of(mask)  # the measured requests' gaps, each tagged with its row in `owner`
+    return StepJitter.from_requests([gaps[owner == row].tolist() for row in measured], level_id)

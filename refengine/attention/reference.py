@@ -5,7 +5,8 @@ into one SDPA call over K/V gathered through a padded [B, max_context] slot tabl
 mask. Prefills (num_new > 1) run one SDPA call each, causal with the query offset by start_pos.
 On CPU the math is float32, except bfloat16 on a CPU that computes it natively (AVX-512 BF16, AMX):
 there SDPA runs in bfloat16 (accumulating in float32 inside), and the gathered context is not
-converted first; converting it was half a bfloat16 decode step at 64 sequences of 256 tokens.
+converted first (the conversion cost a bfloat16 decode step at 64 x 256 tokens a fifth of its
+time: docs/engine.md, "bfloat16 attention on CPU").
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from refengine.attention.metadata import AttentionMetadata
-from refengine.numerics.cpu_bfloat16 import cpu_computes_bfloat16
+from refengine.numerics import cpu_bfloat16
 from refengine.numerics.kv_cache import from_cache, is_fp8, to_cache
 
 
@@ -42,7 +43,7 @@ def store_kv(
 
 def _cpu_keeps(dtype: torch.dtype) -> bool:
     """Whether CPU attention computes in this dtype rather than in float32."""
-    return dtype == torch.float32 or (dtype == torch.bfloat16 and cpu_computes_bfloat16())
+    return cpu_bfloat16.cpu_keeps(dtype)
 
 
 def paged_attention(

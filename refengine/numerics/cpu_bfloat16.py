@@ -1,7 +1,7 @@
-"""Whether this CPU computes bfloat16 natively: one probe for every path that chooses by it.
+"""Whether this CPU computes bfloat16 natively, and so which dtypes CPU paths keep: one rule for all.
 
 A leaf (torch only): the packed linears (model/layers/cpu_gemm.py) and CPU attention
-(attention/reference.py) both read it, and neither may import the device setup, which imports them.
+(attention/reference.py) both choose by `cpu_keeps`, and neither may import the device setup, which imports them.
 """
 
 from __future__ import annotations
@@ -21,3 +21,9 @@ def cpu_computes_bfloat16() -> bool:
         return bool(probe is not None and torch.backends.mkldnn.is_available() and probe())
     except RuntimeError:
         return False
+
+
+def cpu_keeps(dtype: torch.dtype) -> bool:
+    """Whether a CPU path computes in `dtype` itself: float32 always, bfloat16 where the CPU computes
+    it natively; anything else goes through float32 (or the plain torch op)."""
+    return dtype == torch.float32 or (dtype == torch.bfloat16 and cpu_computes_bfloat16())

@@ -53,14 +53,14 @@ def _ops_available() -> bool:
     )
 
 
-# The weight dtypes packed, and how close the packed product must come to F.linear's (relative to
-# the largest output): bfloat16 keeps 8 bits of mantissa, and the two paths may accumulate differently.
+# How close the packed product must come to F.linear's, per packed dtype (relative to the largest
+# output): bfloat16 keeps 8 bits of mantissa, and the two paths may accumulate differently.
 _TOLERANCE = {torch.float32: 1e-4, torch.bfloat16: 2e-2}
 
 
 def packs(dtype: torch.dtype) -> bool:
     """Whether a CPU weight of this dtype goes through the packed path (when ENABLED and the ops exist)."""
-    return dtype == torch.float32 or (dtype == torch.bfloat16 and cpu_bfloat16.cpu_computes_bfloat16())
+    return cpu_bfloat16.cpu_keeps(dtype)
 
 
 def pack(weight: torch.Tensor) -> torch.Tensor | None:
@@ -106,7 +106,7 @@ class PackedWeight:
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, cache: PackedWeight) -> torch.Tensor:
     """F.linear(x, weight, bias), through the packed weight where it applies (any leading dims)."""
-    if not ENABLED or x.dtype not in _TOLERANCE or x.device.type != "cpu" or torch.is_grad_enabled():
+    if not ENABLED or not packs(x.dtype) or x.device.type != "cpu" or torch.is_grad_enabled():
         return F.linear(x, weight, bias)
     if x.dtype == torch.float32 and x.numel() == x.shape[-1]:
         return F.linear(x, weight, bias)  # one float32 row: MKL's sgemv on the plain weight is faster (see above)

@@ -37,7 +37,7 @@ def _step(bs=4, heads=8, kv_heads=2, d=64, seed=0):
 
 @pytest.mark.parametrize("native", [True, False], ids=["native-bf16", "no-native-bf16"])
 def test_bfloat16_attention_is_close_to_float32(monkeypatch, native):
-    monkeypatch.setattr(reference, "cpu_computes_bfloat16", lambda: native)
+    monkeypatch.setattr(reference.cpu_bfloat16, "cpu_computes_bfloat16", lambda: native)
     q, cache, meta, heads, scale = _step()
     want = paged_attention(q, cache, meta, heads, scale)
     got = paged_attention(q.bfloat16(), cache.bfloat16(), meta, heads, scale)
