@@ -170,7 +170,9 @@ def diagnose_p99(run: RunDir, metric: str = "ttft") -> P99Diagnosis:
         for lv in levels
         if lv.standing or lv.level_id == lv.baseline_level
     }
-    limits = engine_limits(info.target.engine_args, info.target.kind == "embedded", info.target.replicas)
+    limits = engine_limits(
+        info.target.engine_args, info.target.kind == "embedded", info.target.replicas, info.target.engine_facts
+    )
     checks = [
         check_failures(table, metric),
         *check_fleet(table, tails, info.target, series["server"], series["tcp"]),

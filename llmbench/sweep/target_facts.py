@@ -36,6 +36,8 @@ def engine_facts(base_url: str, api_key: str | None = None, timeout_s: float = 5
         for name, key in FACT_KEYS.items()
         if name in snap.info
     }
+    if "cache_config" in facts:  # whose block count it is: vLLM reserves one (rundir.kv_cache)
+        facts["engine"] = snap.engine
     for labels, value in snap.by_name.get("refengine:model_memory_bytes", []):
         facts.setdefault("memory_bytes", {})[labels.get("what", "?")] = value
     return facts

@@ -12,7 +12,7 @@ A level where every request failed stops the ramp with the server's own message:
 refused request, not a capacity of zero.
 
 Estimate: usable blocks // ceil((prompt + max_tokens) / block_size), from the server's own
-`vllm:cache_config_info` (num_gpu_blocks, block_size; vLLM v1 reserves one of them, RESERVED_BLOCKS). Requests whose prompt already occupies all
+`vllm:cache_config_info` (num_gpu_blocks, block_size; vLLM v1 reserves one of them: rundir.kv_cache). Requests whose prompt already occupies all
 the blocks the finished request needs (prompt and output within one block edge) never grow by a
 block mid-decode, so admission alone decides how many run and nothing is preempted; otherwise the
 server admits on prompt blocks, then preempts as requests grow, and the capacity is read from the

@@ -7,10 +7,8 @@ from dataclasses import dataclass, field
 
 from loadgen.kv_ramp.observation import KV_FULL, LevelObservation
 from loadgen.kv_ramp.spec import RampSpec
+from rundir.kv_cache import KVCacheSize
 
-# Blocks an engine counts in num_gpu_blocks but never gives a request: vLLM v1's block pool takes
-# one "null block" out of the free queue at start (its KV usage gauge is over the rest).
-RESERVED_BLOCKS = {"vllm": 1}
 TOLERANCE = 0.10  # observed vs estimate, the issue's yardstick
 
 
@@ -25,14 +23,21 @@ class RampResult:
     engine: str = "unknown"
 
     @property
+    def cache(self) -> KVCacheSize | None:
+        """The server's own count of its KV cache (rundir.kv_cache: the diagnosis reads the same)."""
+        if not self.num_blocks or not self.block_size:
+            return None
+        return KVCacheSize(self.num_blocks, self.block_size, self.engine)
+
+    @property
     def usable_blocks(self) -> int | None:
-        return None if not self.num_blocks else self.num_blocks - RESERVED_BLOCKS.get(self.engine, 0)
+        return None if self.cache is None else self.cache.usable_blocks
 
     @property
     def estimate(self) -> int | None:
-        if not self.usable_blocks or not self.block_size:
+        if self.cache is None or not self.cache.usable_blocks:
             return None
-        return self.usable_blocks // -(-self.spec.request_tokens // self.block_size)
+        return self.cache.requests_that_fit(self.spec.request_tokens)
 
     @property
     def saturated_level(self) -> LevelObservation | None:

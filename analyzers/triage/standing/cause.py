@@ -124,7 +124,7 @@ def _cause(
     """The cause of the dominant part: KV first (it shows in every part), then by part — time in
     the queue (admission, token budget), in prefill (long prompts), in decode (batch, stalls),
     outside the server (the path) — then a CPU neighbour, then saturation."""
-    verdict = kv_capacity(ph.server, queue_part=part in ("queue", NOT_SPLIT), cap=limits.get("max_num_seqs"))
+    verdict = kv_capacity(ph, queue_part=part in ("queue", NOT_SPLIT), limits=limits)
     if verdict:
         return verdict
     outside = ""

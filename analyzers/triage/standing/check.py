@@ -3,6 +3,8 @@ levels that share a cause one finding with the worst level's numbers and the nex
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 import numpy as np
 
 from analyzers.triage.contracts import CheckResult, Finding, failed, passed
@@ -10,6 +12,7 @@ from analyzers.triage.levels import LevelLoad
 from analyzers.triage.phases import LevelPhases
 from analyzers.triage.standing.cause import name_cause
 from analyzers.triage.standing.split import phase_parts
+from rundir.kv_cache import KVCacheSize
 
 STANDING_ID, STANDING_TITLE = "p99.standing", "standing tails are explained"
 NEXT = {
@@ -82,7 +85,7 @@ def check_standing(
             "out_tokens_mean": ph.out_tokens_mean,
             "server": {k: v for k, v in ph.server.items() if v is not None},
             "host": {k: v for k, v in ph.host.items() if v is not None},
-            "limits": {k: v for k, v in limits.items() if v is not None},
+            "limits": {k: asdict(v) if isinstance(v, KVCacheSize) else v for k, v in limits.items() if v is not None},
             "tail_requests": int(sum(it[0].tail_rows.size for it in items)),
         }
         more = f" (also {', '.join(it[0].level_id for it in items if it is not worst)})" if len(items) > 1 else ""

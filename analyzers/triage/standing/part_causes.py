@@ -22,7 +22,14 @@ STALL_SHARE = 0.02
 Verdict = tuple[str, str]  # (check id, the sentence with the numbers)
 
 
-def kv_capacity(s: dict, queue_part: bool, cap: int | None) -> Verdict | None:
+def kv_capacity(ph: LevelPhases, queue_part: bool, limits: dict) -> Verdict | None:
+    """The KV cache at its ceiling, read from its gauges (kv_from_gauges) or, where the gauges never
+    caught it full, from the cache the server published: it cannot hold the requests the level kept
+    in the server (kv_from_count)."""
+    return kv_from_gauges(ph.server, queue_part, limits.get("max_num_seqs")) or kv_from_count(ph, queue_part, limits)
+
+
+def kv_from_gauges(s: dict, queue_part: bool, cap: int | None) -> Verdict | None:
     """The KV cache at its ceiling and something to show for it: preemptions, retracted requests, or
     requests waiting while the queue dominates. "At its ceiling" is >= KV_FULL, or full *for the next
     request*: while requests waited, the free part was smaller than one running request's share
@@ -47,6 +54,33 @@ def kv_capacity(s: dict, queue_part: bool, cap: int | None) -> Verdict | None:
         f"KV cache full for the next request: {kv_w:.0%} used while requests waited, "
         f"the free {1 - kv_w:.0%} less than one running request's {per_request:.0%}, "
         f"with {what}"
+    )
+
+
+def kv_from_count(ph: LevelPhases, queue_part: bool, limits: dict) -> Verdict | None:
+    """The cache the server published (num_gpu_blocks x block_size, rundir.kv_cache) holds fewer of
+    this level's requests (prompt + output, none shared) than it kept in the server, running and
+    waiting, while the queue dominates. The gauges can miss this: a request that fills the cache
+    lives a few steps, and a once-a-second scrape taken between two requests reads it empty.
+    Not named when the admission cap binds first (max_num_seqs <= what fits), or when more ran at
+    once than the count allows (shared prefixes: the count is not what the engine needs)."""
+    cache, s = limits.get("kv_cache"), ph.server
+    waiting, running = s.get("waiting_mean") or 0.0, s.get("running_mean") or 0.0
+    if cache is None or not queue_part or waiting < MIN_WAITING:
+        return None
+    tokens = ph.in_tokens_mean + ph.out_tokens_mean
+    replicas = limits.get("replicas") or 1
+    fit = cache.requests_that_fit(tokens) * replicas
+    cap, ran = limits.get("max_num_seqs"), s.get("running_max")
+    if fit < 1 or running + waiting <= fit or (cap is not None and cap <= fit) or (ran is not None and ran > fit):
+        return None
+    each = f"{cache.usable_blocks} usable blocks of {cache.block_size} tokens" + (
+        f" on each of {replicas} replicas" if replicas > 1 else ""
+    )
+    return "p99.sched.kv-capacity", (
+        f"KV cache full for the next request: its {each} hold {fit} request{'s' if fit > 1 else ''} "
+        f"of {tokens:,.0f} tokens ({cache.blocks_per_request(tokens)} blocks each) at once, "
+        f"with {waiting:.1f} waiting"
     )
 
 

@@ -214,3 +214,50 @@ def test_a_finding_that_explains_little_of_the_tail_is_context(tmp_path):
     c = Finding("p99.host.cpu", "host", "medium", "c", {"x": 1}, [Window(0, 1)], 1, "", tail_share=0.92)
     causes, context = split_causes([a, b, c])
     assert [f.check_id for f in causes] == ["p99.sched.admission", "p99.host.cpu"] and context == [b]
+
+
+def published_cache(blocks: int, engine: str = "vllm", **target) -> dict:
+    """run.json's target with the KV cache the server published (vllm:cache_config_info)."""
+    return {
+        "engine_facts": {"cache_config": {"num_gpu_blocks": str(blocks), "block_size": "128"}, "engine": engine},
+        **target,
+    }
+
+
+def test_a_cache_that_holds_one_request_is_kv_capacity_when_every_scrape_fell_between_requests(tmp_path):
+    """4 blocks of 128, one of them vLLM's null block; requests of 128 + 32 tokens take 2: one runs at
+    a time. Each lives a few steps, so once-a-second scrapes all read the cache empty and nothing
+    running (as on a fast host); the requests kept waiting and the published count says why."""
+    run = two_levels(
+        tmp_path, dict(running=0, waiting=14, queue_s=2.3, prefill_s=0.01, kv=0.0), target=published_cache(4)
+    )
+    f = diagnose_p99(run).findings[0]
+    assert f.check_id == "p99.sched.kv-capacity", f.title
+    assert "full for the next request: its 3 usable blocks of 128 tokens hold 1 request of 160 tokens" in f.title
+    assert "(2 blocks each)" in f.title and "14.0 waiting" in f.title, f.title
+    assert f.evidence["limits"]["kv_cache"] == {"num_blocks": 4, "block_size": 128, "engine": "vllm"}
+
+
+def test_a_published_cache_with_room_for_the_load_is_not_kv_capacity(tmp_path):
+    run = two_levels(
+        tmp_path, dict(running=0, waiting=14, queue_s=2.3, prefill_s=0.01, kv=0.0), target=published_cache(40)
+    )
+    assert diagnose_p99(run).findings[0].check_id != "p99.sched.kv-capacity"
+
+
+def test_more_running_than_the_count_allows_is_not_kv_capacity(tmp_path):
+    """Three ran at once where the count says one fits: the requests shared blocks (prefixes), so the
+    count is not what the engine needed; the batch's own ceiling is what held them."""
+    run = two_levels(
+        tmp_path, dict(running=3, waiting=14, queue_s=2.3, prefill_s=0.01, kv=0.2), target=published_cache(4)
+    )
+    f = diagnose_p99(run).findings[0]
+    assert f.check_id == "p99.sched.admission", f.title
+
+
+def test_an_admission_cap_at_what_fits_is_the_admission_limit(tmp_path):
+    """max_num_seqs=1 and a cache that holds one: the cap binds first (it admits no more even with room)."""
+    target = published_cache(4, engine="refengine", kind="embedded", engine_args=["--max-num-seqs=1"])
+    run = two_levels(tmp_path, dict(running=1, waiting=14, queue_s=2.3, prefill_s=0.01, kv=0.5), target=target)
+    f = diagnose_p99(run).findings[0]
+    assert f.check_id == "p99.sched.admission" and "max_num_seqs=1" in f.title, f.title
