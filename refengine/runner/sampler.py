@@ -64,6 +64,24 @@ class Sampler:
         return tokens
 
     def _sample(self, logits: torch.Tensor, rows: list[SamplingRow], sampled: list[int]) -> list[int]:
+        """One token for each row in `sampled`. Should drawing them together fail unexpectedly (a
+        bug for some odd parameters), each row is drawn alone to find whose it is: one row's
+        failure is that request's, not the batch's."""
+        try:
+            return self._draw(logits, rows, sampled)
+        except RequestFailedError:
+            raise
+        except Exception:
+            for i in sampled:
+                try:
+                    self._draw(logits, rows, [i])
+                except RequestFailedError:
+                    raise
+                except Exception as exc:
+                    raise RequestFailedError(rows[i].req_id, f"sampling failed: {exc}") from exc
+            raise
+
+    def _draw(self, logits: torch.Tensor, rows: list[SamplingRow], sampled: list[int]) -> list[int]:
         """One token for each row in `sampled`, by inverse transform on the rows' CDFs at once."""
         temps = torch.tensor([rows[i].params.temperature for i in sampled], dtype=logits.dtype, device=logits.device)
         probs = torch.softmax(logits[sampled] / temps[:, None], dim=-1)

@@ -23,14 +23,14 @@ HEALTHY = {"prompt": [5, 17, 300, 42, 9], "max_tokens": 24, "temperature": 0, "i
 def _poison_sampler(engine) -> None:
     """Sampling raises for rows whose seed is POISON_SEED, as a sampler bug would for odd params."""
     sampler = engine.runner.sampler
-    original = sampler._sample_one
+    original = sampler._generator
 
-    def sample_one(logits, row):
+    def generator(row):
         if row.params.seed == POISON_SEED:
             raise FloatingPointError("injected: this row's distribution is broken")
-        return original(logits, row)
+        return original(row)
 
-    sampler._sample_one = sample_one
+    sampler._generator = generator
 
 
 async def _stream(client: httpx.AsyncClient, body: dict) -> tuple[int, str, list[dict]]:
