@@ -6,8 +6,8 @@ uniform number per row picks the first token whose cumulative mass exceeds it. O
 per row, not one per vocabulary entry: torch.multinomial (and the exponential race vLLM uses)
 draws a random number for every token of the vocabulary, which on a CPU costs ~17 ns each (70 us a
 row at a vocabulary of 4,096; 2 ms at 128k), and one request at a time it was 15% of a bfloat16
-`tiny` decode step at 64 sequences (docs/engine.md, "Sampling"). The CDF is summed in float64 so
-the smallest probabilities keep their share.
+`tiny` decode step at 64 sequences (docs/engine.md, "Sampling"). The search is in float64, in two
+levels (runner/inverse_transform.py), so the smallest probabilities keep their share.
 
 A request with its own seed draws its number from its own torch.Generator (the same tokens
 whatever else is in the batch); the others draw theirs from the engine's generator in row order.
@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from refengine.errors import RequestFailedError
+from refengine.runner.inverse_transform import draw
 from refengine.sampling_params import SamplingParams
 
 
@@ -56,8 +57,13 @@ class Sampler:
         assert logits.shape[0] == len(rows), (logits.shape, len(rows))
         logits = logits.float()
         self._suppress_stops_before_min_tokens(logits, rows)
-        tokens = torch.argmax(logits, dim=-1).tolist()
+        greedy = [i for i, row in enumerate(rows) if row.params.greedy]
         sampled = [i for i, row in enumerate(rows) if not row.params.greedy]
+        tokens = [0] * len(rows)
+        if greedy:  # (an argmax over a 128k vocabulary is not free: only the rows that need it)
+            picked = torch.argmax(logits if len(greedy) == len(rows) else logits[greedy], dim=-1).tolist()
+            for i, token in zip(greedy, picked):
+                tokens[i] = token
         if sampled:
             for i, token in zip(sampled, self._sample(logits, rows, sampled)):
                 tokens[i] = token
@@ -84,13 +90,13 @@ class Sampler:
     def _draw(self, logits: torch.Tensor, rows: list[SamplingRow], sampled: list[int]) -> list[int]:
         """One token for each row in `sampled`, by inverse transform on the rows' CDFs at once."""
         temps = torch.tensor([rows[i].params.temperature for i in sampled], dtype=logits.dtype, device=logits.device)
-        probs = torch.softmax(logits[sampled] / temps[:, None], dim=-1)
+        mine = logits if len(sampled) == len(rows) else logits[sampled]
+        probs = torch.softmax(mine if bool((temps == 1).all()) else mine / temps[:, None], dim=-1)
         for k, i in enumerate(sampled):
             p = rows[i].params
             if 0 < p.top_k < logits.shape[-1] or p.top_p < 1.0:
                 probs[k] = self._truncated(logits[i] / p.temperature, p)
-        cdf = torch.cumsum(probs, dim=-1, dtype=torch.float64)
-        total = cdf[:, -1]
+        total = probs.sum(dim=-1)
         # On CUDA, sampling NaN or all-zero weights is a device-side assert that kills the whole
         # context; checking here keeps it the one request's error.
         bad = ~(torch.isfinite(total) & (total > 0))
@@ -101,9 +107,7 @@ class Sampler:
                 "sampling failed: the sampling distribution has no finite positive mass (every token "
                 "banned, or the logits are not finite)",
             )
-        u = self._uniforms([rows[i] for i in sampled]).to(cdf.device)
-        picked = torch.searchsorted(cdf, (u * total)[:, None], right=True)[:, 0]
-        return picked.clamp_(max=logits.shape[-1] - 1).tolist()
+        return draw(probs, self._uniforms([rows[i] for i in sampled]).to(probs.device)).tolist()
 
     def _uniforms(self, rows: list[SamplingRow]) -> torch.Tensor:
         """One number in [0, 1) per row (float64): from the row's own generator where it has a seed,

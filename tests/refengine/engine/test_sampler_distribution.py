@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 
+from refengine.runner.inverse_transform import BLOCK, draw
 from refengine.runner.sampler import Sampler, SamplingRow
 from refengine.sampling_params import SamplingParams
 
@@ -15,7 +17,7 @@ VOCAB = 64
 WANT = {5: 0.5, 17: 0.3, 40: 0.15, 63: 0.04, 0: 0.01}  # the rest: zero probability
 
 
-def _logits(rows: int) -> torch.Tensor:
+def _logits(rows: int) -> torch.Tensor:  # WANT over VOCAB
     logits = torch.full((rows, VOCAB), float("-inf"))
     for token, p in WANT.items():
         logits[:, token] = math.log(p)
@@ -31,15 +33,38 @@ def _frequencies(tokens: list[int]) -> dict[int, float]:
     return {t: tokens.count(t) / n for t in set(tokens)}
 
 
-def test_frequencies_match_the_softmax_and_zero_mass_is_never_drawn():
+# Spread over several of the search's blocks, the vocabulary not a multiple of one, the last token used.
+SPREAD = {3: 0.2, BLOCK - 1: 0.1, BLOCK: 0.25, 2 * BLOCK + 7: 0.3, 3 * BLOCK + 99: 0.15}
+SPREAD_VOCAB = 3 * BLOCK + 100
+
+
+@pytest.mark.parametrize("want, vocab", [(WANT, VOCAB), (SPREAD, SPREAD_VOCAB)], ids=["one-block", "spread"])
+def test_frequencies_match_the_softmax_and_zero_mass_is_never_drawn(want, vocab):
     n = 20_000
-    sampler = Sampler(0, torch.device("cpu"))
-    tokens = sampler(_logits(n), [_row(f"r{i}", temperature=1.0) for i in range(n)])
+    logits = torch.full((n, vocab), float("-inf"))
+    for token, p in want.items():
+        logits[:, token] = math.log(p)
+    tokens = Sampler(0, torch.device("cpu"))(logits, [_row(f"r{i}", temperature=1.0) for i in range(n)])
     got = _frequencies(tokens)
-    assert set(got) <= set(WANT), set(got) - set(WANT)
-    for token, p in WANT.items():
+    assert set(got) <= set(want), set(got) - set(want)
+    for token, p in want.items():
         se = math.sqrt(p * (1 - p) / n)
         assert abs(got.get(token, 0.0) - p) < 5 * se, (token, got.get(token), p)
+
+
+def test_the_draw_is_the_first_token_whose_cumulative_mass_exceeds_u():
+    """Against a plain float64 CDF at chosen u: block edges, the tail, u next to 1, unnormalized rows."""
+    probs = torch.zeros(7, SPREAD_VOCAB)
+    for token, p in SPREAD.items():
+        probs[:, token] = p * 3.0  # any positive total
+    u = torch.tensor([0.0, 0.19999, 0.2000001, 0.54, 0.84, 0.86, 1 - 1e-12], dtype=torch.float64)
+    cdf = probs.double().cumsum(-1)
+    want = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True)[:, 0]
+    assert (
+        draw(probs, u).tolist()
+        == want.tolist()
+        == [3, 3, BLOCK - 1, BLOCK, 2 * BLOCK + 7, 3 * BLOCK + 99, 3 * BLOCK + 99]
+    )
 
 
 def test_temperature_flattens_and_top_k_top_p_cut_the_tail():
