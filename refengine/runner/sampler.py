@@ -4,10 +4,10 @@ Greedy rows are done in one argmax. Sampled rows are drawn together by inverse t
 row's distribution (temperature, then its top-k / top-p where set) is summed into a CDF, and one
 uniform number per row picks the first token whose cumulative mass exceeds it. One random number
 per row, not one per vocabulary entry: torch.multinomial (and the exponential race vLLM uses)
-draws a random number for every token of the vocabulary, which on a CPU costs ~17 ns each (70 us a
-row at a vocabulary of 4,096; 2 ms at 128k), and one request at a time it was 15% of a bfloat16
-`tiny` decode step at 64 sequences (docs/engine.md, "Sampling"). The search is in float64, in two
-levels (runner/inverse_transform.py), so the smallest probabilities keep their share.
+draws a random number for every token of the vocabulary, one request at a time: 148 ms a step at 64
+sequences of a 128k vocabulary, 4.5 ms this way (bench/sampler.py; docs/engine.md, "Sampling").
+The search is in float64, in two levels (runner/inverse_transform.py), so the smallest
+probabilities keep their share.
 
 A request with its own seed draws its number from its own torch.Generator (the same tokens
 whatever else is in the batch); the others draw theirs from the engine's generator in row order.
