@@ -20,6 +20,13 @@ weight out on every call, and the packed path was 1.2-1.7x faster from 1 to 64 r
 3,072 linear on an AMX core (docs/engine.md, "Packed linears"). Without native bfloat16 the
 weight stays with F.linear.
 
+A small float32 weight (under MIN_PACKED_FLOAT32 elements, 512 x 1,024) stays with F.linear too:
+oneDNN's call costs ~15 us whatever the size, more than the whole product of a 64 x 176 weight (3
+us through F.linear), and it now and then stalls for 0.2-1.8 ms waking its threads; on an AMX Xeon
+F.linear was as fast or faster at every row count up to 64 for weights up to 256 x 768, and the
+packed path won from 512 x 1,536 at 16 rows (docs/engine.md, "Packed linears"). Real models'
+weights are all far above it; the bundled test models' are below.
+
 It degrades cleanly: the packed path is used only for a float32 or (natively computed) bfloat16 CPU
 weight, only if torch has the ops, and only after a self-check against F.linear on the real weight;
 otherwise F.linear. `REFENGINE_CPU_PACKED_GEMM=0` turns it off (the bench flips `ENABLED` for
@@ -42,6 +49,7 @@ from refengine.numerics import cpu_bfloat16
 log = logging.getLogger(__name__)
 
 ENABLED = os.environ.get("REFENGINE_CPU_PACKED_GEMM", "1") != "0"
+MIN_PACKED_FLOAT32 = 512 * 1024  # elements of a float32 weight below which F.linear is used (see above)
 _CHECK_ROWS = 5
 
 
@@ -68,6 +76,8 @@ def pack(weight: torch.Tensor) -> torch.Tensor | None:
     if not ENABLED or weight.device.type != "cpu" or weight.dim() != 2 or not packs(weight.dtype):
         return None
     if not _ops_available():
+        return None
+    if weight.dtype == torch.float32 and weight.numel() < MIN_PACKED_FLOAT32:
         return None
     try:
         with torch.no_grad():

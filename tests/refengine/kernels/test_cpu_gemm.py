@@ -31,9 +31,13 @@ def threads(request):
 
 
 @pytest.fixture(autouse=True)
-def packed_gemm_on(monkeypatch):
-    """The packed path is under test even where REFENGINE_CPU_PACKED_GEMM=0 is set."""
+def packed_gemm_on(request, monkeypatch):
+    """The packed path is under test even where REFENGINE_CPU_PACKED_GEMM=0 is set, and for the small
+    weights these tests use (the engine leaves float32 weights under MIN_PACKED_FLOAT32 to F.linear;
+    a test marked `real_threshold` keeps that)."""
     monkeypatch.setattr(cpu_gemm, "ENABLED", True)
+    if "real_threshold" not in request.keywords:
+        monkeypatch.setattr(cpu_gemm, "MIN_PACKED_FLOAT32", 0)
 
 
 def _assert_close(got, want, dtype):
@@ -117,3 +121,22 @@ def test_bfloat16_without_native_support_stays_with_f_linear(monkeypatch):
     with torch.no_grad():
         assert torch.equal(cpu_gemm.linear(x, weight, None, cache), F.linear(x, weight))
     assert cache.packed is None and not cpu_gemm.packs(torch.bfloat16) and cpu_gemm.packs(torch.float32)
+
+
+@pytest.mark.real_threshold
+def test_a_small_float32_weight_stays_with_f_linear_and_a_bfloat16_one_is_packed():
+    """Under MIN_PACKED_FLOAT32 elements oneDNN's call costs more than the product: F.linear's very
+    numbers and nothing packed, at every row count; bfloat16 (natively computed) is packed at any size."""
+    g = torch.Generator().manual_seed(4)
+    weight = torch.randn(176, 64, generator=g)
+    assert weight.numel() < cpu_gemm.MIN_PACKED_FLOAT32
+    cache = cpu_gemm.PackedWeight()
+    with torch.no_grad():
+        for rows in (2, 16, 64):
+            x = torch.randn(rows, 64, generator=g)
+            assert torch.equal(cpu_gemm.linear(x, weight, None, cache), F.linear(x, weight))
+            assert cache.packed is None
+        if cpu_gemm.packs(torch.bfloat16) and cpu_gemm._ops_available():
+            half = cpu_gemm.PackedWeight()
+            cpu_gemm.linear(torch.randn(4, 64, generator=g).bfloat16(), weight.bfloat16(), None, half)
+            assert half.packed is not None
