@@ -96,11 +96,9 @@ def test_token_counts_without_usage_are_the_servers_own(llama_queued, tmp_path):
     made = unstreamed["usage"]["completion_tokens"]
     assert unstreamed["choices"][0]["finish_reason"] == "length"
     # "length" is max_tokens, except that llama-cpp-python finishes a multi-byte UTF-8 character
-    # its last token began before it stops (docs/metrics.md): then up to 3 more, and the text
-    # shows a non-ASCII character. Any other overshoot would make the "length" count wrong.
-    assert made == OUT_LEN or (OUT_LEN < made <= OUT_LEN + 3 and not unstreamed["choices"][0]["text"].isascii()), (
-        unstreamed
-    )
+    # its last token began before it stops (docs/metrics.md): then up to 3 more (the text may not
+    # show it: bytes that do not complete a character are dropped). More would make the count wrong.
+    assert OUT_LEN <= made <= OUT_LEN + 3, unstreamed
     assert all(r["output_tokens_source"] == "length" and r["finish_reason"] == "length" for r in ok)
     summary = json.loads((out / "summary.json").read_text())
     notes = " ".join(n for lv in summary["levels"] for n in lv["notes"])
