@@ -28,6 +28,7 @@ from loadgen.target_probe import TargetClient, TargetError
 from loadgen.workloads import RequestSpec
 from reports.grid import Column, Grid, print_grid
 from rundir import WorkloadSpec
+from rundir.kv_cache import KVCacheSize
 
 
 def _levels(text: str) -> tuple[int, ...]:
@@ -93,7 +94,10 @@ def ramp_mode(
         )
     except RampError as exc:
         raise DiagnosisError(str(exc)) from None
-    facts = engine_facts(tspec.url, api_key).get("cache_config", {})
+    published = engine_facts(tspec.url, api_key)
+    facts = published.get("cache_config", {})
+    cache = KVCacheSize.from_engine_facts(published)
+    fits = cache.requests_that_fit(spec.request_tokens) if cache is not None and cache.usable_blocks else None
     if facts:
         console.print(
             f"the server's KV cache: {facts.get('num_gpu_blocks', '?')} blocks of "
@@ -129,7 +133,7 @@ def ramp_mode(
             str(lv.plateau_running or "-"),
             kv,
             f"{lv.preemptions:g}",
-            "; ".join(lv.saturation()),
+            "; ".join(lv.saturation(fits)),
         )
 
     try:

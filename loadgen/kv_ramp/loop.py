@@ -13,6 +13,7 @@ from loadgen.kv_ramp.observation import LevelObservation, Sample
 from loadgen.kv_ramp.result import RampResult
 from loadgen.kv_ramp.spec import RampSpec
 from loadgen.kv_ramp.users import RampUsers
+from rundir.kv_cache import KVCacheSize
 
 
 async def _watch_level(
@@ -38,12 +39,13 @@ async def _watch_level(
         level.preemptions = m.preemptions - last_preemptions
 
 
-def _stop_reason(level: LevelObservation) -> str | None:
+def _stop_reason(level: LevelObservation, fits: int | None) -> str | None:
     """Why the ramp stops after this level, or None to go on to the next."""
     if level.errors and not level.ok:
         return f"every request failed at concurrency {level.concurrency}: {level.error_text}"
-    if level.saturation():
-        return f"saturated at concurrency {level.concurrency}: " + "; ".join(level.saturation())
+    why = level.saturation(fits)
+    if why:
+        return f"saturated at concurrency {level.concurrency}: " + "; ".join(why)
     return None
 
 
@@ -60,6 +62,8 @@ async def run_ramp(
         first = await first_scrape(client, spec.target, parse_gauges)
         num_blocks = cache_int(first.cache_config, "num_gpu_blocks")
         block_size = cache_int(first.cache_config, "block_size")
+        cache = KVCacheSize(num_blocks, block_size, first.engine) if num_blocks and block_size else None
+        fits = cache.requests_that_fit(spec.request_tokens) if cache is not None and cache.usable_blocks else None
         users = RampUsers(client, spec, make_body)
         levels: list[LevelObservation] = []
         last_preemptions = first.preemptions
@@ -74,7 +78,7 @@ async def run_ramp(
                     last_preemptions = level.samples[-1].preemptions
                 if on_level is not None:
                     on_level(level)
-                reason = _stop_reason(level)
+                reason = _stop_reason(level, fits)
                 if reason:
                     stop_reason = reason
                     break

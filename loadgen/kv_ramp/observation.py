@@ -64,7 +64,21 @@ class LevelObservation:
         running = statistics.median(s.running for s in held)
         return 1.0 - usage >= usage / running
 
-    def saturation(self) -> list[str]:
+    def full_by_the_count(self, fits: int | None) -> bool:
+        """Requests waited, the gauges did not show room for one more, and the server's published
+        cache (rundir.kv_cache: `fits` requests of this size at once) holds fewer than the level
+        sends, no more ever running: a request that fills the cache lives a few steps, and scrapes
+        between two requests read it empty, so the gauges alone can miss a cache full for the next."""
+        return (
+            fits is not None
+            and self.queued_fraction >= 0.5
+            and self.next_request_fits is not True
+            and self.max_running <= fits < self.concurrency
+        )
+
+    def saturation(self, fits: int | None = None) -> list[str]:
+        """Why this level saturated ([] if it did not); `fits`: requests of the ramp's size the
+        server's published cache holds at once (None: not published)."""
         why = []
         if self.errors:
             why.append(f"{self.errors} errors ({self.error_text})")
@@ -76,6 +90,11 @@ class LevelObservation:
             why.append(
                 f"requests waiting with KV {(self.max_kv_usage or 0):.0%} full: "
                 "the free part is smaller than one more request needs"
+            )
+        elif self.full_by_the_count(fits):
+            why.append(
+                f"requests waiting with KV {(self.max_kv_usage or 0):.0%} full: "
+                f"the free part is smaller than one more request needs (the server's cache holds {fits} at once)"
             )
         elif self.queued_fraction >= 0.5:
             why.append(

@@ -41,7 +41,7 @@ class RampResult:
 
     @property
     def saturated_level(self) -> LevelObservation | None:
-        return next((lv for lv in self.levels if lv.saturation()), None)
+        return next((lv for lv in self.levels if lv.saturation(self.estimate)), None)
 
     @property
     def all_failed(self) -> bool:
@@ -63,6 +63,7 @@ class RampResult:
             level.preemptions > 0
             or (level.max_kv_usage or 0) >= KV_FULL
             or (level.queued_fraction >= 0.5 and level.next_request_fits is False)
+            or level.full_by_the_count(self.estimate)
         )
 
     def within_tolerance(self) -> bool | None:

@@ -135,3 +135,23 @@ def test_a_cache_too_full_for_one_more_request_is_kv_limited_however_far_from_10
     capped = LevelObservation(8, ok=20)
     capped.samples = [Sample(float(i), 4, 4, 0.2, 0.0) for i in range(10)]
     assert capped.next_request_fits is True and "max_num_seqs" in capped.saturation()[0]
+
+
+def test_scrapes_that_all_fell_between_requests_are_kv_limited_by_the_servers_count():
+    """The same server on a fast host: each 1,000-token request lives a few steps, and the level's
+    scrapes with requests waiting all fell between two of them (nothing running, the cache empty).
+    The gauges cannot say whether one more fits; the published cache (15 usable blocks, 8 a request)
+    says one runs at a time, so the level is KV-limited and says why; with room in the count it is not."""
+    from loadgen.kv_ramp.observation import LevelObservation, Sample
+    from loadgen.kv_ramp.result import RampResult
+
+    spec = RampSpec(target="http://127.0.0.1:1", prompt_tokens=1000, max_tokens=8)
+    blind = LevelObservation(2, ok=20)
+    blind.samples = [Sample(float(i), 0, 1, 0.0, 0.0) for i in range(10)]
+    assert blind.next_request_fits is None
+    assert "max_num_seqs" in blind.saturation()[0]  # the gauges alone
+    vllm = RampResult(spec, num_blocks=16, block_size=128, levels=[blind], stop_reason="", engine="vllm")
+    assert vllm.estimate == 1 and vllm.kv_limited
+    assert "smaller than one more request needs (the server's cache holds 1 at once)" in blind.saturation(1)[0]
+    roomy = RampResult(spec, num_blocks=64, block_size=128, levels=[blind], stop_reason="", engine="vllm")
+    assert roomy.estimate == 7 and not roomy.kv_limited and "max_num_seqs" in blind.saturation(7)[0]
