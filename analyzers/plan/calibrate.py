@@ -33,7 +33,9 @@ OVERHEAD_MODEL = "tiny-test"
 
 @dataclass(frozen=True)
 class CalibrationGrid:
-    ms: tuple[int, ...] = (1, 4, 16, 64, 256, 1024, 2048)
+    # 2, 4 and 8 rows: where a decode batch's linears change kernel (refengine/model/layers/cpu_gemm.py
+    # sends a few float32 rows to F.linear, more to the packed path), which interpolation cannot see.
+    ms: tuple[int, ...] = (1, 2, 4, 8, 16, 64, 256, 1024, 2048)
     sizes: tuple[int, ...] = (64, 256, 1024, 4096)
     decode_batches: tuple[int, ...] = (1, 8, 32)
     decode_contexts: tuple[int, ...] = (64, 512, 2048)

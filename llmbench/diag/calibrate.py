@@ -76,7 +76,7 @@ def calibrate(
                 repeats=2,
             )
         else:
-            ms = tuple(sorted({m for m in (1, 4, 16, 64, 256, 1024) if m < max_tokens} | {max_tokens}))
+            ms = tuple(sorted({m for m in CalibrationGrid().ms if m < max_tokens} | {max_tokens}))
             grid = CalibrationGrid(ms=ms)
         if out.parent and not out.parent.exists():
             raise DiagnosisError(f"{out.parent} does not exist")

@@ -7,12 +7,16 @@ same matmul 1.3-2x faster at 16-128 rows on this machine's AVX2 cores, and no sl
 (bench/RESULTS.md, "Engine performance (issue 16)"). This is what inductor's CPU freezing pass
 does; we call the same two ops directly so no compile step is needed.
 
-One float32 row (a lone decode: every linear of a step at concurrency 1) is the exception: it goes
-to F.linear, whose MKL sgemm on one row streams the plain [out, in] weight at memory speed, while
-oneDNN's packed inner product on one row is 15-25% slower (the `tiny` model's decode-step linears
-on one AVX2 core: 24-28 ms against 30-33 ms; from 2 to 64 rows the packed path is 1.1-2.1x faster
-and F.linear is the slow one). Measured for issue 26 (refengine against vLLM at concurrency 1);
-docs/engine.md, "Packed linears".
+A few float32 rows (a lone decode: every linear of a step at concurrency 1; two or three
+sequences decoding) are the exception: MKL's sgemm on a few rows streams the plain [out, in]
+weight at memory speed, while oneDNN's packed inner product there is slower on some hosts and not
+on others. On one AVX2 core the packed path lost on one row (the `tiny` model's decode-step
+linears: 30-33 ms against 24-28) and won from two (1.1-2.1x); on an AMX Xeon it lost up to three
+rows (at two threads 15.7 against 13.2 ms at two rows, 15.8 against 13.8 at three) and won from
+four (15.4 against 24.5). A rule fitted to one host is wrong on the other, so the crossover is
+measured once per process (`plain_float32_rows`: the same weight both ways at 2-4 rows) and one
+row always goes to F.linear. Measured for issue 26 (refengine against vLLM) and issue 28 (the step
+model's small decode batches); docs/engine.md, "Packed linears".
 
 bfloat16 weights are packed too where oneDNN computes bfloat16 natively (AVX-512 BF16 or AMX:
 refengine/numerics/cpu_bfloat16.py), one row included: there F.linear also re-lays the
@@ -38,8 +42,11 @@ their memory on CPU; the packed copy is rebuilt if the weight tensor is replaced
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
+import time
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -118,11 +125,62 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, cac
     """F.linear(x, weight, bias), through the packed weight where it applies (any leading dims)."""
     if not ENABLED or not packs(x.dtype) or x.device.type != "cpu" or torch.is_grad_enabled():
         return F.linear(x, weight, bias)
-    if x.dtype == torch.float32 and x.numel() == x.shape[-1]:
-        return F.linear(x, weight, bias)  # one float32 row: MKL's sgemv on the plain weight is faster (see above)
+    if x.dtype == torch.float32 and x.numel() <= x.shape[-1] * plain_float32_rows():
+        return F.linear(x, weight, bias)  # a few float32 rows: MKL on the plain weight is faster (see above)
     packed = cache.get(weight)
     if packed is None:
         return F.linear(x, weight, bias)
     shape = x.shape
     out = _packed_linear(x.reshape(-1, shape[-1]).contiguous(), packed, bias)
     return out.view(*shape[:-1], out.shape[-1])
+
+
+# The crossover probe: a decode-sized float32 weight (the `tiny` model's down projection), a few
+# copies so that each call reads its weight from beyond the core's own caches, as a step does.
+_PROBE_SHAPE = (1024, 2816)
+_PROBE_COPIES = 4
+_PROBE_ROUNDS = 5
+_PROBE_MAX_ROWS = 3  # from 4 rows up the packed path won on every host measured (see above)
+
+
+def _each(op: Callable[..., torch.Tensor], x: torch.Tensor, weights: list[torch.Tensor]) -> None:
+    for w in weights:
+        op(x, w, None)
+
+
+def _median_s(fn: Callable[[], object]) -> float:
+    fn()  # first call: oneDNN builds its primitive
+    times = []
+    for _ in range(_PROBE_ROUNDS):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return sorted(times)[len(times) // 2]
+
+
+def measure_plain_float32_rows() -> int:
+    """Up to how many rows (1 to _PROBE_MAX_ROWS) a float32 linear goes to F.linear rather than the
+    packed path: 1, or more where this process measured F.linear faster at every row count from 2 up
+    to it. Measured once, at the process's torch thread count, in a few tens of milliseconds."""
+    if not ENABLED or not _ops_available():
+        return 1
+    gen = torch.Generator().manual_seed(0)
+    weights = [torch.randn(*_PROBE_SHAPE, generator=gen) * 0.02 for _ in range(_PROBE_COPIES)]
+    with torch.no_grad():
+        packed = [torch.ops.mkldnn._reorder_linear_weight(w, None) for w in weights]
+        rows = 1
+        for m in range(2, _PROBE_MAX_ROWS + 1):
+            x = torch.randn(m, _PROBE_SHAPE[1], generator=gen)
+            plain = _median_s(functools.partial(_each, F.linear, x, weights))
+            oned = _median_s(functools.partial(_each, _packed_linear, x, packed))
+            if plain >= oned:
+                break
+            rows = m
+    log.info("float32 linears of up to %d rows go to F.linear (measured against oneDNN's packed path)", rows)
+    return rows
+
+
+@functools.lru_cache(maxsize=None)
+def plain_float32_rows() -> int:
+    """measure_plain_float32_rows, once per process (on the first float32 linear)."""
+    return measure_plain_float32_rows()

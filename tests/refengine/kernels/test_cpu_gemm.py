@@ -34,8 +34,10 @@ def threads(request):
 def packed_gemm_on(request, monkeypatch):
     """The packed path is under test even where REFENGINE_CPU_PACKED_GEMM=0 is set, and for the small
     weights these tests use (the engine leaves float32 weights under MIN_PACKED_FLOAT32 to F.linear;
-    a test marked `real_threshold` keeps that)."""
+    a test marked `real_threshold` keeps that), and from two float32 rows whatever this host's
+    measured crossover (`plain_float32_rows`; its own tests below set it)."""
     monkeypatch.setattr(cpu_gemm, "ENABLED", True)
+    monkeypatch.setattr(cpu_gemm, "plain_float32_rows", lambda: 1)
     if "real_threshold" not in request.keywords:
         monkeypatch.setattr(cpu_gemm, "MIN_PACKED_FLOAT32", 0)
 
@@ -110,6 +112,30 @@ def test_one_row_is_f_linear_and_packs_nothing(shape, threads):
         rows = torch.randn(2, 64, generator=g)
         _assert_close(cpu_gemm.linear(rows, weight, bias, cache), F.linear(rows, weight, bias), torch.float32)
         assert cache.key is not None
+
+
+def test_a_few_float32_rows_follow_the_measured_crossover(monkeypatch):
+    """Where this process measured F.linear faster up to 3 rows, 2 and 3 rows are F.linear's very
+    numbers with nothing packed, and 4 rows are packed."""
+    monkeypatch.setattr(cpu_gemm, "plain_float32_rows", lambda: 3)
+    g = torch.Generator().manual_seed(5)
+    weight = torch.randn(96, 64, generator=g)
+    cache = cpu_gemm.PackedWeight()
+    with torch.no_grad():
+        for rows in (2, 3):
+            x = torch.randn(rows, 64, generator=g)
+            assert torch.equal(cpu_gemm.linear(x, weight, None, cache), F.linear(x, weight))
+            assert cache.key is None
+        x = torch.randn(4, 64, generator=g)
+        _assert_close(cpu_gemm.linear(x, weight, None, cache), F.linear(x, weight), torch.float32)
+        assert cache.key is not None
+
+
+def test_the_measured_crossover_is_within_the_probed_rows(monkeypatch):
+    """The real probe answers 1 to _PROBE_MAX_ROWS (which, depends on the host); switched off, 1."""
+    assert 1 <= cpu_gemm.measure_plain_float32_rows() <= cpu_gemm._PROBE_MAX_ROWS
+    monkeypatch.setattr(cpu_gemm, "ENABLED", False)
+    assert cpu_gemm.measure_plain_float32_rows() == 1
 
 
 def test_bfloat16_without_native_support_stays_with_f_linear(monkeypatch):

@@ -67,7 +67,9 @@ def _case(lengths, bs, heads, kv_heads, head_dim, seed=0):
 @pytest.mark.parametrize("heads,kv_heads", [(16, 4), (4, 1), (4, 4)])
 @pytest.mark.parametrize("bs", [1, 4, 16])
 @pytest.mark.parametrize("threads", [1, 2])
-def test_kernel_matches_reference(heads, kv_heads, bs, threads):
+def test_kernel_matches_reference(heads, kv_heads, bs, threads, monkeypatch):
+    # Every byte of context earns a thread here, so two threads do split the sequences.
+    monkeypatch.setattr(cpu_paged_decode, "MIN_BYTES_PER_THREAD", 1)
     lengths = [1, 5, 16, 17, 64, 3, 100, 33]
     q, cache, meta = _case(lengths, bs, heads, kv_heads, 32)
     want = paged_attention(q, cache, meta, heads, 0.17)
@@ -78,6 +80,12 @@ def test_kernel_matches_reference(heads, kv_heads, bs, threads):
     finally:
         torch.set_num_threads(old)
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+def test_a_call_splits_over_threads_only_for_enough_context(monkeypatch):
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 4)
+    per = cpu_paged_decode.MIN_BYTES_PER_THREAD
+    assert [cpu_paged_decode.threads_for(b) for b in (0, per - 1, per, 3 * per, 100 * per)] == [1, 1, 1, 3, 4]
 
 
 @needs_compiler
