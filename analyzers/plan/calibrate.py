@@ -9,9 +9,9 @@
   prompt lengths x head dims (the table the step model reads: analyzers/plan/attention_table.py).
 - elementwise: one layer's worth of refengine's RMSNorm (two, with the residual add), RoPE and
   SiluAndMul at a grid of tokens, fitted to tokens x hidden.
-- step overhead: the real LLMEngine decoding `tiny-test` (whose model is negligible) at a few batch
-  sizes; what the measured step takes beyond the model's own predicted time is the engine's
-  per-step cost (scheduler, input tensors, sampler, output processing), fitted to requests.
+- step and layer overhead: the real LLMEngine decoding `tiny-test`'s shape (whose arithmetic is
+  negligible) at two depths; what a layer and a step take beyond the model's predicted time is
+  refengine's own cost per layer and per step, fitted to requests (engine_overheads.py).
 - ranks that share the host: the matmul, attention and elementwise tables again at each thread
   count that R ranks get (cores // R, refengine's split) for the R asked for.
 The collectives come from the comm probe (the face runs it and passes the rows in).
@@ -20,15 +20,15 @@ Each point is the fastest of `repeats` timed calls after a warm-up call (others 
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from analyzers.diagnosis_error import DiagnosisError
 from analyzers.plan.attention_table import AttentionTable
+from analyzers.plan.engine_overheads import DEEP, OVERHEAD_MODEL, SHALLOW, measure_engine_overheads
 from analyzers.plan.profile import CollectiveCost, LinearCost, MachineProfile, MatmulTable, Roofline, ThreadTables
-
-OVERHEAD_MODEL = "tiny-test"
 
 
 @dataclass(frozen=True)
@@ -206,36 +206,6 @@ def measure_elementwise(grid: CalibrationGrid, hidden: int = 1024) -> tuple[Line
     return LinearCost.fit(xs, ys), list(zip(xs, ys))
 
 
-def measure_step_overhead(grid: CalibrationGrid, model_time: Callable[[int, int], float]) -> tuple[LinearCost, list]:
-    """Decode steps of the real engine on tiny-test; `model_time(batch, context)` is the step model's
-    forward time for that step (from the tables just measured), subtracted to leave the engine's own cost."""
-    from refengine.config import EngineArgs
-    from refengine.engine import LLMEngine
-    from refengine.sampling_params import SamplingParams
-
-    engine = LLMEngine(EngineArgs(model=OVERHEAD_MODEL, max_model_len=1024, enable_prefix_caching=False))
-    prompt_len, steps = 32, 24
-    xs, ys = [], []
-    for b in grid.overhead_batches:
-        for i in range(b):
-            engine.add_request(
-                [17 + (i * 7 + j) % 1000 for j in range(prompt_len)],
-                SamplingParams(max_tokens=steps + 1, ignore_eos=True),
-            )
-        engine.step()  # the prefill
-        times = []
-        for _ in range(steps):
-            t0 = time.perf_counter()
-            engine.step()
-            times.append(time.perf_counter() - t0)
-        while engine.has_unfinished_requests():
-            engine.step()
-        step_s = min(times[2:])  # the least disturbed step, as every other point
-        xs.append(float(b))
-        ys.append(max(1e-6, step_s - model_time(b, prompt_len + steps // 2)))  # a floor: fits are relative
-    return LinearCost.fit(xs, ys), list(zip(xs, ys))
-
-
 def roofline_of(table: MatmulTable, dtype_bytes: int = 4) -> Roofline:
     """The measured table's best FLOP rate and its small-M time as the roofline's peak and launch cost."""
     best = max(2.0 * m * s * s / table.times[i][j] for i, m in enumerate(table.ms) for j, s in enumerate(table.sizes))
@@ -324,11 +294,13 @@ def calibrate(
         attention_prefill=prefill,
         elementwise=elementwise,
     )
-    model = StepModel(resolve_model(OVERHEAD_MODEL), provisional)
-    progress("engine step overhead")
-    overhead, ov_points = measure_step_overhead(
-        grid, lambda b, ctx: model.step_cost(StepShape(((1, ctx),) * b, b)).total_s
-    )
+
+    def price(model_dir: str, batch: int, context: int, layer: LinearCost | None) -> float:
+        profile = dataclasses.replace(provisional, layer_overhead=layer)
+        return StepModel(resolve_model(model_dir), profile).step_cost(StepShape(((1, context),) * batch, batch)).total_s
+
+    progress("engine step and layer overhead")
+    overheads = measure_engine_overheads(grid.overhead_batches, price)
     assumptions = [
         f"measured on {platform.node()} ({platform.machine()}, torch {torch.__version__}, {threads} threads), float32",
         f"ranks sharing its {cores} cores: operators measured again at "
@@ -340,7 +312,8 @@ def calibrate(
         f"attention measured at {grid.heads} heads, {grid.kv_heads} KV heads, head dim {grid.head_dim}; "
         "other shapes scale by the elements read and the work",
         "elementwise measured at hidden 1024 (intermediate 2.75 x hidden); other sizes scale by tokens x hidden",
-        f"step overhead: the engine's decode steps on {OVERHEAD_MODEL} beyond its predicted model time",
+        f"step and layer overhead: the engine's decode steps on {OVERHEAD_MODEL}'s shape at {SHALLOW} and "
+        f"{DEEP} layers beyond their predicted model time",
         "collectives: "
         + (
             "the comm probe's all-reduce (gloo)"
@@ -353,7 +326,8 @@ def calibrate(
         source="measured",
         dtype_bytes=4,
         roofline=provisional.roofline,
-        step_overhead=overhead,
+        step_overhead=overheads.step,
+        layer_overhead=overheads.layer,
         collective=collective,
         matmul=table,
         attention_decode=decode,
@@ -363,7 +337,7 @@ def calibrate(
         assumptions=assumptions,
         host=platform.node(),
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        measured_points={"attention": att_points, "elementwise": el_points, "step_overhead": ov_points},
+        measured_points={"attention": att_points, "elementwise": el_points, **overheads.points},
         threads=threads,
         cores=cores,
         fewer_threads=fewer,

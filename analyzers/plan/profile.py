@@ -15,6 +15,8 @@ Tables:
   head dim.
 - elementwise: seconds per layer of refengine's norms, RoPE, activation and residual adds
   = a + b x (tokens x hidden).
+- layer_overhead: seconds per decoder layer of the engine's own code beyond the tables (module
+  calls, dispatch, the q/k/v split, the residual glue) = a + b x (requests in the step).
 - step_overhead: seconds per engine step outside the model (scheduler, input tensors, sampler,
   output processing) = a + b x (requests in the step); each request waits `request_overhead_s` +
   `request_overhead_per_running_s` x (requests the server is running) before the scheduler sees it
@@ -222,6 +224,7 @@ class MachineProfile:
     attention_prefill: LinearCost | None = None  # by tokens x context x heads x head_dim
     attention_prefill_table: AttentionTable | None = None  # measured per head: read before the line above
     elementwise: LinearCost | None = None  # per layer, by tokens x hidden
+    layer_overhead: LinearCost | None = None  # per layer, by requests: the engine's own code beyond the tables
     request_overhead_s: float = 0.0  # once per request, on its TTFT ...
     request_overhead_per_running_s: float = 0.0  # ... plus this per request the server is running then
     compute_scale: float = 1.0  # multiplies every operator's time (fitted to a run)
@@ -297,6 +300,7 @@ class MachineProfile:
                 attention_prefill=linear("attention_prefill"),
                 attention_prefill_table=_attention_table(d),
                 elementwise=linear("elementwise"),
+                layer_overhead=linear("layer_overhead"),
                 threads=d.get("threads", 0),
                 cores=d.get("cores", 0),
                 fewer_threads=[ThreadTables.from_dict(t) for t in d.get("fewer_threads", [])],

@@ -9,6 +9,7 @@ samples S of them. Per layer, on one tensor-parallel rank of one pipeline stage:
              (MoE: the top-k experts' rows, T x k, through one expert's shapes, plus the router)
     attention  decode: KV elements read; prefill: query tokens x context x heads x head_dim
     elementwise  norms, RoPE, activation, residual adds: by T x hidden
+    layer overhead  the engine's own code per layer (module calls, dispatch, glue): by requests
     TP       two all-reduces of T x hidden x dtype (after attention and after the MLP)
 On a CPU host, ranks that share its cores compute at their share of its threads (the profile's
 tables at that thread count). Once per step: lm_head on the S sampled rows (an all-gather of the
@@ -134,10 +135,12 @@ class StepModel:
             mlp += self.matmul_s(t, s.hidden_size, s.num_experts, notes)
             notes.add("MoE: the experts' rows priced as one grouped matmul (perfect balance, no dispatch cost)")
         comm = 2 * self.profile.collective.seconds("all_reduce", t * s.hidden_size * self.profile.dtype_bytes, tp)
+        layer_overhead = self.profile.layer_overhead
         return {
             "matmul": mm + mlp,
             "attention": self.attention_s(step, notes),
             "elementwise": self.elementwise_s(t, notes),
+            "layer_overhead": layer_overhead.seconds(len(step.chunks)) if layer_overhead else 0.0,
             "tp_comm": comm,
         }
 

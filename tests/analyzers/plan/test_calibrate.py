@@ -31,7 +31,8 @@ def test_quick_calibration_writes_a_valid_profile(tmp_path):
     att = profile.attention_prefill_table  # refengine's Attention per head, by prompt length and head dim
     assert att is not None and att.tokens == [32, 128] and att.head_dims == [16, 64]
     assert all(t.attention_prefill_table is not None for t in profile.fewer_threads)
-    assert set(profile.measured_points) == {"attention", "elementwise", "step_overhead"}
+    assert set(profile.measured_points) == {"attention", "elementwise", "layer_overhead", "step_overhead"}
+    assert profile.layer_overhead is not None and profile.layer_overhead.hi >= 1
     assert any("not measured (--no-comm)" in a for a in profile.assumptions)
     # Measured again at the threads each of 2 or 4 ranks sharing these cores gets (refengine's split).
     assert profile.cores == os.cpu_count() and profile.threads == torch.get_num_threads()

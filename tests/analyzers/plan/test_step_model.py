@@ -47,6 +47,21 @@ def test_decode_step_matches_a_hand_computation():
     assert cost.parts["tp_comm"] == 0.0 and not cost.notes
 
 
+def test_the_engines_layer_overhead_is_paid_once_per_layer_by_requests():
+    """A measured layer overhead (a + b x requests) adds to every layer of every stage, and survives JSON."""
+    shape = resolve_model("tiny")  # 8 layers
+    step = StepShape(((1, 100),) * 3, num_sampled=3)
+    plain = StepModel(shape, _profile()).step_cost(step)
+    with_layers = _profile(layer_overhead=LinearCost(2e-5, 1e-6))
+    cost = StepModel(shape, with_layers).step_cost(step)
+    assert cost.parts["layer_overhead"] == pytest.approx(8 * (2e-5 + 3 * 1e-6))
+    assert cost.total_s - plain.total_s == pytest.approx(8 * (2e-5 + 3 * 1e-6))
+    assert StepModel(shape, with_layers, pp=2).step_cost(step).parts["layer_overhead"] == pytest.approx(
+        cost.parts["layer_overhead"]
+    )
+    assert MachineProfile.from_dict(with_layers.to_dict()) == with_layers
+
+
 def test_tensor_parallel_halves_matmuls_and_adds_two_all_reduces_per_layer():
     shape = resolve_model("tiny-test")
     step = StepShape(((8, 8),), num_sampled=1)

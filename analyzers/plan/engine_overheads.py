@@ -1,0 +1,103 @@
+"""What refengine's own code costs beyond the operator tables: per step, and per decoder layer.
+
+The tables price the arithmetic (matmuls, attention, elementwise ops measured alone). A real step
+also runs each layer's Python: module calls, the q/k/v split, the attention metadata's handling, the
+residual glue, each op's dispatch. On a model of many layers that cost is paid per layer, not per
+step: `tiny` (8 layers) spent ~0.5 ms a layer beyond its linears in a one-sequence decode step on a
+2-core Xeon, which a per-step constant fitted on the 2-layer `tiny-test` could not carry (the step
+model under-priced `tiny`'s decode steps by 25-35%, bench/step_model_vs_engine.py).
+
+Both are measured on the real LLMEngine decoding checkpoints of `tiny-test`'s shape (whose
+arithmetic is negligible), written here at two depths:
+
+- layer overhead: (step at DEEP layers - step at SHALLOW layers) / (DEEP - SHALLOW), less what the
+  tables already price for those layers, at a few batch sizes, fitted to requests;
+- step overhead: the SHALLOW model's step less everything the step model prices for it (its layers
+  with their overhead included), fitted to requests (scheduler, input tensors, sampler, outputs).
+
+Each point is the least disturbed step (the fastest), as every other calibration point.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from analyzers.plan.profile import LinearCost
+
+OVERHEAD_MODEL = "tiny-test"
+SHALLOW, DEEP = 2, 8  # the two depths of OVERHEAD_MODEL's shape that are measured
+PROMPT_LEN, STEPS = 32, 24
+
+# price(model_dir, batch, context, layer_overhead): the step model's price of one decode step of
+# `batch` requests at `context` tokens on the checkpoint in model_dir, from the tables measured so far,
+# with that layer overhead (None: none) and no step overhead.
+Price = Callable[[str, int, int, "LinearCost | None"], float]
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineOverheads:
+    step: LinearCost  # per step, by requests
+    layer: LinearCost  # per decoder layer, by requests
+    points: dict  # what was measured, for the profile's record
+
+
+def write_depths(root: Path) -> dict[int, str]:
+    """OVERHEAD_MODEL's checkpoint at SHALLOW and DEEP layers, under root."""
+    from refengine.model.tiny import PRESETS, write_checkpoint
+
+    out = {}
+    for layers in (SHALLOW, DEEP):
+        path = root / f"{OVERHEAD_MODEL}-{layers}-layers"
+        path.mkdir()
+        write_checkpoint(dataclasses.replace(PRESETS[OVERHEAD_MODEL], num_layers=layers), path)
+        out[layers] = str(path)
+    return out
+
+
+def decode_steps_s(model_dir: str, batches: tuple[int, ...]) -> dict[int, float]:
+    """The fastest decode step of the real engine at each batch size (PROMPT_LEN-token prompts)."""
+    from refengine.config import EngineArgs
+    from refengine.engine import LLMEngine
+    from refengine.sampling_params import SamplingParams
+
+    engine = LLMEngine(EngineArgs(model=model_dir, max_model_len=1024, enable_prefix_caching=False))
+    out = {}
+    for b in batches:
+        for i in range(b):
+            engine.add_request(
+                [17 + (i * 7 + j) % 1000 for j in range(PROMPT_LEN)],
+                SamplingParams(max_tokens=STEPS + 1, ignore_eos=True),
+            )
+        engine.step()  # the prefill
+        times = []
+        for _ in range(STEPS):
+            t0 = time.perf_counter()
+            engine.step()
+            times.append(time.perf_counter() - t0)
+        while engine.has_unfinished_requests():
+            engine.step()
+        out[b] = min(times[2:])
+    return out
+
+
+def measure_engine_overheads(batches: tuple[int, ...], price: Price) -> EngineOverheads:
+    context = PROMPT_LEN + STEPS // 2
+    with tempfile.TemporaryDirectory(prefix="llmbench-calibrate-") as tmp:
+        models = write_depths(Path(tmp))
+        steps = {layers: decode_steps_s(path, batches) for layers, path in models.items()}
+        span = DEEP - SHALLOW
+        layer_points = []
+        for b in batches:
+            measured = (steps[DEEP][b] - steps[SHALLOW][b]) / span
+            priced = (price(models[DEEP], b, context, None) - price(models[SHALLOW], b, context, None)) / span
+            layer_points.append((float(b), max(1e-7, measured - priced)))  # a floor: fits are relative
+        layer = LinearCost.fit(*map(list, zip(*layer_points)))
+        step_points = [
+            (float(b), max(1e-6, steps[SHALLOW][b] - price(models[SHALLOW], b, context, layer))) for b in batches
+        ]
+    step = LinearCost.fit(*map(list, zip(*step_points)))
+    return EngineOverheads(step, layer, {"layer_overhead": layer_points, "step_overhead": step_points})
