@@ -45,6 +45,9 @@ class AttentionMetadata:
     # The batched decode: sequences with exactly one new token.
     decode_token_indices: torch.Tensor | None = None  # [B] long: their tokens in the flat axis
     decode_slots: torch.Tensor | None = None  # [B, max_ctx] long (padding points at slot 0)
+    # The same context as whole blocks: [B * nb] long block ids (nb blocks cover max_ctx; padding
+    # points at block 0). Gathering blocks copies a few large rows instead of many small ones.
+    decode_blocks: torch.Tensor | None = None
     decode_mask: torch.Tensor | None = None  # [B, 1, 1, max_ctx] bool; None if nothing to mask
     decode_only: bool = False  # every token is a decode, in flat order (no scatter needed)
     # The decodes' rows of block_tables / seq_lens (the CPU decode kernel walks blocks in place).
@@ -102,6 +105,7 @@ def build_attention_metadata(
         mask = torch.arange(max_ctx)[None, :] < d_ctx[:, None]
         meta.decode_token_indices = qsl[d].to(device)
         meta.decode_slots = slots.contiguous().to(device)
+        meta.decode_blocks = block_tables[d, :nb].reshape(-1).to(device)
         # Equal contexts need no mask (SDPA's unmasked path is faster).
         meta.decode_mask = None if bool(mask.all()) else mask[:, None, None, :].to(device)
         meta.decode_only = len(decode_ids) == len(seqs)

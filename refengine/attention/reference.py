@@ -46,6 +46,16 @@ def _cpu_keeps(dtype: torch.dtype) -> bool:
     return cpu_bfloat16.cpu_keeps(dtype)
 
 
+def _gather_blocks(
+    cache: torch.Tensor, blocks: torch.Tensor, batch: int, dtype: torch.dtype, scale: float
+) -> torch.Tensor:
+    """One half of the cache ([num_blocks, block_size, KVH, D]) at `blocks` ([B * nb] ids), as
+    [B, nb * block_size, KVH, D] in `dtype`."""
+    _, block_size, kv_heads, head_dim = cache.shape
+    rows = cache.view(cache.shape[0], -1).index_select(0, blocks)
+    return from_cache(rows, dtype, scale).view(batch, -1, kv_heads, head_dim)
+
+
 def paged_attention(
     q: torch.Tensor,
     kv_cache: torch.Tensor,
@@ -69,12 +79,13 @@ def paged_attention(
     if meta.decode_slots is not None:
         b, max_ctx = meta.decode_slots.shape
         qd = q if meta.decode_only else q[meta.decode_token_indices]
-        # index_select on the flat slot list is several times faster than advanced indexing with a
-        # 2-D index; [B * max_ctx, KVH, D] -> view [B, KVH, max_ctx, D] (SDPA takes the strides).
-        slots = meta.decode_slots.view(-1)
-        kd = from_cache(flat[0].index_select(0, slots), compute_dtype, k_scale).view(b, max_ctx, kv_heads, head_dim)
-        vd = from_cache(flat[1].index_select(0, slots), compute_dtype, v_scale).view(b, max_ctx, kv_heads, head_dim)
-        kd, vd = kd.transpose(1, 2), vd.transpose(1, 2)
+        # Whole blocks, gathered by block id (one row of block_size x KVH x D per block: index_select
+        # copies few large rows, where a slot list copies one small row per token), then the padding
+        # past max_ctx sliced off as a view: [B, nb * block_size, KVH, D] -> [B, KVH, max_ctx, D]
+        # (SDPA takes the strides).
+        assert meta.decode_blocks is not None  # built with decode_slots
+        kd = _gather_blocks(kv_cache[0], meta.decode_blocks, b, compute_dtype, k_scale)[:, :max_ctx].transpose(1, 2)
+        vd = _gather_blocks(kv_cache[1], meta.decode_blocks, b, compute_dtype, v_scale)[:, :max_ctx].transpose(1, 2)
         od = F.scaled_dot_product_attention(
             qd.unsqueeze(2), kd, vd, attn_mask=meta.decode_mask, scale=scale, enable_gqa=gqa
         ).squeeze(2)

@@ -1,0 +1,143 @@
+"""What each CPU decode-path choice buys refengine, side by side in one process, float32 and bfloat16.
+
+One `tiny` engine per dtype; for each decode batch every arm is measured in turn, in alternating
+order (ABC CBA ...), and the median step of each arm counts:
+
+- defaults: the engine as it ships;
+- packed from 2 rows (float32): every float32 linear of two or more rows on oneDNN's packed path,
+  as before the measured crossover (`cpu_gemm.plain_float32_rows` pinned to 1);
+- kernel on torch's threads (float32): the C++ paged decode kernel split over torch's thread count
+  at any size, as before `cpu_paged_decode.MIN_BYTES_PER_THREAD`;
+- slot gather (bfloat16): the PyTorch decode path gathering the context token by token (one cache
+  row per slot, the slot list built from the block ids in the arm), as before whole blocks.
+
+Arms that do not apply to a dtype are not run for it.
+
+    python bench/cpu_decode_paths.py [--dtypes float32,bfloat16] [--batches 1,2,3,4,16,64]
+                                     [--prompt 256] [--reps 4] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+from common import machine, print_table, write_json  # noqa: E402
+
+from refengine import LLM, SamplingParams  # noqa: E402
+from refengine.attention import reference  # noqa: E402
+from refengine.kernels import cpu_paged_decode  # noqa: E402
+from refengine.model.layers import cpu_gemm  # noqa: E402
+from refengine.numerics.cpu_bfloat16 import cpu_computes_bfloat16  # noqa: E402
+from refengine.numerics.kv_cache import from_cache  # noqa: E402
+
+ARMS = {
+    "float32": ("defaults", "packed from 2 rows", "kernel on torch's threads"),
+    "bfloat16": ("defaults", "slot gather"),
+}
+DECODE_STEPS = 10
+
+
+def _slot_gather(cache: torch.Tensor, blocks: torch.Tensor, batch: int, dtype: torch.dtype, scale: float):
+    """The previous decode gather: one cache row (KVH x D) per token slot."""
+    num_blocks, block_size, kv_heads, head_dim = cache.shape
+    slots = (blocks.view(batch, -1, 1) * block_size + torch.arange(block_size)).reshape(-1)
+    rows = cache.view(num_blocks * block_size, kv_heads, head_dim).index_select(0, slots)
+    return from_cache(rows, dtype, scale).view(batch, -1, kv_heads, head_dim)
+
+
+@contextmanager
+def arm(name: str):
+    rows, per_thread, gather = (
+        cpu_gemm.plain_float32_rows,
+        cpu_paged_decode.MIN_BYTES_PER_THREAD,
+        reference._gather_blocks,
+    )
+    if name == "packed from 2 rows":
+        cpu_gemm.plain_float32_rows = lambda: 1
+    elif name == "kernel on torch's threads":
+        cpu_paged_decode.MIN_BYTES_PER_THREAD = 1
+    elif name == "slot gather":
+        reference._gather_blocks = _slot_gather
+    try:
+        yield
+    finally:
+        cpu_gemm.plain_float32_rows, cpu_paged_decode.MIN_BYTES_PER_THREAD = rows, per_thread
+        reference._gather_blocks = gather
+
+
+def decode_step_s(engine, batch: int, prompt: int, rng: random.Random) -> float:
+    """Median decode step of `batch` sequences, after their prefills."""
+    params = SamplingParams(max_tokens=DECODE_STEPS + 2, ignore_eos=True, temperature=0)
+    for _ in range(batch):
+        engine.add_request([rng.randrange(10, 4000) for _ in range(prompt)], params, request_id=f"r{rng.random()}")
+    sched = engine.scheduler
+    while sched.waiting or any(r.num_computed_tokens < len(r.prompt_token_ids) for r in sched.running):
+        engine.step()
+    steps = []
+    while engine.has_unfinished_requests():
+        t = time.perf_counter()
+        engine.step()
+        steps.append(time.perf_counter() - t)
+    return statistics.median(steps[:-1] or steps)  # the last step only finishes
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--dtypes", default="float32,bfloat16", type=lambda s: s.split(","))
+    p.add_argument("--batches", default="1,2,3,4,16,64", type=lambda s: [int(x) for x in s.split(",")])
+    p.add_argument("--prompt", type=int, default=256)
+    p.add_argument("--reps", type=int, default=4, help="measurements per arm and batch, in alternating order")
+    p.add_argument("--out", default=None)
+    a = p.parse_args()
+    rows, samples = [], {}
+    for dtype in a.dtypes:
+        if dtype == "bfloat16" and not cpu_computes_bfloat16():
+            print("bfloat16 skipped: this CPU does not compute it natively (no AVX-512 BF16 or AMX)")
+            continue
+        arms = ARMS[dtype]
+        engine = LLM(model="tiny", dtype=dtype, max_model_len=1024, max_num_seqs=128).llm_engine
+        rng = random.Random(0)
+        decode_step_s(engine, 2, 64, rng)  # warm-up (and the float32 crossover's one-time probe)
+        for rep in range(a.reps):
+            for batch in a.batches:
+                for name in arms if rep % 2 == 0 else tuple(reversed(arms)):
+                    with arm(name):
+                        samples.setdefault(f"{dtype}|{batch}|{name}", []).append(
+                            decode_step_s(engine, batch, a.prompt, rng)
+                        )
+        for batch in a.batches:
+            med = {n: statistics.median(samples[f"{dtype}|{batch}|{n}"]) * 1e3 for n in arms}
+            rows.append({"dtype": dtype, "batch": batch, "prompt": a.prompt, "median_ms": med})
+        print_table(
+            f"tiny, {dtype}, {a.prompt}-token prompts: median decode step ms ({a.reps} per arm, alternating; "
+            f"torch threads {torch.get_num_threads()}; float32 rows to F.linear: {cpu_gemm.plain_float32_rows()})",
+            ["batch", *arms],
+            [[str(r["batch"]), *(f"{r['median_ms'][n]:.1f}" for n in arms)] for r in rows if r["dtype"] == dtype],
+        )
+        del engine
+    write_json(
+        a.out,
+        {
+            "bench": "cpu_decode_paths",
+            "args": vars(a),
+            "machine": machine(),
+            "plain_float32_rows": cpu_gemm.plain_float32_rows(),
+            "rows": rows,
+            "samples_s": samples,
+        },
+    )
+
+
+if __name__ == "__main__":
+    main()
