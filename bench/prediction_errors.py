@@ -103,8 +103,13 @@ def pooled(cases: list[dict], kinds: tuple[str, ...] = ("", "open loop", "trace"
     }
 
 
+def _pooled_row(name: str, p: dict) -> list[str]:
+    n = f"{p['ttft_p50_s']['n']} ({p['output_tok_s']['n']})"
+    return [name, n, *(f"{p[k]['median']:.1%} / {p[k]['p90']:.1%}" if p[k]["n"] else "-" for k in METRICS)]
+
+
 def print_pooled_by_kind(cases: list[dict]) -> None:
-    """The held-out pooled table, all levels and each kind of run apart (bench/RESULTS.md's table)."""
+    """The held-out pooled table, all levels, each kind of run apart and each model apart (bench/RESULTS.md's table)."""
     rows = []
     for name, kinds in (
         ("all", ("", "open loop", "trace")),
@@ -112,9 +117,9 @@ def print_pooled_by_kind(cases: list[dict]) -> None:
         ("open loop", ("open loop",)),
         ("trace", ("trace",)),
     ):
-        p = pooled(cases, kinds)
-        n = f"{p['ttft_p50_s']['n']} ({p['output_tok_s']['n']})"
-        rows.append([name, n, *(f"{p[k]['median']:.1%} / {p[k]['p90']:.1%}" if p[k]["n"] else "-" for k in METRICS)])
+        rows.append(_pooled_row(name, pooled(cases, kinds)))
+    for model in dict.fromkeys(c["model"] for c in cases):  # every kind of run, one model's cases
+        rows.append(_pooled_row(f"{model} (every kind)", pooled([c for c in cases if c["model"] == model])))
     print_table("held out (fitted profiles), median / P90 of |error|", ["levels", "n (tok/s)", *METRICS], rows)
 
 

@@ -2,10 +2,11 @@
 
 The tables price the arithmetic (matmuls, attention, elementwise ops measured alone). A real step
 also runs each layer's Python: module calls, the q/k/v split, the attention metadata's handling, the
-residual glue, each op's dispatch. On a model of many layers that cost is paid per layer, not per
-step: `tiny` (8 layers) spent ~0.5 ms a layer beyond its linears in a one-sequence decode step on a
-2-core Xeon, which a per-step constant fitted on the 2-layer `tiny-test` could not carry (the step
-model under-priced `tiny`'s decode steps by 25-35%, bench/step_model_vs_engine.py).
+residual glue, each op's dispatch. That cost is paid per layer, not per step, so a per-step constant
+fitted on the 2-layer `tiny-test` under-prices it on a model of many layers. On a 2-core AMX Xeon it
+came to 48 us + 1.6 us per request a layer (0.4 ms a step of the 8-layer `tiny`): real, but a small
+part of what the step model still misses on `tiny`'s decode steps (bench/RESULTS.md, "The step model
+against the engine's own offline steps").
 
 Both are measured on the real LLMEngine decoding checkpoints of `tiny-test`'s shape (whose
 arithmetic is negligible), written here at two depths:

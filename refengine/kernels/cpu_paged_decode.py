@@ -230,8 +230,8 @@ def available() -> bool:
 
 # Context bytes (K and V) each thread must read before a call splits over threads. The threads are
 # started per call beside torch's OpenMP workers, which spin for milliseconds after each op on the
-# cores those threads need; on a 2-core AMX Xeon one thread was faster at every decode batch we
-# ran (2 x 64 tokens: 17.6 against 22.2 ms a `tiny` float32 step; 32 x 700: 106.8 against 115.7).
+# cores those threads need; on a 2-core AMX Xeon a second thread cost a `tiny` float32 decode step
+# of 2-4 sequences 3-4 ms and gained at most 2% at 64 (bench/cpu_decode_paths.py, docs/engine.md).
 MIN_BYTES_PER_THREAD = 32 << 20
 
 

@@ -12,9 +12,9 @@ sequences decoding) are the exception: MKL's sgemm on a few rows streams the pla
 weight at memory speed, while oneDNN's packed inner product there is slower on some hosts and not
 on others. On one AVX2 core the packed path lost on one row (the `tiny` model's decode-step
 linears: 30-33 ms against 24-28) and won from two (1.1-2.1x); on an AMX Xeon it lost up to three
-rows (at two threads 15.7 against 13.2 ms at two rows, 15.8 against 13.8 at three) and won from
-four (15.4 against 24.5). A rule fitted to one host is wrong on the other, so the crossover is
-measured once per process (`plain_float32_rows`: the same weight both ways at 2-4 rows) and one
+rows (a `tiny` float32 decode step of 2 sequences: 22.1 ms packed, 20.3 with F.linear) and was
+level from four (bench/cpu_decode_paths.py). A rule fitted to one host is wrong on the other, so the crossover is
+measured once per process (`plain_float32_rows`: the same weight both ways at 2 and 3 rows) and one
 row always goes to F.linear. Measured for issue 26 (refengine against vLLM) and issue 28 (the step
 model's small decode batches); docs/engine.md, "Packed linears".
 
