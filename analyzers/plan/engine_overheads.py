@@ -16,7 +16,8 @@ arithmetic is negligible), written here at two depths:
 - step overhead: the SHALLOW model's step less everything the step model prices for it (its layers
   with their overhead included), fitted to requests (scheduler, input tensors, sampler, outputs).
 
-Each point is the least disturbed step (the fastest), as every other calibration point.
+Each point is the least disturbed step (the fastest), as every other calibration point; the two
+depths step in turn, so that the machine's drift falls on both.
 """
 
 from __future__ import annotations
@@ -59,29 +60,37 @@ def write_depths(root: Path) -> dict[int, str]:
     return out
 
 
-def decode_steps_s(model_dir: str, batches: tuple[int, ...]) -> dict[int, float]:
-    """The fastest decode step of the real engine at each batch size (PROMPT_LEN-token prompts)."""
+def decode_steps_s(model_dirs: dict[int, str], batches: tuple[int, ...]) -> dict[int, dict[int, float]]:
+    """The fastest decode step of the real engine on each checkpoint at each batch size
+    (PROMPT_LEN-token prompts). The engines step in turn, one step each, so that whatever else the
+    machine does falls on all of them alike: their difference is what the layer overhead stands on."""
     from refengine.config import EngineArgs
     from refengine.engine import LLMEngine
     from refengine.sampling_params import SamplingParams
 
-    engine = LLMEngine(EngineArgs(model=model_dir, max_model_len=1024, enable_prefix_caching=False))
-    out = {}
+    engines = {
+        key: LLMEngine(EngineArgs(model=path, max_model_len=1024, enable_prefix_caching=False))
+        for key, path in model_dirs.items()
+    }
+    out: dict[int, dict[int, float]] = {key: {} for key in engines}
     for b in batches:
-        for i in range(b):
-            engine.add_request(
-                [17 + (i * 7 + j) % 1000 for j in range(PROMPT_LEN)],
-                SamplingParams(max_tokens=STEPS + 1, ignore_eos=True),
-            )
-        engine.step()  # the prefill
-        times = []
+        times: dict[int, list[float]] = {key: [] for key in engines}
+        for engine in engines.values():
+            for i in range(b):
+                engine.add_request(
+                    [17 + (i * 7 + j) % 1000 for j in range(PROMPT_LEN)],
+                    SamplingParams(max_tokens=STEPS + 1, ignore_eos=True),
+                )
+            engine.step()  # the prefill
         for _ in range(STEPS):
-            t0 = time.perf_counter()
-            engine.step()
-            times.append(time.perf_counter() - t0)
-        while engine.has_unfinished_requests():
-            engine.step()
-        out[b] = min(times[2:])
+            for key, engine in engines.items():
+                t0 = time.perf_counter()
+                engine.step()
+                times[key].append(time.perf_counter() - t0)
+        for key, engine in engines.items():
+            while engine.has_unfinished_requests():
+                engine.step()
+            out[key][b] = min(times[key][2:])
     return out
 
 
@@ -89,7 +98,7 @@ def measure_engine_overheads(batches: tuple[int, ...], price: Price) -> EngineOv
     context = PROMPT_LEN + STEPS // 2
     with tempfile.TemporaryDirectory(prefix="llmbench-calibrate-") as tmp:
         models = write_depths(Path(tmp))
-        steps = {layers: decode_steps_s(path, batches) for layers, path in models.items()}
+        steps = decode_steps_s(models, batches)
         span = DEEP - SHALLOW
         layer_points = []
         for b in batches:
