@@ -23,7 +23,6 @@ import argparse
 import random
 import statistics
 import sys
-import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -33,8 +32,9 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 from common import machine, print_table, write_json  # noqa: E402
+from cpu_bfloat16 import decode_step_s  # noqa: E402  (the same decode step, measured the same way)
 
-from refengine import LLM, SamplingParams  # noqa: E402
+from refengine import LLM  # noqa: E402
 from refengine.attention import reference  # noqa: E402
 from refengine.kernels import cpu_paged_decode  # noqa: E402
 from refengine.model.layers import cpu_gemm  # noqa: E402
@@ -45,9 +45,6 @@ ARMS = {
     "float32": ("defaults", "packed from 2 rows", "kernel on torch's threads"),
     "bfloat16": ("defaults", "slot gather"),
 }
-DECODE_STEPS = 10
-
-
 def _slot_gather(cache: torch.Tensor, blocks: torch.Tensor, batch: int, dtype: torch.dtype, scale: float):
     """The previous decode gather: one cache row (KVH x D) per token slot."""
     num_blocks, block_size, kv_heads, head_dim = cache.shape
@@ -74,22 +71,6 @@ def arm(name: str):
     finally:
         cpu_gemm.plain_float32_rows, cpu_paged_decode.MIN_BYTES_PER_THREAD = rows, per_thread
         reference._gather_blocks = gather
-
-
-def decode_step_s(engine, batch: int, prompt: int, rng: random.Random) -> float:
-    """Median decode step of `batch` sequences, after their prefills."""
-    params = SamplingParams(max_tokens=DECODE_STEPS + 2, ignore_eos=True, temperature=0)
-    for _ in range(batch):
-        engine.add_request([rng.randrange(10, 4000) for _ in range(prompt)], params, request_id=f"r{rng.random()}")
-    sched = engine.scheduler
-    while sched.waiting or any(r.num_computed_tokens < len(r.prompt_token_ids) for r in sched.running):
-        engine.step()
-    steps = []
-    while engine.has_unfinished_requests():
-        t = time.perf_counter()
-        engine.step()
-        steps.append(time.perf_counter() - t)
-    return statistics.median(steps[:-1] or steps)  # the last step only finishes
 
 
 def main() -> None:
