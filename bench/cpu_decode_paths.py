@@ -45,6 +45,8 @@ ARMS = {
     "float32": ("defaults", "packed from 2 rows", "kernel on torch's threads"),
     "bfloat16": ("defaults", "slot gather"),
 }
+
+
 def _slot_gather(cache: torch.Tensor, blocks: torch.Tensor, batch: int, dtype: torch.dtype, scale: float):
     """The previous decode gather: one cache row (KVH x D) per token slot."""
     num_blocks, block_size, kv_heads, head_dim = cache.shape
