@@ -27,6 +27,7 @@ NEIGHBOUR_EXTRA = 0.5  # ... and at least this many cores more than in the calm
 PROCESS_EXTRA = 0.5  # named processes taking this many cores more in the spikes than in the calm
 FELT_NEIGHBOUR_CORES = 0.25  # other processes above their background by this much, while the server waited
 TOP_NAMED = 5
+CONTEXT_SECONDS = 1.5  # a felt neighbour held this long is told as context even when it explains no tail
 
 
 def find_neighbour(
@@ -41,7 +42,8 @@ def find_neighbour(
     """First what each request lived through (analyzers/triage/exposure.py): a neighbour active for
     7 s of a level is found even where the spike windows cover only part of it; then the spike
     windows' comparison, for runs without request-level contrast; last a neighbour present for a
-    whole level, which no contrast inside the level can show (analyzers/triage/throughout.py)."""
+    whole level, which no contrast inside the level can show (analyzers/triage/throughout.py); and
+    failing all three, a neighbour the server felt that explains none of the tail, as context."""
     if table is not None:
         found = _neighbour_by_exposure(host, others, tails, table, top_others, evidence)
         if found is not None:
@@ -50,7 +52,10 @@ def find_neighbour(
         found = _neighbour_by_spikes(host, others, tails, top_others, evidence, busy_spike)
         if found is not None:
             return found
-    return _neighbour_throughout(host, others, tails, table, top_others, evidence) if table is not None else None
+    if table is None:
+        return None
+    found = _neighbour_throughout(host, others, tails, table, top_others, evidence)
+    return found or felt_neighbour_as_context(host, others, tails, table, top_others, evidence)
 
 
 def _neighbour_by_spikes(
@@ -126,18 +131,7 @@ def _neighbour_by_exposure(
     """Other processes as a condition in time: the probe intervals where they held clearly more than
     their steady background (a shared host's compilers and tests are the body's too)."""
     o = np.nan_to_num(others)
-    if host.has("server_cpu_wait_share"):
-        # Where the server's own waits were read, a smaller neighbour counts when the server felt it:
-        # half a core taken from a server pinned to one core is the server's loss however small a
-        # share of the host it is (the differential below still has to separate tail from body).
-        # The background is the quietest quarter of the run: a neighbour there half the time would
-        # lift a median to itself.
-        felt = np.nan_to_num(host.values("server_cpu_wait_share")) >= SERVER_FELT_WAIT
-        level = max(FELT_NEIGHBOUR_CORES, float(np.percentile(o, 25)) + FELT_NEIGHBOUR_CORES)
-        held = (o >= level) & felt
-    else:
-        level = max(NEIGHBOUR_CORES, float(np.median(o)) + NEIGHBOUR_EXTRA)
-        held = o >= level
+    held, level = _held(host, o)
     found = differential_in_time(table, tails.metric, held_windows(host.start, host.end, held))
     if found is None or not found.diff.separates:
         return None
@@ -167,6 +161,74 @@ def _neighbour_by_exposure(
         "move the neighbour, or pin the server to cores of its own (taskset/cpuset)",
         kind="differential",
         tail_share=diff.attributable,
+    )
+    return failed(finding, CPU_TITLE, finding.title)
+
+
+def _held(host: SampleSplit, o: np.ndarray) -> tuple[np.ndarray, float]:
+    """(the probe intervals where other processes held clearly more than their background, that
+    background plus the margin)."""
+    if host.has("server_cpu_wait_share"):
+        # Where the server's own waits were read, a smaller neighbour counts when the server felt it:
+        # half a core taken from a server pinned to one core is the server's loss however small a
+        # share of the host it is (the differential still has to separate tail from body).
+        # The background is the quietest quarter of the run: a neighbour there half the time would
+        # lift a median to itself.
+        felt = np.nan_to_num(host.values("server_cpu_wait_share")) >= SERVER_FELT_WAIT
+        level = max(FELT_NEIGHBOUR_CORES, float(np.percentile(o, 25)) + FELT_NEIGHBOUR_CORES)
+        return (o >= level) & felt, level
+    level = max(NEIGHBOUR_CORES, float(np.median(o)) + NEIGHBOUR_EXTRA)
+    return o >= level, level
+
+
+def felt_neighbour_as_context(
+    host: SampleSplit,
+    others: np.ndarray,
+    tails: TailWindows,
+    table: RequestTable,
+    top_others: dict[float, list[dict]],
+    evidence: dict,
+) -> CheckResult | None:
+    """A neighbour the server felt (its threads waited for a CPU while other processes held at least
+    NEIGHBOUR_CORES, for CONTEXT_SECONDS or more) whose requests were not measurably slower than the
+    rest: not the tail's cause, but what an engineer reading the run should still be told (a level
+    whose TTFT is its queue hides two seconds of slower steps). A finding that explains none of the
+    tail, so the ranking keeps it as context. Only where the server's own waits were read."""
+    if not host.has("server_cpu_wait_share"):
+        return None
+    o = np.nan_to_num(others)
+    held, _ = _held(host, o)
+    held &= o >= NEIGHBOUR_CORES
+    windows = held_windows(host.start, host.end, held)
+    found = differential_in_time(table, tails.metric, windows)
+    if found is None or found.seconds < CONTEXT_SECONDS:
+        return None
+    cores, waited = finite_mean(o[held]) or 0.0, finite_mean(np.nan_to_num(host.values("server_cpu_wait_share"))[held])
+    named = spiking(per_process(top_others, replace(host, spike=held)))
+    who = ", ".join(f"{p['comm']} (pid {p['pid']}, {p['cpu_cores_spikes']:.2f} cores)" for p in named[:3])
+    ev = dict(
+        evidence,
+        **found.diff.evidence(),
+        neighbour_cores_when_held=round(cores, 2),
+        neighbour_seconds=round(found.seconds, 1),
+        server_wait_share_when_held=None if waited is None else round(waited, 3),
+        top_others_when_held=named[:TOP_NAMED],
+    )
+    finding = Finding(
+        CPU_ID,
+        "host",
+        "low",
+        f"a neighbour the server felt: other processes took {cores:.1f} cores for {found.seconds:.0f} s"
+        + (f" ({who})" if who else "")
+        + (f" while the server's threads waited for a CPU {waited:.0%} of the time" if waited is not None else "")
+        + "; the requests that lived through it were not measurably slower than the rest, so it is "
+        "not the tail's cause",
+        ev,
+        found.windows,
+        len(tails.spikes),
+        "move the neighbour, or pin the server to cores of its own (taskset/cpuset)",
+        kind="differential",
+        tail_share=0.0,
     )
     return failed(finding, CPU_TITLE, finding.title)
 

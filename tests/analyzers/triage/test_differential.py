@@ -165,3 +165,37 @@ def test_the_queue_behind_a_long_prefill_is_its_consequence_not_a_rival_cause(tm
     diag = diagnose_p99(run)
     assert diag.findings[0].check_id == "p99.sched.long-prefill", [f.title for f in diag.findings]
     assert any(f.check_id == "p99.sched.queueing" for f in diag.context), [f.check_id for f in diag.context]
+
+
+def _felt_neighbour_without_effect(tmp_path, server_wait: float):
+    """For 3 s of a level other processes hold 1.5 cores of a 2-core host and the server's threads
+    wait for a CPU, but no request is slower for it (a level whose TTFT is its queue): the seed-4
+    family's confounded draws."""
+    recs = base_records(n=480, concurrency=4, seed=7)
+    t0 = recs[0].t_sent
+    on, off = t0 + 5.0, t0 + 8.0
+    probes = clean_probes(t0 - 1, max(r.t_done for r in recs) + 1, ncpu=2)
+    for row in probes["host"]:
+        row.update(server_cpu_cores=0.9, cpu_pct=50.0, others_cpu_cores=0.01, server_cpu_wait_share=0.03)
+        if on < row["t"] <= off:
+            row.update(
+                server_cpu_cores=0.4,
+                cpu_pct=100.0,
+                others_cpu_cores=1.5,
+                server_cpu_wait_share=server_wait,
+                top_others=[{"pid": 900 + k, "comm": "burn", "cpu_cores": 0.375} for k in range(4)],
+            )
+    return write_run(tmp_path / "r", recs, probes, url="http://127.0.0.1:8000")
+
+
+def test_a_felt_neighbour_that_slowed_no_request_is_context_not_a_cause(tmp_path):
+    diag = diagnose_p99(_felt_neighbour_without_effect(tmp_path, server_wait=0.7))
+    assert not any(f.check_id == "p99.host.cpu" for f in diag.findings), diag.headline
+    told = [f for f in diag.context if f.check_id == "p99.host.cpu"]
+    assert told and "the server felt" in told[0].title and "not the tail's cause" in told[0].title, diag.context
+    assert "burn (pid 90" in told[0].title and told[0].coverage == 0.0
+
+
+def test_other_processes_the_server_never_waited_for_are_not_told(tmp_path):
+    diag = diagnose_p99(_felt_neighbour_without_effect(tmp_path, server_wait=0.05))
+    assert not any(f.check_id == "p99.host.cpu" for f in diag.findings + diag.context), diag.context
