@@ -137,7 +137,7 @@ def _neighbour_by_exposure(
         return None
     diff, seconds = found.diff, found.seconds
     named = spiking(per_process(top_others, replace(host, spike=held)))
-    who = ", ".join(f"{p['comm']} (pid {p['pid']}, {p['cpu_cores_spikes']:.2f} cores)" for p in named[:3])
+    who = _who(named)
     if len(named) > 3:
         who += f" and {len(named) - 3} more"
     ev = dict(
@@ -205,7 +205,7 @@ def felt_neighbour_as_context(
         return None
     cores, waited = finite_mean(o[held]) or 0.0, finite_mean(np.nan_to_num(host.values("server_cpu_wait_share"))[held])
     named = spiking(per_process(top_others, replace(host, spike=held)))
-    who = ", ".join(f"{p['comm']} (pid {p['pid']}, {p['cpu_cores_spikes']:.2f} cores)" for p in named[:3])
+    who = _who(named)
     ev = dict(
         evidence,
         **found.diff.evidence(),
@@ -260,7 +260,7 @@ def _neighbour_throughout(
     rows = np.unique(np.concatenate([h.rows for h in held]))
     cores, wait = finite_mean(o[rows]) or 0.0, finite_mean(waited[rows])
     named = per_process(top_others, replace(host, spike=np.isin(np.arange(o.size), rows)))[:TOP_NAMED]
-    who = ", ".join(f"{p['comm']} (pid {p['pid']}, {p['cpu_cores_spikes']:.2f} cores)" for p in named[:3])
+    who = _who(named)
     levels = ", ".join(h.words() for h in held)
     # Over the levels it held: no spike-against-calm figures, which say nothing of a condition that
     # was everywhere.
@@ -299,6 +299,11 @@ def _neighbour_throughout(
         kind="throughout",
     )
     return failed(finding, CPU_TITLE, finding.title)
+
+
+def _who(named: list[dict]) -> str:
+    """The first three named processes, as a finding's title names them."""
+    return ", ".join(f"{p['comm']} (pid {p['pid']}, {p['cpu_cores_spikes']:.2f} cores)" for p in named[:3])
 
 
 def _mean_over(host: SampleSplit, name: str, rows: np.ndarray) -> float | None:

@@ -125,7 +125,10 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, cac
     """F.linear(x, weight, bias), through the packed weight where it applies (any leading dims)."""
     if not ENABLED or not packs(x.dtype) or x.device.type != "cpu" or torch.is_grad_enabled():
         return F.linear(x, weight, bias)
-    if x.dtype == torch.float32 and x.numel() <= x.shape[-1] * plain_float32_rows():
+    if x.dtype == torch.float32 and (
+        weight.numel() < MIN_PACKED_FLOAT32  # never packed: no crossover to measure for it
+        or x.numel() <= x.shape[-1] * plain_float32_rows()
+    ):
         return F.linear(x, weight, bias)  # a few float32 rows: MKL on the plain weight is faster (see above)
     packed = cache.get(weight)
     if packed is None:
