@@ -9,7 +9,8 @@ it measures is the calibration's own error; what a served run adds on top (the H
 client on the same cores) is the fit's business (bench/plan_accuracy.py).
 
     python bench/step_model_vs_engine.py --profile FILE [--models tiny-test,tiny,random]
-                                         [--prompts 32,128,512,1024] [--batches 1,4,16] [--out JSON]
+                                         [--prompts 32,128,512,1024] [--batches 1,4,16]
+                                         [--decode-contexts 128,512] [--out JSON]
 
 Without --profile it calibrates first (`llmdiag calibrate --no-comm --ranks 1`, about 10 s).
 """
@@ -30,7 +31,6 @@ sys.path.insert(0, str(ROOT))
 from bench.common import machine, print_table, write_json  # noqa: E402
 from bench.plan_accuracy import _model_path  # noqa: E402
 
-DECODE_CONTEXT = 128  # the prompt each decoding request had
 DECODE_STEPS = 20
 PREFILL_REPEATS = 7
 
@@ -64,14 +64,14 @@ def measure_prefills(engine, prompts: list[int]) -> dict[int, float]:
     return out
 
 
-def measure_decodes(engine, batches: list[int]) -> dict[int, float]:
-    """Median seconds of a decode step of b requests at about DECODE_CONTEXT + 10 tokens of context."""
+def measure_decodes(engine, batches: list[int], context: int) -> dict[int, float]:
+    """Median seconds of a decode step of b requests at about `context` + 10 tokens of context."""
     from refengine.sampling_params import SamplingParams
 
     out = {}
     for b in batches:
         for i in range(b):
-            engine.add_request(_prompt(i, DECODE_CONTEXT), SamplingParams(max_tokens=DECODE_STEPS + 2, ignore_eos=True))
+            engine.add_request(_prompt(i, context), SamplingParams(max_tokens=DECODE_STEPS + 2, ignore_eos=True))
         while engine.scheduler.waiting:  # every prefill done
             engine.step()
         times = []
@@ -91,6 +91,7 @@ def main() -> None:
     ap.add_argument("--models", default="tiny-test,tiny,random")
     ap.add_argument("--prompts", default="32,128,512,1024")
     ap.add_argument("--batches", default="1,4,16")
+    ap.add_argument("--decode-contexts", default="128", help="the prompt each decoding request had")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
     from analyzers.model.presets import resolve_model
@@ -111,10 +112,12 @@ def main() -> None:
         model = StepModel(resolve_model(path), profile)
         engine = _engine(path)
         measured = [("prefill", n, s, StepShape(((n, n),), 1)) for n, s in measure_prefills(engine, prompts).items()]
-        ctx = DECODE_CONTEXT + DECODE_STEPS // 2
-        measured += [
-            ("decode", b, s, StepShape(((1, ctx),) * b, b)) for b, s in measure_decodes(engine, batches).items()
-        ]
+        for context in (int(x) for x in a.decode_contexts.split(",")):
+            ctx = context + DECODE_STEPS // 2
+            measured += [
+                (f"decode at {context}", b, s, StepShape(((1, ctx),) * b, b))
+                for b, s in measure_decodes(engine, batches, context).items()
+            ]
         engine.shutdown()
         for kind, size, seconds, shape in measured:
             cost = model.step_cost(shape)

@@ -9,7 +9,8 @@ Tables:
 - matmul: seconds of `F.linear` of an [M, s] input by an [s, s] weight at a grid of (M, s);
   a query (M, K, N) is read at s = sqrt(K x N) (the same weight bytes and FLOP per row), log-log
   bilinear inside the grid.
-- attention_decode: seconds = a + b x (KV elements read), from refengine's decode path.
+- attention_decode: seconds = a + (b x KV elements read + c x query elements) / the kernel's threads,
+  from refengine's decode path at two GQA ratios (analyzers/plan/decode_attention.py).
 - attention_prefill: seconds = a + b x (query tokens x context x heads x head_dim); where measured,
   attention_prefill_table (analyzers/plan/attention_table.py) replaces it: per head, by tokens and
   head dim.
@@ -38,6 +39,7 @@ from pathlib import Path
 
 from analyzers.diagnosis_error import DiagnosisError
 from analyzers.plan.attention_table import AttentionTable
+from analyzers.plan.decode_attention import DecodeAttentionCost
 from analyzers.plan.loglog_grid import loglog_bilinear
 from analyzers.plan.step_jitter import StepJitter
 
@@ -182,7 +184,7 @@ class ThreadTables:
 
     threads: int
     matmul: MatmulTable
-    attention_decode: LinearCost
+    attention_decode: DecodeAttentionCost
     attention_prefill: LinearCost
     elementwise: LinearCost
     attention_prefill_table: AttentionTable | None = None
@@ -196,7 +198,7 @@ class ThreadTables:
         return cls(
             threads=d["threads"],
             matmul=MatmulTable(**d["matmul"]),
-            attention_decode=LinearCost(**d["attention_decode"]),
+            attention_decode=DecodeAttentionCost.from_dict(d["attention_decode"]),
             attention_prefill=LinearCost(**d["attention_prefill"]),
             elementwise=LinearCost(**d["elementwise"]),
             attention_prefill_table=_attention_table(d),
@@ -220,7 +222,7 @@ class MachineProfile:
     step_overhead: LinearCost  # per step, by requests in the step
     collective: CollectiveCost
     matmul: MatmulTable | None = None
-    attention_decode: LinearCost | None = None  # by KV elements read
+    attention_decode: DecodeAttentionCost | None = None  # by KV and query elements
     attention_prefill: LinearCost | None = None  # by tokens x context x heads x head_dim
     attention_prefill_table: AttentionTable | None = None  # measured per head: read before the line above
     elementwise: LinearCost | None = None  # per layer, by tokens x hidden
@@ -296,7 +298,9 @@ class MachineProfile:
                 created=d.get("created", ""),
                 host=d.get("host") or _measured_on(d.get("assumptions", [])),
                 measured_points=d.get("measured_points", {}),
-                attention_decode=linear("attention_decode"),
+                attention_decode=(
+                    DecodeAttentionCost.from_dict(d["attention_decode"]) if d.get("attention_decode") else None
+                ),
                 attention_prefill=linear("attention_prefill"),
                 attention_prefill_table=_attention_table(d),
                 elementwise=linear("elementwise"),

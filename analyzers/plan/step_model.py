@@ -7,7 +7,8 @@ samples S of them. Per layer, on one tensor-parallel rank of one pipeline stage:
     o_proj   [T, heads x head_dim / TP] x [.., hidden]
     MLP      gate_up [T, hidden] x [.., 2 x intermediate / TP], down [T, intermediate / TP] x [.., hidden]
              (MoE: the top-k experts' rows, T x k, through one expert's shapes, plus the router)
-    attention  decode: KV elements read; prefill: query tokens x context x heads x head_dim
+    attention  decode: KV elements read, query elements (context x heads x head_dim) and scores
+               (context x heads), over the kernel's threads; prefill: query tokens x context x heads x head_dim
     elementwise  norms, RoPE, activation, residual adds: by T x hidden
     layer overhead  the engine's own code per layer (module calls, dispatch, glue): by requests
     TP       two all-reduces of T x hidden x dtype (after attention and after the MLP)
@@ -97,13 +98,15 @@ class StepModel:
         decode = [ctx for n, ctx in step.chunks if n == 1]
         prefill = [(n, ctx) for n, ctx in step.chunks if n > 1]
         kv_elems = 2.0 * sum(decode) * kv_heads * s.head_dim
+        scores = float(sum(decode)) * heads
+        query_elems = scores * s.head_dim
         work = float(sum(n * ctx for n, ctx in prefill)) * heads * s.head_dim
         t = 0.0
         if decode:
             t += (
-                p.attention_decode.seconds(kv_elems, notes, "decode attention KV elements")
+                p.attention_decode.seconds(kv_elems, query_elems, scores, p.threads, notes)
                 if p.attention_decode
-                else p.roofline.seconds(2.0 * kv_elems * heads / kv_heads, kv_elems * p.dtype_bytes)
+                else p.roofline.seconds(4.0 * query_elems, kv_elems * p.dtype_bytes)
             )
         if prefill and p.attention_prefill_table is not None:
             t += p.attention_prefill_table.step_seconds(prefill, heads, s.head_dim, notes)

@@ -8,7 +8,8 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from analyzers.plan.calibrate import monotone, rank_threads
+from analyzers.plan.calibrate import rank_threads
+from analyzers.plan.calibrate.matmul import monotone
 from analyzers.plan.profile import PROFILE_SCHEMA, MachineProfile
 from llmbench.diag_cli import app
 

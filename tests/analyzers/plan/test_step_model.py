@@ -8,6 +8,7 @@ import pytest
 from analyzers.diagnosis_error import DiagnosisError
 from analyzers.model.presets import resolve_model
 from analyzers.plan.attention_table import AttentionTable
+from analyzers.plan.decode_attention import DecodeAttentionCost
 from analyzers.plan.profile import CollectiveCost, LinearCost, MachineProfile, MatmulTable, Roofline, ThreadTables
 from analyzers.plan.step_model import StepModel, StepShape
 
@@ -23,7 +24,7 @@ def _profile(**kw) -> MachineProfile:
         ),
         step_overhead=LinearCost(1e-3, 1e-5),
         collective=CollectiveCost(1e-5, 1e9),
-        attention_decode=LinearCost(0.0, 1e-12),
+        attention_decode=DecodeAttentionCost(0.0, 1e-12),
         attention_prefill=LinearCost(0.0, 1e-12),
         elementwise=LinearCost(0.0, 1e-10),
     )
@@ -132,7 +133,7 @@ def _tables(threads: int, us: float) -> ThreadTables:
     return ThreadTables(
         threads=threads,
         matmul=MatmulTable(ms=[1, 64], sizes=[16, 4096], times=[[us * 1e-6] * 2] * 2),
-        attention_decode=LinearCost(0.0, 1e-12),
+        attention_decode=DecodeAttentionCost(0.0, 1e-12),
         attention_prefill=LinearCost(0.0, 1e-12),
         elementwise=LinearCost(0.0, 1e-10),
     )
