@@ -105,7 +105,8 @@ class DecodeAttentionCost:
                 residual = float(((rows @ full - 1.0) ** 2).sum())
                 if residual < best_residual:
                     best, best_residual = full, residual
-        one = cls(*(float(x) for x in best), split_bytes=split_bytes, element_bytes=element_bytes)
+        fixed, per_kv, per_query, per_score = (float(x) for x in best)
+        one = cls(fixed, per_kv, per_query, per_score, split_bytes=split_bytes, element_bytes=element_bytes)
         gains = [
             (one.work_s(c.kv_elements, c.query_elements, c.scores) / (c.seconds - one.fixed_s) - 1) / (c.threads - 1)
             for c in calls
@@ -113,7 +114,7 @@ class DecodeAttentionCost:
         ]
         efficiency = min(1.0, max(0.05, statistics.median(gains))) if gains else 1.0
         kvs = [c.kv_elements for c in calls]
-        return cls(*(float(x) for x in best), split_bytes, efficiency, element_bytes, min(kvs), max(kvs))
+        return cls(fixed, per_kv, per_query, per_score, split_bytes, efficiency, element_bytes, min(kvs), max(kvs))
 
     @classmethod
     def from_dict(cls, d: dict) -> "DecodeAttentionCost":

@@ -35,7 +35,9 @@ def test_the_fit_recovers_each_price_and_the_split_from_three_layouts():
         assert getattr(fit, name) == pytest.approx(getattr(truth, name), rel=0.15), name
     # A layout the fit never saw (no GQA, head dim 128) is priced within the noise.
     kv, scores = 2.0 * 16 * 700 * 8 * 128, 16.0 * 700 * 8
-    assert fit.seconds(kv, scores * 128, scores, 2) == pytest.approx(truth.seconds(kv, scores * 128, scores, 2), rel=0.05)
+    assert fit.seconds(kv, scores * 128, scores, 2) == pytest.approx(
+        truth.seconds(kv, scores * 128, scores, 2), rel=0.05
+    )
 
 
 def test_a_price_per_kv_element_alone_misprices_another_gqa_ratio_and_the_two_terms_do_not():
