@@ -9,13 +9,8 @@ and sum, as flash attention does), so nothing is copied, padded or read twice. A
 whole sequence: each cache row holds all KV heads side by side, so one pass over the rows reads
 them contiguously (a (sequence, head) split reads a quarter of every row and drags in the rest).
 
-Plain C++ with no torch headers, compiled on first use with g++ in a few seconds and cached under
-$LLMBENCH_CACHE/kernels (default ~/.cache/llmbench/kernels), called through ctypes (which
-releases the GIL). It is built with -march=native, so the cache is keyed by the CPU's
-instruction-set flags as well as the source, compiler flags and machine: a home directory shared
-with a CPU that lacks AVX-512 must not load an object that uses it (that dies with SIGILL, which
-no fallback catches). What each object was built for is written beside it (the .txt of the same
-name). It splits the sequences into ranges of about equal context on std::threads started per call
+Plain C++ with no torch headers, compiled on first use and cached, keyed by the CPU's
+instruction-set flags, called through ctypes (kernels/cpu_build.py). It splits the sequences into ranges of about equal context on std::threads started per call
 (no second OpenMP runtime spins beside torch's), one per MIN_BYTES_PER_THREAD of context read, up
 to torch.get_num_threads(): below that a second thread waits on torch's spinning workers longer
 than it saves. It degrades cleanly: float32 contiguous caches only; if the
@@ -26,19 +21,11 @@ off. Tested against the PyTorch oracle in tests/refengine/kernels/test_cpu_paged
 from __future__ import annotations
 
 import ctypes
-import functools
-import hashlib
-import logging
 import os
-import platform
-import shutil
-import subprocess
-import tempfile
-from pathlib import Path
 
 import torch
 
-log = logging.getLogger(__name__)
+from refengine.kernels.cpu_build import CppLibrary
 
 _SOURCE = r"""
 #include <algorithm>
@@ -140,92 +127,20 @@ extern "C" void paged_decode(const float* q, const float* cache, const int32_t* 
 }
 """
 ENABLED = os.environ.get("REFENGINE_CPU_KERNELS", "1") != "0"
-_FLAGS = ["-O3", "-march=native", "-fopenmp-simd", "-std=c++17", "-shared", "-fPIC", "-pthread"]
 
 
-def _cache_dir() -> Path:
-    root = os.environ.get("LLMBENCH_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "llmbench")
-    return Path(root) / "kernels"
-
-
-def _cpu_flags() -> list[str]:
-    """This CPU's instruction-set flags: what -march=native compiles for.
-
-    The `flags` line of /proc/cpuinfo on x86 Linux (`Features` on ARM); elsewhere only
-    platform.processor(), which is coarser but still tells CPU families apart."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                name, _, value = line.partition(":")
-                if name.strip() in ("flags", "Features"):
-                    return value.split()
-    except OSError:
-        pass
-    return [platform.processor()]
-
-
-def _key() -> str:
-    """Everything the built object depends on, readable: its hash names the file, and it is written beside it.
-
-    The CPU flags are in it because a -march=native object may use any instruction this CPU has."""
-    return (
-        f"source sha256: {hashlib.sha256(_SOURCE.encode()).hexdigest()}\n"
-        f"compiler flags: {' '.join(_FLAGS)}\n"
-        f"machine: {platform.machine()}\n"
-        f"cpu flags: {' '.join(sorted(set(_cpu_flags())))}\n"
-    )
-
-
-def _library_path() -> Path:
-    return _cache_dir() / f"cpu_paged_decode-{hashlib.sha256(_key().encode()).hexdigest()[:16]}.so"
-
-
-@functools.lru_cache(maxsize=None)
-def _library() -> ctypes.CDLL:
-    """Compile once per source, flags, machine and CPU (a few seconds), then load the cached .so.
-
-    Built into a temporary file and renamed into place, so concurrent processes never load a
-    half-written library."""
-    lib = _library_path()
-    if not lib.exists():
-        cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
-        if cxx is None:
-            raise RuntimeError("no C++ compiler (g++ / c++) on PATH")
-        lib.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=lib.parent) as tmp:
-            src, out = Path(tmp) / "k.cpp", Path(tmp) / "k.so"
-            src.write_text(_SOURCE)
-            subprocess.run([cxx, *_FLAGS, str(src), "-o", str(out)], check=True, capture_output=True, timeout=120)
-            (Path(tmp) / "k.txt").write_text(_key())
-            os.replace(Path(tmp) / "k.txt", lib.with_suffix(".txt"))  # first: every cached .so has its note
-            os.replace(out, lib)
-    cdll = ctypes.CDLL(str(lib))
+def _declare(cdll: ctypes.CDLL) -> None:
     f = cdll.paged_decode
     f.restype = None
     f.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 7 + [ctypes.c_float, ctypes.c_int64]
-    return cdll
 
 
-@functools.lru_cache(maxsize=None)
+LIBRARY = CppLibrary("cpu_paged_decode", _SOURCE, _declare, "CPU paged decode kernel")
+
+
 def available() -> bool:
-    """Whether the kernel is built (building it on the first call); False where it cannot be."""
-    if not ENABLED:
-        return False
-    try:
-        _library()
-        return True
-    # No compiler (RuntimeError, or OSError for a $CXX that is not there), a failed or hung build
-    # (SubprocessError), a cache or library that cannot be written or loaded (OSError), a library
-    # without the symbol (AttributeError): the PyTorch path runs.
-    except (OSError, RuntimeError, subprocess.SubprocessError, AttributeError) as exc:
-        detail = getattr(exc, "stderr", b"") or b""
-        log.warning(
-            "CPU paged decode kernel unavailable (%s: %s %s); using the PyTorch path",
-            type(exc).__name__,
-            exc,
-            detail.decode(errors="replace")[:200],
-        )
-        return False
+    """Whether the kernel is on and built (building it on the first call); False where it cannot be."""
+    return ENABLED and LIBRARY.available()
 
 
 # Context bytes (K and V) each thread must read before a call splits over threads. The threads are
@@ -273,7 +188,7 @@ def paged_decode_cpu(
     if tables.shape[0] != b or lens.shape[0] != b:
         raise ValueError("block_tables and seq_lens need one row per decode")
     out = torch.empty_like(qv)
-    _library().paged_decode(
+    LIBRARY.load().paged_decode(
         qv.data_ptr(),
         kv_cache.data_ptr(),
         tables.data_ptr(),

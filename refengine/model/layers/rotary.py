@@ -25,6 +25,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from refengine.kernels import cpu_layer_ops
+
 
 def _base_inv_freq(theta: float, dim: int) -> torch.Tensor:
     # int64 arange then float, as transformers does, so the table is bit-identical.
@@ -119,6 +121,17 @@ class RotaryEmbedding(nn.Module):
         return out.to(dtype).view(shape)
 
     def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """positions [T]; q [T, heads*head_dim]; k [T, kv_heads*head_dim] -> rotated (q, k)."""
+        """positions [T]; q [T, heads*head_dim]; k [T, kv_heads*head_dim] -> rotated (q, k). On CPU (float32,
+        bfloat16, rows with a contiguous last dim, as a split of qkv has) each is one C++ pass
+        (kernels/cpu_layer_ops.py)."""
+        if self._fused(q) and self._fused(k):
+            table = self.cos_sin_cache
+            return cpu_layer_ops.rope(q, positions, table, self.head_dim), cpu_layer_ops.rope(
+                k, positions, table, self.head_dim
+            )
         cos, sin = self.cos_sin_cache[positions].unsqueeze(1).chunk(2, dim=-1)  # [T, 1, head_dim/2]
         return self._rotate(q, cos, sin), self._rotate(k, cos, sin)
+
+    def _fused(self, x: torch.Tensor) -> bool:
+        table = self.cos_sin_cache  # float32 unless the module was cast (Module.to casts buffers too)
+        return x.dim() == 2 and x.stride(1) == 1 and table.dtype == torch.float32 and cpu_layer_ops.applies(x)

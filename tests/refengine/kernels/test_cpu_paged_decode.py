@@ -21,15 +21,14 @@ import torch
 
 from refengine.attention.metadata import build_attention_metadata
 from refengine.attention.reference import paged_attention, store_kv
-from refengine.kernels import cpu_paged_decode
+from refengine.kernels import cpu_build, cpu_paged_decode
 from refengine.model.layers.attention import Attention
 
 needs_compiler = pytest.mark.skipif(not cpu_paged_decode.available(), reason="no C++ compiler here")
 
 
 def _clear_caches():
-    cpu_paged_decode._library.cache_clear()
-    cpu_paged_decode.available.cache_clear()
+    cpu_paged_decode.LIBRARY.forget()
 
 
 @pytest.fixture
@@ -117,11 +116,11 @@ def test_mixed_step_through_the_layer_matches_reference():
 def test_cache_key_follows_the_cpu_flags(monkeypatch):
     """The object's name changes with the CPU's flag set, and only with the set (not its order)."""
     if os.path.exists("/proc/cpuinfo") and platform.machine() == "x86_64":
-        assert "sse2" in cpu_paged_decode._cpu_flags()  # the real flags line was read (all x86-64 have SSE2)
+        assert "sse2" in cpu_build.cpu_flags()  # the real flags line was read (all x86-64 have SSE2)
 
     def path_for(flags):
-        monkeypatch.setattr(cpu_paged_decode, "_cpu_flags", lambda: flags)
-        return cpu_paged_decode._library_path(), cpu_paged_decode._key()
+        monkeypatch.setattr(cpu_build, "cpu_flags", lambda: flags)
+        return cpu_paged_decode.LIBRARY.path(), cpu_paged_decode.LIBRARY.key()
 
     here = path_for(["fpu", "sse2", "avx2", "fma"])
     assert path_for(["fpu", "sse2", "avx2", "fma"]) == here
@@ -136,21 +135,21 @@ def test_object_built_for_another_cpu_is_not_loaded(monkeypatch, fresh_build):
     """A shared cache holding an object built for another CPU (here: this CPU's flags with AVX-512
     toggled): this CPU builds and loads its own. The foreign file is junk, so loading it would make
     available() False; a real one would kill the process with SIGILL."""
-    here = cpu_paged_decode._cpu_flags()
-    monkeypatch.setattr(cpu_paged_decode, "_cpu_flags", lambda: sorted(set(here) ^ {"avx512f"}))
-    foreign = cpu_paged_decode._library_path()
+    here = cpu_build.cpu_flags()
+    monkeypatch.setattr(cpu_build, "cpu_flags", lambda: sorted(set(here) ^ {"avx512f"}))
+    foreign = cpu_paged_decode.LIBRARY.path()
     foreign.parent.mkdir(parents=True)
     foreign.write_bytes(b"built for another CPU")
-    monkeypatch.setattr(cpu_paged_decode, "_cpu_flags", lambda: here)
+    monkeypatch.setattr(cpu_build, "cpu_flags", lambda: here)
     assert cpu_paged_decode.available()
-    lib = cpu_paged_decode._library_path()
+    lib = cpu_paged_decode.LIBRARY.path()
     assert lib != foreign and lib.exists()
     assert foreign.read_bytes() == b"built for another CPU"
     assert sorted(p.name for p in fresh_build.joinpath("kernels").iterdir()) == sorted(
         [foreign.name, lib.name, lib.with_suffix(".txt").name]
     )
     note = lib.with_suffix(".txt").read_text()  # what it was built for, for a human
-    assert note == cpu_paged_decode._key() and f"cpu flags: {' '.join(sorted(set(here)))}\n" in note
+    assert note == cpu_paged_decode.LIBRARY.key() and f"cpu flags: {' '.join(sorted(set(here)))}\n" in note
     q, cache, meta = _case([7, 20], 4, 4, 2, 16)
     got = cpu_paged_decode.paged_decode_cpu(q, cache, meta.block_tables, meta.seq_lens, 4, 0.25)
     torch.testing.assert_close(got, paged_attention(q, cache, meta, 4, 0.25), atol=1e-5, rtol=1e-5)
@@ -174,7 +173,7 @@ def test_unbuildable_falls_back_to_pytorch(monkeypatch, fresh_build, caplog, com
     else:
         monkeypatch.setenv("CXX", compiler)
     monkeypatch.setattr(cpu_paged_decode, "ENABLED", True)
-    with caplog.at_level(logging.WARNING, logger=cpu_paged_decode.log.name):
+    with caplog.at_level(logging.WARNING, logger=cpu_build.log.name):
         assert not cpu_paged_decode.available()
     assert any(
         "CPU paged decode kernel unavailable" in r.getMessage()
