@@ -138,8 +138,11 @@ LIBRARY = CppLibrary("cpu_layer_ops", _SOURCE, _declare, "CPU layer ops kernel")
 
 
 # Rows above which the PyTorch chain is left to run: the kernels are one thread, their exp scalar,
-# and what they save is per-op dispatch, which a prefill's thousands of rows amortize anyway.
-MAX_ROWS = 64
+# and what they save is per-op dispatch, which more rows amortize. On the 2-core AMX Xeon a `tiny`
+# bfloat16 decode step with them took 11.5 / 13.5 / 19.6 / 37.7 ms at 1 / 4 / 16 / 64 sequences
+# against 12.6 / 14.0 / 19.2 / 34.6 without (float32: 17.0 / 23.8 / 41.4 / 81.7 against 17.6 / 24.9 /
+# 42.0 / 81.2; bench/cpu_decode_paths.py, bench/RESULTS.md).
+MAX_ROWS = 8
 
 
 def applies(x: torch.Tensor) -> bool:
