@@ -26,6 +26,7 @@ from starlette.routing import Route
 from refengine.engine import LLMEngine
 from refengine.errors import RefEngineError
 from refengine.server import protocol, validation
+from refengine.server.compute_thread import ComputeThread
 from refengine.server.engine_loop import EngineDead, EngineLoop, EngineOverloaded, RequestFailed
 from refengine.server.metrics import CONTENT_TYPE, ServerMetrics
 from refengine.server.prompt_tokens import prompt_ids
@@ -44,13 +45,14 @@ class Server:
         api_key: str | None = None,
         max_waiting_requests: int = 1024,
         body_limits: BodyLimits | None = None,
+        compute_thread: ComputeThread | None = None,
     ):
         self.engine = engine
         self.model_name = served_model_name
         self.api_key = api_key
         self.body_limits = body_limits or BodyLimits()
         self.created = int(time.time())
-        self.loop = EngineLoop(engine, max_waiting_requests)
+        self.loop = EngineLoop(engine, max_waiting_requests, thread=compute_thread)
         self.metrics = ServerMetrics(
             self.loop, served_model_name, engine.cache_config.block_size, engine.cache_config.num_blocks
         )

@@ -203,6 +203,7 @@ def main(argv: list[str] | None = None, prog: str = "refengine-serve") -> int:
     try:
         from refengine.engine import LLMEngine
         from refengine.server.app import Server
+        from refengine.server.compute_thread import ComputeThread
         from refengine.server.http_protocol import header_timeout_protocol
         from refengine.server.request_body import BodyLimits
 
@@ -215,7 +216,11 @@ def main(argv: list[str] | None = None, prog: str = "refengine-serve") -> int:
         for flag in ("timeout_keep_alive", "timeout_request_header", "timeout_request_body"):
             if not getattr(ns, flag) > 0:
                 raise RefEngineError(f"--{flag.replace('_', '-')} must be > 0 seconds")
-        engine = LLMEngine(engine_args_from(ns))
+        # Built on the thread that will step it: one OpenMP team for the engine's torch work
+        # (refengine/server/compute_thread.py).
+        compute = ComputeThread()
+        args = engine_args_from(ns)
+        engine = compute.call(lambda: LLMEngine(args))
     except RefEngineError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -224,7 +229,14 @@ def main(argv: list[str] | None = None, prog: str = "refengine-serve") -> int:
         return 1
     name = ns.served_model_name or engine.args.model
     limits = BodyLimits(max_bytes=ns.max_request_body_bytes, timeout_s=ns.timeout_request_body)
-    server = Server(engine, name, api_key=ns.api_key, max_waiting_requests=ns.max_waiting_requests, body_limits=limits)
+    server = Server(
+        engine,
+        name,
+        api_key=ns.api_key,
+        max_waiting_requests=ns.max_waiting_requests,
+        body_limits=limits,
+        compute_thread=compute,
+    )
     cfg = engine.cache_config
     pc = engine.parallel_config
     layout = f", TP {pc.tensor_parallel_size} x PP {pc.pipeline_parallel_size}" if pc.world_size > 1 else ""

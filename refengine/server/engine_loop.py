@@ -31,6 +31,7 @@ from refengine.engine import EngineStats, LLMEngine
 from refengine.errors import RefEngineError, StepFailedError
 from refengine.outputs import RequestOutput
 from refengine.sampling_params import SamplingParams
+from refengine.server.compute_thread import ComputeThread
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +63,10 @@ class EngineLoop:
         max_waiting_requests: int = 1024,
         on_output: Callable[[RequestOutput], None] | None = None,
         on_abort: Callable[[str], None] | None = None,
+        thread: ComputeThread | None = None,
     ):
+        """`thread`: the thread that built the engine, to step it on too (compute_thread.py says why);
+        without one the loop starts a thread of its own."""
         self.engine = engine
         self.max_waiting_requests = max_waiting_requests
         self.on_output = on_output  # metrics hooks, called on the loop thread
@@ -78,13 +82,22 @@ class EngineLoop:
         self._preempted_waiting = 0
         self._consecutive_failures = 0
         self._stopping = False
-        self._thread = threading.Thread(target=self._run, name="refengine-loop", daemon=True)
+        self._compute = thread
+        self._thread: threading.Thread | None = (
+            None if thread else threading.Thread(target=self._run, name="refengine-loop", daemon=True)
+        )
+        self._running = threading.Event()  # set from start() until _run ends
         self.error: BaseException | None = None
         self.stats: EngineStats = engine.stats()
 
     # ----- lifecycle -----------------------------------------------------------------------
     def start(self) -> None:
-        self._thread.start()
+        self._running.set()  # cleared when _run ends
+        if self._compute is not None:
+            self._compute.run_forever(self._run)
+        else:
+            assert self._thread is not None
+            self._thread.start()
 
     def stop(self, timeout: float = 10.0) -> None:
         """Abort whatever is still running, join the loop thread, and end every open stream."""
@@ -94,14 +107,17 @@ class EngineLoop:
             self._post(("abort", ids))
         self._stopping = True
         self._wake.set()
-        self._thread.join(timeout)
+        if self._compute is not None:
+            self._compute.join(timeout)
+        elif self._thread is not None:
+            self._thread.join(timeout)
         for request_id in ids:
             self._deliver(request_id, EngineDead("the server is shutting down; the request was aborted"))
 
     @property
     def healthy(self) -> bool:
         # engine.healthy turns False as soon as a distributed rank dies, even while idle.
-        return self.error is None and self._thread.is_alive() and getattr(self.engine, "healthy", True)
+        return self.error is None and self._running.is_set() and getattr(self.engine, "healthy", True)
 
     # ----- called from the event loop ------------------------------------------------------
     def generate(
@@ -299,6 +315,8 @@ class EngineLoop:
                 ids = list(self._streams)
             for request_id in ids:
                 self._deliver(request_id, EngineDead(f"the engine failed: {exc!r}"))
+        finally:
+            self._running.clear()
 
 
 def _was_scheduled(request) -> bool:
