@@ -6,7 +6,7 @@ the first ops start a team there) and then steps it on a loop thread has two tea
 cores, and libgomp, seeing more threads than CPUs, stops its workers spinning between regions, so
 every parallel op waits for a sleeping worker to wake: on the 2-core AMX Xeon an elementwise op on a
 512 x 512 tensor took 300 us instead of 55, and a 128-token prefill of the 512-hidden Llama 24 ms
-instead of 16 (bench/engine_thread.py, bench/RESULTS.md). Building and stepping on one thread keeps
+instead of 16 (bench/compute_thread.py, bench/RESULTS.md). Building and stepping on one thread keeps
 one team; the main thread runs only the HTTP server, which does no parallel torch work.
 """
 
