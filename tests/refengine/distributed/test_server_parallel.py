@@ -20,8 +20,11 @@ SERVE_ARGS = ["--model", "tiny-test", "--max-model-len", "256", "--num-gpu-block
 
 
 def rank_pids(server_pid: int) -> list[int]:
-    """The spawned ranks among the server's children (not multiprocessing's resource tracker)."""
-    children = Path(f"/proc/{server_pid}/task/{server_pid}/children").read_text().split()
+    """The spawned ranks among the server's children (not multiprocessing's resource tracker). Each
+    thread lists the children it started; the ranks are started by the thread that builds the engine."""
+    children = [
+        c for task in Path(f"/proc/{server_pid}/task").iterdir() for c in (task / "children").read_text().split()
+    ]
     return [int(c) for c in children if b"spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes()]
 
 
