@@ -72,16 +72,9 @@ def draw(rng: random.Random) -> Draw:
             return d
 
 
-def copies_for(kv_elements: float) -> int:
-    from analyzers.plan.calibrate.attention import MAX_CACHES
-    from analyzers.plan.calibrate.timing import WEIGHTS_WORKING_SET
-
-    return max(2, min(MAX_CACHES, -(-WEIGHTS_WORKING_SET // int(kv_elements * 4))))
-
-
 def one_price(grid, cold: bool):
     """The old calibration: one layout, a line through KV elements; hot (one cache) or cold (rotating)."""
-    from analyzers.plan.calibrate.attention import _attention
+    from analyzers.plan.calibrate.attention import _attention, caches_for
     from analyzers.plan.profile import LinearCost
 
     xs, ys = [], []
@@ -89,7 +82,7 @@ def one_price(grid, cold: bool):
         for ctx in grid.decode_contexts:
             kv = 2.0 * b * ctx * grid.kv_heads * grid.head_dim
             xs.append(kv)
-            ys.append(_attention(grid, [(ctx - 1, 1)] * b, copies_for(kv) if cold else 1))
+            ys.append(_attention(grid, [(ctx - 1, 1)] * b, caches_for(kv) if cold else 1))
     return LinearCost.fit(xs, ys)
 
 
@@ -102,7 +95,7 @@ def main() -> None:
 
     import torch
 
-    from analyzers.plan.calibrate.attention import _attention, measure_decode_attention
+    from analyzers.plan.calibrate.attention import _attention, caches_for, measure_decode_attention
     from analyzers.plan.calibrate.grid import CalibrationGrid
 
     t0 = time.time()
@@ -119,7 +112,7 @@ def main() -> None:
     for i in range(a.draws):
         d = draw(rng)
         layout = dataclasses.replace(grid, heads=d.heads, kv_heads=d.kv_heads, head_dim=d.head_dim)
-        measured = _attention(layout, [(d.context - 1, 1)] * d.batch, copies_for(d.kv_elements))
+        measured = _attention(layout, [(d.context - 1, 1)] * d.batch, caches_for(d.kv_elements))
         predicted = {name: cost.seconds(d.kv_elements) for name, cost in models.items()}
         predicted["three prices"] = three.seconds(d.kv_elements, d.scores * d.head_dim, d.scores, threads)
         errors = {name: p / measured - 1 for name, p in predicted.items()}

@@ -26,6 +26,12 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
+
+def enabled_by_env() -> bool:
+    """The CPU kernels' switch: `REFENGINE_CPU_KERNELS=0` turns every one of them off."""
+    return os.environ.get("REFENGINE_CPU_KERNELS", "1") != "0"
+
+
 FLAGS = ["-O3", "-march=native", "-fopenmp-simd", "-std=c++17", "-shared", "-fPIC", "-pthread"]
 
 

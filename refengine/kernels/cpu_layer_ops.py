@@ -3,8 +3,8 @@
 Why: in eager PyTorch each of these is a chain of small ops (RMSNorm with its residual add is nine:
 add, cast, square, mean, add, rsqrt, multiply, cast, multiply; RoPE twelve for q and k), every one
 a dispatch and a pass over the activations. A decode step's activations are a few rows, so the
-step pays the dispatches, not the arithmetic: on the AMX Xeon these ops were about a quarter of a
-one-sequence bfloat16 `tiny` step outside its linears (docs/engine.md). vLLM's CPU backend fuses
+step pays the dispatches, not the arithmetic: on the AMX Xeon one pass each saved about a tenth of a
+one-sequence bfloat16 `tiny` step (MAX_ROWS below; docs/engine.md). vLLM's CPU backend fuses
 them with inductor; here each is one loop over the rows, in float32 inside, reading and writing
 float32 or bfloat16 (widened and rounded to nearest even as torch does), so the results match the
 PyTorch path up to float32 summation order (tests/refengine/kernels/test_cpu_layer_ops.py).
@@ -16,11 +16,10 @@ cannot be built the layers' PyTorch code runs.
 from __future__ import annotations
 
 import ctypes
-import os
 
 import torch
 
-from refengine.kernels.cpu_build import CppLibrary
+from refengine.kernels.cpu_build import CppLibrary, enabled_by_env
 
 _SOURCE = r"""
 #include <cmath>
@@ -118,7 +117,7 @@ void silu_and_mul_bf16(const bf16* x, bf16* out, int64_t rows, int64_t n) { silu
 }
 """
 
-ENABLED = os.environ.get("REFENGINE_CPU_KERNELS", "1") != "0"
+ENABLED = enabled_by_env()
 _P, _I, _F = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
 _SUFFIX = {torch.float32: "f32", torch.bfloat16: "bf16"}
 

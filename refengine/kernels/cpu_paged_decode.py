@@ -21,11 +21,10 @@ off. Tested against the PyTorch oracle in tests/refengine/kernels/test_cpu_paged
 from __future__ import annotations
 
 import ctypes
-import os
 
 import torch
 
-from refengine.kernels.cpu_build import CppLibrary
+from refengine.kernels.cpu_build import CppLibrary, enabled_by_env
 
 _SOURCE = r"""
 #include <algorithm>
@@ -126,7 +125,7 @@ extern "C" void paged_decode(const float* q, const float* cache, const int32_t* 
   for (auto& t : pool) t.join();
 }
 """
-ENABLED = os.environ.get("REFENGINE_CPU_KERNELS", "1") != "0"
+ENABLED = enabled_by_env()
 
 
 def _declare(cdll: ctypes.CDLL) -> None:

@@ -37,8 +37,6 @@ class ComputeThread:
                 box.append((False, exc))
             finally:
                 done.set()
-            if box[0][0] and box[0][1] is _FOREVER:
-                return
 
     def call(self, fn: Callable[[], T]) -> T:
         """Run fn on the thread, wait for it, and return its result or raise its exception."""
@@ -53,15 +51,11 @@ class ComputeThread:
 
     def run_forever(self, fn: Callable[[], None]) -> None:
         """Hand the thread to fn (the engine loop) and return at once; the thread ends when fn does."""
-
-        def last() -> object:
-            fn()
-            return _FOREVER
-
-        self._jobs.put((last, [], threading.Event()))
+        self._jobs.put((fn, [], threading.Event()))
+        self.stop()
 
     def stop(self) -> None:
-        """End the thread after the jobs already given (a thread never handed a loop waits for this)."""
+        """End the thread after the jobs already given."""
         self._jobs.put((None, None, None))
 
     def join(self, timeout: float | None = None) -> None:
@@ -70,6 +64,3 @@ class ComputeThread:
     @property
     def ident(self) -> int | None:
         return self._thread.ident
-
-
-_FOREVER = object()

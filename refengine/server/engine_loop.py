@@ -66,7 +66,7 @@ class EngineLoop:
         thread: ComputeThread | None = None,
     ):
         """`thread`: the thread that built the engine, to step it on too (compute_thread.py says why);
-        without one the loop starts a thread of its own."""
+        without one the loop gets a thread of its own."""
         self.engine = engine
         self.max_waiting_requests = max_waiting_requests
         self.on_output = on_output  # metrics hooks, called on the loop thread
@@ -82,10 +82,7 @@ class EngineLoop:
         self._preempted_waiting = 0
         self._consecutive_failures = 0
         self._stopping = False
-        self._compute = thread
-        self._thread: threading.Thread | None = (
-            None if thread else threading.Thread(target=self._run, name="refengine-loop", daemon=True)
-        )
+        self._compute = thread or ComputeThread()
         self._running = threading.Event()  # set from start() until _run ends
         self.error: BaseException | None = None
         self.stats: EngineStats = engine.stats()
@@ -93,11 +90,7 @@ class EngineLoop:
     # ----- lifecycle -----------------------------------------------------------------------
     def start(self) -> None:
         self._running.set()  # cleared when _run ends
-        if self._compute is not None:
-            self._compute.run_forever(self._run)
-        else:
-            assert self._thread is not None
-            self._thread.start()
+        self._compute.run_forever(self._run)
 
     def stop(self, timeout: float = 10.0) -> None:
         """Abort whatever is still running, join the loop thread, and end every open stream."""
@@ -107,10 +100,8 @@ class EngineLoop:
             self._post(("abort", ids))
         self._stopping = True
         self._wake.set()
-        if self._compute is not None:
-            self._compute.join(timeout)
-        elif self._thread is not None:
-            self._thread.join(timeout)
+        self._compute.stop()  # a loop never started: the thread ends now
+        self._compute.join(timeout)
         for request_id in ids:
             self._deliver(request_id, EngineDead("the server is shutting down; the request was aborted"))
 

@@ -53,6 +53,11 @@ def decode_split_bytes() -> int:
 MAX_CACHES = 1024  # caches a decode point rotates through: WEIGHTS_WORKING_SET of them, at most this many
 
 
+def caches_for(kv_elements: float) -> int:
+    """How many distinct float32 caches of `kv_elements` a decode call rotates through."""
+    return max(2, min(MAX_CACHES, -(-WEIGHTS_WORKING_SET // int(kv_elements * 4))))
+
+
 def measure_decode_attention(grid: CalibrationGrid) -> tuple[DecodeAttentionCost, list[DecodeCall]]:
     """Decode calls at each layout x batch x context, rotating through distinct caches (up to 256 MiB
     of them), as an engine step's layers each read their own: a call timed over and over on one cache
@@ -67,8 +72,7 @@ def measure_decode_attention(grid: CalibrationGrid) -> tuple[DecodeAttentionCost
         for b in grid.decode_batches:
             for ctx in grid.decode_contexts:
                 kv = 2.0 * b * ctx * kv_heads * head_dim
-                copies = max(2, min(MAX_CACHES, -(-WEIGHTS_WORKING_SET // int(kv * 4))))
-                seconds = _attention(layout, [(ctx - 1, 1)] * b, copies)
+                seconds = _attention(layout, [(ctx - 1, 1)] * b, caches_for(kv))
                 scores = float(b) * ctx * heads
                 calls.append(DecodeCall(kv, scores * head_dim, scores, rule.threads_for(kv, threads), seconds))
     return DecodeAttentionCost.fit(calls, split), calls

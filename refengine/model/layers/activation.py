@@ -17,7 +17,7 @@ from refengine.kernels import cpu_layer_ops
 
 class SiluAndMul(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dim() == 2 and cpu_layer_ops.applies(x):
+        if cpu_layer_ops.applies(x):
             return cpu_layer_ops.silu_and_mul(x)
         gate, up = x.chunk(2, dim=-1)
         return F.silu(gate) * up

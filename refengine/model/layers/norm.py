@@ -40,8 +40,7 @@ class RMSNorm(nn.Module):
 
     def _fused(self, x: torch.Tensor, residual: torch.Tensor | None) -> bool:
         return (
-            x.dim() == 2
-            and x.stride(1) == 1
+            x.stride(-1) == 1
             and self.weight.dtype == x.dtype
             and (
                 residual is None

@@ -134,4 +134,4 @@ class RotaryEmbedding(nn.Module):
 
     def _fused(self, x: torch.Tensor) -> bool:
         table = self.cos_sin_cache  # float32 unless the module was cast (Module.to casts buffers too)
-        return x.dim() == 2 and x.stride(1) == 1 and table.dtype == torch.float32 and cpu_layer_ops.applies(x)
+        return x.stride(-1) == 1 and table.dtype == torch.float32 and cpu_layer_ops.applies(x)
