@@ -84,6 +84,17 @@ def kv_from_count(ph: LevelPhases, queue_part: bool, limits: dict) -> Verdict | 
     )
 
 
+def _held_at(held: float, ceiling: float) -> bool:
+    """The batch held at its ceiling while requests waited. A scrape reads the batch as the last step
+    left it: the requests that step finished are gone and their successors not yet scheduled (vLLM's
+    gauges are set after each step the same way). With a small cap that is a large share of it — a cap
+    of 1 reads 0 through every next request's prefill, most of the time when outputs are short — so
+    a small cap is allowed one short (or half); a larger one must hold PINNED of it."""
+    if ceiling <= SMALL_CAP:
+        return held >= min(0.5 * ceiling, ceiling - 1)
+    return held >= PINNED * ceiling
+
+
 def _queue(lv: LevelLoad, ph: LevelPhases, base: LevelPhases | None, limits: dict) -> Verdict | None:
     """Time in the queue: the admission limit (batch pinned at its cap) or the token budget."""
     s = ph.server
@@ -92,15 +103,14 @@ def _queue(lv: LevelLoad, ph: LevelPhases, base: LevelPhases | None, limits: dic
     held, held_max = s.get("running_when_waiting"), s.get("running_max_when_waiting")
     queued = s.get("waiting_share") or 0.0
     ceiling = cap if cap is not None else s.get("running_max")
-    # Pinned: while requests waited the batch reached its cap, and held most of it on average
-    # (a scrape between two steps sees one fewer: with a cap of 1 or 2 that is a big share).
+    # Pinned: while requests waited the batch reached its cap, and held most of it on average.
     pinned = (
         held is not None
         and held_max is not None
         and ceiling
         and queued >= MIN_QUEUED_SHARE
         and held_max >= ceiling
-        and held >= (0.5 if ceiling <= SMALL_CAP else PINNED) * ceiling
+        and _held_at(held, ceiling)
         and lv.load
         and ceiling < lv.load
     )

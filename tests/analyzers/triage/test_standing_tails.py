@@ -261,3 +261,36 @@ def test_an_admission_cap_at_what_fits_is_the_admission_limit(tmp_path):
     run = two_levels(tmp_path, dict(running=1, waiting=14, queue_s=2.3, prefill_s=0.01, kv=0.5), target=target)
     f = diagnose_p99(run).findings[0]
     assert f.check_id == "p99.sched.admission" and "max_num_seqs=1" in f.title, f.title
+
+
+def _cap_run(tmp_path, cap: int, running_reads: list[float]):
+    """c16 behind --max-num-seqs=cap on a compute-bound server, its scrapes reading the batch as
+    running_reads (cycled): what the last step left, not what the engine held through the next one."""
+    base = level("c1", 1, T0, 10, 0.05, 0.01)
+    t1 = max(r.t_done for r in base) + 1
+    loaded = level("c16", 16, t1, 10, 2.5, 0.02, seed=1)
+    t2 = max(r.t_done for r in loaded)
+    rows = server_rows(t1, t2 + 2, running=0, waiting=5, queue_s=2.3, prefill_s=0.01)
+    for i, row in enumerate(rows):
+        row["running"] = running_reads[i % len(running_reads)]
+    probes = {
+        "server": server_rows(T0, t1 - 1, 1, 0, 0.002, 0.04) + rows,
+        "host": host_rows(T0, t1 - 1, 0.3) + host_rows(t1, t2 + 2, server=1.7),
+    }
+    target = {"kind": "embedded", "engine_args": [f"--max-num-seqs={cap}"]}
+    return write_run(tmp_path / "r", base + loaded, probes, target=target)
+
+
+def test_a_cap_of_one_read_between_steps_is_the_admission_limit(tmp_path):
+    """One slot, short requests: a scrape after the step that finished one reads 0 running until the
+    next one's prefill ends — most scrapes (as on a fast host, and as vLLM sets its gauges). The slot
+    was still what the others waited for, not a saturated engine."""
+    f = diagnose_p99(_cap_run(tmp_path, 1, [1, 0, 0, 0, 0])).findings[0]
+    assert f.check_id == "p99.sched.admission" and "max_num_seqs=1" in f.title, f.title
+
+
+def test_a_cap_of_three_mostly_unfilled_is_not_the_admission_limit(tmp_path):
+    """Its neighbour: a cap of 3 reached once but held at under one on average while requests waited
+    is not what held them (one short of 3 would read 2)."""
+    f = diagnose_p99(_cap_run(tmp_path, 3, [3, 0, 0, 1, 0])).findings[0]
+    assert f.check_id != "p99.sched.admission", f.title
