@@ -16,7 +16,7 @@ requests the tail. Two things must hold, from what each request lived through:
   slowness cannot be told from its load (the imbalance check asks about the routing). Where the
   comparison rested on the others' trend far beyond their loads (a closed loop driven in turn piles
   the users onto the slow replica), Little's law answers instead: sent no more requests and no
-  heavier ones, a replica holds more in flight only by keeping each longer (_residence_ratio).
+  heavier ones, a replica holds more in flight only by keeping each longer (_residence).
 
 Where the server probe read each replica (a fleet front's `per_engine`), the finding says what its
 KV cache and queue did beside the others'.
@@ -41,6 +41,11 @@ from rundir.table import RequestTable
 
 HOT_ID, HOT_TITLE = "p99.fleet.hot-replica", "no replica is slower than the others at the same load"
 HOT_RATIO = 1.5  # at the same load, at least this many times the others' latency
+# By Little's law, residence is slowness itself (no more requests, no heavier ones): it needs only to be
+# material and more than the shuffle of which replica served which request would give (a permutation test).
+RESIDENCE_RATIO = 1.2
+RESIDENCE_P = 0.01
+PERMUTATIONS = 2000
 HEAVIER = 1.25  # its requests' mean work (work.py) over the others': it was handed heavier work
 MIN_MATCHED = 0.3  # ... then at least this share of its requests must meet loads the others had
 EVEN_SLACK = 0.05  # a request share at most this above the others' is no larger share
@@ -93,14 +98,13 @@ def check_hot_replica(
             heavier_requests=round(heavier, 2),
             **_shares_evidence(shares),
         )
-    residence = _residence_ratio(df["e2e_s"].to_numpy(float), measured, mine, others, heavier, top, shares)
-    from_residence = False
+    residence = _residence(df["e2e_s"].to_numpy(float), measured, mine, others, heavier, top, shares)
+    only_residence = slow is None and residence is not None
     if slow is None and residence is not None:
-        from_residence = True
         # The others held too few requests at any one load to compare with (the slow replica held
         # nearly all of them): Little's law still compares the two.
         slow = SameLoad(
-            residence,
+            residence.ratio,
             0.0,
             float(np.median(own[mine])),
             float(np.median(own[others])),
@@ -123,21 +127,31 @@ def check_hot_replica(
         **slow.evidence(),
         heavier_requests=round(heavier, 2),
     )
+    from_residence = False
     if residence is not None and slow.matched_share < MIN_MATCHED:
         # Its load was its own doing (no more requests, no heavier ones): the comparison at the same
         # load rested on the others' trend far beyond what they carried; Little's law does not.
-        evidence["residence_per_work_vs_others"] = round(residence, 2)
-        if residence >= HOT_RATIO and (from_residence or slow.ratio < HOT_RATIO):
-            slow = dataclasses.replace(slow, ratio=residence)
+        evidence["residence_per_work_vs_others"] = round(residence.ratio, 2)
+        evidence["residence_p_value"] = round(residence.p_value, 4)
+        if residence.holds and (only_residence or slow.ratio < HOT_RATIO):
+            from_residence = True
+            slow = dataclasses.replace(slow, ratio=residence.ratio)
             evidence["slowness_from"] = "residence"
-    if slow.ratio < HOT_RATIO:
+    if not from_residence and (only_residence or slow.ratio < HOT_RATIO):
+        held = (
+            f"a median of {slow.its_in_flight:.0f} requests in flight against {slow.others_in_flight:.0f} on the others"
+        )
+        how = (
+            f"its requests stayed {residence.ratio:.2f}x as long as the others' ({held}), not clearly more "
+            f"than which replica served which request explains (p={residence.p_value:.2f})"
+            if only_residence and residence is not None
+            else f"at the load it carried ({held}) it was as fast as they were ({slow.ratio:.2f}x)"
+        )
         return passed(
             HOT_ID,
             "fleet",
             HOT_TITLE,
-            f"{spread}, but at the load it carried (a median of {slow.its_in_flight:.0f} requests in "
-            f"flight against {slow.others_in_flight:.0f} on the others) it was as fast as they were "
-            f"({slow.ratio:.2f}x): busier, not slower (p99.fleet.imbalance asks why)",
+            f"{spread}, but {how}: busier, not slower (p99.fleet.imbalance asks why)",
             **evidence,
         )
     other_names = [s.replica for s in shares if s.replica != top.replica]
@@ -183,7 +197,21 @@ def check_hot_replica(
     return failed(finding, HOT_TITLE, title)
 
 
-def _residence_ratio(
+@dataclasses.dataclass(frozen=True)
+class Residence:
+    ratio: float  # its mean E2E over the others', per unit of work
+    p_value: float  # one-sided: a ratio this high from shuffling which replica served which request
+
+    def __post_init__(self) -> None:
+        if not self.ratio >= 0 or not 0.0 < self.p_value <= 1.0:
+            raise ValueError(f"a residence needs a ratio >= 0 and a p-value in (0, 1], got {self}")
+
+    @property
+    def holds(self) -> bool:
+        return self.ratio >= RESIDENCE_RATIO and self.p_value <= RESIDENCE_P
+
+
+def _residence(
     e2e: np.ndarray,
     measured: np.ndarray,
     mine: np.ndarray,
@@ -191,7 +219,7 @@ def _residence_ratio(
     heavier: float,
     top: ReplicaShare,
     shares: list[ReplicaShare],
-) -> float | None:
+) -> Residence | None:
     """How much longer its requests stayed on it than the others' did on theirs, per unit of work (work.py);
     None unless it was sent no larger share of the requests than the others and no heavier ones. By
     Little's law (in flight = arrivals x time in the system) a replica with no more arrivals and no
@@ -204,8 +232,16 @@ def _residence_ratio(
     ok_mine, ok_others = mine & measured & np.isfinite(e2e), others & np.isfinite(e2e)
     if not ok_mine.any() or not ok_others.any():
         return None
-    theirs = float(np.mean(e2e[ok_others]))
-    return float(np.mean(e2e[ok_mine])) / theirs / max(heavier, 1e-9) if theirs > 0 else None
+    a, b = e2e[ok_mine], e2e[ok_others]
+    if float(np.mean(b)) <= 0:
+        return None
+    observed = float(np.mean(a)) / float(np.mean(b))
+    # Shuffle which replica served which request (seeded: the same run gives the same verdict).
+    pooled = np.tile(np.concatenate([a, b]), (PERMUTATIONS, 1))
+    shuffled = np.random.default_rng(0).permuted(pooled, axis=1)
+    ratios = shuffled[:, : a.size].mean(axis=1) / np.maximum(shuffled[:, a.size :].mean(axis=1), 1e-12)
+    p_value = (1 + int(np.count_nonzero(ratios >= observed))) / (PERMUTATIONS + 1)
+    return Residence(observed / max(heavier, 1e-9), p_value)
 
 
 def _shares_evidence(shares: list[ReplicaShare]) -> dict:

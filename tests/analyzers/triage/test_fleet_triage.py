@@ -217,7 +217,7 @@ def test_a_single_server_is_not_a_fleet(tmp_path):
 
 def test_littles_law_speaks_only_for_a_replica_sent_no_more_and_no_heavier_requests():
     from analyzers.triage.fleet.concentration import ReplicaShare
-    from analyzers.triage.fleet.hot_replica import _residence_ratio
+    from analyzers.triage.fleet.hot_replica import _residence
 
     e2e = np.array([3.0, 3.0, 1.0, 1.0])
     measured = np.ones(4, bool)
@@ -227,8 +227,40 @@ def test_littles_law_speaks_only_for_a_replica_sent_no_more_and_no_heavier_reque
         return ReplicaShare(replica=name, requests=requests, request_share=requests / 4, tail=0, tail_share=0.0)
 
     even = [share("0", 2), share("1", 2)]
-    assert _residence_ratio(e2e, measured, mine, others, 1.0, even[0], even) == 3.0
-    assert _residence_ratio(e2e, measured, mine, others, 1.2, even[0], even) == 2.5  # per token of work
-    assert _residence_ratio(e2e, measured, mine, others, 1.3, even[0], even) is None  # handed heavier work
+    assert _residence(e2e, measured, mine, others, 1.0, even[0], even).ratio == 3.0
+    assert _residence(e2e, measured, mine, others, 1.2, even[0], even).ratio == 2.5  # per token of work
+    assert _residence(e2e, measured, mine, others, 1.3, even[0], even) is None  # handed heavier work
     more = [share("0", 3), share("1", 1)]
-    assert _residence_ratio(e2e, measured, mine, others, 1.0, more[0], more) is None  # sent more requests
+    assert _residence(e2e, measured, mine, others, 1.0, more[0], more) is None  # sent more requests
+    # Four requests cannot tell 3x from which replica happened to serve which (one shuffle in six).
+    assert not _residence(e2e, measured, mine, others, 1.0, even[0], even).holds
+
+
+def test_a_residence_holds_when_it_is_material_and_more_than_the_shuffle_gives():
+    """Its neighbours: 1.4x over 50 requests each is slowness; the same spread with equal means is
+    not, and neither is a significant 1.1x (not material)."""
+    from analyzers.triage.fleet.concentration import ReplicaShare
+    from analyzers.triage.fleet.hot_replica import _residence
+
+    rng = np.random.default_rng(7)
+    base = rng.gamma(4.0, 0.125, 50)  # E2E around 0.5 s, spread like a closed loop's
+    even = [ReplicaShare("0", 50, 0, 0.5, 0.0), ReplicaShare("1", 50, 0, 0.5, 0.0)]
+    mine, others = np.r_[np.ones(50, bool), np.zeros(50, bool)], np.r_[np.zeros(50, bool), np.ones(50, bool)]
+    measured = np.ones(100, bool)
+
+    def residence(factor):
+        e2e = np.r_[base * factor, rng.permutation(base)]
+        return _residence(e2e, measured, mine, others, 1.0, even[0], even)
+
+    assert residence(1.4).holds
+    assert not residence(1.0).holds
+    big = _residence(
+        np.r_[np.full(500, 1.1), np.full(500, 1.0)],
+        np.ones(1000, bool),
+        np.r_[np.ones(500, bool), np.zeros(500, bool)],
+        np.r_[np.zeros(500, bool), np.ones(500, bool)],
+        1.0,
+        even[0],
+        even,
+    )
+    assert big.p_value <= 0.01 and not big.holds  # significant, not material
