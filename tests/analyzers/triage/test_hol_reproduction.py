@@ -68,24 +68,15 @@ def _p99(run: RunDir) -> dict:
 def test_chunked_prefill_off_blocks_short_requests_and_a_prefill_cap_fixes_it(tmp_path):
     blocked = _sweep(tmp_path / "no-chunking", "--no-enable-chunked-prefill")
     capped = _sweep(tmp_path / "capped", "--long-prefill-token-threshold=64")
-    d_blocked, d_capped = _p99(blocked), _p99(capped)
+    d_blocked = _p99(blocked)
+    _p99(capped)  # diagnoses the capped run too (exits 0 with a diagnosis)
     assert d_blocked["findings"] and d_blocked["findings"][0]["check_id"] == "p99.sched.long-prefill", d_blocked
 
     # Capped, a long prompt shares its 16 steps with the short ones instead of holding one: a short
     # request beside it still runs in slower steps, so the check may still name it (it is still what
-    # the short tail lived through), but what it adds to the P99 (with it against without it) shrinks.
-    def added(d: dict) -> float:
-        ev = [f["evidence"] for f in d["findings"] + d["context"] if f["check_id"] == "p99.sched.long-prefill"]
-        return max(
-            [
-                e["percentile_with_s"] - e["percentile_without_s"]
-                for e in ev
-                if e.get("percentile_with_s") is not None and e.get("percentile_without_s") is not None
-            ],
-            default=0.0,
-        )
-
-    assert added(d_capped) < added(d_blocked), (added(d_capped), added(d_blocked), d_capped["headline"])
+    # the short tail lived through). What the cap fixes is read on the short requests' own class: the
+    # level's P99 mixes in the long prompts' own TTFTs (10% of the requests: with chunking off the
+    # level's P99 is one of theirs), so the finding's with/without P99 of the level is not that gain.
     cmp = compare_runs(analyze_run(blocked), analyze_run(capped))
     short = next(lc for lc in cmp.levels if lc.level_id.endswith("/in32"))
     ttft_p99 = next(d for d in short.deltas if d.metric == "TTFT P99")

@@ -65,7 +65,13 @@ def test_the_replica_with_a_small_kv_cache_is_named_first(tmp_path):
     first = diag["findings"][0]
     assert first["check_id"] == "p99.fleet.hot-replica", diag["headline"]
     # A record names the URL it was sent to by its index in run.json's target.urls.
-    assert first["evidence"]["replica"] == "1" and first["evidence"]["latency_vs_others_same_load"] >= 1.5
+    # Slower at the same load, or (the closed loop piled the users onto it, beyond any load the other
+    # carried) by Little's law: the same arrivals and work, each request kept longer beyond the shuffle.
+    ev = first["evidence"]
+    assert ev["replica"] == "1", ev
+    assert ev["latency_vs_others_same_load"] >= 1.5 or (
+        ev.get("slowness_from") == "residence" and ev["residence_p_value"] <= 0.01
+    ), ev
     assert f"replica 1 ({hot}) is the TTFT tail" in proc.stdout
     # The server probe read each URL's own page: the small cache is seen waiting full.
     assert "replica 1 had requests waiting with its KV cache full" in first["title"], first["title"]
