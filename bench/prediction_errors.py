@@ -124,8 +124,9 @@ def print_pooled_by_kind(cases: list[dict]) -> None:
 
 
 if __name__ == "__main__":
+    import argparse
     import json
 
-    if len(sys.argv) != 2:
-        raise SystemExit("usage: python bench/prediction_errors.py BENCH_JSON (a bench/plan_accuracy.py output)")
-    print_pooled_by_kind(json.load(open(sys.argv[1]))["cases"])
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("bench_json", help="a bench/plan_accuracy.py output")
+    print_pooled_by_kind(json.loads(Path(ap.parse_args().bench_json).read_text())["cases"])
