@@ -11,9 +11,7 @@ order (ABC CBA ...), and the median step of each arm counts:
 - slot gather (bfloat16): the PyTorch decode path gathering the context token by token (one cache
   row per slot, the slot list built from the block ids in the arm), as before whole blocks;
 - eager layer ops: RMSNorm with its residual add, RoPE and SiLU x up as PyTorch op chains, as
-  before the C++ layer ops (`cpu_layer_ops.ENABLED` off);
-- oneDNN one-row linears (bfloat16): a lone sequence's linears on oneDNN's packed path, as before
-  the streaming GEMV kernel (`cpu_gemv.ENABLED` off).
+  before the C++ layer ops (`cpu_layer_ops.ENABLED` off).
 
 Arms that do not apply to a dtype are not run for it.
 
@@ -40,14 +38,14 @@ from cpu_bfloat16 import decode_step_s  # noqa: E402  (the same decode step, mea
 
 from refengine import LLM  # noqa: E402
 from refengine.attention import reference  # noqa: E402
-from refengine.kernels import cpu_gemv, cpu_layer_ops, cpu_paged_decode  # noqa: E402
+from refengine.kernels import cpu_layer_ops, cpu_paged_decode  # noqa: E402
 from refengine.model.layers import cpu_gemm  # noqa: E402
 from refengine.numerics.cpu_bfloat16 import cpu_computes_bfloat16  # noqa: E402
 from refengine.numerics.kv_cache import from_cache  # noqa: E402
 
 ARMS = {
     "float32": ("defaults", "packed from 2 rows", "kernel on torch's threads", "eager layer ops"),
-    "bfloat16": ("defaults", "slot gather", "eager layer ops", "oneDNN one-row linears"),
+    "bfloat16": ("defaults", "slot gather", "eager layer ops"),
 }
 
 
@@ -61,12 +59,11 @@ def _slot_gather(cache: torch.Tensor, blocks: torch.Tensor, batch: int, dtype: t
 
 @contextmanager
 def arm(name: str):
-    rows, per_thread, gather, layer_ops, gemv = (
+    rows, per_thread, gather, layer_ops = (
         cpu_gemm.plain_float32_rows,
         cpu_paged_decode.MIN_BYTES_PER_THREAD,
         reference._gather_blocks,
         cpu_layer_ops.ENABLED,
-        cpu_gemv.ENABLED,
     )
     if name == "packed from 2 rows":
         cpu_gemm.plain_float32_rows = lambda: 1
@@ -76,13 +73,11 @@ def arm(name: str):
         reference._gather_blocks = _slot_gather
     elif name == "eager layer ops":
         cpu_layer_ops.ENABLED = False
-    elif name == "oneDNN one-row linears":
-        cpu_gemv.ENABLED = False
     try:
         yield
     finally:
         cpu_gemm.plain_float32_rows, cpu_paged_decode.MIN_BYTES_PER_THREAD = rows, per_thread
-        reference._gather_blocks, cpu_layer_ops.ENABLED, cpu_gemv.ENABLED = gather, layer_ops, gemv
+        reference._gather_blocks, cpu_layer_ops.ENABLED = gather, layer_ops
 
 
 def main() -> None:

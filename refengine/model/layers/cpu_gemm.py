@@ -51,7 +51,6 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from refengine.kernels import cpu_gemv
 from refengine.numerics import cpu_bfloat16
 
 log = logging.getLogger(__name__)
@@ -123,10 +122,7 @@ class PackedWeight:
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, cache: PackedWeight) -> torch.Tensor:
-    """F.linear(x, weight, bias), through the packed weight where it applies (any leading dims); one
-    bfloat16 row through the streaming GEMV kernel (kernels/cpu_gemv.py), which reads the weight faster."""
-    if cpu_gemv.applies(x, weight) and not torch.is_grad_enabled():
-        return cpu_gemv.linear_one_row(x, weight, bias)
+    """F.linear(x, weight, bias), through the packed weight where it applies (any leading dims)."""
     if not ENABLED or not packs(x.dtype) or x.device.type != "cpu" or torch.is_grad_enabled():
         return F.linear(x, weight, bias)
     if x.dtype == torch.float32 and (
