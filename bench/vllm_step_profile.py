@@ -5,7 +5,8 @@ bench/vs_vllm.py does, with vLLM's own torch profiler on (`--profiler-config`), 
 requests, then profiles one request of `--steps` decode steps (POST /start_profile, /stop_profile)
 and reads the profiler's table that vLLM's worker writes (profiler_out.txt): its decode steps
 (`execute_context_0(0)_generation_1(1)`: no prefill, one sequence), its linears (`_C::onednn_mm`),
-its attention and KV-cache write, per step. The client runs on another core.
+its attention and KV-cache write, per step of the request (its one prefill among them). The client
+runs on another core.
 
     python bench/vllm_step_profile.py --out bench/vllm_step_profile.json
 """
@@ -140,14 +141,19 @@ def main() -> int:
             proc.kill()
     step = table[DECODE_STEP]
     steps = step["calls"]
+    # The parts are summed over every step the request took, its one prefill included (1 of
+    # steps + 1), so they are per step of the request: a decode's own share is a little smaller.
+    all_steps = sum(row["calls"] for name, row in table.items() if name.startswith("execute_context_"))
     parts = {
-        label: round(sum(table[n]["self_ms"] for n in names if n in table) / steps, 3) for label, names in PARTS.items()
+        label: round(sum(table[n]["self_ms"] for n in names if n in table) / all_steps, 3)
+        for label, names in PARTS.items()
     }
     result = {
         "command": " ".join(sys.argv),
         "host": machine(),
         "dtype": a.dtype,
         "decode_steps": steps,
+        "steps": all_steps,
         "step_ms_mean": round(step["total_ms"] / steps, 3),
         "parts_ms": parts,
         "rest_ms": round(step["total_ms"] / steps - sum(parts.values()), 3),
