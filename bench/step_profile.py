@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import itertools
 import json
 import statistics
 import sys
@@ -53,6 +54,9 @@ PARTS = (
 )
 
 
+_IDS = itertools.count()
+
+
 def _labelled(label: str, fn):
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -70,7 +74,8 @@ def label_parts() -> None:
 def profile_batch(engine: LLMEngine, batch: int, prompt: int, steps: int) -> dict:
     params = SamplingParams(max_tokens=steps + 8, ignore_eos=True, temperature=0.0)
     for i in range(batch):
-        engine.add_request([(7 * i + t) % 500 + 10 for t in range(prompt)], params, request_id=f"b{batch}-{i}")
+        request_id = f"b{batch}-{i}-{next(_IDS)}"  # unique across calls on one engine
+        engine.add_request([(7 * i + t) % 500 + 10 for t in range(prompt)], params, request_id=request_id)
     while engine.scheduler.num_waiting or any(r.num_computed_tokens < prompt for r in engine.scheduler.running):
         engine.step()
     for _ in range(3):  # warm: every part has run at this batch

@@ -6,9 +6,12 @@ requests, then profiles one request of `--steps` decode steps (POST /start_profi
 and reads the profiler's table that vLLM's worker writes (profiler_out.txt): its decode steps
 (`execute_context_0(0)_generation_1(1)`: no prefill, one sequence), its linears (`_C::onednn_mm`),
 its attention and KV-cache write, per step of the request (its one prefill among them). The client
-runs on another core.
+runs on another core. With --interleave-refengine, refengine's one-sequence step (bench/step_profile.py)
+is profiled in this process after each vLLM round, on the client core, so that the two are measured
+in turn and the machine's drift over minutes falls on both.
 
     python bench/vllm_step_profile.py --out bench/vllm_step_profile.json
+    python bench/vllm_step_profile.py --rounds 4 --interleave-refengine --out bench/step_profiles_interleaved.json
 """
 
 from __future__ import annotations
@@ -20,7 +23,6 @@ import re
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.request
 from pathlib import Path
 
@@ -72,16 +74,60 @@ def _post(url: str, body: dict | None = None, timeout: float = 120.0) -> None:
         r.read()
 
 
+def summarize(table: dict[str, dict]) -> dict:
+    """The decode step's mean and its parts, ms, from one profiled request's table."""
+    step = table[DECODE_STEP]
+    steps = step["calls"]
+    # The parts are summed over every step the request took, its one prefill included (1 of
+    # steps + 1), so they are per step of the request: a decode's own share is a little smaller.
+    all_steps = sum(row["calls"] for name, row in table.items() if name.startswith("execute_context_"))
+    parts = {
+        label: round(sum(table[n]["self_ms"] for n in names if n in table) / all_steps, 3)
+        for label, names in PARTS.items()
+    }
+    mean = step["total_ms"] / steps
+    return {
+        "decode_steps": steps,
+        "steps": all_steps,
+        "step_ms_mean": round(mean, 3),
+        "parts_ms": parts,
+        "rest_ms": round(mean - sum(parts.values()), 3),
+    }
+
+
+def _refengine_round(dtype: str, steps: int, prompt_words: int) -> dict:
+    """refengine's own step profile (bench/step_profile.py) of one sequence, in this process."""
+    import step_profile
+
+    from refengine.config import EngineArgs
+    from refengine.engine import LLMEngine
+
+    if not getattr(_refengine_round, "engine", None):
+        step_profile.label_parts()
+        _refengine_round.engine = LLMEngine(  # type: ignore[attr-defined]
+            EngineArgs(model="tiny", dtype=dtype, max_model_len=1024, enable_prefix_caching=False)
+        )
+    return step_profile.profile_batch(_refengine_round.engine, 1, prompt_words, steps)  # type: ignore[attr-defined]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dtype", default="bfloat16", help="vLLM's --dtype")
     ap.add_argument("--steps", type=int, default=40, help="decode steps of the profiled request")
     ap.add_argument("--prompt-words", type=int, default=60, help="words of the request's text prompt")
     ap.add_argument("--server-core", default="0", help="the core vLLM runs on (taskset -c)")
-    ap.add_argument("--client-core", default="1", help="the core this script's requests come from")
+    ap.add_argument("--client-core", default="1", help="the core this script (and refengine) runs on")
+    ap.add_argument("--rounds", type=int, default=1, help="profiled requests, one after another")
+    ap.add_argument(
+        "--interleave-refengine",
+        action="store_true",
+        help="after each vLLM round, profile refengine's one-sequence step in this process (on the client "
+        "core: torch on one thread), so both engines are measured in turn within one invocation",
+    )
     ap.add_argument("--out", default=None, help="write the figures here as JSON")
     a = ap.parse_args()
     os.sched_setaffinity(0, {int(a.client_core)})
+    torch_threads_one()
     model = resolve_model("tiny")
     work = Path(tempfile.mkdtemp(prefix="vllm-profile-"))
     port = free_port()
@@ -115,6 +161,7 @@ def main() -> int:
         start_new_session=True,
     )
     url = f"http://127.0.0.1:{port}"
+    rounds = []
     try:
         wait_healthy(url, proc, timeout=900.0)
         body = {
@@ -126,48 +173,34 @@ def main() -> int:
         }
         for _ in range(2):
             _post(f"{url}/v1/completions", body)
-        _post(f"{url}/start_profile")
-        t0 = time.perf_counter()
-        _post(f"{url}/v1/completions", body)
-        wall_s = time.perf_counter() - t0
-        _post(f"{url}/stop_profile")
-        table_file = next((work / "trace").glob("rank0.profiler_out.txt"))
-        table = read_table(table_file.read_text())
+        for r in range(a.rounds):
+            _post(f"{url}/start_profile")
+            _post(f"{url}/v1/completions", body)
+            _post(f"{url}/stop_profile")
+            table_file = next((work / "trace").glob("rank0.profiler_out.txt"))
+            row = {"round": r, "vllm": summarize(read_table(table_file.read_text()))}
+            table_file.unlink()
+            if a.interleave_refengine:
+                row["refengine"] = _refengine_round(a.dtype, a.steps, a.prompt_words)
+            rounds.append(row)
+            print(f"round {r}: " + json.dumps({k: v for k, v in row.items() if k != "round"}))
     finally:
         proc.terminate()
         try:
             proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
             proc.kill()
-    step = table[DECODE_STEP]
-    steps = step["calls"]
-    # The parts are summed over every step the request took, its one prefill included (1 of
-    # steps + 1), so they are per step of the request: a decode's own share is a little smaller.
-    all_steps = sum(row["calls"] for name, row in table.items() if name.startswith("execute_context_"))
-    parts = {
-        label: round(sum(table[n]["self_ms"] for n in names if n in table) / all_steps, 3)
-        for label, names in PARTS.items()
-    }
-    result = {
-        "command": " ".join(sys.argv),
-        "host": machine(),
-        "dtype": a.dtype,
-        "decode_steps": steps,
-        "steps": all_steps,
-        "step_ms_mean": round(step["total_ms"] / steps, 3),
-        "parts_ms": parts,
-        "rest_ms": round(step["total_ms"] / steps - sum(parts.values()), 3),
-        "request_wall_s": round(wall_s, 3),
-        "table": table,
-    }
-    print(
-        f"vLLM {a.dtype} decode step {result['step_ms_mean']:.2f} ms over {steps} steps: "
-        + ", ".join(f"{k} {v:.2f}" for k, v in parts.items())
-        + f"; rest {result['rest_ms']:.2f}"
-    )
+    result = {"command": " ".join(sys.argv), "host": machine(), "dtype": a.dtype, "rounds": rounds}
     if a.out:
         Path(a.out).write_text(json.dumps(result, indent=1))
     return 0
+
+
+def torch_threads_one() -> None:
+    """refengine in this process runs on one core, as the server under test would."""
+    import torch
+
+    torch.set_num_threads(1)
 
 
 if __name__ == "__main__":
