@@ -32,10 +32,14 @@ sys.path.insert(0, str(ROOT / "tests" / "realengines"))
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))  # the project first (see bench/vs_vllm.py)
 
+import step_profile  # noqa: E402
+import torch  # noqa: E402
 from common import machine  # noqa: E402
-from engine_venv import VLLM, engine_python  # noqa: E402
 from refengine_proc import wait_healthy  # noqa: E402
+from vs_vllm import engine_command  # noqa: E402
 
+from refengine.config import EngineArgs  # noqa: E402
+from refengine.engine import LLMEngine  # noqa: E402
 from refengine.model.tiny import resolve_model  # noqa: E402
 from rundir.ports import free_port  # noqa: E402
 
@@ -95,21 +99,6 @@ def summarize(table: dict[str, dict]) -> dict:
     }
 
 
-def _refengine_round(dtype: str, steps: int, prompt_words: int) -> dict:
-    """refengine's own step profile (bench/step_profile.py) of one sequence, in this process."""
-    import step_profile
-
-    from refengine.config import EngineArgs
-    from refengine.engine import LLMEngine
-
-    if not getattr(_refengine_round, "engine", None):
-        step_profile.label_parts()
-        _refengine_round.engine = LLMEngine(  # type: ignore[attr-defined]
-            EngineArgs(model="tiny", dtype=dtype, max_model_len=1024, enable_prefix_caching=False)
-        )
-    return step_profile.profile_batch(_refengine_round.engine, 1, prompt_words, steps)  # type: ignore[attr-defined]
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dtype", default="bfloat16", help="vLLM's --dtype")
@@ -127,41 +116,27 @@ def main() -> int:
     ap.add_argument("--out", default=None, help="write the figures here as JSON")
     a = ap.parse_args()
     os.sched_setaffinity(0, {int(a.client_core)})
-    torch_threads_one()
+    torch.set_num_threads(1)  # refengine in this process runs on one core, as the server under test would
     model = resolve_model("tiny")
     work = Path(tempfile.mkdtemp(prefix="vllm-profile-"))
     port = free_port()
+    cmd, env = engine_command("vllm", model, a.dtype, port)  # served as bench/vs_vllm.py serves it
     config = {"profiler": "torch", "torch_profiler_dir": str(work / "trace"), "torch_profiler_with_stack": False}
-    cmd = [
-        "taskset",
-        "-c",
-        a.server_core,
-        str(engine_python(VLLM)),
-        "-m",
-        "vllm.entrypoints.openai.api_server",
-        "--model",
-        str(model),
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--dtype",
-        a.dtype,
-        "--max-model-len",
-        "1024",
-        "--profiler-config",
-        json.dumps(config),
-    ]
-    log = open(work / "server.log", "w")
-    proc = subprocess.Popen(
-        cmd,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env={**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"},
-        start_new_session=True,
-    )
-    url = f"http://127.0.0.1:{port}"
+    cmd += ["--profiler-config", json.dumps(config)]
+    refengine = None
+    if a.interleave_refengine:
+        step_profile.label_parts()
+        refengine = LLMEngine(EngineArgs(model="tiny", dtype=a.dtype, max_model_len=1024, enable_prefix_caching=False))
     rounds = []
+    with open(work / "server.log", "w") as log:
+        proc = subprocess.Popen(
+            ["taskset", "-c", a.server_core, *cmd],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **env},
+            start_new_session=True,
+        )
+    url = f"http://127.0.0.1:{port}"
     try:
         wait_healthy(url, proc, timeout=900.0)
         body = {
@@ -180,8 +155,8 @@ def main() -> int:
             table_file = next((work / "trace").glob("rank0.profiler_out.txt"))
             row = {"round": r, "vllm": summarize(read_table(table_file.read_text()))}
             table_file.unlink()
-            if a.interleave_refengine:
-                row["refengine"] = _refengine_round(a.dtype, a.steps, a.prompt_words)
+            if refengine is not None:
+                row["refengine"] = step_profile.profile_batch(refengine, 1, a.prompt_words, a.steps)
             rounds.append(row)
             print(f"round {r}: " + json.dumps({k: v for k, v in row.items() if k != "round"}))
     finally:
@@ -194,13 +169,6 @@ def main() -> int:
     if a.out:
         Path(a.out).write_text(json.dumps(result, indent=1))
     return 0
-
-
-def torch_threads_one() -> None:
-    """refengine in this process runs on one core, as the server under test would."""
-    import torch
-
-    torch.set_num_threads(1)
 
 
 if __name__ == "__main__":

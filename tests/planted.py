@@ -64,6 +64,19 @@ def delay(r: RequestRecord, extra_s: float) -> None:
     r.derive()
 
 
+def stalled(recs: list[RequestRecord], on: float, off: float, stall_s: float, keep_every: int) -> list[RequestRecord]:
+    """A closed loop stalled from `on` to `off`: it sends few requests then (one in `keep_every` of
+    those sent in the span is kept), and each waits `stall_s` more for its first token."""
+    kept = []
+    for i, r in enumerate(recs):
+        if on <= r.t_sent <= off:
+            if i % keep_every:
+                continue
+            delay(r, stall_s)
+        kept.append(r)
+    return kept
+
+
 REMOTE_URL = "http://10.99.0.5:8000"  # a target across the network (not this host)
 
 

@@ -46,6 +46,7 @@ HOT_RATIO = 1.5  # at the same load, at least this many times the others' latenc
 RESIDENCE_RATIO = 1.2
 RESIDENCE_P = 0.01
 PERMUTATIONS = 2000
+SHUFFLE_CHUNK = 200
 HEAVIER = 1.25  # its requests' mean work (work.py) over the others': it was handed heavier work
 MIN_MATCHED = 0.3  # ... then at least this share of its requests must meet loads the others had
 EVEN_SLACK = 0.05  # a request share at most this above the others' is no larger share
@@ -100,7 +101,7 @@ def check_hot_replica(
         )
     residence = _residence(df["e2e_s"].to_numpy(float), measured, mine, others, heavier, top, shares)
     only_residence = slow is None and residence is not None
-    if slow is None and residence is not None:
+    if slow is None and residence is not None:  # (only_residence, spelled out for the type checker)
         # The others held too few requests at any one load to compare with (the slow replica held
         # nearly all of them): Little's law still compares the two.
         slow = SameLoad(
@@ -236,11 +237,15 @@ def _residence(
     if float(np.mean(b)) <= 0:
         return None
     observed = float(np.mean(a)) / float(np.mean(b))
-    # Shuffle which replica served which request (seeded: the same run gives the same verdict).
-    pooled = np.tile(np.concatenate([a, b]), (PERMUTATIONS, 1))
-    shuffled = np.random.default_rng(0).permuted(pooled, axis=1)
-    ratios = shuffled[:, : a.size].mean(axis=1) / np.maximum(shuffled[:, a.size :].mean(axis=1), 1e-12)
-    p_value = (1 + int(np.count_nonzero(ratios >= observed))) / (PERMUTATIONS + 1)
+    # Shuffle which replica served which request (seeded: the same run gives the same verdict), a
+    # chunk of shuffles at a time so a fleet of many requests does not hold them all at once.
+    pooled, rng, above = np.concatenate([a, b]), np.random.default_rng(0), 0
+    total = float(pooled.sum())
+    for n in np.diff(np.r_[0:PERMUTATIONS:SHUFFLE_CHUNK, PERMUTATIONS]):
+        mine_sum = rng.permuted(np.tile(pooled, (n, 1)), axis=1)[:, : a.size].sum(axis=1)
+        ratios = (mine_sum / a.size) / np.maximum((total - mine_sum) / b.size, 1e-12)
+        above += int(np.count_nonzero(ratios >= observed))
+    p_value = (1 + above) / (PERMUTATIONS + 1)
     return Residence(observed / max(heavier, 1e-9), p_value)
 
 

@@ -4,7 +4,7 @@ for part of them (analyzers/triage/exposure.py, edge_trimmed_windows)."""
 from __future__ import annotations
 
 import numpy as np
-from planted import base_records, clean_probes, delay, write_run
+from planted import base_records, clean_probes, stalled, write_run
 
 from analyzers.triage.exposure import edge_trimmed_windows
 from analyzers.triage.p99 import diagnose_p99
@@ -28,13 +28,7 @@ def _stall_then_recovery(tmp_path, recovery_level: float):
     recs = base_records(n=1200, concurrency=16, seed=3)
     t0 = recs[0].t_sent
     on, off = t0 + 6.0, t0 + 9.3
-    kept = []
-    for i, r in enumerate(recs):
-        if on <= r.t_sent <= off:
-            if i % 8:
-                continue
-            delay(r, 0.4)
-        kept.append(r)
+    kept = stalled(recs, on, off, 0.4, keep_every=8)
     probes = clean_probes(t0 - 1, max(r.t_done for r in kept) + 1, ncpu=2)
     for row in probes["host"]:
         row.update(server_cpu_cores=1.0, cpu_pct=55.0, others_cpu_cores=0.0)

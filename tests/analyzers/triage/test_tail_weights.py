@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from planted import base_records, delay, write_run
+from planted import base_records, delay, stalled, write_run
 
 from analyzers.triage.contracts import Finding
 from analyzers.triage.levels import level_loads
@@ -19,15 +19,10 @@ def _share_of_a_stall_among_jitter(tmp_path, stall_s: float) -> float:
     recs = base_records(n=480, concurrency=4, seed=3)
     t0 = recs[0].t_sent
     on, off = t0 + 9.0, t0 + 12.0
-    kept = []
     for i, r in enumerate(recs):
-        if on <= r.t_sent <= off:
-            if i % 4:
-                continue
-            delay(r, stall_s)
-        elif i % 8 == 0:
+        if i % 8 == 0 and not on <= r.t_sent <= off:
             delay(r, 0.06)
-        kept.append(r)
+    kept = stalled(recs, on, off, stall_s, keep_every=4)
     table = RequestTable.load(write_run(tmp_path / "r", kept, {}))
     tails = find_tail_windows(table, "ttft")
     finding = Finding(
