@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))  # the project first (see bench/vs_vllm.py)
 
 import step_profile  # noqa: E402
 import torch  # noqa: E402
-from common import machine  # noqa: E402
+from common import machine, matmul_peak  # noqa: E402
 from refengine_proc import wait_healthy  # noqa: E402
 from vs_vllm import engine_command  # noqa: E402
 
@@ -165,7 +165,13 @@ def main() -> int:
             proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
             proc.kill()
-    result = {"command": " ".join(sys.argv), "host": machine(), "dtype": a.dtype, "rounds": rounds}
+    result = {
+        "command": " ".join(sys.argv),
+        "host": machine(),
+        "matmul_peak": matmul_peak([(2048, 1024, 1024)]),  # on the client core, one thread, after the rounds
+        "dtype": a.dtype,
+        "rounds": rounds,
+    }
     if a.out:
         Path(a.out).write_text(json.dumps(result, indent=1))
     return 0
