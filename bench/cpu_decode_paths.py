@@ -8,8 +8,8 @@ order (ABC CBA ...), and the median step of each arm counts:
   as before the measured crossover (`cpu_gemm.plain_float32_rows` pinned to 1);
 - kernel on torch's threads (float32): the C++ paged decode kernel split over torch's thread count
   at any size, as before `cpu_paged_decode.MIN_BYTES_PER_THREAD`;
-- slot gather (bfloat16): the PyTorch decode path gathering the context token by token (one cache
-  row per slot, the slot list built from the block ids in the arm), as before whole blocks;
+- PyTorch decode attention (bfloat16): the decodes' attention on the PyTorch path (whole blocks
+  gathered, then SDPA), as before the C++ kernel read bfloat16 caches;
 - eager layer ops: RMSNorm with its residual add, RoPE and SiLU x up as PyTorch op chains, as
   before the C++ layer ops (`cpu_layer_ops.ENABLED` off).
 
@@ -37,47 +37,37 @@ from common import machine, print_table, write_json  # noqa: E402
 from cpu_bfloat16 import decode_step_s  # noqa: E402  (the same decode step, measured the same way)
 
 from refengine import LLM  # noqa: E402
-from refengine.attention import reference  # noqa: E402
 from refengine.kernels import cpu_layer_ops, cpu_paged_decode  # noqa: E402
 from refengine.model.layers import cpu_gemm  # noqa: E402
 from refengine.numerics.cpu_bfloat16 import cpu_computes_bfloat16  # noqa: E402
-from refengine.numerics.kv_cache import from_cache  # noqa: E402
 
 ARMS = {
     "float32": ("defaults", "packed from 2 rows", "kernel on torch's threads", "eager layer ops"),
-    "bfloat16": ("defaults", "slot gather", "eager layer ops"),
+    "bfloat16": ("defaults", "PyTorch decode attention", "eager layer ops"),
 }
-
-
-def _slot_gather(cache: torch.Tensor, blocks: torch.Tensor, batch: int, dtype: torch.dtype, scale: float):
-    """The previous decode gather: one cache row (KVH x D) per token slot."""
-    num_blocks, block_size, kv_heads, head_dim = cache.shape
-    slots = (blocks.view(batch, -1, 1) * block_size + torch.arange(block_size)).reshape(-1)
-    rows = cache.view(num_blocks * block_size, kv_heads, head_dim).index_select(0, slots)
-    return from_cache(rows, dtype, scale).view(batch, -1, kv_heads, head_dim)
 
 
 @contextmanager
 def arm(name: str):
-    rows, per_thread, gather, layer_ops = (
+    rows, per_thread, kernel, layer_ops = (
         cpu_gemm.plain_float32_rows,
         cpu_paged_decode.MIN_BYTES_PER_THREAD,
-        reference._gather_blocks,
+        cpu_paged_decode.ENABLED,
         cpu_layer_ops.ENABLED,
     )
     if name == "packed from 2 rows":
         cpu_gemm.plain_float32_rows = lambda: 1
     elif name == "kernel on torch's threads":
         cpu_paged_decode.MIN_BYTES_PER_THREAD = 1
-    elif name == "slot gather":
-        reference._gather_blocks = _slot_gather
+    elif name == "PyTorch decode attention":
+        cpu_paged_decode.ENABLED = False
     elif name == "eager layer ops":
         cpu_layer_ops.ENABLED = False
     try:
         yield
     finally:
         cpu_gemm.plain_float32_rows, cpu_paged_decode.MIN_BYTES_PER_THREAD = rows, per_thread
-        reference._gather_blocks, cpu_layer_ops.ENABLED = gather, layer_ops
+        cpu_paged_decode.ENABLED, cpu_layer_ops.ENABLED = kernel, layer_ops
 
 
 def main() -> None:

@@ -3,7 +3,7 @@
 KV cache, one tensor per layer: [2, num_blocks, block_size, num_kv_heads, head_dim] (K then V);
 the batch contract and the per-step index tensors are in refengine/attention/metadata.py. A step
 runs on the Triton kernels (refengine/kernels) on a GPU when they apply; on CPU its decodes run on
-the C++ paged decode kernel (kernels/cpu_paged_decode.py) when it builds and the cache is float32;
+the C++ paged decode kernel (kernels/cpu_paged_decode.py) when it builds and the cache is float32 or bfloat16;
 everything else on the plain-PyTorch reference (refengine/attention/reference.py), which is also
 the oracle the kernels are tested against.
 """

@@ -42,7 +42,7 @@ def fresh_build(monkeypatch, tmp_path):
     _clear_caches()
 
 
-def _case(lengths, bs, heads, kv_heads, head_dim, seed=0):
+def _case(lengths, bs, heads, kv_heads, head_dim, seed=0, dtype=torch.float32):
     rng = random.Random(seed)
     g = torch.Generator().manual_seed(seed)
     num_blocks = sum(-(-n // bs) for n in lengths) + 3
@@ -59,18 +59,19 @@ def _case(lengths, bs, heads, kv_heads, head_dim, seed=0):
         fill.slot_mapping,
     )
     q = torch.randn(len(lengths), heads * head_dim, generator=g)
-    return q, cache, build_attention_metadata(seqs, bs)
+    return q, cache.to(dtype), build_attention_metadata(seqs, bs)
 
 
 @needs_compiler
 @pytest.mark.parametrize("heads,kv_heads", [(16, 4), (4, 1), (4, 4)])
-@pytest.mark.parametrize("bs", [1, 4, 16])
+@pytest.mark.parametrize("bs", [1, 4, 16, 32])
 @pytest.mark.parametrize("threads", [1, 2])
-def test_kernel_matches_reference(heads, kv_heads, bs, threads, monkeypatch):
+@pytest.mark.parametrize("head_dim", [32, 24])  # 32: the 16-lane body where the CPU has AVX-512; 24: the portable one
+def test_kernel_matches_reference(heads, kv_heads, bs, threads, head_dim, monkeypatch):
     # Every byte of context earns a thread here, so two threads do split the sequences.
     monkeypatch.setattr(cpu_paged_decode, "MIN_BYTES_PER_THREAD", 1)
     lengths = [1, 5, 16, 17, 64, 3, 100, 33]
-    q, cache, meta = _case(lengths, bs, heads, kv_heads, 32)
+    q, cache, meta = _case(lengths, bs, heads, kv_heads, head_dim)
     want = paged_attention(q, cache, meta, heads, 0.17)
     old = torch.get_num_threads()
     torch.set_num_threads(threads)
@@ -79,6 +80,36 @@ def test_kernel_matches_reference(heads, kv_heads, bs, threads, monkeypatch):
     finally:
         torch.set_num_threads(old)
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+@needs_compiler
+@pytest.mark.parametrize("head_dim", [64, 24])
+def test_bfloat16_cache_matches_float32_math_on_the_same_values(head_dim):
+    """A bfloat16 cache is read as the float32 values it holds (widening is exact), so the kernel
+    agrees with the float32 oracle run on the widened cache and a float32 query, to float32
+    rounding; the oracle on the bfloat16 cache itself computes in bfloat16 and is further off."""
+    lengths = [1, 15, 16, 17, 90, 200]
+    q, cache, meta = _case(lengths, 16, 16, 4, head_dim, seed=4, dtype=torch.bfloat16)
+    want = paged_attention(q, cache.float(), meta, 16, head_dim**-0.5)
+    got = cpu_paged_decode.paged_decode_cpu(q, cache, meta.block_tables, meta.seq_lens, 16, head_dim**-0.5)
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    # and through the layer, with a bfloat16 query as the model has it
+    coarse = paged_attention(q.bfloat16(), cache, meta, 16, head_dim**-0.5).float()
+    torch.testing.assert_close(got, coarse, atol=2e-2, rtol=2e-2)
+
+
+@needs_compiler
+def test_large_scores_do_not_overflow_the_exponential():
+    """Scores of several hundred (a large query against large keys) and a spread far beyond exp's
+    float32 range: the online softmax subtracts the running max, so the kernel stays finite and
+    matches the oracle (whose softmax is exact)."""
+    q, cache, meta = _case([40, 70], 16, 4, 2, 32, seed=9)
+    cache[0, :, :, 0] *= 30.0  # KV head 0's keys: scores up to ~±600
+    want = paged_attention(q * 3, cache, meta, 4, 1.0)
+    got = cpu_paged_decode.paged_decode_cpu(q * 3, cache, meta.block_tables, meta.seq_lens, 4, 1.0)
+    assert torch.isfinite(got).all()
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
 
 
 def test_a_call_splits_over_threads_only_for_enough_context(monkeypatch):
@@ -160,7 +191,8 @@ def test_switched_off_falls_back(monkeypatch):
     monkeypatch.setattr(cpu_paged_decode, "ENABLED", False)
     assert not cpu_paged_decode.applies(q, cache)
     monkeypatch.setattr(cpu_paged_decode, "ENABLED", True)
-    assert not cpu_paged_decode.applies(q, cache.to(torch.bfloat16))  # float32 caches only
+    assert cpu_paged_decode.applies(q, cache.to(torch.bfloat16)) == cpu_paged_decode.available()
+    assert not cpu_paged_decode.applies(q, cache.to(torch.float16))  # float32 and bfloat16 caches only
 
 
 @pytest.mark.parametrize("compiler,reason", [(None, "no C++ compiler"), ("/bin/false", "CalledProcessError")])
