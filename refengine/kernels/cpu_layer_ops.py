@@ -4,7 +4,7 @@ Why: in eager PyTorch each of these is a chain of small ops (RMSNorm with its re
 add, cast, square, mean, add, rsqrt, multiply, cast, multiply; RoPE twelve for q and k), every one
 a dispatch and a pass over the activations. A decode step's activations are a few rows, so the
 step pays the dispatches, not the arithmetic: on the AMX Xeon one pass each saved about a tenth of a
-one-sequence bfloat16 `tiny` step (MAX_ROWS below; docs/engine.md). vLLM's CPU backend fuses
+one-sequence bfloat16 `tiny` step (docs/engine.md, "Layer ops"; which rows they take: applies()). vLLM's CPU backend fuses
 them with inductor; here each is one loop over the rows, in float32 inside, reading and writing
 float32 or bfloat16 (widened and rounded to nearest even as torch does), so the results match the
 PyTorch path up to float32 summation order (tests/refengine/kernels/test_cpu_layer_ops.py).
@@ -16,107 +16,14 @@ cannot be built the layers' PyTorch code runs.
 from __future__ import annotations
 
 import ctypes
+from pathlib import Path
 
 import torch
 
 from refengine.kernels.cpu_build import CppLibrary, enabled_by_env
 
-_SOURCE = r"""
-#include <cmath>
-#include <cstdint>
-#include <cstring>
-
-namespace {
-typedef uint16_t bf16;
-inline float widen(float x) { return x; }
-inline float widen(bf16 x) { uint32_t u = uint32_t(x) << 16; float f; std::memcpy(&f, &u, 4); return f; }
-inline void put(float* p, float v) { *p = v; }
-inline void put(bf16* p, float v) {  // round to nearest even, as torch's float -> bfloat16
-  uint32_t u; std::memcpy(&u, &v, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) { *p = bf16((u >> 16) | 0x40u); return; }  // NaN stays NaN
-  u += 0x7fffu + ((u >> 16) & 1u);
-  *p = bf16(u >> 16);
-}
-template <class T> inline float round_trip(float v) { T t; put(&t, v); return widen(t); }
-
-// residual += x (rounded to T), out = weight * T(residual * rsqrt(mean(residual^2) + eps)).
-// Without a residual (res == nullptr): out = weight * T(x * rsqrt(mean(x^2) + eps)).
-template <class T>
-void add_rms_norm(const T* x, T* res, const T* w, T* out, int64_t rows, int64_t n, int64_t x_stride, float eps) {
-  for (int64_t r = 0; r < rows; ++r) {
-    const T* xr = x + r * x_stride;
-    T* rr = res ? res + r * n : nullptr;
-    T* orow = out + r * n;
-    float ss = 0.f;
-    if (rr) {
-      for (int64_t i = 0; i < n; ++i) {
-        const float s = round_trip<T>(widen(xr[i]) + widen(rr[i]));
-        put(rr + i, s);
-        ss += s * s;
-      }
-    } else {
-#pragma omp simd reduction(+:ss)
-      for (int64_t i = 0; i < n; ++i) { const float v = widen(xr[i]); ss += v * v; }
-    }
-    const float inv = 1.f / std::sqrt(ss / float(n) + eps);
-    const T* src = rr ? rr : xr;
-#pragma omp simd
-    for (int64_t i = 0; i < n; ++i) put(orow + i, widen(w[i]) * round_trip<T>(widen(src[i]) * inv));
-  }
-}
-
-// Neox RoPE of rows of `heads` x head_dim (row stride `stride`) into `out` (contiguous), cos|sin from
-// `table` [positions, head_dim] (float32: cos in the first half, sin in the second).
-// Returns the number of positions outside [0, table_rows) (nothing is written then).
-template <class T>
-int64_t rope(const T* x, T* out, int64_t rows, int64_t heads, int64_t d, int64_t stride, const int64_t* pos,
-             const float* table, int64_t table_rows) {
-  int64_t bad = 0;
-  for (int64_t r = 0; r < rows; ++r) bad += (pos[r] < 0) | (pos[r] >= table_rows);
-  if (bad) return bad;
-  const int64_t half = d / 2;
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* cs = table + pos[r] * d;
-    for (int64_t h = 0; h < heads; ++h) {
-      const T* v = x + r * stride + h * d;
-      T* o = out + (r * heads + h) * d;
-#pragma omp simd
-      for (int64_t i = 0; i < half; ++i) {
-        const float a = widen(v[i]), b = widen(v[i + half]), c = cs[i], s = cs[i + half];
-        put(o + i, a * c - b * s);
-        put(o + i + half, b * c + a * s);
-      }
-    }
-  }
-  return 0;
-}
-
-// out[r] = T(silu(gate)) * up, rounded as torch's two ops round; x [rows, 2n] = [gate | up].
-template <class T>
-void silu_and_mul(const T* x, T* out, int64_t rows, int64_t n) {
-  for (int64_t r = 0; r < rows; ++r) {
-    const T* g = x + r * 2 * n;
-    const T* u = g + n;
-    T* o = out + r * n;
-#pragma omp simd
-    for (int64_t i = 0; i < n; ++i) {
-      const float gv = widen(g[i]);
-      put(o + i, round_trip<T>(gv / (1.f + std::exp(-gv))) * widen(u[i]));
-    }
-  }
-}
-}  // namespace
-
-extern "C" {
-void add_rms_norm_f32(const float* x, float* res, const float* w, float* out, int64_t rows, int64_t n, int64_t xs, float eps) { add_rms_norm(x, res, w, out, rows, n, xs, eps); }
-void add_rms_norm_bf16(const bf16* x, bf16* res, const bf16* w, bf16* out, int64_t rows, int64_t n, int64_t xs, float eps) { add_rms_norm(x, res, w, out, rows, n, xs, eps); }
-int64_t rope_f32(const float* x, float* o, int64_t rows, int64_t heads, int64_t d, int64_t stride, const int64_t* pos, const float* t, int64_t n) { return rope(x, o, rows, heads, d, stride, pos, t, n); }
-int64_t rope_bf16(const bf16* x, bf16* o, int64_t rows, int64_t heads, int64_t d, int64_t stride, const int64_t* pos, const float* t, int64_t n) { return rope(x, o, rows, heads, d, stride, pos, t, n); }
-void silu_and_mul_f32(const float* x, float* out, int64_t rows, int64_t n) { silu_and_mul(x, out, rows, n); }
-void silu_and_mul_bf16(const bf16* x, bf16* out, int64_t rows, int64_t n) { silu_and_mul(x, out, rows, n); }
-}
-"""
-
+# The C++ beside this file (its top says how it rounds and where it vectorizes).
+_SOURCE = (Path(__file__).parent / "cpu_layer_ops.cpp").read_text()
 ENABLED = enabled_by_env()
 _P, _I, _F = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
 _SUFFIX = {torch.float32: "f32", torch.bfloat16: "bf16"}
@@ -136,23 +43,24 @@ def _declare(cdll: ctypes.CDLL) -> None:
 LIBRARY = CppLibrary("cpu_layer_ops", _SOURCE, _declare, "CPU layer ops kernel")
 
 
-# Rows above which the PyTorch chain is left to run: the kernels are one thread, their exp scalar,
-# and what they save is per-op dispatch, which more rows amortize. On the 2-core AMX Xeon a `tiny`
-# bfloat16 decode step with them took 11.5 / 13.5 / 19.6 / 37.7 ms at 1 / 4 / 16 / 64 sequences
-# against 12.6 / 14.0 / 19.2 / 34.6 without (float32: 17.0 / 23.8 / 41.4 / 81.7 against 17.6 / 24.9 /
-# 42.0 / 81.2; bench/cpu_decode_paths.py, bench/RESULTS.md).
-MAX_ROWS = 8
+# Rows above which the PyTorch chain is left to run when torch has more than one thread: the kernels
+# run on the calling thread, and PyTorch's vectorized ops split large tensors over its OpenMP team.
+# Vectorized (AVX-512), the kernels took half PyTorch's time on one thread at every row count from
+# 1 to 256 (the decode step's RMSNorm + residual and SiLU x up of `tiny`), and with two torch threads
+# were level with it from 64 rows (docs/engine.md, "Layer ops": a microbenchmark of the two ops). Before they were vectorized their
+# scalar exp and rounding lost from 16 rows, and they were capped at 8 on every thread count.
+MAX_ROWS_BESIDE_THREADS = 64
 
 
 def applies(x: torch.Tensor) -> bool:
-    """Whether these kernels take a tensor: on CPU, float32 or bfloat16, at most MAX_ROWS rows, the
-    kernels on and built."""
+    """Whether these kernels take a tensor: on CPU, float32 or bfloat16, any rows on one torch thread
+    and at most MAX_ROWS_BESIDE_THREADS on more, the kernels on and built."""
     return (
         ENABLED
         and x.device.type == "cpu"
         and x.dtype in _SUFFIX
         and x.dim() == 2
-        and x.shape[0] <= MAX_ROWS
+        and (x.shape[0] <= MAX_ROWS_BESIDE_THREADS or torch.get_num_threads() == 1)
         and LIBRARY.available()
     )
 
