@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
-from common import machine, print_table, write_json  # noqa: E402
+from common import machine, matmul_peak, print_table, write_json  # noqa: E402
 from cpu_bfloat16 import decode_step_s  # noqa: E402  (the same decode step, measured the same way)
 
 from refengine import LLM  # noqa: E402
@@ -110,6 +110,8 @@ def main() -> None:
             "bench": "cpu_decode_paths",
             "args": vars(a),
             "machine": machine(),
+            # the host's float32 matmul rate on this process's threads, measured after the arms
+            "matmul_peak": matmul_peak([(2048, 1024, 1024)]),
             "plain_float32_rows": cpu_gemm.plain_float32_rows(),
             "rows": rows,
             "samples_s": samples,
