@@ -7,10 +7,11 @@
 // to float32 as it is loaded: bfloat16 is float32's top half, so the widening is exact); the
 // arithmetic is float32 either way.
 //
-// Two bodies, the same algorithm: on a CPU with AVX-512 and a head size that is a multiple of 16,
-// the dot products, the block's exponentials and the value updates run 16 lanes at a time (the
-// scalar body's exp, one call per score, was most of a call); elsewhere a portable body the
-// compiler vectorizes where it can.
+// Two bodies, the same algorithm: on a CPU with AVX-512 and a head size of 16 to 128 in steps of 16,
+// tiles of 16 tokens: their scores as one vector (a transpose-and-add tree instead of a horizontal
+// sum per score), one vector exponential for them (the scalar body's exp, one call per score, was
+// most of a call), the head's query and output in registers; elsewhere a portable body the compiler
+// vectorizes where it can.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -143,57 +144,75 @@ inline __m512 exp16(__m512 x) {
 
 inline __mmask16 first(int64_t k) { return k >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << k) - 1); }
 
-template <typename T>
+// The 16 dot products of one query head against 16 key rows, from their 16 vectors of partial sums:
+// a transpose-and-add tree, 45 shuffles and adds where 16 horizontal reductions take about 150.
+// Lane t of the result is the sum of d[t]'s lanes.
+inline __m512 sum16(const __m512 d[16]) {
+  __m512 x[8], y[4], z[2];
+  for (int i = 0; i < 8; ++i)  // within 128-bit lanes: pairs of rows interleaved and added
+    x[i] = _mm512_add_ps(_mm512_unpacklo_ps(d[2 * i], d[2 * i + 1]), _mm512_unpackhi_ps(d[2 * i], d[2 * i + 1]));
+  for (int i = 0; i < 4; ++i) {  // each 128-bit lane now holds four rows' partial sums, in order
+    const __m512d a = _mm512_castps_pd(x[2 * i]), b = _mm512_castps_pd(x[2 * i + 1]);
+    y[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)), _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
+  }
+  for (int i = 0; i < 2; ++i)  // across 128-bit lanes: 0x88 takes lanes 0 and 2 of each, 0xDD lanes 1 and 3
+    z[i] = _mm512_add_ps(_mm512_shuffle_f32x4(y[2 * i], y[2 * i + 1], 0x88),
+                         _mm512_shuffle_f32x4(y[2 * i], y[2 * i + 1], 0xDD));
+  return _mm512_add_ps(_mm512_shuffle_f32x4(z[0], z[1], 0x88), _mm512_shuffle_f32x4(z[0], z[1], 0xDD));
+}
+
+// V = head_dim / 16 vectors, a compile-time count so that a head's query and running output stay in
+// registers. The context is walked in tiles of 16 tokens (across block boundaries): per query head,
+// the tile's 16 scores come out as one vector, get one online-softmax update, and the tile's value
+// rows are accumulated into the head's output.
+template <typename T, int V>
 void run_range_avx512(const Args<T>& A, int64_t begin, int64_t end) {
-  const int64_t H = A.H, D = A.D, BS = A.BS, G = A.G, V = D / 16;
+  const int64_t H = A.H, D = A.D, BS = A.BS, G = A.G;
   Scratch w(H, D, BS);
+  alignas(64) float p[16];
+  const __m512 scale = _mm512_set1_ps(A.sc);
   for (int64_t b = begin; b < end; ++b) {
     const int64_t len = A.lens[b];
     const float* qb = A.qp + b * H * D;
+    const int32_t* table = A.bt + b * A.MAXNB;
     w.reset();
-    for (int64_t j = 0; j * BS < len; ++j) {
-      const int64_t blk = A.bt[b * A.MAXNB + j], n = std::min(BS, len - j * BS);
-      const T* kb = A.kbase + blk * A.blk_stride;
-      const T* vb = A.vbase + blk * A.blk_stride;
-      for (int64_t t = 0; t < n; ++t) {
-        const T* kr = kb + t * A.tok_stride;
-        for (int64_t hq = 0; hq < H; ++hq) {
-          const float* qh = qb + hq * D;
-          const T* kh = kr + (hq / G) * D;
-          __m512 dot = _mm512_setzero_ps();
-          for (int64_t v = 0; v < V; ++v) dot = _mm512_fmadd_ps(_mm512_loadu_ps(qh + 16 * v), load16(kh + 16 * v), dot);
-          w.s[hq * BS + t] = _mm512_reduce_add_ps(dot) * A.sc;
-        }
+    for (int64_t t0 = 0; t0 < len; t0 += 16) {
+      const int64_t n = std::min<int64_t>(16, len - t0);
+      const __mmask16 live = first(n);
+      const T* krow[16];
+      const T* vrow[16];
+      for (int64_t t = 0; t < 16; ++t) {  // past the context's end: its last row again (masked out)
+        const int64_t pos = t0 + std::min(t, n - 1);
+        const int64_t row = table[pos / BS] * A.blk_stride + (pos % BS) * A.tok_stride;
+        krow[t] = A.kbase + row;
+        vrow[t] = A.vbase + row;
       }
       for (int64_t hq = 0; hq < H; ++hq) {
-        float* sh = w.s.data() + hq * BS;
-        float mx = w.m[hq];
-        for (int64_t c = 0; c < n; c += 16)
-          mx = std::max(mx, _mm512_mask_reduce_max_ps(first(n - c), _mm512_maskz_loadu_ps(first(n - c), sh + c)));
-        const float corr = std::exp(w.m[hq] - mx);
-        __m512 sum = _mm512_setzero_ps();
-        const __m512 mxv = _mm512_set1_ps(mx);
-        for (int64_t c = 0; c < n; c += 16) {
-          const __mmask16 k = first(n - c);
-          const __m512 e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, sh + c), mxv));
-          _mm512_mask_storeu_ps(sh + c, k, e);
-          sum = _mm512_mask_add_ps(sum, k, sum, e);
+        const int64_t off = (hq / G) * D;  // query head hq reads KV head hq / G
+        __m512 q[V], d[16], a[V];
+        for (int v = 0; v < V; ++v) q[v] = _mm512_loadu_ps(qb + hq * D + 16 * v);
+        for (int t = 0; t < 16; ++t) {
+          __m512 s = _mm512_mul_ps(q[0], load16(krow[t] + off));
+          for (int v = 1; v < V; ++v) s = _mm512_fmadd_ps(q[v], load16(krow[t] + off + 16 * v), s);
+          d[t] = s;
         }
-        w.l[hq] = w.l[hq] * corr + _mm512_reduce_add_ps(sum);
+        const __m512 scores = _mm512_mul_ps(sum16(d), scale);
+        const float mx = std::max(w.m[hq], _mm512_mask_reduce_max_ps(live, scores));
+        // online softmax: rescale what came before (by the vector exp: a scalar call per tile and head
+        // was a sixth of a call's time; exp(-inf) clamps to ~1e-38, which only ever multiplies zeros)
+        const float corr = mx == w.m[hq] ? 1.f : _mm512_cvtss_f32(exp16(_mm512_set1_ps(w.m[hq] - mx)));
+        const __m512 e = _mm512_maskz_mov_ps(live, exp16(_mm512_sub_ps(scores, _mm512_set1_ps(mx))));
+        w.l[hq] = w.l[hq] * corr + _mm512_reduce_add_ps(e);
         w.m[hq] = mx;
-        float* a = w.acc.data() + hq * D;
+        _mm512_store_ps(p, e);
+        float* acc = w.acc.data() + hq * D;
         const __m512 cv = _mm512_set1_ps(corr);
-        for (int64_t v = 0; v < V; ++v) _mm512_storeu_ps(a + 16 * v, _mm512_mul_ps(_mm512_loadu_ps(a + 16 * v), cv));
-      }
-      for (int64_t t = 0; t < n; ++t) {
-        const T* vr = vb + t * A.tok_stride;
-        for (int64_t hq = 0; hq < H; ++hq) {
-          const __m512 p = _mm512_set1_ps(w.s[hq * BS + t]);
-          const T* vh = vr + (hq / G) * D;
-          float* a = w.acc.data() + hq * D;
-          for (int64_t v = 0; v < V; ++v)
-            _mm512_storeu_ps(a + 16 * v, _mm512_fmadd_ps(p, load16(vh + 16 * v), _mm512_loadu_ps(a + 16 * v)));
+        for (int v = 0; v < V; ++v) a[v] = _mm512_mul_ps(_mm512_loadu_ps(acc + 16 * v), cv);
+        for (int64_t t = 0; t < n; ++t) {  // acc += p x V over the tile's rows
+          const __m512 pv = _mm512_set1_ps(p[t]);
+          for (int v = 0; v < V; ++v) a[v] = _mm512_fmadd_ps(pv, load16(vrow[t] + off + 16 * v), a[v]);
         }
+        for (int v = 0; v < V; ++v) _mm512_storeu_ps(acc + 16 * v, a[v]);
       }
     }
     write_out(A, w, b);
@@ -204,9 +223,16 @@ void run_range_avx512(const Args<T>& A, int64_t begin, int64_t end) {
 template <typename T>
 void run_range(const Args<T>& A, int64_t begin, int64_t end) {
 #if defined(__AVX512F__)
-  if (A.D % 16 == 0) {
-    run_range_avx512(A, begin, end);
-    return;
+  switch (A.D % 16 == 0 ? A.D / 16 : 0) {  // head sizes 16 to 128 in steps of 16
+    case 1: return run_range_avx512<T, 1>(A, begin, end);
+    case 2: return run_range_avx512<T, 2>(A, begin, end);
+    case 3: return run_range_avx512<T, 3>(A, begin, end);
+    case 4: return run_range_avx512<T, 4>(A, begin, end);
+    case 5: return run_range_avx512<T, 5>(A, begin, end);
+    case 6: return run_range_avx512<T, 6>(A, begin, end);
+    case 7: return run_range_avx512<T, 7>(A, begin, end);
+    case 8: return run_range_avx512<T, 8>(A, begin, end);
+    default: break;
   }
 #endif
   run_range_portable(A, begin, end);

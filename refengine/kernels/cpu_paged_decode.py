@@ -11,9 +11,9 @@ them contiguously (a (sequence, head) split reads a quarter of every row and dra
 
 The cache is float32 or bfloat16; the arithmetic is float32 either way (a bfloat16 element is
 widened exactly as it is loaded). Without it a bfloat16 decode went to the PyTorch path: its gather
-and SDPA took 1.3-2.1 ms of a one-sequence `tiny` step, against vLLM's 0.2 ms for the same attention
-(bench/RESULTS.md, "Where a decode step goes, beside vLLM's"). On an AVX-512 CPU with a head size
-that is a multiple of 16 the loops run 16 lanes at a time, the block's exponentials included.
+and SDPA cost a bfloat16 `tiny` step 0.3-2.1 ms at 1-64 sequences (bench/RESULTS.md, "After the
+bfloat16 decode kernel"). On an AVX-512 CPU with a head size of 16 to 128 in steps of 16 the context
+is walked in tiles of 16 tokens, each tile's scores computed as one vector (cpu_paged_decode.cpp).
 
 Plain C++ (cpu_paged_decode.cpp beside this file) with no torch headers, compiled on first use and
 cached, keyed by the CPU's instruction-set flags, called through ctypes (kernels/cpu_build.py). It splits the sequences into ranges of about equal context on std::threads started per call

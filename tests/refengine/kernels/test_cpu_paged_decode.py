@@ -83,6 +83,20 @@ def test_kernel_matches_reference(heads, kv_heads, bs, threads, head_dim, monkey
 
 
 @needs_compiler
+@pytest.mark.parametrize("head_dim", [16, 48, 64, 128, 144])
+@pytest.mark.parametrize("bs", [1, 16, 32])
+def test_every_head_size_and_tile_boundary_matches_reference(head_dim, bs):
+    """Head sizes of one to eight 16-lane vectors (the AVX-512 body, compiled per count), one beyond
+    (144: the portable body); contexts ending on, just before and just after a 16-token tile, blocks
+    smaller and larger than a tile."""
+    lengths = [1, 15, 16, 17, 31, 32, 33, 47, 130]
+    q, cache, meta = _case(lengths, bs, 8, 2, head_dim, seed=head_dim + bs)
+    want = paged_attention(q, cache, meta, 8, head_dim**-0.5)
+    got = cpu_paged_decode.paged_decode_cpu(q, cache, meta.block_tables, meta.seq_lens, 8, head_dim**-0.5)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+@needs_compiler
 @pytest.mark.parametrize("head_dim", [64, 24])
 def test_bfloat16_cache_matches_float32_math_on_the_same_values(head_dim):
     """A bfloat16 cache is read as the float32 values it holds (widening is exact), so the kernel
