@@ -43,24 +43,28 @@ def _declare(cdll: ctypes.CDLL) -> None:
 LIBRARY = CppLibrary("cpu_layer_ops", _SOURCE, _declare, "CPU layer ops kernel")
 
 
-# Rows above which the PyTorch chain is left to run when torch has more than one thread: the kernels
-# run on the calling thread, and PyTorch's vectorized ops split large tensors over its OpenMP team.
-# Vectorized (AVX-512), the kernels took half PyTorch's time on one thread at every row count from
-# 1 to 256 (the decode step's RMSNorm + residual and SiLU x up of `tiny`), and with two torch threads
-# were level with it from 64 rows (docs/engine.md, "Layer ops": a microbenchmark of the two ops). Before they were vectorized their
-# scalar exp and rounding lost from 16 rows, and they were capped at 8 on every thread count.
-MAX_ROWS_BESIDE_THREADS = 64
+# The kernels run on the calling thread; PyTorch's vectorized ops split a large tensor over its OpenMP
+# team. Vectorized (AVX-512), the kernels beat or matched PyTorch at every size measured on the 2-core
+# AMX Xeon, on one torch thread and on two: RMSNorm + residual 1.5-3x and RoPE 2-5x faster, SiLU x up
+# level at the largest (64-2,048 rows at hidden 64 and 1,024; docs/engine.md, "Layer ops"). Beyond
+# MEASURED_THREADS torch threads nothing was measured, and a wide OpenMP team can beat one thread on a
+# large tensor, so there they keep to a decode's rows (up to MAX_ROWS_BESIDE_MANY_THREADS), where
+# PyTorch's per-op dispatch is the cost. (Their first, scalar version lost from 16 rows on one thread
+# and was capped at 8 rows everywhere.)
+MEASURED_THREADS = 2
+MAX_ROWS_BESIDE_MANY_THREADS = 64
 
 
 def applies(x: torch.Tensor) -> bool:
-    """Whether these kernels take a tensor: on CPU, float32 or bfloat16, any rows on one torch thread
-    and at most MAX_ROWS_BESIDE_THREADS on more, the kernels on and built."""
+    """Whether these kernels take a tensor: on CPU, float32 or bfloat16, any rows on up to
+    MEASURED_THREADS torch threads and at most MAX_ROWS_BESIDE_MANY_THREADS on more, the kernels on
+    and built."""
     return (
         ENABLED
         and x.device.type == "cpu"
         and x.dtype in _SUFFIX
         and x.dim() == 2
-        and (x.shape[0] <= MAX_ROWS_BESIDE_THREADS or torch.get_num_threads() == 1)
+        and (x.shape[0] <= MAX_ROWS_BESIDE_MANY_THREADS or torch.get_num_threads() <= MEASURED_THREADS)
         and LIBRARY.available()
     )
 

@@ -39,7 +39,7 @@ def _close(got, want, dtype):
 
 @needs_compiler
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("rows,hidden", [(1, 64), (3, 1000), (8, 1024), (64, 1030)])
+@pytest.mark.parametrize("rows,hidden", [(1, 64), (3, 1000), (8, 1024), (300, 1030)])
 def test_rms_norm_with_and_without_the_residual_matches_pytorch(monkeypatch, dtype, rows, hidden):
     g = torch.Generator().manual_seed(rows * hidden)
     norm = RMSNorm(hidden, 1e-5, params_dtype=dtype)
@@ -89,7 +89,7 @@ def test_a_position_outside_the_rotary_table_is_an_error_not_a_wild_read():
 
 @needs_compiler
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("rows,inter", [(1, 176), (5, 2816), (8, 100), (64, 1030)])
+@pytest.mark.parametrize("rows,inter", [(1, 176), (5, 2816), (8, 100), (300, 1030)])
 def test_silu_and_mul_matches_pytorch(monkeypatch, dtype, rows, inter):
     x = (3 * torch.randn(rows, 2 * inter, generator=torch.Generator().manual_seed(inter))).to(dtype)
     act = SiluAndMul()
@@ -98,11 +98,12 @@ def test_silu_and_mul_matches_pytorch(monkeypatch, dtype, rows, inter):
 
 def test_other_dtypes_and_switched_off_kernels_take_the_pytorch_path(monkeypatch):
     assert not cpu_layer_ops.applies(torch.zeros(2, 4, dtype=torch.float16))
-    big = torch.zeros(cpu_layer_ops.MAX_ROWS_BESIDE_THREADS + 1, 4)  # a prefill's rows
-    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
-    assert not cpu_layer_ops.applies(big)  # beside torch's threads: the PyTorch chain, split over them
-    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
-    assert cpu_layer_ops.applies(big) == cpu_layer_ops.LIBRARY.available()  # on one thread the kernels win
+    big = torch.zeros(cpu_layer_ops.MAX_ROWS_BESIDE_MANY_THREADS + 1, 4)  # a prefill's rows
+    monkeypatch.setattr(torch, "get_num_threads", lambda: cpu_layer_ops.MEASURED_THREADS + 1)
+    assert not cpu_layer_ops.applies(big)  # beside a wide OpenMP team: the PyTorch chain, split over it
+    assert cpu_layer_ops.applies(big[:8]) == cpu_layer_ops.LIBRARY.available()  # a decode's rows: the kernels
+    monkeypatch.setattr(torch, "get_num_threads", lambda: cpu_layer_ops.MEASURED_THREADS)
+    assert cpu_layer_ops.applies(big) == cpu_layer_ops.LIBRARY.available()  # measured: the kernels win
     monkeypatch.undo()
     monkeypatch.setattr(cpu_layer_ops, "ENABLED", False)
     assert not cpu_layer_ops.applies(torch.zeros(2, 4))
