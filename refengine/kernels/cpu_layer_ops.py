@@ -44,9 +44,10 @@ LIBRARY = CppLibrary("cpu_layer_ops", _SOURCE, _declare, "CPU layer ops kernel")
 
 
 # The kernels run on the calling thread; PyTorch's vectorized ops split a large tensor over its OpenMP
-# team. Vectorized (AVX-512), the kernels beat or matched PyTorch at every size measured on the 2-core
-# AMX Xeon, on one torch thread and on two: RMSNorm + residual 1.5-3x and RoPE 2-5x faster, SiLU x up
-# level at the largest (64-2,048 rows at hidden 64 and 1,024; docs/engine.md, "Layer ops"). Beyond
+# team. Vectorized (AVX-512), the three together took 0.18-0.71x PyTorch's time at every size measured
+# on the 2-core AMX Xeon (1-2,048 rows at hidden 64 and 1,024), on one torch thread and on two; SiLU x
+# up alone was up to 1.2x slower on two threads at 64-256 rows of hidden 1,024 (docs/engine.md,
+# "Layer ops"; bench/layer_ops_sizes.py). Beyond
 # MEASURED_THREADS torch threads nothing was measured, and a wide OpenMP team can beat one thread on a
 # large tensor, so there they keep to a decode's rows (up to MAX_ROWS_BESIDE_MANY_THREADS), where
 # PyTorch's per-op dispatch is the cost. (Their first, scalar version lost from 16 rows on one thread
