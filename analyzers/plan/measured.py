@@ -8,8 +8,9 @@ from rundir import RunDir
 
 
 def level_metrics(level: dict) -> dict[str, float | None]:
-    """summary.json's level -> ttft_p50_s, ttft_p99_s, tpot_p50_s, tpot_p95_s, output_tok_s, and
-    tpot_mean_s (what the fit holds the step time to: throughput follows the mean, not the median)."""
+    """summary.json's level -> ttft_p50_s, ttft_p99_s, tpot_p50_s, tpot_p95_s, output_tok_s,
+    tpot_mean_s (what the fit holds the step time to: throughput follows the mean, not the median) and
+    ttft_mean_s."""
 
     def p(dist: str, q: str) -> float | None:
         return ((level.get(dist) or {}).get("p") or {}).get(q)
@@ -24,6 +25,8 @@ def level_metrics(level: dict) -> dict[str, float | None]:
             level.get("output_tok_s"), level.get("n_in_window", 1), level.get("window_shorter_than_request", False)
         ),
         "tpot_mean_s": (level.get("tpot") or {}).get("mean"),
+        # the client's mean TTFT: with the server's own mean, what the fit reads the prefill from
+        "ttft_mean_s": (level.get("ttft") or {}).get("mean"),
     }
     return out
 

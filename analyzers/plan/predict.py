@@ -54,6 +54,9 @@ class LevelPrediction:
     preemptions: int
     unfinished: int  # window requests still running when the simulation stopped
     notes: list[str] = field(default_factory=list)
+    # The window's mean TTFT: what the fit holds the lightest level to where the time outside the
+    # server is measured as a difference of means (analyzers/plan/fit.py).
+    ttft_mean_s: float | None = None
 
     def metrics(self) -> dict[str, float | None]:
         return {k: getattr(self, k) for k in METRICS}
@@ -100,6 +103,7 @@ def summarize(level_id: str, result: SimResult) -> LevelPrediction:
         preemptions=result.preemptions,
         unfinished=unfinished,
         notes=notes,
+        ttft_mean_s=float(np.mean(ttft)) if ttft else None,
     )
 
 

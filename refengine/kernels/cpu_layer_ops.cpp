@@ -13,14 +13,10 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#if defined(__AVX512F__)
-#include <immintrin.h>
-#endif
 
 namespace {
 typedef uint16_t bf16;
-inline float widen(float x) { return x; }
-inline float widen(bf16 x) { uint32_t u = uint32_t(x) << 16; float f; std::memcpy(&f, &u, 4); return f; }
+using simd::widen;
 inline void put(float* p, float v) { *p = v; }
 inline void put(bf16* p, float v) {  // round to nearest even, as torch's float -> bfloat16
   uint32_t u; std::memcpy(&u, &v, 4);
@@ -32,11 +28,7 @@ template <class T> inline float round_trip(float v) { T t; put(&t, v); return wi
 
 #if defined(__AVX512F__)
 // The same conversions 16 lanes at a time.
-inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
-inline __m512 load16(const bf16* p) {
-  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
+using simd::load16;
 // The bfloat16 bits of each lane (in its low half), rounded as `put` rounds.
 inline __m512i bf16_bits(__m512 v) {
   const __m512i u = _mm512_castps_si512(v);
@@ -53,23 +45,7 @@ template <class T> inline __m512 round_trip16(__m512 v);
 template <> inline __m512 round_trip16<float>(__m512 v) { return v; }
 template <> inline __m512 round_trip16<bf16>(__m512 v) { return _mm512_castsi512_ps(_mm512_slli_epi32(bf16_bits(v), 16)); }
 
-// exp of 16 lanes: x = n ln2 + r with |r| <= ln2 / 2, exp(r) by its degree-6 Taylor polynomial
-// (relative error ~1e-7), times 2^n by scalef; x is clamped to [-87, 88] (float32's normal range).
-inline __m512 exp16(__m512 x) {
-  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.f)), _mm512_set1_ps(88.f));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);  // ln2 in two parts (Cody-Waite)
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.f / 720.f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 120.f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 24.f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 6.f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f));
-  return _mm512_scalef_ps(p, n);
-}
+using simd::exp16;
 #endif
 
 // residual += x (rounded to T), out = weight * T(residual * rsqrt(mean(residual^2) + eps)).

@@ -23,7 +23,7 @@ import torch
 from refengine.kernels.cpu_build import CppLibrary, enabled_by_env
 
 # The C++ beside this file (its top says how it rounds and where it vectorizes).
-_SOURCE = (Path(__file__).parent / "cpu_layer_ops.cpp").read_text()
+_SOURCE = "".join((Path(__file__).parent / name).read_text() for name in ("cpu_simd.h", "cpu_layer_ops.cpp"))
 ENABLED = enabled_by_env()
 _P, _I, _F = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
 _SUFFIX = {torch.float32: "f32", torch.bfloat16: "bf16"}

@@ -34,7 +34,7 @@ import torch
 from refengine.kernels.cpu_build import CppLibrary, enabled_by_env
 
 # The C++ beside this file (the algorithm and its two bodies are described at its top).
-_SOURCE = (Path(__file__).parent / "cpu_paged_decode.cpp").read_text()
+_SOURCE = "".join((Path(__file__).parent / name).read_text() for name in ("cpu_simd.h", "cpu_paged_decode.cpp"))
 ENABLED = enabled_by_env()
 
 

@@ -190,3 +190,37 @@ def test_the_lightest_levels_ttft_pins_what_a_prefill_costs_when_the_outside_tim
     assert fit.profile.compute_scale == pytest.approx(2.0, rel=0.15)
     c1 = next(p for p in predict(fit.profile) if p.level_id == "c1")
     assert c1.ttft_p50_s == pytest.approx(measured["c1"]["ttft_p50_s"], rel=0.1)
+
+
+@pytest.mark.slow  # ~10 s of simulation; .ci/run runs it
+def test_a_skewed_ttft_is_fitted_by_its_mean_when_the_outside_time_is_a_difference_of_means():
+    # The time outside the server is the client's mean TTFT less the server's mean, so the lightest
+    # level's TTFT is held to its mean: a few slow requests put a measured P50 below the mean, and
+    # fitting the P50 left tiny-test's served prefill 30% short (bench/RESULTS.md). Here the run's P50
+    # reads 30% under what its operators give; the mean is the truth's, and the fit finds the truth.
+    from analyzers.plan.outside_server import OutsideTime
+
+    shape = resolve_model("llama-3-8b")
+    sched, cache = SchedulerConfig(max_num_seqs=64, max_model_len=4096), CacheConfig(num_blocks=20_000)
+    levels = [LevelLoad(f"c{c}", 0.5, 2.0, concurrency=c) for c in (1, 8)]
+
+    def predict(profile):
+        sim = Simulator(StepModel(shape, profile), sched, cache, profile.request_overhead_s)
+        return [predict_level(sim, lv, lambda i: (random_prompt(1024, 0, i, vocab=32000), 16)) for lv in levels]
+
+    base = published_profile("h100")
+    truth = dataclasses.replace(base, compute_scale=2.0, step_overhead=LinearCost(1e-3, 0.0))
+    measured = {
+        p.level_id: {"tpot_mean_s": p.tpot_mean_s, "ttft_p50_s": 0.7 * p.ttft_p50_s, "ttft_mean_s": p.ttft_mean_s}
+        for p in predict(truth)
+    }
+    outside = [OutsideTime("c1", 0.0, 1.0, 20, 20.0), OutsideTime("c8", 0.0, 8.0, 80, 80.0)]
+    by_mean = fit_profile(base, predict, measured, "skewed", outside=outside)
+    assert by_mean.profile.compute_scale == pytest.approx(2.0, rel=0.15)
+    c1 = next(p for p in predict(by_mean.profile) if p.level_id == "c1")
+    assert c1.ttft_mean_s == pytest.approx(measured["c1"]["ttft_mean_s"], rel=0.1)
+    # without the mean, the same run is fitted to its low P50: the operators come out cheaper
+    for m in measured.values():
+        del m["ttft_mean_s"]
+    by_p50 = fit_profile(base, predict, measured, "skewed", outside=outside)
+    assert by_p50.profile.compute_scale < 0.9 * by_mean.profile.compute_scale
