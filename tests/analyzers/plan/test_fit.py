@@ -166,12 +166,9 @@ def test_a_level_whose_simulated_window_catches_no_request_is_still_fitted():
     assert fitted.tpot_mean_all_s == pytest.approx(level.tpot_mean_all_s, rel=0.1)
 
 
-def test_the_lightest_levels_ttft_pins_what_a_prefill_costs_when_the_outside_time_is_measured():
-    # Two decode-bound TPOTs cannot tell "operators 2x slower" from "a longer step overhead": both
-    # give the same TPOT, and the prior picks. A prefill of 1,024 tokens is compute-bound, so the
-    # lightest level's TTFT (its time outside the server measured, here none) tells them apart: the
-    # fit holds it too and finds the operators' scale (served: 1.25-1.65 on decode alone inflated the
-    # prefills, bench/RESULTS.md).
+def _long_prompts_at_c1_and_c8():
+    """llama-3-8b with 1,024-token prompts at c1 and c8 on a published H100 profile: (predict, the
+    profile, a truth with operators 2x slower and a 1 ms step overhead, each level's time outside 0)."""
     from analyzers.plan.outside_server import OutsideTime
 
     shape = resolve_model("llama-3-8b")
@@ -184,8 +181,18 @@ def test_the_lightest_levels_ttft_pins_what_a_prefill_costs_when_the_outside_tim
 
     base = published_profile("h100")
     truth = dataclasses.replace(base, compute_scale=2.0, step_overhead=LinearCost(1e-3, 0.0))
-    measured = {p.level_id: {"tpot_mean_s": p.tpot_mean_s, "ttft_p50_s": p.ttft_p50_s} for p in predict(truth)}
     outside = [OutsideTime("c1", 0.0, 1.0, 20, 20.0), OutsideTime("c8", 0.0, 8.0, 80, 80.0)]
+    return predict, base, truth, outside
+
+
+def test_the_lightest_levels_ttft_pins_what_a_prefill_costs_when_the_outside_time_is_measured():
+    # Two decode-bound TPOTs cannot tell "operators 2x slower" from "a longer step overhead": both
+    # give the same TPOT, and the prior picks. A prefill of 1,024 tokens is compute-bound, so the
+    # lightest level's TTFT (its time outside the server measured, here none) tells them apart: the
+    # fit holds it too and finds the operators' scale (served: 1.25-1.65 on decode alone inflated the
+    # prefills, bench/RESULTS.md).
+    predict, base, truth, outside = _long_prompts_at_c1_and_c8()
+    measured = {p.level_id: {"tpot_mean_s": p.tpot_mean_s, "ttft_p50_s": p.ttft_p50_s} for p in predict(truth)}
     fit = fit_profile(base, predict, measured, "long-prompts", outside=outside)
     assert fit.profile.compute_scale == pytest.approx(2.0, rel=0.15)
     c1 = next(p for p in predict(fit.profile) if p.level_id == "c1")
@@ -198,23 +205,11 @@ def test_a_skewed_ttft_is_fitted_by_its_mean_when_the_outside_time_is_a_differen
     # level's TTFT is held to its mean: a few slow requests put a measured P50 below the mean, and
     # fitting the P50 left tiny-test's served prefill 30% short (bench/RESULTS.md). Here the run's P50
     # reads 30% under what its operators give; the mean is the truth's, and the fit finds the truth.
-    from analyzers.plan.outside_server import OutsideTime
-
-    shape = resolve_model("llama-3-8b")
-    sched, cache = SchedulerConfig(max_num_seqs=64, max_model_len=4096), CacheConfig(num_blocks=20_000)
-    levels = [LevelLoad(f"c{c}", 0.5, 2.0, concurrency=c) for c in (1, 8)]
-
-    def predict(profile):
-        sim = Simulator(StepModel(shape, profile), sched, cache, profile.request_overhead_s)
-        return [predict_level(sim, lv, lambda i: (random_prompt(1024, 0, i, vocab=32000), 16)) for lv in levels]
-
-    base = published_profile("h100")
-    truth = dataclasses.replace(base, compute_scale=2.0, step_overhead=LinearCost(1e-3, 0.0))
+    predict, base, truth, outside = _long_prompts_at_c1_and_c8()
     measured = {
         p.level_id: {"tpot_mean_s": p.tpot_mean_s, "ttft_p50_s": 0.7 * p.ttft_p50_s, "ttft_mean_s": p.ttft_mean_s}
         for p in predict(truth)
     }
-    outside = [OutsideTime("c1", 0.0, 1.0, 20, 20.0), OutsideTime("c8", 0.0, 8.0, 80, 80.0)]
     by_mean = fit_profile(base, predict, measured, "skewed", outside=outside)
     assert by_mean.profile.compute_scale == pytest.approx(2.0, rel=0.15)
     c1 = next(p for p in predict(by_mean.profile) if p.level_id == "c1")
