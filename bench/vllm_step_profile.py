@@ -36,7 +36,7 @@ import step_profile  # noqa: E402
 import torch  # noqa: E402
 from common import machine, matmul_peak  # noqa: E402
 from refengine_proc import wait_healthy  # noqa: E402
-from vs_vllm import engine_command  # noqa: E402
+from vs_vllm import engine_command, start_pinned  # noqa: E402
 
 from refengine.config import EngineArgs  # noqa: E402
 from refengine.engine import LLMEngine  # noqa: E402
@@ -128,14 +128,7 @@ def main() -> int:
         step_profile.label_parts()
         refengine = LLMEngine(EngineArgs(model="tiny", dtype=a.dtype, max_model_len=1024, enable_prefix_caching=False))
     rounds = []
-    with open(work / "server.log", "w") as log:
-        proc = subprocess.Popen(
-            ["taskset", "-c", a.server_core, *cmd],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, **env},
-            start_new_session=True,
-        )
+    proc = start_pinned(cmd, env, a.server_core, work / "server.log")
     url = f"http://127.0.0.1:{port}"
     try:
         wait_healthy(url, proc, timeout=900.0)

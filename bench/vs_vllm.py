@@ -77,18 +77,23 @@ def engine_command(engine: str, model_dir: Path, dtype: str, port: int) -> tuple
     )
 
 
-def measure(engine: str, dtype: str, a, model_dir: Path, workdir: Path) -> dict:
-    port = free_port()
-    cmd, env = engine_command(engine, model_dir, dtype, port)
-    log = workdir / f"{engine}-{dtype}.log"
+def start_pinned(cmd: list[str], env: dict, cores: str, log: Path) -> subprocess.Popen:
+    """A server command started on `cores` (taskset -c), its output in `log`, in a session of its own."""
     with open(log, "w") as out:
-        proc = subprocess.Popen(
-            ["taskset", "-c", core_list(a.server_cores), *cmd],
+        return subprocess.Popen(
+            ["taskset", "-c", cores, *cmd],
             stdout=out,
             stderr=subprocess.STDOUT,
             env={**os.environ, **env},
             start_new_session=True,
         )
+
+
+def measure(engine: str, dtype: str, a, model_dir: Path, workdir: Path) -> dict:
+    port = free_port()
+    cmd, env = engine_command(engine, model_dir, dtype, port)
+    log = workdir / f"{engine}-{dtype}.log"
+    proc = start_pinned(cmd, env, core_list(a.server_cores), log)
     url = f"http://127.0.0.1:{port}"
     try:
         t0 = time.monotonic()

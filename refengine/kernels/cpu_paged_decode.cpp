@@ -32,10 +32,10 @@ struct Args {
   float sc;
 };
 
-// Per-thread scratch: the running output, the block's scores and the running max and sum of each head.
+// Per-thread scratch: the running output and the running max and sum of each head.
 struct Scratch {
-  std::vector<float> acc, s, m, l;
-  Scratch(int64_t H, int64_t D, int64_t BS) : acc(H * D), s(H * BS), m(H), l(H) {}
+  std::vector<float> acc, m, l;
+  Scratch(int64_t H, int64_t D) : acc(H * D), m(H), l(H) {}
   void reset() {
     std::fill(acc.begin(), acc.end(), 0.f);
     std::fill(m.begin(), m.end(), -INFINITY);
@@ -55,7 +55,8 @@ void write_out(const Args<T>& A, Scratch& w, int64_t b) {
 template <typename T>
 void run_range_portable(const Args<T>& A, int64_t begin, int64_t end) {
   const int64_t H = A.H, D = A.D, BS = A.BS, G = A.G;
-  Scratch w(H, D, BS);
+  Scratch w(H, D);
+  std::vector<float> scores(H * BS);  // the block's scores, per head
   for (int64_t b = begin; b < end; ++b) {
     const int64_t len = A.lens[b];
     const float* qb = A.qp + b * H * D;
@@ -72,11 +73,11 @@ void run_range_portable(const Args<T>& A, int64_t begin, int64_t end) {
           float dot = 0.f;
 #pragma omp simd reduction(+ : dot)
           for (int64_t d = 0; d < D; ++d) dot += qh[d] * widen(kh[d]);
-          w.s[hq * BS + t] = dot * A.sc;
+          scores[hq * BS + t] = dot * A.sc;
         }
       }
       for (int64_t hq = 0; hq < H; ++hq) {  // online softmax: rescale what came before
-        float* sh = w.s.data() + hq * BS;
+        float* sh = scores.data() + hq * BS;
         float mx = w.m[hq];
         for (int64_t t = 0; t < n; ++t) mx = std::max(mx, sh[t]);
         const float corr = std::exp(w.m[hq] - mx);
@@ -94,7 +95,7 @@ void run_range_portable(const Args<T>& A, int64_t begin, int64_t end) {
       for (int64_t t = 0; t < n; ++t) {  // acc += p x V, row by row (read once, in order)
         const T* vr = vb + t * A.tok_stride;
         for (int64_t hq = 0; hq < H; ++hq) {
-          const float p = w.s[hq * BS + t];
+          const float p = scores[hq * BS + t];
           const T* vh = vr + (hq / G) * D;
           float* a = w.acc.data() + hq * D;
 #pragma omp simd
@@ -135,7 +136,7 @@ inline __m512 sum16(const __m512 d[16]) {
 template <typename T, int V>
 void run_range_avx512(const Args<T>& A, int64_t begin, int64_t end) {
   const int64_t H = A.H, D = A.D, BS = A.BS, G = A.G;
-  Scratch w(H, D, BS);
+  Scratch w(H, D);
   alignas(64) float p[16];
   const __m512 scale = _mm512_set1_ps(A.sc);
   for (int64_t b = begin; b < end; ++b) {
