@@ -434,7 +434,7 @@ def machine() -> dict:
         "torch_threads": torch.get_num_threads(),
         "torch": torch.__version__,
         "python": platform.python_version(),
-        "gpu": torch.cuda.is_available(),
+        "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else False,
     }
 
 

@@ -13,6 +13,12 @@ fitted, to the levels given:
   that is busy streaming the others) r0 + r1 x (requests running then): measured where the run has
   the server's own TTFT histogram (the client's mean TTFT less the server's, against the server's
   running gauge: analyzers/plan/outside_server.py), else fitted to TTFT P50.
+- the prefill: where the server also publishes its prefill phase (first scheduled to first token),
+  a cost per prompt token beyond the tables is fitted with the step's factors, each fitted level's
+  simulated prefill phase held to the server's. A served prefill pays per token what the operators
+  measured alone do not (tiny-test at 512-token prompts: 3.9 ms served against 1.9 priced), and
+  one operator scale cannot make both a decode step and a long prefill right; without the phase,
+  the lightest level's TTFT stands in for it.
 
 How a factor reaches a metric is the simulator's business, not a formula's: under pipeline
 parallelism a token waits for every micro-batch's step overhead on the driver, not its own alone,
@@ -140,6 +146,12 @@ STEP_FACTORS = (
         lambda v: max(2e-5, 0.25 * v),
     ),
 )
+PREFILL_FACTOR = Factor(
+    "prefill token overhead",
+    lambda p: p.prefill_token_overhead_s,
+    lambda p, v: dataclasses.replace(p, prefill_token_overhead_s=max(v, 0.0)),
+    lambda v: max(1e-6, 0.25 * v),
+)
 REQUEST_FACTORS = (
     Factor(
         "request overhead",
@@ -227,28 +239,29 @@ def _fit_jointly(
     profile: MachineProfile,
     predict: Predictor,
     tpot: dict[str, float],
-    ttft: dict[str, float],
+    other: dict[str, float],
     free: Sequence[bool],
     passes: int,
-    ttft_metric: Metric,
+    other_metric: Metric,
+    factors: Sequence[Factor] = STEP_FACTORS,
 ) -> MachineProfile:
-    """The step's factors fitted to the levels' mean TPOT and to `ttft` (read by `ttft_metric`) at
-    once: each level appears twice to the Gauss-Newton passes, once per metric."""
+    """`factors` fitted to the levels' mean TPOT and to `other` (read by `other_metric`: a TTFT or a
+    prefill phase) at once: each level appears twice to the Gauss-Newton passes, once per metric."""
 
     def both(profile: MachineProfile) -> list[LevelPrediction]:
         out = []
         for p in predict(profile):
             out += [
                 dataclasses.replace(p, level_id=f"{p.level_id}|tpot"),
-                dataclasses.replace(p, level_id=f"{p.level_id}|ttft"),
+                dataclasses.replace(p, level_id=f"{p.level_id}|other"),
             ]
         return out
 
     def metric(p: LevelPrediction) -> float | None:
-        return _tpot_mean(p) if p.level_id.endswith("|tpot") else ttft_metric(p)
+        return _tpot_mean(p) if p.level_id.endswith("|tpot") else other_metric(p)
 
-    targets = {f"{lid}|tpot": y for lid, y in tpot.items()} | {f"{lid}|ttft": y for lid, y in ttft.items()}
-    return _fit(profile, both, targets, metric, STEP_FACTORS, free, passes)
+    targets = {f"{lid}|tpot": y for lid, y in tpot.items()} | {f"{lid}|other": y for lid, y in other.items()}
+    return _fit(profile, both, targets, metric, factors, free, passes)
 
 
 def request_overhead_bound(running: float, unloaded_ttft_s: float) -> Callable[[MachineProfile], MachineProfile]:
@@ -281,6 +294,10 @@ def _ttft_p50(p: LevelPrediction) -> float | None:
 
 def _ttft_mean(p: LevelPrediction) -> float | None:
     return p.ttft_mean_s
+
+
+def _prefill_phase(p: LevelPrediction) -> float | None:
+    return p.prefill_phase_mean_s
 
 
 def _tpot_target(m: dict) -> float | None:
@@ -324,10 +341,24 @@ def fit_profile(
         # Its mean, where the run has it: the time outside is a difference of means, and a TTFT
         # skewed by a few slow requests has its median below its mean, which left the prefill that
         # much short (tiny-test: 1.4 ms simulated against the server's 2.0 at c1; bench/RESULTS.md).
-        lightest = min(times, key=lambda o: o.running).level_id
-        mean = measured[lightest].get("ttft_mean_s")
-        target, metric = (mean, _ttft_mean) if mean else (ttft[lightest], _ttft_p50)
-        fitted = _fit_jointly(fitted, predict, tpot, {lightest: target}, (fit_scale, True, True), passes, metric)
+        prefill = {o.level_id: o.prefill_s for o in times if o.prefill_s}
+        if prefill:
+            overhead_from += "; prefill per token fitted to the server's prefill phase"
+            fitted = _fit_jointly(
+                fitted,
+                predict,
+                tpot,
+                prefill,
+                (fit_scale, True, True, True),
+                passes,
+                _prefill_phase,
+                (*STEP_FACTORS, PREFILL_FACTOR),
+            )
+        else:
+            lightest = min(times, key=lambda o: o.running).level_id
+            mean = measured[lightest].get("ttft_mean_s")
+            target, metric = (mean, _ttft_mean) if mean else (ttft[lightest], _ttft_p50)
+            fitted = _fit_jointly(fitted, predict, tpot, {lightest: target}, (fit_scale, True, True), passes, metric)
     else:
         overhead_from = "fitted to TTFT P50"
         fitted = _fit(fitted, predict, tpot, _tpot_mean, STEP_FACTORS, (fit_scale, True, True), passes)
@@ -343,7 +374,8 @@ def fit_profile(
             *profile.assumptions,
             f"fitted to run {run_id} ({', '.join(sorted(measured))}): operators x "
             f"{fitted.compute_scale:.2f}, step overhead {ov.fixed_s * 1e3:.2f} ms + "
-            f"{ov.per_unit_s * 1e6:.0f} us/request, request overhead {r0 * 1e3:.1f} ms + "
+            f"{ov.per_unit_s * 1e6:.0f} us/request, {fitted.prefill_token_overhead_s * 1e6:.2f} us per prompt "
+            f"token, request overhead {r0 * 1e3:.1f} ms + "
             f"{r1 * 1e3:.2f} ms per running request ({overhead_from})",
         ],
     )

@@ -31,9 +31,12 @@ class OutsideTime:
     running: float  # the server's mean running requests over the level's window
     n_client: int  # measured requests with a first token
     n_server: float  # first tokens the server's histogram counted over the level's span
+    # The server's mean prefill phase (first scheduled to first token), where it publishes one: what
+    # the fit holds the simulated prefill to (None: vLLM's prefill-time histogram not served)
+    prefill_s: float | None = None
 
     def __post_init__(self) -> None:
-        if self.outside_s < 0 or self.running < 0 or self.n_client < 1:
+        if self.outside_s < 0 or self.running < 0 or self.n_client < 1 or (self.prefill_s or 0.0) < 0:
             raise ValueError(f"an outside time needs non-negative times and requests, got {self}")
 
 
@@ -59,7 +62,7 @@ def outside_the_server(run: RunDir) -> dict[str, OutsideTime]:
         if t_server is None or running is None or not same_requests(n_server, phases.n):
             continue
         out[level_id] = OutsideTime(
-            level_id, max(phases.ttft_mean_s - t_server, 0.0), max(running, 0.0), phases.n, n_server
+            level_id, max(phases.ttft_mean_s - t_server, 0.0), max(running, 0.0), phases.n, n_server, phases.prefill_s
         )
     return out
 

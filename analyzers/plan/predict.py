@@ -57,6 +57,9 @@ class LevelPrediction:
     # The window's mean TTFT: what the fit holds the lightest level to where the time outside the
     # server is measured as a difference of means (analyzers/plan/fit.py).
     ttft_mean_s: float | None = None
+    # The window's mean prefill phase (first scheduled to first token): what the fit holds to the
+    # server's own where the server publishes it (analyzers/plan/fit.py).
+    prefill_phase_mean_s: float | None = None
 
     def metrics(self) -> dict[str, float | None]:
         return {k: getattr(self, k) for k in METRICS}
@@ -82,6 +85,7 @@ def summarize(level_id: str, result: SimResult) -> LevelPrediction:
     tpot_all = [r.tpot_s for r in finished if r.tpot_s is not None]
     ttft_all = [r.ttft_s for r in finished if r.ttft_s is not None]
     unfinished = sum(1 for r in window if r.t_done is None)
+    prefill = [p for r in window if (p := r.prefill_phase_s) is not None]
     if unfinished:
         notes.append(
             f"{unfinished} window requests unfinished when the simulation stopped: over capacity, and "
@@ -104,6 +108,7 @@ def summarize(level_id: str, result: SimResult) -> LevelPrediction:
         unfinished=unfinished,
         notes=notes,
         ttft_mean_s=float(np.mean(ttft)) if ttft else None,
+        prefill_phase_mean_s=float(np.mean(prefill)) if prefill else None,
     )
 
 

@@ -21,7 +21,10 @@ Tables:
 - step_overhead: seconds per engine step outside the model (scheduler, input tensors, sampler,
   output processing) = a + b x (requests in the step); each request waits `request_overhead_s` +
   `request_overhead_per_running_s` x (requests the server is running) before the scheduler sees it
-  (HTTP and tokenization on an event loop busy streaming the others), 0 unless fitted to a run.
+  (HTTP and tokenization on an event loop busy streaming the others), 0 unless fitted to a run;
+  and each prompt token a step computes costs `prefill_token_overhead_s` beyond the tables (what a
+  served prefill pays per token that the operators measured alone do not: fitted to the prefill
+  phase the server publishes, 0 otherwise).
 - collective: seconds = latency + bytes x bus factor / bus bandwidth (nccl-tests' busbw).
 - fewer_threads: the matmul, attention and elementwise tables again at fewer threads, for ranks
   that share a CPU host's cores (refengine gives each of R ranks cores // R threads): a prefill's
@@ -230,6 +233,7 @@ class MachineProfile:
     request_overhead_s: float = 0.0  # once per request, on its TTFT ...
     request_overhead_per_running_s: float = 0.0  # ... plus this per request the server is running then
     compute_scale: float = 1.0  # multiplies every operator's time (fitted to a run)
+    prefill_token_overhead_s: float = 0.0  # per prompt token in a step, beyond the tables (fitted to a run)
     step_jitter: StepJitter | None = None  # added to every simulated step (measured on a run); None: steady
     assumptions: list[str] = field(default_factory=list)
     created: str = ""
@@ -247,6 +251,8 @@ class MachineProfile:
             raise DiagnosisError(f"profile dtype_bytes must be 1, 2 or 4, got {self.dtype_bytes}")
         if self.request_overhead_s < 0 or self.request_overhead_per_running_s < 0 or not self.compute_scale > 0:
             raise DiagnosisError("request overheads must be >= 0 and compute_scale > 0")
+        if self.prefill_token_overhead_s < 0:
+            raise DiagnosisError("the prefill token overhead must be >= 0")
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -293,6 +299,7 @@ class MachineProfile:
                 request_overhead_s=d.get("request_overhead_s", 0.0),
                 request_overhead_per_running_s=d.get("request_overhead_per_running_s", 0.0),
                 compute_scale=d.get("compute_scale", 1.0),
+                prefill_token_overhead_s=d.get("prefill_token_overhead_s", 0.0),
                 step_jitter=StepJitter.from_dict(d["step_jitter"]) if d.get("step_jitter") else None,
                 assumptions=list(d.get("assumptions", [])),
                 created=d.get("created", ""),

@@ -69,10 +69,18 @@ class SimRecord:
     t_first_token: float | None = None
     t_done: float | None = None
     preemptions: int = 0
+    t_first_scheduled: float | None = None  # the engine's: when its prefill began (the server's prefill phase)
 
     @property
     def ttft_s(self) -> float | None:
         return None if self.t_first_token is None else self.t_first_token - self.t_sent
+
+    @property
+    def prefill_phase_s(self) -> float | None:
+        """First scheduled to first token: the phase vLLM's `request_prefill_time_seconds` times."""
+        if self.t_first_token is None or self.t_first_scheduled is None:
+            return None
+        return self.t_first_token - self.t_first_scheduled
 
     @property
     def tpot_s(self) -> float | None:
@@ -312,6 +320,7 @@ class EngineRun:
                 self.tokens_in_window += len(tokens)
             if rec.t_first_token is None:
                 rec.t_first_token = self.now
+                rec.t_first_scheduled = request.timestamps.first_scheduled
             if request.is_finished():
                 rec.t_done = self.now
                 rec.output_tokens = request.num_output_tokens  # max_model_len may stop it short

@@ -15,7 +15,8 @@ samples S of them. Per layer, on one tensor-parallel rank of one pipeline stage:
 On a CPU host, ranks that share its cores compute at their share of its threads (the profile's
 tables at that thread count). Once per step: lm_head on the S sampled rows (an all-gather of the
 logits under TP), a PP send of T x hidden x dtype per stage boundary, and the engine's overhead
-(scheduler, inputs, sampler, output processing) by requests. A stage's time is its layers' sum; the step is the stages' sum
+(scheduler, inputs, sampler, output processing) by requests, plus a cost per prompt token where one was
+fitted to a run (the served prefill beyond its operators). A stage's time is its layers' sum; the step is the stages' sum
 (one batch goes through every stage) plus the overhead.
 """
 
@@ -158,7 +159,8 @@ class StepModel:
         lm_head += p.collective.seconds("all_gather", step.num_sampled * s.vocab_size * p.dtype_bytes, self.tp)
         lm_head *= k
         send = k * p.collective.seconds("sendrecv", step.num_tokens * s.hidden_size * p.dtype_bytes, self.pp)
-        overhead = p.step_overhead.seconds(len(step.chunks))
+        prompt_tokens = sum(n for n, _ in step.chunks if n > 1)
+        overhead = p.step_overhead.seconds(len(step.chunks)) + p.prefill_token_overhead_s * prompt_tokens
         parts = {k: v * self.stage_layers * self.pp for k, v in layer.items()}
         parts.update(lm_head=lm_head, pp_send=send * (self.pp - 1), overhead=overhead)
         total = stage * self.pp + lm_head + send * (self.pp - 1) + overhead

@@ -32,7 +32,9 @@ def calibrate(
         help="Skip the collective benchmark (then TP/PP communication is priced as free, and the profile says so).",
     ),
     comm_nprocs: int = typer.Option(
-        2, "--comm-nprocs", help="Local processes the collective benchmark runs (gloo on CPU)."
+        2,
+        "--comm-nprocs",
+        help="Local processes the collective benchmark runs (gloo on a CPU; NCCL on a GPU, one GPU each).",
     ),
     ranks: str = typer.Option(
         "2,4",
@@ -40,6 +42,13 @@ def calibrate(
         help="Rank counts (TP x PP) that will share this host's cores in the plans you predict, comma "
         "separated: refengine gives each of R ranks cores // R threads, and a prefill's matmul on fewer "
         "threads is slower, so the operators are measured again at each such thread count.",
+    ),
+    device: str = typer.Option(
+        "auto",
+        "--device",
+        help="Where to measure: auto (a CUDA GPU when one is visible, else this CPU), cpu or cuda. refengine's "
+        "dtype there is the one measured (float32 on a CPU, bfloat16 on a GPU); on a GPU the collectives are "
+        "NCCL's, measured when --comm-nprocs GPUs are visible.",
     ),
     serve: bool = typer.Option(
         False,
@@ -53,7 +62,7 @@ def calibrate(
     norms/RoPE/activation, the engine's per-step overhead) and the comm probe's all-reduce, and write a
     versioned profile that `llmdiag plan --profile FILE` predicts TTFT, TPOT and throughput from."""
     from analyzers.diagnosis_error import DiagnosisError
-    from analyzers.plan.calibrate import CalibrationGrid
+    from analyzers.plan.calibrate import CalibrationGrid, resolve_measure_device
     from analyzers.plan.calibrate import calibrate as measure
 
     with user_errors():
@@ -80,13 +89,21 @@ def calibrate(
             grid = CalibrationGrid(ms=ms)
         if out.parent and not out.parent.exists():
             raise DiagnosisError(f"{out.parent} does not exist")
-        rows = None if no_comm else _comm_rows(comm_nprocs, quick)
+        where = resolve_measure_device(device)
+        rows, why_not = None, "--no-comm"
+        if not no_comm and where.is_gpu and _gpus() < comm_nprocs:
+            why_not = f"{_gpus()} GPU visible, NCCL needs {comm_nprocs}"
+            console.print(f"collectives not measured: {why_not} (TP/PP communication is priced as free)")
+        elif not no_comm:
+            rows = _comm_rows(comm_nprocs, quick, "nccl" if where.is_gpu else "gloo")
         profile = measure(
             grid,
             rows,
             name=name,
             progress=lambda what: console.print(f"[dim]measuring {what}[/]"),
             rank_counts=rank_counts,
+            device=where,
+            no_comm_reason=why_not,
         )
         profile.save(out)
         if serve:
@@ -95,16 +112,20 @@ def calibrate(
     ov = profile.step_overhead
     # Without the comm probe the collective is a placeholder (free): say so, never print it as a figure.
     comm = (
-        "all-reduce not measured (--no-comm: free in predictions, wrong under TP/PP > 1)"
-        if no_comm
+        f"all-reduce not measured ({why_not}: free in predictions, wrong under TP/PP > 1)"
+        if rows is None
         else f"all-reduce {profile.collective.bus_bw_bytes_s / 1e9:.2f} GB/s bus bandwidth"
     )
     shared = ", ".join(str(t.threads) for t in profile.fewer_threads)
+    measured_on = (
+        where.description
+        if where.is_gpu
+        else f"{profile.threads} threads"
+        + (f"; again at {shared} for ranks sharing the {profile.cores} cores" if shared else "")
+    )
     console.print(
         f"wrote {out}: step overhead {ov.fixed_s * 1e3:.2f} ms + {ov.per_unit_s * 1e6:.0f} us/request, "
-        f"best matmul {profile.roofline.peak_flops / 1e9:.0f} GFLOP/s ({profile.threads} threads"
-        + (f"; again at {shared} for ranks sharing the {profile.cores} cores" if shared else "")
-        + f"), {comm}",
+        f"best matmul {profile.roofline.peak_flops / 1e9:.0f} GFLOP/s ({measured_on}), {comm}",
         highlight=False,
     )
 
@@ -160,12 +181,18 @@ def _fit_to_served(profile_path: Path, quick: bool):
     return result.profile
 
 
-def _comm_rows(nprocs: int, quick: bool) -> list[dict]:
+def _gpus() -> int:
+    import torch
+
+    return torch.cuda.device_count()
+
+
+def _comm_rows(nprocs: int, quick: bool, backend: str) -> list[dict]:
     from dataclasses import asdict
 
     from probes.comm import CommSpec, run_local
 
-    console.print("[dim]measuring all-reduce (the comm probe)[/]")
+    console.print(f"[dim]measuring all-reduce (the comm probe, {backend})[/]")
     sizes = (1 << 10, 1 << 20) if quick else (1 << 10, 1 << 16, 1 << 20, 1 << 23)
-    spec = CommSpec(backend="gloo", ops=("all_reduce",), sizes=sizes, iters=5 if quick else 20, warmup=2)
+    spec = CommSpec(backend=backend, ops=("all_reduce",), sizes=sizes, iters=5 if quick else 20, warmup=2)
     return [asdict(r) for r in run_local(spec, nprocs)]

@@ -140,13 +140,15 @@ def load_prompts(dataset: str | Path | None) -> list[str]:
 
 
 def teacher_forced_logits(llm, ids: list[int]) -> torch.Tensor:
-    """float32 logits [T, vocab] at every position of `ids`, on a private KV cache of the engine's dtype."""
+    """float32 logits [T, vocab] at every position of `ids`, on a private KV cache of the engine's dtype;
+    on the CPU, so the statistics run there whatever device the engine is on (a GPU engine's logits on
+    the GPU met the CPU's token ids in `compare_positions`)."""
     from refengine.quant.kv_calibration import run_with_scratch_cache
 
     engine = llm.llm_engine
     model = engine.runner.model
     hidden = run_with_scratch_cache(model, ids, engine.args.block_size, engine.device, engine.kv_cache_dtype)
-    return model.compute_logits(hidden).float()
+    return model.compute_logits(hidden).float().cpu()
 
 
 def compare_positions(ref: torch.Tensor, quant: torch.Tensor, ids: list[int]) -> dict:

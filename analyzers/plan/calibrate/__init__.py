@@ -18,6 +18,8 @@
 - ranks that share the host: the matmul, attention and elementwise tables again at each thread
   count that R ranks get (cores // R, refengine's split) for the R asked for.
 The collectives come from the comm probe (the face runs it and passes the rows in).
+On a GPU (calibrate/device.py) the same layers run there in bfloat16, each point timed as the engine
+queues its kernels (calibrate/timing.py); ranks do not share a GPU, so no fewer-thread tables.
 Each point is the fastest of `repeats` timed calls after a warm-up call (others disturb the rest).
 """
 
@@ -27,13 +29,14 @@ import dataclasses
 from collections.abc import Callable
 
 from analyzers.plan.calibrate.attention import measure_attention, measure_attention_table
+from analyzers.plan.calibrate.device import CPU, MeasureDevice, resolve_measure_device
 from analyzers.plan.calibrate.elementwise import measure_elementwise
 from analyzers.plan.calibrate.engine_overheads import DEEP, OVERHEAD_MODEL, SHALLOW, measure_engine_overheads
 from analyzers.plan.calibrate.grid import CalibrationGrid
 from analyzers.plan.calibrate.matmul import measure_matmul, roofline_of
 from analyzers.plan.profile import CollectiveCost, LinearCost, MachineProfile, ThreadTables
 
-__all__ = ["CalibrationGrid", "calibrate", "rank_threads"]
+__all__ = ["CalibrationGrid", "MeasureDevice", "calibrate", "rank_threads", "resolve_measure_device"]
 
 
 def collective_of(rows: list[dict]) -> CollectiveCost | None:
@@ -75,9 +78,12 @@ def calibrate(
     name: str = "this machine",
     progress: Callable[[str], None] = lambda _: None,
     rank_counts: tuple[int, ...] = (2, 4),
+    device: MeasureDevice = CPU,
+    no_comm_reason: str = "--no-comm",
 ) -> MachineProfile:
     """Every measurement above, into a measured profile; `rank_counts`: the ranks (TP x PP) that will
-    share this host's cores in the plans to predict, each measured again at its ranks' thread count."""
+    share this host's cores in the plans to predict, each measured again at its ranks' thread count
+    (on a CPU: each GPU rank has its own device)."""
     import datetime
     import os
     import platform
@@ -88,20 +94,24 @@ def calibrate(
     from analyzers.plan.step_model import StepModel, StepShape
 
     cores, threads = os.cpu_count() or 1, torch.get_num_threads()
-    progress("matmul grid")
-    table = measure_matmul(grid)
+    progress(f"matmul grid ({device.description})")
+    table = measure_matmul(grid, device)
     progress("attention")
-    decode, prefill, att_points = measure_attention(grid)
-    prefill_table = measure_attention_table(grid)
+    decode, prefill, att_points = measure_attention(grid, device)
+    prefill_table = measure_attention_table(grid, device)
     progress("elementwise")
-    elementwise, el_points = measure_elementwise(grid)
-    fewer = [measure_at_threads(grid, t, progress) for t in rank_threads(cores, threads, rank_counts) if t < threads]
+    elementwise, el_points = measure_elementwise(grid, device)
+    fewer = (
+        []
+        if device.is_gpu
+        else [measure_at_threads(grid, t, progress) for t in rank_threads(cores, threads, rank_counts) if t < threads]
+    )
     collective = collective_of(comm_rows or []) or CollectiveCost(latency_s=0.0, bus_bw_bytes_s=1e12)
     provisional = MachineProfile(
         name=name,
         source="measured",
-        dtype_bytes=4,
-        roofline=roofline_of(table),
+        dtype_bytes=device.dtype_bytes,
+        roofline=roofline_of(table, device.dtype_bytes),
         step_overhead=LinearCost(0.0, 0.0),
         collective=collective,
         matmul=table,
@@ -115,15 +125,26 @@ def calibrate(
         return StepModel(resolve_model(model_dir), profile).step_cost(StepShape(((1, context),) * batch, batch)).total_s
 
     progress("engine step and layer overhead")
-    overheads = measure_engine_overheads(grid.overhead_batches, price)
-    assumptions = [
-        f"measured on {platform.node()} ({platform.machine()}, torch {torch.__version__}, {threads} threads), float32",
-        f"ranks sharing its {cores} cores: operators measured again at "
+    overheads = measure_engine_overheads(grid.overhead_batches, price, device.kind)
+    where = (
+        f"measured on {platform.node()}'s {device.description} (torch {torch.__version__}, queued calls timed "
+        "per synchronize)"
+        if device.is_gpu
+        else f"measured on {platform.node()} ({platform.machine()}, torch {torch.__version__}, {threads} threads), float32"
+    )
+    shared = (
+        "ranks: one GPU each (nothing shared)"
+        if device.is_gpu
+        else f"ranks sharing its {cores} cores: operators measured again at "
         + (
             ", ".join(str(t.threads) for t in fewer) + (" thread" if [t.threads for t in fewer] == [1] else " threads")
             if fewer
             else "no other thread count"
-        ),
+        )
+    )
+    assumptions = [
+        where,
+        shared,
         "decode attention measured at (heads, KV heads, head dim) "
         + ", ".join(f"({h}, {kv}, {d})" for h, kv, d in grid.decode_layouts)
         + ", rotating through caches as a step's layers do; prefill attention at "
@@ -133,15 +154,15 @@ def calibrate(
         f"{DEEP} layers beyond their predicted model time",
         "collectives: "
         + (
-            "the comm probe's all-reduce (gloo)"
+            f"the comm probe's all-reduce ({'nccl' if device.is_gpu else 'gloo'})"
             if comm_rows
-            else "not measured (--no-comm): free, which is wrong under TP/PP > 1"
+            else f"not measured ({no_comm_reason}): free, which is wrong under TP/PP > 1"
         ),
     ]
     return MachineProfile(
         name=name,
         source="measured",
-        dtype_bytes=4,
+        dtype_bytes=device.dtype_bytes,
         roofline=provisional.roofline,
         step_overhead=overheads.step,
         layer_overhead=overheads.layer,
@@ -155,7 +176,7 @@ def calibrate(
         host=platform.node(),
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         measured_points={"attention": att_points, "elementwise": el_points, **overheads.points},
-        threads=threads,
-        cores=cores,
+        threads=0 if device.is_gpu else threads,  # 0, 0: not a CPU's threads; each rank a device of its own
+        cores=0 if device.is_gpu else cores,
         fewer_threads=fewer,
     )

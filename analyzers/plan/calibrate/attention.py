@@ -5,13 +5,16 @@ from __future__ import annotations
 import dataclasses
 
 from analyzers.plan.attention_table import AttentionTable
+from analyzers.plan.calibrate.device import CPU, MeasureDevice
 from analyzers.plan.calibrate.grid import CalibrationGrid
 from analyzers.plan.calibrate.timing import WEIGHTS_WORKING_SET, timed
 from analyzers.plan.decode_attention import DecodeAttentionCost, DecodeCall
 from analyzers.plan.profile import LinearCost
 
 
-def _attention(grid: CalibrationGrid, seqs: list[tuple[int, int]], copies: int = 1) -> float:
+def _attention(
+    grid: CalibrationGrid, seqs: list[tuple[int, int]], copies: int = 1, device: MeasureDevice = CPU
+) -> float:
     """One call of refengine's Attention layer on sequences of (start_pos, new tokens); with `copies`,
     the calls rotate through that many caches (each its own blocks of one pool), so a call reads a
     context the last calls did not."""
@@ -28,43 +31,49 @@ def _attention(grid: CalibrationGrid, seqs: list[tuple[int, int]], copies: int =
         need = -(-(start + n) // bs)
         tables.append(list(range(blocks, blocks + need)))
         blocks += need
-    cache = torch.randn(2, blocks * copies, bs, grid.kv_heads, grid.head_dim)
+    on = dict(dtype=device.dtype, device=device.kind)
+    cache = torch.randn(2, blocks * copies, bs, grid.kv_heads, grid.head_dim, **on)
     metas = [
-        build_attention_metadata([(s, n, [b + c * blocks for b in t]) for (s, n), t in zip(seqs, tables)], bs)
+        build_attention_metadata(
+            [(s, n, [b + c * blocks for b in t]) for (s, n), t in zip(seqs, tables)], bs, device=device.kind
+        )
         for c in range(copies)
     ]
     layer = Attention(grid.heads, grid.head_dim, grid.head_dim**-0.5, grid.kv_heads)
     t = sum(n for _, n in seqs)
-    q = torch.randn(t, grid.heads * grid.head_dim)
-    k, v = torch.randn(t, grid.kv_heads * grid.head_dim), torch.randn(t, grid.kv_heads * grid.head_dim)
+    q = torch.randn(t, grid.heads * grid.head_dim, **on)
+    k, v = torch.randn(t, grid.kv_heads * grid.head_dim, **on), torch.randn(t, grid.kv_heads * grid.head_dim, **on)
     rotation = itertools.cycle(metas)
     with torch.inference_mode():
-        return timed(lambda: layer(q, k, v, cache, next(rotation)), grid.repeats)
+        return timed(lambda: layer(q, k, v, cache, next(rotation)), grid.repeats, sync=device.sync())
 
 
-def decode_split_bytes() -> int:
+def decode_split_bytes(device: MeasureDevice = CPU) -> int:
     """The context bytes per thread at which refengine's CPU decode kernel splits a call (0 where the
-    kernel does not run: no compiler, or turned off)."""
+    kernel does not run: a GPU, no compiler, or turned off)."""
     from refengine.kernels import cpu_paged_decode
 
-    return cpu_paged_decode.MIN_BYTES_PER_THREAD if cpu_paged_decode.available() else 0
+    return cpu_paged_decode.MIN_BYTES_PER_THREAD if not device.is_gpu and cpu_paged_decode.available() else 0
 
 
 MAX_CACHES = 1024  # caches a decode point rotates through: WEIGHTS_WORKING_SET of them, at most this many
 
 
-def caches_for(kv_elements: float) -> int:
-    """How many distinct float32 caches of `kv_elements` a decode call rotates through."""
-    return max(2, min(MAX_CACHES, -(-WEIGHTS_WORKING_SET // int(kv_elements * 4))))
+def caches_for(kv_elements: float, element_bytes: int = 4) -> int:
+    """How many distinct caches of `kv_elements` a decode call rotates through."""
+    return max(2, min(MAX_CACHES, -(-WEIGHTS_WORKING_SET // int(kv_elements * element_bytes))))
 
 
-def measure_decode_attention(grid: CalibrationGrid) -> tuple[DecodeAttentionCost, list[DecodeCall]]:
+def measure_decode_attention(
+    grid: CalibrationGrid, device: MeasureDevice = CPU
+) -> tuple[DecodeAttentionCost, list[DecodeCall]]:
     """Decode calls at each layout x batch x context, rotating through distinct caches (up to 256 MiB
     of them), as an engine step's layers each read their own: a call timed over and over on one cache
     reads it from the CPU's caches, up to twice as fast as a step does (docs/planning.md)."""
     import torch
 
-    threads, split = torch.get_num_threads(), decode_split_bytes()
+    # A GPU's calls do not split by the host's threads: one "thread" each, so the fit's rule is off.
+    threads, split = (1 if device.is_gpu else torch.get_num_threads()), decode_split_bytes(device)
     rule = DecodeAttentionCost(0.0, 0.0, split_bytes=split)  # the kernel's thread rule, for the fit
     calls = []
     for heads, kv_heads, head_dim in grid.decode_layouts:
@@ -72,28 +81,30 @@ def measure_decode_attention(grid: CalibrationGrid) -> tuple[DecodeAttentionCost
         for b in grid.decode_batches:
             for ctx in grid.decode_contexts:
                 kv = 2.0 * b * ctx * kv_heads * head_dim
-                seconds = _attention(layout, [(ctx - 1, 1)] * b, caches_for(kv))
+                seconds = _attention(layout, [(ctx - 1, 1)] * b, caches_for(kv, device.dtype_bytes), device)
                 scores = float(b) * ctx * heads
                 calls.append(DecodeCall(kv, scores * head_dim, scores, rule.threads_for(kv, threads), seconds))
-    return DecodeAttentionCost.fit(calls, split), calls
+    return DecodeAttentionCost.fit(calls, split, device.dtype_bytes), calls
 
 
-def measure_attention(grid: CalibrationGrid) -> tuple[DecodeAttentionCost, LinearCost, dict]:
-    decode, calls = measure_decode_attention(grid)
+def measure_attention(
+    grid: CalibrationGrid, device: MeasureDevice = CPU
+) -> tuple[DecodeAttentionCost, LinearCost, dict]:
+    decode, calls = measure_decode_attention(grid, device)
     px, py = [], []
     for n in grid.prefill_tokens:
         px.append(float(n) * n * grid.heads * grid.head_dim)
-        py.append(_attention(grid, [(0, n)]))
+        py.append(_attention(grid, [(0, n)], device=device))
     points = {"decode": [dataclasses.astuple(c) for c in calls], "prefill": list(zip(px, py))}
     return decode, LinearCost.fit(px, py), points
 
 
-def measure_attention_table(grid: CalibrationGrid) -> AttentionTable:
+def measure_attention_table(grid: CalibrationGrid, device: MeasureDevice = CPU) -> AttentionTable:
     """Prefill attention per head: one sequence of n tokens at each head dim, 4 heads and 2 KV heads."""
 
     times = [[0.0] * len(grid.table_head_dims) for _ in grid.table_tokens]
     for j, d in enumerate(grid.table_head_dims):
         layout = dataclasses.replace(grid, heads=4, kv_heads=2, head_dim=d)
         for i, n in enumerate(grid.table_tokens):
-            times[i][j] = max(_attention(layout, [(0, n)]), 1e-7) / 4
+            times[i][j] = max(_attention(layout, [(0, n)], device=device), 1e-7) / 4
     return AttentionTable(list(grid.table_tokens), list(grid.table_head_dims), times)

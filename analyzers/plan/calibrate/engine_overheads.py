@@ -60,7 +60,9 @@ def write_depths(root: Path) -> dict[int, str]:
     return out
 
 
-def decode_steps_s(model_dirs: dict[int, str], batches: tuple[int, ...]) -> dict[int, dict[int, float]]:
+def decode_steps_s(
+    model_dirs: dict[int, str], batches: tuple[int, ...], device: str = "cpu"
+) -> dict[int, dict[int, float]]:
     """The fastest decode step of the real engine on each checkpoint at each batch size
     (PROMPT_LEN-token prompts). The engines step in turn, one step each, so that whatever else the
     machine does falls on all of them alike: their difference is what the layer overhead stands on."""
@@ -69,7 +71,7 @@ def decode_steps_s(model_dirs: dict[int, str], batches: tuple[int, ...]) -> dict
     from refengine.sampling_params import SamplingParams
 
     engines = {
-        key: LLMEngine(EngineArgs(model=path, max_model_len=1024, enable_prefix_caching=False))
+        key: LLMEngine(EngineArgs(model=path, max_model_len=1024, enable_prefix_caching=False, device=device))
         for key, path in model_dirs.items()
     }
     out: dict[int, dict[int, float]] = {key: {} for key in engines}
@@ -94,11 +96,11 @@ def decode_steps_s(model_dirs: dict[int, str], batches: tuple[int, ...]) -> dict
     return out
 
 
-def measure_engine_overheads(batches: tuple[int, ...], price: Price) -> EngineOverheads:
+def measure_engine_overheads(batches: tuple[int, ...], price: Price, device: str = "cpu") -> EngineOverheads:
     context = PROMPT_LEN + STEPS // 2
     with tempfile.TemporaryDirectory(prefix="llmbench-calibrate-") as tmp:
         models = write_depths(Path(tmp))
-        steps = decode_steps_s(models, batches)
+        steps = decode_steps_s(models, batches, device)
         span = DEEP - SHALLOW
         layer_points = []
         for b in batches:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator
 
+from analyzers.plan.calibrate.device import CPU, MeasureDevice
 from analyzers.plan.calibrate.grid import CalibrationGrid
 from analyzers.plan.calibrate.timing import WEIGHTS_WORKING_SET, timed
 from analyzers.plan.profile import MatmulTable, Roofline
@@ -12,10 +13,10 @@ from analyzers.plan.profile import MatmulTable, Roofline
 MAX_WEIGHTS = 64
 
 
-def measure_matmul(grid: CalibrationGrid) -> MatmulTable:
+def measure_matmul(grid: CalibrationGrid, device: MeasureDevice = CPU) -> MatmulTable:
     """Each size rotates through distinct weights (up to 256 MiB of them), as a model's step touches
     each linear's weight once: one weight timed over and over would sit in cache and measure a
-    decode step's weight reads at cache speed, not memory's."""
+    decode step's weight reads at cache speed, not memory's (a GPU's 50-60 MB L2 included)."""
 
     import torch
 
@@ -25,15 +26,15 @@ def measure_matmul(grid: CalibrationGrid) -> MatmulTable:
     with torch.inference_mode():
         for j, s in enumerate(grid.sizes):
             layers = [
-                ColumnParallelLinear(s, s, params_dtype=torch.float32)
-                for _ in range(max(1, min(MAX_WEIGHTS, WEIGHTS_WORKING_SET // (s * s * 4))))
+                ColumnParallelLinear(s, s, params_dtype=device.dtype).to(device.kind)
+                for _ in range(max(1, min(MAX_WEIGHTS, WEIGHTS_WORKING_SET // (s * s * device.dtype_bytes))))
             ]
             for layer in layers:  # real values: uninitialized memory may hold slow denormals
                 weight = layer.weight  # registered by the layer's quant method: nn.Module's getattr
                 assert isinstance(weight, torch.Tensor)
                 weight.normal_(0, 0.02)
             for i, m in enumerate(grid.ms):
-                x = torch.randn(m, s)
+                x = torch.randn(m, s, dtype=device.dtype, device=device.kind)
                 for layer in layers:  # the first call packs the weight (refengine's CPU linear)
                     layer(x)
                 rotation = itertools.cycle(layers)
@@ -41,7 +42,7 @@ def measure_matmul(grid: CalibrationGrid) -> MatmulTable:
                 def call(x: torch.Tensor = x, rotation: Iterator[ColumnParallelLinear] = rotation) -> object:
                     return next(rotation)(x)
 
-                times[i][j] = max(timed(call, grid.repeats), 1e-7)
+                times[i][j] = max(timed(call, grid.repeats, sync=device.sync()), 1e-7)
             del layers
     return MatmulTable(list(grid.ms), list(grid.sizes), monotone(times))
 

@@ -29,7 +29,7 @@ NEXT = {
     "between decode steps, the event loop, GC",
     "p99.host.cpu": "move the other processes off the server's cores, or pin the server (taskset/cpuset)",
     "p99.sched.saturation": "the load is above this deployment's capacity: lower it to the last level that meets "
-    "the SLO, or add replicas; a faster engine build (GPU) raises the ceiling",
+    "the SLO, or add replicas; faster hardware or a faster engine raises the ceiling",
     "p99.client-path": "the time is spent before the server sees the request: client, HTTP, tokenization",
     "p99.net.path": "time outside the server on a remote target is the network path: check the target's "
     "connections (probe tcp), then `llmdiag pcap`",

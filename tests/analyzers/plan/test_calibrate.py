@@ -64,3 +64,28 @@ def test_serve_fits_the_overheads_to_a_sweep_of_the_bundled_server(tmp_path):
     profile = MachineProfile.load(out)
     assert profile.source == "fitted" and profile.compute_scale == 1.0
     assert "fitted to run" in profile.assumptions[-1] and "fitted to the served sweep" in r.output
+
+
+def test_calibrate_on_cuda_without_a_gpu_is_one_clear_line(tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible; the gpu-marked test measures on it")
+    r = CliRunner().invoke(
+        app, ["calibrate", "--quick", "--device", "cuda", "--out", str(tmp_path / "p.json")], env={"COLUMNS": "200"}
+    )
+    assert r.exit_code == 2 and "no CUDA GPU is visible" in r.output and "--device cpu" in r.output
+    assert not (tmp_path / "p.json").exists()
+
+
+@pytest.mark.gpu
+def test_quick_calibration_on_a_gpu_measures_there(tmp_path):
+    """Where a GPU is lent: refengine's layers measured on it in bfloat16, one device per rank."""
+    out = tmp_path / "gpu.json"
+    r = CliRunner().invoke(app, ["calibrate", "--quick", "--device", "cuda", "--out", str(out)], env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    profile = MachineProfile.load(out)
+    assert profile.dtype_bytes == 2 and profile.threads == 0 and profile.cores == 0 and not profile.fewer_threads
+    assert torch.cuda.get_device_name() in profile.assumptions[0]
+    # 2 x 256 x 512 x 512 FLOP at a launch-bound 30 us is 4.5 TFLOP/s: beyond any CPU's 512-wide matmul.
+    assert profile.roofline.peak_flops > 1e12
+    if torch.cuda.device_count() < 2:
+        assert "GPU visible, NCCL needs 2" in r.output
