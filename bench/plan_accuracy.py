@@ -80,7 +80,8 @@ def _model_path(model: str, work: Path) -> str:
 
 
 def _run(cmd: list[str]) -> str:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)  # keep the caller's
+    env = {**os.environ, "PYTHONPATH": path, "COLUMNS": "200"}
     proc = subprocess.run([sys.executable, "-m", *cmd], cwd=ROOT, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
