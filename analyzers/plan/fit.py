@@ -14,11 +14,14 @@ fitted, to the levels given:
   the server's own TTFT histogram (the client's mean TTFT less the server's, against the server's
   running gauge: analyzers/plan/outside_server.py), else fitted to TTFT P50.
 - the prefill: where the server also publishes its prefill phase (first scheduled to first token),
-  a cost per prompt token beyond the tables is fitted with the step's factors, each fitted level's
-  simulated prefill phase held to the server's. A served prefill pays per token what the operators
-  measured alone do not (tiny-test at 512-token prompts: 3.9 ms served against 1.9 priced), and
-  one operator scale cannot make both a decode step and a long prefill right; without the phase,
-  the lightest level's TTFT stands in for it.
+  each fitted level's simulated phase is held to the server's, and a fourth factor, the share of
+  the operators' time computed at fewer threads (profile.contended_share), is fitted with the step's
+  three. On a host whose cores the load generator and the server's event loop share with the
+  engine, a served prefill runs as if on fewer threads (tiny-test at 512-token prompts: 3.9 ms
+  served against 1.9 priced on two threads; a prefill's matmul on one thread takes up to twice as
+  long, a decode's about the same), which one operator scale cannot give both a decode step and a
+  long prefill. Without fewer-thread tables (a GPU) the share has no effect and stays 0. Without the
+  phase, the lightest level's TTFT stands in for it.
 
 How a factor reaches a metric is the simulator's business, not a formula's: under pipeline
 parallelism a token waits for every micro-batch's step overhead on the driver, not its own alone,
@@ -146,11 +149,11 @@ STEP_FACTORS = (
         lambda v: max(2e-5, 0.25 * v),
     ),
 )
-PREFILL_FACTOR = Factor(
-    "prefill token overhead",
-    lambda p: p.prefill_token_overhead_s,
-    lambda p, v: dataclasses.replace(p, prefill_token_overhead_s=max(v, 0.0)),
-    lambda v: max(1e-6, 0.25 * v),
+CONTENDED_FACTOR = Factor(
+    "contended share",
+    lambda p: p.contended_share,
+    lambda p, v: dataclasses.replace(p, contended_share=min(max(v, 0.0), 1.0)),
+    lambda v: 0.2 if v < 0.5 else -0.2,  # inside [0, 1] either way
 )
 REQUEST_FACTORS = (
     Factor(
@@ -343,7 +346,7 @@ def fit_profile(
         # much short (tiny-test: 1.4 ms simulated against the server's 2.0 at c1; bench/RESULTS.md).
         prefill = {o.level_id: o.prefill_s for o in times if o.prefill_s}
         if prefill:
-            overhead_from += "; prefill per token fitted to the server's prefill phase"
+            overhead_from += "; the prefill held to the server's prefill phase"
             fitted = _fit_jointly(
                 fitted,
                 predict,
@@ -352,7 +355,7 @@ def fit_profile(
                 (fit_scale, True, True, True),
                 passes,
                 _prefill_phase,
-                (*STEP_FACTORS, PREFILL_FACTOR),
+                (*STEP_FACTORS, CONTENDED_FACTOR),
             )
         else:
             lightest = min(times, key=lambda o: o.running).level_id
@@ -374,8 +377,8 @@ def fit_profile(
             *profile.assumptions,
             f"fitted to run {run_id} ({', '.join(sorted(measured))}): operators x "
             f"{fitted.compute_scale:.2f}, step overhead {ov.fixed_s * 1e3:.2f} ms + "
-            f"{ov.per_unit_s * 1e6:.0f} us/request, {fitted.prefill_token_overhead_s * 1e6:.2f} us per prompt "
-            f"token, request overhead {r0 * 1e3:.1f} ms + "
+            f"{ov.per_unit_s * 1e6:.0f} us/request, {fitted.contended_share:.0%} of the operators at fewer "
+            f"threads, request overhead {r0 * 1e3:.1f} ms + "
             f"{r1 * 1e3:.2f} ms per running request ({overhead_from})",
         ],
     )

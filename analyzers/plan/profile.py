@@ -21,10 +21,11 @@ Tables:
 - step_overhead: seconds per engine step outside the model (scheduler, input tensors, sampler,
   output processing) = a + b x (requests in the step); each request waits `request_overhead_s` +
   `request_overhead_per_running_s` x (requests the server is running) before the scheduler sees it
-  (HTTP and tokenization on an event loop busy streaming the others), 0 unless fitted to a run;
-  and each prompt token a step computes costs `prefill_token_overhead_s` beyond the tables (what a
-  served prefill pays per token that the operators measured alone do not: fitted to the prefill
-  phase the server publishes, 0 otherwise).
+  (HTTP and tokenization on an event loop busy streaming the others), 0 unless fitted to a run.
+- contended_share: the share of a served engine's operator time computed at the next thread count
+  below its own that the profile measured (`fewer_threads`), because processes beside it (the load
+  generator, the server's event loop) hold cores its threads want: a prefill's matmuls slow down
+  on fewer threads, a decode's barely. Fitted to the prefill phase the server publishes, 0 otherwise.
 - collective: seconds = latency + bytes x bus factor / bus bandwidth (nccl-tests' busbw).
 - fewer_threads: the matmul, attention and elementwise tables again at fewer threads, for ranks
   that share a CPU host's cores (refengine gives each of R ranks cores // R threads): a prefill's
@@ -233,7 +234,7 @@ class MachineProfile:
     request_overhead_s: float = 0.0  # once per request, on its TTFT ...
     request_overhead_per_running_s: float = 0.0  # ... plus this per request the server is running then
     compute_scale: float = 1.0  # multiplies every operator's time (fitted to a run)
-    prefill_token_overhead_s: float = 0.0  # per prompt token in a step, beyond the tables (fitted to a run)
+    contended_share: float = 0.0  # of the operators' time, at the next fewer threads measured (fitted to a run)
     step_jitter: StepJitter | None = None  # added to every simulated step (measured on a run); None: steady
     assumptions: list[str] = field(default_factory=list)
     created: str = ""
@@ -251,8 +252,8 @@ class MachineProfile:
             raise DiagnosisError(f"profile dtype_bytes must be 1, 2 or 4, got {self.dtype_bytes}")
         if self.request_overhead_s < 0 or self.request_overhead_per_running_s < 0 or not self.compute_scale > 0:
             raise DiagnosisError("request overheads must be >= 0 and compute_scale > 0")
-        if self.prefill_token_overhead_s < 0:
-            raise DiagnosisError("the prefill token overhead must be >= 0")
+        if not 0.0 <= self.contended_share <= 1.0:
+            raise DiagnosisError(f"contended_share must be in [0, 1], got {self.contended_share}")
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -275,6 +276,16 @@ class MachineProfile:
             f"measured its operators at {self.threads} threads only: prefill-sized matmuls are priced up to "
             f"{self.threads / threads:.0f}x fast (llmdiag calibrate --ranks {ranks} measures them)"
         )
+
+    def contended(self) -> "MachineProfile | None":
+        """This profile's operators at the most threads measured below its own (what a served engine
+        computes at while processes beside it hold a core), or None where none were measured."""
+        below = [t for t in self.fewer_threads if t.threads < self.threads]
+        if not below:
+            return None
+        t = max(below, key=lambda t: t.threads)
+        tables = {name: getattr(t, name) for name in OPERATOR_FIELDS}
+        return dataclasses.replace(self, threads=t.threads, contended_share=0.0, **tables)
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.to_dict(), indent=1) + "\n")
@@ -299,7 +310,7 @@ class MachineProfile:
                 request_overhead_s=d.get("request_overhead_s", 0.0),
                 request_overhead_per_running_s=d.get("request_overhead_per_running_s", 0.0),
                 compute_scale=d.get("compute_scale", 1.0),
-                prefill_token_overhead_s=d.get("prefill_token_overhead_s", 0.0),
+                contended_share=d.get("contended_share", 0.0),
                 step_jitter=StepJitter.from_dict(d["step_jitter"]) if d.get("step_jitter") else None,
                 assumptions=list(d.get("assumptions", [])),
                 created=d.get("created", ""),

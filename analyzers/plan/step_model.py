@@ -15,13 +15,15 @@ samples S of them. Per layer, on one tensor-parallel rank of one pipeline stage:
 On a CPU host, ranks that share its cores compute at their share of its threads (the profile's
 tables at that thread count). Once per step: lm_head on the S sampled rows (an all-gather of the
 logits under TP), a PP send of T x hidden x dtype per stage boundary, and the engine's overhead
-(scheduler, inputs, sampler, output processing) by requests, plus a cost per prompt token where one was
-fitted to a run (the served prefill beyond its operators). A stage's time is its layers' sum; the step is the stages' sum
-(one batch goes through every stage) plus the overhead.
+(scheduler, inputs, sampler, output processing) by requests. A stage's time is its layers' sum; the
+step is the stages' sum (one batch goes through every stage) plus the overhead. A profile fitted to a
+served run may price a share of the operators at fewer threads (profile.contended_share: processes
+beside the engine hold a core its threads want).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from analyzers.diagnosis_error import DiagnosisError
@@ -78,6 +80,9 @@ class StepModel:
         profile, shared_note = profile.for_ranks(tp * pp if ranks_per_host is None else ranks_per_host)
         self.profile_notes = {shared_note} if shared_note else set()
         self.shape, self.profile, self.tp, self.pp = shape, profile, tp, pp
+        # The operators at the next fewer threads, for the share a served engine computes there.
+        fewer = profile.contended() if profile.contended_share > 0 else None
+        self.contended = None if fewer is None else StepModel(shape, fewer, tp, pp, weight_bytes, ranks_per_host=1)
         self.stage_layers = -(-shape.num_layers // pp)  # the widest stage sets the pace
         # Bytes per weight element the roofline reads (FP8 weights: 1); a measured table is its own dtype's.
         self.weight_bytes = profile.dtype_bytes if weight_bytes is None else weight_bytes
@@ -148,19 +153,27 @@ class StepModel:
             "tp_comm": comm,
         }
 
+    def _blend(self, parts: "Callable[[StepModel], dict[str, float]]") -> dict[str, float]:
+        """`parts` priced by this model, and, for the contended share, by the one at fewer threads."""
+        own = parts(self)
+        if self.contended is None:
+            return own
+        w, fewer = self.profile.contended_share, parts(self.contended)
+        return {name: (1 - w) * v + w * fewer[name] for name, v in own.items()}
+
     def step_cost(self, step: StepShape) -> StepCost:
         notes: set[str] = set(self.profile_notes)
         if not step.chunks:
             return StepCost(0.0, 0.0, 0.0, {}, notes)
         s, p, k = self.shape, self.profile, self.profile.compute_scale
-        layer = {name: v * k for name, v in self.layer_parts(step, notes).items()}
+        layer = {name: v * k for name, v in self._blend(lambda m: m.layer_parts(step, notes)).items()}
         stage = sum(layer.values()) * self.stage_layers
-        lm_head = self.matmul_s(step.num_sampled, s.hidden_size, -(-s.vocab_size // self.tp), notes)
+        vocab = -(-s.vocab_size // self.tp)
+        lm_head = self._blend(lambda m: {"": m.matmul_s(step.num_sampled, s.hidden_size, vocab, notes)})[""]
         lm_head += p.collective.seconds("all_gather", step.num_sampled * s.vocab_size * p.dtype_bytes, self.tp)
         lm_head *= k
         send = k * p.collective.seconds("sendrecv", step.num_tokens * s.hidden_size * p.dtype_bytes, self.pp)
-        prompt_tokens = sum(n for n, _ in step.chunks if n > 1)
-        overhead = p.step_overhead.seconds(len(step.chunks)) + p.prefill_token_overhead_s * prompt_tokens
+        overhead = p.step_overhead.seconds(len(step.chunks))
         parts = {k: v * self.stage_layers * self.pp for k, v in layer.items()}
         parts.update(lm_head=lm_head, pp_send=send * (self.pp - 1), overhead=overhead)
         total = stage * self.pp + lm_head + send * (self.pp - 1) + overhead

@@ -72,7 +72,7 @@ class SweepPrediction:
                 "step_overhead_s": [ov.fixed_s, ov.per_unit_s],
                 "request_overhead_s": [self.profile.request_overhead_s, self.profile.request_overhead_per_running_s],
                 "compute_scale": self.profile.compute_scale,
-                "prefill_token_overhead_s": self.profile.prefill_token_overhead_s,
+                "contended_share": self.profile.contended_share,
                 "step_jitter": None if self.profile.step_jitter is None else self.profile.step_jitter.to_dict(),
             },
             "engine": {

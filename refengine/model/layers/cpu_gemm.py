@@ -13,9 +13,11 @@ weight at memory speed, while oneDNN's packed inner product there is slower on s
 on others. On one AVX2 core the packed path lost on one row (the `tiny` model's decode-step
 linears: 30-33 ms against 24-28) and won from two (1.1-2.1x); on an AMX Xeon it lost up to three
 rows (a `tiny` float32 decode step of 2 sequences: 22.1 ms packed, 20.3 with F.linear) and was
-level from four (bench/cpu_decode_paths.py). A rule fitted to one host is wrong on the other, so the crossover is
-measured once per process (`plain_float32_rows`: the same weight both ways at 2 and 3 rows) and one
-row always goes to F.linear. Measured for issue 26 (refengine against vLLM) and issue 28 (the step
+level from four (bench/cpu_decode_paths.py); on an AVX-512 AMD EPYC a lone float32 decode
+through F.linear ran 19.5 ms a token against 14.3 at four sequences packed (vLLM, oneDNN: 13.6;
+bench/RESULTS.md, vs_vllm on that host). A rule fitted to one host is wrong on another, so the
+crossover is measured once per process (`plain_float32_rows`: the same weight both ways at 1, 2 and
+3 rows), one row included. Measured for issue 26 (refengine against vLLM) and issue 28 (the step
 model's small decode batches); docs/engine.md, "Packed linears".
 
 bfloat16 weights are packed too where oneDNN computes bfloat16 natively (AVX-512 BF16 or AMX:
@@ -162,17 +164,18 @@ def _median_s(fn: Callable[[], object]) -> float:
 
 
 def measure_plain_float32_rows() -> int:
-    """Up to how many rows (1 to _PROBE_MAX_ROWS) a float32 linear goes to F.linear rather than the
-    packed path: 1, or more where this process measured F.linear faster at every row count from 2 up
-    to it. Measured once, at the process's torch thread count, in a few tens of milliseconds."""
+    """Up to how many rows (0 to _PROBE_MAX_ROWS) a float32 linear goes to F.linear rather than the
+    packed path: the most rows up to which this process measured F.linear faster at every row count
+    from 1 (0: the packed path won at one row). Measured once, at the process's torch thread count, in
+    a few tens of milliseconds; without the packed path, every row count is F.linear's anyway."""
     if not ENABLED or not _ops_available():
-        return 1
+        return _PROBE_MAX_ROWS
     gen = torch.Generator().manual_seed(0)
     weights = [torch.randn(*_PROBE_SHAPE, generator=gen) * 0.02 for _ in range(_PROBE_COPIES)]
     with torch.no_grad():
         packed = [torch.ops.mkldnn._reorder_linear_weight(w, None) for w in weights]
-        rows = 1
-        for m in range(2, _PROBE_MAX_ROWS + 1):
+        rows = 0
+        for m in range(1, _PROBE_MAX_ROWS + 1):
             x = torch.randn(m, _PROBE_SHAPE[1], generator=gen)
             plain = _median_s(functools.partial(_each, F.linear, x, weights))
             oned = _median_s(functools.partial(_each, _packed_linear, x, packed))

@@ -132,10 +132,22 @@ def test_a_few_float32_rows_follow_the_measured_crossover(monkeypatch):
 
 
 def test_the_measured_crossover_is_within_the_probed_rows(monkeypatch):
-    """The real probe answers 1 to _PROBE_MAX_ROWS (which, depends on the host); switched off, 1."""
-    assert 1 <= cpu_gemm.measure_plain_float32_rows() <= cpu_gemm._PROBE_MAX_ROWS
+    """The real probe answers 0 to _PROBE_MAX_ROWS (which, depends on the host: one row included, since
+    the packed path won at one row on an AVX-512 EPYC); switched off, every probed row count is F.linear's."""
+    assert 0 <= cpu_gemm.measure_plain_float32_rows() <= cpu_gemm._PROBE_MAX_ROWS
     monkeypatch.setattr(cpu_gemm, "ENABLED", False)
-    assert cpu_gemm.measure_plain_float32_rows() == 1
+    assert cpu_gemm.measure_plain_float32_rows() == cpu_gemm._PROBE_MAX_ROWS
+
+
+def test_where_the_packed_path_wins_at_one_row_a_lone_row_is_packed(monkeypatch):
+    monkeypatch.setattr(cpu_gemm, "plain_float32_rows", lambda: 0)
+    g = torch.Generator().manual_seed(6)
+    weight = torch.randn(96, 64, generator=g)
+    cache = cpu_gemm.PackedWeight()
+    with torch.no_grad():
+        x = torch.randn(1, 64, generator=g)
+        _assert_close(cpu_gemm.linear(x, weight, None, cache), F.linear(x, weight), torch.float32)
+        assert cache.key is not None
 
 
 def test_bfloat16_without_native_support_stays_with_f_linear(monkeypatch):
