@@ -237,14 +237,14 @@ def _two_thread_host():
     base = dataclasses.replace(
         published_profile("h100"),
         dtype_bytes=4,
-        matmul=table(100e9),
+        matmul=table(1e12),
         attention_decode=decode,
         attention_prefill=prefill,
         elementwise=elementwise,
         step_overhead=LinearCost(1e-3, 0.0),
         threads=2,
         cores=2,
-        fewer_threads=[ThreadTables(1, table(50e9), decode, prefill, elementwise)],
+        fewer_threads=[ThreadTables(1, table(5e11), decode, prefill, elementwise)],
     )
     shape = resolve_model("tiny")
     sched, cache = SchedulerConfig(max_num_seqs=64, max_model_len=2048), CacheConfig(num_blocks=2000)
