@@ -8,14 +8,14 @@ same matmul 1.3-2x faster at 16-128 rows on this machine's AVX2 cores, and no sl
 does; we call the same two ops directly so no compile step is needed.
 
 A few float32 rows (a lone decode: every linear of a step at concurrency 1; two or three
-sequences decoding) are the exception: MKL's sgemm on a few rows streams the plain [out, in]
+sequences decoding) may be the exception: MKL's sgemm on a few rows streams the plain [out, in]
 weight at memory speed, while oneDNN's packed inner product there is slower on some hosts and not
 on others. On one AVX2 core the packed path lost on one row (the `tiny` model's decode-step
 linears: 30-33 ms against 24-28) and won from two (1.1-2.1x); on an AMX Xeon it lost up to three
 rows (a `tiny` float32 decode step of 2 sequences: 22.1 ms packed, 20.3 with F.linear) and was
-level from four (bench/cpu_decode_paths.py); on an AVX-512 AMD EPYC a lone float32 decode
-through F.linear ran 19.5 ms a token against 14.3 at four sequences packed (vLLM, oneDNN: 13.6;
-bench/RESULTS.md, vs_vllm on that host). A rule fitted to one host is wrong on another, so the
+level from four (bench/cpu_decode_paths.py); on an AVX-512 AMD EPYC the packed path won at one
+row too: a lone float32 decode through F.linear ran 19.5 ms a token, packed 12.7 (vLLM, oneDNN:
+14.4; bench/RESULTS.md, "On an AVX-512 AMD EPYC"). A rule fitted to one host is wrong on another, so the
 crossover is measured once per process (`plain_float32_rows`: the same weight both ways at 1, 2 and
 3 rows), one row included. Measured for issue 26 (refengine against vLLM) and issue 28 (the step
 model's small decode batches); docs/engine.md, "Packed linears".
