@@ -352,7 +352,9 @@ def fit_profile(
                 predict,
                 tpot,
                 prefill,
-                (fit_scale, True, True, True),
+                # The share, like the scale, is the operators': a run too small to say what they cost
+                # (fit_scale False: calibrate's served tiny-test) holds it at the profile's.
+                (fit_scale, True, True, fit_scale),
                 passes,
                 _prefill_phase,
                 (*STEP_FACTORS, CONTENDED_FACTOR),
