@@ -83,7 +83,7 @@ def calibrate(
 ) -> MachineProfile:
     """Every measurement above, into a measured profile; `rank_counts`: the ranks (TP x PP) that will
     share this host's cores in the plans to predict, each measured again at its ranks' thread count
-    (on a CPU: each GPU rank has its own device)."""
+    (on a CPU; on a GPU each rank has a device of its own)."""
     import datetime
     import os
     import platform
