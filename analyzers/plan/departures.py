@@ -159,7 +159,7 @@ def check_prediction(record: PredictionRecord, levels: list[LevelStats], run_id:
                         invalid,
                     )
                 )
-    # analyzers/plan/fit.py's own words for a profile fitted to a run
+    # analyzers/plan/fit/'s own words for a profile fitted to a run
     fitted_here = (
         record.profile.source == "fitted"
         and bool(run_id)

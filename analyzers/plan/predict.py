@@ -43,7 +43,7 @@ class LevelPrediction:
     tpot_p50_s: float | None
     tpot_p95_s: float | None
     output_tok_s: float
-    tpot_mean_s: float | None  # what throughput follows; the fit matches it to a run's (analyzers/plan/fit.py)
+    tpot_mean_s: float | None  # what throughput follows; the fit matches it to a run's (analyzers/plan/fit/)
     # Over every request the simulation finished, window or not: what the fit holds a level to when
     # the simulated window caught no request (a wave of long requests can straddle a short window).
     tpot_mean_all_s: float | None
@@ -55,10 +55,10 @@ class LevelPrediction:
     unfinished: int  # window requests still running when the simulation stopped
     notes: list[str] = field(default_factory=list)
     # The window's mean TTFT: what the fit holds the lightest level to where the time outside the
-    # server is measured as a difference of means (analyzers/plan/fit.py).
+    # server is measured as a difference of means (analyzers/plan/fit/).
     ttft_mean_s: float | None = None
     # The window's mean prefill phase (first scheduled to first token): what the fit holds to the
-    # server's own where the server publishes it (analyzers/plan/fit.py).
+    # server's own where the server publishes it (analyzers/plan/fit/).
     prefill_phase_mean_s: float | None = None
 
     def metrics(self) -> dict[str, float | None]:

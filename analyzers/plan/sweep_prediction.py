@@ -2,7 +2,7 @@
 
 The engine is the run's (run.json's engine flags, its recorded KV blocks), the levels are its
 sweep's, the model its model. Levels named for fitting calibrate the profile to the run
-(analyzers/plan/fit.py); every other level is a prediction, reported apart from the fitted ones.
+(analyzers/plan/fit/); every other level is a prediction, reported apart from the fitted ones.
 """
 
 from __future__ import annotations
