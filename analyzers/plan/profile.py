@@ -269,8 +269,7 @@ class MachineProfile:
             return self, None
         for t in self.fewer_threads:
             if t.threads == threads:
-                tables = {name: getattr(t, name) for name in OPERATOR_FIELDS}
-                return dataclasses.replace(self, threads=threads, **tables), None
+                return self.at_threads(t), None
         return self, (
             f"{ranks} ranks share this host's {self.cores} cores ({threads} threads each), but the profile "
             f"measured its operators at {self.threads} threads only: prefill-sized matmuls are priced up to "
@@ -283,9 +282,12 @@ class MachineProfile:
         below = [t for t in self.fewer_threads if t.threads < self.threads]
         if not below:
             return None
-        t = max(below, key=lambda t: t.threads)
-        tables = {name: getattr(t, name) for name in OPERATOR_FIELDS}
-        return dataclasses.replace(self, threads=t.threads, contended_share=0.0, **tables)
+        return dataclasses.replace(self.at_threads(max(below, key=lambda t: t.threads)), contended_share=0.0)
+
+    def at_threads(self, tables: ThreadTables) -> "MachineProfile":
+        """This profile with its operator tables replaced by those measured at `tables.threads`."""
+        fields = {name: getattr(tables, name) for name in OPERATOR_FIELDS}
+        return dataclasses.replace(self, threads=tables.threads, **fields)
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.to_dict(), indent=1) + "\n")

@@ -91,8 +91,9 @@ def calibrate(
             raise DiagnosisError(f"{out.parent} does not exist")
         where = resolve_measure_device(device)
         rows, why_not = None, "--no-comm"
-        if not no_comm and where.is_gpu and _gpus() < comm_nprocs:
-            why_not = f"{_gpus()} GPU visible, NCCL needs {comm_nprocs}"
+        gpus = _gpus() if where.is_gpu else 0
+        if not no_comm and where.is_gpu and gpus < comm_nprocs:
+            why_not = f"{gpus} GPU visible, NCCL needs {comm_nprocs}"
             console.print(f"collectives not measured: {why_not} (TP/PP communication is priced as free)")
         elif not no_comm:
             rows = _comm_rows(comm_nprocs, quick, "nccl" if where.is_gpu else "gloo")

@@ -31,7 +31,7 @@ class MeasureDevice:
 
     @property
     def dtype_bytes(self) -> int:
-        return 4 if self.dtype_name == "float32" else 2
+        return int(self.dtype.itemsize)
 
     @property
     def dtype(self) -> Any:  # torch.dtype (torch is imported only where a measurement runs)

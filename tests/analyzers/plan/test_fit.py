@@ -166,19 +166,25 @@ def test_a_level_whose_simulated_window_catches_no_request_is_still_fitted():
     assert fitted.tpot_mean_all_s == pytest.approx(level.tpot_mean_all_s, rel=0.1)
 
 
+def _closed_loop(model, sched, cache, levels, prompt_len, vocab):
+    """profile -> the levels simulated on `model`, every request a prompt of `prompt_len` and 16 outputs."""
+    shape = resolve_model(model)
+
+    def predict(profile):
+        sim = Simulator(StepModel(shape, profile), sched, cache, profile.request_overhead_s)
+        return [predict_level(sim, lv, lambda i: (random_prompt(prompt_len, 0, i, vocab=vocab), 16)) for lv in levels]
+
+    return predict
+
+
 def _long_prompts_at_c1_and_c8():
     """llama-3-8b with 1,024-token prompts at c1 and c8 on a published H100 profile: (predict, the
     profile, a truth with operators 2x slower and a 1 ms step overhead, each level's time outside 0)."""
     from analyzers.plan.outside_server import OutsideTime
 
-    shape = resolve_model("llama-3-8b")
     sched, cache = SchedulerConfig(max_num_seqs=64, max_model_len=4096), CacheConfig(num_blocks=20_000)
     levels = [LevelLoad(f"c{c}", 0.5, 2.0, concurrency=c) for c in (1, 8)]
-
-    def predict(profile):
-        sim = Simulator(StepModel(shape, profile), sched, cache, profile.request_overhead_s)
-        return [predict_level(sim, lv, lambda i: (random_prompt(1024, 0, i, vocab=32000), 16)) for lv in levels]
-
+    predict = _closed_loop("llama-3-8b", sched, cache, levels, prompt_len=1024, vocab=32000)
     base = published_profile("h100")
     truth = dataclasses.replace(base, compute_scale=2.0, step_overhead=LinearCost(1e-3, 0.0))
     outside = [OutsideTime("c1", 0.0, 1.0, 20, 20.0), OutsideTime("c8", 0.0, 8.0, 80, 80.0)]
@@ -246,15 +252,9 @@ def _two_thread_host():
         cores=2,
         fewer_threads=[ThreadTables(1, table(5e11), decode, prefill, elementwise)],
     )
-    shape = resolve_model("tiny")
     sched, cache = SchedulerConfig(max_num_seqs=64, max_model_len=2048), CacheConfig(num_blocks=2000)
     levels = [LevelLoad(f"c{c}", 1.0, 4.0, concurrency=c) for c in (1, 8)]
-
-    def predict(profile):
-        sim = Simulator(StepModel(shape, profile), sched, cache, profile.request_overhead_s)
-        return [predict_level(sim, lv, lambda i: (random_prompt(512, 0, i, vocab=4096), 16)) for lv in levels]
-
-    return predict, base
+    return _closed_loop("tiny", sched, cache, levels, prompt_len=512, vocab=4096), base
 
 
 @pytest.mark.slow  # ~15 s of simulation; .ci/run runs it
