@@ -12,7 +12,10 @@ in bursts, errors) says so in its row instead of giving a ratio.
 Both engines get the same limits: max_model_len 1024, max_num_seqs 128 (refengine's default; vLLM's
 is 256 on CPU), prefix caching on (each prompt is unique), chunked prefill on, 1 GiB of KV cache.
 
-    python bench/vs_vllm.py --out bench/vs_vllm.json            # ~20 min on 2 cores
+    python bench/vs_vllm.py --out bench/vs_vllm.json            # ~30 min on 2 cores
+
+Levels from --long-from (64 users) are measured in a --long-window (60 s): such a closed loop moves in
+phase, and a short window's rate depends on where it cuts the phase (windows()).
 """
 
 from __future__ import annotations
@@ -99,36 +102,10 @@ def measure(engine: str, dtype: str, a, model_dir: Path, workdir: Path) -> dict:
         t0 = time.monotonic()
         wait_healthy(url, proc, timeout=900.0)
         started_s = time.monotonic() - t0
-        run = workdir / f"{engine}-{dtype}"
-        sweep = [
-            "taskset",
-            "-c",
-            core_list(a.client_cores),
-            sys.executable,
-            "-m",
-            "llmbench.cli",
-            "sweep",
-            "--target",
-            url,
-            "--concurrency",
-            a.concurrency,
-            "--input-len",
-            a.input_len,
-            "--output-len",
-            str(a.output_len),
-            "--warmup",
-            a.warmup,
-            "--duration",
-            a.duration,
-            "--probes",
-            "server",
-            "--out",
-            str(run),
-        ]
-        p = subprocess.run(sweep, capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"})
-        if p.returncode != 0:
-            raise RuntimeError(f"sweep of {engine} {dtype} failed:\n{p.stdout[-2000:]}{p.stderr[-2000:]}")
-        summary = json.loads((run / "summary.json").read_text())
+        levels = []
+        for concurrency, duration, part in windows(a):
+            run = workdir / f"{engine}-{dtype}-{part}"
+            levels += sweep_levels(url, concurrency, duration, a, run, f"{engine} {dtype}")
     finally:
         os.killpg(proc.pid, 15)
         proc.wait(timeout=60)
@@ -136,8 +113,59 @@ def measure(engine: str, dtype: str, a, model_dir: Path, workdir: Path) -> dict:
         "engine": engine,
         "dtype": dtype,
         "start_s": round(started_s, 1),
-        "levels": [level_row(lv) for lv in summary["levels"]],
+        "levels": sorted((level_row(lv) for lv in levels), key=lambda r: (r["input_len"], r["concurrency"])),
     }
+
+
+def windows(a) -> list[tuple[str, str, str]]:
+    """(concurrency list, --duration, name) of each sweep a server gets: the levels below --long-from
+    in --duration, the rest in --long-window. A closed loop of many users moves in phase (they are
+    prefilled in the same steps and finish in the same step), so its tokens arrive in bursts a cycle
+    apart; a window that holds a few cycles counts one burst more or less by where it starts (at 64
+    users and 20 s, +-15%: bench/RESULTS.md). A longer window makes that share small."""
+    levels = [int(c) for c in a.concurrency.split(",")]
+    short = [c for c in levels if c < a.long_from]
+    long = [c for c in levels if c >= a.long_from]
+    parts = []
+    if short:
+        parts.append((",".join(map(str, short)), a.duration, "short"))
+    if long:
+        parts.append((",".join(map(str, long)), a.long_window, "long"))
+    return parts
+
+
+def sweep_levels(url: str, concurrency: str, duration: str, a, run: Path, what: str) -> list[dict]:
+    """One `llmbench sweep` of `url` from the client cores: its levels' summaries. Each level sends
+    prompts of its own (derived from the seed and the level id), so a second sweep of the same server
+    at other concurrencies hits no prefix cache."""
+    sweep = [
+        "taskset",
+        "-c",
+        core_list(a.client_cores),
+        sys.executable,
+        "-m",
+        "llmbench.cli",
+        "sweep",
+        "--target",
+        url,
+        "--concurrency",
+        concurrency,
+        "--input-len",
+        a.input_len,
+        "--output-len",
+        str(a.output_len),
+        *(["--warmup", a.warmup] if a.warmup else []),
+        "--duration",
+        duration,
+        "--probes",
+        "server",
+        "--out",
+        str(run),
+    ]
+    p = subprocess.run(sweep, capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"})
+    if p.returncode != 0:
+        raise RuntimeError(f"sweep of {what} failed:\n{p.stdout[-2000:]}{p.stderr[-2000:]}")
+    return json.loads((run / "summary.json").read_text())["levels"]
 
 
 def level_row(lv: dict) -> dict:
@@ -226,8 +254,10 @@ def main() -> None:
     p.add_argument("--concurrency", default="1,4,16,64")
     p.add_argument("--input-len", default="64,512")
     p.add_argument("--output-len", type=int, default=32)
-    p.add_argument("--warmup", default="3s")
+    p.add_argument("--warmup", default=None, help="default: the sweep's own (until every user has finished a request)")
     p.add_argument("--duration", default="10s")
+    p.add_argument("--long-from", type=int, default=64, help="levels at this concurrency and above get --long-window")
+    p.add_argument("--long-window", default="60s", help="the window of the levels from --long-from (windows())")
     p.add_argument("--out", default=None, help="write the JSON here (and print the Markdown table)")
     a = p.parse_args()
     a.server_cores, a.client_cores = parse_cores(a.server_cores), parse_cores(a.client_cores)
