@@ -157,6 +157,9 @@ def sweep_levels(url: str, concurrency: str, duration: str, a, run: Path, what: 
         *(["--warmup", a.warmup] if a.warmup else []),
         "--duration",
         duration,
+        # The sized warm-up's bound, which must hold the window too: the long window bounds both.
+        "--max-duration",
+        a.long_window,
         "--probes",
         "server",
         "--out",
