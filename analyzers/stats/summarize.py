@@ -17,7 +17,7 @@ from analyzers.stats.lengths import measured_lengths, nominal_lengths
 from analyzers.stats.slo import Slos, SloSample
 from analyzers.stats.throughput import level_rates
 from analyzers.stats.token_accounting import account_tokens
-from analyzers.stats.users_cycle import cycle_note, users_cycle
+from analyzers.stats.users_cycle import cycle_notes, users_cycle
 from analyzers.stats.window import Window
 from analyzers.validity import INVALID_PREFIX, level_validity, mark_not_measured, stall_words
 from rundir import RequestRecord, SloSpec
@@ -135,7 +135,7 @@ def level_stats(
             f"{shorter:.1f} s): its users' requests move in phase, so its throughput is one phase of them, "
             "not a rate (a longer --duration measures it)"
         )
-    in_phase = cycle_note(
+    notes += cycle_notes(
         users_cycle(
             first_of("concurrency"),
             col["e2e_s"][ok].astype(float),
@@ -145,8 +145,6 @@ def level_stats(
             rates.values["output tok/s"],
         )
     )
-    if in_phase is not None and shorter is None:
-        notes.append(in_phase)
     if validity.carried_failed:
         notes.append(
             f"{validity.carried_failed} requests sent during the warm-up failed inside the window "

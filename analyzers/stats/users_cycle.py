@@ -84,8 +84,8 @@ def users_cycle(
     return UsersCycle(int(concurrency), cycle, float(out.mean()), float(window_s), float(window_tok_s))
 
 
-def cycle_note(check: UsersCycle | None) -> str | None:
-    """The note of a level whose window rate is more than CYCLE_GAP from its users' own."""
+def cycle_notes(check: UsersCycle | None) -> list[str]:
+    """The note of a level whose window rate is more than CYCLE_GAP from its users' own (or none)."""
     if check is None or abs(check.gap) <= CYCLE_GAP:
-        return None
-    return check.words()
+        return []
+    return [check.words()]
