@@ -54,6 +54,10 @@ class AttentionMetadata:
     decode_block_tables: torch.Tensor | None = None  # [B, max_blocks] int32
     decode_seq_lens: torch.Tensor | None = None  # [B] int32
     prefills: list[PrefillSlice] = field(default_factory=list)
+    # The prefills' rows of block_tables, and [P, 3] int64 (first token, query rows, position of the
+    # first row) per prefill: what the CPU prefill kernel walks the cache with (kernels/cpu_paged_prefill.py).
+    prefill_block_tables: torch.Tensor | None = None
+    prefill_rows: torch.Tensor | None = None
 
 
 def build_attention_metadata(
@@ -124,4 +128,8 @@ def build_attention_metadata(
         if s > 0:  # query j (position s + j) sees keys 0 .. s + j: causal, shifted by s
             causal = (torch.arange(ctx)[None, :] <= (s + torch.arange(n))[:, None]).to(device)
         meta.prefills.append(PrefillSlice(int(qsl[i]), n, s, ctx_slots.to(device), causal))
+    prefill_ids = [i for i, n in enumerate(counts) if n > 1]
+    if prefill_ids:
+        meta.prefill_block_tables = block_tables[prefill_ids].to(torch.int32).to(device)
+        meta.prefill_rows = torch.tensor([[int(qsl[i]), counts[i], starts[i]] for i in prefill_ids]).to(device)
     return meta

@@ -3,7 +3,8 @@
 KV cache, one tensor per layer: [2, num_blocks, block_size, num_kv_heads, head_dim] (K then V);
 the batch contract and the per-step index tensors are in refengine/attention/metadata.py. A step
 runs on the Triton kernels (refengine/kernels) on a GPU when they apply; on CPU its decodes run on
-the C++ paged decode kernel (kernels/cpu_paged_decode.py) when it builds and the cache is float32 or bfloat16;
+the C++ paged decode kernel (kernels/cpu_paged_decode.py) and its prefills on the C++ paged prefill
+kernel (kernels/cpu_paged_prefill.py) when they build and the cache is float32 or bfloat16;
 everything else on the plain-PyTorch reference (refengine/attention/reference.py), which is also
 the oracle the kernels are tested against.
 """
@@ -18,7 +19,7 @@ from torch import nn
 
 from refengine.attention.metadata import AttentionMetadata
 from refengine.attention.reference import paged_attention, store_kv
-from refengine.kernels import cpu_paged_decode
+from refengine.kernels import cpu_paged_decode, cpu_paged_prefill
 from refengine.numerics.kv_cache import kv_cache_bytes_per_token
 
 
@@ -51,9 +52,31 @@ class Attention(nn.Module):
             if out is not None:
                 return out
         store_kv(k, v, kv_cache, meta.slot_mapping, self.k_scale, self.v_scale)
+        if meta.prefills and self.use_kernels and cpu_paged_prefill.applies(q, kv_cache, self.num_heads):
+            return self._prefills_on_cpu_kernel(q, kv_cache, meta)
         if meta.decode_token_indices is not None and self.use_kernels and cpu_paged_decode.applies(q, kv_cache):
             return self._decode_on_cpu_kernel(q, kv_cache, meta)
         return paged_attention(q, kv_cache, meta, self.num_heads, self.scale, self.k_scale, self.v_scale).to(q.dtype)
+
+    def _prefills_on_cpu_kernel(self, q, kv_cache, meta: AttentionMetadata) -> torch.Tensor:
+        """Prefills on the CPU prefill kernel, the step's decodes (if any) on the decode kernel or the reference."""
+        assert meta.prefill_block_tables is not None and meta.prefill_rows is not None  # set with meta.prefills
+        out = cpu_paged_prefill.paged_prefill_cpu(
+            q, kv_cache, meta.prefill_block_tables, meta.prefill_rows, self.num_heads, self.scale
+        )
+        d = meta.decode_token_indices
+        if d is not None:
+            if cpu_paged_decode.applies(q, kv_cache):
+                assert meta.decode_block_tables is not None and meta.decode_seq_lens is not None
+                out[d] = cpu_paged_decode.paged_decode_cpu(
+                    q[d], kv_cache, meta.decode_block_tables, meta.decode_seq_lens, self.num_heads, self.scale
+                )
+            else:
+                decodes_only = dataclasses.replace(meta, prefills=[])
+                out[d] = paged_attention(
+                    q, kv_cache, decodes_only, self.num_heads, self.scale, self.k_scale, self.v_scale
+                )[d].float()
+        return out.to(q.dtype)
 
     def _decode_on_cpu_kernel(self, q, kv_cache, meta: AttentionMetadata) -> torch.Tensor:
         """Decodes on the CPU kernel (reads the cache in place); any prefills of the step on the reference."""
