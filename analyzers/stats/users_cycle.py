@@ -5,10 +5,9 @@ request time) requests a second once it is steady (Little's law), wherever the w
 window's own rate counts what arrived inside the window. The two agree on a level whose users are
 spread over their cycle. When the users move in phase (prefilled in the same steps, they finish in
 the same step and come back together: a convoy), their tokens arrive in bursts a cycle apart, and a
-window that holds a few cycles counts a burst more or fewer by where it starts: 64 users of
-64-token prompts on one CPU core cycle every 6 s, and 20-s windows of the same server read 366 and
-372 tok/s where the users' cycle gives 332 and 338 (bench/RESULTS.md, bench/vs_vllm.py). The note
-says how far apart the two are and how long a window would bring the gap under 5%.
+window that holds a few cycles counts a burst more or fewer by where it starts (64 users of short
+prompts on one CPU core cycle every few seconds: a 20-s window holds three of them). The note says
+how far apart the two are and how long a window would bring the gap under 5%.
 """
 
 from __future__ import annotations

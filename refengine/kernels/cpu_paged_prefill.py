@@ -1,13 +1,13 @@
 """Paged prefill attention on CPU: prompts' causal attention in one C++ call, tiles of query rows
 against tiles of keys (the algorithm is at the top of cpu_paged_prefill.cpp beside this file).
 
-Why: PyTorch's CPU SDPA (`_scaled_dot_product_flash_attention_for_cpu`) took 3.3 ms a layer for a
-256-token prompt of `tiny` (16 query heads, 4 KV heads, head size 64) on one AVX-512 core, a fifth
-of the prefill step in bfloat16, and vLLM's time to first token was that much shorter. This kernel
-takes 1.5 ms there, 2.0-2.4x faster from 64 to 512 tokens and 1.3-1.6x at 1,024-2,048
-(bench/cpu_prefill_attention.py, bench/RESULTS.md). It reads the paged cache in place through the
-block table, so the per-prefill gather of the context (and the shifted-causal mask a chunk after a
-prefix needs) is gone too.
+Why: PyTorch's CPU SDPA (`_scaled_dot_product_flash_attention_for_cpu`) took 3.2 ms a layer for a
+256-token prompt of `tiny` (16 query heads, 4 KV heads, head size 64) on one AVX-512 core, and
+refengine's time to first token trailed vLLM's at 256-token prompts. This kernel takes 1.5 ms there,
+1.9-2.2x faster from 64 to 512 tokens and 1.3-1.6x at 1,024-2,048, and the bfloat16 prefill step
+1.12-1.22x (bench/cpu_prefill_attention.py, bench/RESULTS.md). It reads the paged cache in place
+through the block table, so the per-prefill gather of the context (and the shifted-causal mask a
+chunk after a prefix needs) is gone too.
 
 Plain C++ with no torch headers, compiled on first use and cached, keyed by the CPU's flags
 (kernels/cpu_build.py), called through ctypes, threads split the (prefill, KV head) pairs by their
@@ -20,6 +20,7 @@ tests/refengine/kernels/test_cpu_paged_prefill.py.
 from __future__ import annotations
 
 import ctypes
+import functools
 from pathlib import Path
 
 import torch
@@ -63,7 +64,13 @@ def applies(q: torch.Tensor, kv_cache: torch.Tensor, num_heads: int) -> bool:
     kv_heads, head_dim = kv_cache.shape[3], kv_cache.shape[4]
     if num_heads % kv_heads or not LIBRARY.available():
         return False
-    return bool(LIBRARY.load().prefill_supported(head_dim, num_heads // kv_heads))
+    return _takes(head_dim, num_heads // kv_heads)
+
+
+@functools.lru_cache(maxsize=None)
+def _takes(head_dim: int, group: int) -> bool:
+    """The build's answer for a head shape, asked once (applies() runs for every layer of every step)."""
+    return bool(LIBRARY.load().prefill_supported(head_dim, group))
 
 
 def paged_prefill_cpu(
@@ -106,6 +113,7 @@ def paged_prefill_cpu(
         kv_heads,
         tables.shape[1],
         float(scale),
-        threads_for(int((spans[:, 1] * (spans[:, 1] + spans[:, 2])).sum())),
+        # One thread unless torch has more: then the work decides (summing it costs torch ops).
+        1 if torch.get_num_threads() == 1 else threads_for(int((spans[:, 1] * (spans[:, 1] + spans[:, 2])).sum())),
     )
     return out

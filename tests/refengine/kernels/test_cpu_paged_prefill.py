@@ -83,7 +83,12 @@ def test_two_threads_write_what_one_does(monkeypatch):
     monkeypatch.setattr(cpu_paged_prefill, "threads_for", lambda pairs: 1)
     one = cpu_paged_prefill.paged_prefill_cpu(*args)
     monkeypatch.setattr(cpu_paged_prefill, "threads_for", lambda pairs: 2)
-    assert torch.equal(cpu_paged_prefill.paged_prefill_cpu(*args), one)  # each row is one thread's, whole
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)  # with one torch thread the kernel never asks threads_for
+    try:
+        assert torch.equal(cpu_paged_prefill.paged_prefill_cpu(*args), one)  # each row is one thread's, whole
+    finally:
+        torch.set_num_threads(threads)
 
 
 @needs_kernel
