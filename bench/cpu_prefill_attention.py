@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from bench.common import machine, print_table, write_json  # noqa: E402
+from bench.common import machine, matmul_peak, print_table, write_json  # noqa: E402
 
 HEADS, KV_HEADS, HEAD_DIM, BLOCK = 16, 4, 64, 16
 
@@ -131,6 +131,8 @@ def main() -> None:
     p.add_argument("--out", default=None)
     a = p.parse_args()
     dtypes = a.dtypes.split(",")
+    # The host's float32 matmul rate on the same threads, for the RESULTS line above the table.
+    matmul_gflops = round(max(matmul_peak([(256, 1024, 1024)]).values()) / 1e9, 1)
     alone = [attention_alone(int(n), getattr(torch, d), a.reps) for d in dtypes for n in a.lengths.split(",")]
     prompts = [tuple(int(x) for x in spec.split("x")) for spec in a.prompts.split(",")]
     steps = [row for d in dtypes for row in prefill_step(d, prompts, a.reps)]  # type: ignore[arg-type]
@@ -153,6 +155,7 @@ def main() -> None:
             "command": "python bench/cpu_prefill_attention.py " + " ".join(sys.argv[1:]),
             "machine": machine(),
             "torch_threads": torch.get_num_threads(),
+            "matmul_f32_gflops": matmul_gflops,
             "attention": alone,
             "prefill_step": steps,
         },
