@@ -1,23 +1,28 @@
 // Paged prefill attention on CPU (loaded by kernels/cpu_paged_prefill.py, which says why it exists).
 //
 // A work item is one (prefill, KV head). Its context (positions 0 .. start + n - 1, read through the
-// block table) is copied once into float32 scratch: K transposed in tiles of 16 tokens ([tile][d][16]),
-// V as rows. Then the prompt's query rows are taken a tile at a time: R rows x the G query heads that
-// share the KV head (GQA), R x G <= 16 query vectors, scored against each key tile together. For one
-// head dimension d, a key tile's 16 values are one vector, and every query vector's 16 scores gain
-// q[d] x that vector: 16 accumulators, one load, 16 fused multiply-adds (the tile's loads are shared by
-// all the query vectors; the decode kernel, one query row at a time, has nothing to share them with).
-// Causality is a lane mask (key position <= the row's position), the softmax is online (running max
-// and sum, as flash attention does), and P x V runs the same way: per 16 output dimensions, 16
-// accumulators, one value row loaded per key, broadcast by each vector's probability.
+// block table) is copied once into contiguous rows. Then the prompt's query rows are taken a tile at a
+// time: R rows x the G query heads that share the KV head (GQA), R x G <= 16 query vectors, one per
+// lane of every vector register, scored against 16 keys at a time: for each head dimension, one load
+// of the 16 vectors' elements and 16 fused multiply-adds by each key's element (broadcast from its
+// row), so a key tile's loads are shared by all 16 query vectors (the decode kernel, one query row at
+// a time, has nothing to share them with). With the query vectors in lanes, the online softmax (running
+// max and sum, as flash attention does) is lane-wise arithmetic across the 16 score registers, with no
+// horizontal reductions. Causality is a lane mask (key position <= the lane's position) on the tiles
+// that reach past the row tile's first position. P x V runs the same way: per 16 output dimensions, 16
+// accumulators, each key's probabilities (one vector) times its value elements (broadcast).
 //
-// AVX-512 only, head sizes 16 to 128 in steps of 16 (`prefill_supported` says whether this build has
-// the body); elsewhere the caller keeps PyTorch's SDPA. The cache is float32 or bfloat16 (widened
-// exactly as it is copied); the arithmetic is float32.
+// A float32 cache: float32 throughout. A bfloat16 cache where the CPU has AVX-512 BF16: queries, keys,
+// values and probabilities as bfloat16 pairs into float32 sums (vdpbf16ps: two products per lane per
+// instruction, twice float32's rate; flash attention on GPUs multiplies in bfloat16 the same way);
+// without it, widened exactly to float32 as it is copied. AVX-512 only, head sizes 16 to 128 in steps
+// of 16 (`prefill_supported` says whether this build has the body); elsewhere the caller keeps SDPA.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -37,86 +42,205 @@ struct Args {
   float sc;
 };
 
+// The 16 lanes of one tile of query rows: lane j is row row_of[j] of query head head_of[j], at
+// position pos[j]; lanes past the last vector repeat it (computed, not written).
+struct RowTile {
+  int64_t row_of[16], head_of[16], vectors = 0, first_pos, last_key;
+  __m512 pos;
+
+  RowTile(int64_t r0, int64_t R, int64_t G, int64_t h, int64_t n, int64_t start) {
+    alignas(64) float p[16];
+    for (int64_t j = 0; j < 16; ++j) {
+      const int64_t jj = std::min(j, R * G - 1);
+      row_of[j] = std::min(r0 + jj / G, n - 1);
+      head_of[j] = h * G + jj % G;
+      p[j] = float(start + row_of[j]);
+      if (j < R * G && r0 + j / G < n) vectors = j + 1;
+    }
+    pos = _mm512_load_ps(p);
+    first_pos = start + r0;
+    last_key = start + std::min(r0 + R, n) - 1;
+  }
+};
+
+// One key tile's scores s[k] (lane = query vector) become its probabilities, online: m and l, the
+// lanes' running max and sum, move on, and the factor the running outputs must be scaled by returns.
+// Key 0 is in tile 0, so every lane's max is finite after the first tile; a tile wholly past a lane's
+// position leaves it as it was (factor 1, no probability).
+inline __m512 softmax_tile(__m512 s[16], const RowTile& rt, int64_t tile, __m512& m, __m512& l) {
+  const bool diagonal = tile * 16 + 15 > rt.first_pos;  // only such a tile has keys a lane must not see
+  __mmask16 live[16];
+  __m512 mx = m;
+  for (int k = 0; k < 16; ++k) {
+    live[k] = diagonal ? _mm512_cmp_ps_mask(_mm512_set1_ps(float(tile * 16 + k)), rt.pos, _CMP_LE_OQ) : 0xFFFF;
+    mx = _mm512_mask_max_ps(mx, live[k], mx, s[k]);
+  }
+  const __m512 corr = exp16(_mm512_sub_ps(m, mx));
+  __m512 sum = _mm512_setzero_ps();
+  for (int k = 0; k < 16; ++k) {
+    s[k] = _mm512_maskz_mov_ps(live[k], exp16(_mm512_sub_ps(s[k], mx)));
+    sum = _mm512_add_ps(sum, s[k]);
+  }
+  l = _mm512_fmadd_ps(l, corr, sum);
+  m = mx;
+  return corr;
+}
+
+// Each written lane's output: its accumulated P x V (acc[d * 16 + lane]) over its sum.
+template <int64_t D>
+void write_rows(const float* acc, __m512 l, const RowTile& rt, int64_t tok0, int64_t H, float* out) {
+  alignas(64) float inv[16];
+  _mm512_store_ps(inv, _mm512_div_ps(_mm512_set1_ps(1.f), l));
+  for (int64_t j = 0; j < rt.vectors; ++j) {
+    float* o = out + ((tok0 + rt.row_of[j]) * H + rt.head_of[j]) * D;
+    for (int64_t d = 0; d < D; ++d) o[d] = acc[d * 16 + j] * inv[j];
+  }
+}
+
+// float32 arithmetic: K and V widened into float32 rows (zeros past the context: masked, never NaN).
 template <typename T, int V>
-void run_item(const Args<T>& A, int64_t p, int64_t h, std::vector<float>& kt, std::vector<float>& vf) {
+void run_item(const Args<T>& A, int64_t p, int64_t h, std::vector<float>& kf, std::vector<float>& vf) {
   constexpr int64_t D = 16 * V;
-  const int64_t H = A.H, KVH = A.KVH, BS = A.BS, G = H / KVH, R = std::max<int64_t>(1, 16 / G), NV = R * G;
+  const int64_t H = A.H, KVH = A.KVH, BS = A.BS, G = H / KVH, R = std::max<int64_t>(1, 16 / G);
   const int64_t tok0 = A.rows[3 * p], n = A.rows[3 * p + 1], start = A.rows[3 * p + 2];
   const int64_t L = start + n, ntiles = (L + 15) / 16;
   const int32_t* table = A.tables + p * A.MAXNB;
-  kt.assign(ntiles * D * 16, 0.f);  // zeros past the context's end: masked out, never NaN
+  kf.assign(ntiles * 16 * D, 0.f);
   vf.assign(ntiles * 16 * D, 0.f);
   for (int64_t t = 0; t < L; ++t) {
     const int64_t row = (int64_t(table[t / BS]) * BS + t % BS) * KVH * D + h * D;
-    float* k = kt.data() + (t / 16) * D * 16 + t % 16;
-    float* v = vf.data() + t * D;
     for (int64_t d = 0; d < D; ++d) {
-      k[d * 16] = widen(A.kbase[row + d]);
-      v[d] = widen(A.vbase[row + d]);
+      kf[t * D + d] = widen(A.kbase[row + d]);
+      vf[t * D + d] = widen(A.vbase[row + d]);
     }
   }
-  alignas(64) float qs[16 * D], acc[16 * D], prob[16 * 16];
-  float m[16], l[16], corr[16];
-  int64_t row_of[16], head_of[16];
-  const __m512 iota = _mm512_set_ps(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  alignas(64) float qt[D * 16], acc[D * 16], prob[16 * 16];  // [d][lane], [d][lane], [key][lane]
   for (int64_t r0 = 0; r0 < n; r0 += R) {
-    __m512 pos[16];
-    for (int j = 0; j < 16; ++j) {  // past the last vector: the last one again (computed, not written)
-      const int64_t jj = std::min<int64_t>(j, NV - 1);
-      row_of[j] = std::min(r0 + jj / G, n - 1);
-      head_of[j] = h * G + jj % G;
-      pos[j] = _mm512_set1_ps(float(start + row_of[j]));
-      const float* qr = A.q + ((tok0 + row_of[j]) * H + head_of[j]) * D;
-      for (int64_t d = 0; d < D; ++d) qs[j * D + d] = qr[d] * A.sc;
-      m[j] = -INFINITY;
-      l[j] = 0.f;
+    const RowTile rt(r0, R, G, h, n, start);
+    for (int j = 0; j < 16; ++j) {
+      const float* qr = A.q + ((tok0 + rt.row_of[j]) * H + rt.head_of[j]) * D;
+      for (int64_t d = 0; d < D; ++d) qt[d * 16 + j] = qr[d] * A.sc;
     }
-    std::fill(acc, acc + 16 * D, 0.f);
-    const int64_t last_key = start + std::min(r0 + R, n) - 1;
-    for (int64_t tile = 0; tile <= last_key / 16; ++tile) {
+    __m512 m = _mm512_set1_ps(-INFINITY), l = _mm512_setzero_ps();
+    std::fill(acc, acc + D * 16, 0.f);
+    for (int64_t tile = 0; tile <= rt.last_key / 16; ++tile) {
+      const float* ktile = kf.data() + tile * 16 * D;
       __m512 s[16];
-      for (int j = 0; j < 16; ++j) s[j] = _mm512_setzero_ps();
-      const float* ktile = kt.data() + tile * D * 16;
+      for (int k = 0; k < 16; ++k) s[k] = _mm512_setzero_ps();
       for (int64_t d = 0; d < D; ++d) {
-        const __m512 kd = _mm512_loadu_ps(ktile + d * 16);
-        for (int j = 0; j < 16; ++j) s[j] = _mm512_fmadd_ps(_mm512_set1_ps(qs[j * D + d]), kd, s[j]);
+        const __m512 qd = _mm512_load_ps(qt + d * 16);
+        for (int k = 0; k < 16; ++k) s[k] = _mm512_fmadd_ps(qd, _mm512_set1_ps(ktile[k * D + d]), s[k]);
       }
-      const __m512 key = _mm512_add_ps(iota, _mm512_set1_ps(float(tile * 16)));
-      for (int j = 0; j < 16; ++j) {
-        // Key 0 is in tile 0, so every vector's running max is finite after the first tile; a later
-        // tile wholly past a row's position leaves it as it was (corr 1, no probability).
-        const __mmask16 live = _mm512_cmp_ps_mask(key, pos[j], _CMP_LE_OQ);
-        const float mx = std::max(m[j], _mm512_mask_reduce_max_ps(live, s[j]));
-        corr[j] = mx == m[j] ? 1.f : _mm512_cvtss_f32(exp16(_mm512_set1_ps(m[j] - mx)));
-        const __m512 e = _mm512_maskz_mov_ps(live, exp16(_mm512_sub_ps(s[j], _mm512_set1_ps(mx))));
-        l[j] = l[j] * corr[j] + _mm512_reduce_add_ps(e);
-        m[j] = mx;
-        _mm512_store_ps(prob + 16 * j, e);
-      }
+      const __m512 corr = softmax_tile(s, rt, tile, m, l);
+      for (int k = 0; k < 16; ++k) _mm512_store_ps(prob + 16 * k, s[k]);
       const float* vtile = vf.data() + tile * 16 * D;
-      for (int v = 0; v < V; ++v) {
+      for (int v = 0; v < V; ++v) {  // 16 output dimensions at a time: 16 accumulators
         __m512 a[16];
-        for (int j = 0; j < 16; ++j) a[j] = _mm512_mul_ps(_mm512_load_ps(acc + j * D + 16 * v), _mm512_set1_ps(corr[j]));
+        for (int i = 0; i < 16; ++i) a[i] = _mm512_mul_ps(_mm512_load_ps(acc + (16 * v + i) * 16), corr);
         for (int k = 0; k < 16; ++k) {
-          const __m512 vk = _mm512_loadu_ps(vtile + k * D + 16 * v);
-          for (int j = 0; j < 16; ++j) a[j] = _mm512_fmadd_ps(_mm512_set1_ps(prob[16 * j + k]), vk, a[j]);
+          const __m512 pk = _mm512_load_ps(prob + 16 * k);
+          const float* vk = vtile + k * D + 16 * v;
+          for (int i = 0; i < 16; ++i) a[i] = _mm512_fmadd_ps(pk, _mm512_set1_ps(vk[i]), a[i]);
         }
-        for (int j = 0; j < 16; ++j) _mm512_store_ps(acc + j * D + 16 * v, a[j]);
+        for (int i = 0; i < 16; ++i) _mm512_store_ps(acc + (16 * v + i) * 16, a[i]);
       }
     }
-    for (int64_t j = 0; j < NV && r0 + j / G < n; ++j) {
-      float* o = A.out + ((tok0 + row_of[j]) * H + head_of[j]) * D;
-      const float inv = 1.f / l[j];
-      for (int64_t d = 0; d < D; ++d) o[d] = acc[j * D + d] * inv;
-    }
+    write_rows<D>(acc, l, rt, tok0, H, A.out);
   }
 }
+
+#if defined(__AVX512BF16__)
+// float32 to bfloat16, rounded to nearest even (a bfloat16 model's queries are bfloat16 values already).
+inline uint16_t narrow(float x) {
+  uint32_t b;
+  std::memcpy(&b, &x, sizeof b);
+  return uint16_t((b + 0x7FFFu + ((b >> 16) & 1u)) >> 16);
+}
+
+// Two adjacent bfloat16 (one 32-bit lane's pair), broadcast to all 16 lanes.
+inline __m512bh pair16(const uint16_t* two) {
+  int32_t bits;
+  std::memcpy(&bits, two, sizeof bits);
+  return (__m512bh)_mm512_set1_epi32(bits);
+}
+
+// Lane j: (a[j], b[j]) as a bfloat16 pair, a in the low half.
+inline __m512bh pair_lanes(__m512 a, __m512 b) {
+  const __m512i lo = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(a));
+  const __m512i hi = _mm512_slli_epi32(_mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(b)), 16);
+  return (__m512bh)_mm512_or_si512(lo, hi);
+}
+
+// bfloat16 products, float32 sums (vdpbf16ps: lane j += a.lo x b.lo + a.hi x b.hi), the scale applied
+// to the sums. K rows are copied as they are (pairs of head dimensions are adjacent); V is copied with
+// pairs of keys interleaved ([key / 2][d][2]) so that one broadcast carries a dimension of two keys.
+template <int V>
+void run_item_bf16(const Args<uint16_t>& A, int64_t p, int64_t h, std::vector<uint16_t>& kb,
+                   std::vector<uint16_t>& vb) {
+  constexpr int64_t D = 16 * V;
+  const int64_t H = A.H, KVH = A.KVH, BS = A.BS, G = H / KVH, R = std::max<int64_t>(1, 16 / G);
+  const int64_t tok0 = A.rows[3 * p], n = A.rows[3 * p + 1], start = A.rows[3 * p + 2];
+  const int64_t L = start + n, ntiles = (L + 15) / 16;
+  const int32_t* table = A.tables + p * A.MAXNB;
+  kb.assign(ntiles * 16 * D, 0);  // bfloat16 zeros past the context: masked, never NaN
+  vb.assign(ntiles * 16 * D, 0);
+  for (int64_t t = 0; t < L; ++t) {
+    const int64_t row = (int64_t(table[t / BS]) * BS + t % BS) * KVH * D + h * D;
+    std::memcpy(kb.data() + t * D, A.kbase + row, D * sizeof(uint16_t));
+    uint16_t* vpair = vb.data() + (t / 2) * 2 * D + t % 2;
+    for (int64_t d = 0; d < D; ++d) vpair[2 * d] = A.vbase[row + d];
+  }
+  alignas(64) uint16_t qt[D * 16];  // [d / 2][lane][d % 2]
+  alignas(64) float acc[D * 16];    // [d][lane]
+  __m512bh prob[8];                 // [key / 2]: lane j is (p[key], p[key + 1]) of query vector j
+  const __m512 sc = _mm512_set1_ps(A.sc);
+  for (int64_t r0 = 0; r0 < n; r0 += R) {
+    const RowTile rt(r0, R, G, h, n, start);
+    for (int j = 0; j < 16; ++j) {
+      const float* qr = A.q + ((tok0 + rt.row_of[j]) * H + rt.head_of[j]) * D;
+      for (int64_t d = 0; d < D; ++d) qt[(d / 2) * 32 + 2 * j + d % 2] = narrow(qr[d]);
+    }
+    __m512 m = _mm512_set1_ps(-INFINITY), l = _mm512_setzero_ps();
+    std::fill(acc, acc + D * 16, 0.f);
+    for (int64_t tile = 0; tile <= rt.last_key / 16; ++tile) {
+      const uint16_t* ktile = kb.data() + tile * 16 * D;
+      __m512 s[16];
+      for (int k = 0; k < 16; ++k) s[k] = _mm512_setzero_ps();
+      for (int64_t d = 0; d < D; d += 2) {
+        const __m512bh qd = (__m512bh)_mm512_load_si512(qt + d * 16);
+        for (int k = 0; k < 16; ++k) s[k] = _mm512_dpbf16_ps(s[k], qd, pair16(ktile + k * D + d));
+      }
+      for (int k = 0; k < 16; ++k) s[k] = _mm512_mul_ps(s[k], sc);
+      const __m512 corr = softmax_tile(s, rt, tile, m, l);
+      for (int k = 0; k < 8; ++k) prob[k] = pair_lanes(s[2 * k], s[2 * k + 1]);
+      const uint16_t* vtile = vb.data() + tile * 16 * D;
+      for (int v = 0; v < V; ++v) {  // 16 output dimensions at a time: 16 accumulators
+        __m512 a[16];
+        for (int i = 0; i < 16; ++i) a[i] = _mm512_mul_ps(_mm512_load_ps(acc + (16 * v + i) * 16), corr);
+        for (int k = 0; k < 8; ++k) {
+          const uint16_t* vk = vtile + k * 2 * D + 2 * 16 * v;
+          for (int i = 0; i < 16; ++i) a[i] = _mm512_dpbf16_ps(a[i], prob[k], pair16(vk + 2 * i));
+        }
+        for (int i = 0; i < 16; ++i) _mm512_store_ps(acc + (16 * v + i) * 16, a[i]);
+      }
+    }
+    write_rows<D>(acc, l, rt, tok0, H, A.out);
+  }
+}
+#endif
 
 // Items [begin, end) of the P x KVH (prefill, KV head) pairs, in order.
 template <typename T, int V>
 void run_items(const Args<T>& A, int64_t begin, int64_t end) {
-  std::vector<float> kt, vf;
-  for (int64_t i = begin; i < end; ++i) run_item<T, V>(A, i / A.KVH, i % A.KVH, kt, vf);
+#if defined(__AVX512BF16__)
+  if constexpr (std::is_same_v<T, uint16_t>) {
+    std::vector<uint16_t> kb, vb;
+    for (int64_t i = begin; i < end; ++i) run_item_bf16<V>(A, i / A.KVH, i % A.KVH, kb, vb);
+    return;
+  }
+#endif
+  std::vector<float> kf, vf;
+  for (int64_t i = begin; i < end; ++i) run_item<T, V>(A, i / A.KVH, i % A.KVH, kf, vf);
 }
 
 template <typename T, int V>
