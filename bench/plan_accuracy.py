@@ -10,7 +10,7 @@ P50, <= 25% on the P99s, and layouts ranked by measured goodput as the predictio
     python bench/plan_accuracy.py [--models tiny-test,tiny,random] [--layouts tp1,tp2,pp2] [--concurrency 1,4,8,16]
                                   [--input-lens 128,512] [--rate 2|70%] [--trace-share 50%] [--output-len 64]
                                   [--warmup S] [--duration 10] [--max-duration 60]
-                                  [--profile FILE] [--no-serve] [--quick] [--out bench/plan_accuracy.json]
+                                  [--profile FILE] [--no-serve] [--seeds N] [--quick] [--out bench/plan_accuracy.json]
                                   [--keep-runs DIR | --from-runs DIR]
 
 --layouts runs each model at each parallel layout (TP and PP ranks over gloo on this CPU); --rate adds
@@ -131,10 +131,13 @@ def _sweep(model: str, layout: str, a, work: Path, out: Path, load: list[str], i
     return time.monotonic() - t0
 
 
+# --seeds, passed to every prediction (None: llmdiag plan's own default).
+SEEDS: list[str] = []
+
+
 def _predict(run: Path, profile: Path, *extra: str) -> dict:
-    return json.loads(
-        _run(["llmbench.diag_cli", "plan", "--predict-sweep", str(run), "--profile", str(profile), *extra, "--json"])
-    )
+    cmd = ["llmbench.diag_cli", "plan", "--predict-sweep", str(run), "--profile", str(profile), *extra, *SEEDS]
+    return json.loads(_run([*cmd, "--json"]))
 
 
 def peak_tok_s(closed_levels: list[dict]) -> float:
@@ -259,6 +262,12 @@ def main() -> None:
         action="store_false",
         help="calibrate without --serve: the 'calibrated' rows then miss what the HTTP server adds to every step",
     )
+    p.add_argument(
+        "--seeds",
+        type=int,
+        default=None,
+        help="simulations pooled per predicted level (llmdiag plan --seeds; default: its own default)",
+    )
     p.add_argument("--quick", action="store_true", help="tiny-test, concurrency 1, 4, 8, one input length")
     p.add_argument("--out", default=str(ROOT / "bench" / "plan_accuracy.json"))
     p.add_argument(
@@ -274,6 +283,8 @@ def main() -> None:
         "(to predict them again after a change to the model without measuring again)",
     )
     a = p.parse_args()
+    if a.seeds is not None:
+        SEEDS[:] = ["--seeds", str(a.seeds)]
     if a.quick:
         a.models, a.concurrency, a.input_lens, a.duration = "tiny-test", "1,4,8", "128", 6.0
     a.concurrency = [int(x) for x in str(a.concurrency).split(",")]

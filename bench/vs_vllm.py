@@ -6,7 +6,9 @@ head size 64) pinned to --server-cores with taskset; `llmbench sweep` (the produ
 measures it from --client-cores at every concurrency and prompt length, with the same warm-up and
 window, and its server probe reads the engine's own /metrics beside. Reported per level: TTFT P50,
 TPOT P50, output tokens/s, and refengine / vLLM ratios (throughput above 1 and TPOT below 1 are
-refengine ahead). A level the sweep did not measure cleanly (the client fell behind, streams read
+refengine ahead). Beside each window rate, in brackets, the users' own rate (N x mean output tokens /
+mean E2E, Little's law), and its ratio: a closed loop whose users move in phase has a window rate
+that depends on where the window cut its bursts; the users' own does not. A level the sweep did not measure cleanly (the client fell behind, streams read
 in bursts, errors) says so in its row instead of giving a ratio.
 
 Both engines get the same limits: max_model_len 1024, max_num_seqs 128 (refengine's default; vLLM's
@@ -192,6 +194,7 @@ def level_row(lv: dict) -> dict:
         # request; TPOT P50 then tells which split a run got, the mean what a step costs (issue 26).
         "tpot_mean_ms": mean_ms(lv.get("tpot")),
         "output_tok_s": None if lv.get("output_tok_s") is None else round(lv["output_tok_s"], 2),
+        "cycle_tok_s": cycle_tok_s(lv),
         "burst_streams": lv.get("burst_streams"),
         "clean": clean and lv["n_ok"] > 0,
         "why_not": (
@@ -199,6 +202,16 @@ def level_row(lv: dict) -> dict:
             or (None if lv["n_ok"] else "no request of the window finished")
         ),
     }
+
+
+def cycle_tok_s(lv: dict) -> float | None:
+    """The users' own rate (Little's law: N x mean output tokens / mean E2E, analyzers/stats/users_cycle.py):
+    where the window's depends on where it cut a convoy's bursts (64 users in phase), this does not."""
+    e2e = (lv.get("e2e") or {}).get("mean")
+    out = lv.get("output_tokens_mean")
+    if not (lv.get("concurrency") and e2e and out):
+        return None
+    return round(lv["concurrency"] * out / e2e, 2)
 
 
 def ratios(ours: dict, theirs: dict) -> dict:
@@ -210,6 +223,7 @@ def ratios(ours: dict, theirs: dict) -> dict:
 
     return {
         "throughput_ratio": div(ours["output_tok_s"], theirs["output_tok_s"]),
+        "cycle_ratio": div(ours.get("cycle_tok_s"), theirs.get("cycle_tok_s")),
         "tpot_ratio": div(ours["tpot_p50_ms"], theirs["tpot_p50_ms"]),
         "tpot_mean_ratio": div(ours["tpot_mean_ms"], theirs["tpot_mean_ms"]),
         "ttft_ratio": div(ours["ttft_p50_ms"], theirs["ttft_p50_ms"]),
@@ -226,21 +240,23 @@ def markdown(out: dict) -> str:
         f"load average at start {h['loadavg_start']}.",
         "",
         "| dtype | c | prompt | refengine TTFT / TPOT P50 / TPOT mean ms | vLLM TTFT / TPOT P50 / TPOT mean ms "
-        "| refengine tok/s | vLLM tok/s | throughput ratio | TPOT P50 ratio | TPOT mean ratio |",
+        "| refengine tok/s (users' own) | vLLM tok/s (users' own) | throughput ratio (users' own) "
+        "| TPOT P50 ratio | TPOT mean ratio |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in out["comparison"]:
         r, v = row["refengine"], row["vllm"]
         tail = (
-            f"{_num(row['throughput_ratio'])} | {_num(row['tpot_ratio'])} | {_num(row.get('tpot_mean_ratio'))}"
+            f"{_num(row['throughput_ratio'])} ({_num(row.get('cycle_ratio'))}) | {_num(row['tpot_ratio'])} | "
+            f"{_num(row.get('tpot_mean_ratio'))}"
             if "throughput_ratio" in row
             else "not measured cleanly | " + (r["why_not"] or v["why_not"] or "no requests")[:80] + " | -"
         )
         lines.append(
             f"| {row['dtype']} | {r['concurrency']} | {r['input_len']} | {r['ttft_p50_ms']} / "
             f"{r['tpot_p50_ms']} / {r.get('tpot_mean_ms')} | {v['ttft_p50_ms']} / {v['tpot_p50_ms']} / "
-            f"{v.get('tpot_mean_ms')} | {r['output_tok_s']} | "
-            f"{v['output_tok_s']} | {tail} |"
+            f"{v.get('tpot_mean_ms')} | {r['output_tok_s']} ({r.get('cycle_tok_s')}) | "
+            f"{v['output_tok_s']} ({v.get('cycle_tok_s')}) | {tail} |"
         )
     return "\n".join(lines)
 

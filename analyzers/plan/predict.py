@@ -1,13 +1,14 @@
-"""A level's predicted TTFT / TPOT percentiles and throughput, from one simulation of it.
+"""A level's predicted TTFT / TPOT percentiles and throughput, from simulations of it.
 
 The statistics are the sweep's own definitions (docs/metrics.md): over the requests sent inside
 the measured window, TTFT = first token - sent, TPOT = (E2E - TTFT) / (tokens - 1), percentiles
-numpy-linear; output tokens/s counts the tokens that arrived inside the window.
+numpy-linear; output tokens/s counts the tokens that arrived inside the window. A level simulated
+with several seeds pools their window requests and their windows (docs/planning.md, "Seeds").
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -49,7 +50,7 @@ class LevelPrediction:
     tpot_mean_all_s: float | None
     ttft_p50_all_s: float | None
     req_s: float
-    n_requests: int
+    n_requests: int  # window requests of one simulation (the mean of the pooled ones')
     mean_batch: float  # requests per step, averaged over the window's steps
     preemptions: int
     unfinished: int  # window requests still running when the simulation stopped
@@ -72,23 +73,31 @@ def _pct(values: list[float], q: float) -> float | None:
     return float(np.percentile(values, q)) if values else None
 
 
-def summarize(level_id: str, result: SimResult) -> LevelPrediction:
-    window = result.in_window
+def summarize(level_id: str, result: SimResult | list[SimResult]) -> LevelPrediction:
+    """One simulation's statistics, or several's pooled: every window's requests together, the rates
+    over the windows' summed length, the per-step means averaged."""
+    results = result if isinstance(result, list) else [result]
+    if not results:
+        raise ValueError("summarize needs at least one simulation")
+    window = [r for res in results for r in res.in_window]
     ttft = [r.ttft_s for r in window if r.ttft_s is not None]
     tpot = [r.tpot_s for r in window if r.tpot_s is not None]
-    lo, hi = result.window
-    done = sum(1 for r in result.records if r.t_done is not None and lo <= r.t_done < hi)
-    notes = sorted(result.notes)
+    span = sum(res.window[1] - res.window[0] for res in results)
+    done = sum(
+        1 for res in results for r in res.records if r.t_done is not None and res.window[0] <= r.t_done < res.window[1]
+    )
+    notes = sorted(set().union(*(res.notes for res in results)))
+    pooled = f" (over {len(results)} simulations)" if len(results) > 1 else ""
     if len(window) < 100:
-        notes.append(f"{len(window)} simulated requests in the window: its P99 rests on fewer than 100")
-    finished = [r for r in result.records if r.t_done is not None]
+        notes.append(f"{len(window)} simulated requests in the window{pooled}: its P99 rests on fewer than 100")
+    finished = [r for res in results for r in res.records if r.t_done is not None]
     tpot_all = [r.tpot_s for r in finished if r.tpot_s is not None]
     ttft_all = [r.ttft_s for r in finished if r.ttft_s is not None]
     unfinished = sum(1 for r in window if r.t_done is None)
     prefill = [p for r in window if (p := r.prefill_phase_s) is not None]
     if unfinished:
         notes.append(
-            f"{unfinished} window requests unfinished when the simulation stopped: over capacity, and "
+            f"{unfinished} window requests{pooled} unfinished when the simulation stopped: over capacity, and "
             "the percentiles leave them out (they are lower bounds)"
         )
     return LevelPrediction(
@@ -97,14 +106,14 @@ def summarize(level_id: str, result: SimResult) -> LevelPrediction:
         ttft_p99_s=_pct(ttft, 99),
         tpot_p50_s=_pct(tpot, 50),
         tpot_p95_s=_pct(tpot, 95),
-        output_tok_s=result.output_tok_s,
+        output_tok_s=sum(res.tokens_in_window for res in results) / span,
         tpot_mean_s=float(np.mean(tpot)) if tpot else None,
         tpot_mean_all_s=float(np.mean(tpot_all)) if tpot_all else None,
         ttft_p50_all_s=_pct(ttft_all, 50),
-        req_s=done / (hi - lo),
-        n_requests=len(window),
-        mean_batch=result.mean_batch,
-        preemptions=result.preemptions,
+        req_s=done / span,
+        n_requests=round(len(window) / len(results)),  # a window's, as a run counts them
+        mean_batch=float(np.mean([res.mean_batch for res in results])),
+        preemptions=round(float(np.mean([res.preemptions for res in results]))),  # per simulation
         unfinished=unfinished,
         notes=notes,
         ttft_mean_s=float(np.mean(ttft)) if ttft else None,
@@ -113,19 +122,31 @@ def summarize(level_id: str, result: SimResult) -> LevelPrediction:
 
 
 def predict_level(
-    sim: Simulator, level: LevelLoad, lengths: LengthsFn, arrivals: Iterator[float] | None = None
+    sim: Simulator,
+    level: LevelLoad,
+    lengths: LengthsFn,
+    arrivals: Callable[[], Iterator[float] | None] | None = None,
+    seeds: int = 1,
 ) -> LevelPrediction:
-    """Simulate the level; an open-loop level needs its arrival times (seconds from its start)."""
-    if level.request_rate is not None and arrivals is None:
-        raise DiagnosisError(f"level {level.level_id}: an open-loop level needs its arrival times")
-    load = LoadSpec(
-        warmup_s=level.warmup_s,
-        duration_s=level.duration_s,
-        concurrency=level.concurrency,
-        arrivals=arrivals if level.concurrency is None else None,
-        sizing=level.sizing,
-    )
-    return summarize(level.level_id, sim.run(load, lengths))
+    """Simulate the level with seeds 0 .. seeds - 1 and pool them; an open-loop level needs its
+    arrival times (seconds from its start), a fresh iterator of them from `arrivals()` per seed."""
+    if seeds < 1:
+        raise DiagnosisError(f"seeds must be >= 1, not {seeds}")
+    results = []
+    for seed in range(seeds):
+        times = arrivals() if arrivals is not None and level.concurrency is None else None
+        if level.request_rate is not None and times is None:
+            raise DiagnosisError(f"level {level.level_id}: an open-loop level needs its arrival times")
+        load = LoadSpec(
+            warmup_s=level.warmup_s,
+            duration_s=level.duration_s,
+            concurrency=level.concurrency,
+            arrivals=times,
+            seed=seed,
+            sizing=level.sizing,
+        )
+        results.append(sim.run(load, lengths))
+    return summarize(level.level_id, results)
 
 
 def slo_met(ttft_p99_s: float | None, tpot_p95_s: float | None, slo_ttft_s: float, slo_tpot_s: float) -> bool:

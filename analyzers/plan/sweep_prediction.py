@@ -17,7 +17,13 @@ from analyzers.model.presets import ModelShape
 from analyzers.plan.engine_config import EngineSetup
 from analyzers.plan.fit import FitResult, fit_profile
 from analyzers.plan.outside_server import OutsideTime
-from analyzers.plan.predict import METRICS, LevelLoad, LevelPrediction, predict_level, relative_errors
+from analyzers.plan.predict import (
+    METRICS,
+    LevelLoad,
+    LevelPrediction,
+    predict_level,
+    relative_errors,
+)
 from analyzers.plan.profile import MachineProfile
 from analyzers.plan.simulate import LengthsFn, Simulator
 from analyzers.plan.step_jitter import StepJitter
@@ -59,6 +65,7 @@ class SweepPrediction:
     rows: list[dict]
     fit: FitResult | None = None
     error_summary: dict[str, dict[str, float | None]] = field(default_factory=dict)
+    seeds: int = 1  # simulations pooled per level
 
     def to_dict(self) -> dict:
         ov = self.profile.step_overhead
@@ -97,13 +104,14 @@ class SweepPrediction:
                 "request_overhead_from": self.fit.request_overhead_from,
                 "warning": fit_warning(self.error_summary),
             },
+            "seeds": self.seeds,
             "levels": self.rows,
             "median_abs_error": self.error_summary,
         }
 
 
 def _predict_all(
-    shape: ModelShape, setup: EngineSetup, levels: list[LevelInput]
+    shape: ModelShape, setup: EngineSetup, levels: list[LevelInput], seeds: int = 1
 ) -> Callable[[MachineProfile], list[LevelPrediction]]:
     def run(profile: MachineProfile) -> list[LevelPrediction]:
         sim = Simulator(
@@ -113,7 +121,7 @@ def _predict_all(
             profile.request_overhead_s,
             request_overhead_per_running_s=profile.request_overhead_per_running_s,
         )
-        return [predict_level(sim, lv.load, lv.lengths, lv.arrivals()) for lv in levels]
+        return [predict_level(sim, lv.load, lv.lengths, lv.arrivals, seeds) for lv in levels]
 
     return run
 
@@ -143,10 +151,13 @@ def predict_sweep(
     fit_scale: bool = True,
     outside: dict[str, OutsideTime] | None = None,
     jitter: StepJitter | None = None,
+    seeds: int = 1,
 ) -> SweepPrediction:
     """`outside`: the run's measured time outside the server per level (the fit draws the request
     overhead through the fitted levels' own). `jitter`: the run's own step-time wander, measured at a
-    fitted concurrency-1 level; the fit and every prediction simulate with it."""
+    fitted concurrency-1 level; the fit and every prediction simulate with it. `seeds`: simulations
+    pooled per predicted level (the fit's passes simulate one each: it moves factors by differences
+    between passes, which one seed's fixed draws keep free of the draws' own noise)."""
     fit = None
     if fit_levels:
         unknown = sorted(set(fit_levels) - {lv.load.level_id for lv in levels})
@@ -173,7 +184,7 @@ def predict_sweep(
             said = [*profile.assumptions[:-1], jitter.describe(), *profile.assumptions[-1:]]
             profile = dataclasses.replace(profile, step_jitter=jitter, assumptions=said)
     rows = []
-    for pred in _predict_all(shape, setup, levels)(profile):
+    for pred in _predict_all(shape, setup, levels, seeds)(profile):
         meas = measured.get(pred.level_id)
         rows.append(
             {
@@ -194,4 +205,4 @@ def predict_sweep(
     summary = {
         role: median_abs_errors(rows, role) for role in ("fitted", "predicted") if any(r["role"] == role for r in rows)
     }
-    return SweepPrediction(run_id, shape.name, profile, setup, rows, fit, summary)
+    return SweepPrediction(run_id, shape.name, profile, setup, rows, fit, summary, seeds)

@@ -9,6 +9,7 @@ import typer
 from rich.text import Text
 
 from llmbench.cli_common import make_console, user_errors
+from llmbench.options.profile import POOLED_SEEDS
 from refengine.server.dp_policy import DEFAULT_LB_POLICY
 from reports.grid import Column, Grid, print_grid
 from rundir.run_info import DEFAULT_TPOT_P95_S, DEFAULT_TTFT_P99_S
@@ -121,6 +122,14 @@ def plan(
         help="With --fit: simulate every step at the model's time, without the step-time jitter measured "
         "from the run's fitted concurrency-1 level (docs/planning.md, 'Step-time jitter').",
     ),
+    seeds: int = typer.Option(
+        POOLED_SEEDS,
+        "--seeds",
+        min=1,
+        help="With --predict-sweep: simulate each level with this many seeds (the request overheads' and "
+        "step jitter's draws, which decide how a closed loop's users fall into phase) and pool their "
+        "requests (docs/planning.md, 'Seeds'); 1 is one phase, as earlier versions predicted.",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the prediction as JSON (with --predict-sweep)."),
 ) -> None:
     """Rank parallel plans for a model on a cluster: the seed's procedure (one card, TP in a node, PP across
@@ -141,7 +150,13 @@ def plan(
             if what_if and len(what_if) > 1:
                 raise DiagnosisError("--predict-sweep takes one --what-if (it predicts the run under it)")
             result = predict_run(
-                predict_sweep, profile, fit, what_if[0] if what_if else None, extra, step_jitter=not steady_steps
+                predict_sweep,
+                profile,
+                fit,
+                what_if[0] if what_if else None,
+                extra,
+                step_jitter=not steady_steps,
+                seeds=seeds,
             )
         emit(result, as_json, console, save_profile)
         return

@@ -19,6 +19,7 @@ from analyzers.plan.predict import METRICS
 from analyzers.plan.step_jitter import jitter_of_level
 from analyzers.plan.sweep_prediction import SweepPrediction, predict_sweep
 from llmbench.diag.plan_levels import planned_levels
+from llmbench.options.profile import POOLED_SEEDS
 from rundir import RunDir
 
 
@@ -61,6 +62,7 @@ def predict_run(
     extra_concurrency: list[int] | None = None,
     fit_scale: bool = True,
     step_jitter: bool = True,
+    seeds: int = POOLED_SEEDS,
 ) -> SweepPrediction:
     """The run's levels (and, with `extra_concurrency`, levels it did not run at those concurrencies,
     the same lengths and timeline), predicted; fitted first to the `fit` levels. `step_jitter`: with
@@ -108,7 +110,9 @@ def predict_run(
     # A served step's wander, from a fitted level where each gap is one request's step (concurrency 1).
     alone = [lv.load.level_id for lv in levels if lv.load.level_id in (fit_levels or []) and lv.load.concurrency == 1]
     jitter = jitter_of_level(run, alone[0]) if alone and step_jitter else None
-    return predict_sweep(info.run_id, shape, profile, setup, levels, measured, fit_levels, fit_scale, outside, jitter)
+    return predict_sweep(
+        info.run_id, shape, profile, setup, levels, measured, fit_levels, fit_scale, outside, jitter, seeds
+    )
 
 
 def _ms(v: float | None) -> str:

@@ -1,9 +1,17 @@
 """--profile, declared once for the commands that hold a run against a machine profile's prediction
-(`llmbench sweep`, `llmbench report`): the same flag means the same thing, with the same help."""
+(`llmbench sweep`, `llmbench report`): the same flag means the same thing, with the same help; and
+how many simulations a prediction pools per level, for every command that predicts."""
 
 from __future__ import annotations
 
 import typer
+
+# A closed loop's users settle into a phase (which requests prefill beside which) that the request
+# overheads' and the steps' random draws decide, and one simulation is one such phase: its TTFT and
+# TPOT move with the seed, most where prefills are long beside many decodes (bench/RESULTS.md,
+# bench/plan_accuracy.py's seeds). A served level is one phase too, but which one is not known in
+# advance, so a prediction is of the level's distribution: this many seeds, their requests pooled.
+POOLED_SEEDS = 3  # `llmdiag plan --seeds`' default, and every other prediction's
 
 PROFILE = typer.Option(
     None,

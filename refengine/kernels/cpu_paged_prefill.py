@@ -1,11 +1,12 @@
 """Paged prefill attention on CPU: prompts' causal attention in one C++ call, tiles of query rows
 against tiles of keys (the algorithm is at the top of cpu_paged_prefill.cpp beside this file).
 
-Why: PyTorch's CPU SDPA (`_scaled_dot_product_flash_attention_for_cpu`) took 3.2-3.4 ms a layer for a
+Why: PyTorch's CPU SDPA (`_scaled_dot_product_flash_attention_for_cpu`) took 3.3-3.4 ms a layer for a
 256-token prompt of `tiny` (16 query heads, 4 KV heads, head size 64) on one AVX-512 core, and
-refengine's time to first token trailed vLLM's at 256-token prompts. This kernel takes 1.5 ms there,
-2.0-2.4x faster from 64 to 512 tokens and 1.4-1.8x at 1,024-2,048, and the bfloat16 prefill step
-1.11-1.24x (bench/cpu_prefill_attention.py, bench/RESULTS.md). It reads the paged cache in place
+refengine's time to first token trailed vLLM's at 256-token prompts. This kernel takes 1.4 ms there in
+float32 and 1.1 ms in bfloat16 (bfloat16 products where the CPU has AVX-512 BF16), 1.5-2.4x faster
+than SDPA in float32 and 2.0-3.8x in bfloat16 from 64 to 2,048 tokens, and the bfloat16 prefill step
+1.14-1.33x (bench/cpu_prefill_attention.py, bench/RESULTS.md). It reads the paged cache in place
 through the block table, so the per-prefill gather of the context (and the shifted-causal mask a
 chunk after a prefix needs) is gone too.
 
