@@ -128,7 +128,7 @@ def plan(
         min=1,
         help="With --predict-sweep: simulate each level with this many seeds (the request overheads' and "
         "step jitter's draws, which decide how a closed loop's users fall into phase) and pool their "
-        "requests (docs/planning.md, 'Seeds'); 1 is one phase, as earlier versions predicted.",
+        "requests (docs/planning.md, 'Seeds').",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the prediction as JSON (with --predict-sweep)."),
 ) -> None:

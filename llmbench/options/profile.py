@@ -7,11 +7,11 @@ from __future__ import annotations
 import typer
 
 # A closed loop's users settle into a phase (which requests prefill beside which) that the request
-# overheads' and the steps' random draws decide, and one simulation is one such phase: its TTFT and
-# TPOT move with the seed, most where prefills are long beside many decodes (bench/RESULTS.md,
-# bench/plan_accuracy.py's seeds). A served level is one phase too, but which one is not known in
-# advance, so a prediction is of the level's distribution: this many seeds, their requests pooled.
-POOLED_SEEDS = 3  # `llmdiag plan --seeds`' default, and every other prediction's
+# overheads' and the steps' random draws decide, and one simulation is one such phase. `--seeds N`
+# pools N of them per level. One by default: pooling three moved the plan bench's held-out errors by
+# at most 3.5 points either way, some better and some worse (bench/RESULTS.md, "Seeds pooled"): its
+# misses are the model's biases, not the draws', and three seeds cost three simulations.
+POOLED_SEEDS = 1  # `llmdiag plan --seeds`' default, and every other prediction's
 
 PROFILE = typer.Option(
     None,
