@@ -131,12 +131,10 @@ def _sweep(model: str, layout: str, a, work: Path, out: Path, load: list[str], i
     return time.monotonic() - t0
 
 
-# --seeds, passed to every prediction (None: llmdiag plan's own default).
-SEEDS: list[str] = []
-
-
-def _predict(run: Path, profile: Path, *extra: str) -> dict:
-    cmd = ["llmbench.diag_cli", "plan", "--predict-sweep", str(run), "--profile", str(profile), *extra, *SEEDS]
+def _predict(run: Path, profile: Path, a, *extra: str) -> dict:
+    """`llmdiag plan --predict-sweep` of one run, with --seeds when given (else the command's default)."""
+    seeds = [] if a.seeds is None else ["--seeds", str(a.seeds)]
+    cmd = ["llmbench.diag_cli", "plan", "--predict-sweep", str(run), "--profile", str(profile), *extra, *seeds]
     return json.loads(_run([*cmd, "--json"]))
 
 
@@ -170,7 +168,7 @@ def _open_loop(
     run = work / f"run-{model}-{layout}-rate"
     rate = ",".join(map(str, open_loop_rates(a.rate, closed_levels, a.output_len)))
     sweep_s = _sweep(model, layout, a, work, run, ["--request-rate", rate], a.input_lens[:1])
-    plain, fitted = _predict(run, profile), _predict(run, fitted_profile)
+    plain, fitted = _predict(run, profile, a), _predict(run, fitted_profile, a)
     return {
         "sweep_s": round(sweep_s, 1),
         "calibrated": {"levels": plain["levels"], "median_abs_error": medians(plain["levels"], "predicted")},
@@ -188,7 +186,7 @@ def _trace(model: str, layout: str, a, profile: Path, fitted_profile: Path, work
         write_bursty_trace(path, rate, a.trace_span, seed=28)
     load = ["--workload", "trace", "--dataset", str(path), "--block-size", str(BLOCK), "--prompt-format", "ids"]
     sweep_s = _sweep(model, layout, a, work, run, load, [])
-    plain, fitted = _predict(run, profile), _predict(run, fitted_profile)
+    plain, fitted = _predict(run, profile, a), _predict(run, fitted_profile, a)
     return {
         "sweep_s": round(sweep_s, 1),
         "calibrated": {"levels": plain["levels"], "median_abs_error": medians(plain["levels"], "predicted")},
@@ -199,11 +197,11 @@ def _trace(model: str, layout: str, a, profile: Path, fitted_profile: Path, work
 def _model_case(model: str, layout: str, a, profile: Path, work: Path) -> dict:
     run = work / f"run-{model}-{layout}"
     sweep_s = _sweep(model, layout, a, work, run, ["--concurrency", ",".join(map(str, a.concurrency))], a.input_lens)
-    plain = _predict(run, profile)
+    plain = _predict(run, profile, a)
     levels = [lv["level_id"] for lv in plain["levels"]]
     fit_levels = _fit_levels(levels, a.concurrency, a.input_lens[0], a.output_len)
     fitted_profile = work / f"fitted-{model}-{layout}.json"
-    fitted = _predict(run, profile, "--fit", ",".join(fit_levels), "--save-profile", str(fitted_profile))
+    fitted = _predict(run, profile, a, "--fit", ",".join(fit_levels), "--save-profile", str(fitted_profile))
     return {
         "model": model,
         "layout": layout,
@@ -283,8 +281,6 @@ def main() -> None:
         "(to predict them again after a change to the model without measuring again)",
     )
     a = p.parse_args()
-    if a.seeds is not None:
-        SEEDS[:] = ["--seeds", str(a.seeds)]
     if a.quick:
         a.models, a.concurrency, a.input_lens, a.duration = "tiny-test", "1,4,8", "128", 6.0
     a.concurrency = [int(x) for x in str(a.concurrency).split(",")]

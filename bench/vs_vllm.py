@@ -8,8 +8,9 @@ window, and its server probe reads the engine's own /metrics beside. Reported pe
 TPOT P50, output tokens/s, and refengine / vLLM ratios (throughput above 1 and TPOT below 1 are
 refengine ahead). Beside each window rate, in brackets, the users' own rate (N x mean output tokens /
 mean E2E, Little's law), and its ratio: a closed loop whose users move in phase has a window rate
-that depends on where the window cut its bursts; the users' own does not. A level the sweep did not measure cleanly (the client fell behind, streams read
-in bursts, errors) says so in its row instead of giving a ratio.
+that depends on where the window cut its bursts; the users' own does not. A level the sweep did not
+measure cleanly (the client fell behind, streams read in bursts, errors) says so in its row instead
+of giving a ratio.
 
 Both engines get the same limits: max_model_len 1024, max_num_seqs 128 (refengine's default; vLLM's
 is 256 on CPU), prefix caching on (each prompt is unique), chunked prefill on, 1 GiB of KV cache.
@@ -43,6 +44,7 @@ from cores import check_cores, core_list, host_info, parse_cores  # noqa: E402
 from engine_venv import VLLM, engine_python  # noqa: E402
 from refengine_proc import wait_healthy  # noqa: E402
 
+from analyzers.stats.users_cycle import UsersCycle  # noqa: E402
 from refengine.model.tiny import resolve_model  # noqa: E402
 from rundir.ports import free_port  # noqa: E402
 
@@ -205,13 +207,13 @@ def level_row(lv: dict) -> dict:
 
 
 def cycle_tok_s(lv: dict) -> float | None:
-    """The users' own rate (Little's law: N x mean output tokens / mean E2E, analyzers/stats/users_cycle.py):
-    where the window's depends on where it cut a convoy's bursts (64 users in phase), this does not."""
+    """The users' own rate, as the sweep's users-cycle check computes it (Little's law): where the
+    window's depends on where it cut a convoy's bursts (64 users in phase), this does not."""
     e2e = (lv.get("e2e") or {}).get("mean")
     out = lv.get("output_tokens_mean")
-    if not (lv.get("concurrency") and e2e and out):
+    if not (lv.get("concurrency") and e2e and out and lv.get("window_s")):
         return None
-    return round(lv["concurrency"] * out / e2e, 2)
+    return round(UsersCycle(lv["concurrency"], e2e, out, lv["window_s"], lv.get("output_tok_s") or 0.0).cycle_tok_s, 2)
 
 
 def ratios(ours: dict, theirs: dict) -> dict:
