@@ -19,6 +19,13 @@ is 256 on CPU), prefix caching on (each prompt is unique), chunked prefill on, 1
 
 Levels from --long-from (64 users) are measured in a --long-window (60 s): such a closed loop moves in
 phase, and a short window's rate depends on where it cuts the phase (windows()).
+
+With --rounds 2 the servers run in the order A B B A for each dtype (refengine, vLLM, then vLLM,
+refengine), so a host that slows or speeds up over the invocation (a shared VM's neighbours) weighs on
+both engines alike; before each server starts, a float32 matmul pinned to the server cores says how
+fast the host was then. Each round is compared on its own, and the rounds pooled (each engine's
+figures averaged over its rounds); each engine's spread between its own rounds is the measurement's
+repeatability, the yardstick a ratio near 1 is read against.
 """
 
 from __future__ import annotations
@@ -96,10 +103,31 @@ def start_pinned(cmd: list[str], env: dict, cores: str, log: Path) -> subprocess
         )
 
 
-def measure(engine: str, dtype: str, a, model_dir: Path, workdir: Path) -> dict:
+def pinned_matmul_gflops(cores: list[int]) -> float:
+    """The median float32 matmul rate on `cores` (one torch thread per core), in a process of its own:
+    how fast the host is right before a server starts on those cores."""
+    m, n, k = 256, 1024, 1024
+    code = (
+        "import statistics, time, torch, torch.nn.functional as F\n"
+        f"torch.set_num_threads({len(cores)}); x, w = torch.randn({m}, {k}), torch.randn({n}, {k})\n"
+        "F.linear(x, w); rates = []\n"
+        "t_end = time.perf_counter() + 2.0\n"
+        "while time.perf_counter() < t_end:\n"
+        "    t = time.perf_counter(); F.linear(x, w)\n"
+        f"    rates.append(2 * {m * n * k} / (time.perf_counter() - t))\n"
+        "print(statistics.median(rates) / 1e9)\n"
+    )
+    out = subprocess.run(
+        ["taskset", "-c", core_list(cores), sys.executable, "-c", code], capture_output=True, text=True
+    )
+    return round(float(out.stdout.strip()), 1)
+
+
+def measure(engine: str, dtype: str, a, model_dir: Path, workdir: Path, round_no: int) -> dict:
+    host_gflops = pinned_matmul_gflops(a.server_cores)
     port = free_port()
     cmd, env = engine_command(engine, model_dir, dtype, port)
-    log = workdir / f"{engine}-{dtype}.log"
+    log = workdir / f"{engine}-{dtype}-{round_no}.log"
     proc = start_pinned(cmd, env, core_list(a.server_cores), log)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -108,7 +136,7 @@ def measure(engine: str, dtype: str, a, model_dir: Path, workdir: Path) -> dict:
         started_s = time.monotonic() - t0
         levels = []
         for concurrency, duration, part in windows(a):
-            run = workdir / f"{engine}-{dtype}-{part}"
+            run = workdir / f"{engine}-{dtype}-{round_no}-{part}"
             levels += sweep_levels(url, concurrency, duration, a, run, f"{engine} {dtype}")
     finally:
         os.killpg(proc.pid, 15)
@@ -116,6 +144,8 @@ def measure(engine: str, dtype: str, a, model_dir: Path, workdir: Path) -> dict:
     return {
         "engine": engine,
         "dtype": dtype,
+        "round": round_no,
+        "server_cores_matmul_gflops": host_gflops,
         "start_s": round(started_s, 1),
         "levels": sorted((level_row(lv) for lv in levels), key=lambda r: (r["input_len"], r["concurrency"])),
     }
@@ -216,6 +246,33 @@ def cycle_tok_s(lv: dict) -> float | None:
     return round(UsersCycle(lv["concurrency"], e2e, out, lv["window_s"], lv.get("output_tok_s") or 0.0).cycle_tok_s, 2)
 
 
+ENGINES = ("refengine", "vllm")
+POOLED = ("ttft_p50_ms", "tpot_p50_ms", "tpot_mean_ms", "output_tok_s", "cycle_tok_s")
+
+
+def run_of(results: list[dict], engine: str, dtype: str, round_no: int) -> dict:
+    return next(r for r in results if (r["engine"], r["dtype"], r["round"]) == (engine, dtype, round_no))
+
+
+def pool(rounds: list[list[dict]]) -> list[dict]:
+    """One engine's levels over its rounds: each figure the mean of the rounds', clean only if every
+    round was, and `cycle_spread`, its highest users' own rate over its lowest (the repeatability)."""
+    out = []
+    for rows in zip(*rounds):
+        assert len({r["level_id"] for r in rows}) == 1, "every round measures the same levels"
+        row = {k: rows[0][k] for k in ("level_id", "concurrency", "input_len")}
+        row["n_ok"] = sum(r["n_ok"] for r in rows)
+        for k in POOLED:
+            values = [r[k] for r in rows]
+            row[k] = None if None in values else round(sum(values) / len(values), 2)
+        cycles = [r["cycle_tok_s"] for r in rows]
+        row["cycle_spread"] = None if None in cycles or not min(cycles) else round(max(cycles) / min(cycles), 3)
+        row["clean"] = all(r["clean"] for r in rows)
+        row["why_not"] = "; ".join(r["why_not"] for r in rows if r["why_not"]) or None
+        out.append(row)
+    return out
+
+
 def ratios(ours: dict, theirs: dict) -> dict:
     if not (ours["clean"] and theirs["clean"]):
         return {"ratio": None}
@@ -241,12 +298,36 @@ def markdown(out: dict) -> str:
         f"servers on core(s) {core_list(h['server_cores'])}, the sweep on {core_list(h['client_cores'])}; "
         f"load average at start {h['loadavg_start']}.",
         "",
+    ]
+    runs = out["runs"]
+    if len({r["round"] for r in runs}) > 1:
+        lines += [
+            "Matmul GFLOP/s on the server cores before each server: "
+            + ", ".join(f"{r['dtype']} {r['engine']} {r['server_cores_matmul_gflops']}" for r in runs),
+            "",
+            "Pooled over the rounds (each figure the mean of the rounds'; spread = an engine's highest users' own "
+            "rate over its lowest):",
+            "",
+            *table(out["pooled"], spread=True),
+            "",
+        ]
+    for round_no in sorted({r["round"] for r in runs}):
+        rows = [row for row in out["comparison"] if row["round"] == round_no]
+        if len(runs) > 2 * len({r["dtype"] for r in runs}):
+            lines += [f"Round {round_no + 1}:", ""]
+        lines += [*table(rows, spread=False), ""]
+    return "\n".join(lines)
+
+
+def table(rows: list[dict], spread: bool) -> list[str]:
+    extra = " refengine / vLLM spread |" if spread else ""
+    lines = [
         "| dtype | c | prompt | refengine TTFT / TPOT P50 / TPOT mean ms | vLLM TTFT / TPOT P50 / TPOT mean ms "
         "| refengine tok/s (users' own) | vLLM tok/s (users' own) | throughput ratio (users' own) "
-        "| TPOT P50 ratio | TPOT mean ratio |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| TPOT P50 ratio | TPOT mean ratio |" + extra,
+        "|---|---|---|---|---|---|---|---|---|---|" + ("---|" if spread else ""),
     ]
-    for row in out["comparison"]:
+    for row in rows:
         r, v = row["refengine"], row["vllm"]
         tail = (
             f"{_num(row['throughput_ratio'])} ({_num(row.get('cycle_ratio'))}) | {_num(row['tpot_ratio'])} | "
@@ -254,13 +335,15 @@ def markdown(out: dict) -> str:
             if "throughput_ratio" in row
             else "not measured cleanly | " + (r["why_not"] or v["why_not"] or "no requests")[:80] + " | -"
         )
+        if spread:
+            tail += f" | {_num(r.get('cycle_spread'))} / {_num(v.get('cycle_spread'))}"
         lines.append(
             f"| {row['dtype']} | {r['concurrency']} | {r['input_len']} | {r['ttft_p50_ms']} / "
             f"{r['tpot_p50_ms']} / {r.get('tpot_mean_ms')} | {v['ttft_p50_ms']} / {v['tpot_p50_ms']} / "
             f"{v.get('tpot_mean_ms')} | {r['output_tok_s']} ({r.get('cycle_tok_s')}) | "
             f"{v['output_tok_s']} ({v.get('cycle_tok_s')}) | {tail} |"
         )
-    return "\n".join(lines)
+    return lines
 
 
 def _num(x) -> str:
@@ -279,8 +362,11 @@ def main() -> None:
     p.add_argument("--duration", default="10s")
     p.add_argument("--long-from", type=int, default=64, help="levels at this concurrency and above get --long-window")
     p.add_argument("--long-window", default="60s", help="the window of the levels from --long-from (windows())")
+    p.add_argument("--rounds", type=int, default=1, help="rounds per dtype, in the order A B B A ... (2: see above)")
     p.add_argument("--out", default=None, help="write the JSON here (and print the Markdown table)")
     a = p.parse_args()
+    if a.rounds < 1:
+        sys.exit("error: --rounds must be at least 1")
     a.server_cores, a.client_cores = parse_cores(a.server_cores), parse_cores(a.client_cores)
     problem = check_cores(a.server_cores, a.client_cores)
     if problem:
@@ -290,22 +376,28 @@ def main() -> None:
     results = []
     with tempfile.TemporaryDirectory(prefix="vs_vllm-") as tmp:
         for dtype in a.dtypes.split(","):
-            for engine in ("refengine", "vllm"):
-                print(f"{dtype} {engine} ...", flush=True)
-                results.append(measure(engine, dtype, a, model_dir, Path(tmp)))
+            for round_no in range(a.rounds):
+                for engine in ENGINES if round_no % 2 == 0 else ENGINES[::-1]:  # A B B A ...
+                    print(f"{dtype} {engine} (round {round_no + 1} of {a.rounds}) ...", flush=True)
+                    results.append(measure(engine, dtype, a, model_dir, Path(tmp), round_no))
     host["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
-    comparison = []
+    comparison, pooled = [], []
     for dtype in a.dtypes.split(","):
-        ours = next(r for r in results if r["engine"] == "refengine" and r["dtype"] == dtype)
-        theirs = next(r for r in results if r["engine"] == "vllm" and r["dtype"] == dtype)
-        for r, v in zip(ours["levels"], theirs["levels"]):
-            comparison.append({"dtype": dtype, "refengine": r, "vllm": v, **ratios(r, v)})
+        for round_no in range(a.rounds):
+            ours, theirs = (run_of(results, e, dtype, round_no) for e in ENGINES)
+            for r, v in zip(ours["levels"], theirs["levels"]):
+                comparison.append({"dtype": dtype, "round": round_no, "refengine": r, "vllm": v, **ratios(r, v)})
+        if a.rounds > 1:
+            ours, theirs = (pool([run_of(results, e, dtype, n)["levels"] for n in range(a.rounds)]) for e in ENGINES)
+            for r, v in zip(ours, theirs):
+                pooled.append({"dtype": dtype, "refengine": r, "vllm": v, **ratios(r, v)})
     out = {
         "command": "python bench/vs_vllm.py " + " ".join(sys.argv[1:]),
         "host": host,
         "limits": LIMITS,
         "runs": results,
         "comparison": comparison,
+        "pooled": pooled,
     }
     if a.out:
         Path(a.out).write_text(json.dumps(out, indent=1) + "\n")
