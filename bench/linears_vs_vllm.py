@@ -1,4 +1,4 @@
-"""The same bfloat16 linears through refengine's path and through vLLM's, side by side in one process.
+"""The same linears (bfloat16 or float32) through refengine's path and through vLLM's, side by side in one process.
 
 refengine's CPU linears go through torch's oneDNN ops with the weight packed once
 (`torch.ops.mkldnn._reorder_linear_weight` + `_linear_pointwise`: oneDNN's inner-product primitive;
@@ -6,13 +6,14 @@ refengine/model/layers/cpu_gemm.py). vLLM's CPU backend calls oneDNN's matmul pr
 own extension (`vllm._custom_ops.create_onednn_mm` / `onednn_mm`). Both link oneDNN; this measures
 what the choice of primitive and wrapper costs, on the 33 weights of the `tiny` model's decode step
 (8 layers of qkv, o, gate_up, down, and the LM head), chained as a step chains them, at a few row
-counts: each arm in turn, alternating order, the median chain of each.
+counts (a decode batch's rows, or a prefill's tokens: 512 or 2,048 rows, in float32 the prefill-heavy
+steps' case): each arm in turn, alternating order, the median chain of each.
 
 It needs vLLM's own package, so the measuring half runs in vLLM's virtual environment (the one
 bench/vs_vllm.py and tests/realengines use, installed on first use), pinned to one core, torch on one
 thread; this process starts it and writes the JSON:
 
-    python bench/linears_vs_vllm.py [--rows 1,4,16,64] [--rounds 11] [--core 0] [--out FILE]
+    python bench/linears_vs_vllm.py [--rows 1,4,16,64] [--dtype bfloat16] [--rounds 11] [--core 0] [--out FILE]
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ def tiny_shapes() -> list[tuple[int, int]]:
     return layer * layers + [(vocab, hidden)]
 
 
-def measure(rows: list[int], rounds: int) -> dict:
+def measure(rows: list[int], rounds: int, dtype_name: str) -> dict:
     """Runs in vLLM's environment: every arm at every row count, alternating order."""
     import statistics
     import time
@@ -50,8 +51,9 @@ def measure(rows: list[int], rounds: int) -> dict:
     from vllm import _custom_ops as ops
 
     torch.set_num_threads(1)
+    dtype = getattr(torch, dtype_name)
     gen = torch.Generator().manual_seed(0)
-    weights = [(torch.randn(*s, generator=gen) * 0.02).bfloat16() for s in tiny_shapes()]
+    weights = [(torch.randn(*s, generator=gen) * 0.02).to(dtype) for s in tiny_shapes()]
     packed = [torch.ops.mkldnn._reorder_linear_weight(w, None) for w in weights]
     handlers = [ops.create_onednn_mm(w.t(), 32) for w in weights]  # as vLLM's CPU linear builds them
 
@@ -66,15 +68,15 @@ def measure(rows: list[int], rounds: int) -> dict:
                 F.linear(xi, w)
 
     out = {}
-    x0 = torch.randn(1, 2816, generator=gen).bfloat16()
+    x0 = torch.randn(1, 2816, generator=gen).to(dtype)
     with torch.no_grad():
-        # the two paths agree before they are timed: the same product, to bfloat16 rounding
+        # the two paths agree before they are timed: the same product, to the dtype's rounding
         a = torch.ops.mkldnn._linear_pointwise(x0[:, :1024].contiguous(), packed[0], None, "none", [], "")
         b = ops.onednn_mm(handlers[0], x0[:, :1024].contiguous(), None)
         if not torch.allclose(a.float(), b.float(), atol=2e-2, rtol=2e-2):
             raise SystemExit("torch's packed linear and vLLM's onednn_mm disagree on the same weight")
         for m in rows:
-            x = torch.randn(m, 2816, generator=gen).bfloat16()
+            x = torch.randn(m, 2816, generator=gen).to(dtype)
             samples: dict[str, list[float]] = {a: [] for a in ARMS}
             for arm in ARMS:
                 chain(arm, x)  # first call: oneDNN builds its primitive
@@ -105,6 +107,7 @@ def measure(rows: list[int], rounds: int) -> dict:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rows", default="1,4,16,64", help="row counts (decode batch sizes), comma-separated")
+    p.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32"), help="the weights' and rows' dtype")
     p.add_argument("--rounds", type=int, default=11, help="chains per arm and row count, in alternating order")
     p.add_argument("--core", type=int, default=0, help="the core the measuring process is pinned to")
     p.add_argument("--out", default="bench/linears_vs_vllm.json")
@@ -112,7 +115,7 @@ def main() -> None:
     a = p.parse_args()
     rows = [int(r) for r in a.rows.split(",")]
     if a.child:
-        print(json.dumps(measure(rows, a.rounds)))
+        print(json.dumps(measure(rows, a.rounds, a.dtype)))
         return
     sys.path.insert(0, str(ROOT / "bench"))
     sys.path.insert(0, str(ROOT / "tests" / "realengines"))
@@ -120,13 +123,16 @@ def main() -> None:
     from engine_venv import VLLM, engine_python
 
     python = engine_python(VLLM)
-    cmd = ["taskset", "-c", str(a.core), str(python), __file__, "--child", "--rows", a.rows, "--rounds", str(a.rounds)]
+    cmd = [
+        *("taskset", "-c", str(a.core), str(python), __file__, "--child"),
+        *("--rows", a.rows, "--rounds", str(a.rounds), "--dtype", a.dtype),
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd="/tmp")
     result = json.loads(done.stdout.strip().splitlines()[-1])
     result.update(bench="linears_vs_vllm", args=vars(a), cpu_model=cpu_model(), shapes=tiny_shapes())
     Path(a.out).write_text(json.dumps(result, indent=1) + "\n")
     print(
-        f"`python bench/linears_vs_vllm.py --rows {a.rows} --rounds {a.rounds} --core {a.core}`; host {cpu_model()}, "
+        f"`python bench/linears_vs_vllm.py --rows {a.rows} --dtype {a.dtype} --rounds {a.rounds} --core {a.core}`; host {cpu_model()}, "
         f"float32 matmul {result['matmul_f32_gflops_one_thread']} GFLOP/s on one thread; torch {result['torch']}, "
         f"vLLM {result['vllm']}\n"
     )

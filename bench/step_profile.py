@@ -14,6 +14,13 @@ wall-clock step less the labelled top-level parts. Run it pinned as a server run
 one core, torch on one thread) to compare with bench/vs_vllm.py's servers.
 
     taskset -c 0 python bench/step_profile.py --batches 1,16 --out bench/step_profile.json
+
+--closed-loop N profiles the steps a served closed loop makes instead (prefills mixed with decodes):
+N users, each sending its next `--prompt`-token request as its last one finishes (after `--output`
+tokens), for `--seconds` after a third as long to settle; each part's time per step as above, and
+the users' own rate (N x output tokens / mean time a request took, Little's law) beside.
+
+    taskset -c 0 python bench/step_profile.py --dtype float32 --closed-loop 64 --prompt 256 --seconds 90
 """
 
 from __future__ import annotations
@@ -101,6 +108,58 @@ def profile_batch(engine: LLMEngine, batch: int, prompt: int, steps: int) -> dic
     }
 
 
+def profile_closed_loop(engine: LLMEngine, users: int, prompt: int, output: int, seconds: float) -> dict:
+    """Steps as a closed loop of `users` makes them: each finished request is replaced by a new one."""
+    params = SamplingParams(max_tokens=output, ignore_eos=True, temperature=0.0)
+    sent: dict[str, float] = {}
+    took: list[float] = []
+
+    def send() -> None:
+        i = next(_IDS)
+        engine.add_request([(7 * i + 13 * t) % 500 + 10 for t in range(prompt)], params, request_id=f"u{i}")
+        sent[f"u{i}"] = time.perf_counter()
+
+    def run(duration: float, walls: list[float] | None) -> None:
+        t_end = time.perf_counter() + duration
+        while time.perf_counter() < t_end:
+            t0 = time.perf_counter()
+            outputs = engine.step()
+            if walls is not None:
+                walls.append(time.perf_counter() - t0)
+            for out in outputs:
+                if out.finished:
+                    start = sent.pop(out.request_id)
+                    if walls is not None and start >= t_window:  # sent and finished inside the window
+                        took.append(time.perf_counter() - start)
+                    send()
+
+    for _ in range(users):
+        send()
+    run(seconds / 3, None)
+    walls: list[float] = []
+    t_window = time.perf_counter()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        run(seconds, walls)
+    for request_id in list(sent):  # the loop's last requests, not waited for
+        engine.abort_request(request_id)
+    while engine.has_unfinished_requests():
+        engine.step()
+    steps = len(walls)
+    totals = {e.key: e.cpu_time_total / 1e3 / steps for e in prof.key_averages() if e.key in _labels()}
+    parts = {label: round(totals.get(label, 0.0), 3) for label, *_ in PARTS}
+    mean_ms = 1e3 * statistics.mean(walls)
+    covered = sum(parts[label] for label, _, _, top in PARTS if top)
+    return {
+        "users": users,
+        "steps": steps,
+        "requests_timed": len(took),
+        "users_own_tok_s": round(users * output / statistics.mean(took), 2) if took else None,
+        "step_ms_mean": round(mean_ms, 3),
+        "parts_ms": parts,
+        "rest_ms": round(mean_ms - covered, 3),
+    }
+
+
 def _labels() -> set[str]:
     return {label for label, *_ in PARTS}
 
@@ -112,11 +171,17 @@ def main() -> int:
     ap.add_argument("--batches", default="1,16", help="sequences decoding at once, a comma list")
     ap.add_argument("--prompt", type=int, default=64, help="prompt tokens of each sequence")
     ap.add_argument("--steps", type=int, default=30, help="decode steps profiled per batch")
+    ap.add_argument("--closed-loop", type=int, default=0, help="users of a closed loop to profile instead (see above)")
+    ap.add_argument("--output", type=int, default=32, help="--closed-loop: output tokens of each request")
+    ap.add_argument("--seconds", type=float, default=60.0, help="--closed-loop: seconds profiled")
     ap.add_argument("--out", default=None, help="write the figures here as JSON")
     a = ap.parse_args()
     label_parts()
     engine = LLMEngine(EngineArgs(model=a.model, dtype=a.dtype, max_model_len=1024, enable_prefix_caching=False))
-    rows = [profile_batch(engine, int(b), a.prompt, a.steps) for b in a.batches.split(",")]
+    if a.closed_loop:
+        rows = [profile_closed_loop(engine, a.closed_loop, a.prompt, a.output, a.seconds)]
+    else:
+        rows = [profile_batch(engine, int(b), a.prompt, a.steps) for b in a.batches.split(",")]
     result = {
         "command": " ".join(sys.argv),
         "host": machine(),
@@ -129,7 +194,8 @@ def main() -> int:
     }
     for r in rows:
         parts = ", ".join(f"{k} {v:.2f}" for k, v in r["parts_ms"].items())
-        print(f"batch {r['batch']}: step {r['step_ms_mean']:.2f} ms = {parts}; rest {r['rest_ms']:.2f}")
+        what = f"closed loop of {r['users']} ({r['users_own_tok_s']} tok/s)" if "users" in r else f"batch {r['batch']}"
+        print(f"{what}: step {r['step_ms_mean']:.2f} ms = {parts}; rest {r['rest_ms']:.2f}")
     if a.out:
         Path(a.out).write_text(json.dumps(result, indent=1))
     return 0
