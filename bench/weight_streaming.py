@@ -12,8 +12,8 @@ down and the LM head, 376 MB in float32, several times the last-level cache):
    one thread: one process alone on one core, then two processes at once, one per core, and one
    process on both cores with two threads: the time per chain and the bytes per second it implies;
 2. refengine's own engine at PP2 (offline, `LLMEngine`, one thread per rank) in a closed loop of 1
-   and of 4 requests, beside TP1 at 4: TPOT, and how the driver's time splits between submitting a
-   batch (stage 0) and waiting for the last stage's tokens.
+   and of 4 requests, beside TP1 at 4: TPOT, how the driver's time splits between submitting a
+   batch (stage 0) and waiting for the last stage's tokens, and each rank's forward time per batch.
 
     python bench/weight_streaming.py --out bench/weight_streaming.json     # ~2 minutes on 2 cores
 """
@@ -129,9 +129,19 @@ def engine_tpot(pp: int, users: int, seconds: float) -> dict:
     loop(seconds / 3, False)
     for key in split:
         split[key] = 0
+    ranks = engine.executor.collect_stats() if pp > 1 else []
     t_window = time.perf_counter()
     loop(seconds, True)
+    after = engine.executor.collect_stats() if pp > 1 else []
     batches = max(1, split["batches"])
+    per_rank = [
+        {
+            "rank": b["rank"],
+            "forward_ms_per_batch": round(1e3 * (b["busy_s"] - a_["busy_s"]) / max(1, b["steps"] - a_["steps"]), 2),
+            "step_ms_per_batch": round(1e3 * (b["wall_s"] - a_["wall_s"]) / max(1, b["steps"] - a_["steps"]), 2),
+        }
+        for a_, b in zip(ranks, after)
+    ]
     return {
         "pp": pp,
         "users": users,
@@ -140,6 +150,9 @@ def engine_tpot(pp: int, users: int, seconds: float) -> dict:
         "rows_per_batch": round(split["rows"] / batches, 2) if pp > 1 else None,
         "submit_ms_per_batch": round(1e3 * split["submit_s"] / batches, 2) if pp > 1 else None,
         "collect_wait_ms_per_batch": round(1e3 * split["collect_s"] / batches, 2) if pp > 1 else None,
+        # forward: the rank's model (and sampler) time; step: its whole part of a batch, waits included
+        # (the driver's wall time is not kept per batch under the batch queue: 0 there)
+        "ranks": per_rank,
     }
 
 
