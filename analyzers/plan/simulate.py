@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from analyzers.diagnosis_error import DiagnosisError
-from analyzers.plan.step_model import StepCost, StepModel, StepShape
+from analyzers.plan.step_model import StepModel, StepShape
 from analyzers.plan.window import FIXED, LevelWindow, WindowSizing
 from refengine.config import CacheConfig, SchedulerConfig
 from refengine.core.outputs import ModelRunnerOutput, SchedulerOutput
@@ -166,7 +166,7 @@ class EngineRun:
         self.window_batch = 0
         self.notes: set[str] = set()
         self.pending: collections.deque[tuple[float, SchedulerOutput]] = collections.deque()  # (lands at, batch)
-        self.stage_free = [0.0] * sim.model.pp  # when each pipeline stage is free of its last batch
+        self.stage_free = 0.0
         self.done_times: list[float] = []  # when each request finished, in order (a router counts them)
 
     # ---- clients ----------------------------------------------------------------------------
@@ -283,8 +283,9 @@ class EngineRun:
                     self.now += total
                     self.land(sched)
                     return True
-                issue = max(self.now, self.stage_free[0]) + cost.overhead_s
-                self.pending.append((self._through_stages(issue, cost, served), sched))
+                issue = max(self.now, self.stage_free) + cost.overhead_s
+                self.stage_free = issue + served(cost.stage_s)
+                self.pending.append((issue + total - cost.overhead_s, sched))
                 self.now = issue
                 submitted = True
         if self.pending and (not submitted or len(self.pending) == self.depth):
@@ -293,27 +294,6 @@ class EngineRun:
             self.land(sched)
             return True
         return submitted
-
-    def _through_stages(self, issue: float, cost: StepCost, served: Callable[[float], float]) -> float:
-        """When a batch issued at `issue` lands: stage 0 computes it on the driver at once; every later
-        stage's rank first takes the batch's scheduler output and prepares its inputs (the step
-        overhead again: refengine/distributed/pipeline_runner.py), from when the driver posts it and
-        the rank is free of the batch before, then computes once the previous stage's hidden state
-        has arrived. At one batch in flight a rank's own part hides behind the stages before it; with
-        the pipeline full it adds to the stage that sets the pace (bench/RESULTS.md: `tiny` at PP2
-        and 4 users, the last stage 2.6 ms a batch outside its forward)."""
-        pp = len(self.stage_free)
-        send = cost.parts.get("pp_send", 0.0) / (pp - 1)
-        lm_head = cost.parts.get("lm_head", 0.0)
-        body = cost.stage_s - lm_head - send  # one stage's layers
-        pace = served(cost.total_s - cost.overhead_s) / max(cost.total_s - cost.overhead_s, 1e-12)
-        done = issue + pace * (body + send)  # stage 0, its hidden state sent on
-        self.stage_free[0] = done
-        for i in range(1, pp):
-            ready = max(issue, self.stage_free[i]) + cost.overhead_s
-            done = max(ready, done) + pace * (body + (lm_head if i == pp - 1 else send))
-            self.stage_free[i] = done
-        return done
 
     def _served_time(self) -> Callable[[float], float]:
         """The next step's model time -> its served time (analyzers/plan/step_jitter.py): times the
