@@ -95,17 +95,16 @@ def profile_batch(engine: LLMEngine, batch: int, prompt: int, steps: int) -> dic
             walls.append(time.perf_counter() - t0)
     while engine.has_unfinished_requests():
         engine.step()
-    totals = {e.key: e.cpu_time_total / 1e3 / steps for e in prof.key_averages() if e.key in _labels()}
+    return {"batch": batch, **step_parts(prof, walls), "step_ms_median": round(1e3 * statistics.median(walls), 3)}
+
+
+def step_parts(prof, walls: list[float]) -> dict:
+    """Each part's time inside its label per step, the mean step, and what no top-level label covers."""
+    totals = {e.key: e.cpu_time_total / 1e3 / len(walls) for e in prof.key_averages() if e.key in _labels()}
     parts = {label: round(totals.get(label, 0.0), 3) for label, *_ in PARTS}
     mean_ms = 1e3 * statistics.mean(walls)
     covered = sum(parts[label] for label, _, _, top in PARTS if top)
-    return {
-        "batch": batch,
-        "step_ms_mean": round(mean_ms, 3),
-        "step_ms_median": round(1e3 * statistics.median(walls), 3),
-        "parts_ms": parts,
-        "rest_ms": round(mean_ms - covered, 3),
-    }
+    return {"step_ms_mean": round(mean_ms, 3), "parts_ms": parts, "rest_ms": round(mean_ms - covered, 3)}
 
 
 def profile_closed_loop(engine: LLMEngine, users: int, prompt: int, output: int, seconds: float) -> dict:
@@ -144,19 +143,12 @@ def profile_closed_loop(engine: LLMEngine, users: int, prompt: int, output: int,
         engine.abort_request(request_id)
     while engine.has_unfinished_requests():
         engine.step()
-    steps = len(walls)
-    totals = {e.key: e.cpu_time_total / 1e3 / steps for e in prof.key_averages() if e.key in _labels()}
-    parts = {label: round(totals.get(label, 0.0), 3) for label, *_ in PARTS}
-    mean_ms = 1e3 * statistics.mean(walls)
-    covered = sum(parts[label] for label, _, _, top in PARTS if top)
     return {
         "users": users,
-        "steps": steps,
+        "steps": len(walls),
         "requests_timed": len(took),
         "users_own_tok_s": round(users * output / statistics.mean(took), 2) if took else None,
-        "step_ms_mean": round(mean_ms, 3),
-        "parts_ms": parts,
-        "rest_ms": round(mean_ms - covered, 3),
+        **step_parts(prof, walls),
     }
 
 
