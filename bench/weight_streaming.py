@@ -3,10 +3,10 @@
 A decode step at a few rows reads every weight once: its linears run at the rate memory delivers
 them, not at the FMA rate. Under pipeline parallelism on one host the stages alternate at one
 request (a stage streams alone) and overlap from two batches in flight (both stream at once and
-share the host's memory bandwidth); `llmdiag plan` prices both cases from tables measured with a
-weight that is read over and over (hot in the last-level cache), where two threads are twice one.
-This measures what it leaves out, on the `tiny` model's weights (8 layers of qkv, o, gate_up and
-down and the LM head, 376 MB in float32, several times the last-level cache):
+share the host's memory bandwidth); `llmdiag plan` prices both cases alike, from tables measured by
+one process alone, and charges a batch one step overhead, on the driver. This measures what that
+leaves out, on the `tiny` model's weights (8 layers of qkv, o, gate_up and down and the LM head,
+378 MB in float32, several times the last-level cache):
 
 1. the chain of those linears at one row through refengine's CPU linear (packed oneDNN), torch on
    one thread: one process alone on one core, then two processes at once, one per core, and one
@@ -15,7 +15,7 @@ down and the LM head, 376 MB in float32, several times the last-level cache):
    and of 4 requests, beside TP1 at 4: TPOT, how the driver's time splits between submitting a
    batch (stage 0) and waiting for the last stage's tokens, and each rank's forward time per batch.
 
-    python bench/weight_streaming.py --out bench/weight_streaming.json     # ~2 minutes on 2 cores
+    python bench/weight_streaming.py --out bench/weight_streaming.json     # about a minute on 2 cores
 """
 
 from __future__ import annotations
