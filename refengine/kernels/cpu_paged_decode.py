@@ -13,7 +13,10 @@ The cache is float32 or bfloat16; the arithmetic is float32 either way (a bfloat
 widened exactly as it is loaded). Without it a bfloat16 decode went to the PyTorch path: its gather
 and SDPA cost a bfloat16 `tiny` step 0.3-2.1 ms at 1-64 sequences (bench/RESULTS.md, "After the
 bfloat16 decode kernel"). On an AVX-512 CPU with a head size of 16 to 128 in steps of 16 the context
-is walked in tiles of 16 tokens, each tile's scores computed as one vector (cpu_paged_decode.cpp).
+is walked in tiles of 16 tokens, each tile's scores computed as one vector, and the next tile's K and
+V rows are asked of memory while this one computes (cpu_paged_decode.cpp): in the engine each layer's
+cache is cold when it is read (the other layers evicted it), and the loads alone kept too few misses
+in flight.
 
 Plain C++ (cpu_paged_decode.cpp beside this file) with no torch headers, compiled on first use and
 cached, keyed by the CPU's instruction-set flags, called through ctypes (kernels/cpu_build.py). It splits the sequences into ranges of about equal context on std::threads started per call
@@ -41,7 +44,7 @@ ENABLED = enabled_by_env()
 def _declare(cdll: ctypes.CDLL) -> None:
     for f in (cdll.paged_decode, cdll.paged_decode_bf16):
         f.restype = None
-        f.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 7 + [ctypes.c_float, ctypes.c_int64]
+        f.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 7 + [ctypes.c_float, ctypes.c_int64, ctypes.c_int64]
 
 
 LIBRARY = CppLibrary("cpu_paged_decode", _SOURCE, _declare, "CPU paged decode kernel")
@@ -57,6 +60,10 @@ def available() -> bool:
 # cores those threads need; on a 2-core AMX Xeon a second thread cost a `tiny` float32 decode step
 # of 2-4 sequences 3-4 ms and gained at most 2% at 64 (bench/cpu_decode_paths.py, docs/engine.md).
 MIN_BYTES_PER_THREAD = 32 << 20
+# The AVX-512 body asks memory for the next tile's K and V rows while it computes this one (the
+# engine's caches are cold at each layer: 2.1x faster for bfloat16 there, bench/decode_prefetch.py).
+# Off only for that bench's other arm.
+PREFETCH = True
 
 
 def threads_for(kv_bytes: int) -> int:
@@ -116,5 +123,6 @@ def paged_decode_cpu(
         tables.shape[1],
         float(scale),
         threads,
+        int(PREFETCH),
     )
     return out

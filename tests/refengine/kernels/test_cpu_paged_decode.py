@@ -83,6 +83,20 @@ def test_kernel_matches_reference(heads, kv_heads, bs, threads, head_dim, monkey
 
 
 @needs_compiler
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_asking_for_the_next_tile_ahead_changes_no_output(dtype, monkeypatch):
+    """The prefetch only moves memory (the next tile's rows, the next sequence's none): the same
+    bits with it and without, across tile and sequence ends and scattered blocks."""
+    q, cache, meta = _case([1, 15, 16, 17, 33, 270], 16, 16, 4, 64, seed=3, dtype=dtype)
+    outs = []
+    for on in (True, False):
+        monkeypatch.setattr(cpu_paged_decode, "PREFETCH", on)
+        outs.append(cpu_paged_decode.paged_decode_cpu(q, cache, meta.block_tables, meta.seq_lens, 16, 0.125))
+    assert torch.equal(outs[0], outs[1])
+    torch.testing.assert_close(outs[0], paged_attention(q, cache, meta, 16, 0.125), atol=2e-5, rtol=2e-5)
+
+
+@needs_compiler
 @pytest.mark.parametrize("head_dim", [16, 48, 64, 128, 144])
 @pytest.mark.parametrize("bs", [1, 16, 32])
 def test_every_head_size_and_tile_boundary_matches_reference(head_dim, bs):
