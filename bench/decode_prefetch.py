@@ -24,7 +24,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import machine
+from bench.common import machine, matmul_peak
 from refengine.kernels import cpu_paged_decode
 
 HEADS, KV_HEADS, HEAD_DIM, BLOCK, LAYERS = 16, 4, 64, 16, 8  # the `tiny` preset (refengine/model/tiny.py)
@@ -83,7 +83,14 @@ def main() -> None:
         sys.exit("the CPU paged decode kernel is not available here (REFENGINE_CPU_KERNELS=0, or no compiler)")
     torch.set_num_threads(1)
     rows = [measure(dt, a.sequences, a.context, a.rounds) for dt in (torch.float32, torch.bfloat16)]
-    out = {"command": " ".join(["python", *sys.argv]), "host": machine(), "args": vars(a), "rows": rows}
+    peak = max(matmul_peak([(2048, 1024, 1024)]).values()) / 1e9  # the host's float32 rate, as RESULTS gives it
+    out = {
+        "command": " ".join(["python", *sys.argv]),
+        "host": machine(),
+        "matmul_f32_gflops": round(peak, 1),
+        "args": vars(a),
+        "rows": rows,
+    }
     for r in rows:
         print(
             f"{r['dtype']}: {r['step_ms_prefetch']} ms a step with the prefetch, {r['step_ms_without']} without "
