@@ -168,8 +168,9 @@ void run_range_avx512(const Args<T>& A, int64_t begin, int64_t end) {
       // The next tile's rows, one by one across this tile's heads: a sequence's blocks lie anywhere in
       // the cache and the other layers evicted them since the last step, and without asking ahead the
       // loads of a tile keep only a few misses in flight (8 layers of 64 cold sequences of 270 tokens
-      // read a bfloat16 cache at 6.4 GB/s, no faster than a float32 one). Spread over the heads, not
-      // asked at once: a burst of prefetches stalls on the core's miss buffers as the loads did.
+      // read a bfloat16 cache at 6.4 GB/s, no faster than a float32 one). Spread over the heads: the
+      // whole next tile asked for at once, at the tile's start, gained nothing (bench/decode_prefetch.py
+      // measures this form).
       const int64_t next_n = A.prefetch ? std::min<int64_t>(16, len - t0 - 16) : 0;
       const T* nk[16];
       const T* nv[16];
@@ -273,6 +274,6 @@ extern "C" void paged_decode(const float* q, const float* cache, const int32_t* 
 extern "C" void paged_decode_bf16(const float* q, const uint16_t* cache, const int32_t* block_tables,
                                   const int32_t* seq_lens, float* out, int64_t B, int64_t H, int64_t D, int64_t NB,
                                   int64_t BS, int64_t KVH, int64_t MAXNB, float scale, int64_t threads,
-                             int64_t prefetch) {
+                                  int64_t prefetch) {
   paged_decode_impl(q, cache, block_tables, seq_lens, out, B, H, D, NB, BS, KVH, MAXNB, scale, threads, prefetch);
 }
