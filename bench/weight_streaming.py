@@ -33,9 +33,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.common import machine  # noqa: E402
-
-LAYERS, HIDDEN, INTER, QKV, VOCAB = 8, 1024, 2816, 1536, 4096  # the `tiny` preset (refengine/model/tiny.py)
+from bench.common import machine, matmul_peak  # noqa: E402
+from bench.linears_vs_vllm import tiny_shapes  # noqa: E402
 
 
 def chain_seconds(threads: int, rounds: int) -> float:
@@ -46,10 +45,9 @@ def chain_seconds(threads: int, rounds: int) -> float:
 
     torch.set_num_threads(threads)
     gen = torch.Generator().manual_seed(0)
-    shapes = [(QKV, HIDDEN), (HIDDEN, HIDDEN), (2 * INTER, HIDDEN), (HIDDEN, INTER)] * LAYERS + [(VOCAB, HIDDEN)]
-    weights = [torch.randn(*s, generator=gen) * 0.02 for s in shapes]
+    weights = [torch.randn(*s, generator=gen) * 0.02 for s in tiny_shapes()]
     caches = [cpu_gemm.PackedWeight() for _ in weights]
-    x = torch.randn(1, INTER, generator=gen)
+    x = torch.randn(1, max(k for _, k in tiny_shapes()), generator=gen)
     times = []
     with torch.inference_mode():
         for r in range(rounds + 2):
@@ -62,7 +60,7 @@ def chain_seconds(threads: int, rounds: int) -> float:
 
 
 def weight_bytes() -> int:
-    return 4 * (LAYERS * HIDDEN * (QKV + HIDDEN + 2 * INTER + INTER) + VOCAB * HIDDEN)
+    return 4 * sum(n * k for n, k in tiny_shapes())
 
 
 def run_children(specs: list[tuple[str, int]], rounds: int) -> list[float]:
@@ -194,7 +192,13 @@ def main() -> None:
             text=True,
         )
         engines.append(json.loads(p.stdout.strip().splitlines()[-1]))
-    out = {"command": " ".join(["python", *sys.argv]), "host": machine(), "streaming": streaming, "engine": engines}
+    out = {
+        "command": " ".join(["python", *sys.argv]),
+        "host": machine(),
+        "matmul_f32_gflops": round(max(matmul_peak([(2048, 1024, 1024)]).values()) / 1e9, 1),
+        "streaming": streaming,
+        "engine": engines,
+    }
     print(json.dumps(out["streaming"], indent=1))
     for e in engines:
         print(e)
