@@ -15,7 +15,8 @@ requests the tail. Two things must hold, from what each request lived through:
   the others never went: it is compared only at loads they had, and where it never met them, its
   slowness cannot be told from its load (the imbalance check asks about the routing). Where the
   comparison rested on the others' trend far beyond their loads (a closed loop driven in turn piles
-  the users onto the slow replica), Little's law answers instead: sent no more requests and no
+  the users onto the slow replica), or where it holds (a replica that queues is slow by holding
+  more, which equal holdings hide), Little's law answers instead: sent no more requests and no
   heavier ones, a replica holds more in flight only by keeping each longer (_residence).
 
 Where the server probe read each replica (a fleet front's `per_engine`), the finding says what its
@@ -129,9 +130,11 @@ def check_hot_replica(
         heavier_requests=round(heavier, 2),
     )
     from_residence = False
-    if residence is not None and slow.matched_share < MIN_MATCHED:
-        # Its load was its own doing (no more requests, no heavier ones): the comparison at the same
-        # load rested on the others' trend far beyond what they carried; Little's law does not.
+    if residence is not None and (slow.matched_share < MIN_MATCHED or residence.holds):
+        # Its load was its own doing (no more requests, no heavier ones), so more in flight is its
+        # slowness: Little's law says so whatever the comparison at the same load read. That
+        # comparison rests on the others' trend beyond what they carried, and a replica that queues
+        # (a small KV cache) is slow by holding more, which comparing at equal holdings hides.
         evidence["residence_per_work_vs_others"] = round(residence.ratio, 2)
         evidence["residence_p_value"] = round(residence.p_value, 4)
         if residence.holds and (only_residence or slow.ratio < HOT_RATIO):

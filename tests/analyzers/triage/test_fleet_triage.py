@@ -87,6 +87,21 @@ def test_a_slow_replica_that_a_closed_loop_piled_every_user_onto_is_hot_by_littl
     assert "no heavier ones" in f.title or "at the same load" in f.title, f.title
 
 
+def test_a_replica_slower_at_every_load_is_hot_by_littles_law_though_under_the_same_load_ratio(tmp_path):
+    """A build 1.4x slower behind a least-outstanding router: sent fewer requests, it holds as many in
+    flight as the other, so nearly all of its requests meet loads the other had, and there it reads
+    1.4x, under the same-load bar. Sent no more requests and no heavier ones, it kept each 1.4x as
+    long: by Little's law that is slowness, whatever the comparison at equal holdings read (a real
+    small-KV replica read 1.38x there while serving every tail request, and was called busier)."""
+    run = fleet_run(tmp_path / "r", [Replica(), Replica(speed=1.4)], probes=False, least_outstanding=True)
+    diag = diagnose_p99(run)
+    assert diag.findings and diag.findings[0].check_id == "p99.fleet.hot-replica", diag.headline
+    ev = diag.findings[0].evidence
+    assert ev["replica"] == "1" and ev["same_load_matched_share"] >= 0.3, ev
+    assert ev["latency_vs_others_same_load"] < 1.5 and ev["slowness_from"] == "residence", ev
+    assert ev["residence_per_work_vs_others"] >= 1.3 and ev["residence_p_value"] <= 0.01, ev
+
+
 def test_a_replica_busier_because_round_robin_gave_it_the_long_requests_is_imbalance(tmp_path):
     # Every fourth request asks for 400 tokens: round robin over two replicas gives them all to replica 0.
     diag = diagnose_p99(fleet_run(tmp_path / "r", [Replica(), Replica()], long_out=[i % 4 == 0 for i in range(1200)]))
