@@ -141,9 +141,8 @@ def fit_profile(
         # own to reproduce, and the TPOT targets' to constrain); held to it as well, the fit traded
         # the unloaded prefill away (`tiny` TP1: its c1 prefill 17% short, operators x 0.70; with the
         # lightest only, x 1.04: docs/planning.md).
-        phased = [o for o in times if o.prefill_s]
-        lightest_phase = min(phased, key=lambda o: o.running) if phased else None
-        prefill = {lightest_phase.level_id: lightest_phase.prefill_s} if lightest_phase else {}
+        phased = [(o.running, o.level_id, o.prefill_s) for o in times if o.prefill_s]
+        prefill = {lid: s for _, lid, s in sorted(phased)[:1]}
         if prefill:
             overhead_from += "; the prefill held to the server's prefill phase"
             fitted = fit_jointly(
