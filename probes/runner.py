@@ -19,6 +19,10 @@ from probes.registry import make_probe
 from rundir import RunDir, files
 
 Log = Callable[[str], None]
+# start() returns once every probe has written its first row (or its interval and this long have
+# passed), so each series begins before the run's first request. A rate probe (host CPU, IRQs) writes
+# its first row one interval after its baseline; a probe slower than this (a remote scrape) starts late.
+FIRST_ROW_SLACK_S = 5.0
 
 
 @dataclass
@@ -38,6 +42,7 @@ class _ProbeThread(threading.Thread):
         super().__init__(name=f"probe-{probe.name}", daemon=True)
         self.probe, self.out, self.log = probe, out, log
         self.stop_event = threading.Event()
+        self.first_row = threading.Event()
         self.stats = ProbeStats()
 
     def run(self) -> None:
@@ -45,6 +50,8 @@ class _ProbeThread(threading.Thread):
         next_at = start
         while not self.stop_event.is_set():
             self._one_sample()
+            if self.stats.rows or self.stats.errors:  # a row, or a failing probe: nothing to wait for
+                self.first_row.set()
             next_at += self.probe.interval_s
             # Fixed-rate schedule; after a long stall, skip the missed ticks rather than bursting.
             delay = next_at - time.monotonic()
@@ -106,6 +113,13 @@ class ProbeSet:
             self.availability[name] = "ok"
         for thread in self.threads:
             thread.start()
+        # Each series must cover the run from its first request (the P99 diagnosis lines evidence up
+        # with requests in time): the caller sends nothing before every probe has written a row.
+        started = time.monotonic()
+        for thread in self.threads:
+            wait = thread.probe.interval_s + FIRST_ROW_SLACK_S
+            if not thread.first_row.wait(max(0.0, started + wait - time.monotonic())):
+                self.log(f"probe {thread.probe.name}: no row within {wait:.0f} s of its start; the run goes on")
         return dict(self.availability)
 
     def outcome(self, stats: dict[str, ProbeStats]) -> dict[str, str]:

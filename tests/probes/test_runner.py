@@ -52,6 +52,30 @@ def test_rows_errors_unavailable_and_cost(tmp_path, monkeypatch):
     assert cost["counting"]["samples"] >= 3 and cost["counting"]["cpu_s"] >= 0
 
 
+class _SlowFirst(Probe):
+    """A first read that takes a while (a scrape, a /proc walk on a busy host)."""
+
+    name = "slow-first"
+
+    def sample(self):
+        time.sleep(0.3)
+        return {"t": time.time(), "ok": 1}
+
+
+def test_start_returns_once_every_probe_has_a_row_so_series_begin_before_the_first_request(tmp_path, monkeypatch):
+    monkeypatch.setitem(registry.PROBES, "slow-first", f"{__name__}:_SlowFirst")
+    monkeypatch.setitem(registry.PROBES, "counting", f"{__name__}:_Counting")
+    pset = ProbeSet(["slow-first", "counting", "host"], ProbeContext(out_dir=tmp_path, interval_s=5.0))
+    pset.start()
+    first_request = time.time()  # what a sweep sends first, right after start()
+    try:
+        for name in ("slow-first", "counting", "host"):
+            rows = read_rows(tmp_path / "probes" / f"{name}.jsonl")
+            assert rows and rows[0]["t"] <= first_request, name
+    finally:
+        pset.stop()
+
+
 def test_probe_list_parsing():
     assert registry.parse_probe_list("default") == registry.DEFAULT_PROBES
     assert registry.parse_probe_list("host,tcp,host") == ["host", "tcp"]
