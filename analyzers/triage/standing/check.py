@@ -8,7 +8,7 @@ from dataclasses import asdict
 import numpy as np
 
 from analyzers.triage.contracts import CheckResult, Finding, failed, passed
-from analyzers.triage.levels import LevelLoad
+from analyzers.triage.levels import STANDING_RATIO, LevelLoad
 from analyzers.triage.phases import LevelPhases
 from analyzers.triage.standing.cause import name_cause
 from analyzers.triage.standing.split import phase_parts
@@ -88,7 +88,7 @@ def check_standing(
             "limits": {k: asdict(v) if isinstance(v, KVCacheSize) else v for k, v in limits.items() if v is not None},
             "tail_requests": int(sum(it[0].tail_rows.size for it in items)),
         }
-        more = f" (also {', '.join(it[0].level_id for it in items if it is not worst)})" if len(items) > 1 else ""
+        more = _also([it[0] for it in items if it is not worst])
         finding = Finding(
             cause,
             CATEGORY.get(cause, "scheduling"),
@@ -102,6 +102,21 @@ def check_standing(
         )
         out.append(failed(finding, STANDING_TITLE, finding.title))
     return out
+
+
+def _also(others: list[LevelLoad]) -> str:
+    """The other levels of the same cause, each with why it stands: the worst one's sentence says
+    "misses the SLO", and a level within the SLO but well above the unloaded one must not read as a miss."""
+    if not others:
+        return ""
+    over = [lv.level_id for lv in others if lv.misses_slo]
+    within = [lv.level_id for lv in others if not lv.misses_slo]
+    parts = [f"{', '.join(over)}, over the SLO too"] if over else []
+    if within:
+        parts.append(
+            f"{', '.join(within)}, within the SLO but with a median {STANDING_RATIO:g}x or more the unloaded level's"
+        )
+    return f" (also {'; '.join(parts)})"
 
 
 def tail_rows(levels: list[LevelLoad]) -> np.ndarray:

@@ -294,3 +294,18 @@ def test_a_cap_of_three_mostly_unfilled_is_not_the_admission_limit(tmp_path):
     is not what held them (one short of 3 would read 2)."""
     f = diagnose_p99(_cap_run(tmp_path, 3, [3, 0, 0, 1, 0])).findings[0]
     assert f.check_id != "p99.sched.admission", f.title
+
+
+def test_levels_sharing_a_cause_say_which_miss_the_slo_and_which_only_stand_above_the_unloaded_one():
+    """The finding's sentence is the worst level's ("misses the SLO"); the README's own sweep put a level
+    within the SLO (c8: 499 ms against 1,500) in its "(also ...)" list as if it missed it too."""
+    from analyzers.triage.levels import LevelLoad, Window
+    from analyzers.triage.standing.check import _also
+
+    def level(level_id, p99):
+        return LevelLoad(level_id, 8, 100, Window(T0, T0 + 20), 0.46, p99, 1.5, "c1", 0.06, True, "", np.empty(0))
+
+    words = _also([level("c32", 1.92), level("c8", 0.50)])
+    assert words.startswith(" (also c32, over the SLO too; c8, within the SLO"), words
+    assert _also([level("c8", 0.50)]).startswith(" (also c8, within the SLO"), _also([level("c8", 0.50)])
+    assert _also([]) == ""
