@@ -141,8 +141,8 @@ def fit_profile(
         # own to reproduce, and the TPOT targets' to constrain); held to it as well, the fit traded
         # the unloaded prefill away (`tiny` TP1: its c1 prefill 17% short, operators x 0.70; with the
         # lightest only, x 1.04: docs/planning.md).
-        phased = [(o.running, o.level_id, o.prefill_s) for o in times if o.prefill_s]
-        prefill = {lid: s for _, lid, s in sorted(phased)[:1]}
+        unloaded = min((o for o in times if o.prefill_s), key=lambda o: (o.running, o.level_id), default=None)
+        prefill = {unloaded.level_id: unloaded.prefill_s} if unloaded and unloaded.prefill_s else {}
         if prefill:
             overhead_from += "; the prefill held to the server's prefill phase"
             fitted = fit_jointly(
