@@ -59,13 +59,14 @@ class Differential:
     exposed_tail_rows: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0, dtype=int))
 
     @property
+    def concentrates(self) -> bool:
+        """The tail concentrates on the exposed requests (every gate but the effect's): a condition that
+        slows only some of its requests (a replica's own queue) may leave its median request as fast."""
+        return self.n_tail >= MIN_TAIL and self.attributable >= MIN_ATTRIBUTABLE and self.relative_risk >= MIN_RISK
+
+    @property
     def separates(self) -> bool:
-        return (
-            self.n_tail >= MIN_TAIL
-            and self.attributable >= MIN_ATTRIBUTABLE
-            and self.relative_risk >= MIN_RISK
-            and (self.effect or 0.0) >= MIN_EFFECT
-        )
+        return self.concentrates and (self.effect or 0.0) >= MIN_EFFECT
 
     def evidence(self) -> dict:
         return dict(

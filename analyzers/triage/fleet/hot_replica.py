@@ -17,7 +17,11 @@ requests the tail. Two things must hold, from what each request lived through:
   comparison rested on the others' trend far beyond their loads (a closed loop driven in turn piles
   the users onto the slow replica), or where it holds (a replica that queues is slow by holding
   more, which equal holdings hide), Little's law answers instead: sent no more requests and no
-  heavier ones, a replica holds more in flight only by keeping each longer (_residence).
+  heavier ones, a replica holds more in flight only by keeping each longer (residence.py). And sent
+  alike, a replica whose own scheduler queued requests behind its full KV cache in OWN_QUEUE of the
+  server probe's scrapes, while no other replica's did (per_engine.queued_alone), and that never ran as
+  many at once as each other did, has less room by its own accounting: the latency comparisons need
+  many requests to see what its gauges show directly.
 
 Where the server probe read each replica (a fleet front's `per_engine`), the finding says what its
 KV cache and queue did beside the others'.
@@ -34,7 +38,8 @@ from analyzers.triage.contracts import CheckResult, Finding, failed, passed
 from analyzers.triage.exposure import MIN_TAIL, Differential, differential, exposed_windows
 from analyzers.triage.fleet.concentration import ReplicaShare, replica_shares, tail_mask
 from analyzers.triage.fleet.load_at_send import FleetLoad, replica_label
-from analyzers.triage.fleet.per_engine import gauges_words, replica_gauges
+from analyzers.triage.fleet.per_engine import gauges_words, queued_alone, replica_gauges
+from analyzers.triage.fleet.residence import HEAVIER, residence, sent_alike
 from analyzers.triage.fleet.same_load import SameLoad, same_load
 from analyzers.triage.fleet.work import work_seconds
 from analyzers.triage.tail_windows import METRIC_SPANS, TailWindows
@@ -42,15 +47,8 @@ from rundir.table import RequestTable
 
 HOT_ID, HOT_TITLE = "p99.fleet.hot-replica", "no replica is slower than the others at the same load"
 HOT_RATIO = 1.5  # at the same load, at least this many times the others' latency
-# By Little's law, residence is slowness itself (no more requests, no heavier ones): it needs only to be
-# material and more than the shuffle of which replica served which request would give (a permutation test).
-RESIDENCE_RATIO = 1.2
-RESIDENCE_P = 0.01
-PERMUTATIONS = 2000
-SHUFFLE_CHUNK = 200
-HEAVIER = 1.25  # its requests' mean work (work.py) over the others': it was handed heavier work
-MIN_MATCHED = 0.3  # ... then at least this share of its requests must meet loads the others had
-EVEN_SLACK = 0.05  # a request share at most this above the others' is no larger share
+MIN_MATCHED = 0.3  # handed heavier work (residence.HEAVIER), at least this share of its requests must meet
+# loads the others had
 
 
 def check_hot_replica(
@@ -72,7 +70,25 @@ def check_hot_replica(
     spread = (
         f"replica {top.replica} served {top.tail_share:.0%} of the tail and {top.request_share:.0%} of the requests"
     )
-    if not diff.separates:
+    own = load.own(load.in_flight)
+    others = measured & (load.replica != r) & (load.replica >= 0)
+    work = work_seconds(df, measured)
+    theirs = float(np.mean(work[others])) if others.any() else 0.0
+    heavier = float(np.mean(work[mine])) / theirs if theirs > 0 else 1.0
+    gauges = replica_gauges(server, load.replicas, tails.span)
+    # Sent alike, it queued behind its own full KV cache where no other replica did, running fewer at
+    # once than every other ever ran: a smaller cache by its own scheduler's accounting, however few
+    # requests the latency comparisons had to go on. (Equal replicas, one of which a closed loop by
+    # chance handed a user more, queue alone too, but at the room the others have.) Its queue slows the
+    # requests that waited, not the median one: the tail concentrating on it is enough.
+    rest_slots = np.delete(load.slots, r)
+    own_queue = (
+        sent_alike(heavier, top, shares)
+        and queued_alone(gauges, top.replica)
+        and bool(rest_slots.size)
+        and load.slots[r] < float(rest_slots.min())
+    )
+    if not (diff.separates or (own_queue and diff.concentrates)):
         return passed(
             HOT_ID,
             "fleet",
@@ -81,11 +97,6 @@ def check_hot_replica(
             f"body: {spread}, its requests' latency {diff.effect or 0.0:.2f}x the others' median",
             **_shares_evidence(shares),
         )
-    own = load.own(load.in_flight)
-    others = measured & (load.replica != r) & (load.replica >= 0)
-    work = work_seconds(df, measured)
-    theirs = float(np.mean(work[others])) if others.any() else 0.0
-    heavier = float(np.mean(work[mine])) / theirs if theirs > 0 else 1.0
     slow = same_load(values, own, mine, others, extrapolate=heavier < HEAVIER)
     if heavier >= HEAVIER and (slow is None or slow.matched_share < MIN_MATCHED):
         return passed(
@@ -100,13 +111,13 @@ def check_hot_replica(
             heavier_requests=round(heavier, 2),
             **_shares_evidence(shares),
         )
-    residence = _residence(df["e2e_s"].to_numpy(float), measured, mine, others, heavier, top, shares)
-    only_residence = slow is None and residence is not None
-    if slow is None and residence is not None:  # (only_residence, spelled out for the type checker)
+    stay = residence(df["e2e_s"].to_numpy(float), measured, mine, others, heavier, top, shares)
+    only_residence = slow is None and stay is not None
+    if slow is None and stay is not None:  # (only_residence, spelled out for the type checker)
         # The others held too few requests at any one load to compare with (the slow replica held
         # nearly all of them): Little's law still compares the two.
         slow = SameLoad(
-            residence.ratio,
+            stay.ratio,
             0.0,
             float(np.median(own[mine])),
             float(np.median(own[others])),
@@ -129,56 +140,46 @@ def check_hot_replica(
         **slow.evidence(),
         heavier_requests=round(heavier, 2),
     )
-    from_residence = False
-    if residence is not None and (slow.matched_share < MIN_MATCHED or residence.holds):
+    if top.replica in gauges:
+        evidence["replica_gauges"] = gauges[top.replica].evidence()
+        evidence["others_gauges"] = {k: g.evidence() for k, g in gauges.items() if k != top.replica}
+    if stay is not None and (slow.matched_share < MIN_MATCHED or stay.holds or own_queue):
         # Its load was its own doing (no more requests, no heavier ones), so more in flight is its
         # slowness: Little's law says so whatever the comparison at the same load read. That
         # comparison rests on the others' trend beyond what they carried, and a replica that queues
         # (a small KV cache) is slow by holding more, which comparing at equal holdings hides.
-        evidence["residence_per_work_vs_others"] = round(residence.ratio, 2)
-        evidence["residence_p_value"] = round(residence.p_value, 4)
-        if residence.holds and (only_residence or slow.ratio < HOT_RATIO):
-            from_residence = True
-            slow = dataclasses.replace(slow, ratio=residence.ratio)
+        evidence["residence_per_work_vs_others"] = round(stay.ratio, 2)
+        evidence["residence_p_value"] = round(stay.p_value, 4)
+    if only_residence or slow.ratio < HOT_RATIO:
+        if stay is not None and stay.holds:
+            slow = dataclasses.replace(slow, ratio=stay.ratio)
             evidence["slowness_from"] = "residence"
-    if not from_residence and (only_residence or slow.ratio < HOT_RATIO):
-        held = (
-            f"a median of {slow.its_in_flight:.0f} requests in flight against {slow.others_in_flight:.0f} on the others"
-        )
-        how = (
-            f"its requests stayed {residence.ratio:.2f}x as long as the others' ({held}), not clearly more "
-            f"than which replica served which request explains (p={residence.p_value:.2f})"
-            if only_residence and residence is not None
-            else f"at the load it carried ({held}) it was as fast as they were ({slow.ratio:.2f}x)"
-        )
-        return passed(
-            HOT_ID,
-            "fleet",
-            HOT_TITLE,
-            f"{spread}, but {how}: busier, not slower (p99.fleet.imbalance asks why)",
-            **evidence,
-        )
+        elif own_queue:
+            evidence["slowness_from"] = "own queue"
+        else:
+            held = (
+                f"a median of {slow.its_in_flight:.0f} requests in flight against "
+                f"{slow.others_in_flight:.0f} on the others"
+            )
+            how = (
+                f"its requests stayed {stay.ratio:.2f}x as long as the others' ({held}), not clearly more "
+                f"than which replica served which request explains (p={stay.p_value:.2f})"
+                if only_residence and stay is not None
+                else f"at the load it carried ({held}) it was as fast as they were ({slow.ratio:.2f}x)"
+            )
+            return passed(
+                HOT_ID,
+                "fleet",
+                HOT_TITLE,
+                f"{spread}, but {how}: busier, not slower (p99.fleet.imbalance asks why)",
+                **evidence,
+            )
     other_names = [s.replica for s in shares if s.replica != top.replica]
-    gauges = replica_gauges(server, load.replicas, tails.span)
     said = None
     if top.replica in gauges:
-        evidence["replica_gauges"] = gauges[top.replica].evidence()
-        evidence["others_gauges"] = {k: g.evidence() for k, g in gauges.items() if k != top.replica}
         said = gauges_words(gauges[top.replica], [g for k, g in gauges.items() if k != top.replica])
     name = replica_label(top.replica, urls or [])
-    if evidence.get("slowness_from") == "residence":
-        how = (
-            f"sent no more requests and no heavier ones, each stayed on it {slow.ratio:.1f}x as long as the "
-            f"others' did on theirs, so it held a median of {slow.its_in_flight:.0f} in flight vs "
-            f"{slow.others_in_flight:.0f} (median {tails.metric.upper()} {_ms(slow.its_median_s)} vs "
-            f"{_ms(slow.others_median_s)})"
-        )
-    else:
-        how = (
-            f"at the same load its {tails.metric.upper()} was {slow.ratio:.1f}x the others' (median "
-            f"{_ms(slow.its_median_s)} with {slow.its_in_flight:.0f} in flight vs {_ms(slow.others_median_s)} "
-            f"with {slow.others_in_flight:.0f})"
-        )
+    how = _how(slow, evidence.get("slowness_from"), tails.metric.upper())
     title = (
         f"{name} is the {tails.metric.upper()} tail: it served {top.tail_share:.0%} of the tail "
         f"and {top.request_share:.0%} of the requests, and {how}"
@@ -201,55 +202,26 @@ def check_hot_replica(
     return failed(finding, HOT_TITLE, title)
 
 
-@dataclasses.dataclass(frozen=True)
-class Residence:
-    ratio: float  # its mean E2E over the others', per unit of work
-    p_value: float  # one-sided: a ratio this high from shuffling which replica served which request
-
-    def __post_init__(self) -> None:
-        if not self.ratio >= 0 or not 0.0 < self.p_value <= 1.0:
-            raise ValueError(f"a residence needs a ratio >= 0 and a p-value in (0, 1], got {self}")
-
-    @property
-    def holds(self) -> bool:
-        return self.ratio >= RESIDENCE_RATIO and self.p_value <= RESIDENCE_P
-
-
-def _residence(
-    e2e: np.ndarray,
-    measured: np.ndarray,
-    mine: np.ndarray,
-    others: np.ndarray,
-    heavier: float,
-    top: ReplicaShare,
-    shares: list[ReplicaShare],
-) -> Residence | None:
-    """How much longer its requests stayed on it than the others' did on theirs, per unit of work (work.py);
-    None unless it was sent no larger share of the requests than the others and no heavier ones. By
-    Little's law (in flight = arrivals x time in the system) a replica with no more arrivals and no
-    more work per request holds more requests in flight only by keeping each longer: more in flight
-    is then its slowness, not its routing (a closed loop driven in turn piles the users onto the slow
-    replica, beyond any load the others carried)."""
-    other_shares = [s.request_share for s in shares if s.replica != top.replica]
-    if heavier >= HEAVIER or not other_shares or top.request_share > max(other_shares) + EVEN_SLACK:
-        return None
-    ok_mine, ok_others = mine & measured & np.isfinite(e2e), others & np.isfinite(e2e)
-    if not ok_mine.any() or not ok_others.any():
-        return None
-    a, b = e2e[ok_mine], e2e[ok_others]
-    if float(np.mean(b)) <= 0:
-        return None
-    observed = float(np.mean(a)) / float(np.mean(b))
-    # Shuffle which replica served which request (seeded: the same run gives the same verdict), a
-    # chunk of shuffles at a time so a fleet of many requests does not hold them all at once.
-    pooled, rng, above = np.concatenate([a, b]), np.random.default_rng(0), 0
-    total = float(pooled.sum())
-    for n in np.diff(np.r_[0:PERMUTATIONS:SHUFFLE_CHUNK, PERMUTATIONS]):
-        mine_sum = rng.permuted(np.tile(pooled, (n, 1)), axis=1)[:, : a.size].sum(axis=1)
-        ratios = (mine_sum / a.size) / np.maximum((total - mine_sum) / b.size, 1e-12)
-        above += int(np.count_nonzero(ratios >= observed))
-    p_value = (1 + above) / (PERMUTATIONS + 1)
-    return Residence(observed / max(heavier, 1e-9), p_value)
+def _how(slow: SameLoad, slowness_from: str | None, metric: str) -> str:
+    """What makes it slower, as the finding says it."""
+    if slowness_from == "residence":
+        return (
+            f"sent no more requests and no heavier ones, each stayed on it {slow.ratio:.1f}x as long as the "
+            f"others' did on theirs, so it held a median of {slow.its_in_flight:.0f} in flight vs "
+            f"{slow.others_in_flight:.0f} (median {metric} {_ms(slow.its_median_s)} vs "
+            f"{_ms(slow.others_median_s)})"
+        )
+    if slowness_from == "own queue":
+        return (
+            f"sent no more requests and no heavier ones, requests waited behind its own full KV cache where "
+            f"the others' did not wait (median {metric} {_ms(slow.its_median_s)} with "
+            f"{slow.its_in_flight:.0f} in flight vs {_ms(slow.others_median_s)} with {slow.others_in_flight:.0f})"
+        )
+    return (
+        f"at the same load its {metric} was {slow.ratio:.1f}x the others' (median "
+        f"{_ms(slow.its_median_s)} with {slow.its_in_flight:.0f} in flight vs {_ms(slow.others_median_s)} "
+        f"with {slow.others_in_flight:.0f})"
+    )
 
 
 def _shares_evidence(shares: list[ReplicaShare]) -> dict:

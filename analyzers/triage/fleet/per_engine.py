@@ -21,6 +21,10 @@ from analyzers.probe_series import ProbeSeries
 from analyzers.triage.tail_windows import Window
 
 KV_FULL = 0.95  # the KV-full threshold of the standing-tail analysis (docs/diagnosis.md)
+# A replica queued behind its own full KV cache in at least this share of the scrapes while every other
+# replica did in at most OTHERS_QUEUE: the queue is its own (queued_alone).
+OWN_QUEUE = 0.2
+OTHERS_QUEUE = 0.05
 
 
 @dataclass(frozen=True)
@@ -81,6 +85,16 @@ def _full(kv: np.ndarray, running: np.ndarray | None) -> np.ndarray:
             share = np.where(running > 0, kv / np.where(running > 0, running, 1.0), 0.0)  # none running: no share
         full |= (1.0 - kv) < share
     return full
+
+
+def queued_alone(gauges: dict[str, ReplicaGauges], replica: str) -> bool:
+    """Did `replica` have requests waiting with its KV cache full in OWN_QUEUE or more of the scrapes while
+    every other replica (at least one, each read) did in at most OTHERS_QUEUE?"""
+    hot = gauges.get(replica)
+    rest = [g.full_and_waiting_share for k, g in gauges.items() if k != replica]
+    if hot is None or hot.full_and_waiting_share is None or not rest or any(v is None for v in rest):
+        return False
+    return hot.full_and_waiting_share >= OWN_QUEUE and max(v for v in rest if v is not None) <= OTHERS_QUEUE
 
 
 def gauges_words(hot: ReplicaGauges, others: list[ReplicaGauges]) -> str | None:

@@ -22,7 +22,9 @@ class Replica:
     slots: int = 1_000  # requests it runs at once (its KV cache); the rest wait for a slot
     speed: float = 1.0  # a slower build: every step this many times slower
 
-    def latency(self, ends_in_flight: list[float], t: float, n_out: int, noise: float) -> tuple[float, float]:
+    def latency(
+        self, ends_in_flight: list[float], t: float, n_out: int, noise: float, decode_noise: float = 1.0
+    ) -> tuple[float, float]:
         """(TTFT, E2E) of a request sent at t to this replica with these requests in flight."""
         n = len(ends_in_flight)
         wait = 0.0
@@ -30,7 +32,7 @@ class Replica:
             wait = sorted(ends_in_flight)[n - self.slots] - t
         running = min(n, self.slots)
         ttft = wait + TTFT_S * self.speed * (1 + PER_REQUEST * running) * noise
-        return ttft, ttft + n_out * TPOT_S * self.speed * (1 + 0.05 * running)
+        return ttft, ttft + n_out * TPOT_S * self.speed * (1 + 0.05 * running) * decode_noise
 
 
 def fleet_records(
@@ -41,10 +43,12 @@ def fleet_records(
     long_out: list[bool] | None = None,
     least_outstanding: bool = False,
     level: str = "c8",
+    decode_jitter: float = 0.0,
 ) -> tuple[list[RequestRecord], list[dict]]:
     """`n` requests of a closed loop over the replicas (round robin, or to the fewest in flight), and
     the per-engine gauges a server probe would have read each second. `long_out[i]`: request i asks
-    for LONG_OUT tokens instead of OUT."""
+    for LONG_OUT tokens instead of OUT. `decode_jitter`: the sigma of a lognormal factor on each request's
+    decode time (a noisy host: E2E spread wide enough that few requests cannot tell a mean apart)."""
     rng = np.random.default_rng(seed)
     users = [(T0 + 0.003 * u, u) for u in range(concurrency)]
     heapq.heapify(users)
@@ -56,7 +60,9 @@ def fleet_records(
             ends[r] = [e for e in ends[r] if e > t]
         pick = int(np.argmin([len(e) for e in ends])) if least_outstanding else i % len(replicas)
         n_out = LONG_OUT if long_out is not None and long_out[i] else OUT
-        ttft, e2e = replicas[pick].latency(ends[pick], t, n_out, float(rng.lognormal(0.0, 0.08)))
+        noise = float(rng.lognormal(0.0, 0.08))
+        decode_noise = float(rng.lognormal(0.0, decode_jitter)) if decode_jitter else 1.0
+        ttft, e2e = replicas[pick].latency(ends[pick], t, n_out, noise, decode_noise)
         ends[pick].append(t + e2e)
         recs.append(
             RequestRecord(

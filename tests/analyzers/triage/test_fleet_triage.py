@@ -102,6 +102,51 @@ def test_a_replica_slower_at_every_load_is_hot_by_littles_law_though_under_the_s
     assert ev["residence_per_work_vs_others"] >= 1.3 and ev["residence_p_value"] <= 0.01, ev
 
 
+def test_a_small_kv_replica_its_own_gauges_show_queueing_is_hot_where_its_latencies_are_too_few_to_tell(tmp_path):
+    """A replica whose KV cache holds 3 requests beside one with room, seven users, a noisy decode: 150
+    requests cannot tell its E2E apart (the shuffle gives its excess often) nor its TTFT at equal
+    holdings. Its own scheduler can: it had requests waiting behind its full KV cache in scrape after
+    scrape, the other never did, and it never ran as many at once as the other (the real small-KV
+    replica of the slow fleet test read 1.44x, p = 0.006 on a quiet machine; a busier one missed)."""
+    run = fleet_run(tmp_path / "r", [Replica(), Replica(slots=3)], n=150, seed=2, concurrency=7, decode_jitter=0.7)
+    diag = diagnose_p99(run)
+    assert diag.findings and diag.findings[0].check_id == "p99.fleet.hot-replica", diag.headline
+    f = diag.findings[0]
+    ev = f.evidence
+    assert ev["replica"] == "1" and ev["slowness_from"] == "own queue", ev
+    assert ev["latency_vs_others_same_load"] < 1.5 and ev["residence_p_value"] > 0.01, ev
+    assert (
+        ev["replica_gauges"]["kv_full_and_waiting_share"]
+        >= 0.2
+        >= ev["others_gauges"]["0"]["kv_full_and_waiting_share"]
+    )
+    assert "waited behind its own full KV cache" in f.title, f.title
+    # Without the probe, nothing but latencies to go on: not named.
+    bare = diagnose_p99(
+        fleet_run(
+            tmp_path / "bare",
+            [Replica(), Replica(slots=3)],
+            probes=False,
+            n=150,
+            seed=2,
+            concurrency=7,
+            decode_jitter=0.7,
+        )
+    )
+    assert _check(bare, "p99.fleet.hot-replica").status == "passed"
+
+
+def test_equal_replicas_one_queueing_alone_because_a_closed_loop_gave_it_a_user_more_are_not_hot(tmp_path):
+    """Two replicas of 4 slots, seven users: one holds four users, queues now and then, and the other
+    never does. Its gauges read like a small cache's, but it ran as many at once as the other: the
+    queue is where the users went, not less room."""
+    run = fleet_run(
+        tmp_path / "r", [Replica(slots=4), Replica(slots=4)], n=150, seed=0, concurrency=7, decode_jitter=0.7
+    )
+    diag = diagnose_p99(run)
+    assert "p99.fleet.hot-replica" not in _ids(diag.findings + diag.context), diag.headline
+
+
 def test_a_replica_busier_because_round_robin_gave_it_the_long_requests_is_imbalance(tmp_path):
     # Every fourth request asks for 400 tokens: round robin over two replicas gives them all to replica 0.
     diag = diagnose_p99(fleet_run(tmp_path / "r", [Replica(), Replica()], long_out=[i % 4 == 0 for i in range(1200)]))
@@ -232,7 +277,7 @@ def test_a_single_server_is_not_a_fleet(tmp_path):
 
 def test_littles_law_speaks_only_for_a_replica_sent_no_more_and_no_heavier_requests():
     from analyzers.triage.fleet.concentration import ReplicaShare
-    from analyzers.triage.fleet.hot_replica import _residence
+    from analyzers.triage.fleet.residence import residence as _residence
 
     e2e = np.array([3.0, 3.0, 1.0, 1.0])
     measured = np.ones(4, bool)
@@ -255,7 +300,7 @@ def test_a_residence_holds_when_it_is_material_and_more_than_the_shuffle_gives()
     """Its neighbours: 1.4x over 50 requests each is slowness; the same spread with equal means is
     not, and neither is a significant 1.1x (not material)."""
     from analyzers.triage.fleet.concentration import ReplicaShare
-    from analyzers.triage.fleet.hot_replica import _residence
+    from analyzers.triage.fleet.residence import residence as _residence
 
     rng = np.random.default_rng(7)
     base = rng.gamma(4.0, 0.125, 50)  # E2E around 0.5 s, spread like a closed loop's
