@@ -21,6 +21,22 @@ def test_a_run_of_held_intervals_is_trimmed_at_its_edges_by_their_level_over_its
     assert windows == [Window(0.75, 1.0), Window(1.0, 2.0), Window(2.0, 2.5), Window(5.0, 6.0)]
 
 
+def test_a_run_all_edges_is_trimmed_against_the_level_another_runs_interior_read():
+    """The neighbour held 1.6 cores through a long run, then came back for 0.8 s of each of two probe
+    seconds (1.28 cores each): that short run's own peak is a part of an interval, so against it both
+    would read as whole; against the 1.6 cores read inside the long run, each is trimmed to 0.8 s on
+    the side next to the other. Without a long run to read the full level from, it stays whole."""
+    start = np.arange(0.0, 8.0)
+    end = start + 1.0
+    held = np.array([True, True, True, True, False, False, True, True])
+    level = np.array([1.6, 1.6, 1.6, 0.4, 0.0, 0.0, 1.28, 1.28])
+    windows = edge_trimmed_windows(start, end, held, level)
+    assert windows[:4] == [Window(0.0, 1.0), Window(1.0, 2.0), Window(2.0, 3.0), Window(3.0, 3.25)]
+    assert np.allclose([(w.start, w.end) for w in windows[4:]], [(6.2, 7.0), (7.0, 7.8)])
+    alone = edge_trimmed_windows(start[6:], end[6:], held[6:], level[6:])
+    assert alone == [Window(6.0, 7.0), Window(7.0, 8.0)]
+
+
 def _stall_then_recovery(tmp_path, recovery_level: float):
     """c=16: a neighbour holds 1.6 cores for 3 s and exits 0.3 s into the next probe second. A closed
     loop sends few requests while stalled (1 in 8 kept here), each 400 ms late; the recovery's many
