@@ -27,7 +27,7 @@ spiky and standing tails: a standing level's tail is its slowest requests, and t
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -219,18 +219,28 @@ class InTime:
     windows: list[Window]  # the exposed tail requests' own latency windows (the timeline's shading)
 
 
-def differential_in_time(table: RequestTable, metric: str, cond: list[Window]) -> InTime | None:
+def differential_in_time(
+    table: RequestTable, metric: str, cond: list[Window], sure: list[Window] | None = None
+) -> InTime | None:
     """The differential of a condition that held in `cond` (probe intervals, say): a request is
-    exposed when the condition covered at least EXPOSED_SHARE of its own latency window. None when
-    the condition never held."""
+    exposed when the condition covered at least EXPOSED_SHARE of its own latency window. With `sure`
+    (where it held for certain, inside `cond`: held_spans.py), the effect is read on the requests
+    exposed there: `cond` is an estimate that may reach into the calm, whose fast requests would
+    dilute how much the condition slows one. None when the condition never held."""
     if not cond:
         return None
     start_col, end_col, value_col = METRIC_SPANS[metric]
     df = table.df
     starts, ends = df[start_col].to_numpy(float), df[end_col].to_numpy(float)
     measured = (df["status"] == "ok").to_numpy() & df["in_window"].to_numpy() & df[value_col].notna().to_numpy()
-    exposed = time_exposure(np.nan_to_num(starts), np.nan_to_num(ends), cond) >= EXPOSED_SHARE
-    diff = differential(df[value_col].to_numpy(float), table.level_rows(), measured, exposed & measured)
+    s0, e0 = np.nan_to_num(starts), np.nan_to_num(ends)
+    values, rows = df[value_col].to_numpy(float), table.level_rows()
+    exposed = time_exposure(s0, e0, cond) >= EXPOSED_SHARE
+    diff = differential(values, rows, measured, exposed & measured)
+    if sure:
+        certain = time_exposure(s0, e0, sure) >= EXPOSED_SHARE
+        if (certain & measured).any():
+            diff = replace(diff, effect=differential(values, rows, measured, certain & measured).effect)
     seconds = float(sum(w.seconds for w in merge(cond, gap_s=0.0)))
     return InTime(diff, seconds, exposed_windows(starts, ends, diff.exposed_tail_rows))
 
@@ -238,45 +248,3 @@ def differential_in_time(table: RequestTable, metric: str, cond: list[Window]) -
 def held_windows(start: np.ndarray, end: np.ndarray, held: np.ndarray) -> list[Window]:
     """The probe intervals [start, end] where `held` is True."""
     return [Window(float(a), float(b)) for a, b, h in zip(start, end, held) if h]
-
-
-def edge_trimmed_windows(start: np.ndarray, end: np.ndarray, held: np.ndarray, level: np.ndarray) -> list[Window]:
-    """The probe intervals where `held` is True, the first and last of each run trimmed to the share
-    of it the condition can have held. A sample is an average over its interval: where a run of held
-    intervals begins or ends in one that read `level` below the run's peak, the condition is taken to
-    have held at its peak for level / peak of that interval, on the side next to the run (it started
-    late in the first, ended early in the last). Untrimmed, the second in which a neighbour exited
-    exposes every request of the recovery that follows it, and a closed loop sends most of its
-    requests then: the stall's few requests are diluted below any effect (bench/diagnosis_family.py
-    --seed 6, draws 16 and 32: a 76x stall read as 1.1x). A run of one or two intervals is all edges:
-    its own peak is itself a part of an interval, and against it the edges read as whole (a neighbour
-    held 0.8 s of each of two seconds read 1.27 and 1.33 cores, and exposed the 0.2 s of calm beside
-    it, in which a closed loop sent 25 requests to its 3: seed 8, draw 9, 31.8x read as 1.1x). Such a
-    run is trimmed against the highest level an interior interval of another run read, where one did."""
-    runs: list[tuple[int, int]] = []
-    i, n = 0, len(held)
-    while i < n:
-        if not held[i]:
-            i += 1
-            continue
-        j = i
-        while j + 1 < n and held[j + 1] and start[j + 1] <= end[j] + 1e-9:
-            j += 1
-        runs.append((i, j))
-        i = j + 1
-    interior = [float(np.max(level[i + 1 : j])) for i, j in runs if j - i >= 2]
-    full = max(interior) if interior else 0.0
-    out: list[Window] = []
-    for i, j in runs:
-        peak = float(np.max(level[i : j + 1]))
-        if j - i < 2:
-            peak = max(peak, full)
-        for k in range(i, j + 1):
-            a, b = float(start[k]), float(end[k])
-            share = min(1.0, float(level[k]) / peak) if peak > 0 else 1.0
-            if k == i and k < j and share < 1.0:  # began inside it: the end of it
-                a = b - share * (b - a)
-            elif k == j and k > i and share < 1.0:  # ended inside it: the start of it
-                b = a + share * (b - a)
-            out.append(Window(a, b))
-    return out

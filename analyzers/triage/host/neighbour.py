@@ -10,7 +10,8 @@ import numpy as np
 
 from analyzers.triage.contracts import CheckResult, Finding, failed
 from analyzers.triage.evidence import SampleSplit, finite_mean, lift
-from analyzers.triage.exposure import differential_in_time, edge_trimmed_windows, held_windows
+from analyzers.triage.exposure import differential_in_time, held_windows
+from analyzers.triage.held_spans import held_spans
 from analyzers.triage.host.other_processes import PSI_FELT, SERVER_FELT_WAIT
 from analyzers.triage.processes import per_process, spiking
 from analyzers.triage.tail_windows import TailWindows
@@ -132,7 +133,8 @@ def _neighbour_by_exposure(
     their steady background (a shared host's compilers and tests are the body's too)."""
     o = np.nan_to_num(others)
     held, level = _held(host, o)
-    found = differential_in_time(table, tails.metric, edge_trimmed_windows(host.start, host.end, held, o))
+    spans = held_spans(host.start, host.end, held, o)
+    found = differential_in_time(table, tails.metric, spans.held, spans.sure)
     if found is None or not found.diff.separates:
         return None
     diff, seconds = found.diff, found.seconds
