@@ -16,6 +16,17 @@ A stream is *read in a burst* (docs/metrics.md, "Streams read in a burst") when 
   with no server ITL, (chunks - 1) x MIN_STEP_S. A server (or proxy) that bunches chunks but
   sends them as it decodes keeps its span; only a stream read after the fact loses it.
 
+Whose lag it was: a client that fell behind waited for a CPU. Where the host probe read the load
+generator's own run-queue wait (client_cpu_wait_share, docs/probes.md) over the level's window and it
+was under CLIENT_WAITED of its runnable time, the client read each chunk when it came: the server sent
+them so (its HTTP side held tokens its engine had made: a server whose event loop shares a core with
+its compute thread, or with a torch worker spinning between ops), and the latencies are what a user of
+it gets. Those streams are noted, and the level is measured (bench/burst_origin.py: a tiny-test server
+and the load generator pinned to cores of their own still got 17 of 158 8-token streams in one burst,
+and the rule named the client, which had a core to itself). Without the client's wait (no host probe,
+or an older run) the bursts are the client's, as the rule was built for (issue 26: vLLM's front end
+busy on the client's core).
+
 Tokens come from usage, so a server that packs several tokens per chunk (vLLM's --stream-interval,
 SGLang's) is not a burst: its gaps are several steps long, never shorter. A stream with fewer than
 MIN_CHUNKS chunks has at most one gap, which cannot tell a burst from a fast step: it is counted as
@@ -44,6 +55,9 @@ MIN_SERVER_ITL_COUNT = 10  # fewer server ITL observations in the window are no 
 # passing hiccup (a GC pause in the client) are noted, not a failed level.
 LEVEL_SHARE = 0.05
 MIN_BURSTS = 3
+# The load generator waited for a CPU at least this share of its runnable time over the window: it can
+# have read late. Below it, it read each chunk as it came (bench/burst_origin.py).
+CLIENT_WAITED = 0.2
 PIN = "pin the server and the client to separate cores (taskset)"
 
 
@@ -56,28 +70,49 @@ class BurstReads:
     unjudged: int  # streams with fewer chunks: not judged
     server_itl_s: float | None  # the server's ITL mean the rule used (None: absolute bounds only)
     gap_limit_s: float  # a gap under this was a buffered read
+    client_waited: float | None = None  # the load generator's run-queue wait share over the window
 
     def __post_init__(self) -> None:
         if not 0 <= self.bursts <= self.judged or self.unjudged < 0:
             raise ValueError(f"bursts {self.bursts} must be within 0..judged {self.judged}, unjudged >= 0")
+        if self.client_waited is not None and not 0.0 <= self.client_waited <= 1.0:
+            raise ValueError(f"the client's wait share {self.client_waited} is not a share")
 
     @classmethod
-    def of(cls, verdicts: np.ndarray, server_itl_s: float | None) -> "BurstReads":
+    def of(cls, verdicts: np.ndarray, server_itl_s: float | None, client_waited: float | None = None) -> "BurstReads":
         """From judge()'s verdicts of a level's streams."""
         v = np.asarray(verdicts)
-        return cls(int((v >= 0).sum()), int((v == 1).sum()), int((v < 0).sum()), server_itl_s, gap_limit(server_itl_s))
+        return cls(
+            int((v >= 0).sum()),
+            int((v == 1).sum()),
+            int((v < 0).sum()),
+            server_itl_s,
+            gap_limit(server_itl_s),
+            client_waited,
+        )
 
     @property
     def share(self) -> float:
         return self.bursts / self.judged if self.judged else 0.0
 
     @property
+    def sent_so(self) -> bool:
+        """The client did not wait for a CPU: the bursts are how the server sent the streams."""
+        return self.client_waited is not None and self.client_waited < CLIENT_WAITED
+
+    @property
     def fails(self) -> bool:
         """Whether the level's TTFT and TPOT were not measured (the client fell behind)."""
-        return self.bursts >= MIN_BURSTS and self.share >= LEVEL_SHARE
+        return self.bursts >= MIN_BURSTS and self.share >= LEVEL_SHARE and not self.sent_so
 
     def words(self) -> str:
         """The level's verdict in a sentence (its SLO verdict's reason, analyzers.validity)."""
+        if self.sent_so:
+            return (
+                self._head() + f", yet the load generator waited for a CPU only {self.client_waited:.0%} of its "
+                "runnable time: the server sent them so (its HTTP side held tokens its engine had made), and "
+                "their TTFT/TPOT are what a user of it gets"
+            )
         if not self.fails:
             return self._head() + ": the client read them late (too few to fail the level)"
         return self._head() + ": the client fell behind the server and its TTFT/TPOT are not measured; " + PIN
@@ -142,9 +177,23 @@ def stream_verdicts(
     return ok, judge(df["n_itl"].to_numpy()[ok], n_fast, span, df["out_tokens"].to_numpy()[ok], server_itl_s)
 
 
-def level_bursts(table: RequestTable, rows: np.ndarray, server_itl_s: float | None = None) -> BurstReads:
+def level_bursts(
+    table: RequestTable, rows: np.ndarray, server_itl_s: float | None = None, client_waited: float | None = None
+) -> BurstReads:
     """The burst verdicts of `rows`' successful streams sent inside the window."""
-    return BurstReads.of(stream_verdicts(table, rows, server_itl_s)[1], server_itl_s)
+    return BurstReads.of(stream_verdicts(table, rows, server_itl_s)[1], server_itl_s, client_waited)
+
+
+def client_wait_share(series: ProbeSeries | None, start: float | None, end: float | None) -> float | None:
+    """The load generator's run-queue wait share over [start, end] (the host probe's intervals' mean),
+    or None without the field or a window."""
+    if series is None or start is None or end is None or len(series) == 0:
+        return None
+    share = series.numeric.get("client_cpu_wait_share")
+    if share is None:
+        return None
+    inside = rows_covering(series, start, end) & np.isfinite(share)
+    return float(np.mean(share[inside])) if inside.any() else None
 
 
 def server_itl_mean(series: ProbeSeries | None, start: float | None, end: float | None) -> float | None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from analyzers.bursts import level_server_itl
+from analyzers.bursts import client_wait_share, level_server_itl
 from analyzers.cached_prompts import cached_prompts_words, window_hit_rate
 from analyzers.findings.run import Finding, run_findings
 from analyzers.plan.departures import PredictionCheck, check_prediction
@@ -109,11 +109,13 @@ def summarize_table(
     extra_notes: dict[str, list[str]] | None = None,
     seed: int = 0,
     server: ProbeSeries | None = None,
+    host: ProbeSeries | None = None,
 ) -> RunSummary:
     """Analyze `table` (a run's records). `windows`: level id -> measured window; levels without
     one use the spec's duration, or, for a level cut short (Ctrl-C, a crash), the span of its
     in-window send times. `server`: the server probe's series, whose ITL is the reference that
-    tells streams read in one burst (analyzers/bursts.py)."""
+    tells streams read in one burst, and `host` the host probe's, whose client wait tells whose lag
+    they were (analyzers/bursts.py)."""
     slos = Slos.of(slos if slos is not None else info.slos)
     rows_by_level = table.level_rows()
     order = [lv for lv in info.levels_done if lv in rows_by_level]
@@ -139,6 +141,7 @@ def summarize_table(
             slos,
             np.random.default_rng([seed, i]),
             level_server_itl(server, table, rows, window.start, window.end),
+            client_wait_share(host, window.start, window.end),
         )
         meta = info.level_meta.get(level_id) or LevelMeta()
         lv.notes.extend(meta.notes)
@@ -204,7 +207,8 @@ def analyze_run(run: RunDir, slos: "Slos | dict | None" = None) -> tuple[RunSumm
     info = run.read_info()
     table = load_cached(run)
     server = read_probe(run.probe_file("server"), "server")
-    summary = summarize_table(table, info, level_windows(run, info), slos, server=server)
+    host = read_probe(run.probe_file("host"), "host")
+    summary = summarize_table(table, info, level_windows(run, info), slos, server=server, host=host)
     summary.findings.extend(table.warnings)  # lines of requests.jsonl that were not counted
     prediction = run.read_prediction()
     if prediction is not None:

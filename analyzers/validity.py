@@ -32,11 +32,16 @@ class Validity:
 
 
 def level_validity(
-    table: RequestTable, rows: np.ndarray, window: Window, server_itl_s: float | None = None
+    table: RequestTable,
+    rows: np.ndarray,
+    window: Window,
+    server_itl_s: float | None = None,
+    client_waited: float | None = None,
 ) -> Validity:
-    """`server_itl_s`: the server's own ITL mean over the window (server probe), the bursts' reference."""
+    """`server_itl_s`: the server's own ITL mean over the window (server probe), the bursts' reference;
+    `client_waited`: the load generator's run-queue wait share over it (host probe), whose lag they were."""
     df = table.df
-    bursts = level_bursts(table, rows, server_itl_s) if rows.size else None
+    bursts = level_bursts(table, rows, server_itl_s, client_waited) if rows.size else None
     if window.start is None or rows.size == 0:
         return Validity(None, 0, 0, bursts)
     sent = df["t_sent"].to_numpy()[rows]
@@ -62,7 +67,7 @@ def mark_not_measured(lv, bursts: BurstReads) -> None:
     if not bursts.bursts:
         return
     words = bursts.words()
-    if not bursts.fails:
+    if not bursts.fails:  # too few, or sent so by the server: a note
         lv.notes.append(words)
         return
     lv.slo_met = None

@@ -12,10 +12,14 @@ One invocation measures side by side, each variant its own server and the same o
 - shared, one torch thread: the server with OMP_NUM_THREADS=1 (no second OpenMP worker on the
   client's core);
 - shared, 0.5 ms GIL switch: the server's interpreter hands the GIL over every 0.5 ms instead of 5,
-  so its event loop waits less behind the compute thread.
+  so its event loop waits less behind the compute thread;
+- pinned, client starved: as pinned, with two busy loops on the client's core (a client that does
+  fall behind, the case analyzers/bursts.py was built for).
 
 Per variant: streams read in one burst (the rule of analyzers/bursts.py, against the server's own
-ITL), TTFT P50/P99, the host's median CPU busy, and the diagnosis's first finding.
+ITL), TTFT P50/P99, the host's median CPU busy, the load generator's and the server's own run-queue
+wait (the host probe's client_cpu_wait_share, server_cpu_wait_share: of their runnable time, the
+share spent waiting for a CPU), and the diagnosis's first finding.
 
     python bench/burst_origin.py --out bench/burst_origin.json
 """
@@ -56,6 +60,7 @@ VARIANTS: dict[str, dict] = {
         "env": {"OMP_NUM_THREADS": "1"},
         "switch_s": None,
     },
+    "pinned, client starved": {"server_cores": "0", "client_cores": "1", "env": {}, "switch_s": None, "burn": "1"},
     "shared, 0.5 ms GIL switch": {"server_cores": None, "client_cores": None, "env": {}, "switch_s": 0.0005},
 }
 
@@ -79,8 +84,15 @@ def serve(v: dict) -> tuple[subprocess.Popen, str]:
     return proc, url
 
 
+BURN = "while True: pass"
+
+
 def measure(name: str, v: dict, work: Path, args) -> dict:
     proc, url = serve(v)
+    burners = [
+        subprocess.Popen(["taskset", "-c", v["burn"], sys.executable, "-c", BURN])
+        for _ in range(2 if v.get("burn") else 0)
+    ]
     out = work / name.replace(" ", "_").replace(",", "").replace(".", "")
     pin = ["taskset", "-c", v["client_cores"]] if v["client_cores"] else []
     try:
@@ -116,6 +128,9 @@ def measure(name: str, v: dict, work: Path, args) -> dict:
         )
     finally:
         stop(proc)
+        for b in burners:
+            b.kill()
+            b.wait()
     if sweep.returncode != 0:
         raise RuntimeError(f"{name}: the sweep failed: {sweep.stderr[-2000:]}")
     diag = subprocess.run(
@@ -132,6 +147,11 @@ def measure(name: str, v: dict, work: Path, args) -> dict:
     ttft = df["ttft_s"].to_numpy(float)[ok]
     host = [json.loads(line) for line in (out / "probes" / "host.jsonl").read_text().splitlines() if line.strip()]
     busy = [r["cpu_pct"] for r in host if r.get("cpu_pct") is not None]
+
+    def median(field: str) -> float | None:
+        got = [r[field] for r in host if r.get(field) is not None]
+        return round(float(np.median(got)), 3) if got else None
+
     first = json.loads((out / "diagnosis_p99.json").read_text())["findings"] if diag.returncode == 0 else None
     return {
         "variant": name,
@@ -142,6 +162,8 @@ def measure(name: str, v: dict, work: Path, args) -> dict:
         "ttft_p99_ms": round(float(np.percentile(ttft, 99)) * 1000, 2),
         "requests": int(ok.sum()),
         "host_cpu_busy_pct_median": round(float(np.median(busy)), 1) if busy else None,
+        "client_cpu_wait_share_median": median("client_cpu_wait_share"),
+        "server_cpu_wait_share_median": median("server_cpu_wait_share"),
         "first_finding": (first[0]["check_id"] if first else "nothing") if first is not None else "diagnosis failed",
     }
 
@@ -169,12 +191,16 @@ def main() -> int:
         "results": results,
     }
     Path(args.out).write_text(json.dumps(doc, indent=1) + "\n")
-    print("| variant | streams in one burst | TTFT P50 ms | TTFT P99 ms | host CPU busy (median) | first finding |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    print(
+        "| variant | streams in one burst | TTFT P50 ms | TTFT P99 ms | host CPU busy | client waited | "
+        "server waited | first finding |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in results:
         print(
             f"| {r['variant']} | {r['streams_in_one_burst']} of {r['streams_judged']} | {r['ttft_p50_ms']} | "
-            f"{r['ttft_p99_ms']} | {r['host_cpu_busy_pct_median']}% | {r['first_finding']} |"
+            f"{r['ttft_p99_ms']} | {r['host_cpu_busy_pct_median']}% | {r['client_cpu_wait_share_median']} | "
+            f"{r['server_cpu_wait_share_median']} | {r['first_finding']} |"
         )
     return 0
 

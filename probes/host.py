@@ -58,6 +58,7 @@ class HostProbe(Probe):
         self._prev_psi: float | None = None
         self._prev_steal: tuple[int, int] | None = None
         self._prev_sched: tuple[float, int, int] | None = None  # (monotonic, run ns, wait ns) of the server
+        self._prev_client_sched: tuple[float, int, int] | None = None  # ... of the load generator
 
     def check(self) -> None:
         if not sys.platform.startswith("linux"):
@@ -120,6 +121,8 @@ class HostProbe(Probe):
             row["client_cpu_cores"] = by_proc.client_cpu_cores
             row["others_cpu_cores"] = by_proc.others_cpu_cores
             row["top_others"] = by_proc.top_others
+        if self._procs.client_pids:
+            self._client_wait(row, self._procs.client_pids)
         try:
             psi = procfs.parse_pressure(read_text(self.proc / "pressure/cpu"))
         except OSError:
@@ -139,25 +142,39 @@ class HostProbe(Probe):
     def _server_wait(self, row: dict, base: Path, now: float) -> None:
         """The server's threads: time on a CPU and time runnable but waiting, since the last sample
         (a thread that exited in between takes its counts with it: a small undercount)."""
+        counts = self._sched_ns([base])
+        if counts is None:
+            return
+        prev, self._prev_sched = self._prev_sched, (now, *counts)
+        _wait_fields(row, "server", prev, self._prev_sched)
+
+    def _client_wait(self, row: dict, pids: frozenset[int]) -> None:
+        """The load generator's threads, the same way: a client that waited for a CPU read its streams
+        late (analyzers/bursts.py tells a client that fell behind from a server that sent in bursts)."""
+        now = time.monotonic()
+        counts = self._sched_ns([self.proc / str(pid) for pid in sorted(pids)])
+        if counts is None:
+            return
+        prev, self._prev_client_sched = self._prev_client_sched, (now, *counts)
+        _wait_fields(row, "client", prev, self._prev_client_sched)
+
+    def _sched_ns(self, bases: list[Path]) -> tuple[int, int] | None:
+        """(run ns, wait ns) summed over the threads of these processes; None when none could be read."""
         run_ns = wait_ns = 0
-        try:
-            tasks = os.listdir(base / "task")
-        except OSError:
-            return
-        for tid in tasks:
+        read = False
+        for base in bases:
             try:
-                got = procfs.parse_schedstat(read_text(base / "task" / tid / "schedstat"))
+                tasks = os.listdir(base / "task")
             except OSError:
-                continue  # exited while we listed, or no schedstats in this kernel
-            if got is not None:
-                run_ns, wait_ns = run_ns + got[0], wait_ns + got[1]
-        prev, self._prev_sched = self._prev_sched, (now, run_ns, wait_ns)
-        if prev is None or now <= prev[0]:
-            return
-        d_run, d_wait = max(run_ns - prev[1], 0), max(wait_ns - prev[2], 0)
-        row["server_cpu_wait_cores"] = round(d_wait / 1e9 / (now - prev[0]), 4)
-        if d_run + d_wait > 0:
-            row["server_cpu_wait_share"] = round(d_wait / (d_run + d_wait), 4)
+                continue
+            for tid in tasks:
+                try:
+                    got = procfs.parse_schedstat(read_text(base / "task" / tid / "schedstat"))
+                except OSError:
+                    continue  # exited while we listed, or no schedstats in this kernel
+                if got is not None:
+                    run_ns, wait_ns, read = run_ns + got[0], wait_ns + got[1], True
+        return (run_ns, wait_ns) if read else None
 
     def _memory(self, row: dict) -> None:
         try:
@@ -203,3 +220,14 @@ class HostProbe(Probe):
                     row["server_mem_by_node_bytes"] = procfs.parse_numa_maps(read_text(base / "numa_maps"), self._page)
             except OSError:
                 pass  # numa_maps needs ptrace rights on another user's process: keep the rest
+
+
+def _wait_fields(row: dict, who: str, prev: tuple[float, int, int] | None, now: tuple[float, int, int]) -> None:
+    """`{who}_cpu_wait_cores` (threads waiting, on average) and `{who}_cpu_wait_share` (of their runnable
+    time, the share spent waiting on a run queue) between two (monotonic, run ns, wait ns) readings."""
+    if prev is None or now[0] <= prev[0]:
+        return
+    d_run, d_wait = max(now[1] - prev[1], 0), max(now[2] - prev[2], 0)
+    row[f"{who}_cpu_wait_cores"] = round(d_wait / 1e9 / (now[0] - prev[0]), 4)
+    if d_run + d_wait > 0:
+        row[f"{who}_cpu_wait_share"] = round(d_wait / (d_run + d_wait), 4)

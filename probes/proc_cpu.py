@@ -108,16 +108,18 @@ class ProcessCpuTracker:
         self.client_roots = set(client_pids) if client_pids else {os.getpid()}
         self.tick_hz = tick_hz
         self._prev: dict[int, int] | None = None
+        self.client_pids: frozenset[int] = frozenset()  # the load generator's processes at the last sample
         self._boot_ticks_prev: float | None = None
 
     def sample(self, dt_s: float, uptime_s: float | None) -> CpuByProcess | None:
         procs = read_processes(self.proc)
         prev, self._prev = self._prev, {p.pid: p.ticks for p in procs.values()}
         boot_prev, self._boot_ticks_prev = self._boot_ticks_prev, (uptime_s * self.tick_hz if uptime_s else None)
-        if prev is None or dt_s <= 0:
-            return None  # the first call only sets the baselines
         server = descendants(self.server_roots, procs) if self.server_roots else set()
         client = descendants(self.client_roots, procs) - server
+        self.client_pids = frozenset(client)
+        if prev is None or dt_s <= 0:
+            return None  # the first call only sets the baselines
         per_pid: dict[int, float] = {}
         for p in procs.values():
             if p.pid in prev:

@@ -48,9 +48,11 @@ def level_stats(
     slos: Slos,
     rng: np.random.Generator,
     server_itl_s: float | None = None,
+    client_waited: float | None = None,
 ) -> LevelStats:
     """The statistics of the rows `rows` of `table` (one level's records); `server_itl_s`: the
-    server's own ITL mean over the window, the reference of the burst-read rule (analyzers/bursts.py)."""
+    server's own ITL mean over the window, the reference of the burst-read rule, and `client_waited`
+    the load generator's run-queue wait share over it, whose lag bursts were (analyzers/bursts.py)."""
     if window.seconds <= 0:
         raise ValueError(f"the measured window must be positive, got {window.seconds}")
     df = table.df
@@ -89,7 +91,7 @@ def level_stats(
     ok_mask[rows[ok]] = True
 
     d_ttft, d_tpot, d_e2e = (Distribution.of(v, rng) for v in (ttft, tpot, e2e))
-    validity = level_validity(table, rows, window, server_itl_s)
+    validity = level_validity(table, rows, window, server_itl_s, client_waited)
     sample = SloSample.of(
         status[win], col["ttft_s"][win], col["tpot_s"][win], col["e2e_s"][win], col["target_output_len"][win]
     )

@@ -24,6 +24,7 @@ import numpy as np
 from analyzers.diagnosis_error import DiagnosisError
 from analyzers.probe_series import read_probe
 from analyzers.stats.distribution import MIN_SAMPLES_FOR_P99
+from analyzers.triage.client_lag import check_send_lag
 from analyzers.triage.contracts import CheckResult, Finding, split_causes
 from analyzers.triage.evidence import split_samples
 from analyzers.triage.failures import check_failures
@@ -44,7 +45,7 @@ from analyzers.triage.network import (
 )
 from analyzers.triage.phases import level_phases
 from analyzers.triage.processes import read_top_others
-from analyzers.triage.requests import check_hol_blocking, check_send_lag
+from analyzers.triage.requests import check_hol_blocking
 from analyzers.triage.server import check_batch_size, check_preemptions, check_queueing, server_absence
 from analyzers.triage.standing.check import check_standing
 from analyzers.triage.standing.limits import engine_limits
@@ -188,7 +189,7 @@ def diagnose_p99(run: RunDir, metric: str = "ttft") -> P99Diagnosis:
         *check_standing(metric, levels, phases, limits, locality is not None),
         check_cpu(p["host"], tails, top_others, table),
         check_gpu_throttle(p["gpu"], tails),
-        check_send_lag(table, ttft, series["server"]),
+        check_send_lag(table, ttft, series["server"], series["host"]),
     ]
     found = [c.finding for c in checks if c.finding is not None]
     baseline_lived_through_it(found, levels)

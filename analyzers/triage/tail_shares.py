@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from analyzers.triage.client_lag import LAG_ID
 from analyzers.triage.contracts import CONTEXT_SHARE, OWN_SHARE, Finding
 from analyzers.triage.failures import is_consequence_of_load
 from analyzers.triage.levels import LevelLoad
-from analyzers.triage.requests import LAG_ID
 from analyzers.triage.server import QUEUE_ID
 from analyzers.triage.standing.check import tail_rows
 from analyzers.triage.tail_windows import METRIC_SPANS, TailWindows, Window, merge, overlaps

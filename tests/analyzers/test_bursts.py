@@ -20,8 +20,8 @@ from analyzers.bursts import (
 )
 from analyzers.probe_series import read_probe
 from analyzers.summary import analyze_run
+from analyzers.triage.client_lag import LAG_ID
 from analyzers.triage.p99 import diagnose_p99
-from analyzers.triage.requests import LAG_ID
 from analyzers.validity import INVALID_PREFIX
 from reports.answer import build_answer
 from rundir.table import RequestTable
@@ -173,3 +173,31 @@ def test_the_p99_client_lag_check_passes_paced_streams(tmp_path):
     run = make_run(tmp_path / "r", [paced(0.2 * i) for i in range(60)], windows={"c1": (0, 12)})
     check = next(c for c in diagnose_p99(run).checks if c.check_id == LAG_ID)
     assert check.status == "passed" and "0 of 60 streams arrived in one burst" in check.detail
+
+
+def _host_probe(run, client_wait_share: float, seconds: int = 14):
+    """Host probe rows, one a second, with the load generator's own run-queue wait share."""
+    with open(run.probe_file("host"), "w") as f:
+        for i in range(seconds):
+            row = {"t": T0 + i, "cpu_pct": 12.0, "client_cpu_cores": 0.05, "client_cpu_wait_share": client_wait_share}
+            f.write(json.dumps(row) + "\n")
+
+
+@pytest.mark.parametrize("waited", [0.03, 0.5])
+def test_bursts_are_the_clients_only_where_it_waited_for_a_cpu(tmp_path, waited):
+    """The same 30 of 60 bursts: with the load generator waiting for a CPU 3% of its runnable time, it
+    read each chunk as it came and the server sent them so (measured, a note; the check passes and says
+    so); waiting 50%, it fell behind (INVALID, the check fails) as without a host probe."""
+    recs = [burst(0.2 * i) if i % 2 else paced(0.2 * i) for i in range(60)]
+    run = make_run(tmp_path / "r", recs, windows={"c1": (0, 12)})
+    _host_probe(run, waited)
+    summary, _ = analyze_run(run)
+    (lv,) = summary.levels
+    check = next(c for c in diagnose_p99(run).checks if c.check_id == LAG_ID)
+    if waited < 0.2:
+        assert lv.slo_met is not None and not any(n.startswith(INVALID_PREFIX) for n in lv.notes), lv.notes
+        assert any("the server sent them so" in n and "only 3% of its runnable time" in n for n in lv.notes), lv.notes
+        assert check.status == "passed" and "c1 (30 of 60, the client waiting 3%)" in check.detail, check.detail
+    else:
+        assert lv.slo_met is None and any(n.startswith(INVALID_PREFIX) for n in lv.notes)
+        assert check.status == "failed" and "c1 (30 of 60)" in check.finding.title

@@ -90,6 +90,28 @@ def test_the_servers_own_wait_for_a_cpu_grows_with_a_neighbour(tmp_path):
             p.wait()
 
 
+def test_the_load_generators_own_wait_for_a_cpu_grows_with_a_neighbour(tmp_path):
+    """The same for the load generator (a busy child named as the client): a client that waits for a
+    CPU reads its streams late, and this is what tells it from a server that sent them in bursts."""
+    client = subprocess.Popen(BURN)
+    neighbours: list[subprocess.Popen] = []
+    try:
+        probe = HostProbe(ProbeContext(out_dir=tmp_path, client_pids=[client.pid]))
+        probe.check()
+        probe.sample()
+        alone = _sample_after(probe, 1.0)
+        neighbours = [subprocess.Popen(BURN) for _ in range(3 * (os.cpu_count() or 1))]
+        probe.sample()
+        crowded = _sample_after(probe, 1.5)
+        assert 0.0 <= alone["client_cpu_wait_share"] <= 1.0 and alone["client_cpu_wait_cores"] >= 0.0
+        assert crowded["client_cpu_wait_share"] > 0.5, crowded
+        assert crowded["client_cpu_wait_share"] > alone["client_cpu_wait_share"]
+    finally:
+        for p in (client, *neighbours):
+            p.kill()
+            p.wait()
+
+
 def test_a_fleets_other_replicas_are_the_servers_cpu_not_a_neighbours(tmp_path):
     """Replicas driven directly (sweep --target URL1,URL2): the second replica's process is named as
     a replica of the server, so its busy loop counts as the server's, never as another process's."""

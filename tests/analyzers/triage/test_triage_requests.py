@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 from planted import base_records, delay, plant_head_of_line, write_run
 
-from analyzers.triage.requests import check_hol_blocking, check_send_lag, holds_a_point
+from analyzers.triage.client_lag import check_send_lag
+from analyzers.triage.requests import check_hol_blocking, holds_a_point
 from analyzers.triage.tail_windows import Window, complement, find_tail_windows, merge
 from rundir.table import RequestTable
 
