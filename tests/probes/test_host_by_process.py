@@ -6,6 +6,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from probes.base import ProbeContext
 from probes.host import HostProbe
 from probes.proc_cpu import ProcessCpuTracker, descendants, read_processes
@@ -68,46 +70,32 @@ def test_explicit_client_pids_and_the_process_tree(tmp_path):
         child.wait()
 
 
-def test_the_servers_own_wait_for_a_cpu_grows_with_a_neighbour(tmp_path):
-    """schedstat's run-queue wait of the server's threads: small alone, most of its runnable time
-    beside more busy loops than there are cores."""
-    server = subprocess.Popen(BURN)
+@pytest.mark.parametrize("who", ["server", "client"])
+def test_a_processs_own_wait_for_a_cpu_grows_with_a_neighbour(tmp_path, who):
+    """schedstat's run-queue wait of the server's threads (or the load generator's: a client that waits
+    for a CPU reads its streams late, which tells it from a server that sent them in bursts): small
+    alone, most of its runnable time beside more busy loops than there are cores."""
+    watched = subprocess.Popen(BURN)
     neighbours: list[subprocess.Popen] = []
     try:
-        probe = HostProbe(ProbeContext(out_dir=tmp_path, server_pid=server.pid))
+        ctx = (
+            ProbeContext(out_dir=tmp_path, server_pid=watched.pid)
+            if who == "server"
+            else ProbeContext(out_dir=tmp_path, client_pids=[watched.pid])
+        )
+        probe = HostProbe(ctx)
         probe.check()
         probe.sample()
         alone = _sample_after(probe, 1.0)
         neighbours = [subprocess.Popen(BURN) for _ in range(3 * (os.cpu_count() or 1))]
         probe.sample()
         crowded = _sample_after(probe, 1.5)
-        assert 0.0 <= alone["server_cpu_wait_share"] <= 1.0 and alone["server_cpu_wait_cores"] >= 0.0
-        assert crowded["server_cpu_wait_share"] > 0.5, crowded
-        assert crowded["server_cpu_wait_share"] > alone["server_cpu_wait_share"]
+        share = f"{who}_cpu_wait_share"
+        assert 0.0 <= alone[share] <= 1.0 and alone[f"{who}_cpu_wait_cores"] >= 0.0
+        assert crowded[share] > 0.5, crowded
+        assert crowded[share] > alone[share]
     finally:
-        for p in (server, *neighbours):
-            p.kill()
-            p.wait()
-
-
-def test_the_load_generators_own_wait_for_a_cpu_grows_with_a_neighbour(tmp_path):
-    """The same for the load generator (a busy child named as the client): a client that waits for a
-    CPU reads its streams late, and this is what tells it from a server that sent them in bursts."""
-    client = subprocess.Popen(BURN)
-    neighbours: list[subprocess.Popen] = []
-    try:
-        probe = HostProbe(ProbeContext(out_dir=tmp_path, client_pids=[client.pid]))
-        probe.check()
-        probe.sample()
-        alone = _sample_after(probe, 1.0)
-        neighbours = [subprocess.Popen(BURN) for _ in range(3 * (os.cpu_count() or 1))]
-        probe.sample()
-        crowded = _sample_after(probe, 1.5)
-        assert 0.0 <= alone["client_cpu_wait_share"] <= 1.0 and alone["client_cpu_wait_cores"] >= 0.0
-        assert crowded["client_cpu_wait_share"] > 0.5, crowded
-        assert crowded["client_cpu_wait_share"] > alone["client_cpu_wait_share"]
-    finally:
-        for p in (client, *neighbours):
+        for p in (watched, *neighbours):
             p.kill()
             p.wait()
 
