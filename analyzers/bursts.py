@@ -22,7 +22,7 @@ was under CLIENT_WAITED of its runnable time, the client read each chunk when it
 them so (its HTTP side held tokens its engine had made: a server whose event loop shares a core with
 its compute thread, or with a torch worker spinning between ops), and the latencies are what a user of
 it gets. Those streams are noted, and the level is measured (bench/burst_origin.py: a tiny-test server
-and the load generator pinned to cores of their own still got 17 of 158 8-token streams in one burst,
+and the load generator pinned to cores of their own still got 15 of 158 8-token streams in one burst,
 and the rule named the client, which had a core to itself). Without the client's wait (no host probe,
 or an older run) the bursts are the client's, as the rule was built for (issue 26: vLLM's front end
 busy on the client's core).

@@ -88,6 +88,7 @@ class LevelStats:
     burst_judged: int = 0
     burst_unjudged: int = 0
     burst_server_itl_s: float | None = None
+    burst_client_wait_share: float | None = None  # the load generator's run-queue wait: whose lag they were
     # A closed loop's window shorter than a request of the level (the median E2E of every request it
     # sent), or one that saw no request sent: its users' requests move in phase, so the tokens that
     # arrived in it are one phase of those requests (all prefill, or all decode), not a rate.

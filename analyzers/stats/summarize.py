@@ -213,6 +213,7 @@ def level_stats(
             b.unjudged,
             b.server_itl_s,
         )
+        lv.burst_client_wait_share = b.client_waited
         mark_not_measured(lv, b)
     return lv
 

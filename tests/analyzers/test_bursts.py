@@ -198,6 +198,7 @@ def test_bursts_are_the_clients_only_where_it_waited_for_a_cpu(tmp_path, waited)
         assert lv.slo_met is not None and not any(n.startswith(INVALID_PREFIX) for n in lv.notes), lv.notes
         assert any("the server sent them so" in n and "only 3% of its runnable time" in n for n in lv.notes), lv.notes
         assert check.status == "passed" and "c1 (30 of 60, the client waiting 3%)" in check.detail, check.detail
+        assert lv.burst_client_wait_share == pytest.approx(0.03)
     else:
         assert lv.slo_met is None and any(n.startswith(INVALID_PREFIX) for n in lv.notes)
         assert check.status == "failed" and "c1 (30 of 60)" in check.finding.title
