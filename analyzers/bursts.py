@@ -224,10 +224,23 @@ def level_server_itl(
     if series is None or rows.size == 0:
         return None
     if start is None or end is None:
-        df = table.df
-        win = rows[df["in_window"].to_numpy()[rows]]
-        sent, done = df["t_sent"].to_numpy()[win], df["t_done"].to_numpy()[win]
-        if not np.isfinite(sent).any():
-            return None
-        start, end = float(np.nanmin(sent)), float(np.nanmax(np.concatenate([sent, done])))
+        start, end = _requests_span(table, rows)
     return server_itl_mean(series, start, end)
+
+
+def level_client_wait(series: ProbeSeries | None, table: RequestTable, rows: np.ndarray) -> float | None:
+    """The load generator's run-queue wait share over a level's in-window requests' span (the window
+    level_server_itl reads when none is recorded)."""
+    if series is None or rows.size == 0:
+        return None
+    return client_wait_share(series, *_requests_span(table, rows))
+
+
+def _requests_span(table: RequestTable, rows: np.ndarray) -> tuple[float | None, float | None]:
+    """First send to last completion of `rows`' in-window requests; (None, None) without any."""
+    df = table.df
+    win = rows[df["in_window"].to_numpy()[rows]]
+    sent, done = df["t_sent"].to_numpy()[win], df["t_done"].to_numpy()[win]
+    if not np.isfinite(sent).any():
+        return None, None
+    return float(np.nanmin(sent)), float(np.nanmax(np.concatenate([sent, done])))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from analyzers.bursts import MIN_BURSTS, MIN_CHUNKS, BurstReads, client_wait_share, level_server_itl, stream_verdicts
+from analyzers.bursts import MIN_BURSTS, MIN_CHUNKS, BurstReads, level_client_wait, level_server_itl, stream_verdicts
 from analyzers.probe_series import ProbeSeries
 from analyzers.triage.contracts import CheckResult, Finding, failed, passed, unchecked
 from analyzers.triage.tail_windows import TailWindows, Window, merge
@@ -47,8 +47,7 @@ def _check_burst_reads(
     for level_id, rows in table.level_rows().items():
         itl = level_server_itl(server, table, rows)
         ok, v = stream_verdicts(table, rows, itl)
-        sent = df["t_sent"].to_numpy(float)[ok]
-        waited = client_wait_share(host, *_span(sent, df["t_done"].to_numpy(float)[ok]))
+        waited = level_client_wait(host, table, rows)
         reads = BurstReads.of(v, itl, waited)
         judged, bursts = judged + reads.judged, bursts + reads.bursts
         if reads.fails:
@@ -126,10 +125,3 @@ def _check_lag(table: RequestTable, ttft: TailWindows) -> CheckResult:
         "add load-generator workers (--workers N, or remote workers) and re-run before trusting the P99",
     )
     return failed(finding, LAG_TITLE, finding.title)
-
-
-def _span(sent: np.ndarray, done: np.ndarray) -> tuple[float | None, float | None]:
-    """First send to last completion of these requests; (None, None) without any."""
-    if not np.isfinite(sent).any():
-        return None, None
-    return float(np.nanmin(sent)), float(np.nanmax(np.concatenate([sent, done])))

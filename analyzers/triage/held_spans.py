@@ -37,11 +37,11 @@ PLATEAU = 0.9  # a held interval at this share of its run's peak or more held th
 class HeldSpans:
     held: list[Window]  # the best estimate: plateaus, and their partial edges trimmed next to them
     sure: list[Window] = field(default_factory=list)  # where it held for certain: the plateaus
-    seconds: float = 0.0  # how long it held, by the estimate
 
-    def __post_init__(self) -> None:
-        if self.seconds < 0:
-            raise ValueError(f"a condition cannot hold for {self.seconds} s")
+    @property
+    def seconds(self) -> float:
+        """How long it held, by the estimate."""
+        return sum(w.seconds for w in self.held)
 
 
 def held_spans(start: np.ndarray, end: np.ndarray, held: np.ndarray, level: np.ndarray) -> HeldSpans:
@@ -72,7 +72,7 @@ def held_spans(start: np.ndarray, end: np.ndarray, held: np.ndarray, level: np.n
         out.extend(middle)
         if trail > 0:
             out.append(Window(float(end[last]), min(float(end[j]), float(end[last]) + trail)))
-    return HeldSpans(out, sure, sum(w.seconds for w in out))
+    return HeldSpans(out, sure)
 
 
 def _runs(start: np.ndarray, end: np.ndarray, held: np.ndarray) -> list[tuple[int, int]]:
