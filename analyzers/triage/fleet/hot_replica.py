@@ -18,10 +18,10 @@ requests the tail. Two things must hold, from what each request lived through:
   the users onto the slow replica), or where it holds (a replica that queues is slow by holding
   more, which equal holdings hide), Little's law answers instead: sent no more requests and no
   heavier ones, a replica holds more in flight only by keeping each longer (residence.py). And sent
-  alike, a replica whose own scheduler queued requests behind its full KV cache in OWN_QUEUE of the
-  server probe's scrapes, while no other replica's did (per_engine.queued_alone), and that never ran as
-  many at once as each other did, has less room by its own accounting: the latency comparisons need
-  many requests to see what its gauges show directly.
+  alike, a replica that queued behind its own full KV cache where no other did, in a cache holding
+  fewer requests than each other's, has less room by its own scheduler's accounting (own_queue.py):
+  the latency comparisons need many requests to see what its gauges show directly, and the
+  fleet-wide findings of that queue yield to it.
 
 Where the server probe read each replica (a fleet front's `per_engine`), the finding says what its
 KV cache and queue did beside the others'.
@@ -38,14 +38,15 @@ from analyzers.triage.contracts import CheckResult, Finding, failed, passed
 from analyzers.triage.exposure import MIN_TAIL, Differential, differential, exposed_windows
 from analyzers.triage.fleet.concentration import ReplicaShare, replica_shares, tail_mask
 from analyzers.triage.fleet.load_at_send import FleetLoad, replica_label
-from analyzers.triage.fleet.per_engine import gauges_words, queued_alone, replica_gauges
-from analyzers.triage.fleet.residence import HEAVIER, residence, sent_alike
+from analyzers.triage.fleet.own_queue import HOT_ID, OWN_QUEUE_KEY, queued_on_its_own
+from analyzers.triage.fleet.per_engine import gauges_words, replica_gauges
+from analyzers.triage.fleet.residence import HEAVIER, residence
 from analyzers.triage.fleet.same_load import SameLoad, same_load
 from analyzers.triage.fleet.work import work_seconds
 from analyzers.triage.tail_windows import METRIC_SPANS, TailWindows
 from rundir.table import RequestTable
 
-HOT_ID, HOT_TITLE = "p99.fleet.hot-replica", "no replica is slower than the others at the same load"
+HOT_TITLE = "no replica is slower than the others at the same load"
 HOT_RATIO = 1.5  # at the same load, at least this many times the others' latency
 MIN_MATCHED = 0.3  # handed heavier work (residence.HEAVIER), at least this share of its requests must meet
 # loads the others had
@@ -76,18 +77,9 @@ def check_hot_replica(
     theirs = float(np.mean(work[others])) if others.any() else 0.0
     heavier = float(np.mean(work[mine])) / theirs if theirs > 0 else 1.0
     gauges = replica_gauges(server, load.replicas, tails.span)
-    # Sent alike, it queued behind its own full KV cache where no other replica did, running fewer at
-    # once than every other ever ran: a smaller cache by its own scheduler's accounting, however few
-    # requests the latency comparisons had to go on. (Equal replicas, one of which a closed loop by
-    # chance handed a user more, queue alone too, but at the room the others have.) Its queue slows the
-    # requests that waited, not the median one: the tail concentrating on it is enough.
-    rest_slots = np.delete(load.slots, r)
-    own_queue = (
-        sent_alike(heavier, top, shares)
-        and queued_alone(gauges, top.replica)
-        and bool(rest_slots.size)
-        and load.slots[r] < float(rest_slots.min())
-    )
+    # Its own queue (own_queue.py) slows the requests that waited, not the median one: the tail
+    # concentrating on it is enough.
+    own_queue = queued_on_its_own(gauges, heavier, top, shares)
     if not (diff.separates or (own_queue and diff.concentrates)):
         return passed(
             HOT_ID,
@@ -139,6 +131,7 @@ def check_hot_replica(
         **_shares_evidence(shares),
         **slow.evidence(),
         heavier_requests=round(heavier, 2),
+        **{OWN_QUEUE_KEY: own_queue},
     )
     if top.replica in gauges:
         evidence["replica_gauges"] = gauges[top.replica].evidence()

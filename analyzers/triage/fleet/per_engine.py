@@ -4,7 +4,9 @@ A data-parallel server's /metrics carries every engine's series under an `engine
 server probe keeps each engine's running, waiting and KV usage as `per_engine` (docs/probes.md;
 refengine's fleet front labels its replicas by index, the value of its replica header too). Over
 the probe intervals of the measured span: each replica's mean KV usage, the share of the scrapes
-in which it had requests waiting with its KV cache full, and its mean queue. Full is the
+in which it had requests waiting with its KV cache full, its mean queue, and how many requests its KV
+cache holds (room_requests: requests running over the share of the cache they use; replicas sent
+alike requests use alike shares per request, so a smaller cache shows as fewer). Full is the
 standing-tail analysis's rule: >= KV_FULL, or full *for the next request* (the free part smaller
 than one running request's share, usage / running: 10 of 12 blocks used by 3 requests of 4 blocks
 leave no room for a fourth at 83%). A fleet driven URL by URL (`llmbench sweep --target URL1,URL2`)
@@ -25,6 +27,10 @@ KV_FULL = 0.95  # the KV-full threshold of the standing-tail analysis (docs/diag
 # replica did in at most OTHERS_QUEUE: the queue is its own (queued_alone).
 OWN_QUEUE = 0.2
 OTHERS_QUEUE = 0.05
+# A cache that holds at most 1 / LESS_ROOM of the requests each other replica's holds is smaller. A
+# request's share grows as it decodes (32 + 32 tokens: from 2 blocks of 16 to 4), so one scrape can read
+# an equal cache up to twice as roomy as another; the medians over a level's scrapes scatter far less.
+LESS_ROOM = 1.5
 
 
 @dataclass(frozen=True)
@@ -34,18 +40,22 @@ class ReplicaGauges:
     kv_usage_mean: float | None
     waiting_mean: float | None
     full_and_waiting_share: float | None  # scrapes with requests waiting while its KV cache was full
+    room_requests: float | None = None  # median over scrapes with requests running: running / KV usage
 
     def __post_init__(self) -> None:
         if self.scrapes <= 0:
             raise ValueError(f"replica {self.replica}: gauges need at least one scrape")
         if self.full_and_waiting_share is not None and not 0.0 <= self.full_and_waiting_share <= 1.0:
             raise ValueError(f"replica {self.replica}: {self.full_and_waiting_share} is not a share")
+        if self.room_requests is not None and not self.room_requests > 0:
+            raise ValueError(f"replica {self.replica}: a KV cache holds some requests, not {self.room_requests}")
 
     def evidence(self) -> dict:
         return {
             "kv_usage_mean": _round(self.kv_usage_mean),
             "waiting_mean": _round(self.waiting_mean),
             "kv_full_and_waiting_share": _round(self.full_and_waiting_share),
+            "kv_room_requests": _round(self.room_requests),
         }
 
 
@@ -73,8 +83,15 @@ def replica_gauges(server: ProbeSeries | None, replicas: list[str], span: Window
         full = None
         if kv is not None and waiting is not None:
             full = float(np.mean(_full(kv[rows], running[rows] if running is not None else None) & (waiting[rows] > 0)))
-        out[name] = ReplicaGauges(name, int(rows.sum()), kv_mean, wait_mean, full)
+        room = _room(kv[rows], running[rows]) if kv is not None and running is not None else None
+        out[name] = ReplicaGauges(name, int(rows.sum()), kv_mean, wait_mean, full, room)
     return out
+
+
+def _room(kv: np.ndarray, running: np.ndarray) -> float | None:
+    """How many requests the KV cache holds, as the scrapes with requests running show it."""
+    held = np.isfinite(kv) & np.isfinite(running) & (running > 0) & (kv > 0)
+    return float(np.median(running[held] / kv[held])) if held.any() else None
 
 
 def _full(kv: np.ndarray, running: np.ndarray | None) -> np.ndarray:
@@ -95,6 +112,17 @@ def queued_alone(gauges: dict[str, ReplicaGauges], replica: str) -> bool:
     if hot is None or hot.full_and_waiting_share is None or not rest or any(v is None for v in rest):
         return False
     return hot.full_and_waiting_share >= OWN_QUEUE and max(v for v in rest if v is not None) <= OTHERS_QUEUE
+
+
+def less_room(gauges: dict[str, ReplicaGauges], replica: str) -> bool:
+    """Does `replica`'s KV cache hold at most 1 / LESS_ROOM of the requests each other replica's holds
+    (every replica's room read)? A queue that formed where the users went (a closed loop handed it one
+    more) forms in a cache as large as the others'."""
+    hot = gauges.get(replica)
+    rest = [g.room_requests for k, g in gauges.items() if k != replica]
+    if hot is None or hot.room_requests is None or not rest or any(v is None for v in rest):
+        return False
+    return hot.room_requests * LESS_ROOM <= min(v for v in rest if v is not None)
 
 
 def gauges_words(hot: ReplicaGauges, others: list[ReplicaGauges]) -> str | None:

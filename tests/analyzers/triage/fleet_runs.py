@@ -99,7 +99,7 @@ def _gauges(recs: list[RequestRecord], replicas: list[Replica]) -> list[dict]:
             per_engine[str(k)] = {
                 "running": running,
                 "waiting": n - running,
-                "kv_usage": min(1.0, running / rep.slots) if rep.slots < 1_000 else 0.3,
+                "kv_usage": min(1.0, running / rep.slots),
             }
         rows.append(
             {

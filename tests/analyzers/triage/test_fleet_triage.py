@@ -106,7 +106,7 @@ def test_a_small_kv_replica_its_own_gauges_show_queueing_is_hot_where_its_latenc
     """A replica whose KV cache holds 3 requests beside one with room, seven users, a noisy decode: 150
     requests cannot tell its E2E apart (the shuffle gives its excess often) nor its TTFT at equal
     holdings. Its own scheduler can: it had requests waiting behind its full KV cache in scrape after
-    scrape, the other never did, and it never ran as many at once as the other (the real small-KV
+    scrape, the other never did, and its cache holds 3 requests to the other's 1,000 (the real small-KV
     replica of the slow fleet test read 1.44x, p = 0.006 on a quiet machine; a busier one missed)."""
     run = fleet_run(tmp_path / "r", [Replica(), Replica(slots=3)], n=150, seed=2, concurrency=7, decode_jitter=0.7)
     diag = diagnose_p99(run)
@@ -120,7 +120,11 @@ def test_a_small_kv_replica_its_own_gauges_show_queueing_is_hot_where_its_latenc
         >= 0.2
         >= ev["others_gauges"]["0"]["kv_full_and_waiting_share"]
     )
+    assert ev["queued_behind_its_own_kv_cache"] is True, ev
+    assert ev["replica_gauges"]["kv_room_requests"] * 1.5 <= ev["others_gauges"]["0"]["kv_room_requests"], ev
     assert "waited behind its own full KV cache" in f.title, f.title
+    # The fleet's queueing, read off the summed gauges, is that replica's cache: context beside it.
+    assert all(c.evidence.get("queue_was_replica") == "1" for c in diag.context if c.category == "scheduling")
     # Without the probe, nothing but latencies to go on: not named.
     bare = diagnose_p99(
         fleet_run(
@@ -138,8 +142,8 @@ def test_a_small_kv_replica_its_own_gauges_show_queueing_is_hot_where_its_latenc
 
 def test_equal_replicas_one_queueing_alone_because_a_closed_loop_gave_it_a_user_more_are_not_hot(tmp_path):
     """Two replicas of 4 slots, seven users: one holds four users, queues now and then, and the other
-    never does. Its gauges read like a small cache's, but it ran as many at once as the other: the
-    queue is where the users went, not less room."""
+    never does. Its gauges read like a small cache's, but its cache holds as many requests as the
+    other's: the queue is where the users went, not less room."""
     run = fleet_run(
         tmp_path / "r", [Replica(slots=4), Replica(slots=4)], n=150, seed=0, concurrency=7, decode_jitter=0.7
     )
