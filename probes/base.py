@@ -35,8 +35,9 @@ class ProbeContext:
     replica_metrics: list[str] = field(default_factory=list)
     server_pid: int | None = None  # the server process when it is local (host, stacks probes)
     # The other replicas' server processes, when a fleet's replicas are driven directly and are local
-    # (llmbench sweep --target URL1,URL2): their CPU is the server's, not another process's.
-    replica_pids: list[int] = field(default_factory=list)
+    # (llmbench sweep --target URL1,URL2), by replica name (its index in the URLs; server_pid is "0"'s):
+    # their CPU is the server's, not another process's, and each one's own CPU wait is read apart.
+    replica_pids: dict[str, int] = field(default_factory=dict)
     # The load generator's processes (host probe's client_cpu_cores); None = this process and its
     # descendants other than the server's tree (the sweep and its locust children).
     client_pids: list[int] | None = None

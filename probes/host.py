@@ -15,7 +15,9 @@ over this interval, from the `total` deltas) and cpu_steal_pct (time a hyperviso
 kernel has them. The server's own view of contention: server_cpu_wait_share (of the time its
 threads were runnable, the share they waited for a CPU: /proc/<pid>/task/*/schedstat) and
 server_cpu_wait_cores (threads waiting, on average), so a neighbour is told by what the target
-itself lived through, not only by host-wide counters.
+itself lived through, not only by host-wide counters. For a fleet driven URL by URL on this host,
+per_replica: {replica: {cpu_wait_share, cpu_wait_cores}} for each replica's own process tree, by its
+index in the target's URLs (probes/run_queue_wait.py).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from pathlib import Path
 from probes import procfs
 from probes.base import Probe, ProbeUnavailable, read_text
 from probes.proc_cpu import ProcessCpuTracker
+from probes.run_queue_wait import Reading, ReplicaWait, sched_ns, wait_between
 
 NUMA_MAPS_EVERY = 30
 
@@ -52,13 +55,17 @@ class HostProbe(Probe):
             self.pid,
             getattr(ctx, "client_pids", None),
             self._tick,
-            list(getattr(ctx, "replica_pids", None) or []),
+            list((getattr(ctx, "replica_pids", None) or {}).values()),
         )
+        # A fleet driven URL by URL on this host: each replica's own wait, the first URL's (the server
+        # pid) included, so a neighbour on one replica's cores is told apart (run_queue_wait.py).
+        others = dict(getattr(ctx, "replica_pids", None) or {})
+        self._replicas = ReplicaWait(self.proc, {"0": self.pid, **others}) if others and self.pid else None
         self._prev_t: float | None = None
         self._prev_psi: float | None = None
         self._prev_steal: tuple[int, int] | None = None
-        self._prev_sched: tuple[float, int, int] | None = None  # (monotonic, run ns, wait ns) of the server
-        self._prev_client_sched: tuple[float, int, int] | None = None  # ... of the load generator
+        self._prev_sched: Reading | None = None  # (monotonic, run ns, wait ns) of the server
+        self._prev_client_sched: Reading | None = None  # ... of the load generator
 
     def check(self) -> None:
         if not sys.platform.startswith("linux"):
@@ -123,6 +130,10 @@ class HostProbe(Probe):
             row["top_others"] = by_proc.top_others
         if self._procs.client_pids:
             self._client_wait(row, self._procs.client_pids)
+        if self._replicas is not None:
+            per_replica = self._replicas.sample(self._procs.procs)
+            if per_replica and dt_s > 0:
+                row["per_replica"] = per_replica
         try:
             psi = procfs.parse_pressure(read_text(self.proc / "pressure/cpu"))
         except OSError:
@@ -142,7 +153,7 @@ class HostProbe(Probe):
     def _server_wait(self, row: dict, base: Path, now: float) -> None:
         """The server's threads: time on a CPU and time runnable but waiting, since the last sample
         (a thread that exited in between takes its counts with it: a small undercount)."""
-        counts = self._sched_ns([base])
+        counts = sched_ns([base])
         if counts is None:
             return
         prev, self._prev_sched = self._prev_sched, (now, *counts)
@@ -152,29 +163,11 @@ class HostProbe(Probe):
         """The load generator's threads, the same way: a client that waited for a CPU read its streams
         late (analyzers/bursts.py tells a client that fell behind from a server that sent in bursts)."""
         now = time.monotonic()
-        counts = self._sched_ns([self.proc / str(pid) for pid in sorted(pids)])
+        counts = sched_ns([self.proc / str(pid) for pid in sorted(pids)])
         if counts is None:
             return
         prev, self._prev_client_sched = self._prev_client_sched, (now, *counts)
         _wait_fields(row, "client", prev, self._prev_client_sched)
-
-    def _sched_ns(self, bases: list[Path]) -> tuple[int, int] | None:
-        """(run ns, wait ns) summed over the threads of these processes; None when none could be read."""
-        run_ns = wait_ns = 0
-        read = False
-        for base in bases:
-            try:
-                tasks = os.listdir(base / "task")
-            except OSError:
-                continue
-            for tid in tasks:
-                try:
-                    got = procfs.parse_schedstat(read_text(base / "task" / tid / "schedstat"))
-                except OSError:
-                    continue  # exited while we listed, or no schedstats in this kernel
-                if got is not None:
-                    run_ns, wait_ns, read = run_ns + got[0], wait_ns + got[1], True
-        return (run_ns, wait_ns) if read else None
 
     def _memory(self, row: dict) -> None:
         try:
@@ -222,12 +215,6 @@ class HostProbe(Probe):
                 pass  # numa_maps needs ptrace rights on another user's process: keep the rest
 
 
-def _wait_fields(row: dict, who: str, prev: tuple[float, int, int] | None, now: tuple[float, int, int]) -> None:
-    """`{who}_cpu_wait_cores` (threads waiting, on average) and `{who}_cpu_wait_share` (of their runnable
-    time, the share spent waiting on a run queue) between two (monotonic, run ns, wait ns) readings."""
-    if prev is None or now[0] <= prev[0]:
-        return
-    d_run, d_wait = max(now[1] - prev[1], 0), max(now[2] - prev[2], 0)
-    row[f"{who}_cpu_wait_cores"] = round(d_wait / 1e9 / (now[0] - prev[0]), 4)
-    if d_run + d_wait > 0:
-        row[f"{who}_cpu_wait_share"] = round(d_wait / (d_run + d_wait), 4)
+def _wait_fields(row: dict, who: str, prev: Reading | None, now: Reading) -> None:
+    """`{who}_cpu_wait_cores` and `{who}_cpu_wait_share` between two readings (run_queue_wait.py)."""
+    row.update({f"{who}_{k}": v for k, v in wait_between(prev, now).items()})

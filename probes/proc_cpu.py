@@ -109,10 +109,11 @@ class ProcessCpuTracker:
         self.tick_hz = tick_hz
         self._prev: dict[int, int] | None = None
         self.client_pids: frozenset[int] = frozenset()  # the load generator's processes at the last sample
+        self.procs: dict[int, ProcSample] | None = None  # every process at the last sample (their tree)
         self._boot_ticks_prev: float | None = None
 
     def sample(self, dt_s: float, uptime_s: float | None) -> CpuByProcess | None:
-        procs = read_processes(self.proc)
+        procs = self.procs = read_processes(self.proc)
         prev, self._prev = self._prev, {p.pid: p.ticks for p in procs.values()}
         boot_prev, self._boot_ticks_prev = self._boot_ticks_prev, (uptime_s * self.tick_hz if uptime_s else None)
         server = descendants(self.server_roots, procs) if self.server_roots else set()

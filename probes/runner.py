@@ -187,11 +187,11 @@ def sweep_probe_set(
     interval_s: float,
     log: Log = print,
     replica_metrics: list[str] | None = None,
-    replica_pids: list[int] | None = None,
+    replica_pids: dict[str, int] | None = None,
 ) -> ProbeSet | None:
     """The ProbeSet a sweep runs around its levels (None when no probe was asked for); replica_metrics:
     a fleet's own /metrics pages, one per replica, for the server probe; replica_pids: the other local
-    replicas' server processes of a fleet driven directly, for the host probe."""
+    replicas' server processes of a fleet driven directly, by replica name, for the host probe."""
     if not names:
         return None
     ctx = ProbeContext(
@@ -200,6 +200,6 @@ def sweep_probe_set(
         server_pid=server_pid,
         interval_s=interval_s,
         replica_metrics=list(replica_metrics or []),
-        replica_pids=list(replica_pids or []),
+        replica_pids=dict(replica_pids or {}),
     )
     return ProbeSet(names, ctx, log=log)

@@ -30,6 +30,7 @@ from analyzers.triage.evidence import split_samples
 from analyzers.triage.failures import check_failures
 from analyzers.triage.fleet.checks import check_fleet
 from analyzers.triage.fleet.imbalance import router_queue_yields
+from analyzers.triage.fleet.own_cores import own_cores_yields
 from analyzers.triage.fleet.own_queue import own_queue_yields
 from analyzers.triage.fleet.replica_failures import narrow_failures
 from analyzers.triage.fleet.router import router_path_yields
@@ -177,7 +178,7 @@ def diagnose_p99(run: RunDir, metric: str = "ttft") -> P99Diagnosis:
     )
     checks = [
         check_failures(table, metric),
-        *check_fleet(table, tails, info.target, series["server"], series["tcp"]),
+        *check_fleet(table, tails, info.target, series["server"], series["tcp"], series["host"]),
         check_retransmits(p["tcp"], tails, locality, level_windows(table, metric), table),
         check_irq_affinity(p["irq"], p["host"], tails, locality),
         check_link_saturation(),
@@ -200,6 +201,7 @@ def diagnose_p99(run: RunDir, metric: str = "ttft") -> P99Diagnosis:
     last_resort_yields(found)
     router_queue_yields(found)
     own_queue_yields(found)
+    own_cores_yields(found)
     router_path_yields(found)
     causes, context = split_causes(found)
     return P99Diagnosis(info.run_id, metric, tails, checks, causes, context, levels, n_tail)

@@ -113,11 +113,37 @@ def test_a_fleets_other_replicas_are_the_servers_cpu_not_a_neighbours(tmp_path):
         cpu = tracker.sample(1.0, None)
         assert second.pid not in {p["pid"] for p in cpu.top_others}
         assert cpu.server_cpu_cores >= 0.3 * min(1.0, os.cpu_count() / 2), cpu  # both loops are the server's
-        probe = HostProbe(ProbeContext(out_dir=tmp_path, server_pid=first.pid, replica_pids=[second.pid]))
+        probe = HostProbe(ProbeContext(out_dir=tmp_path, server_pid=first.pid, replica_pids={"1": second.pid}))
         probe.check()
         row = [r for r in (_sample_after(probe, 1.0) for _ in range(2)) if r][-1]
         assert second.pid not in {p["pid"] for p in row["top_others"]}, row["top_others"]
     finally:
         for p in (first, second):
+            p.kill()
+            p.wait()
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs two cores to pin two replicas apart")
+def test_each_replicas_own_wait_tells_which_one_a_pinned_neighbour_starves(tmp_path):
+    """Two replicas, each a busy loop pinned to a core of its own; two more busy loops pinned to replica
+    1's core. Each replica's own wait is read apart (`per_replica`, by its index in the URLs): replica 1
+    waits for its core, replica 0 does not. The server's fields (the first URL's) cannot say it."""
+    pinned = lambda core: ["taskset", "-c", str(core), *BURN]
+    replicas = [subprocess.Popen(pinned(0)), subprocess.Popen(pinned(1))]
+    neighbours = [subprocess.Popen(pinned(1)) for _ in range(2)]
+    try:
+        probe = HostProbe(
+            ProbeContext(out_dir=tmp_path, server_pid=replicas[0].pid, replica_pids={"1": replicas[1].pid})
+        )
+        probe.check()
+        rows = [r for r in (_sample_after(probe, 1.0) for _ in range(3)) if r]
+        per = rows[-1]["per_replica"]
+        assert set(per) == {"0", "1"}, per
+        # Three loops on one core: each runs a third of the time and waits two thirds.
+        assert per["1"]["cpu_wait_share"] > 0.4, per
+        assert per["0"]["cpu_wait_share"] < per["1"]["cpu_wait_share"] / 2, per
+        assert rows[-1]["server_cpu_wait_share"] == pytest.approx(per["0"]["cpu_wait_share"], abs=0.15)
+    finally:
+        for p in (*replicas, *neighbours):
             p.kill()
             p.wait()

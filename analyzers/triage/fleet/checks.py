@@ -27,6 +27,7 @@ def check_fleet(
     target: TargetInfo,
     server: ProbeSeries | None,
     tcp: ProbeSeries | None = None,
+    host: ProbeSeries | None = None,
 ) -> list[CheckResult]:
     router = check_router(table, tails, target, server, tcp)
     load = fleet_load(table)
@@ -42,7 +43,7 @@ def check_fleet(
             ),
             router,
         ]
-    hot = check_hot_replica(table, tails, load, server, target.urls)
+    hot = check_hot_replica(table, tails, load, server, target.urls, host)
     hot_replica = hot.finding.evidence["replica"] if hot.finding is not None else None
     return [
         check_replica_failures(table, tails.metric, target.urls),

@@ -38,9 +38,10 @@ from analyzers.triage.contracts import CheckResult, Finding, failed, passed
 from analyzers.triage.exposure import MIN_TAIL, Differential, differential, exposed_windows
 from analyzers.triage.fleet.concentration import ReplicaShare, replica_shares, tail_mask
 from analyzers.triage.fleet.load_at_send import FleetLoad, replica_label
+from analyzers.triage.fleet.own_cores import OWN_CORES_KEY, cpu_wait_words, replica_cpu_wait, starved_alone
 from analyzers.triage.fleet.own_queue import HOT_ID, OWN_QUEUE_KEY, queued_on_its_own
 from analyzers.triage.fleet.per_engine import gauges_words, replica_gauges
-from analyzers.triage.fleet.residence import HEAVIER, residence
+from analyzers.triage.fleet.residence import HEAVIER, residence, sent_alike
 from analyzers.triage.fleet.same_load import SameLoad, same_load
 from analyzers.triage.fleet.work import work_seconds
 from analyzers.triage.tail_windows import METRIC_SPANS, TailWindows
@@ -53,7 +54,12 @@ MIN_MATCHED = 0.3  # handed heavier work (residence.HEAVIER), at least this shar
 
 
 def check_hot_replica(
-    table: RequestTable, tails: TailWindows, load: FleetLoad, server: ProbeSeries | None, urls: list[str] | None = None
+    table: RequestTable,
+    tails: TailWindows,
+    load: FleetLoad,
+    server: ProbeSeries | None,
+    urls: list[str] | None = None,
+    host: ProbeSeries | None = None,
 ) -> CheckResult:
     start_col, end_col, value_col = METRIC_SPANS[tails.metric]
     df = table.df
@@ -80,7 +86,9 @@ def check_hot_replica(
     # Its own queue (own_queue.py) slows the requests that waited, not the median one: the tail
     # concentrating on it is enough.
     own_queue = queued_on_its_own(gauges, heavier, top, shares)
-    if not (diff.separates or (own_queue and diff.concentrates)):
+    waits = replica_cpu_wait(host, load.replicas, tails.span)
+    own_cores = sent_alike(heavier, top, shares) and starved_alone(waits, top.replica)
+    if not (diff.separates or ((own_queue or own_cores) and diff.concentrates)):
         return passed(
             HOT_ID,
             "fleet",
@@ -131,8 +139,10 @@ def check_hot_replica(
         **_shares_evidence(shares),
         **slow.evidence(),
         heavier_requests=round(heavier, 2),
-        **{OWN_QUEUE_KEY: own_queue},
+        **{OWN_QUEUE_KEY: own_queue, OWN_CORES_KEY: own_cores},
     )
+    if waits:
+        evidence["replica_cpu_wait_share"] = {k: round(v, 3) for k, v in waits.items()}
     if top.replica in gauges:
         evidence["replica_gauges"] = gauges[top.replica].evidence()
         evidence["others_gauges"] = {k: g.evidence() for k, g in gauges.items() if k != top.replica}
@@ -147,8 +157,8 @@ def check_hot_replica(
         if stay is not None and stay.holds:
             slow = dataclasses.replace(slow, ratio=stay.ratio)
             evidence["slowness_from"] = "residence"
-        elif own_queue:
-            evidence["slowness_from"] = "own queue"
+        elif own_queue or own_cores:
+            evidence["slowness_from"] = "own queue" if own_queue else "own cores"
         else:
             held = (
                 f"a median of {slow.its_in_flight:.0f} requests in flight against "
@@ -168,15 +178,18 @@ def check_hot_replica(
                 **evidence,
             )
     other_names = [s.replica for s in shares if s.replica != top.replica]
-    said = None
-    if top.replica in gauges:
-        said = gauges_words(gauges[top.replica], [g for k, g in gauges.items() if k != top.replica])
+    said = [
+        gauges_words(gauges[top.replica], [g for k, g in gauges.items() if k != top.replica])
+        if top.replica in gauges
+        else None,
+        cpu_wait_words(waits, top.replica) if own_cores else None,
+    ]
     name = replica_label(top.replica, urls or [])
     how = _how(slow, evidence.get("slowness_from"), tails.metric.upper())
     title = (
         f"{name} is the {tails.metric.upper()} tail: it served {top.tail_share:.0%} of the tail "
         f"and {top.request_share:.0%} of the requests, and {how}"
-        + (f"; {said}" if said else "")
+        + "".join(f"; {words}" for words in said if words)
         + _counterfactual(diff, tails.metric, top.replica)
     )
     starts, ends = df[start_col].to_numpy(float), df[end_col].to_numpy(float)
@@ -203,6 +216,12 @@ def _how(slow: SameLoad, slowness_from: str | None, metric: str) -> str:
             f"others' did on theirs, so it held a median of {slow.its_in_flight:.0f} in flight vs "
             f"{slow.others_in_flight:.0f} (median {metric} {_ms(slow.its_median_s)} vs "
             f"{_ms(slow.others_median_s)})"
+        )
+    if slowness_from == "own cores":
+        return (
+            f"sent no more requests and no heavier ones, its own server's threads waited for a CPU where the "
+            f"others' did not (median {metric} {_ms(slow.its_median_s)} with {slow.its_in_flight:.0f} in "
+            f"flight vs {_ms(slow.others_median_s)} with {slow.others_in_flight:.0f})"
         )
     if slowness_from == "own queue":
         return (

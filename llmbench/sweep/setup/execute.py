@@ -66,7 +66,7 @@ def _serve_and_sweep(
             if server is not None and server.proc is not None
             else (a.server_pid or local_server_pid(url, probe_names, console))
         )  # (a started server has its proc)
-        others = local_replica_pids(list(target.urls[1:]), probe_names, console) if server is None else []
+        others = local_replica_pids(list(target.urls), probe_names, console) if server is None else {}
         probe_set = sweep_probe_set(
             probe_names,
             run.path,

@@ -19,18 +19,20 @@ def local_server_pid(url: str, probe_names: list[str], console) -> int | None:
     return pid
 
 
-def local_replica_pids(urls: list[str], probe_names: list[str], console) -> list[int]:
-    """The processes listening on the other replicas' ports of a fleet driven directly (the first
-    URL's is the server pid): the host probe counts their CPU as the server's, not a neighbour's."""
-    if not urls or "host" not in probe_names:
-        return []
+def local_replica_pids(urls: list[str], probe_names: list[str], console) -> dict[str, int]:
+    """The processes listening on the other replicas' ports of a fleet driven directly (`urls`: all of
+    them; the first URL's is the server pid), by replica name (its index in `urls`, as the records
+    name it): the host probe counts their CPU as the server's, not a neighbour's, and reads each
+    replica's own CPU wait."""
+    if len(urls) < 2 or "host" not in probe_names:
+        return {}
     from probes.local_server import listening_pid
 
-    pids = [pid for pid in (listening_pid(u) for u in urls) if pid is not None]
+    pids = {str(i): pid for i, pid in ((i, listening_pid(u)) for i, u in enumerate(urls) if i) if pid is not None}
     if pids:
         console.print(
-            f"the other replicas' server processes: pids {', '.join(map(str, pids))} (listening on their "
-            "ports): their CPU is the server's",
+            f"the other replicas' server processes: pids {', '.join(map(str, pids.values()))} (listening on "
+            "their ports): their CPU is the server's",
             highlight=False,
         )
     return pids

@@ -15,12 +15,16 @@ from rundir import RequestRecord, RunDir
 
 PROMPT, OUT, LONG_OUT = 256, 32, 400
 TTFT_S, PER_REQUEST, TPOT_S = 0.050, 0.25, 0.004  # TTFT at an idle replica, +25% per request in flight
+STALL_FACTOR = 4.0
 
 
 @dataclass
 class Replica:
     slots: int = 1_000  # requests it runs at once (its KV cache); the rest wait for a slot
     speed: float = 1.0  # a slower build: every step this many times slower
+    # A neighbour on its cores now and then: this share of its requests' TTFTs STALL_FACTOR times longer
+    # (its median request barely slower, its tail on it).
+    stall_share: float = 0.0
 
     def latency(
         self, ends_in_flight: list[float], t: float, n_out: int, noise: float, decode_noise: float = 1.0
@@ -50,6 +54,7 @@ def fleet_records(
     for LONG_OUT tokens instead of OUT. `decode_jitter`: the sigma of a lognormal factor on each request's
     decode time (a noisy host: E2E spread wide enough that few requests cannot tell a mean apart)."""
     rng = np.random.default_rng(seed)
+    stall_rng = np.random.default_rng(seed + 1)
     users = [(T0 + 0.003 * u, u) for u in range(concurrency)]
     heapq.heapify(users)
     ends: list[list[float]] = [[] for _ in replicas]
@@ -63,6 +68,9 @@ def fleet_records(
         noise = float(rng.lognormal(0.0, 0.08))
         decode_noise = float(rng.lognormal(0.0, decode_jitter)) if decode_jitter else 1.0
         ttft, e2e = replicas[pick].latency(ends[pick], t, n_out, noise, decode_noise)
+        if replicas[pick].stall_share and stall_rng.random() < replicas[pick].stall_share:
+            stall = ttft * (STALL_FACTOR - 1)  # (its own draws: the other replicas' sequences stay as they were)
+            ttft, e2e = ttft + stall, e2e + stall
         ends[pick].append(t + e2e)
         recs.append(
             RequestRecord(
@@ -116,6 +124,16 @@ def _gauges(recs: list[RequestRecord], replicas: list[Replica]) -> list[dict]:
     return rows
 
 
-def fleet_run(path: Path, replicas: list[Replica], probes: bool = True, **kw) -> RunDir:
+def fleet_run(
+    path: Path, replicas: list[Replica], probes: bool = True, cpu_wait: dict[str, float] | None = None, **kw
+) -> RunDir:
+    """`cpu_wait`: each replica's own run-queue wait share, as the host probe reads a fleet driven URL by
+    URL on its host (`per_replica`), one row a second."""
     recs, gauges = fleet_records(replicas, **kw)
-    return write_run(path, recs, {"server": gauges} if probes else None, url="http://127.0.0.1:8000")
+    series = {"server": gauges} if probes else {}
+    if cpu_wait is not None:
+        series["host"] = [
+            {"t": g["t"], "per_replica": {k: {"cpu_wait_share": v, "cpu_wait_cores": v} for k, v in cpu_wait.items()}}
+            for g in gauges
+        ]
+    return write_run(path, recs, series or None, url="http://127.0.0.1:8000")
