@@ -92,9 +92,9 @@ def check_bound(
     tail = 1.0 - quantile
     if n == 0:
         verdict = "unclear"
-    elif _binom_cdf(math.ceil(over / deff - 1e-9), math.floor(n / deff + 1e-9), tail) <= ALPHA:
+    elif binom_cdf(math.ceil(over / deff - 1e-9), math.floor(n / deff + 1e-9), tail) <= ALPHA:
         verdict = "in"
-    elif over > 0 and 1.0 - _binom_cdf(math.floor(over / deff + 1e-9) - 1, math.ceil(n / deff - 1e-9), tail) <= ALPHA:
+    elif over > 0 and 1.0 - binom_cdf(math.floor(over / deff + 1e-9) - 1, math.ceil(n / deff - 1e-9), tail) <= ALPHA:
         verdict = "out"
     else:
         verdict = "unclear"
@@ -135,7 +135,7 @@ def pooled_design_effect(levels_in_order: list[np.ndarray]) -> float:
     return max(1.0, *ratios)
 
 
-def _binom_cdf(k: int, n: int, p: float) -> float:
+def binom_cdf(k: int, n: int, p: float) -> float:
     """P[Binomial(n, p) <= k], summed in log space (n in the thousands stays exact enough)."""
     if k < 0:
         return 0.0

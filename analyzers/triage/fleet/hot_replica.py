@@ -38,11 +38,13 @@ from analyzers.triage.contracts import CheckResult, Finding, failed, passed
 from analyzers.triage.exposure import MIN_TAIL, Differential, differential, exposed_windows
 from analyzers.triage.fleet.concentration import ReplicaShare, replica_shares, tail_mask
 from analyzers.triage.fleet.load_at_send import FleetLoad, replica_label
-from analyzers.triage.fleet.own_cores import OWN_CORES_KEY, cpu_wait_words, replica_cpu_wait, starved_alone
-from analyzers.triage.fleet.own_queue import HOT_ID, OWN_QUEUE_KEY, queued_on_its_own
+from analyzers.triage.fleet.own_cores import OWN_CORES_KEY, cpu_wait_words, replica_cpu_wait
+from analyzers.triage.fleet.own_queue import HOT_ID, OWN_QUEUE_KEY
+from analyzers.triage.fleet.own_witness import own_witness
 from analyzers.triage.fleet.per_engine import gauges_words, replica_gauges
-from analyzers.triage.fleet.residence import HEAVIER, residence, sent_alike
+from analyzers.triage.fleet.residence import HEAVIER, residence
 from analyzers.triage.fleet.same_load import SameLoad, same_load
+from analyzers.triage.fleet.tail_episodes import tail_episodes
 from analyzers.triage.fleet.work import work_seconds
 from analyzers.triage.tail_windows import METRIC_SPANS, TailWindows
 from rundir.table import RequestTable
@@ -66,7 +68,8 @@ def check_hot_replica(
     values = df[value_col].to_numpy(float)
     measured = (df["status"] == "ok").to_numpy() & df["in_window"].to_numpy() & np.isfinite(values) & load.named
     rows_by_level = table.level_rows()
-    shares = replica_shares(load.replica, load.replicas, measured, tail_mask(values, rows_by_level, measured))
+    tail = tail_mask(values, rows_by_level, measured)
+    shares = replica_shares(load.replica, load.replicas, measured, tail)
     candidates = [s for s in shares if s.tail >= MIN_TAIL]
     if not candidates:
         return passed(HOT_ID, "fleet", HOT_TITLE, f"no replica holds {MIN_TAIL} or more of the tail requests")
@@ -83,12 +86,13 @@ def check_hot_replica(
     theirs = float(np.mean(work[others])) if others.any() else 0.0
     heavier = float(np.mean(work[mine])) / theirs if theirs > 0 else 1.0
     gauges = replica_gauges(server, load.replicas, tails.span)
-    # Its own queue (own_queue.py) slows the requests that waited, not the median one: the tail
-    # concentrating on it is enough.
-    own_queue = queued_on_its_own(gauges, heavier, top, shares)
     waits = replica_cpu_wait(host, load.replicas, tails.span)
-    own_cores = sent_alike(heavier, top, shares) and starved_alone(waits, top.replica)
-    if not (diff.separates or ((own_queue or own_cores) and diff.concentrates)):
+    starts, ends = df[start_col].to_numpy(float), df[end_col].to_numpy(float)
+    episodes = tail_episodes(starts, ends, tail, load.replica, len(load.replicas))
+    witness, witnessed = own_witness(gauges, waits, episodes, heavier, top, shares, r)
+    # What slows it only now and then (its own queue, a neighbour on its cores, whatever made its tail's
+    # episodes) leaves its median request as fast: sent alike, the tail concentrating on it is enough.
+    if not (diff.separates or (witness is not None and diff.concentrates)):
         return passed(
             HOT_ID,
             "fleet",
@@ -139,14 +143,14 @@ def check_hot_replica(
         **_shares_evidence(shares),
         **slow.evidence(),
         heavier_requests=round(heavier, 2),
-        **{OWN_QUEUE_KEY: own_queue, OWN_CORES_KEY: own_cores},
+        **witnessed,
     )
     if waits:
         evidence["replica_cpu_wait_share"] = {k: round(v, 3) for k, v in waits.items()}
     if top.replica in gauges:
         evidence["replica_gauges"] = gauges[top.replica].evidence()
         evidence["others_gauges"] = {k: g.evidence() for k, g in gauges.items() if k != top.replica}
-    if stay is not None and (slow.matched_share < MIN_MATCHED or stay.holds or own_queue):
+    if stay is not None and (slow.matched_share < MIN_MATCHED or stay.holds or witnessed[OWN_QUEUE_KEY]):
         # Its load was its own doing (no more requests, no heavier ones), so more in flight is its
         # slowness: Little's law says so whatever the comparison at the same load read. That
         # comparison rests on the others' trend beyond what they carried, and a replica that queues
@@ -157,8 +161,8 @@ def check_hot_replica(
         if stay is not None and stay.holds:
             slow = dataclasses.replace(slow, ratio=stay.ratio)
             evidence["slowness_from"] = "residence"
-        elif own_queue or own_cores:
-            evidence["slowness_from"] = "own queue" if own_queue else "own cores"
+        elif witness is not None:
+            evidence["slowness_from"] = witness
         else:
             held = (
                 f"a median of {slow.its_in_flight:.0f} requests in flight against "
@@ -182,7 +186,7 @@ def check_hot_replica(
         gauges_words(gauges[top.replica], [g for k, g in gauges.items() if k != top.replica])
         if top.replica in gauges
         else None,
-        cpu_wait_words(waits, top.replica) if own_cores else None,
+        cpu_wait_words(waits, top.replica) if witnessed[OWN_CORES_KEY] else None,
     ]
     name = replica_label(top.replica, urls or [])
     how = _how(slow, evidence.get("slowness_from"), tails.metric.upper())
@@ -192,7 +196,6 @@ def check_hot_replica(
         + "".join(f"; {words}" for words in said if words)
         + _counterfactual(diff, tails.metric, top.replica)
     )
-    starts, ends = df[start_col].to_numpy(float), df[end_col].to_numpy(float)
     finding = Finding(
         HOT_ID,
         "fleet",
@@ -216,6 +219,13 @@ def _how(slow: SameLoad, slowness_from: str | None, metric: str) -> str:
             f"others' did on theirs, so it held a median of {slow.its_in_flight:.0f} in flight vs "
             f"{slow.others_in_flight:.0f} (median {metric} {_ms(slow.its_median_s)} vs "
             f"{_ms(slow.others_median_s)})"
+        )
+    if slowness_from == "its tail":
+        return (
+            f"sent no more requests and no heavier ones, it made the tail's episodes far beyond its share though "
+            f"its median request was about as fast (median {metric} {_ms(slow.its_median_s)} with "
+            f"{slow.its_in_flight:.0f} in flight vs {_ms(slow.others_median_s)} with {slow.others_in_flight:.0f}): "
+            "something slows it now and then (a neighbour on its host, a throttled GPU, a pause)"
         )
     if slowness_from == "own cores":
         return (

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from analyzers.stats.exceedance import BoundCheck, _binom_cdf, check_bound, min_n_for_in
+from analyzers.stats.exceedance import BoundCheck, binom_cdf, check_bound, min_n_for_in
 
 
 def _verdict(n: int, over: int, quantile: float = 0.99) -> str:
@@ -29,7 +29,7 @@ def test_the_thresholds_are_the_binomial_ones():
 def test_the_log_space_sum_matches_the_exact_one():
     for n, k, p in ((10, 0, 0.01), (50, 3, 0.05), (300, 2, 0.01), (200, 199, 0.3)):
         exact = sum(math.comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(k + 1))
-        assert _binom_cdf(k, n, p) == pytest.approx(exact, rel=1e-9)
+        assert binom_cdf(k, n, p) == pytest.approx(exact, rel=1e-9)
 
 
 def test_too_few_is_unclear_with_none_over_and_nonsense_is_refused():

@@ -16,11 +16,9 @@ from analyzers.triage.tail_windows import Window
 
 def test_a_replica_a_neighbour_stalls_now_and_then_is_named_by_its_own_wait(tmp_path):
     """One request in seven on replica 1 lives through a neighbour's burst (4x its TTFT): 98% of the
-    tail is replica 1's, its median 1.1x the other's. The latencies alone name nothing; the host probe's
-    per-replica wait (replica 1 waited 60% of its runnable time, replica 0 10%) names replica 1."""
+    tail is replica 1's, its median 1.1x the other's. The host probe's per-replica wait (replica 1
+    waited 60% of its runnable time, replica 0 10%) says why: its own cores."""
     replicas = [Replica(), Replica(stall_share=0.15)]
-    bare = diagnose_p99(fleet_run(tmp_path / "bare", replicas, n=400, seed=3, concurrency=6))
-    assert "p99.fleet.hot-replica" not in [f.check_id for f in bare.findings + bare.context], bare.headline
     diag = diagnose_p99(
         fleet_run(tmp_path / "r", replicas, n=400, seed=3, concurrency=6, cpu_wait={"0": 0.1, "1": 0.6})
     )
@@ -33,7 +31,8 @@ def test_a_replica_a_neighbour_stalls_now_and_then_is_named_by_its_own_wait(tmp_
 
 
 def test_two_replicas_waiting_alike_are_not_starved_alone(tmp_path):
-    """Both replicas waited (the host is busy, not one replica's cores): no replica's own cores."""
+    """Both replicas waited (the host is busy, not one replica's cores): not its own cores; the tail's
+    episodes still say it is replica 1's (tail_episodes.py), without saying why."""
     run = fleet_run(
         tmp_path / "r",
         [Replica(), Replica(stall_share=0.15)],
@@ -42,8 +41,8 @@ def test_two_replicas_waiting_alike_are_not_starved_alone(tmp_path):
         concurrency=6,
         cpu_wait={"0": 0.4, "1": 0.6},
     )
-    hot = next(c for c in diagnose_p99(run).checks if c.check_id == "p99.fleet.hot-replica")
-    assert hot.status == "passed", hot.detail
+    hot = next(f for f in diagnose_p99(run).findings if f.check_id == "p99.fleet.hot-replica")
+    assert hot.evidence[OWN_CORES_KEY] is False and hot.evidence["slowness_from"] == "its tail", hot.evidence
 
 
 def test_starved_alone_needs_its_own_wait_high_and_every_other_replicas_low():
