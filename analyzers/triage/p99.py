@@ -30,8 +30,7 @@ from analyzers.triage.evidence import split_samples
 from analyzers.triage.failures import check_failures
 from analyzers.triage.fleet.checks import check_fleet
 from analyzers.triage.fleet.imbalance import router_queue_yields
-from analyzers.triage.fleet.own_cores import own_cores_yields
-from analyzers.triage.fleet.own_queue import own_queue_yields
+from analyzers.triage.fleet.own_witness import own_witness_yields
 from analyzers.triage.fleet.replica_failures import narrow_failures
 from analyzers.triage.fleet.router import router_path_yields
 from analyzers.triage.host.cpu import check_cpu
@@ -200,8 +199,7 @@ def diagnose_p99(run: RunDir, metric: str = "ttft") -> P99Diagnosis:
     unmeasured_is_a_cause(found)
     last_resort_yields(found)
     router_queue_yields(found)
-    own_queue_yields(found)
-    own_cores_yields(found)
+    own_witness_yields(found)
     router_path_yields(found)
     causes, context = split_causes(found)
     return P99Diagnosis(info.run_id, metric, tails, checks, causes, context, levels, n_tail)

@@ -16,8 +16,6 @@ from __future__ import annotations
 import numpy as np
 
 from analyzers.probe_series import ProbeSeries
-from analyzers.triage.contracts import CONTEXT_SHARE, Finding
-from analyzers.triage.fleet.own_queue import HOT_ID
 from analyzers.triage.host.neighbour import CPU_ID
 from analyzers.triage.tail_windows import Window
 
@@ -62,22 +60,3 @@ def cpu_wait_words(waits: dict[str, float], replica: str) -> str:
         f"replica {replica}'s server threads waited for a CPU in {waits[replica]:.0%} of their runnable time, "
         f"{rest}: something else runs on its cores ({CPU_ID} names the busiest processes)"
     )
-
-
-def own_cores_yields(findings: list[Finding]) -> None:
-    """The host's neighbour finding explains none of the tail beside the hot-replica finding whose
-    replica alone was starved of its cores (`cores_were_replica`): the neighbour is that replica's
-    mechanism; its title says so, and keeps the processes it names."""
-    own = [
-        f
-        for f in findings
-        if f.check_id == HOT_ID and f.evidence.get(OWN_CORES_KEY) and (f.tail_share or 0.0) >= CONTEXT_SHARE
-    ]
-    if not own:
-        return
-    replica = own[0].evidence["replica"]
-    for f in findings:
-        if f.check_id == CPU_ID:
-            f.tail_share = 0.0
-            f.evidence["cores_were_replica"] = replica
-            f.title = f"{f.title} (on replica {replica}'s cores, whose threads alone waited: {HOT_ID})"

@@ -8,14 +8,20 @@ that what it shows is the replica's and not its routing's.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
+from analyzers.triage.contracts import CONTEXT_SHARE, Finding
 from analyzers.triage.fleet.concentration import ReplicaShare
+from analyzers.triage.fleet.imbalance import QUEUE_FINDINGS
 from analyzers.triage.fleet.own_cores import OWN_CORES_KEY, starved_alone
-from analyzers.triage.fleet.own_queue import OWN_QUEUE_KEY, queued_on_its_own
+from analyzers.triage.fleet.own_queue import HOT_ID, OWN_QUEUE_KEY, queued_on_its_own
 from analyzers.triage.fleet.per_engine import ReplicaGauges
 from analyzers.triage.fleet.residence import sent_alike
 from analyzers.triage.fleet.tail_episodes import EPISODES_P, beyond_chance
+from analyzers.triage.host.neighbour import CPU_ID
+from analyzers.triage.server import PREEMPT_ID
 
 OWN_TAIL_KEY = "made_the_tails_episodes"  # the hot-replica finding's evidence: True where it did
 WITNESSES = {OWN_QUEUE_KEY: "own queue", OWN_CORES_KEY: "own cores", OWN_TAIL_KEY: "its tail"}
@@ -46,3 +52,39 @@ def own_witness(
         "tail_episodes_p": float(f"{p:.3g}"),
     }
     return witness, {**found, **episodes_evidence}
+
+
+@dataclass(frozen=True)
+class Mechanism:
+    """The findings a witness makes the replica's mechanism rather than a cause of their own: read off
+    the fleet's summed gauges (a queue) or the first URL's process (a neighbour), they name no replica."""
+
+    check_ids: tuple[str, ...]
+    evidence_key: str  # names the replica in their evidence
+    words: str  # what their title adds: "(replica 1's <words>: p99.fleet.hot-replica)"
+
+
+MECHANISMS = {
+    OWN_QUEUE_KEY: Mechanism((*QUEUE_FINDINGS, PREEMPT_ID), "queue_was_replica", "own queue, its KV cache the smaller"),
+    OWN_CORES_KEY: Mechanism((CPU_ID,), "cores_were_replica", "cores, whose threads alone waited"),
+}
+
+
+def own_witness_yields(findings: list[Finding]) -> None:
+    """Beside a hot-replica finding named by its own queue or its own cores, the findings of that
+    mechanism explain none of the tail (context), and say whose they were. (The tail's episodes name
+    no mechanism: nothing yields to them.)"""
+    for key, mechanism in MECHANISMS.items():
+        own = [
+            f
+            for f in findings
+            if f.check_id == HOT_ID and f.evidence.get(key) and (f.tail_share or 0.0) >= CONTEXT_SHARE
+        ]
+        if not own:
+            continue
+        replica = own[0].evidence["replica"]
+        for f in findings:
+            if f.check_id in mechanism.check_ids:
+                f.tail_share = 0.0
+                f.evidence[mechanism.evidence_key] = replica
+                f.title = f"{f.title} (replica {replica}'s {mechanism.words}: {HOT_ID})"

@@ -8,8 +8,7 @@ import numpy as np
 from fleet_runs import Replica, fleet_run
 
 from analyzers.probe_series import ProbeSeries
-from analyzers.triage.contracts import Finding
-from analyzers.triage.fleet.own_cores import OWN_CORES_KEY, own_cores_yields, replica_cpu_wait, starved_alone
+from analyzers.triage.fleet.own_cores import OWN_CORES_KEY, replica_cpu_wait, starved_alone
 from analyzers.triage.p99 import diagnose_p99
 from analyzers.triage.tail_windows import Window
 
@@ -62,24 +61,3 @@ def test_the_wait_is_read_over_the_span_and_a_replica_the_probe_never_read_is_le
     waits = replica_cpu_wait(ProbeSeries("host", t, numeric), ["0", "1", "2"], Window(5.0, 8.0))
     assert waits == {"0": 0.1}, waits
     assert replica_cpu_wait(None, ["0"], Window(0.0, 1.0)) == {}
-
-
-def _finding(check_id: str, category: str, share: float, **evidence) -> Finding:
-    return Finding(check_id, category, "high", check_id, evidence, [], 0, "", tail_share=share)
-
-
-def test_the_hosts_neighbour_becomes_context_beside_the_replica_whose_cores_it_took():
-    hot = _finding("p99.fleet.hot-replica", "fleet", 0.9, replica="0", **{OWN_CORES_KEY: True})
-    neighbour = _finding("p99.host.cpu", "host", 1.0, others_cpu_cores=0.7)
-    queue = _finding("p99.sched.queueing", "scheduling", 0.5, waiting=1.2)
-    own_cores_yields([hot, neighbour, queue])
-    assert neighbour.tail_share == 0.0 and neighbour.evidence["cores_were_replica"] == "0"
-    assert neighbour.title.endswith("(on replica 0's cores, whose threads alone waited: p99.fleet.hot-replica)")
-    assert hot.tail_share == 0.9 and queue.tail_share == 0.5
-
-
-def test_a_hot_replica_named_otherwise_leaves_the_neighbour_standing():
-    hot = _finding("p99.fleet.hot-replica", "fleet", 0.9, replica="0", **{OWN_CORES_KEY: False})
-    neighbour = _finding("p99.host.cpu", "host", 1.0, others_cpu_cores=0.7)
-    own_cores_yields([hot, neighbour])
-    assert neighbour.tail_share == 1.0 and "cores_were_replica" not in neighbour.evidence

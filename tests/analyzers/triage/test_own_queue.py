@@ -6,8 +6,6 @@ from __future__ import annotations
 import numpy as np
 
 from analyzers.probe_series import ProbeSeries
-from analyzers.triage.contracts import Finding
-from analyzers.triage.fleet.own_queue import OWN_QUEUE_KEY, own_queue_yields
 from analyzers.triage.fleet.per_engine import less_room, replica_gauges
 from analyzers.triage.tail_windows import Window
 
@@ -55,27 +53,3 @@ def test_without_a_running_gauge_the_room_is_not_known_and_nothing_is_said():
     )
     g = replica_gauges(series, ["0", "1"], Window(0.0, 3.0))
     assert g["1"].room_requests is None and not less_room(g, "1")
-
-
-def _finding(check_id: str, category: str, share: float, **evidence) -> Finding:
-    return Finding(check_id, category, "high", check_id, evidence, [], 0, "", tail_share=share)
-
-
-def test_the_fleets_findings_of_a_replicas_own_queue_become_context_beside_it():
-    hot = _finding("p99.fleet.hot-replica", "fleet", 0.86, replica="1", **{OWN_QUEUE_KEY: True})
-    preempt = _finding("p99.sched.preemption", "scheduling", 0.96, preemptions=20)
-    kv = _finding("p99.sched.kv-capacity", "scheduling", 1.0, kv_usage_peak=1.0)
-    neighbour = _finding("p99.host.cpu", "host", 0.4, cpu_cores=1.0)
-    own_queue_yields([hot, preempt, kv, neighbour])
-    assert preempt.tail_share == kv.tail_share == 0.0
-    assert preempt.evidence["queue_was_replica"] == kv.evidence["queue_was_replica"] == "1"
-    assert preempt.title.endswith("(replica 1's own queue, its KV cache the smaller: p99.fleet.hot-replica)")
-    assert hot.tail_share == 0.86 and neighbour.tail_share == 0.4
-
-
-def test_a_hot_replica_slower_for_another_reason_leaves_the_fleets_queue_findings_standing():
-    # A slower build, or a replica whose cache is as roomy as the others': the queue may be the fleet's.
-    hot = _finding("p99.fleet.hot-replica", "fleet", 0.9, replica="1", **{OWN_QUEUE_KEY: False})
-    preempt = _finding("p99.sched.preemption", "scheduling", 0.96, preemptions=20)
-    own_queue_yields([hot, preempt])
-    assert preempt.tail_share == 0.96 and "queue_was_replica" not in preempt.evidence
