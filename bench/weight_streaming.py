@@ -13,7 +13,9 @@ leaves out, on the `tiny` model's weights (8 layers of qkv, o, gate_up and down 
    process on both cores with two threads: the time per chain and the bytes per second it implies;
 2. refengine's own engine at PP2 (offline, `LLMEngine`, one thread per rank) in a closed loop of 1
    and of 4 requests, beside TP1 at 4: TPOT, how the driver's time splits between submitting a
-   batch (stage 0) and waiting for the last stage's tokens, and each rank's forward time per batch.
+   batch (stage 0) and waiting for the last stage's tokens, and each rank's forward time per batch;
+   at 4 requests again with the stages taking turns (one batch of 4 rows at a time, no two stages
+   computing at once), so the cost of overlapping shows beside the rows a batch holds.
 
     python bench/weight_streaming.py --out bench/weight_streaming.json     # about a minute on 2 cores
 """
@@ -76,8 +78,10 @@ def run_children(specs: list[tuple[str, int]], rounds: int) -> list[float]:
     return [float(p.communicate()[0].strip().splitlines()[-1]) for p in procs]
 
 
-def engine_tpot(pp: int, users: int, seconds: float) -> dict:
-    """refengine offline in a closed loop: TPOT, and (PP) the driver's submit/collect split per batch."""
+def engine_tpot(pp: int, users: int, seconds: float, turns: bool = False) -> dict:
+    """refengine offline in a closed loop: TPOT, and (PP) the driver's submit/collect split per batch.
+    `turns`: the stages take turns (the micro-batch schedule with one micro-batch: a step's batch goes
+    through stage 0, then stage 1, and the next step starts after it), so no two stages compute at once."""
     from refengine.config import EngineArgs
     from refengine.distributed import executor
     from refengine.engine import LLMEngine
@@ -101,7 +105,8 @@ def engine_tpot(pp: int, users: int, seconds: float) -> dict:
         return out
 
     executor.DistributedExecutor.submit, executor.DistributedExecutor.collect = timed_submit, timed_collect
-    engine = LLMEngine(EngineArgs(model="tiny", max_model_len=1024, pipeline_parallel_size=pp))
+    schedule = {"pipeline_schedule": "micro-batch", "pipeline_micro_batches": 1} if turns else {}
+    engine = LLMEngine(EngineArgs(model="tiny", max_model_len=1024, pipeline_parallel_size=pp, **schedule))
     params = SamplingParams(max_tokens=64, ignore_eos=True, temperature=0.0)
     ids, sent, tpots = itertools.count(), {}, []
 
@@ -143,11 +148,12 @@ def engine_tpot(pp: int, users: int, seconds: float) -> dict:
     return {
         "pp": pp,
         "users": users,
+        "stages_take_turns": turns,
         "requests": len(tpots),
         "tpot_mean_ms": round(1e3 * statistics.mean(tpots), 2) if tpots else None,
-        "rows_per_batch": round(split["rows"] / batches, 2) if pp > 1 else None,
-        "submit_ms_per_batch": round(1e3 * split["submit_s"] / batches, 2) if pp > 1 else None,
-        "collect_wait_ms_per_batch": round(1e3 * split["collect_s"] / batches, 2) if pp > 1 else None,
+        "rows_per_batch": round(split["rows"] / batches, 2) if pp > 1 and not turns else None,
+        "submit_ms_per_batch": round(1e3 * split["submit_s"] / batches, 2) if pp > 1 and not turns else None,
+        "collect_wait_ms_per_batch": round(1e3 * split["collect_s"] / batches, 2) if pp > 1 and not turns else None,
         # forward: the rank's model (and sampler) time; step: its whole part of a batch, waits included
         # (the driver's wall time is not kept per batch under the batch queue: 0 there)
         "ranks": per_rank,
@@ -166,8 +172,8 @@ def main() -> None:
         print(chain_seconds(a.child, a.rounds))
         return
     if a.engine:
-        pp, users = (int(x) for x in a.engine.split(","))
-        print(json.dumps(engine_tpot(pp, users, a.seconds)), flush=True)
+        pp, users, turns = (int(x) for x in a.engine.split(","))
+        print(json.dumps(engine_tpot(pp, users, a.seconds, bool(turns))), flush=True)
         os._exit(0)  # the ranks' sockets close with the process
     mb = weight_bytes() / 1e6
     alone = run_children([("0", 1)], a.rounds)[0]
@@ -185,9 +191,11 @@ def main() -> None:
         },
     }
     engines = []
-    for pp, users in ((1, 4), (2, 1), (2, 4)):
+    # (2, 4) twice: with two batches in flight (the batch queue: both stages compute at once), and with
+    # the stages taking turns (one batch of 4 rows at a time): what overlapping costs each stage.
+    for pp, users, turns in ((1, 4, 0), (2, 1, 0), (2, 4, 0), (2, 4, 1)):
         p = subprocess.run(
-            [sys.executable, __file__, "--engine", f"{pp},{users}", "--seconds", str(a.seconds)],
+            [sys.executable, __file__, "--engine", f"{pp},{users},{turns}", "--seconds", str(a.seconds)],
             capture_output=True,
             text=True,
         )
