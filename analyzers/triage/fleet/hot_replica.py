@@ -204,7 +204,7 @@ def check_hot_replica(
         evidence,
         exposed_windows(starts, ends, diff.exposed_tail_rows),
         len(tails.spikes),
-        _next_step(name, other_names),
+        _next_step(name, other_names, bool(witnessed[OWN_CORES_KEY])),
         kind="differential",
         tail_share=diff.attributable,
     )
@@ -273,7 +273,13 @@ def _counterfactual(diff: Differential, metric: str, replica: str) -> str:
     )
 
 
-def _next_step(replica: str, others: list[str]) -> str:
+def _next_step(replica: str, others: list[str], own_cores: bool = False) -> str:
+    if own_cores:  # its own threads waited for a CPU: what runs on its cores comes first
+        return (
+            f"move the other processes off {replica}'s cores, or pin it to cores of its own (taskset, cpuset; "
+            "p99.host.cpu names the busiest processes), then sweep again; meanwhile a load-aware router "
+            "(--lb-policy least-outstanding) sends it less"
+        )
     return (
         f"look at {replica} itself, not the fleet: set its engine arguments (KV cache size: "
         "--num-gpu-blocks-override, --gpu-memory-utilization; --max-num-seqs), its build and its host's other "

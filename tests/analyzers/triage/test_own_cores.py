@@ -27,6 +27,7 @@ def test_a_replica_a_neighbour_stalls_now_and_then_is_named_by_its_own_wait(tmp_
     assert f.evidence["slowness_from"] == "own cores" and f.evidence["latency_vs_others_same_load"] < 1.5
     assert f.evidence["replica_cpu_wait_share"] == {"0": 0.1, "1": 0.6}
     assert "replica 1's server threads waited for a CPU in 60% of their runnable time, replica 0's in 10%" in f.title
+    assert f.next_step.startswith("move the other processes off replica 1's cores"), f.next_step
 
 
 def test_two_replicas_waiting_alike_are_not_starved_alone(tmp_path):
