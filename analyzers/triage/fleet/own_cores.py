@@ -54,7 +54,7 @@ def starved_alone(waits: dict[str, float], replica: str) -> bool:
 
 def cpu_wait_words(waits: dict[str, float], replica: str) -> str:
     """'replica 0's server threads waited for a CPU in 67% of their runnable time, replica 1's in 8%:
-    another process runs on its cores (p99.host.cpu names the busiest)'."""
+    something else runs on its cores (p99.host.cpu names the busiest processes)'."""
     rest = ", ".join(f"replica {k}'s in {v:.0%}" for k, v in waits.items() if k != replica)
     return (
         f"replica {replica}'s server threads waited for a CPU in {waits[replica]:.0%} of their runnable time, "
