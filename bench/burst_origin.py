@@ -42,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from analyzers.bursts import level_bursts, level_server_itl
 from analyzers.probe_series import read_probe
 from bench.cores import host_info
+from bench.diagnosis_accuracy import finish, sweep
 from bench.loopback_server import stop, wait_healthy
 from rundir import RunDir
 from rundir.ports import free_port
@@ -96,50 +97,28 @@ def measure(name: str, v: dict, work: Path, args) -> dict:
     out = work / name.replace(" ", "_").replace(",", "").replace(".", "")
     pin = ["taskset", "-c", v["client_cores"]] if v["client_cores"] else []
     try:
-        sweep = subprocess.run(
-            [
-                *pin,
-                sys.executable,
-                "-m",
-                "llmbench.cli",
-                "sweep",
-                "--target",
-                url,
-                "--model",
-                "tiny-test",
-                "--request-rate",
-                str(args.rate),
-                "--input-len",
-                "64",
-                "--output-len",
-                "8",
-                "--duration",
-                args.duration,
-                "--warmup",
-                "2s",
-                "--probes",
-                "host,server",
-                "--out",
-                str(out),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=600,
+        # The bench's own sweep call (the real CLI behind taskset where the variant pins the client).
+        finish(
+            sweep(
+                out,
+                ["--target", url, "--model", "tiny-test", "--request-rate", str(args.rate), "--input-len", "64"]
+                + ["--output-len", "8", "--duration", args.duration, "--warmup", "2s", "--probes", "host,server"],
+                prefix=pin,
+            ),
+            timeout_s=600,
         )
     finally:
         stop(proc)
         for b in burners:
             b.kill()
             b.wait()
-    if sweep.returncode != 0:
-        raise RuntimeError(f"{name}: the sweep failed: {sweep.stderr[-2000:]}")
     diag = subprocess.run(
         [sys.executable, "-m", "llmbench.diag_cli", "p99", str(out)], capture_output=True, text=True, timeout=300
     )
     run = RunDir(out)
     table = RequestTable.load(run)
-    rows = np.flatnonzero(np.ones(len(table.df), bool))
-    server = read_probe(out / "probes" / "server.jsonl", "server")
+    rows = np.arange(len(table.df))
+    server = read_probe(run.probe_file("server"), "server")
     itl = level_server_itl(server, table, rows)
     bursts = level_bursts(table, rows, itl)
     df = table.df

@@ -11,7 +11,7 @@ from analyzers.triage.contracts import CheckResult, unchecked
 from analyzers.triage.fleet.hot_replica import HOT_TITLE, check_hot_replica
 from analyzers.triage.fleet.imbalance import IMBALANCE_ID, IMBALANCE_TITLE, check_imbalance, routing_words
 from analyzers.triage.fleet.load_at_send import fleet_load
-from analyzers.triage.fleet.own_queue import HOT_ID
+from analyzers.triage.fleet.own_witness import HOT_ID
 from analyzers.triage.fleet.replica_failures import REPLICA_FAIL_ID, REPLICA_FAIL_TITLE, check_replica_failures
 from analyzers.triage.fleet.router import check_router
 from analyzers.triage.tail_windows import TailWindows

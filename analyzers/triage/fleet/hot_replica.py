@@ -39,8 +39,8 @@ from analyzers.triage.exposure import MIN_TAIL, Differential, differential, expo
 from analyzers.triage.fleet.concentration import ReplicaShare, replica_shares, tail_mask
 from analyzers.triage.fleet.load_at_send import FleetLoad, replica_label
 from analyzers.triage.fleet.own_cores import OWN_CORES_KEY, cpu_wait_words, replica_cpu_wait
-from analyzers.triage.fleet.own_queue import HOT_ID, OWN_QUEUE_KEY
-from analyzers.triage.fleet.own_witness import own_witness
+from analyzers.triage.fleet.own_queue import OWN_QUEUE_KEY
+from analyzers.triage.fleet.own_witness import HOT_ID, own_witness
 from analyzers.triage.fleet.per_engine import gauges_words, replica_gauges
 from analyzers.triage.fleet.residence import HEAVIER, residence
 from analyzers.triage.fleet.same_load import SameLoad, same_load

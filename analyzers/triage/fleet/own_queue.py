@@ -16,7 +16,6 @@ from analyzers.triage.fleet.concentration import ReplicaShare
 from analyzers.triage.fleet.per_engine import ReplicaGauges, less_room, queued_alone
 from analyzers.triage.fleet.residence import sent_alike
 
-HOT_ID = "p99.fleet.hot-replica"  # the check whose finding names the replica (hot_replica.py)
 OWN_QUEUE_KEY = "queued_behind_its_own_kv_cache"  # the hot-replica finding's evidence: True where it did
 
 

@@ -16,13 +16,14 @@ from analyzers.triage.contracts import CONTEXT_SHARE, Finding
 from analyzers.triage.fleet.concentration import ReplicaShare
 from analyzers.triage.fleet.imbalance import QUEUE_FINDINGS
 from analyzers.triage.fleet.own_cores import OWN_CORES_KEY, starved_alone
-from analyzers.triage.fleet.own_queue import HOT_ID, OWN_QUEUE_KEY, queued_on_its_own
+from analyzers.triage.fleet.own_queue import OWN_QUEUE_KEY, queued_on_its_own
 from analyzers.triage.fleet.per_engine import ReplicaGauges
 from analyzers.triage.fleet.residence import sent_alike
 from analyzers.triage.fleet.tail_episodes import EPISODES_P, beyond_chance
 from analyzers.triage.host.neighbour import CPU_ID
 from analyzers.triage.server import PREEMPT_ID
 
+HOT_ID = "p99.fleet.hot-replica"  # the check these witnesses speak for (hot_replica.py)
 OWN_TAIL_KEY = "made_the_tails_episodes"  # the hot-replica finding's evidence: True where it did
 WITNESSES = {OWN_QUEUE_KEY: "own queue", OWN_CORES_KEY: "own cores", OWN_TAIL_KEY: "its tail"}
 
