@@ -2,8 +2,9 @@
 up to PP batches in flight, the stages computing at once) or the stages taking turns (the micro-batch
 schedule with one micro-batch: a step's one batch through stage 0, then stage 1)?
 
-refengine's `--pipeline-schedule auto` picks the batch queue under PP, as vLLM does for GPUs, where
-each stage has a device and a memory of its own. On a host whose ranks share its cores and memory,
+refengine's `--pipeline-schedule auto` picks the batch queue under PP on GPUs, as vLLM does, where
+each stage has a device and a memory of its own, and on CPU the stages taking turns (this measurement
+is why). On a host whose ranks share its cores and memory,
 bench/weight_streaming.py measured the batch queue 1.57x slower at 4 users (bench/RESULTS.md). This
 measures the `tiny` model at PP2 offline (`LLMEngine`, one thread per rank, a closed loop of 128-token
 prompts and 64-token outputs, the measured window after a third of it as warm-up) at each number of

@@ -105,7 +105,8 @@ def engine_tpot(pp: int, users: int, seconds: float, turns: bool = False) -> dic
         return out
 
     executor.DistributedExecutor.submit, executor.DistributedExecutor.collect = timed_submit, timed_collect
-    schedule = {"pipeline_schedule": "micro-batch", "pipeline_micro_batches": 1} if turns else {}
+    turn_taking = {"pipeline_schedule": "micro-batch", "pipeline_micro_batches": 1}
+    schedule = turn_taking if turns else {"pipeline_schedule": "batch-queue"} if pp > 1 else {}
     engine = LLMEngine(EngineArgs(model="tiny", max_model_len=1024, pipeline_parallel_size=pp, **schedule))
     params = SamplingParams(max_tokens=64, ignore_eos=True, temperature=0.0)
     ids, sent, tpots = itertools.count(), {}, []

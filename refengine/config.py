@@ -161,8 +161,10 @@ class EngineArgs:
         "auto",
         "How pipeline stages overlap: batch-queue (vLLM's: up to "
         "pipeline_parallel_size scheduled batches in flight across steps), "
-        "micro-batch (each step split into pipeline_micro_batches), or auto "
-        "(micro-batch if pipeline_micro_batches is set, else batch-queue).",
+        "micro-batch (each step split into pipeline_micro_batches), or auto: "
+        "micro-batch if pipeline_micro_batches is set; else, on CPU, the "
+        "stages take turns (one micro-batch: ranks sharing a host's cores "
+        "gain nothing from overlap); else batch-queue.",
     )
     enable_expert_parallel: bool = _arg(
         False,

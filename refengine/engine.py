@@ -81,7 +81,7 @@ class LLMEngine:
             setup.kv_cache_dtype,
         )
         self.max_model_len = self._resolve_max_model_len()
-        self.parallel_config = ParallelConfig.from_engine_args(args)
+        self.parallel_config = ParallelConfig.from_engine_args(args, self.device.type)
         validate_layout(self.model_config, self.parallel_config)
         self.scheduler_config = args.scheduler_config(self.max_model_len)
         self.cache_config = CacheConfig(

@@ -16,6 +16,7 @@ from analyzers.model.presets import ModelShape
 from refengine.config import CacheConfig, EngineArgs, SchedulerConfig
 from refengine.distributed.worker import DEFAULT_KV_CACHE_BYTES_CPU
 from refengine.errors import RefEngineError
+from refengine.parallel.layout import ParallelConfig
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,7 @@ class EngineSetup:
     cache: CacheConfig
     tp: int
     pp: int
+    batches_in_flight: int  # the pipeline's depth, as the engine's schedule resolves it (1 without PP)
     notes: tuple[str, ...] = ()
 
 
@@ -87,18 +89,21 @@ def with_changes(args: EngineArgs, changes: dict) -> EngineArgs:
 
 
 def resolve_engine(
-    args: EngineArgs, shape: ModelShape, kv_bytes_per_element: int, recorded_blocks: int | None = None
+    args: EngineArgs,
+    shape: ModelShape,
+    kv_bytes_per_element: int,
+    device_type: str,
+    recorded_blocks: int | None = None,
 ) -> EngineSetup:
-    """The configs the engine would resolve from these arguments, for this model."""
+    """The configs the engine would resolve from these arguments, for this model, on `device_type`
+    ("cpu" or "cuda": what `--pipeline-schedule auto` means there)."""
     notes: list[str] = []
     max_len = args.max_model_len or shape.max_position_embeddings
     tp, pp = args.tensor_parallel_size, args.pipeline_parallel_size
     if args.quantization == "fp8" or args.kv_cache_dtype == "fp8":
         notes.append("fp8: priced at the profile's compute dtype (no FP8 speed-up modelled)")
-    if pp > 1 and (
-        args.pipeline_schedule == "micro-batch" or (args.pipeline_schedule == "auto" and args.pipeline_micro_batches)
-    ):
-        notes.append("PP micro-batch schedule simulated as the batch queue (both keep PP batches in the pipeline)")
+    depth, schedule_note = pipeline_depth(args, device_type)
+    notes += [schedule_note] if schedule_note else []
     if args.batching == "static" or args.kv_layout == "contiguous":
         notes.append("static batching / contiguous KV: the scheduler's own ablation modes, simulated as they run")
     try:
@@ -117,7 +122,24 @@ def resolve_engine(
             f"the KV cache ({cache.num_blocks} blocks of {cache.block_size}) does not hold one "
             f"request of max_model_len {max_len}"
         )
-    return EngineSetup(args=args, scheduler=sched, cache=cache, tp=tp, pp=pp, notes=tuple(notes))
+    return EngineSetup(
+        args=args, scheduler=sched, cache=cache, tp=tp, pp=pp, batches_in_flight=depth, notes=tuple(notes)
+    )
+
+
+def pipeline_depth(args: EngineArgs, device_type: str) -> tuple[int, str | None]:
+    """Batches the simulator keeps in the pipeline at once, from the engine's own resolution of the
+    schedule on `device_type`: PP under the batch queue, 1 when the stages take turns (and without
+    PP); and a note where the simulation approximates the schedule."""
+    try:
+        parallel = ParallelConfig.from_engine_args(args, device_type)
+    except RefEngineError as exc:
+        raise DiagnosisError(str(exc)) from None
+    if parallel.uses_micro_batches and parallel.num_micro_batches > 1:
+        return parallel.pipeline_parallel_size, (
+            "PP micro-batch schedule simulated as the batch queue (both keep PP batches in the pipeline)"
+        )
+    return parallel.batches_in_flight, None
 
 
 def _blocks(args: EngineArgs, shape: ModelShape, kv_bytes: int) -> int:

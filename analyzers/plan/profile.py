@@ -258,6 +258,12 @@ class MachineProfile:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    @property
+    def device_type(self) -> str:
+        """What the profiled machine's engine computes on, as refengine names it: "cpu" where its ranks
+        share a host's cores (a measured CPU host), else "cuda" (each rank a device of its own)."""
+        return "cpu" if self.cores > 0 else "cuda"
+
     def for_ranks(self, ranks: int) -> tuple["MachineProfile", str | None]:
         """The profile as each of `ranks` ranks on one host of this profile's sees it: the tables
         measured at cores // ranks threads (refengine's own split of a host's cores among its ranks),

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from analyzers.diagnosis_error import DiagnosisError
 from analyzers.model.presets import ModelShape
+from analyzers.plan.engine_config import pipeline_depth
 from analyzers.plan.parallel import Candidate, Cluster
 from analyzers.plan.predict import LevelLoad, LevelPrediction, summarize, within_slo
 from analyzers.plan.profile import CollectiveCost, MachineProfile
@@ -66,6 +67,8 @@ def replica_simulator(
     """One replica of the plan: its KV blocks from the memory model, its TP collectives at the bandwidth its
     TP group sees, refengine's scheduler with the engine arguments."""
     sched = args.scheduler_config(c.estimate.plan.max_model_len)
+    layout = dataclasses.replace(args, tensor_parallel_size=c.tp, pipeline_parallel_size=c.pp)
+    depth, _ = pipeline_depth(layout, profile.device_type)
     cache = CacheConfig(
         block_size=c.estimate.plan.block_size,
         num_blocks=max(1, c.estimate.num_blocks),
@@ -83,6 +86,7 @@ def replica_simulator(
         sched,
         cache,
         profile.request_overhead_s,
+        batches_in_flight=depth,
         request_overhead_per_running_s=profile.request_overhead_per_running_s,
     )
 

@@ -116,14 +116,17 @@ class Simulator:
         scheduler_config: SchedulerConfig,
         cache_config: CacheConfig,
         request_overhead_s: float = 0.0,
-        batches_in_flight: int | None = None,
+        batches_in_flight: int = 1,
         request_overhead_per_running_s: float = 0.0,
     ):
         self.model, self.scheduler_config, self.cache_config = model, scheduler_config, cache_config
         self.request_overhead_s = request_overhead_s
         self.request_overhead_per_running_s = request_overhead_per_running_s
-        # The batch queue's depth: PP by default (refengine's), 1 to run a pipeline without overlap.
-        self.batches_in_flight = batches_in_flight or model.pp
+        # The pipeline's depth, as the engine resolves its schedule (analyzers/plan/engine_config.py):
+        # PP under the batch queue, 1 when the stages take turns (a step is every stage in turn).
+        if not 1 <= batches_in_flight <= model.pp:
+            raise DiagnosisError(f"batches_in_flight must be in [1, PP={model.pp}], got {batches_in_flight}")
+        self.batches_in_flight = batches_in_flight
 
     def run(
         self, load: LoadSpec, lengths: LengthsFn, max_steps: int = 2_000_000, trace: list[SchedulerOutput] | None = None

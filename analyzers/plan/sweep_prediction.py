@@ -85,6 +85,7 @@ class SweepPrediction:
             "engine": {
                 "tp": self.setup.tp,
                 "pp": self.setup.pp,
+                "batches_in_flight": self.setup.batches_in_flight,
                 "max_num_seqs": self.setup.scheduler.max_num_seqs,
                 "max_num_batched_tokens": self.setup.scheduler.max_num_batched_tokens,
                 "enable_chunked_prefill": self.setup.scheduler.enable_chunked_prefill,
@@ -119,6 +120,7 @@ def _predict_all(
             setup.scheduler,
             setup.cache,
             profile.request_overhead_s,
+            batches_in_flight=setup.batches_in_flight,
             request_overhead_per_running_s=profile.request_overhead_per_running_s,
         )
         return [predict_level(sim, lv.load, lv.lengths, lv.arrivals, seeds) for lv in levels]

@@ -77,7 +77,7 @@ def predict_run(
     args = with_changes(args, changes) if changes else args
     # The server's own block count holds unless the variation changes what a block costs or the budget.
     blocks = None if KV_SIZING & set(changes) else _recorded_blocks(info.target.engine_facts)
-    setup = resolve_engine(args, shape, profile.dtype_bytes, blocks)
+    setup = resolve_engine(args, shape, profile.dtype_bytes, profile.device_type, blocks)
     if info.target.kind != "embedded":
         setup = dataclasses.replace(
             setup,

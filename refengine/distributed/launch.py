@@ -119,17 +119,17 @@ def run_torchrun_worker(args) -> int:
     if env is None:
         raise RefEngineError("a torchrun worker needs torchrun's RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT")
     rank, world = env
-    pc = ParallelConfig.from_engine_args(args)
+    # The same resolution as LLMEngine's, so every rank agrees on weights, KV dtype, block count and schedule.
+    model_dir = resolve_model(args.model)
+    setup = resolve_device_setup(args, model_dir)
+    pc = ParallelConfig.from_engine_args(args, setup.device.type)
     if world != pc.world_size:
         raise RefEngineError(
             f"torchrun started {world} processes but tensor_parallel_size x pipeline_parallel_size "
             f"= {pc.world_size}; pass --nproc-per-node/--nnodes that multiply to {pc.world_size}"
         )
-    model_dir = resolve_model(args.model)
     model_config = load_model_config(model_dir)
     validate_layout(model_config, pc)
-    # The same resolution as LLMEngine's, so every rank agrees on weights, KV dtype and block count.
-    setup = resolve_device_setup(args, model_dir)
     spec = WorkerSpec(
         args,
         str(model_dir),

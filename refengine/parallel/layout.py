@@ -23,14 +23,19 @@ MOE_DISPATCH = ("auto", "all_to_all", "allgather")
 PIPELINE_SCHEDULES = ("auto", "batch-queue", "micro-batch")
 
 
-def resolve_pipeline_schedule(schedule: str, micro_batches: int | None) -> str:
-    """auto: the batch queue (it measured the smaller bubble, bench/parallel_scaling.py), unless a
-    micro-batch count was asked for, which only the micro-batch schedule uses."""
-    if schedule == "auto":
-        return "micro-batch" if micro_batches is not None else "batch-queue"
+def resolve_pipeline_schedule(schedule: str, micro_batches: int | None, device_type: str) -> tuple[str, int | None]:
+    """(schedule, micro-batches) the engine runs. auto: the micro-batch schedule where a micro-batch
+    count was asked for (only it uses one); else, on CPU, the stages taking turns (one micro-batch:
+    the ranks share the host's cores and memory, and the overlap the batch queue buys does not pay
+    for its two half-size batches: docs/distributed.md); else the batch queue (each stage a device
+    of its own)."""
     if schedule not in PIPELINE_SCHEDULES:
         raise RefEngineError(f"pipeline_schedule must be one of {PIPELINE_SCHEDULES}, got {schedule!r}")
-    return schedule
+    if schedule != "auto":
+        return schedule, micro_batches
+    if micro_batches is not None:
+        return "micro-batch", micro_batches
+    return ("micro-batch", 1) if device_type == "cpu" else ("batch-queue", None)
 
 
 @dataclass(frozen=True)
@@ -68,7 +73,8 @@ class ParallelConfig:
             raise RefEngineError("distributed_timeout_s must be positive")
 
     @classmethod
-    def from_engine_args(cls, args) -> "ParallelConfig":
+    def from_engine_args(cls, args, device_type: str) -> "ParallelConfig":
+        """`device_type` ("cpu" or "cuda", as resolved) picks what `pipeline_schedule="auto"` means."""
         partition = None
         if args.pipeline_layer_partition:
             try:
@@ -77,12 +83,15 @@ class ParallelConfig:
                 raise RefEngineError(
                     f"pipeline_layer_partition must be comma-separated integers, got {args.pipeline_layer_partition!r}"
                 ) from None
+        schedule, micro_batches = resolve_pipeline_schedule(
+            args.pipeline_schedule, args.pipeline_micro_batches, device_type
+        )
         return cls(
             tensor_parallel_size=args.tensor_parallel_size,
             pipeline_parallel_size=args.pipeline_parallel_size,
             layer_partition=partition,
-            micro_batches=args.pipeline_micro_batches,
-            schedule=resolve_pipeline_schedule(args.pipeline_schedule, args.pipeline_micro_batches),
+            micro_batches=micro_batches,
+            schedule=schedule,
             enable_expert_parallel=args.enable_expert_parallel,
             moe_capacity_factor=args.moe_capacity_factor,
             moe_dispatch=args.moe_dispatch,

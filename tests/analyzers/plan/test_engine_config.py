@@ -27,7 +27,7 @@ def test_what_if_values_take_each_fields_type():
             parse_what_if(bad)
     args = with_changes(engine_args_from_flags("tiny-test", []), parse_what_if("scheduling_policy=random"))
     with pytest.raises(DiagnosisError, match="scheduling_policy"):
-        resolve_engine(args, resolve_model("tiny-test"), 4)
+        resolve_engine(args, resolve_model("tiny-test"), 4, "cpu")
 
 
 @pytest.mark.parametrize(
@@ -40,9 +40,9 @@ def test_what_if_values_take_each_fields_type():
 )
 def test_kv_blocks_follow_the_engines_own_rule(flags):
     args = engine_args_from_flags("tiny-test", ["--max-model-len", "256", *flags])
-    setup = resolve_engine(args, resolve_model("tiny-test"), kv_bytes_per_element=4)
+    setup = resolve_engine(args, resolve_model("tiny-test"), kv_bytes_per_element=4, device_type="cpu")
     engine_blocks = kv_blocks_for(
-        args, load_model_config(model_dir("tiny-test")), ParallelConfig.from_engine_args(args), torch.float32
+        args, load_model_config(model_dir("tiny-test")), ParallelConfig.from_engine_args(args, "cpu"), torch.float32
     )
     assert setup.cache.num_blocks == engine_blocks
     assert setup.scheduler.max_model_len == 256 and setup.tp == args.tensor_parallel_size
@@ -50,6 +50,23 @@ def test_kv_blocks_follow_the_engines_own_rule(flags):
 
 def test_recorded_blocks_win_and_a_cache_too_small_is_refused():
     args = engine_args_from_flags("tiny-test", ["--max-model-len", "256"])
-    assert resolve_engine(args, resolve_model("tiny-test"), 4, recorded_blocks=40).cache.num_blocks == 40
+    assert resolve_engine(args, resolve_model("tiny-test"), 4, "cpu", recorded_blocks=40).cache.num_blocks == 40
     with pytest.raises(DiagnosisError, match="does not hold one request"):
-        resolve_engine(args, resolve_model("tiny-test"), 4, recorded_blocks=3)
+        resolve_engine(args, resolve_model("tiny-test"), 4, "cpu", recorded_blocks=3)
+
+
+@pytest.mark.parametrize(
+    "flags, device, depth, note",
+    [
+        (["--pipeline-parallel-size", "2"], "cpu", 1, False),  # the stages take turns on a CPU host
+        (["--pipeline-parallel-size", "2"], "cuda", 2, False),  # the batch queue
+        (["--pipeline-parallel-size", "2", "--pipeline-micro-batches", "2"], "cpu", 2, True),
+        (["--pipeline-parallel-size", "2", "--pipeline-schedule", "batch-queue"], "cpu", 2, False),
+        ([], "cuda", 1, False),
+    ],
+)
+def test_the_simulated_pipeline_runs_the_engines_own_schedule(flags, device, depth, note):
+    args = engine_args_from_flags("tiny-test", flags)
+    setup = resolve_engine(args, resolve_model("tiny-test"), 4, device)
+    assert setup.batches_in_flight == depth
+    assert any("simulated as the batch queue" in n for n in setup.notes) == note

@@ -56,6 +56,7 @@ def _pp2_predictor(shape, levels):
             sched,
             cache,
             profile.request_overhead_s,
+            batches_in_flight=2,  # the batch queue (a GPU's schedule)
             request_overhead_per_running_s=profile.request_overhead_per_running_s,
         )
         return [predict_level(sim, lv, lengths) for lv in levels]

@@ -104,7 +104,7 @@ def test_pipeline_parallel_runs_the_batch_queue_and_overlaps_stages():
     model = StepModel(shape, profile, pp=2)
     # Long prompts, short answers: compute-bound prefill steps, where keeping both stages busy pays.
     lengths = lambda i: (random_prompt(2048, 0, i), 2)
-    queued = Simulator(model, sched, cache).run(load(), lengths)
+    queued = Simulator(model, sched, cache, batches_in_flight=2).run(load(), lengths)
     serial = Simulator(model, sched, cache, batches_in_flight=1).run(load(), lengths)
     assert all(r.t_done is not None for r in queued.in_window)
     # Two batches in flight keep both stages busy; one at a time leaves a stage idle while the other works.

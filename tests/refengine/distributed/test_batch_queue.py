@@ -103,22 +103,38 @@ def test_batch_queue_tp2_pp2_on_four_ranks():
 
 
 @pytest.mark.parametrize(
-    "schedule, micro_batches, expected",
+    "schedule, micro_batches, device, expected, depth",
     [
-        ("auto", None, "batch-queue"),
-        ("auto", 4, "micro-batch"),
-        ("micro-batch", None, "micro-batch"),
-        ("batch-queue", None, "batch-queue"),
+        ("auto", None, "cuda", ("batch-queue", None), 2),
+        ("auto", None, "cpu", ("micro-batch", 1), 1),  # the stages take turns on a host's shared cores
+        ("auto", 4, "cpu", ("micro-batch", 4), 1),
+        ("auto", 4, "cuda", ("micro-batch", 4), 1),
+        ("micro-batch", None, "cpu", ("micro-batch", None), 1),
+        ("batch-queue", None, "cpu", ("batch-queue", None), 2),
     ],
 )
-def test_pipeline_schedule_resolution(schedule, micro_batches, expected):
+def test_pipeline_schedule_resolution(schedule, micro_batches, device, expected, depth):
     from refengine.config import EngineArgs
     from refengine.parallel.layout import ParallelConfig
 
     args = EngineArgs(pipeline_parallel_size=2, pipeline_schedule=schedule, pipeline_micro_batches=micro_batches)
-    pc = ParallelConfig.from_engine_args(args)
-    assert pc.schedule == expected
-    assert pc.batches_in_flight == (2 if expected == "batch-queue" else 1)
+    pc = ParallelConfig.from_engine_args(args, device)
+    assert (pc.schedule, pc.micro_batches) == expected
+    assert pc.batches_in_flight == depth
+
+
+def test_the_default_pipeline_on_cpu_takes_turns_and_matches_one_process():
+    """`auto` on this CPU host: one batch at a time through both stages, greedy tokens as one process's."""
+    kw = dict(KW, num_gpu_blocks_override=64)
+    reference = _tokens(LLM(model="tiny-test", **kw))
+    llm = LLM(model="tiny-test", pipeline_parallel_size=2, **kw)
+    try:
+        pc = llm.llm_engine.parallel_config
+        assert (pc.schedule, pc.num_micro_batches, pc.batches_in_flight) == ("micro-batch", 1, 1)
+        assert llm.llm_engine.batch_queue is None
+        assert _tokens(llm) == reference
+    finally:
+        llm.llm_engine.shutdown()
 
 
 @pytest.mark.parametrize(
