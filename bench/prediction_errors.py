@@ -109,7 +109,8 @@ def _pooled_row(name: str, p: dict) -> list[str]:
 
 
 def print_pooled_by_kind(cases: list[dict]) -> None:
-    """The held-out pooled table, all levels, each kind of run apart and each model apart (bench/RESULTS.md's table)."""
+    """The held-out pooled table, all levels, each kind of run, each model and each layout apart
+    (bench/RESULTS.md's table)."""
     rows = []
     for name, kinds in (
         ("all", ("", "open loop", "trace")),
@@ -120,6 +121,8 @@ def print_pooled_by_kind(cases: list[dict]) -> None:
         rows.append(_pooled_row(name, pooled(cases, kinds)))
     for model in dict.fromkeys(c["model"] for c in cases):  # every kind of run, one model's cases
         rows.append(_pooled_row(f"{model} (every kind)", pooled([c for c in cases if c["model"] == model])))
+    for layout in dict.fromkeys(c["layout"] for c in cases):  # every kind of run, one layout's cases
+        rows.append(_pooled_row(f"{layout} (every kind)", pooled([c for c in cases if c["layout"] == layout])))
     print_table("held out (fitted profiles), median / P90 of |error|", ["levels", "n (tok/s)", *METRICS], rows)
 
 
