@@ -34,6 +34,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from analyzers.triage.exposure import MIN_EFFECT
+from bench.common import cpu_model, matmul_peak
 from bench.diagnosis_accuracy import CaseResult, diagnose, run_embedded, run_lossy
 from bench.diagnosis_faults import Burners, LossyNamespace, head_of_line_effect, netns_unavailable, realized_effect
 from bench.diagnosis_fleet_draws import FLEET_EXPECTED, FLEET_MIX, make_fleet_draw, run_fleet_draw
@@ -268,6 +269,8 @@ def main() -> int:
     tmp.mkdir(parents=True, exist_ok=True)
     netns = netns_unavailable()
     results, t_start, load_before = [], time.time(), os.getloadavg()
+    # The host's float32 rate before any draw, as bench/RESULTS.md gives every table's host.
+    matmul_gflops = round(max(matmul_peak([(2048, 1024, 1024)]).values()) / 1e9, 1)
     for d in draws:
         res = CaseResult(f"draw{d.index:02d}", f"{d.cause} {json.dumps(d.params)}", d.expected)
         t0 = time.time()
@@ -301,12 +304,11 @@ def main() -> int:
         (r["draw"]["cause"], family_of(r["result"]["findings"][0]["check_id"] if r["result"]["findings"] else None))
         for r in done
     ]
-    from bench.common import cpu_model
-
     summary = {
         "when": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
         "host": cpu_model(),
         "cpus": os.cpu_count(),
+        "matmul_gflops_before": matmul_gflops,
         "seed": a.seed,
         "draws": a.draws,
         "family": a.family,
