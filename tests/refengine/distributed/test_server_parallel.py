@@ -110,8 +110,10 @@ def test_bad_layout_is_one_line_error_before_loading():
 
 
 @pytest.mark.slow
-def test_torchrun_two_ranks_serve(tmp_path):
-    """The multi-machine launch, on one machine: torchrun starts both ranks, rank 0 serves."""
+@pytest.mark.parametrize("layout", ["--tensor-parallel-size", "--pipeline-parallel-size"])
+def test_torchrun_two_ranks_serve(tmp_path, layout):
+    """The multi-machine launch, on one machine: torchrun starts both ranks, rank 0 serves. Under PP
+    the worker resolves `--pipeline-schedule auto` as the driver does (the stages take turns on CPU)."""
     port = free_port()
     cmd = [
         sys.executable,
@@ -130,7 +132,7 @@ def test_torchrun_two_ranks_serve(tmp_path):
         *SERVE_ARGS,
         "--port",
         str(port),
-        "--tensor-parallel-size",
+        layout,
         "2",
     ]
     proc, url = start(cmd, port)
