@@ -78,6 +78,15 @@ def run_children(specs: list[tuple[str, int]], rounds: int) -> list[float]:
     return [float(p.communicate()[0].strip().splitlines()[-1]) for p in procs]
 
 
+def _pp_schedule(pp: int, turns: bool) -> dict:
+    """The engine arguments of one arm, named either way (`auto` on CPU would already take turns)."""
+    if pp == 1:
+        return {}
+    if turns:
+        return {"pipeline_schedule": "micro-batch", "pipeline_micro_batches": 1}
+    return {"pipeline_schedule": "batch-queue"}
+
+
 def engine_tpot(pp: int, users: int, seconds: float, turns: bool = False) -> dict:
     """refengine offline in a closed loop: TPOT, and (PP) the driver's submit/collect split per batch.
     `turns`: the stages take turns (the micro-batch schedule with one micro-batch: a step's batch goes
@@ -105,8 +114,7 @@ def engine_tpot(pp: int, users: int, seconds: float, turns: bool = False) -> dic
         return out
 
     executor.DistributedExecutor.submit, executor.DistributedExecutor.collect = timed_submit, timed_collect
-    turn_taking = {"pipeline_schedule": "micro-batch", "pipeline_micro_batches": 1}
-    schedule = turn_taking if turns else {"pipeline_schedule": "batch-queue"} if pp > 1 else {}
+    schedule = _pp_schedule(pp, turns)
     engine = LLMEngine(EngineArgs(model="tiny", max_model_len=1024, pipeline_parallel_size=pp, **schedule))
     params = SamplingParams(max_tokens=64, ignore_eos=True, temperature=0.0)
     ids, sent, tpots = itertools.count(), {}, []
