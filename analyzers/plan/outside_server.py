@@ -13,10 +13,12 @@ hidden in the overhead.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
 
+from analyzers.plan.request_overhead import RequestOverhead
 from analyzers.probe_series import read_probe
 from analyzers.triage.phases import level_phases, same_requests
 from analyzers.triage.throughout import level_windows
@@ -34,9 +36,10 @@ class OutsideTime:
     # The server's mean prefill phase (first scheduled to first token), where it publishes one: what
     # the fit holds the simulated prefill to (None: vLLM's prefill-time histogram not served)
     prefill_s: float | None = None
+    prompt_tokens: float = 0.0  # the measured requests' mean prompt tokens (0: not known)
 
     def __post_init__(self) -> None:
-        if self.outside_s < 0 or self.running < 0 or self.n_client < 1 or (self.prefill_s or 0.0) < 0:
+        if min(self.outside_s, self.running, self.prompt_tokens, self.prefill_s or 0.0) < 0 or self.n_client < 1:
             raise ValueError(f"an outside time needs non-negative times and requests, got {self}")
 
 
@@ -62,26 +65,73 @@ def outside_the_server(run: RunDir) -> dict[str, OutsideTime]:
         if t_server is None or running is None or not same_requests(n_server, phases.n):
             continue
         out[level_id] = OutsideTime(
-            level_id, max(phases.ttft_mean_s - t_server, 0.0), max(running, 0.0), phases.n, n_server, phases.prefill_s
+            level_id,
+            max(phases.ttft_mean_s - t_server, 0.0),
+            max(running, 0.0),
+            phases.n,
+            n_server,
+            phases.prefill_s,
+            float(df["in_tokens"].to_numpy(float)[measured].mean()),
         )
     return out
 
 
-def request_overhead_of(times: list[OutsideTime]) -> tuple[float, float]:
-    """The request overhead r0 + r1 x running that the simulator adds (docs/planning.md) through the
-    measured outside times: least squares, each level weighted by its requests, both terms >= 0
-    (one level, or levels at one load, give r0 alone)."""
+# Prompt lengths closer than this (shortest / longest) say nothing about the per-token term.
+DISTINCT_PROMPT_RATIO = 0.8
+# Levels whose server ran fewer requests than this on average served one request at a time.
+UNLOADED_RUNNING = 1.5
+
+
+def request_overhead_of(times: list[OutsideTime], per_prompt_token_s: float = 0.0) -> RequestOverhead:
+    """The request overhead r0 + r1 x running + r2 x prompt tokens that the simulator adds
+    (analyzers/plan/request_overhead.py) through the measured outside times, every term >= 0.
+
+    r2 from the unloaded levels (one request at a time) that ran prompts of clearly different
+    lengths: their difference is the longer prompt's own work, with nothing else on the server. Fitted
+    together with r1 over loaded levels instead, it traded against it (a longer prompt's level keeps
+    more requests running: two draws of one 4-level sweep gave 10 and 0.7 us per token). Without such
+    levels r2 stays `per_prompt_token_s` (the profile's, from calibration). Then r0 and r1 by least
+    squares through what r2 leaves, each level weighted by its requests; one level, or levels at one
+    load, give r1 = 0."""
     if not times:
         raise ValueError("no outside time to draw a request overhead from")
+    unloaded = [t for t in times if t.running < UNLOADED_RUNNING and t.prompt_tokens > 0]
+    if (
+        unloaded
+        and min(t.prompt_tokens for t in unloaded) / max(t.prompt_tokens for t in unloaded) <= DISTINCT_PROMPT_RATIO
+    ):
+        per_prompt_token_s = max(_weighted_slope(unloaded), 0.0)
     w = np.array([float(t.n_client) for t in times])
-    x = np.array([t.running for t in times])
+    y = np.array([t.outside_s - per_prompt_token_s * t.prompt_tokens for t in times])
+    columns = {"fixed_s": np.ones(len(times)), "per_running_s": np.array([t.running for t in times])}
+    return RequestOverhead(**_nonnegative_least_squares(columns, y, w), per_prompt_token_s=per_prompt_token_s)
+
+
+def _weighted_slope(times: list[OutsideTime]) -> float:
+    """d(outside time) / d(prompt tokens), least squares weighted by requests."""
+    w = np.array([float(t.n_client) for t in times])
+    x = np.array([t.prompt_tokens for t in times])
     y = np.array([t.outside_s for t in times])
-    mean_only = (float(np.average(y, weights=w)), 0.0)
-    candidates = [mean_only]
-    if np.ptp(x) > 0:
-        xm, ym = float(np.average(x, weights=w)), float(np.average(y, weights=w))
-        slope = float(np.sum(w * (x - xm) * (y - ym)) / np.sum(w * (x - xm) ** 2))
-        candidates.append((ym - slope * xm, slope))
-        candidates.append((0.0, float(np.sum(w * x * y) / np.sum(w * x * x))))  # through the origin
-    feasible = [(a, b) for a, b in candidates if a >= 0 and b >= 0]
-    return min(feasible, key=lambda ab: float(np.sum(w * (ab[0] + ab[1] * x - y) ** 2)))
+    xm, ym = np.average(x, weights=w), np.average(y, weights=w)
+    return float(np.sum(w * (x - xm) * (y - ym)) / np.sum(w * (x - xm) ** 2))
+
+
+def _nonnegative_least_squares(columns: dict[str, np.ndarray], y: np.ndarray, w: np.ndarray) -> dict[str, float]:
+    """min sum w (X b - y)^2 over b >= 0, exactly, by trying every subset of the (few) columns: the
+    best feasible unconstrained solution on some subset is the constrained optimum. A column that
+    does not vary beside the others (one load only) leaves its term at 0."""
+    names = list(columns)
+    best: tuple[float, dict[str, float]] = (float(np.sum(w * y * y)), dict.fromkeys(names, 0.0))
+    sw = np.sqrt(w)
+    for k in range(1, len(names) + 1):
+        for subset in itertools.combinations(names, k):
+            x = np.column_stack([columns[n] for n in subset])
+            if np.linalg.matrix_rank(x * sw[:, None]) < k:
+                continue
+            b, *_ = np.linalg.lstsq(x * sw[:, None], y * sw, rcond=None)
+            if np.any(b < 0):
+                continue
+            cost = float(np.sum(w * (x @ b - y) ** 2))
+            if cost < best[0] - 1e-18:
+                best = (cost, {**dict.fromkeys(names, 0.0), **dict(zip(subset, map(float, b), strict=True))})
+    return best[1]

@@ -20,8 +20,9 @@ Tables:
   calls, dispatch, the q/k/v split, the residual glue) = a + b x (requests in the step).
 - step_overhead: seconds per engine step outside the model (scheduler, input tensors, sampler,
   output processing) = a + b x (requests in the step); each request waits `request_overhead_s` +
-  `request_overhead_per_running_s` x (requests the server is running) before the scheduler sees it
-  (HTTP and tokenization on an event loop busy streaming the others), 0 unless fitted to a run.
+  `request_overhead_per_running_s` x (requests the server is running) + `request_overhead_per_prompt_token_s`
+  x (its prompt tokens) before the scheduler sees it (HTTP and tokenization on an event loop busy
+  streaming the others: analyzers/plan/request_overhead.py), 0 unless measured or fitted.
 - contended_share: the share of a served engine's operator time computed at the next thread count
   below its own that the profile measured (`fewer_threads`), because processes beside it (the load
   generator, the server's event loop) hold cores its threads want: a prefill's matmuls slow down
@@ -45,6 +46,7 @@ from analyzers.diagnosis_error import DiagnosisError
 from analyzers.plan.attention_table import AttentionTable
 from analyzers.plan.decode_attention import DecodeAttentionCost
 from analyzers.plan.loglog_grid import loglog_bilinear
+from analyzers.plan.request_overhead import RequestOverhead
 from analyzers.plan.step_jitter import StepJitter
 
 PROFILE_SCHEMA = 1
@@ -232,7 +234,8 @@ class MachineProfile:
     elementwise: LinearCost | None = None  # per layer, by tokens x hidden
     layer_overhead: LinearCost | None = None  # per layer, by requests: the engine's own code beyond the tables
     request_overhead_s: float = 0.0  # once per request, on its TTFT ...
-    request_overhead_per_running_s: float = 0.0  # ... plus this per request the server is running then
+    request_overhead_per_running_s: float = 0.0  # ... plus this per request the server is running then ...
+    request_overhead_per_prompt_token_s: float = 0.0  # ... plus this per token of its prompt
     compute_scale: float = 1.0  # multiplies every operator's time (fitted to a run)
     contended_share: float = 0.0  # of the operators' time, at the next fewer threads measured (fitted to a run)
     step_jitter: StepJitter | None = None  # added to every simulated step (measured on a run); None: steady
@@ -250,13 +253,28 @@ class MachineProfile:
             raise DiagnosisError(f"profile source must be measured, published or fitted, got {self.source!r}")
         if self.dtype_bytes not in (1, 2, 4):
             raise DiagnosisError(f"profile dtype_bytes must be 1, 2 or 4, got {self.dtype_bytes}")
-        if self.request_overhead_s < 0 or self.request_overhead_per_running_s < 0 or not self.compute_scale > 0:
-            raise DiagnosisError("request overheads must be >= 0 and compute_scale > 0")
+        _ = self.request_overhead  # RequestOverhead checks its terms are >= 0
+        if not self.compute_scale > 0:
+            raise DiagnosisError(f"compute_scale must be > 0, got {self.compute_scale}")
         if not 0.0 <= self.contended_share <= 1.0:
             raise DiagnosisError(f"contended_share must be in [0, 1], got {self.contended_share}")
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    @property
+    def request_overhead(self) -> RequestOverhead:
+        return RequestOverhead(
+            self.request_overhead_s, self.request_overhead_per_running_s, self.request_overhead_per_prompt_token_s
+        )
+
+    def with_request_overhead(self, overhead: RequestOverhead) -> "MachineProfile":
+        return dataclasses.replace(
+            self,
+            request_overhead_s=overhead.fixed_s,
+            request_overhead_per_running_s=overhead.per_running_s,
+            request_overhead_per_prompt_token_s=overhead.per_prompt_token_s,
+        )
 
     @property
     def device_type(self) -> str:
@@ -317,6 +335,7 @@ class MachineProfile:
                 matmul=MatmulTable(**d["matmul"]) if d.get("matmul") else None,
                 request_overhead_s=d.get("request_overhead_s", 0.0),
                 request_overhead_per_running_s=d.get("request_overhead_per_running_s", 0.0),
+                request_overhead_per_prompt_token_s=d.get("request_overhead_per_prompt_token_s", 0.0),
                 compute_scale=d.get("compute_scale", 1.0),
                 contended_share=d.get("contended_share", 0.0),
                 step_jitter=StepJitter.from_dict(d["step_jitter"]) if d.get("step_jitter") else None,

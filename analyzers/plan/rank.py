@@ -85,9 +85,8 @@ def replica_simulator(
         ),
         sched,
         cache,
-        profile.request_overhead_s,
+        profile.request_overhead,
         batches_in_flight=depth,
-        request_overhead_per_running_s=profile.request_overhead_per_running_s,
     )
 
 

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from analyzers.diagnosis_error import DiagnosisError
+from analyzers.plan.request_overhead import RequestOverhead
 from analyzers.plan.step_model import StepModel, StepShape
 from analyzers.plan.window import FIXED, LevelWindow, WindowSizing
 from refengine.config import CacheConfig, SchedulerConfig
@@ -115,13 +116,11 @@ class Simulator:
         model: StepModel,
         scheduler_config: SchedulerConfig,
         cache_config: CacheConfig,
-        request_overhead_s: float = 0.0,
+        request_overhead: RequestOverhead = RequestOverhead(),
         batches_in_flight: int = 1,
-        request_overhead_per_running_s: float = 0.0,
     ):
         self.model, self.scheduler_config, self.cache_config = model, scheduler_config, cache_config
-        self.request_overhead_s = request_overhead_s
-        self.request_overhead_per_running_s = request_overhead_per_running_s
+        self.request_overhead = request_overhead
         # The pipeline's depth, as the engine resolves its schedule (analyzers/plan/engine_config.py):
         # PP under the batch queue, 1 when the stages take turns (a step is every stage in turn).
         if not 1 <= batches_in_flight <= model.pp:
@@ -189,9 +188,9 @@ class EngineRun:
         self.window_open += in_window
         self.window_sent += in_window
         # HTTP and tokenization before the engine sees it, slower while the server streams to more
-        # requests (fitted to a run; 0 otherwise); uniform in [0, 2 x mean]: clients do not reach the
-        # server in the same microsecond.
-        mean = self.sim.request_overhead_s + self.sim.request_overhead_per_running_s * self.scheduler.num_running
+        # requests and for a longer prompt (analyzers/plan/request_overhead.py; 0 unless measured or
+        # fitted); uniform in [0, 2 x mean]: clients do not reach the server in the same microsecond.
+        mean = self.sim.request_overhead.mean_s(self.scheduler.num_running, len(prompt))
         arrive = t + mean * 2 * self.rng.random()
         request = Request(
             rid, prompt, SamplingParams(max_tokens=n_out, ignore_eos=True), eos_token_id=None, arrival_time=arrive

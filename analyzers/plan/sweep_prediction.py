@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import statistics
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field
 
 from analyzers.diagnosis_error import DiagnosisError
 from analyzers.model.presets import ModelShape
@@ -77,7 +77,8 @@ class SweepPrediction:
                 "source": self.profile.source,
                 "assumptions": self.profile.assumptions,
                 "step_overhead_s": [ov.fixed_s, ov.per_unit_s],
-                "request_overhead_s": [self.profile.request_overhead_s, self.profile.request_overhead_per_running_s],
+                # fixed, per running request, per prompt token (analyzers/plan/request_overhead.py)
+                "request_overhead_s": list(astuple(self.profile.request_overhead)),
                 "compute_scale": self.profile.compute_scale,
                 "contended_share": self.profile.contended_share,
                 "step_jitter": None if self.profile.step_jitter is None else self.profile.step_jitter.to_dict(),
@@ -101,7 +102,7 @@ class SweepPrediction:
                     self.fit.step_overhead_before.fixed_s,
                     self.fit.step_overhead_before.per_unit_s,
                 ],
-                "request_overhead_before_s": self.fit.request_overhead_before_s,
+                "request_overhead_before_s": list(astuple(self.fit.request_overhead_before)),
                 "request_overhead_from": self.fit.request_overhead_from,
                 "warning": fit_warning(self.error_summary),
             },
@@ -119,9 +120,8 @@ def _predict_all(
             StepModel(shape, profile, setup.tp, setup.pp),
             setup.scheduler,
             setup.cache,
-            profile.request_overhead_s,
+            profile.request_overhead,
             batches_in_flight=setup.batches_in_flight,
-            request_overhead_per_running_s=profile.request_overhead_per_running_s,
         )
         return [predict_level(sim, lv.load, lv.lengths, lv.arrivals, seeds) for lv in levels]
 

@@ -53,9 +53,9 @@ def calibrate(
     serve: bool = typer.Option(
         False,
         "--serve",
-        help="Also sweep the bundled server (tiny-test, concurrency 1 "
-        "and 8, ~30 s) and fit the profile to it: what serving adds to every step "
-        "(HTTP streaming) and to every request (docs/planning.md).",
+        help="Also sweep the bundled server (tiny-test, concurrency 1 and 8, prompts of 128 and 512 "
+        "tokens, ~1 min) and fit the profile to it: what serving adds to every step (HTTP streaming) "
+        "and to every request, by its prompt's length (docs/planning.md).",
     ),
 ) -> None:
     """Measure this machine with refengine's own layers (matmuls on a grid of shapes, paged attention,
@@ -155,8 +155,10 @@ def _fit_to_served(profile_path: Path, quick: bool):
                 "tiny-test",
                 "--concurrency",
                 "1,8",
+                # Two prompt lengths: the time a request spends before the engine sees it grows with
+                # its prompt (tokenizing it), a term one length cannot separate from the fixed one.
                 "--input-len",
-                "128",
+                "128,512",
                 "--output-len",
                 "32",
                 "--warmup",

@@ -154,9 +154,8 @@ def print_prediction(result: SweepPrediction, console: Console) -> None:
         console.print(
             f"fitted to {', '.join(result.fit.fitted_levels)}: operators x {p.compute_scale:.2f}, step overhead "
             f"{ov.fixed_s * 1e3:.2f} ms + {ov.per_unit_s * 1e6:.0f} us/request, "
-            f"{p.contended_share:.0%} of the operators at fewer threads, request overhead "
-            f"{p.request_overhead_s * 1e3:.1f} ms + {p.request_overhead_per_running_s * 1e3:.2f} ms per running "
-            f"request ({result.fit.request_overhead_from})",
+            f"{p.contended_share:.0%} of the operators at fewer threads, {p.request_overhead.describe()} "
+            f"({result.fit.request_overhead_from})",
             highlight=False,
         )
         jitter = result.profile.step_jitter

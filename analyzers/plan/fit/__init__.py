@@ -10,9 +10,11 @@ fitted, to the levels given:
   that each level's simulated mean TPOT matches its measured one (its P50 where the mean is not
   recorded; throughput follows the mean, and a noisy machine skews the two apart).
 - the request overhead (HTTP and tokenization before the scheduler sees a request, on an event loop
-  that is busy streaming the others) r0 + r1 x (requests running then): measured where the run has
-  the server's own TTFT histogram (the client's mean TTFT less the server's, against the server's
-  running gauge: analyzers/plan/outside_server.py), else fitted to TTFT P50.
+  that is busy streaming the others) r0 + r1 x (requests running then) + r2 x (its prompt tokens):
+  measured where the run has the server's own TTFT histogram (the client's mean TTFT less the
+  server's, against the server's running gauge and the prompts' length:
+  analyzers/plan/outside_server.py; r2 only where the fitted levels ran two prompt lengths, else the
+  profile's), else r0 and r1 fitted to TTFT P50.
 - the prefill: where the server also publishes its prefill phase (first scheduled to first token),
   the lightest fitted level's simulated phase is held to the server's, and a fourth factor, the share of
   the operators' time computed at fewer threads (profile.contended_share), is fitted with the step's
@@ -57,6 +59,7 @@ from analyzers.plan.fit.solve import Linearized, solve_factors
 from analyzers.plan.outside_server import OutsideTime, request_overhead_of
 from analyzers.plan.predict import LevelPrediction
 from analyzers.plan.profile import LinearCost, MachineProfile
+from analyzers.plan.request_overhead import RequestOverhead
 
 __all__ = ["FitResult", "Linearized", "Predictor", "fit_profile", "solve_factors"]
 
@@ -66,7 +69,7 @@ class FitResult:
     profile: MachineProfile
     fitted_levels: list[str]
     step_overhead_before: LinearCost
-    request_overhead_before_s: float
+    request_overhead_before: RequestOverhead
     request_overhead_from: str = "fitted to TTFT P50"
 
 
@@ -128,9 +131,11 @@ def fit_profile(
     measured_overhead = bool(ttft) and {o.level_id for o in outside} >= set(ttft)
     if measured_overhead:
         times = [o for o in outside if o.level_id in ttft]
-        r0, r1 = request_overhead_of(times)
-        fitted = dataclasses.replace(fitted, request_overhead_s=r0, request_overhead_per_running_s=r1)
-        overhead_from = "measured: the client's mean TTFT less the server's own, by running requests"
+        overhead = request_overhead_of(times, profile.request_overhead_per_prompt_token_s)
+        fitted = fitted.with_request_overhead(overhead)
+        overhead_from = "measured: the client's mean TTFT less the server's own, by running requests" + (
+            " and prompt tokens" if len({round(o.prompt_tokens) for o in times}) > 1 else ""
+        )
         # With the time outside the server measured, the lightest level's TTFT is its prefill: it pins
         # what the operators cost in a long step, which decode-bound TPOTs alone leave to the prior.
         # Its mean, where the run has it: the time outside is a difference of means, and a TTFT
@@ -171,7 +176,7 @@ def fit_profile(
             fitted = fit_factors(
                 bound(fitted), predict, ttft, ttft_p50, REQUEST_FACTORS, (True, True), passes - 1, bound
             )
-    ov, r0, r1 = fitted.step_overhead, fitted.request_overhead_s, fitted.request_overhead_per_running_s
+    ov = fitted.step_overhead
     fitted = dataclasses.replace(
         fitted,
         source="fitted",
@@ -180,8 +185,7 @@ def fit_profile(
             f"fitted to run {run_id} ({', '.join(sorted(measured))}): operators x "
             f"{fitted.compute_scale:.2f}, step overhead {ov.fixed_s * 1e3:.2f} ms + "
             f"{ov.per_unit_s * 1e6:.0f} us/request, {fitted.contended_share:.0%} of the operators at fewer "
-            f"threads, request overhead {r0 * 1e3:.1f} ms + "
-            f"{r1 * 1e3:.2f} ms per running request ({overhead_from})",
+            f"threads, {fitted.request_overhead.describe()} ({overhead_from})",
         ],
     )
-    return FitResult(fitted, sorted(measured), profile.step_overhead, profile.request_overhead_s, overhead_from)
+    return FitResult(fitted, sorted(measured), profile.step_overhead, profile.request_overhead, overhead_from)

@@ -9,6 +9,7 @@ from analyzers.plan.fit import Linearized, fit_profile, solve_factors
 from analyzers.plan.gpu_profiles import published_profile
 from analyzers.plan.predict import LevelLoad, predict_level
 from analyzers.plan.profile import LinearCost
+from analyzers.plan.request_overhead import RequestOverhead
 from analyzers.plan.simulate import Simulator, random_prompt
 from analyzers.plan.step_model import StepModel
 from analyzers.plan.window import WindowSizing
@@ -55,9 +56,8 @@ def _pp2_predictor(shape, levels):
             StepModel(shape, profile, pp=2),
             sched,
             cache,
-            profile.request_overhead_s,
+            profile.request_overhead,
             batches_in_flight=2,  # the batch queue (a GPU's schedule)
-            request_overhead_per_running_s=profile.request_overhead_per_running_s,
         )
         return [predict_level(sim, lv, lengths) for lv in levels]
 
@@ -139,11 +139,40 @@ def test_the_request_overhead_is_measured_where_the_server_timed_its_own_ttft():
     assert fit.profile.request_overhead_per_running_s == pytest.approx(1e-3)
     assert fit.request_overhead_from.startswith("measured") and "measured" in fit.profile.assumptions[-1]
     # A line that would need a negative intercept goes through the origin; one level gives its mean alone.
-    assert request_overhead_of([OutsideTime("a", 0.001, 2.0, 10, 10.0), OutsideTime("b", 0.009, 4.0, 10, 10.0)]) == (
-        pytest.approx(0.0),
-        pytest.approx(0.0019),  # (2 x 1 + 4 x 9) ms / (4 + 16)
+    through_origin = request_overhead_of(
+        [OutsideTime("a", 0.001, 2.0, 10, 10.0), OutsideTime("b", 0.009, 4.0, 10, 10.0)]
     )
-    assert request_overhead_of([OutsideTime("a", 0.004, 3.0, 10, 10.0)]) == (pytest.approx(0.004), 0.0)
+    assert through_origin.fixed_s == pytest.approx(0.0)
+    assert through_origin.per_running_s == pytest.approx(0.0019)  # (2 x 1 + 4 x 9) ms / (4 + 16)
+    one_level = request_overhead_of([OutsideTime("a", 0.004, 3.0, 10, 10.0)])
+    assert (one_level.fixed_s, one_level.per_running_s) == (pytest.approx(0.004), 0.0)
+
+
+def test_the_request_overhead_grows_with_the_prompt_where_two_lengths_were_measured():
+    # Outside times drawn from 1 ms + 0.5 ms per running request + 4 us per prompt token, at two loads
+    # and two prompt lengths: the unloaded pair gives the per-token term, the loads the other two. At
+    # one prompt length the per-token term cannot be told from the fixed one: it stays the profile's,
+    # and the fixed term is what it leaves.
+    from analyzers.plan.outside_server import OutsideTime, request_overhead_of
+
+    truth = RequestOverhead(1e-3, 5e-4, 4e-6)
+    levels = [(c, p) for c in (1.0, 8.0) for p in (128.0, 512.0)]
+    times = [OutsideTime(f"c{c}-{p}", truth.mean_s(c, p), c, 50, 50.0, prompt_tokens=p) for c, p in levels]
+    fitted = request_overhead_of(times)
+    assert fitted.fixed_s == pytest.approx(truth.fixed_s)
+    assert fitted.per_running_s == pytest.approx(truth.per_running_s)
+    assert fitted.per_prompt_token_s == pytest.approx(truth.per_prompt_token_s)
+    one_length = [t for t in times if t.prompt_tokens == 128.0]
+    kept = request_overhead_of(one_length, per_prompt_token_s=3e-6)
+    assert kept.per_prompt_token_s == 3e-6
+    assert kept.mean_s(1.0, 128.0) == pytest.approx(truth.mean_s(1.0, 128.0))
+    assert kept.fixed_s == pytest.approx(truth.fixed_s + 128 * 1e-6)
+    # Without a per-token term from anywhere, a 512-token request is priced as a 128-token one.
+    assert request_overhead_of(one_length).per_prompt_token_s == 0.0
+    # Two prompt lengths at load only (no unloaded pair): a longer prompt's level keeps more requests
+    # running, so the two terms would trade; the per-token term stays the profile's.
+    loaded = [t for t in times if t.running > 1]
+    assert request_overhead_of(loaded, per_prompt_token_s=3e-6).per_prompt_token_s == 3e-6
 
 
 def test_a_level_whose_simulated_window_catches_no_request_is_still_fitted():
@@ -172,7 +201,7 @@ def _closed_loop(model, sched, cache, levels, prompt_len, vocab):
     shape = resolve_model(model)
 
     def predict(profile):
-        sim = Simulator(StepModel(shape, profile), sched, cache, profile.request_overhead_s)
+        sim = Simulator(StepModel(shape, profile), sched, cache, profile.request_overhead)
         return [predict_level(sim, lv, lambda i: (random_prompt(prompt_len, 0, i, vocab=vocab), 16)) for lv in levels]
 
     return predict

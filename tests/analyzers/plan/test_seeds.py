@@ -11,6 +11,7 @@ from analyzers.model.presets import resolve_model
 from analyzers.plan.gpu_profiles import published_profile
 from analyzers.plan.predict import LevelLoad, predict_level, summarize
 from analyzers.plan.profile import LinearCost
+from analyzers.plan.request_overhead import RequestOverhead
 from analyzers.plan.simulate import LoadSpec, Simulator, random_prompt
 from analyzers.plan.step_model import StepModel
 from refengine.config import CacheConfig, SchedulerConfig
@@ -23,7 +24,7 @@ def _sim() -> Simulator:
         StepModel(resolve_model("tiny-test"), profile),
         SchedulerConfig(max_num_seqs=64, max_model_len=1024),
         CacheConfig(num_blocks=4_000),
-        request_overhead_s=3e-3,
+        RequestOverhead(fixed_s=3e-3),
     )
 
 

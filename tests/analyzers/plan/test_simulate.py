@@ -6,6 +6,7 @@ import pytest
 
 from analyzers.model.presets import resolve_model
 from analyzers.plan.gpu_profiles import published_profile
+from analyzers.plan.request_overhead import RequestOverhead
 from analyzers.plan.simulate import LoadSpec, Simulator, random_prompt
 from analyzers.plan.step_model import StepModel
 from refengine.config import CacheConfig, EngineArgs, SchedulerConfig
@@ -95,6 +96,26 @@ def test_open_loop_sends_at_the_given_times_and_finishes_the_window():
     assert len(window) == 50
     assert all(r.t_done is not None and r.ttft_s > 0 for r in window)
     assert result.output_tok_s == pytest.approx(10 * 32, rel=0.1)
+
+
+def test_a_longer_prompt_waits_longer_before_the_scheduler_sees_it():
+    # The request overhead's prompt term: 10 us per token puts a 512-token prompt's first token
+    # 384 x 10 us = 3.84 ms later than a 128-token one's on average (uniform draws around the mean),
+    # beyond what the longer prefill itself adds without the term.
+    def mean_ttft(overhead: RequestOverhead, prompt: int) -> float:
+        sim = Simulator(
+            StepModel(resolve_model("tiny-test"), published_profile("h100")),
+            SchedulerConfig(max_num_seqs=8, max_model_len=1024),
+            CacheConfig(num_blocks=2_000),
+            overhead,
+        )
+        times = itertools.count(0.05, 0.05)  # one at a time: nothing queues
+        window = sim.run(LoadSpec(1.0, 20.0, arrivals=times), lambda i: (random_prompt(prompt, 0, i), 4)).in_window
+        return sum(r.ttft_s for r in window) / len(window)
+
+    plain, per_token = RequestOverhead(1e-3), RequestOverhead(1e-3, per_prompt_token_s=1e-5)
+    added = (mean_ttft(per_token, 512) - mean_ttft(per_token, 128)) - (mean_ttft(plain, 512) - mean_ttft(plain, 128))
+    assert added == pytest.approx(384 * 1e-5, rel=0.25)
 
 
 def test_pipeline_parallel_runs_the_batch_queue_and_overlaps_stages():

@@ -76,7 +76,7 @@ def _c4(profile: MachineProfile):
         StepModel(resolve_model("tiny-test"), profile),
         SchedulerConfig(max_num_seqs=64, max_model_len=1024),
         CacheConfig(num_blocks=4_000),
-        profile.request_overhead_s,
+        profile.request_overhead,
     )
     return predict_level(sim, LevelLoad("c4", 1.0, 4.0, concurrency=4), lambda i: (random_prompt(128, 0, i, 4096), 32))
 

@@ -141,6 +141,7 @@ def _faster(p: MachineProfile, k: float) -> MachineProfile:
         step_overhead=LinearCost(ov.fixed_s / k, ov.per_unit_s / k, ov.lo, ov.hi),
         request_overhead_s=p.request_overhead_s / k,
         request_overhead_per_running_s=p.request_overhead_per_running_s / k,
+        request_overhead_per_prompt_token_s=p.request_overhead_per_prompt_token_s / k,
     )
 
 
