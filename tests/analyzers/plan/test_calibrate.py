@@ -64,6 +64,10 @@ def test_serve_fits_the_overheads_to_a_sweep_of_the_bundled_server(tmp_path):
     profile = MachineProfile.load(out)
     assert profile.source == "fitted" and profile.compute_scale == 1.0
     assert "fitted to run" in profile.assumptions[-1] and "fitted to the served sweep" in r.output
+    # Two prompt lengths, one user at a time at each: the request overhead's prompt term is measured
+    # from them (what a request waits before the engine sees it grows with its prompt).
+    assert "c1-in128-out32" in profile.assumptions[-1] and "c1-in512-out32" in profile.assumptions[-1]
+    assert "by running requests and prompt tokens" in profile.assumptions[-1]
 
 
 def test_calibrate_on_cuda_without_a_gpu_is_one_clear_line(tmp_path):
