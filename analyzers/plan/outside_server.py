@@ -95,16 +95,25 @@ def request_overhead_of(times: list[OutsideTime], per_prompt_token_s: float = 0.
     load, give r1 = 0."""
     if not times:
         raise ValueError("no outside time to draw a request overhead from")
-    unloaded = [t for t in times if t.running < UNLOADED_RUNNING and t.prompt_tokens > 0]
-    if (
-        unloaded
-        and min(t.prompt_tokens for t in unloaded) / max(t.prompt_tokens for t in unloaded) <= DISTINCT_PROMPT_RATIO
-    ):
+    unloaded = prompt_term_levels(times)
+    if unloaded:
         per_prompt_token_s = max(_weighted_slope(unloaded), 0.0)
     w = np.array([float(t.n_client) for t in times])
     y = np.array([t.outside_s - per_prompt_token_s * t.prompt_tokens for t in times])
     columns = {"fixed_s": np.ones(len(times)), "per_running_s": np.array([t.running for t in times])}
     return RequestOverhead(**_nonnegative_least_squares(columns, y, w), per_prompt_token_s=per_prompt_token_s)
+
+
+def prompt_term_levels(times: list[OutsideTime]) -> list[OutsideTime]:
+    """The unloaded levels that measure the prompt term (prompts of clearly different lengths, one
+    request at a time), or [] where the levels cannot."""
+    unloaded = [t for t in times if t.running < UNLOADED_RUNNING and t.prompt_tokens > 0]
+    if (
+        unloaded
+        and min(t.prompt_tokens for t in unloaded) / max(t.prompt_tokens for t in unloaded) <= DISTINCT_PROMPT_RATIO
+    ):
+        return unloaded
+    return []
 
 
 def _weighted_slope(times: list[OutsideTime]) -> float:

@@ -56,7 +56,7 @@ from analyzers.plan.fit.factors import (
 )
 from analyzers.plan.fit.gauss_newton import Factor, Metric, Predictor, fit_factors
 from analyzers.plan.fit.solve import Linearized, solve_factors
-from analyzers.plan.outside_server import OutsideTime, request_overhead_of
+from analyzers.plan.outside_server import OutsideTime, prompt_term_levels, request_overhead_of
 from analyzers.plan.predict import LevelPrediction
 from analyzers.plan.profile import LinearCost, MachineProfile
 from analyzers.plan.request_overhead import RequestOverhead
@@ -134,7 +134,7 @@ def fit_profile(
         overhead = request_overhead_of(times, profile.request_overhead_per_prompt_token_s)
         fitted = fitted.with_request_overhead(overhead)
         overhead_from = "measured: the client's mean TTFT less the server's own, by running requests" + (
-            " and prompt tokens" if len({round(o.prompt_tokens) for o in times}) > 1 else ""
+            " and prompt tokens" if prompt_term_levels(times) else ""
         )
         # With the time outside the server measured, the lightest level's TTFT is its prefill: it pins
         # what the operators cost in a long step, which decode-bound TPOTs alone leave to the prior.
