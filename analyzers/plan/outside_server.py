@@ -13,7 +13,6 @@ hidden in the overhead.
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
 
 import numpy as np
@@ -53,6 +52,7 @@ def outside_the_server(run: RunDir) -> dict[str, OutsideTime]:
     table = RequestTable.load(run)
     df = table.df
     ok = df["in_window"].to_numpy(bool) & (df["status"] == "ok").to_numpy() & np.isfinite(df["ttft_s"].to_numpy(float))
+    prompt_tokens = df["in_tokens"].to_numpy(float)
     out: dict[str, OutsideTime] = {}
     rows = table.level_rows()
     for level_id, window in level_windows(table, "ttft").items():
@@ -71,7 +71,7 @@ def outside_the_server(run: RunDir) -> dict[str, OutsideTime]:
             phases.n,
             n_server,
             phases.prefill_s,
-            float(df["in_tokens"].to_numpy(float)[measured].mean()),
+            float(prompt_tokens[measured].mean()),
         )
     return out
 
@@ -97,11 +97,11 @@ def request_overhead_of(times: list[OutsideTime], per_prompt_token_s: float = 0.
         raise ValueError("no outside time to draw a request overhead from")
     unloaded = prompt_term_levels(times)
     if unloaded:
-        per_prompt_token_s = max(_weighted_slope(unloaded), 0.0)
-    w = np.array([float(t.n_client) for t in times])
-    y = np.array([t.outside_s - per_prompt_token_s * t.prompt_tokens for t in times])
-    columns = {"fixed_s": np.ones(len(times)), "per_running_s": np.array([t.running for t in times])}
-    return RequestOverhead(**_nonnegative_least_squares(columns, y, w), per_prompt_token_s=per_prompt_token_s)
+        x, y, w = _columns(unloaded, "prompt_tokens")
+        per_prompt_token_s = max(_weighted_line(x, y, w)[1], 0.0)
+    x, y, w = _columns(times, "running")
+    r0, r1 = _fixed_and_per_running(x, y - per_prompt_token_s * np.array([t.prompt_tokens for t in times]), w)
+    return RequestOverhead(r0, r1, per_prompt_token_s)
 
 
 def prompt_term_levels(times: list[OutsideTime]) -> list[OutsideTime]:
@@ -116,31 +116,25 @@ def prompt_term_levels(times: list[OutsideTime]) -> list[OutsideTime]:
     return []
 
 
-def _weighted_slope(times: list[OutsideTime]) -> float:
-    """d(outside time) / d(prompt tokens), least squares weighted by requests."""
-    w = np.array([float(t.n_client) for t in times])
-    x = np.array([t.prompt_tokens for t in times])
-    y = np.array([t.outside_s for t in times])
-    xm, ym = np.average(x, weights=w), np.average(y, weights=w)
-    return float(np.sum(w * (x - xm) * (y - ym)) / np.sum(w * (x - xm) ** 2))
+def _columns(times: list[OutsideTime], x_field: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(x, outside time, requests as weights) over the levels."""
+    x = np.array([float(getattr(t, x_field)) for t in times])
+    return x, np.array([t.outside_s for t in times]), np.array([float(t.n_client) for t in times])
 
 
-def _nonnegative_least_squares(columns: dict[str, np.ndarray], y: np.ndarray, w: np.ndarray) -> dict[str, float]:
-    """min sum w (X b - y)^2 over b >= 0, exactly, by trying every subset of the (few) columns: the
-    best feasible unconstrained solution on some subset is the constrained optimum. A column that
-    does not vary beside the others (one load only) leaves its term at 0."""
-    names = list(columns)
-    best: tuple[float, dict[str, float]] = (float(np.sum(w * y * y)), dict.fromkeys(names, 0.0))
-    sw = np.sqrt(w)
-    for k in range(1, len(names) + 1):
-        for subset in itertools.combinations(names, k):
-            x = np.column_stack([columns[n] for n in subset])
-            if np.linalg.matrix_rank(x * sw[:, None]) < k:
-                continue
-            b, *_ = np.linalg.lstsq(x * sw[:, None], y * sw, rcond=None)
-            if np.any(b < 0):
-                continue
-            cost = float(np.sum(w * (x @ b - y) ** 2))
-            if cost < best[0] - 1e-18:
-                best = (cost, {**dict.fromkeys(names, 0.0), **dict(zip(subset, map(float, b), strict=True))})
-    return best[1]
+def _weighted_line(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> tuple[float, float]:
+    """(intercept, slope) of the least-squares line, weighted; x must vary."""
+    xm, ym = float(np.average(x, weights=w)), float(np.average(y, weights=w))
+    slope = float(np.sum(w * (x - xm) * (y - ym)) / np.sum(w * (x - xm) ** 2))
+    return ym - slope * xm, slope
+
+
+def _fixed_and_per_running(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> tuple[float, float]:
+    """r0 + r1 x running through (x, y), both >= 0: the best of the mean alone, the line and the line
+    through the origin (levels at one load give the mean), or nothing where none is feasible."""
+    candidates = [(float(np.average(y, weights=w)), 0.0)]
+    if np.ptp(x) > 0:
+        candidates.append(_weighted_line(x, y, w))
+        candidates.append((0.0, float(np.sum(w * x * y) / np.sum(w * x * x))))
+    feasible = [(a, b) for a, b in candidates if a >= 0 and b >= 0] + [(0.0, 0.0)]
+    return min(feasible, key=lambda ab: float(np.sum(w * (ab[0] + ab[1] * x - y) ** 2)))
