@@ -4,7 +4,14 @@ import os
 import signal
 
 import pytest
-from slot_server_proc import slot_server  # noqa: F401  (the fixture, for every folder)
+
+# Each test sets the width it renders at (CliRunner's env, a subprocess's COLUMNS). rich reads COLUMNS
+# once, when a Console is made, so a width exported by the shell that started pytest would freeze
+# every module-level console at it on import and override what the test asked for.
+for _name in ("COLUMNS", "LINES"):
+    os.environ.pop(_name, None)
+
+from slot_server_proc import slot_server  # noqa: E402, F401  (the fixture, for every folder)
 
 # Generated tiny models go to a per-session cache so tests never touch the user's ~/.cache.
 os.environ.setdefault("LLMBENCH_CACHE", os.path.join(os.path.dirname(__file__), "..", ".cache", "llmbench"))
