@@ -1,5 +1,5 @@
 """`llmdiag p99` on a real router that adds time of its own: a refengine server behind a proxy on loopback
-that holds each request 80 ms before the server sees it (tests/llmbench/diag/delay_proxy.py), swept through the proxy
+that holds each request 80 ms before the server sees it (bench/delay_proxy.py), swept through the proxy
 with the server's own /metrics page (`--replica-metrics`). The diagnosis names the router first with a gap
 near the 80 ms planted; the same sweep straight to the server, with the same page, names no router."""
 
@@ -11,12 +11,12 @@ import subprocess
 import sys
 
 import pytest
-from delay_proxy import delay_proxy
 from refengine_proc import refengine_server
 
 from analyzers.probe_series import read_probe
 from analyzers.triage.fleet.router_gap import level_gaps
 from analyzers.triage.p99 import diagnose_p99
+from bench.delay_proxy import delay_proxy
 from rundir import RunDir
 from rundir.table import RequestTable
 

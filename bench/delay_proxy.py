@@ -1,8 +1,8 @@
-"""A router that adds time of its own (test_p99_router.py): a TCP proxy on a free loopback port
-that holds every byte a client sends for a fixed delay before passing it to one backend, as a router
+"""A router that adds time of its own (tests/llmbench/diag/test_p99_router.py, bench/router_family.py):
+a TCP proxy on a free loopback port that holds every byte a client sends for a fixed delay before passing it to one backend, as a router
 that queues, opens a connection or retries before a replica sees the request would. What the backend
 sends back passes at once, so the delay lands before the replica's TTFT clock starts and shows only
-in the client's. Run on its own event loop in a thread of the test process; `delay_proxy` is the
+in the client's. Run on its own event loop in a thread of the calling process; `delay_proxy` is the
 `with` block that starts and stops it."""
 
 from __future__ import annotations
