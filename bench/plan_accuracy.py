@@ -88,9 +88,13 @@ def _run(cmd: list[str]) -> str:
     return proc.stdout
 
 
-def _fit_levels(levels: list[str], concurrency: list[int], input_len: int, output_len: int) -> list[str]:
-    """The lowest and highest concurrency at the first input length: the others are held out."""
+def _fit_levels(
+    levels: list[str], concurrency: list[int], input_len: int, output_len: int, more_lengths: tuple[int, ...] = ()
+) -> list[str]:
+    """The lowest and highest concurrency at the first input length, and the lowest at each of
+    `more_lengths` (bench/plan_fit_lengths.py): the others are held out."""
     picks = [f"c{c}-in{input_len}-out{output_len}" for c in (min(concurrency), max(concurrency))]
+    picks += [f"c{min(concurrency)}-in{n}-out{output_len}" for n in more_lengths]
     return [lid for lid in dict.fromkeys(picks) if lid in levels]
 
 
@@ -194,13 +198,16 @@ def _trace(model: str, layout: str, a, profile: Path, fitted_profile: Path, work
     }
 
 
-def _model_case(model: str, layout: str, a, profile: Path, work: Path) -> dict:
+def _model_case(model: str, layout: str, a, profile: Path, work: Path, fit_every_length: bool = False) -> dict:
+    """`fit_every_length`: fit to the first input length's lowest and highest concurrency and to each
+    other input length's lowest (its fitted profile saved apart), else to the first length's alone."""
     run = work / f"run-{model}-{layout}"
     sweep_s = _sweep(model, layout, a, work, run, ["--concurrency", ",".join(map(str, a.concurrency))], a.input_lens)
     plain = _predict(run, profile, a)
     levels = [lv["level_id"] for lv in plain["levels"]]
-    fit_levels = _fit_levels(levels, a.concurrency, a.input_lens[0], a.output_len)
-    fitted_profile = work / f"fitted-{model}-{layout}.json"
+    more = tuple(a.input_lens[1:]) if fit_every_length else ()
+    fit_levels = _fit_levels(levels, a.concurrency, a.input_lens[0], a.output_len, more)
+    fitted_profile = work / f"fitted-{model}-{layout}{'-every-length' if fit_every_length else ''}.json"
     fitted = _predict(run, profile, a, "--fit", ",".join(fit_levels), "--save-profile", str(fitted_profile))
     return {
         "model": model,
