@@ -273,6 +273,11 @@ def main() -> None:
         default=None,
         help="simulations pooled per predicted level (llmdiag plan --seeds; default: its own default)",
     )
+    p.add_argument(
+        "--fit-every-length",
+        action="store_true",
+        help="fit also to the lowest concurrency of each other input length (bench/plan_fit_lengths.py)",
+    )
     p.add_argument("--quick", action="store_true", help="tiny-test, concurrency 1, 4, 8, one input length")
     p.add_argument("--out", default=str(ROOT / "bench" / "plan_accuracy.json"))
     p.add_argument(
@@ -309,7 +314,9 @@ def main() -> None:
                 + (["--serve"] if a.serve else [])
             )
         profile_doc = json.loads(profile.read_text())
-        cases = [_model_case(m, lay, a, profile, work) for m in a.models.split(",") for lay in a.layouts]
+        cases = [
+            _model_case(m, lay, a, profile, work, a.fit_every_length) for m in a.models.split(",") for lay in a.layouts
+        ]
     print_levels(cases)
     held = [c["fitted"]["median_abs_error"]["held_out"] for c in cases]
     summary = {}
