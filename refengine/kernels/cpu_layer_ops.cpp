@@ -6,10 +6,11 @@
 // normalized value before the weight, silu before the multiply), so do these, so the results match
 // the PyTorch path up to float32 summation order.
 //
-// On a CPU with AVX-512 each loop runs 16 lanes at a time (the exponential of SiLU included: a
-// polynomial with float32's own accuracy), the rest of a row that is not a multiple of 16 in the
-// portable code; elsewhere the portable code alone. With scalar exponentials and roundings these
-// ops cost more than PyTorch's vectorized chains beyond a few rows; vectorized they do not.
+// On a CPU with AVX-512 each loop runs 16 lanes at a time, with AVX2 and FMA 8 (the exponential of
+// SiLU included: a polynomial with float32's own accuracy), the rest of a row that is not a multiple
+// of the lanes in the portable code; elsewhere the portable code alone. With scalar exponentials and
+// roundings these ops cost more than PyTorch's vectorized chains beyond a few rows; vectorized they
+// do not.
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -26,26 +27,13 @@ inline void put(bf16* p, float v) {  // round to nearest even, as torch's float 
 }
 template <class T> inline float round_trip(float v) { T t; put(&t, v); return widen(t); }
 
-#if defined(__AVX512F__)
-// The same conversions 16 lanes at a time.
-using simd::load16;
-// The bfloat16 bits of each lane (in its low half), rounded as `put` rounds.
-inline __m512i bf16_bits(__m512 v) {
-  const __m512i u = _mm512_castps_si512(v);
-  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-  const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb)), 16);
-  const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-  return _mm512_mask_mov_epi32(rounded, nan, _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40)));
-}
-inline void store16(float* p, __m512 v) { _mm512_storeu_ps(p, v); }
-inline void store16(bf16* p, __m512 v) {
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(bf16_bits(v)));
-}
-template <class T> inline __m512 round_trip16(__m512 v);
-template <> inline __m512 round_trip16<float>(__m512 v) { return v; }
-template <> inline __m512 round_trip16<bf16>(__m512 v) { return _mm512_castsi512_ps(_mm512_slli_epi32(bf16_bits(v), 16)); }
-
-using simd::exp16;
+#if defined(VECTOR_LANES)
+// The same conversions a vector at a time (simd::vec: 16 lanes with AVX-512, 8 with AVX2).
+using namespace simd;
+constexpr int64_t L = VECTOR_LANES;
+template <class T> inline vec round_trip_v(vec v);
+template <> inline vec round_trip_v<float>(vec v) { return v; }
+template <> inline vec round_trip_v<bf16>(vec v) { return bf16_round_trip(v); }
 #endif
 
 // residual += x (rounded to T), out = weight * T(residual * rsqrt(mean(residual^2) + eps)).
@@ -58,17 +46,17 @@ void add_rms_norm(const T* x, T* res, const T* w, T* out, int64_t rows, int64_t 
     T* orow = out + r * n;
     float ss = 0.f;
     int64_t i = 0;
-#if defined(__AVX512F__)
-    __m512 ssv = _mm512_setzero_ps();
-    for (; i + 16 <= n; i += 16) {
-      __m512 v = load16(xr + i);
+#if defined(VECTOR_LANES)
+    vec ssv = vset(0.f);
+    for (; i + L <= n; i += L) {
+      vec v = vload(xr + i);
       if (rr) {
-        v = round_trip16<T>(_mm512_add_ps(v, load16(rr + i)));
-        store16(rr + i, v);
+        v = round_trip_v<T>(vadd(v, vload(rr + i)));
+        vstore(rr + i, v);
       }
-      ssv = _mm512_fmadd_ps(v, v, ssv);
+      ssv = vfmadd(v, v, ssv);
     }
-    ss = _mm512_reduce_add_ps(ssv);
+    ss = vsum(ssv);
 #endif
     for (; i < n; ++i) {
       float v = widen(xr[i]);
@@ -81,10 +69,9 @@ void add_rms_norm(const T* x, T* res, const T* w, T* out, int64_t rows, int64_t 
     const float inv = 1.f / std::sqrt(ss / float(n) + eps);
     const T* src = rr ? rr : xr;
     i = 0;
-#if defined(__AVX512F__)
-    const __m512 invv = _mm512_set1_ps(inv);
-    for (; i + 16 <= n; i += 16)
-      store16(orow + i, _mm512_mul_ps(load16(w + i), round_trip16<T>(_mm512_mul_ps(load16(src + i), invv))));
+#if defined(VECTOR_LANES)
+    const vec invv = vset(inv);
+    for (; i + L <= n; i += L) vstore(orow + i, vmul(vload(w + i), round_trip_v<T>(vmul(vload(src + i), invv))));
 #endif
     for (; i < n; ++i) put(orow + i, widen(w[i]) * round_trip<T>(widen(src[i]) * inv));
   }
@@ -106,12 +93,11 @@ int64_t rope(const T* x, T* out, int64_t rows, int64_t heads, int64_t d, int64_t
       const T* v = x + r * stride + h * d;
       T* o = out + (r * heads + h) * d;
       int64_t i = 0;
-#if defined(__AVX512F__)
-      for (; i + 16 <= half; i += 16) {
-        const __m512 a = load16(v + i), b = load16(v + i + half), c = _mm512_loadu_ps(cs + i),
-                     s = _mm512_loadu_ps(cs + i + half);
-        store16(o + i, _mm512_fmsub_ps(a, c, _mm512_mul_ps(b, s)));
-        store16(o + i + half, _mm512_fmadd_ps(b, c, _mm512_mul_ps(a, s)));
+#if defined(VECTOR_LANES)
+      for (; i + L <= half; i += L) {
+        const vec a = vload(v + i), b = vload(v + i + half), c = vload(cs + i), s = vload(cs + i + half);
+        vstore(o + i, vfmsub(a, c, vmul(b, s)));
+        vstore(o + i + half, vfmadd(b, c, vmul(a, s)));
       }
 #endif
       for (; i < half; ++i) {
@@ -132,12 +118,12 @@ void silu_and_mul(const T* x, T* out, int64_t rows, int64_t n) {
     const T* u = g + n;
     T* o = out + r * n;
     int64_t i = 0;
-#if defined(__AVX512F__)
-    const __m512 one = _mm512_set1_ps(1.f);
-    for (; i + 16 <= n; i += 16) {
-      const __m512 gv = load16(g + i);
-      const __m512 silu = _mm512_div_ps(gv, _mm512_add_ps(one, exp16(_mm512_sub_ps(_mm512_setzero_ps(), gv))));
-      store16(o + i, _mm512_mul_ps(round_trip16<T>(silu), load16(u + i)));
+#if defined(VECTOR_LANES)
+    const vec one = vset(1.f);
+    for (; i + L <= n; i += L) {
+      const vec gv = vload(g + i);
+      const vec silu = vdiv(gv, vadd(one, vexp(vsub(vset(0.f), gv))));
+      vstore(o + i, vmul(round_trip_v<T>(silu), vload(u + i)));
     }
 #endif
     for (; i < n; ++i) {

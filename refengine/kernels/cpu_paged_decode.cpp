@@ -7,11 +7,12 @@
 // to float32 as it is loaded: bfloat16 is float32's top half, so the widening is exact); the
 // arithmetic is float32 either way.
 //
-// Two bodies, the same algorithm: on a CPU with AVX-512 and a head size of 16 to 128 in steps of 16,
-// tiles of 16 tokens: their scores as one vector (a transpose-and-add tree instead of a horizontal
-// sum per score), one vector exponential for them (the scalar body's exp, one call per score, was
-// most of a call), the head's query and output in registers, the next tile's rows prefetched across
-// the heads; elsewhere a portable body the compiler vectorizes where it can.
+// Two bodies, the same algorithm: on a CPU with AVX-512 (16 float32 lanes) or AVX2 and FMA (8), and a
+// head size of up to 128 in steps of the lanes, tiles of as many tokens as lanes: their scores as one
+// vector (a transpose-and-add tree instead of a horizontal sum per score), one vector exponential for
+// them (the scalar body's exp, one call per score, was most of a call), the head's query and output
+// in registers, the next tile's rows prefetched across the heads; elsewhere a portable body the
+// compiler vectorizes where it can.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -108,29 +109,11 @@ void run_range_portable(const Args<T>& A, int64_t begin, int64_t end) {
   }
 }
 
-#if defined(__AVX512F__)
-using simd::exp16;
-using simd::first;
-using simd::load16;
+#if defined(VECTOR_LANES)
+using namespace simd;
+constexpr int64_t TILE = VECTOR_LANES;  // tokens per tile: one score per lane
 
-// The 16 dot products of one query head against 16 key rows, from their 16 vectors of partial sums:
-// a transpose-and-add tree, 45 shuffles and adds where 16 horizontal reductions take about 150.
-// Lane t of the result is the sum of d[t]'s lanes.
-inline __m512 sum16(const __m512 d[16]) {
-  __m512 x[8], y[4], z[2];
-  for (int i = 0; i < 8; ++i)  // within 128-bit lanes: pairs of rows interleaved and added
-    x[i] = _mm512_add_ps(_mm512_unpacklo_ps(d[2 * i], d[2 * i + 1]), _mm512_unpackhi_ps(d[2 * i], d[2 * i + 1]));
-  for (int i = 0; i < 4; ++i) {  // each 128-bit lane now holds four rows' partial sums, in order
-    const __m512d a = _mm512_castps_pd(x[2 * i]), b = _mm512_castps_pd(x[2 * i + 1]);
-    y[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)), _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
-  }
-  for (int i = 0; i < 2; ++i)  // across 128-bit lanes: 0x88 takes lanes 0 and 2 of each, 0xDD lanes 1 and 3
-    z[i] = _mm512_add_ps(_mm512_shuffle_f32x4(y[2 * i], y[2 * i + 1], 0x88),
-                         _mm512_shuffle_f32x4(y[2 * i], y[2 * i + 1], 0xDD));
-  return _mm512_add_ps(_mm512_shuffle_f32x4(z[0], z[1], 0x88), _mm512_shuffle_f32x4(z[0], z[1], 0xDD));
-}
-
-// One K row and one V row asked of memory ahead of their use (see run_range_avx512).
+// One K row and one V row asked of memory ahead of their use (see run_range_vector).
 template <typename T>
 inline void prefetch_row(const T* k, const T* v, int64_t bytes) {
   for (int64_t off = 0; off < bytes; off += 64) {
@@ -139,27 +122,26 @@ inline void prefetch_row(const T* k, const T* v, int64_t bytes) {
   }
 }
 
-// V = head_dim / 16 vectors, a compile-time count so that a head's query and running output stay in
-// registers. The context is walked in tiles of 16 tokens (across block boundaries): per query head,
-// the tile's 16 scores come out as one vector, get one online-softmax update, and the tile's value
-// rows are accumulated into the head's output.
+// V = head_dim / TILE vectors, a compile-time count so that a head's query and running output stay in
+// registers. The context is walked in tiles of TILE tokens (across block boundaries): per query head,
+// the tile's scores come out as one vector, get one online-softmax update, and the tile's value rows
+// are accumulated into the head's output.
 template <typename T, int V>
-void run_range_avx512(const Args<T>& A, int64_t begin, int64_t end) {
+void run_range_vector(const Args<T>& A, int64_t begin, int64_t end) {
   const int64_t H = A.H, D = A.D, BS = A.BS, G = A.G;
   Scratch w(H, D);
-  alignas(64) float p[16];
-  const __m512 scale = _mm512_set1_ps(A.sc);
+  alignas(64) float p[TILE];
+  const vec scale = vset(A.sc);
   for (int64_t b = begin; b < end; ++b) {
     const int64_t len = A.lens[b];
     const float* qb = A.qp + b * H * D;
     const int32_t* table = A.bt + b * A.MAXNB;
     w.reset();
-    for (int64_t t0 = 0; t0 < len; t0 += 16) {
-      const int64_t n = std::min<int64_t>(16, len - t0);
-      const __mmask16 live = first(n);
-      const T* krow[16];
-      const T* vrow[16];
-      for (int64_t t = 0; t < 16; ++t) {  // past the context's end: its last row again (masked out)
+    for (int64_t t0 = 0; t0 < len; t0 += TILE) {
+      const int64_t n = std::min<int64_t>(TILE, len - t0);
+      const T* krow[TILE];
+      const T* vrow[TILE];
+      for (int64_t t = 0; t < TILE; ++t) {  // past the context's end: its last row again (masked out)
         const int64_t pos = t0 + std::min(t, n - 1);
         const int64_t row = table[pos / BS] * A.blk_stride + (pos % BS) * A.tok_stride;
         krow[t] = A.kbase + row;
@@ -171,11 +153,11 @@ void run_range_avx512(const Args<T>& A, int64_t begin, int64_t end) {
       // read a bfloat16 cache at 6.4 GB/s, no faster than a float32 one). Spread over the heads: the
       // whole next tile asked for at once, at the tile's start, gained nothing (bench/decode_prefetch.py
       // measures this form).
-      const int64_t next_n = A.prefetch ? std::min<int64_t>(16, len - t0 - 16) : 0;
-      const T* nk[16];
-      const T* nv[16];
+      const int64_t next_n = A.prefetch ? std::min<int64_t>(TILE, len - t0 - TILE) : 0;
+      const T* nk[TILE];
+      const T* nv[TILE];
       for (int64_t t = 0; t < next_n; ++t) {
-        const int64_t pos = t0 + 16 + t;
+        const int64_t pos = t0 + TILE + t;
         const int64_t row = table[pos / BS] * A.blk_stride + (pos % BS) * A.tok_stride;
         nk[t] = A.kbase + row;
         nv[t] = A.vbase + row;
@@ -184,51 +166,51 @@ void run_range_avx512(const Args<T>& A, int64_t begin, int64_t end) {
       for (int64_t hq = 0; hq < H; ++hq) {
         for (int64_t t = hq; t < next_n; t += H) prefetch_row(nk[t], nv[t], row_bytes);
         const int64_t off = (hq / G) * D;  // query head hq reads KV head hq / G
-        __m512 q[V], d[16], a[V];
-        for (int v = 0; v < V; ++v) q[v] = _mm512_loadu_ps(qb + hq * D + 16 * v);
-        for (int t = 0; t < 16; ++t) {
-          __m512 s = _mm512_mul_ps(q[0], load16(krow[t] + off));
-          for (int v = 1; v < V; ++v) s = _mm512_fmadd_ps(q[v], load16(krow[t] + off + 16 * v), s);
+        vec q[V], d[TILE], a[V];
+        for (int v = 0; v < V; ++v) q[v] = vload(qb + hq * D + TILE * v);
+        for (int t = 0; t < TILE; ++t) {
+          vec s = vmul(q[0], vload(krow[t] + off));
+          for (int v = 1; v < V; ++v) s = vfmadd(q[v], vload(krow[t] + off + TILE * v), s);
           d[t] = s;
         }
-        const __m512 scores = _mm512_mul_ps(sum16(d), scale);
-        const float mx = std::max(w.m[hq], _mm512_mask_reduce_max_ps(live, scores));
+        const vec scores = vmul(lane_sums(d), scale);
+        const float mx = std::max(w.m[hq], max_first(scores, n));
         // online softmax: rescale what came before (by the vector exp: a scalar call per tile and head
         // was a sixth of a call's time; exp(-inf) clamps to ~1e-38, which only ever multiplies zeros)
-        const float corr = mx == w.m[hq] ? 1.f : _mm512_cvtss_f32(exp16(_mm512_set1_ps(w.m[hq] - mx)));
-        const __m512 e = _mm512_maskz_mov_ps(live, exp16(_mm512_sub_ps(scores, _mm512_set1_ps(mx))));
-        w.l[hq] = w.l[hq] * corr + _mm512_reduce_add_ps(e);
+        const float corr = mx == w.m[hq] ? 1.f : vfirst(vexp(vset(w.m[hq] - mx)));
+        const vec e = keep_first(vexp(vsub(scores, vset(mx))), n);
+        w.l[hq] = w.l[hq] * corr + vsum(e);
         w.m[hq] = mx;
-        _mm512_store_ps(p, e);
+        vstore(p, e);
         float* acc = w.acc.data() + hq * D;
-        const __m512 cv = _mm512_set1_ps(corr);
-        for (int v = 0; v < V; ++v) a[v] = _mm512_mul_ps(_mm512_loadu_ps(acc + 16 * v), cv);
+        const vec cv = vset(corr);
+        for (int v = 0; v < V; ++v) a[v] = vmul(vload(acc + TILE * v), cv);
         for (int64_t t = 0; t < n; ++t) {  // acc += p x V over the tile's rows
-          const __m512 pv = _mm512_set1_ps(p[t]);
-          for (int v = 0; v < V; ++v) a[v] = _mm512_fmadd_ps(pv, load16(vrow[t] + off + 16 * v), a[v]);
+          const vec pv = vset(p[t]);
+          for (int v = 0; v < V; ++v) a[v] = vfmadd(pv, vload(vrow[t] + off + TILE * v), a[v]);
         }
-        for (int v = 0; v < V; ++v) _mm512_storeu_ps(acc + 16 * v, a[v]);
+        for (int v = 0; v < V; ++v) vstore(acc + TILE * v, a[v]);
       }
     }
     write_out(A, w, b);
   }
 }
+
+// The vector body compiled for head sizes of 1 .. 128 / TILE vectors; `V` counts up to the call's.
+template <typename T, int V = 1>
+void run_range_vectors(const Args<T>& A, int64_t begin, int64_t end, int64_t vectors) {
+  if constexpr (V * TILE <= 128) {
+    if (vectors == V) return run_range_vector<T, V>(A, begin, end);
+    return run_range_vectors<T, V + 1>(A, begin, end, vectors);
+  }
+  run_range_portable(A, begin, end);
+}
 #endif
 
 template <typename T>
 void run_range(const Args<T>& A, int64_t begin, int64_t end) {
-#if defined(__AVX512F__)
-  switch (A.D % 16 == 0 ? A.D / 16 : 0) {  // head sizes 16 to 128 in steps of 16
-    case 1: return run_range_avx512<T, 1>(A, begin, end);
-    case 2: return run_range_avx512<T, 2>(A, begin, end);
-    case 3: return run_range_avx512<T, 3>(A, begin, end);
-    case 4: return run_range_avx512<T, 4>(A, begin, end);
-    case 5: return run_range_avx512<T, 5>(A, begin, end);
-    case 6: return run_range_avx512<T, 6>(A, begin, end);
-    case 7: return run_range_avx512<T, 7>(A, begin, end);
-    case 8: return run_range_avx512<T, 8>(A, begin, end);
-    default: break;
-  }
+#if defined(VECTOR_LANES)
+  if (A.D % TILE == 0) return run_range_vectors(A, begin, end, A.D / TILE);  // head sizes TILE to 128
 #endif
   run_range_portable(A, begin, end);
 }

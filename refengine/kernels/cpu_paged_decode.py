@@ -12,11 +12,11 @@ them contiguously (a (sequence, head) split reads a quarter of every row and dra
 The cache is float32 or bfloat16; the arithmetic is float32 either way (a bfloat16 element is
 widened exactly as it is loaded). Without it a bfloat16 decode went to the PyTorch path: its gather
 and SDPA cost a bfloat16 `tiny` step 0.3-2.1 ms at 1-64 sequences (bench/RESULTS.md, "After the
-bfloat16 decode kernel"). On an AVX-512 CPU with a head size of 16 to 128 in steps of 16 the context
-is walked in tiles of 16 tokens, each tile's scores computed as one vector, and the next tile's K and
-V rows are asked of memory while this one computes (cpu_paged_decode.cpp): in the engine each layer's
-cache is cold when it is read (the other layers evicted it), and the loads alone kept too few misses
-in flight.
+bfloat16 decode kernel"). On a CPU with AVX-512 (or AVX2 and FMA) and a head size of up to 128 in steps of
+16 (8) the context is walked in tiles of 16 (8) tokens, each tile's scores computed as one vector,
+and the next tile's K and V rows are asked of memory while this one computes (cpu_paged_decode.cpp):
+in the engine each layer's cache is cold when it is read (the other layers evicted it), and the
+loads alone kept too few misses in flight.
 
 Plain C++ (cpu_paged_decode.cpp beside this file) with no torch headers, compiled on first use and
 cached, keyed by the CPU's instruction-set flags, called through ctypes (kernels/cpu_build.py). It splits the sequences into ranges of about equal context on std::threads started per call
@@ -60,7 +60,7 @@ def available() -> bool:
 # cores those threads need; on a 2-core AMX Xeon a second thread cost a `tiny` float32 decode step
 # of 2-4 sequences 3-4 ms and gained at most 2% at 64 (bench/cpu_decode_paths.py, docs/engine.md).
 MIN_BYTES_PER_THREAD = 32 << 20
-# The AVX-512 body asks memory for the next tile's K and V rows while it computes this one (the
+# The vector body (AVX-512 or AVX2) asks memory for the next tile's K and V rows while it computes this one (the
 # engine's caches are cold at each layer: 2.1x faster for bfloat16 there, bench/decode_prefetch.py).
 # Off only for that bench's other arm.
 PREFETCH = True

@@ -2,21 +2,23 @@
 //
 // A work item is one (prefill, KV head). Its context (positions 0 .. start + n - 1, read through the
 // block table) is copied once into contiguous rows. Then the prompt's query rows are taken a tile at a
-// time: R rows x the G query heads that share the KV head (GQA), R x G <= 16 query vectors, one per
-// lane of every vector register, scored against 16 keys at a time: for each head dimension, one load
-// of the 16 vectors' elements and 16 fused multiply-adds by each key's element (broadcast from its
-// row), so a key tile's loads are shared by all 16 query vectors (the decode kernel, one query row at
-// a time, has nothing to share them with). With the query vectors in lanes, the online softmax (running
-// max and sum, as flash attention does) is lane-wise arithmetic across the 16 score registers, with no
+// time: R rows x the G query heads that share the KV head (GQA), R x G <= TILE query vectors (TILE: the
+// float32 lanes of a vector register, 16 with AVX-512, 8 with AVX2), one per lane of every vector
+// register, scored against TILE keys at a time: for each head dimension, one load of the vectors'
+// elements and TILE fused multiply-adds by each key's element (broadcast from its row), so a key
+// tile's loads are shared by all the tile's query vectors (the decode kernel, one query row at a time,
+// has nothing to share them with). With the query vectors in lanes, the online softmax (running max
+// and sum, as flash attention does) is lane-wise arithmetic across the TILE score registers, with no
 // horizontal reductions. Causality is a lane mask (key position <= the lane's position) on the tiles
-// that reach past the row tile's first position. P x V runs the same way: per 16 output dimensions, 16
-// accumulators, each key's probabilities (one vector) times its value elements (broadcast).
+// that reach past the row tile's first position. P x V runs the same way: per TILE output dimensions,
+// TILE accumulators, each key's probabilities (one vector) times its value elements (broadcast).
 //
 // A float32 cache: float32 throughout. A bfloat16 cache where the CPU has AVX-512 BF16: queries, keys,
 // values and probabilities as bfloat16 pairs into float32 sums (vdpbf16ps: two products per lane per
 // instruction, twice float32's rate; flash attention on GPUs multiplies in bfloat16 the same way);
-// without it, widened exactly to float32 as it is copied. AVX-512 only, head sizes 16 to 128 in steps
-// of 16 (`prefill_supported` says whether this build has the body); elsewhere the caller keeps SDPA.
+// without it, widened exactly to float32 as it is copied. AVX-512 or AVX2 with FMA only, head sizes of
+// up to 128 in steps of TILE and at most TILE query heads per KV head (`prefill_supported` says whether
+// this build has the body); elsewhere the caller keeps SDPA.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -27,9 +29,9 @@
 
 namespace {
 
-#if defined(__AVX512F__)
-using simd::exp16;
-using simd::widen;
+#if defined(VECTOR_LANES)
+using namespace simd;
+constexpr int64_t TILE = VECTOR_LANES;  // query vectors per row tile (one per lane), keys per key tile
 
 template <typename T>
 struct Args {
@@ -42,22 +44,22 @@ struct Args {
   float sc;
 };
 
-// The 16 lanes of one tile of query rows: lane j is row row_of[j] of query head head_of[j], at
+// The TILE lanes of one tile of query rows: lane j is row row_of[j] of query head head_of[j], at
 // position pos[j]; lanes past the last vector repeat it (computed, not written).
 struct RowTile {
-  int64_t row_of[16], head_of[16], vectors = 0, first_pos, last_key;
-  __m512 pos;
+  int64_t row_of[TILE], head_of[TILE], vectors = 0, first_pos, last_key;
+  vec pos;
 
   RowTile(int64_t r0, int64_t R, int64_t G, int64_t h, int64_t n, int64_t start) {
-    alignas(64) float p[16];
-    for (int64_t j = 0; j < 16; ++j) {
+    alignas(64) float p[TILE];
+    for (int64_t j = 0; j < TILE; ++j) {
       const int64_t jj = std::min(j, R * G - 1);
       row_of[j] = std::min(r0 + jj / G, n - 1);
       head_of[j] = h * G + jj % G;
       p[j] = float(start + row_of[j]);
       if (j < R * G && r0 + j / G < n) vectors = j + 1;
     }
-    pos = _mm512_load_ps(p);
+    pos = vload(p);
     first_pos = start + r0;
     last_key = start + std::min(r0 + R, n) - 1;
   }
@@ -67,46 +69,46 @@ struct RowTile {
 // lanes' running max and sum, move on, and the factor the running outputs must be scaled by returns.
 // Key 0 is in tile 0, so every lane's max is finite after the first tile; a tile wholly past a lane's
 // position leaves it as it was (factor 1, no probability).
-inline __m512 softmax_tile(__m512 s[16], const RowTile& rt, int64_t tile, __m512& m, __m512& l) {
-  const bool diagonal = tile * 16 + 15 > rt.first_pos;  // only such a tile has keys a lane must not see
-  __mmask16 live[16];
-  __m512 mx = m;
-  for (int k = 0; k < 16; ++k) {
-    live[k] = diagonal ? _mm512_cmp_ps_mask(_mm512_set1_ps(float(tile * 16 + k)), rt.pos, _CMP_LE_OQ) : 0xFFFF;
-    mx = _mm512_mask_max_ps(mx, live[k], mx, s[k]);
+inline vec softmax_tile(vec s[TILE], const RowTile& rt, int64_t tile, vec& m, vec& l) {
+  const bool diagonal = tile * TILE + TILE - 1 > rt.first_pos;  // only such a tile has keys a lane must not see
+  vmask live[TILE];
+  vec mx = m;
+  for (int k = 0; k < TILE; ++k) {
+    live[k] = diagonal ? lanes_le(vset(float(tile * TILE + k)), rt.pos) : all_lanes();
+    mx = vmax_where(mx, live[k], s[k]);
   }
-  const __m512 corr = exp16(_mm512_sub_ps(m, mx));
-  __m512 sum = _mm512_setzero_ps();
-  for (int k = 0; k < 16; ++k) {
-    s[k] = _mm512_maskz_mov_ps(live[k], exp16(_mm512_sub_ps(s[k], mx)));
-    sum = _mm512_add_ps(sum, s[k]);
+  const vec corr = vexp(vsub(m, mx));
+  vec sum = vset(0.f);
+  for (int k = 0; k < TILE; ++k) {
+    s[k] = vkeep(live[k], vexp(vsub(s[k], mx)));
+    sum = vadd(sum, s[k]);
   }
-  l = _mm512_fmadd_ps(l, corr, sum);
+  l = vfmadd(l, corr, sum);
   m = mx;
   return corr;
 }
 
-// Each written lane's output: its accumulated P x V (acc[d * 16 + lane]) over its sum.
+// Each written lane's output: its accumulated P x V (acc[d * TILE + lane]) over its sum.
 template <int64_t D>
-void write_rows(const float* acc, __m512 l, const RowTile& rt, int64_t tok0, int64_t H, float* out) {
-  alignas(64) float inv[16];
-  _mm512_store_ps(inv, _mm512_div_ps(_mm512_set1_ps(1.f), l));
+void write_rows(const float* acc, vec l, const RowTile& rt, int64_t tok0, int64_t H, float* out) {
+  alignas(64) float inv[TILE];
+  vstore(inv, vdiv(vset(1.f), l));
   for (int64_t j = 0; j < rt.vectors; ++j) {
     float* o = out + ((tok0 + rt.row_of[j]) * H + rt.head_of[j]) * D;
-    for (int64_t d = 0; d < D; ++d) o[d] = acc[d * 16 + j] * inv[j];
+    for (int64_t d = 0; d < D; ++d) o[d] = acc[d * TILE + j] * inv[j];
   }
 }
 
 // float32 arithmetic: K and V widened into float32 rows (zeros past the context: masked, never NaN).
 template <typename T, int V>
 void run_item(const Args<T>& A, int64_t p, int64_t h, std::vector<float>& kf, std::vector<float>& vf) {
-  constexpr int64_t D = 16 * V;
-  const int64_t H = A.H, KVH = A.KVH, BS = A.BS, G = H / KVH, R = std::max<int64_t>(1, 16 / G);
+  constexpr int64_t D = TILE * V;
+  const int64_t H = A.H, KVH = A.KVH, BS = A.BS, G = H / KVH, R = std::max<int64_t>(1, TILE / G);
   const int64_t tok0 = A.rows[3 * p], n = A.rows[3 * p + 1], start = A.rows[3 * p + 2];
-  const int64_t L = start + n, ntiles = (L + 15) / 16;
+  const int64_t L = start + n, ntiles = (L + TILE - 1) / TILE;
   const int32_t* table = A.tables + p * A.MAXNB;
-  kf.assign(ntiles * 16 * D, 0.f);
-  vf.assign(ntiles * 16 * D, 0.f);
+  kf.assign(ntiles * TILE * D, 0.f);
+  vf.assign(ntiles * TILE * D, 0.f);
   for (int64_t t = 0; t < L; ++t) {
     const int64_t row = (int64_t(table[t / BS]) * BS + t % BS) * KVH * D + h * D;
     for (int64_t d = 0; d < D; ++d) {
@@ -114,35 +116,35 @@ void run_item(const Args<T>& A, int64_t p, int64_t h, std::vector<float>& kf, st
       vf[t * D + d] = widen(A.vbase[row + d]);
     }
   }
-  alignas(64) float qt[D * 16], acc[D * 16], prob[16 * 16];  // [d][lane], [d][lane], [key][lane]
+  alignas(64) float qt[D * TILE], acc[D * TILE], prob[TILE * TILE];  // [d][lane], [d][lane], [key][lane]
   for (int64_t r0 = 0; r0 < n; r0 += R) {
     const RowTile rt(r0, R, G, h, n, start);
-    for (int j = 0; j < 16; ++j) {
+    for (int j = 0; j < TILE; ++j) {
       const float* qr = A.q + ((tok0 + rt.row_of[j]) * H + rt.head_of[j]) * D;
-      for (int64_t d = 0; d < D; ++d) qt[d * 16 + j] = qr[d] * A.sc;
+      for (int64_t d = 0; d < D; ++d) qt[d * TILE + j] = qr[d] * A.sc;
     }
-    __m512 m = _mm512_set1_ps(-INFINITY), l = _mm512_setzero_ps();
-    std::fill(acc, acc + D * 16, 0.f);
-    for (int64_t tile = 0; tile <= rt.last_key / 16; ++tile) {
-      const float* ktile = kf.data() + tile * 16 * D;
-      __m512 s[16];
-      for (int k = 0; k < 16; ++k) s[k] = _mm512_setzero_ps();
+    vec m = vset(-INFINITY), l = vset(0.f);
+    std::fill(acc, acc + D * TILE, 0.f);
+    for (int64_t tile = 0; tile <= rt.last_key / TILE; ++tile) {
+      const float* ktile = kf.data() + tile * TILE * D;
+      vec s[TILE];
+      for (int k = 0; k < TILE; ++k) s[k] = vset(0.f);
       for (int64_t d = 0; d < D; ++d) {
-        const __m512 qd = _mm512_load_ps(qt + d * 16);
-        for (int k = 0; k < 16; ++k) s[k] = _mm512_fmadd_ps(qd, _mm512_set1_ps(ktile[k * D + d]), s[k]);
+        const vec qd = vload(qt + d * TILE);
+        for (int k = 0; k < TILE; ++k) s[k] = vfmadd(qd, vset(ktile[k * D + d]), s[k]);
       }
-      const __m512 corr = softmax_tile(s, rt, tile, m, l);
-      for (int k = 0; k < 16; ++k) _mm512_store_ps(prob + 16 * k, s[k]);
-      const float* vtile = vf.data() + tile * 16 * D;
-      for (int v = 0; v < V; ++v) {  // 16 output dimensions at a time: 16 accumulators
-        __m512 a[16];
-        for (int i = 0; i < 16; ++i) a[i] = _mm512_mul_ps(_mm512_load_ps(acc + (16 * v + i) * 16), corr);
-        for (int k = 0; k < 16; ++k) {
-          const __m512 pk = _mm512_load_ps(prob + 16 * k);
-          const float* vk = vtile + k * D + 16 * v;
-          for (int i = 0; i < 16; ++i) a[i] = _mm512_fmadd_ps(pk, _mm512_set1_ps(vk[i]), a[i]);
+      const vec corr = softmax_tile(s, rt, tile, m, l);
+      for (int k = 0; k < TILE; ++k) vstore(prob + TILE * k, s[k]);
+      const float* vtile = vf.data() + tile * TILE * D;
+      for (int v = 0; v < V; ++v) {  // TILE output dimensions at a time: TILE accumulators
+        vec a[TILE];
+        for (int i = 0; i < TILE; ++i) a[i] = vmul(vload(acc + (TILE * v + i) * TILE), corr);
+        for (int k = 0; k < TILE; ++k) {
+          const vec pk = vload(prob + TILE * k);
+          const float* vk = vtile + k * D + TILE * v;
+          for (int i = 0; i < TILE; ++i) a[i] = vfmadd(pk, vset(vk[i]), a[i]);
         }
-        for (int i = 0; i < 16; ++i) _mm512_store_ps(acc + (16 * v + i) * 16, a[i]);
+        for (int i = 0; i < TILE; ++i) vstore(acc + (TILE * v + i) * TILE, a[i]);
       }
     }
     write_rows<D>(acc, l, rt, tok0, H, A.out);
@@ -177,6 +179,7 @@ inline __m512bh pair_lanes(__m512 a, __m512 b) {
 template <int V>
 void run_item_bf16(const Args<uint16_t>& A, int64_t p, int64_t h, std::vector<uint16_t>& kb,
                    std::vector<uint16_t>& vb) {
+  static_assert(TILE == 16, "AVX-512 BF16 implies AVX-512: 16-lane tiles");
   constexpr int64_t D = 16 * V;
   const int64_t H = A.H, KVH = A.KVH, BS = A.BS, G = H / KVH, R = std::max<int64_t>(1, 16 / G);
   const int64_t tok0 = A.rows[3 * p], n = A.rows[3 * p + 1], start = A.rows[3 * p + 2];
@@ -268,30 +271,29 @@ void prefill_impl(const Args<T>& A, int64_t P, int64_t threads) {
   for (auto& t : pool) t.join();
 }
 
+// The body compiled for head sizes of 1 .. 128 / TILE vectors; `V` counts up to the call's.
+template <typename T, int V = 1>
+void prefill_vectors(const Args<T>& A, int64_t P, int64_t threads, int64_t vectors) {
+  if constexpr (V * TILE <= 128) {
+    if (vectors == V) return prefill_impl<T, V>(A, P, threads);
+    prefill_vectors<T, V + 1>(A, P, threads, vectors);
+  }
+}
+
 template <typename T>
 void dispatch(const float* q, const T* cache, const int32_t* tables, const int64_t* rows, float* out, int64_t P,
               int64_t H, int64_t D, int64_t NB, int64_t BS, int64_t KVH, int64_t MAXNB, float scale, int64_t threads) {
   const Args<T> A{q, cache, cache + NB * BS * KVH * D, tables, rows, out, H, KVH, BS, MAXNB, scale};
-  switch (D) {
-    case 16: return prefill_impl<T, 1>(A, P, threads);
-    case 32: return prefill_impl<T, 2>(A, P, threads);
-    case 48: return prefill_impl<T, 3>(A, P, threads);
-    case 64: return prefill_impl<T, 4>(A, P, threads);
-    case 80: return prefill_impl<T, 5>(A, P, threads);
-    case 96: return prefill_impl<T, 6>(A, P, threads);
-    case 112: return prefill_impl<T, 7>(A, P, threads);
-    case 128: return prefill_impl<T, 8>(A, P, threads);
-    default: return;  // prefill_supported() said no: the caller does not call
-  }
+  if (D % TILE == 0) prefill_vectors(A, P, threads, D / TILE);  // else prefill_supported() said no
 }
 #endif
 
 }  // namespace
 
-// 1 when this build has the AVX-512 body and it takes head size `D` with `G` query heads per KV head.
+// 1 when this build has the vector body and it takes head size `D` with `G` query heads per KV head.
 extern "C" int64_t prefill_supported(int64_t D, int64_t G) {
-#if defined(__AVX512F__)
-  return D % 16 == 0 && D >= 16 && D <= 128 && G >= 1 && G <= 16 ? 1 : 0;
+#if defined(VECTOR_LANES)
+  return D % TILE == 0 && D >= TILE && D <= 128 && G >= 1 && G <= TILE ? 1 : 0;
 #else
   (void)D;
   (void)G;
@@ -305,7 +307,7 @@ extern "C" int64_t prefill_supported(int64_t D, int64_t G) {
 extern "C" void paged_prefill(const float* q, const float* cache, const int32_t* tables, const int64_t* rows,
                               float* out, int64_t P, int64_t H, int64_t D, int64_t NB, int64_t BS, int64_t KVH,
                               int64_t MAXNB, float scale, int64_t threads) {
-#if defined(__AVX512F__)
+#if defined(VECTOR_LANES)
   dispatch(q, cache, tables, rows, out, P, H, D, NB, BS, KVH, MAXNB, scale, threads);
 #endif
 }
@@ -314,7 +316,7 @@ extern "C" void paged_prefill(const float* q, const float* cache, const int32_t*
 extern "C" void paged_prefill_bf16(const float* q, const uint16_t* cache, const int32_t* tables,
                                    const int64_t* rows, float* out, int64_t P, int64_t H, int64_t D, int64_t NB,
                                    int64_t BS, int64_t KVH, int64_t MAXNB, float scale, int64_t threads) {
-#if defined(__AVX512F__)
+#if defined(VECTOR_LANES)
   dispatch(q, cache, tables, rows, out, P, H, D, NB, BS, KVH, MAXNB, scale, threads);
 #endif
 }

@@ -12,8 +12,9 @@ chunk after a prefix needs) is gone too.
 
 Plain C++ with no torch headers, compiled on first use and cached, keyed by the CPU's flags
 (kernels/cpu_build.py), called through ctypes, threads split the (prefill, KV head) pairs by their
-work, up to torch.get_num_threads() (one per MIN_PAIRS_PER_THREAD). AVX-512 with a head size of 16 to 128 in steps of 16 and at most
-16 query heads per KV head only (`applies`); elsewhere, or if the build fails, PyTorch's SDPA runs.
+work, up to torch.get_num_threads() (one per MIN_PAIRS_PER_THREAD). AVX-512 (16-lane tiles) or AVX2
+with FMA (8), a head size of up to 128 in steps of the lanes and at most as many query heads per KV
+head as lanes only (`applies`); elsewhere, or if the build fails, PyTorch's SDPA runs.
 `REFENGINE_CPU_KERNELS=0` turns it off. Tested against the PyTorch oracle in
 tests/refengine/kernels/test_cpu_paged_prefill.py.
 """
@@ -59,7 +60,7 @@ _ENTRY = {torch.float32: "paged_prefill", torch.bfloat16: "paged_prefill_bf16"}
 
 def applies(q: torch.Tensor, kv_cache: torch.Tensor, num_heads: int) -> bool:
     """Whether the kernel takes this step's prefills: on, built, a CPU, a float32 or bfloat16 contiguous
-    cache, and a head shape its AVX-512 body has (building it on the first call)."""
+    cache, and a head shape its vector body has (building it on the first call)."""
     if not (ENABLED and q.device.type == "cpu" and kv_cache.dtype in _ENTRY and kv_cache.is_contiguous()):
         return False
     kv_heads, head_dim = kv_cache.shape[3], kv_cache.shape[4]

@@ -47,6 +47,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import sys
 import time
 from collections.abc import Callable
 
@@ -76,8 +77,15 @@ _TOLERANCE = {torch.float32: 1e-4, torch.bfloat16: 2e-2}
 
 
 def packs(dtype: torch.dtype) -> bool:
-    """Whether a CPU weight of this dtype goes through the packed path (when ENABLED and the ops exist)."""
-    return cpu_bfloat16.cpu_keeps(dtype)
+    """Whether a CPU weight of this dtype goes through the packed path (when ENABLED and the ops exist):
+    float32, and bfloat16 (natively computed, or through float32: `packed_dtype`)."""
+    return dtype in (torch.float32, torch.bfloat16)
+
+
+def packed_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype a weight of `dtype` is packed in: its own where the CPU computes it (float32
+    anywhere, bfloat16 with AVX-512 BF16 or AMX), float32 for bfloat16 elsewhere (see above)."""
+    return dtype if cpu_bfloat16.cpu_keeps(dtype) else torch.float32
 
 
 def pack(weight: torch.Tensor) -> torch.Tensor | None:
@@ -86,11 +94,11 @@ def pack(weight: torch.Tensor) -> torch.Tensor | None:
         return None
     if not _ops_available():
         return None
-    if weight.dtype == torch.float32 and weight.numel() < MIN_PACKED_FLOAT32:
+    if packed_dtype(weight.dtype) == torch.float32 and weight.numel() < MIN_PACKED_FLOAT32:
         return None
     try:
         with torch.no_grad():
-            packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None)
+            packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach().to(packed_dtype(weight.dtype)), None)
             x = torch.randn(_CHECK_ROWS, weight.shape[1], generator=torch.Generator().manual_seed(0)).to(weight.dtype)
             want, got = F.linear(x, weight).float(), _packed_linear(x, packed, None).float()
             tol = _TOLERANCE[weight.dtype] * (1.0 + float(want.abs().max()))
@@ -104,7 +112,12 @@ def pack(weight: torch.Tensor) -> torch.Tensor | None:
 
 
 def _packed_linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+    if x.dtype == packed.dtype:
+        return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+    # bfloat16 rows through a float32 weight: widened exactly, multiplied and summed in float32 (as a
+    # bfloat16 GEMM sums), rounded to bfloat16 once at the end
+    widened_bias = None if bias is None else bias.float()
+    return torch.ops.mkldnn._linear_pointwise(x.float(), packed, widened_bias, "none", [], "").to(x.dtype)
 
 
 class PackedWeight:
@@ -127,11 +140,13 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, cac
     """F.linear(x, weight, bias), through the packed weight where it applies (any leading dims)."""
     if not ENABLED or not packs(x.dtype) or x.device.type != "cpu" or torch.is_grad_enabled():
         return F.linear(x, weight, bias)
-    if x.dtype == torch.float32 and (
+    rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
+    if packed_dtype(x.dtype) == torch.float32 and (
         weight.numel() < MIN_PACKED_FLOAT32  # never packed: no crossover to measure for it
-        or x.numel() <= x.shape[-1] * plain_float32_rows()
+        or rows <= plain_rows(x.dtype)  # a few rows: F.linear on the plain weight is faster (see above)
+        or (x.dtype == torch.float32 and rows >= plain_float32_from_rows())  # many, on some hosts
     ):
-        return F.linear(x, weight, bias)  # a few float32 rows: MKL on the plain weight is faster (see above)
+        return F.linear(x, weight, bias)
     packed = cache.get(weight)
     if packed is None:
         return F.linear(x, weight, bias)
@@ -153,36 +168,37 @@ def _each(op: Callable[..., torch.Tensor], x: torch.Tensor, weights: list[torch.
         op(x, w, None)
 
 
-def _median_s(fn: Callable[[], object]) -> float:
+def _median_s(fn: Callable[[], object], rounds: int = _PROBE_ROUNDS) -> float:
     fn()  # first call: oneDNN builds its primitive
     times = []
-    for _ in range(_PROBE_ROUNDS):
+    for _ in range(rounds):
         t0 = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t0)
     return sorted(times)[len(times) // 2]
 
 
-def measure_plain_float32_rows() -> int:
-    """Up to how many rows (0 to _PROBE_MAX_ROWS) a float32 linear goes to F.linear rather than the
-    packed path: the most rows up to which this process measured F.linear faster at every row count
-    from 1 (0: the packed path won at one row). Measured once, at the process's torch thread count, in
-    a few tens of milliseconds; without the packed path, every row count is F.linear's anyway."""
+def measure_plain_float32_rows(dtype: torch.dtype = torch.float32) -> int:
+    """Up to how many rows (0 to _PROBE_MAX_ROWS) a linear of `dtype` packed in float32 (a float32 one,
+    or a bfloat16 one where the CPU has no native bfloat16) goes to F.linear rather than the packed
+    path: the most rows up to which this process measured F.linear faster at every row count from 1
+    (0: the packed path won at one row). Measured once, at the process's torch thread count, in a few
+    tens of milliseconds; without the packed path, every row count is F.linear's anyway."""
     if not ENABLED or not _ops_available():
         return _PROBE_MAX_ROWS
     gen = torch.Generator().manual_seed(0)
-    weights = [torch.randn(*_PROBE_SHAPE, generator=gen) * 0.02 for _ in range(_PROBE_COPIES)]
+    weights = [(torch.randn(*_PROBE_SHAPE, generator=gen) * 0.02).to(dtype) for _ in range(_PROBE_COPIES)]
     with torch.no_grad():
-        packed = [torch.ops.mkldnn._reorder_linear_weight(w, None) for w in weights]
+        packed = [torch.ops.mkldnn._reorder_linear_weight(w.float(), None) for w in weights]
         rows = 0
         for m in range(1, _PROBE_MAX_ROWS + 1):
-            x = torch.randn(m, _PROBE_SHAPE[1], generator=gen)
+            x = torch.randn(m, _PROBE_SHAPE[1], generator=gen).to(dtype)
             plain = _median_s(functools.partial(_each, F.linear, x, weights))
             oned = _median_s(functools.partial(_each, _packed_linear, x, packed))
             if plain >= oned:
                 break
             rows = m
-    log.info("float32 linears of up to %d rows go to F.linear (measured against oneDNN's packed path)", rows)
+    log.info("%s linears of up to %d rows go to F.linear (measured against oneDNN's packed path)", dtype, rows)
     return rows
 
 
@@ -190,3 +206,56 @@ def measure_plain_float32_rows() -> int:
 def plain_float32_rows() -> int:
     """measure_plain_float32_rows, once per process (on the first float32 linear)."""
     return measure_plain_float32_rows()
+
+
+@functools.lru_cache(maxsize=None)
+def plain_widened_bfloat16_rows() -> int:
+    """The same for bfloat16 packed in float32, once per process (on the first such linear)."""
+    return measure_plain_float32_rows(torch.bfloat16)
+
+
+# The many-row probe: prefill-sized row counts, one weight (at these sizes the arithmetic, not the
+# weight's trip from memory, sets the time), fewer rounds (a round is tens of milliseconds).
+_MANY_ROWS = (128, 256, 512)
+_MANY_ROUNDS = 3
+_MANY_MARGIN = 0.97  # F.linear must take at most this share of the packed path's time to win
+
+
+def measure_plain_float32_from_rows() -> int:
+    """From how many rows a float32 linear goes back to F.linear: the fewest of _MANY_ROWS from which
+    F.linear (MKL's sgemm) was measured faster, by _MANY_MARGIN, at every larger count probed too; a
+    count beyond any step (sys.maxsize) where the packed path kept winning, as on every AVX-512 and AMX
+    host measured (oneDNN there 2.1-2.4x F.linear at 2,048 rows). On an AVX2 AMD EPYC (Zen 3) F.linear
+    was 13-14% faster from 512 rows and level at 128 (docs/engine.md, "Packed linears"). About half a
+    second, once per process."""
+    if not ENABLED or not _ops_available():
+        return sys.maxsize
+    gen = torch.Generator().manual_seed(1)
+    weight = torch.randn(*_PROBE_SHAPE, generator=gen) * 0.02
+    wins = []
+    with torch.no_grad():
+        packed = torch.ops.mkldnn._reorder_linear_weight(weight, None)
+        for m in _MANY_ROWS:
+            x = torch.randn(m, _PROBE_SHAPE[1], generator=gen)
+            plain = _median_s(functools.partial(_each, F.linear, x, [weight]), _MANY_ROUNDS)
+            oned = _median_s(functools.partial(_each, _packed_linear, x, [packed]), _MANY_ROUNDS)
+            wins.append(plain <= oned * _MANY_MARGIN)
+    from_rows = sys.maxsize
+    for m, won in reversed(list(zip(_MANY_ROWS, wins))):
+        if not won:
+            break
+        from_rows = m
+    log.info("float32 linears of %s rows go to F.linear (measured against oneDNN's packed path)",
+             "no" if from_rows == sys.maxsize else f"{from_rows} or more")
+    return from_rows
+
+
+@functools.lru_cache(maxsize=None)
+def plain_float32_from_rows() -> int:
+    """measure_plain_float32_from_rows, once per process (on the first float32 linear of many rows)."""
+    return measure_plain_float32_from_rows()
+
+
+def plain_rows(dtype: torch.dtype) -> int:
+    """Up to how many rows a linear of `dtype` (packed in float32) goes to F.linear."""
+    return plain_float32_rows() if dtype == torch.float32 else plain_widened_bfloat16_rows()

@@ -9,6 +9,8 @@ passed to F.linear as it is.
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -35,9 +37,12 @@ def packed_gemm_on(request, monkeypatch):
     """The packed path is under test even where REFENGINE_CPU_PACKED_GEMM=0 is set, and for the small
     weights these tests use (the engine leaves float32 weights under MIN_PACKED_FLOAT32 to F.linear;
     a test marked `real_threshold` keeps that), and from two float32 rows whatever this host's
-    measured crossover (`plain_float32_rows`; its own tests below set it)."""
+    measured crossover (`plain_float32_rows`, and `plain_widened_bfloat16_rows` for bfloat16 packed in
+    float32; their own tests below set them)."""
     monkeypatch.setattr(cpu_gemm, "ENABLED", True)
     monkeypatch.setattr(cpu_gemm, "plain_float32_rows", lambda: 1)
+    monkeypatch.setattr(cpu_gemm, "plain_widened_bfloat16_rows", lambda: 1)
+    monkeypatch.setattr(cpu_gemm, "plain_float32_from_rows", lambda: sys.maxsize)
     if "real_threshold" not in request.keywords:
         monkeypatch.setattr(cpu_gemm, "MIN_PACKED_FLOAT32", 0)
 
@@ -64,7 +69,8 @@ def test_linear_matches_f_linear(in_f, out_f, with_bias, dtype, threads):
             assert got.shape == (batch, out_f) and got.dtype == dtype
             _assert_close(got, F.linear(x, weight, bias), dtype)
             packable = cpu_gemm.packs(dtype) and cpu_gemm._ops_available()
-            if packable and (batch > 1 or dtype == torch.bfloat16):
+            # one row: packed only where the weight is packed in its own bfloat16 (see the fixture)
+            if packable and (batch > 1 or cpu_gemm.packed_dtype(dtype) == dtype == torch.bfloat16):
                 assert cache.packed is not None  # the packed path ran, not F.linear
                 packed = packed if packed is not None else cache.packed
                 assert cache.packed is packed  # packed once, reused
@@ -139,6 +145,31 @@ def test_the_measured_crossover_is_within_the_probed_rows(monkeypatch):
     assert cpu_gemm.measure_plain_float32_rows() == cpu_gemm._PROBE_MAX_ROWS
 
 
+def test_the_many_row_crossover_is_a_probed_count_or_none(monkeypatch):
+    """The real probe answers one of the probed row counts or "never" (sys.maxsize), which depends on
+    the host (F.linear won from 128-512 rows on an AVX2 EPYC, never on AVX-512 and AMX hosts);
+    switched off, never."""
+    assert cpu_gemm.measure_plain_float32_from_rows() in (*cpu_gemm._MANY_ROWS, sys.maxsize)
+    monkeypatch.setattr(cpu_gemm, "ENABLED", False)
+    assert cpu_gemm.measure_plain_float32_from_rows() == sys.maxsize
+
+
+def test_from_the_many_row_crossover_float32_goes_back_to_f_linear(monkeypatch):
+    """Where F.linear wins again at many rows, those rows get F.linear's very numbers; fewer rows stay
+    packed, and bfloat16 (which F.linear computes no faster at any count) is untouched."""
+    monkeypatch.setattr(cpu_gemm, "plain_float32_from_rows", lambda: 32)
+    g = torch.Generator().manual_seed(8)
+    weight = torch.randn(96, 64, generator=g)
+    cache = cpu_gemm.PackedWeight()
+    with torch.no_grad():
+        x = torch.randn(40, 64, generator=g)
+        assert torch.equal(cpu_gemm.linear(x, weight, None, cache), F.linear(x, weight))
+        assert cache.key is None
+        x = torch.randn(8, 64, generator=g)
+        _assert_close(cpu_gemm.linear(x, weight, None, cache), F.linear(x, weight), torch.float32)
+        assert cache.packed is not None
+
+
 def test_where_the_packed_path_wins_at_one_row_a_lone_row_is_packed(monkeypatch):
     monkeypatch.setattr(cpu_gemm, "plain_float32_rows", lambda: 0)
     g = torch.Generator().manual_seed(6)
@@ -150,15 +181,31 @@ def test_where_the_packed_path_wins_at_one_row_a_lone_row_is_packed(monkeypatch)
         assert cache.key is not None
 
 
-def test_bfloat16_without_native_support_stays_with_f_linear(monkeypatch):
-    """An AVX2 host computes bfloat16 by conversion: no packed copy, F.linear's own result."""
+@pytest.mark.parametrize("with_bias", [False, True], ids=["nobias", "bias"])
+def test_bfloat16_without_native_support_is_packed_in_float32(monkeypatch, with_bias):
+    """An AVX2 host has no bfloat16 arithmetic (F.linear converts, one row at a time): the weight is
+    packed widened to float32, bfloat16 rows go through it, and the result is bfloat16, F.linear's
+    up to float32 summation order and one rounding; a lone row stays with F.linear (the fixture's
+    crossover)."""
     monkeypatch.setattr(cpu_gemm.cpu_bfloat16, "cpu_computes_bfloat16", lambda: False)
     g = torch.Generator().manual_seed(2)
-    weight, x = torch.randn(96, 64, generator=g).bfloat16(), torch.randn(7, 64, generator=g).bfloat16()
+    weight = torch.randn(96, 64, generator=g).bfloat16()
+    bias = torch.randn(96, generator=g).bfloat16() if with_bias else None
     cache = cpu_gemm.PackedWeight()
     with torch.no_grad():
-        assert torch.equal(cpu_gemm.linear(x, weight, None, cache), F.linear(x, weight))
-    assert cache.packed is None and not cpu_gemm.packs(torch.bfloat16) and cpu_gemm.packs(torch.float32)
+        x = torch.randn(1, 64, generator=g).bfloat16()
+        assert torch.equal(cpu_gemm.linear(x, weight, bias, cache), F.linear(x, weight, bias))
+        assert cache.key is None  # nothing packed for one row
+        for rows in (2, 7, 64):
+            x = torch.randn(rows, 64, generator=g).bfloat16()
+            got = cpu_gemm.linear(x, weight, bias, cache)
+            assert got.dtype == torch.bfloat16
+            _assert_close(got, F.linear(x, weight, bias), torch.bfloat16)
+            # exactly the float32 product of the same bfloat16 values, rounded once
+            want = F.linear(x.float(), weight.float(), None if bias is None else bias.float()).bfloat16()
+            torch.testing.assert_close(got, want, rtol=8e-3, atol=1e-5)
+    assert cache.packed is not None and cache.packed.dtype == torch.float32
+    assert cpu_gemm.packed_dtype(torch.bfloat16) == torch.float32 and cpu_gemm.packs(torch.bfloat16)
 
 
 @pytest.mark.real_threshold
@@ -174,7 +221,8 @@ def test_a_small_float32_weight_stays_with_f_linear_and_a_bfloat16_one_is_packed
             x = torch.randn(rows, 64, generator=g)
             assert torch.equal(cpu_gemm.linear(x, weight, None, cache), F.linear(x, weight))
             assert cache.packed is None
-        if cpu_gemm.packs(torch.bfloat16) and cpu_gemm._ops_available():
+        # natively computed bfloat16 is packed at any size; packed in float32, the float32 rule holds
+        if cpu_gemm.packed_dtype(torch.bfloat16) == torch.bfloat16 and cpu_gemm._ops_available():
             half = cpu_gemm.PackedWeight()
             cpu_gemm.linear(torch.randn(4, 64, generator=g).bfloat16(), weight.bfloat16(), None, half)
             assert half.packed is not None

@@ -66,7 +66,8 @@ def _case(lengths, bs, heads, kv_heads, head_dim, seed=0, dtype=torch.float32):
 @pytest.mark.parametrize("heads,kv_heads", [(16, 4), (4, 1), (4, 4)])
 @pytest.mark.parametrize("bs", [1, 4, 16, 32])
 @pytest.mark.parametrize("threads", [1, 2])
-@pytest.mark.parametrize("head_dim", [32, 24])  # 32: the 16-lane body where the CPU has AVX-512; 24: the portable one
+# 32: the vector body where the CPU has AVX-512 (16 lanes) or AVX2 (8); 20: the portable one on either
+@pytest.mark.parametrize("head_dim", [32, 20])
 def test_kernel_matches_reference(heads, kv_heads, bs, threads, head_dim, monkeypatch):
     # Every byte of context earns a thread here, so two threads do split the sequences.
     monkeypatch.setattr(cpu_paged_decode, "MIN_BYTES_PER_THREAD", 1)
@@ -97,13 +98,14 @@ def test_asking_for_the_next_tile_ahead_changes_no_output(dtype, monkeypatch):
 
 
 @needs_compiler
-@pytest.mark.parametrize("head_dim", [16, 48, 64, 128, 144])
+@pytest.mark.parametrize("head_dim", [16, 24, 48, 64, 120, 128, 144])
 @pytest.mark.parametrize("bs", [1, 16, 32])
 def test_every_head_size_and_tile_boundary_matches_reference(head_dim, bs):
-    """Head sizes of one to eight 16-lane vectors (the AVX-512 body, compiled per count), one beyond
-    (144: the portable body); contexts ending on, just before and just after a 16-token tile, blocks
-    smaller and larger than a tile."""
-    lengths = [1, 15, 16, 17, 31, 32, 33, 47, 130]
+    """Head sizes of one to eight 16-lane vectors (AVX-512) or to sixteen 8-lane ones (AVX2; 24 and
+    120 are 8-lane sizes only), the vector body compiled per count, one beyond (144: the portable
+    body); contexts ending on, just before and just after a tile of either width, blocks smaller and
+    larger than a tile."""
+    lengths = [1, 7, 8, 9, 15, 16, 17, 31, 32, 33, 47, 130]
     q, cache, meta = _case(lengths, bs, 8, 2, head_dim, seed=head_dim + bs)
     want = paged_attention(q, cache, meta, 8, head_dim**-0.5)
     got = cpu_paged_decode.paged_decode_cpu(q, cache, meta.block_tables, meta.seq_lens, 8, head_dim**-0.5)
@@ -111,7 +113,7 @@ def test_every_head_size_and_tile_boundary_matches_reference(head_dim, bs):
 
 
 @needs_compiler
-@pytest.mark.parametrize("head_dim", [64, 24])
+@pytest.mark.parametrize("head_dim", [64, 20])
 def test_bfloat16_cache_matches_float32_math_on_the_same_values(head_dim):
     """A bfloat16 cache is read as the float32 values it holds (widening is exact), so the kernel
     agrees with the float32 oracle run on the widened cache and a float32 query, to float32

@@ -22,7 +22,7 @@ from refengine.model.layers.attention import Attention
 
 needs_kernel = pytest.mark.skipif(
     not cpu_paged_prefill.applies(torch.zeros(1, 64), torch.zeros(2, 1, 16, 1, 64), 1),
-    reason="no C++ compiler or no AVX-512 here (the kernel's body is AVX-512 only; SDPA runs instead)",
+    reason="no C++ compiler or no AVX-512 / AVX2 here (the kernel's body is vector only; SDPA runs instead)",
 )
 
 
@@ -66,11 +66,14 @@ def _oracle(q, cache, meta, heads, scale):
         ([(100, 2)], 1, 4, 4, 16),  # MHA (one query head per KV head: 16 rows a tile), block size 1
         ([(0, 48), (17, 31)], 16, 8, 1, 128),  # MQA, the largest head size
         ([(0, 19)], 16, 12, 4, 80),  # three query heads per KV head: 5 rows a tile, 15 vectors
+        ([(0, 21), (9, 14)], 8, 8, 4, 24),  # head size 24: 8-lane vectors only (AVX2; AVX-512 builds lack it)
     ],
 )
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_the_kernel_matches_sdpa_over_the_gathered_context(spans, bs, heads, kv_heads, head_dim, dtype):
     cache, meta, q = _step(spans, bs, heads, kv_heads, head_dim, dtype)
+    if not cpu_paged_prefill.applies(q, cache, heads):
+        pytest.skip(f"head size {head_dim} is not a multiple of this build's vector lanes")
     scale = head_dim**-0.5
     out = cpu_paged_prefill.paged_prefill_cpu(q, cache, meta.prefill_block_tables, meta.prefill_rows, heads, scale)
     torch.testing.assert_close(out, _oracle(q, cache, meta, heads, scale), **_TOLERANCE[dtype])
@@ -110,13 +113,13 @@ def test_a_step_of_prefills_and_decodes_through_the_layer_matches_the_reference(
 
 
 def test_a_head_shape_the_kernel_lacks_or_the_switch_off_keeps_sdpa(monkeypatch):
-    cache = torch.zeros(2, 4, 16, 2, 40)  # head size 40: not a multiple of 16
-    assert not cpu_paged_prefill.applies(torch.zeros(1, 4 * 40), cache, 4)
-    assert not cpu_paged_prefill.applies(torch.zeros(1, 4 * 40), cache.to(torch.float16), 4)  # a dtype it lacks
+    cache = torch.zeros(2, 4, 16, 2, 36)  # head size 36: not a multiple of 8 (AVX2's lanes) or 16 (AVX-512's)
+    assert not cpu_paged_prefill.applies(torch.zeros(1, 4 * 36), cache, 4)
+    assert not cpu_paged_prefill.applies(torch.zeros(1, 4 * 36), cache.to(torch.float16), 4)  # a dtype it lacks
     monkeypatch.setattr(cpu_paged_prefill, "ENABLED", False)  # REFENGINE_CPU_KERNELS=0
     assert not cpu_paged_prefill.applies(torch.zeros(1, 64), torch.zeros(2, 1, 16, 1, 64), 1)
-    cache, meta, q = _step([(0, 9)], 16, 4, 2, 40)
-    layer = Attention(4, 40, 40**-0.5, 2)
+    cache, meta, q = _step([(0, 9)], 16, 4, 2, 36)
+    layer = Attention(4, 36, 36**-0.5, 2)
     meta_no_write = type(meta)(**{**meta.__dict__, "slot_mapping": meta.slot_mapping[:0]})
-    out = layer(q, torch.zeros(0, 80), torch.zeros(0, 80), cache, meta_no_write)
-    torch.testing.assert_close(out, _oracle(q, cache, meta, 4, 40**-0.5))
+    out = layer(q, torch.zeros(0, 72), torch.zeros(0, 72), cache, meta_no_write)
+    torch.testing.assert_close(out, _oracle(q, cache, meta, 4, 36**-0.5))
