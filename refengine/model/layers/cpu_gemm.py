@@ -245,8 +245,10 @@ def measure_plain_float32_from_rows() -> int:
         if not won:
             break
         from_rows = m
-    log.info("float32 linears of %s rows go to F.linear (measured against oneDNN's packed path)",
-             "no" if from_rows == sys.maxsize else f"{from_rows} or more")
+    log.info(
+        "float32 linears of %s rows go to F.linear (measured against oneDNN's packed path)",
+        "no" if from_rows == sys.maxsize else f"{from_rows} or more",
+    )
     return from_rows
 
 
