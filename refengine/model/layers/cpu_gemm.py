@@ -23,8 +23,17 @@ model's small decode batches); docs/engine.md, "Packed linears".
 bfloat16 weights are packed too where oneDNN computes bfloat16 natively (AVX-512 BF16 or AMX:
 refengine/numerics/cpu_bfloat16.py), one row included: there F.linear also re-lays the
 weight out on every call, and the packed path was 1.2-1.7x faster from 1 to 64 rows of a 1,024 x
-3,072 linear on an AMX core (docs/engine.md, "Packed linears"). Without native bfloat16 the
-weight stays with F.linear.
+3,072 linear on an AMX core (docs/engine.md, "Packed linears"). Without native bfloat16 (an AVX2
+host) F.linear in bfloat16 converts, and its time grows by ~18 ms a row for the `tiny` model's
+linears; there the weight is packed widened to float32 (exact: float32 holds every bfloat16), the
+rows are widened, multiplied and summed in float32 (as a bfloat16 GEMM sums) and the output rounded
+to bfloat16 once, 4-7x faster from 16 rows (bench/linear_paths.py). A lone row stays with F.linear,
+which reads half the bytes, by the same kind of once-per-process probe (`plain_widened_bfloat16_rows`).
+
+Many float32 rows can be the exception at the other end: on an AVX2 AMD EPYC (Zen 3), one thread,
+MKL's sgemm beat the packed inner product from 128 rows (10-12% at 256-1,024), where on every
+AVX-512 and AMX host measured oneDNN kept winning (2.1-2.4x at 2,048). So that crossover is measured
+once per process too (`plain_float32_from_rows`), and never assumed.
 
 A small float32 weight (under MIN_PACKED_FLOAT32 elements, 512 x 1,024) stays with F.linear too:
 oneDNN's call costs ~15 us whatever the size, more than the whole product of a 64 x 176 weight (3
@@ -33,8 +42,7 @@ F.linear was as fast or faster at every row count up to 64 for weights up to 256
 packed path won from 512 x 1,536 at 16 rows (docs/engine.md, "Packed linears"). Real models'
 weights are all far above it; the bundled test models' are below.
 
-It degrades cleanly: the packed path is used only for a float32 or (natively computed) bfloat16 CPU
-weight, only if torch has the ops, and only after a self-check against F.linear on the real weight;
+It degrades cleanly: the packed path is used only for a float32 or bfloat16 CPU weight, only if torch has the ops, and only after a self-check against F.linear on the real weight;
 otherwise F.linear. `REFENGINE_CPU_PACKED_GEMM=0` turns it off (the bench flips `ENABLED` for
 side-by-side runs).
 
@@ -226,8 +234,8 @@ def measure_plain_float32_from_rows() -> int:
     F.linear (MKL's sgemm) was measured faster, by _MANY_MARGIN, at every larger count probed too; a
     count beyond any step (sys.maxsize) where the packed path kept winning, as on every AVX-512 and AMX
     host measured (oneDNN there 2.1-2.4x F.linear at 2,048 rows). On an AVX2 AMD EPYC (Zen 3) F.linear
-    was 13-14% faster from 512 rows and level at 128 (docs/engine.md, "Packed linears"). About half a
-    second, once per process."""
+    was 6% faster at 128 rows and 10-12% at 256-1,024 (docs/engine.md, "Packed linears"). About half
+    a second, once per process."""
     if not ENABLED or not _ops_available():
         return sys.maxsize
     gen = torch.Generator().manual_seed(1)
