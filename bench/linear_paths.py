@@ -29,8 +29,8 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import machine, matmul_peak, print_table, write_json  # noqa: E402
-from refengine.numerics import cpu_bfloat16  # noqa: E402
+from bench.common import machine, matmul_peak, print_table, write_json
+from refengine.numerics import cpu_bfloat16
 
 # [out, in] of the `tiny` preset's decoder linears (refengine/model/tiny.py), one layer's, times 8.
 LAYER = [((16 + 2 * 4) * 64, 1024), (1024, 16 * 64), (2 * 2816, 1024), (1024, 2816)]
