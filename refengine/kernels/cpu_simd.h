@@ -18,6 +18,15 @@ inline float widen(uint16_t x) {
   return f;
 }
 
+// exp of a vector: x = n ln2 + r with |r| <= ln2 / 2, exp(r) by its degree-6 Taylor polynomial
+// (relative error ~1e-7, float32's own), times 2^n; x is clamped to [-87, 88], float32's normal range
+// (so exp(-inf) is ~1e-38, not a denormal or NaN). The constants, shared by every width's body:
+namespace exp_poly {
+constexpr float lo = -87.f, hi = 88.f, log2e = 1.44269504088896341f;
+constexpr float ln2_hi = 0.693359375f, ln2_lo = -2.12194440e-4f;  // ln2 in two parts (Cody-Waite)
+constexpr float coef[7] = {1.f / 720.f, 1.f / 120.f, 1.f / 24.f, 1.f / 6.f, 0.5f, 1.f, 1.f};  // Horner, highest first
+}  // namespace exp_poly
+
 #if defined(__AVX512F__)
 // 16 elements as float32 lanes.
 inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
@@ -26,22 +35,15 @@ inline __m512 load16(const uint16_t* p) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(half), 16));
 }
 
-// exp of 16 lanes: x = n ln2 + r with |r| <= ln2 / 2, exp(r) by its degree-6 Taylor polynomial
-// (relative error ~1e-7, float32's own), times 2^n by scalef; x is clamped to [-87, 88], float32's
-// normal range (so exp(-inf) is ~1e-38, not a denormal or NaN).
+// exp of 16 lanes (see exp_poly), 2^n by scalef.
 inline __m512 exp16(__m512 x) {
-  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.f)), _mm512_set1_ps(88.f));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+  using namespace exp_poly;
+  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(lo)), _mm512_set1_ps(hi));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(log2e)),
                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);  // ln2 in two parts (Cody-Waite)
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.f / 720.f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 120.f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 24.f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 6.f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f));
+  const __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(ln2_lo), _mm512_fnmadd_ps(n, _mm512_set1_ps(ln2_hi), x));
+  __m512 p = _mm512_set1_ps(coef[0]);
+  for (int i = 1; i < 7; ++i) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(coef[i]));
   return _mm512_scalef_ps(p, n);
 }
 
@@ -128,18 +130,13 @@ inline float vsum(vec v) {
 // exp16's method 8 lanes at a time; AVX2 has no scalef, so 2^n is built in the exponent field (n is
 // within [-126, 127] after the clamp: a normal float).
 inline vec vexp(vec x) {
-  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.f)), _mm256_set1_ps(88.f));
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-  __m256 p = _mm256_set1_ps(1.f / 720.f);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.f / 120.f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.f / 24.f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.f / 6.f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.f));
+  using namespace exp_poly;
+  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(lo)), _mm256_set1_ps(hi));
+  const __m256 n =
+      _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(log2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(ln2_lo), _mm256_fnmadd_ps(n, _mm256_set1_ps(ln2_hi), x));
+  __m256 p = _mm256_set1_ps(coef[0]);
+  for (int i = 1; i < 7; ++i) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(coef[i]));
   const __m256i two_n = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
   return _mm256_mul_ps(p, _mm256_castsi256_ps(two_n));
 }
