@@ -42,8 +42,9 @@ F.linear was as fast or faster at every row count up to 64 for weights up to 256
 packed path won from 512 x 1,536 at 16 rows (docs/engine.md, "Packed linears"). Real models'
 weights are all far above it; the bundled test models' are below.
 
-It degrades cleanly: the packed path is used only for a float32 or bfloat16 CPU weight, only if torch has the ops, and only after a self-check against F.linear on the real weight;
-otherwise F.linear. `REFENGINE_CPU_PACKED_GEMM=0` turns it off (the bench flips `ENABLED` for
+It degrades cleanly: the packed path is used only for a float32 or bfloat16 CPU weight, only if
+torch has the ops, and only after a self-check against F.linear on the real weight; otherwise
+F.linear. `REFENGINE_CPU_PACKED_GEMM=0` turns it off (the bench flips `ENABLED` for
 side-by-side runs).
 
 The dense weight is kept (state dicts, TP loaders and tests read it), so weights take twice
