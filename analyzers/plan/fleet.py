@@ -197,7 +197,7 @@ def _route(runs: list[EngineRun], balancer: LoadBalancer, load: FleetLoad, max_s
     every = frozenset(range(balancer.size))
     done_seen = [0] * len(runs)  # per replica: finished requests already counted as ended
     for i, t in enumerate(poisson_times(load.rate, load.seed)):
-        if t >= end:
+        if t >= end and _windows_done(runs, t, load, max_steps):
             break
         if balancer.policy == "least-outstanding":
             for k, run in enumerate(runs):
@@ -216,6 +216,16 @@ def _route(runs: list[EngineRun], balancer: LoadBalancer, load: FleetLoad, max_s
         if late.over(runs, t):
             return True
     return _drain(runs, end, load, max_steps, late)
+
+
+def _windows_done(runs: list[EngineRun], t: float, load: FleetLoad, max_steps: int) -> bool:
+    """After the window the router keeps sending, as the sweep's load does (LoadSpec.keep_load), until
+    every replica has finished the window's requests by `t` (or the drain's bound has passed)."""
+    if t >= load.warmup_s + load.duration_s + load.drain_limit_s:
+        return True
+    for run in runs:
+        run.advance(t, max_steps, more_coming=True)
+    return all(run.window_open == 0 for run in runs)
 
 
 def _pooled(results: list[SimResult]) -> SimResult:

@@ -30,6 +30,7 @@ class LevelLoad:
     concurrency: int | None = None
     request_rate: float | None = None
     sizing: WindowSizing = FIXED  # the sweep's sizing of this level's warm-up and window
+    keep_load: bool = True  # the load runs on after the window until its requests finish (LoadSpec.keep_load)
 
     def __post_init__(self) -> None:
         if (self.concurrency is None) == (self.request_rate is None):
@@ -144,6 +145,7 @@ def predict_level(
             arrivals=times,
             seed=seed,
             sizing=level.sizing,
+            keep_load=level.keep_load,
         )
         results.append(sim.run(load, lengths))
     return summarize(level.level_id, results)

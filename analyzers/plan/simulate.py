@@ -10,7 +10,8 @@ reproduced (refengine/distributed/batch_queue.py): up to PP batches in flight, a
 stage 0 is free, each landing a full pass through the stages after it was issued.
 
 Load, as the sweep sends it: closed loop (N users, each sends its next request when its last one
-ends) or open loop (requests at given arrival times). Requests are a function of their index
+ends) or open loop (requests at given arrival times), kept running after the window until the
+window's requests have finished. Requests are a function of their index
 (prompt tokens, output tokens); the face builds it from loadgen's workloads, so a prediction and a
 measurement come from the same specification.
 """
@@ -50,6 +51,10 @@ class LoadSpec:
     drain_limit_s: float = 600.0  # the window's requests may run this long past its end
     seed: int = 0  # the request overheads' jitter
     sizing: WindowSizing = FIXED  # a sized warm-up or window, as the sweep's (analyzers/plan/window.py)
+    # After the window the clients keep sending until the window's requests have finished, so the last
+    # of them are served under the same load as the first (the sweep's drain, docs/metrics.md); False:
+    # nothing is sent after the window, and its last requests finish on an emptying engine.
+    keep_load: bool = True
 
     def __post_init__(self) -> None:
         if (self.concurrency is None) == (self.arrivals is None):
@@ -199,7 +204,8 @@ class EngineRun:
         self.requests[rid] = request
 
     def sending(self) -> bool:
-        return self.now < self.window.hi
+        """Clients send during warm-up and window, and after it while the window's requests run (LoadSpec.keep_load)."""
+        return self.now < self.window.hi or (self.load.keep_load and not self._window_done())
 
     def take_in(self) -> None:
         """Open loop: the arrivals due by now; then everything that has reached the server."""
@@ -235,6 +241,8 @@ class EngineRun:
         it has nothing to do, or sending has stopped and the window's requests are done. `more_coming`:
         a router will send more, so having nothing to do now is waiting, not the end."""
         while self.steps < max_steps and self.now < until:
+            if not self.sending() and self._window_done():
+                break  # checked first, so that a fleet's later calls add no step to a finished level
             self.take_in()
             if not self.scheduler.has_unfinished_requests():
                 nxt = self.next_event()
@@ -249,8 +257,6 @@ class EngineRun:
                 if nxt is None or nxt > until:
                     break
                 self.now = max(self.now, nxt)
-            if not self.sending() and self._window_done():
-                break
 
     def result(self, max_steps: int) -> SimResult:
         if self.steps >= max_steps:

@@ -71,6 +71,7 @@ def planned_levels(sweep: SweepInfo, overrides: dict | None = None) -> list[Leve
             concurrency=lv.concurrency,
             request_rate=lv.request_rate,
             sizing=WindowSizing(lv.steady_warmup, lv.sample_target, lv.max_duration_s, ANNOUNCE_LEAD_S),
+            keep_load=lv.drain == "keep_load",
         )
         out.append(LevelInput(load, _lengths(lv, sweep.workload), _arrivals(lv, sweep.workload)))
     return out

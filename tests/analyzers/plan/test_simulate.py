@@ -130,3 +130,24 @@ def test_pipeline_parallel_runs_the_batch_queue_and_overlaps_stages():
     assert all(r.t_done is not None for r in queued.in_window)
     # Two batches in flight keep both stages busy; one at a time leaves a stage idle while the other works.
     assert queued.output_tok_s > 1.5 * serial.output_tok_s
+
+
+def test_the_load_keeps_running_after_the_window_until_its_requests_finish():
+    """The sweep's drain (docs/metrics.md): a window's last requests are served under the same load as
+    its first. Without it (keep_load=False) they would finish on an emptying engine, faster."""
+    sim = Simulator(
+        StepModel(resolve_model("llama-3-8b"), published_profile("h100")),
+        SchedulerConfig(max_num_seqs=128, max_model_len=4096),
+        CacheConfig(num_blocks=20_000),
+    )
+    lengths = lambda i: (random_prompt(1024, 0, i), 64 + (i * 37) % 192)  # requests outlast the short window
+    kept, stopped = (
+        sim.run(LoadSpec(warmup_s=3.0, duration_s=0.5, concurrency=16, keep_load=keep), lengths)
+        for keep in (True, False)
+    )
+    last_done = max(r.t_done for r in kept.in_window)
+    sent_after = [r.t_sent for r in kept.records if r.t_sent >= kept.window[1]]
+    assert sent_after and max(sent_after) <= last_done  # sending went on until the window's last request ended
+    assert not [r for r in stopped.records if r.t_sent >= stopped.window[1]]
+    mean_tpot = lambda res: sum(r.tpot_s for r in res.in_window) / len(res.in_window)
+    assert mean_tpot(kept) > 1.1 * mean_tpot(stopped)
