@@ -30,37 +30,27 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import machine, matmul_peak, print_table, write_json
+from refengine.model.layers.cpu_gemm import packed_linear, reorder
 from refengine.numerics import cpu_bfloat16
 
 # [out, in] of the `tiny` preset's decoder linears (refengine/model/tiny.py), one layer's, times 8.
 LAYER = [((16 + 2 * 4) * 64, 1024), (1024, 16 * 64), (2 * 2816, 1024), (1024, 2816)]
 
 
-def _packed(w: torch.Tensor) -> torch.Tensor:
-    return torch.ops.mkldnn._reorder_linear_weight(w, None)
-
-
-def _pointwise(x: torch.Tensor, packed: torch.Tensor) -> torch.Tensor:
-    return torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")
-
-
 def arms(weights: list[torch.Tensor]) -> dict:
     """Name -> (dtype of the rows, one linear: (x, i) -> y) for the paths worth comparing here."""
     f32 = [w.float() for w in weights]
-    f32_packed = [_packed(w) for w in f32]
+    f32_packed = [reorder(w) for w in f32]
     out = {
-        "float32 packed (oneDNN)": (torch.float32, lambda x, i: _pointwise(x, f32_packed[i])),
+        "float32 packed (oneDNN)": (torch.float32, lambda x, i: packed_linear(x, f32_packed[i], None)),
         "float32 F.linear (MKL)": (torch.float32, lambda x, i: F.linear(x, f32[i])),
     }
     bf16 = [w.bfloat16() for w in weights]
     if cpu_bfloat16.cpu_computes_bfloat16():
-        bf16_packed = [_packed(w) for w in bf16]
-        out["bfloat16 packed (native)"] = (torch.bfloat16, lambda x, i: _pointwise(x, bf16_packed[i]))
-    else:
-        out["bfloat16 packed in float32"] = (
-            torch.bfloat16,
-            lambda x, i: _pointwise(x.float(), f32_packed[i]).bfloat16(),
-        )
+        bf16_packed = [reorder(w) for w in bf16]
+        out["bfloat16 packed (native)"] = (torch.bfloat16, lambda x, i: packed_linear(x, bf16_packed[i], None))
+    else:  # the rows widened, the output rounded back (packed_linear's bfloat16-through-float32 path)
+        out["bfloat16 packed in float32"] = (torch.bfloat16, lambda x, i: packed_linear(x, f32_packed[i], None))
     out["bfloat16 F.linear"] = (torch.bfloat16, lambda x, i: F.linear(x, bf16[i]))
     return out
 

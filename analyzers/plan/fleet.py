@@ -225,7 +225,7 @@ def _windows_done(runs: list[EngineRun], t: float, load: FleetLoad, max_steps: i
         return True
     for run in runs:
         run.advance(t, max_steps, more_coming=True)
-    return all(run.window_open == 0 for run in runs)
+    return all(run.window_done() for run in runs)
 
 
 def _pooled(results: list[SimResult]) -> SimResult:

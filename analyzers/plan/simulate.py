@@ -205,7 +205,7 @@ class EngineRun:
 
     def sending(self) -> bool:
         """Clients send during warm-up and window, and after it while the window's requests run (LoadSpec.keep_load)."""
-        return self.now < self.window.hi or (self.load.keep_load and not self._window_done())
+        return self.now < self.window.hi or (self.load.keep_load and not self.window_done())
 
     def take_in(self) -> None:
         """Open loop: the arrivals due by now; then everything that has reached the server."""
@@ -241,7 +241,7 @@ class EngineRun:
         it has nothing to do, or sending has stopped and the window's requests are done. `more_coming`:
         a router will send more, so having nothing to do now is waiting, not the end."""
         while self.steps < max_steps and self.now < until:
-            if not self.sending() and self._window_done():
+            if not self.sending() and self.window_done():
                 break  # checked first, so that a fleet's later calls add no step to a finished level
             self.take_in()
             if not self.scheduler.has_unfinished_requests():
@@ -272,7 +272,7 @@ class EngineRun:
             self.window_batch / n,
         )
 
-    def _window_done(self) -> bool:
+    def window_done(self) -> bool:
         return self.window_open == 0
 
     def step(self) -> bool:

@@ -107,9 +107,9 @@ def pack(weight: torch.Tensor) -> torch.Tensor | None:
         return None
     try:
         with torch.no_grad():
-            packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach().to(packed_dtype(weight.dtype)), None)
+            packed = reorder(weight.detach().to(packed_dtype(weight.dtype)))
             x = torch.randn(_CHECK_ROWS, weight.shape[1], generator=torch.Generator().manual_seed(0)).to(weight.dtype)
-            want, got = F.linear(x, weight).float(), _packed_linear(x, packed, None).float()
+            want, got = F.linear(x, weight).float(), packed_linear(x, packed, None).float()
             tol = _TOLERANCE[weight.dtype] * (1.0 + float(want.abs().max()))
             if got.shape != want.shape or float((got - want).abs().max()) > tol:
                 log.info("oneDNN packed linear disagrees with F.linear; using F.linear")
@@ -120,7 +120,13 @@ def pack(weight: torch.Tensor) -> torch.Tensor | None:
         return None
 
 
-def _packed_linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+def reorder(weight: torch.Tensor) -> torch.Tensor:
+    """oneDNN's packed layout of a CPU weight [out, in], as it is (no dtype change, no self-check: see pack)."""
+    return torch.ops.mkldnn._reorder_linear_weight(weight, None)
+
+
+def packed_linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """x [rows, in] through a packed weight; bfloat16 rows through a float32 one come back in bfloat16."""
     if x.dtype == packed.dtype:
         return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
     # bfloat16 rows through a float32 weight: widened exactly, multiplied and summed in float32 (as a
@@ -160,7 +166,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, cac
     if packed is None:
         return F.linear(x, weight, bias)
     shape = x.shape
-    out = _packed_linear(x.reshape(-1, shape[-1]).contiguous(), packed, bias)
+    out = packed_linear(x.reshape(-1, shape[-1]).contiguous(), packed, bias)
     return out.view(*shape[:-1], out.shape[-1])
 
 
@@ -198,12 +204,12 @@ def measure_plain_float32_rows(dtype: torch.dtype = torch.float32) -> int:
     gen = torch.Generator().manual_seed(0)
     weights = [(torch.randn(*_PROBE_SHAPE, generator=gen) * 0.02).to(dtype) for _ in range(_PROBE_COPIES)]
     with torch.no_grad():
-        packed = [torch.ops.mkldnn._reorder_linear_weight(w.float(), None) for w in weights]
+        packed = [reorder(w.float()) for w in weights]
         rows = 0
         for m in range(1, _PROBE_MAX_ROWS + 1):
             x = torch.randn(m, _PROBE_SHAPE[1], generator=gen).to(dtype)
             plain = _median_s(functools.partial(_each, F.linear, x, weights))
-            oned = _median_s(functools.partial(_each, _packed_linear, x, packed))
+            oned = _median_s(functools.partial(_each, packed_linear, x, packed))
             if plain >= oned:
                 break
             rows = m
@@ -243,11 +249,11 @@ def measure_plain_float32_from_rows() -> int:
     weight = torch.randn(*_PROBE_SHAPE, generator=gen) * 0.02
     wins = []
     with torch.no_grad():
-        packed = torch.ops.mkldnn._reorder_linear_weight(weight, None)
+        packed = reorder(weight)
         for m in _MANY_ROWS:
             x = torch.randn(m, _PROBE_SHAPE[1], generator=gen)
             plain = _median_s(functools.partial(_each, F.linear, x, [weight]), _MANY_ROUNDS)
-            oned = _median_s(functools.partial(_each, _packed_linear, x, [packed]), _MANY_ROUNDS)
+            oned = _median_s(functools.partial(_each, packed_linear, x, [packed]), _MANY_ROUNDS)
             wins.append(plain <= oned * _MANY_MARGIN)
     from_rows = sys.maxsize
     for m, won in reversed(list(zip(_MANY_ROWS, wins))):
