@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import typer
 
+from reports.prediction_words import bands_text
+
 # A closed loop's users settle into a phase (which requests prefill beside which) that the request
 # overheads' and the steps' random draws decide, and one simulation is one such phase. `--seeds N`
 # pools N of them per level. One by default: pooling three moved the plan bench's held-out errors by
@@ -20,8 +22,8 @@ PROFILE = typer.Option(
     help="A machine profile: `llmdiag calibrate --out FILE` (this machine), a fitted one (`llmdiag plan "
     "--predict-sweep RUN --fit ... --save-profile FILE`), or a published GPU (h100, h200, a100, mi300x). Each "
     "level is also predicted from it (docs/planning.md) into the run's prediction.json, and the report shows "
-    "predicted beside measured (TTFT P50/P99, TPOT P50/P95, output tok/s) with a finding for a level whose TPOT "
-    "P50 or throughput departs from its prediction by more than the model's error band (50%). For the "
+    "predicted beside measured (TTFT P50/P99, TPOT P50/P95, output tok/s) with a finding for a level that "
+    f"departs from its prediction by more than the model's error band ({bands_text()}). For the "
     "embedded engine the prediction checks the run only when the profile was measured on this machine; for an "
     "external target the profile is an assumption about the hardware serving it.",
 )

@@ -188,6 +188,35 @@ def test_one_level_slowed_beyond_the_band_is_the_only_finding(fitted, run_copy):
     assert r.output.count("Finding:") == 1 and "200% above" in r.output and "at concurrency 4" in r.output
 
 
+def test_a_healthy_runs_spread_is_no_finding_and_a_tripled_ttft_is(fitted, run_copy):
+    """Every level 70% slower than predicted (a spread healthy runs reach: bench/RESULTS.md,
+    departure_bands) is no finding, nor is a TTFT P99 five times its prediction (a tail); c4's TTFT
+    P50 at three times its prediction is the one finding, said as a TTFT."""
+    assert llmbench("report", run_copy.path, "--profile", fitted).exit_code == 0
+    record = run_copy.read_prediction()
+    measured = {
+        lv["level_id"]: {c["metric"]: c["measured"] for c in lv["checks"]} for lv in _prediction(run_copy)["levels"]
+    }
+    for lv in record.levels:
+        m = measured[lv.level_id]
+        for metric, k in (
+            ("ttft_p50_s", 1 / 1.7),
+            ("tpot_p50_s", 1 / 1.7),
+            ("tpot_p95_s", 1 / 1.7),
+            ("ttft_p99_s", 0.2),
+        ):
+            setattr(lv, metric, m[metric] * k)
+        if m["output_tok_s"] is not None:
+            lv.output_tok_s = m["output_tok_s"] * 1.7
+    record.level("c4-in16-out8").ttft_p50_s = measured["c4-in16-out8"]["ttft_p50_s"] / 3
+    run_copy.write_prediction(record)
+    r = llmbench("report", run_copy.path)
+    assert r.exit_code == 0, r.output
+    departures = _prediction(run_copy)["departures"]
+    assert [(d["level_id"], d["metric"]) for d in departures] == [("c4-in16-out8", "ttft_p50_s")]
+    assert r.output.count("Finding:") == 1 and "TTFT P50 200% above" in r.output
+
+
 def test_a_profile_of_another_machine_or_an_external_target_says_so_once(run_copy, swept):
     r = llmbench("report", run_copy.path, "--profile", "h100")
     assert r.exit_code == 0, r.output
