@@ -176,8 +176,8 @@ def _ceiling(s: RunSummary) -> list[AnswerItem]:
             f"{prefix}throughput peaks at {peak.output_tok_s:.1f} output tok/s{_ci(peak.output_tok_s_ci, 1)} at "
             f"{peak.level_id}"
         )
-        if ser.knee:
-            nxt = ser.level_ids[ser.level_ids.index(ser.knee) + 1]
+        if ser.knee and ser.past_knee:
+            nxt = ser.past_knee
             eff, a, b = s.scaling[nxt].efficiency, by_id[ser.knee], by_id[nxt]
             if eff is not None and eff < 0:
                 text += (

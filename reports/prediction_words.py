@@ -70,30 +70,36 @@ def scope_line(check: PredictionCheck) -> str:
     )
 
 
+def band_factor(band: float) -> str:
+    """A band as the factor it allows either way: 0.9 -> '×1.9' (measured over 1.9x, or under 1/1.9 of,
+    the prediction), so that '52% below' reads against '×2' without doing the inverse in one's head."""
+    return f"×{1 + band:.2g}"
+
+
 def bands_text() -> str:
-    """'TTFT P50 ±140%, TPOT P50 ±90%, output tok/s ±100%': the metrics a departure is a finding for."""
-    return ", ".join(f"{METRIC_NAMES[k]} ±{v:.0%}" for k, v in DEPARTURE_BAND.items())
+    """'TTFT P50 ×2.4, TPOT P50 ×1.9, output tok/s ×2': the metrics a departure is a finding for."""
+    return ", ".join(f"{METRIC_NAMES[k]} {band_factor(v)}" for k, v in DEPARTURE_BAND.items())
 
 
 def band_caption() -> str:
     bands = bands_text()
     return (
         "Predicted / measured, departure = measured ÷ predicted − 1 (TTFT or TPOT above, or tok/s below, the "
-        f"prediction is slower). A finding needs {bands}: one healthy level in a hundred departs that far "
-        "(bench/RESULTS.md, departure_bands); TTFT P99 and TPOT P95 are tails, shown and never a finding."
+        f"prediction is slower). A finding needs a measurement beyond {bands} its prediction, either way: one "
+        "healthy level in a hundred lies that far (bench/RESULTS.md, departure_bands); TTFT P99 and TPOT P95 are tails, shown and never a finding."
     )
 
 
 def departure_sentence(d: Departure, check: PredictionCheck) -> str:
     """'TPOT P50 120% above what this machine's profile predicts at concurrency 32 (c32-in128-out64: 46.0 ms
-    measured, 20.9 ms predicted; band ±90%): something outside the model slows it.'"""
+    measured, 20.9 ms predicted; band ×1.9 either way): something outside the model slows it.'"""
     name = METRIC_NAMES[d.metric]
     way = "above" if d.departure > 0 else "below"
     u = unit(d.metric)
     text = (
         f"{name} {abs(d.departure):.0%} {way} what {_whose(check)} predicts at {load_words(d.concurrency, d.request_rate)} "
         f"({d.level_id}: {value_text(d.metric, d.measured)}{u} measured, {value_text(d.metric, d.predicted)}{u} "
-        f"predicted; band ±{d.band:.0%})"
+        f"predicted; band {band_factor(d.band)} either way)"
     )
     text += (
         _verdict(check, "it")
@@ -124,7 +130,7 @@ def every_level_sentence(ds: list[Departure], check: PredictionCheck) -> str:
     )
     text = (
         f"{METRIC_NAMES[d0.metric]} {way} what {_whose(check)} predicts at every level, {len(ds)} of {len(ds)} "
-        f"({spread}; band ±{d0.band:.0%}): the same departure everywhere is the profile's, not one level's"
+        f"({spread}; band {band_factor(d0.band)} either way): the same departure everywhere is the profile's, not one level's"
     )
     slowed = "every request's wait for its first token" if d0.metric.startswith("ttft") else "every step"
     text += _verdict(check, slowed) if d0.slower else ": the profile overstates what this machine's operators cost."

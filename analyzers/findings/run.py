@@ -118,8 +118,8 @@ def run_findings(s: RunSummary) -> list[Finding]:
             )
         )
     for ser in s.series:
-        if ser.knee:
-            nxt = ser.level_ids[ser.level_ids.index(ser.knee) + 1]
+        if ser.knee and ser.past_knee:
+            nxt = ser.past_knee
             a, b = by_id[ser.knee], by_id[nxt]
             out.append(
                 Finding(

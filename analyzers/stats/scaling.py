@@ -41,6 +41,9 @@ class Series:
     level_ids: list[str]  # ordered by load
     knee: str | None  # the last level that still scaled, or None if every step scaled
     best_within_slo: str | None  # the highest load that met the SLO
+    # The level whose step up from the knee did not scale: the next level with a rate, which need not
+    # be the next in `level_ids` (a level between them may have measured no rate)
+    past_knee: str | None = None
 
 
 def series_of(levels: list[LevelStats]) -> dict[str, list[LevelStats]]:
@@ -59,6 +62,7 @@ def analyze_scaling(levels: list[LevelStats]) -> tuple[dict[str, ScalingPoint], 
         met = [lv for lv in group if lv.slo_met]
         best = met[-1] if met else None
         knee: str | None = None
+        past_knee: str | None = None
         prev: LevelStats | None = None
         for lv in group:
             # Nothing measured, or a window that caught one phase of its requests: no point on the curve.
@@ -73,10 +77,10 @@ def analyze_scaling(levels: list[LevelStats]) -> tuple[dict[str, ScalingPoint], 
             eff = _efficiency(prev, lv)
             flat = eff is not None and eff < CEILING_EFFICIENCY
             if flat and knee is None and prev is not None:  # (flat: an efficiency, so a previous level)
-                knee = prev.level_id
+                knee, past_knee = prev.level_id, lv.level_id
             points[lv.level_id] = ScalingPoint(lv.level_id, linearity, eff, _note(lv, best, flat))
             prev = lv
-        series.append(Series(key, [lv.level_id for lv in group], knee, best.level_id if best else None))
+        series.append(Series(key, [lv.level_id for lv in group], knee, best.level_id if best else None, past_knee))
     return points, series
 
 

@@ -158,3 +158,22 @@ def test_a_level_cut_short_gets_a_window_from_its_send_times(tmp_path):
     assert c1.window_s == 10 and c1.req_s == pytest.approx(1.0)
     assert c2.window_s == A(3.5) and c2.req_s == pytest.approx(7 / 3.5, abs=1e-5)  # first send .. last done
     assert any("did not finish" in n for n in c2.notes)
+
+
+def test_the_knee_is_told_against_the_next_level_with_a_rate(tmp_path):
+    """c1 and c16 stream 100 tok/s each; c4's requests outlast its window (no rate: a neighbour slowed
+    them). The knee is c1 and the step that did not scale is c1 -> c16, not c1 -> c4: the finding and
+    the answer name c16 (they once took the next level by position and failed on c4's missing rate)."""
+    records = []
+    for c in (1, 16):
+        records += [rec((i + 0.5) / 10, 0.1, 1.0, 10, level=f"c{c}", concurrency=c) for i in range(-5, 100)]
+    records += [rec(i * 2.5, 1.0, 30.0, 10, level="c4", concurrency=4) for i in range(4)]
+    s, _ = analyze_run(make_run(tmp_path / "skip", records, {f"c{c}": (0, 10) for c in (1, 4, 16)}))
+    assert s.scaling["c4"].efficiency is None and s.note("c4").endswith("· window < request")
+    assert (s.series[0].knee, s.series[0].past_knee) == ("c1", "c16")
+    knee = next(f for f in s.findings if "(the knee)" in f)
+    assert "c16 has 16× the load" in knee
+    from reports.answer import build_answer
+
+    ceiling = next(i.text for i in build_answer(s) if i.label == "Ceiling")
+    assert "from there to c16" in ceiling
