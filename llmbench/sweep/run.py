@@ -169,10 +169,12 @@ def _finish(
     info.finished = time.time()
     plan.note(info)
     run.write_info(info)
-    ordered = _write_summary(run, info, plan.issued(), state.stats, slos)
+    ordered = _write_summary(run, info, plan.issued(), state.stats, slos, console)
     if profile is not None:  # --profile: every level predicted, for the report to hold against it
         predict_at_end(run, profile, console)
-    summary = _write_reports(run, console) or summary_of_levels(info, slos, ordered)
+    summary = _write_reports(run, console) or _summary_or_none(run, info, slos, ordered, console)
+    if summary is None:
+        return ordered  # said in one line; the run directory holds every record
     print_grid(console, run_summary_table(summary, title=f"run {info.run_id} ({info.status})"))
     print_prediction(console, summary.prediction)
     if isinstance(plan, FixedPlan):  # a search's caller states its own answer (llmbench capacity)
@@ -230,7 +232,7 @@ def run_sweep(
                 info.levels_done.append(level.level_id)
                 plan.note(info)
                 run.write_info(info)
-                _write_summary(run, info, plan.issued(), state.stats, slos)
+                _write_summary(run, info, plan.issued(), state.stats, slos, console)
     except KeyboardInterrupt:
         state.interrupted = True
         console.print("[yellow]interrupted: the run directory keeps everything measured so far[/]")
@@ -270,11 +272,34 @@ def _write_reports(run: RunDir, console: Console) -> RunSummary | None:
 
 
 def _write_summary(
-    run: RunDir, info: RunInfo, levels: list[LevelSpec], stats: dict[str, LevelStats], slos: SloSpec
+    run: RunDir,
+    info: RunInfo,
+    levels: list[LevelSpec],
+    stats: dict[str, LevelStats],
+    slos: SloSpec,
+    console: Console,
 ) -> list[LevelStats]:
+    """summary.json after each level; an analysis bug says so in one line and the sweep goes on (its
+    records are on disk, and `llmbench report RUN` summarizes them again)."""
     ordered = [stats[lv.level_id] for lv in levels if lv.level_id in stats]
-    run.write_summary(summary_of_levels(info, slos, ordered).to_dict())
+    summary = _summary_or_none(run, info, slos, ordered, console)
+    if summary is not None:
+        run.write_summary(summary.to_dict())
     return ordered
+
+
+def _summary_or_none(
+    run: RunDir, info: RunInfo, slos: SloSpec, ordered: list[LevelStats], console: Console
+) -> RunSummary | None:
+    try:
+        return summary_of_levels(info, slos, ordered)
+    except Exception as exc:  # noqa: BLE001 - a bug in the analysis must not cost the run's measurement
+        console.print(
+            f"[yellow]could not summarize the levels so far ({type(exc).__name__}: {exc}); the sweep goes on "
+            f"with every record on disk, and `llmbench report {run.path}` retries[/]",
+            highlight=False,
+        )
+        return None
 
 
 def default_run_dir(label: str) -> Path:

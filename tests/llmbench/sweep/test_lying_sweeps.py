@@ -144,3 +144,33 @@ def test_bad_options_are_one_line_and_create_nothing(tmp_path):
         out = p.stdout + p.stderr
         assert p.returncode == 2 and words in out and "Traceback" not in out, (args, out)
         assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.slow
+def test_a_bug_in_the_analysis_costs_no_measurement(tmp_path, monkeypatch):
+    """summary_of_levels raising after each level (as a knee beside a level without a rate once did):
+    the sweep says so in one line, measures every level, ends complete, and the report (which
+    summarizes from disk) still comes out."""
+    from typer.testing import CliRunner
+
+    import llmbench.sweep.run as sweep_run
+    from llmbench.cli import app
+
+    def broken(*a, **k):
+        raise TypeError("unsupported format string passed to NoneType.__format__")
+
+    monkeypatch.setattr(sweep_run, "summary_of_levels", broken)
+    proc, url = delay_server("--ttft-ms", "10", "--itl-ms", "5")
+    out = tmp_path / "run"
+    try:
+        args = ["sweep", "--target", url, "--model", "m", "--concurrency", "1,2", "--input-len", "16"]
+        args += ["--output-len", "8", "--warmup", "0.5s", "--duration", "2s", "--probes", "none", "--out", str(out)]
+        r = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
+    finally:
+        proc.kill()
+        proc.wait()
+    assert r.exit_code == 0, r.output
+    assert "could not summarize the levels so far (TypeError" in r.output and "llmbench report" in r.output
+    info = RunDir(out).read_info()
+    assert info.status == "complete" and info.levels_done == ["c1-in16-out8", "c2-in16-out8"]
+    assert (out / "report.html").exists()
