@@ -120,7 +120,9 @@ def _verdict(check: PredictionCheck, what: str) -> str:
 
 def every_level_sentence(ds: list[Departure], check: PredictionCheck) -> str:
     """One metric departing the same way at every measured level: one finding, since an offset
-    shared by every level is the profile's (it misses a cost every step pays), not one level's."""
+    shared by every level is the run's, not one level's: a cost every step pays that the profile does not
+    model (typically the server's, for a profile calibrated without --serve), or a load beside the engine
+    the whole run long."""
     d0 = ds[0]
     way = "above" if d0.departure > 0 else "below"
     lo, hi = min(ds, key=lambda d: abs(d.departure)), max(ds, key=lambda d: abs(d.departure))
@@ -130,7 +132,8 @@ def every_level_sentence(ds: list[Departure], check: PredictionCheck) -> str:
     )
     text = (
         f"{METRIC_NAMES[d0.metric]} {way} what {_whose(check)} predicts at every level, {len(ds)} of {len(ds)} "
-        f"({spread}; band {band_factor(d0.band)} either way): the same departure everywhere is the profile's, not one level's"
+        f"({spread}; band {band_factor(d0.band)} either way): every level departs the same way, so the cause is the "
+        "whole run's (a cost the profile does not model, or a load beside the engine), not one level's"
     )
     slowed = "every request's wait for its first token" if d0.metric.startswith("ttft") else "every step"
     text += _verdict(check, slowed) if d0.slower else ": the profile overstates what this machine's operators cost."

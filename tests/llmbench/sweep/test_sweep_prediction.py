@@ -158,7 +158,7 @@ def test_a_profile_three_times_too_fast_is_a_finding_at_every_level(fitted, run_
     tpot = [d for d in departures if d["metric"] == "tpot_p50_s"]
     assert [d["level_id"] for d in tpot] == ["c1-in16-out8", "c4-in16-out8"]
     assert all(d["slower"] and d["departure"] > d["band"] for d in tpot)
-    # One finding per metric that departs at every level, not one per level: the offset is the profile's.
+    # One finding per metric that departs at every level, not one per level: the offset is the run's.
     assert r.output.count("Finding: TPOT P50") == 1
     assert "TPOT P50 above what this machine's profile predicts at every level, 2 of 2" in r.output
     assert "something outside the model slows every step" in r.output
