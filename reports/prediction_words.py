@@ -86,7 +86,8 @@ def band_caption() -> str:
     return (
         "Predicted / measured, departure = measured ÷ predicted − 1 (TTFT or TPOT above, or tok/s below, the "
         f"prediction is slower). A finding needs a measurement beyond {bands} its prediction, either way: one "
-        "healthy level in a hundred lies that far (bench/RESULTS.md, departure_bands); TTFT P99 and TPOT P95 are tails, shown and never a finding."
+        "healthy level in a hundred lies that far (bench/RESULTS.md, departure_bands); TTFT P99 and TPOT P95 "
+        "are tails, shown and never a finding."
     )
 
 
