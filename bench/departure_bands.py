@@ -33,18 +33,26 @@ from bench.prediction_errors import METRICS, case_levels
 QUANTILES = (50, 90, 95, 99)
 
 
+def size(lv: dict, metric: str) -> float | None:
+    """|ln(measured / predicted)| of one level's metric; None without both figures."""
+    m, p = (lv.get("measured") or {}).get(metric) or 0, (lv.get("predicted") or {}).get(metric) or 0
+    return abs(math.log(m / p)) if m > 0 and p > 0 else None
+
+
+def judged(lv: dict, mode: str) -> bool:
+    """Every level under the calibrated profile; under the fitted one, the held-out levels only."""
+    return mode == "calibrated" or lv["role"] == "predicted"
+
+
 def level_sizes(bench: dict, mode: str) -> dict[str, list[float]]:
-    """|ln(measured / predicted)| per metric over the bench's levels under one profile (fitted: the
-    held-out levels only); levels without both figures are left out."""
+    """Each metric's sizes over the bench's judged levels under one profile (closed loop, open loop, trace)."""
     out: dict[str, list[float]] = {k: [] for k in METRICS}
     for case in bench["cases"]:
         for lv, _kind in case_levels(case, mode):
-            if mode == "fitted" and lv["role"] != "predicted":
-                continue
-            m, p = lv.get("measured") or {}, lv.get("predicted") or {}
-            for k in METRICS:
-                if (m.get(k) or 0) > 0 and (p.get(k) or 0) > 0:
-                    out[k].append(abs(math.log(m[k] / p[k])))
+            if judged(lv, mode):
+                for k in METRICS:
+                    if (v := size(lv, k)) is not None:
+                        out[k].append(v)
     return out
 
 
@@ -67,13 +75,11 @@ def sweeps_with_a_finding(benches: list[dict], mode: str, bands: dict[str, float
     hit = total = 0
     for bench in benches:
         for case in bench["cases"]:
-            levels = [lv for lv in case[mode]["levels"] if mode == "calibrated" or lv["role"] == "predicted"]
             total += 1
             hit += any(
-                (m := (lv.get("measured") or {}).get(k) or 0) > 0
-                and (p := (lv.get("predicted") or {}).get(k) or 0) > 0
-                and abs(math.log(m / p)) > math.log(1 + b)
-                for lv in levels
+                (v := size(lv, k)) is not None and v > math.log(1 + b)
+                for lv in case[mode]["levels"]
+                if judged(lv, mode)
                 for k, b in bands.items()
             )
     return hit, total

@@ -76,13 +76,8 @@ def band_factor(band: float) -> str:
     return f"×{1 + band:.2g}"
 
 
-def bands_text() -> str:
-    """'TTFT P50 ×2.4, TPOT P50 ×1.9, output tok/s ×2': the metrics a departure is a finding for."""
-    return ", ".join(f"{METRIC_NAMES[k]} {band_factor(v)}" for k, v in DEPARTURE_BAND.items())
-
-
 def band_caption() -> str:
-    bands = bands_text()
+    bands = ", ".join(f"{METRIC_NAMES[k]} {band_factor(v)}" for k, v in DEPARTURE_BAND.items())  # TTFT P50 ×2.4, ...
     return (
         "Predicted / measured, departure = measured ÷ predicted − 1 (TTFT or TPOT above, or tok/s below, the "
         f"prediction is slower). A finding needs a measurement beyond {bands} its prediction, either way: one "

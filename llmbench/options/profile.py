@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import typer
 
-from reports.prediction_words import bands_text
-
 # A closed loop's users settle into a phase (which requests prefill beside which) that the request
 # overheads' and the steps' random draws decide, and one simulation is one such phase. `--seeds N`
 # pools N of them per level. One by default: pooling three moved the plan bench's held-out errors by
@@ -23,7 +21,8 @@ PROFILE = typer.Option(
     "--predict-sweep RUN --fit ... --save-profile FILE`), or a published GPU (h100, h200, a100, mi300x). Each "
     "level is also predicted from it (docs/planning.md) into the run's prediction.json, and the report shows "
     "predicted beside measured (TTFT P50/P99, TPOT P50/P95, output tok/s) with a finding for a level that "
-    f"departs from its prediction by more than the model's error band ({bands_text()}). For the "
+    "departs from its prediction by more than the model's error band (the report's caption says it; "
+    "docs/planning.md, 'In the sweep's report', says where it comes from). For the "
     "embedded engine the prediction checks the run only when the profile was measured on this machine; for an "
     "external target the profile is an assumption about the hardware serving it.",
 )

@@ -169,10 +169,10 @@ def _finish(
     info.finished = time.time()
     plan.note(info)
     run.write_info(info)
-    ordered = _write_summary(run, info, plan.issued(), state.stats, slos, console)
+    ordered, last = _write_summary(run, info, plan.issued(), state.stats, slos, console)
     if profile is not None:  # --profile: every level predicted, for the report to hold against it
         predict_at_end(run, profile, console)
-    summary = _write_reports(run, console) or _summary_or_none(run, info, slos, ordered, console)
+    summary = _write_reports(run, console) or last
     if summary is None:
         return ordered  # said in one line; the run directory holds every record
     print_grid(console, run_summary_table(summary, title=f"run {info.run_id} ({info.status})"))
@@ -278,28 +278,22 @@ def _write_summary(
     stats: dict[str, LevelStats],
     slos: SloSpec,
     console: Console,
-) -> list[LevelStats]:
-    """summary.json after each level; an analysis bug says so in one line and the sweep goes on (its
-    records are on disk, and `llmbench report RUN` summarizes them again)."""
+) -> tuple[list[LevelStats], RunSummary | None]:
+    """summary.json after each level: the levels in plan order and their summary. An analysis bug says
+    so in one line and the sweep goes on (its records are on disk, and `llmbench report RUN`
+    summarizes them again): the summary is then None."""
     ordered = [stats[lv.level_id] for lv in levels if lv.level_id in stats]
-    summary = _summary_or_none(run, info, slos, ordered, console)
-    if summary is not None:
-        run.write_summary(summary.to_dict())
-    return ordered
-
-
-def _summary_or_none(
-    run: RunDir, info: RunInfo, slos: SloSpec, ordered: list[LevelStats], console: Console
-) -> RunSummary | None:
     try:
-        return summary_of_levels(info, slos, ordered)
+        summary = summary_of_levels(info, slos, ordered)
     except Exception as exc:  # noqa: BLE001 - a bug in the analysis must not cost the run's measurement
         console.print(
             f"[yellow]could not summarize the levels so far ({type(exc).__name__}: {exc}); the sweep goes on "
             f"with every record on disk, and `llmbench report {run.path}` retries[/]",
             highlight=False,
         )
-        return None
+        return ordered, None
+    run.write_summary(summary.to_dict())
+    return ordered, summary
 
 
 def default_run_dir(label: str) -> Path:
