@@ -16,6 +16,7 @@ import numpy as np
 from analyzers.diagnosis_error import DiagnosisError
 from analyzers.plan.simulate import LengthsFn, LoadSpec, SimResult, Simulator
 from analyzers.plan.window import FIXED, WindowSizing
+from analyzers.stats.distribution import MIN_SAMPLES_FOR_P99
 
 METRICS = ("ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p95_s", "output_tok_s")
 
@@ -89,8 +90,10 @@ def summarize(level_id: str, result: SimResult | list[SimResult]) -> LevelPredic
     )
     notes = sorted(set().union(*(res.notes for res in results)))
     pooled = f" (over {len(results)} simulations)" if len(results) > 1 else ""
-    if len(window) < 100:
-        notes.append(f"{len(window)} simulated requests in the window{pooled}: its P99 rests on fewer than 100")
+    if len(window) < MIN_SAMPLES_FOR_P99:
+        notes.append(
+            f"{len(window)} simulated requests in the window{pooled}: its P99 rests on fewer than {MIN_SAMPLES_FOR_P99}"
+        )
     finished = [r for res in results for r in res.records if r.t_done is not None]
     tpot_all = [r.tpot_s for r in finished if r.tpot_s is not None]
     ttft_all = [r.ttft_s for r in finished if r.ttft_s is not None]

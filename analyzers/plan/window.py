@@ -14,6 +14,7 @@ it is sent, never changes; steps and tokens before a decision lie outside the wi
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from analyzers.diagnosis_error import DiagnosisError
@@ -76,7 +77,9 @@ class LevelWindow:
             or requests < target
         ):
             return
-        self.hi = max(now + self.sizing.lead_s, self.lo + self.duration_s)
+        # Just past the decision: the requests counted were sent at or before `now`, and a window
+        # ends before its end time (with no lead, one sent at `now` would fall out of the count).
+        self.hi = max(math.nextafter(now + self.sizing.lead_s, math.inf), self.lo + self.duration_s)
         self.window_end_by = "samples"
 
     def notes(self) -> set[str]:

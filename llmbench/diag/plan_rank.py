@@ -12,6 +12,7 @@ from analyzers.plan.engine_config import parse_what_if, with_changes
 from analyzers.plan.gpu_profiles import resolve_profile
 from analyzers.plan.parallel import Candidate, Cluster
 from analyzers.plan.rank import RankedPlan, TargetLoad, rank_by_goodput
+from analyzers.stats.distribution import MIN_SAMPLES_FOR_P99
 from refengine.config import EngineArgs
 from refengine.errors import RefEngineError
 
@@ -89,10 +90,11 @@ def print_ranking(
         )
     console.print(table)
     notes = sorted({n for r in ranked for n in r.prediction.notes if "simulated requests" not in n})
-    thin = sum(1 for r in ranked if r.prediction.n_requests < 100)
+    thin = sum(1 for r in ranked if r.prediction.n_requests < MIN_SAMPLES_FOR_P99)
     if thin:
         notes.append(
-            f"{thin} of {len(ranked)} predictions rest on fewer than 100 simulated requests: their P99 is rough"
+            f"{thin} of {len(ranked)} predictions rest on fewer than {MIN_SAMPLES_FOR_P99} simulated requests "
+            "(their window reached its bound): their P99 is rough"
         )
     for note in notes:
         console.print(f"[dim]note: {note}[/]")

@@ -46,3 +46,18 @@ def test_a_simulated_level_whose_first_wave_outlasts_a_fixed_warm_up_measures_la
     assert sized.in_window and all(r.t_sent >= first_wave_done for r in sized.in_window)
     fixed = _sim(4).run(LoadSpec(0.1, 2.0, concurrency=16), lengths)
     assert fixed.window == (0.1, 2.1)
+
+
+def test_a_window_sized_with_no_lead_keeps_the_request_that_reached_its_target():
+    """With no announce lead (the plan's own ranking), the request that brings the count to the target is
+    sent at the decision's moment: it stays in the window, and the simulation ends once the window's
+    requests are done (counted in and dropped, it was never finished: the run went on to its drain limit)."""
+    w = LevelWindow(0.0, 1.0, WindowSizing(sample_target=3, max_duration_s=60.0))
+    w.holds(4.0, 3)
+    assert w.contains(4.0) and not w.contains(4.001)
+    lengths = lambda i: (random_prompt(64, 0, i), 8)
+    sized = WindowSizing(steady_warmup=True, sample_target=40, max_duration_s=600.0)
+    result = _sim(4).run(LoadSpec(0.1, 0.2, concurrency=4, sizing=sized), lengths)
+    assert len(result.in_window) == 40 and all(r.t_done is not None for r in result.in_window)
+    last_done = max(r.t_done for r in result.in_window)
+    assert max(r.t_sent for r in result.records) <= last_done  # nobody sent after the window's last finished

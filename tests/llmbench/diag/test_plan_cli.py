@@ -174,6 +174,15 @@ def test_plan_with_a_profile_ranks_on_predicted_goodput_and_compares_what_ifs():
     assert bad.exit_code == 2 and "max_num_seqs" in bad.output and "Traceback" not in bad.output
 
 
+def test_a_ranked_plan_simulates_the_requests_its_p99_needs():
+    """8 users of 10-s requests: a fixed minute held ~50 requests and the P99 was flagged as rough; the
+    window is sized the way the sweep sizes a level (analyzers/plan/rank.py)."""
+    args = ("--model", "llama-3-70b", "-c", "8", "--profile", "h100", "--no-quantize", "--top", "1")
+    r = invoke("plan", *args, "--input-len", "1024", "--output-len", "256")
+    assert r.exit_code == 0, r.output
+    assert len(_rank_rows(r.output)) == 1 and "fewer than" not in r.output
+
+
 @pytest.mark.slow
 def test_predict_sweep_predicts_levels_the_run_did_not_measure(run_dir):
     r = invoke(
