@@ -12,7 +12,7 @@ chunk after a prefix needs) is gone too.
 
 Plain C++ with no torch headers, compiled on first use and cached, keyed by the CPU's flags
 (kernels/cpu_build.py), called through ctypes, threads split the (prefill, KV head) pairs by their
-work, up to torch.get_num_threads() (one per MIN_PAIRS_PER_THREAD). AVX-512 (16-lane tiles) or AVX2
+work, up to torch.get_num_threads() (one per MIN_WORK_PER_THREAD). AVX-512 (16-lane tiles) or AVX2
 with FMA (8), a head size of up to 128 in steps of the lanes and at most as many query heads per KV
 head as lanes only (`applies`); elsewhere, or if the build fails, PyTorch's SDPA runs.
 `REFENGINE_CPU_KERNELS=0` turns it off. Tested against the PyTorch oracle in
@@ -43,15 +43,26 @@ def _declare(cdll: ctypes.CDLL) -> None:
 
 LIBRARY = CppLibrary("cpu_paged_prefill", _SOURCE, _declare, "CPU paged prefill kernel")
 
-# Query-key pairs (rows x context, summed over the prefills) each thread must have before a call
-# splits over threads: threads are started per call beside torch's OpenMP workers, which spin on the
-# cores they need (the decode kernel's finding, kernels/cpu_paged_decode.py); one 512-token prompt is
-# 2^18 pairs, about 6 ms a layer of `tiny` on one core.
-MIN_PAIRS_PER_THREAD = 1 << 17
+# Work (query-key pairs, rows x context summed over the prefills, times query heads x head size: the
+# multiply-adds of the scores) each thread must have before a call splits over threads: threads are
+# started per call beside torch's OpenMP workers, which spin on the cores they need (the decode
+# kernel's finding, kernels/cpu_paged_decode.py). A rule in pairs alone, set on `tiny` (16 heads of
+# 64: one 512-token prompt is 2^18 pairs, 2^28 of work, about 6 ms a layer on one core), split
+# tiny-test's 512-token prompt (4 heads of 16: 2^24, 0.2 ms) and made its prefill step 25% slower
+# inside the engine than on one thread; bench/prefill_threads.py measures both arms by shape and length.
+MIN_WORK_PER_THREAD = 1 << 27
 
 
-def threads_for(pairs: int) -> int:
-    return max(1, min(torch.get_num_threads(), pairs // MIN_PAIRS_PER_THREAD))
+def threads_for(work: int) -> int:
+    """How many threads a call of `work` (query-key pairs x query heads x head size) uses: torch's count
+    at most, one per MIN_WORK_PER_THREAD, at least one."""
+    return max(1, min(torch.get_num_threads(), work // MIN_WORK_PER_THREAD))
+
+
+def prefill_work(rows: torch.Tensor, num_heads: int, head_dim: int) -> int:
+    """The scores' multiply-adds of a call: query rows x context (each prefill's rows over its
+    context, itself included), summed, times query heads x head size. `rows` as paged_prefill_cpu's."""
+    return int((rows[:, 1] * (rows[:, 1] + rows[:, 2])).sum()) * num_heads * head_dim
 
 
 # The library's entry point for each cache dtype it reads.
@@ -116,6 +127,6 @@ def paged_prefill_cpu(
         tables.shape[1],
         float(scale),
         # One thread unless torch has more: then the work decides (summing it costs torch ops).
-        1 if torch.get_num_threads() == 1 else threads_for(int((spans[:, 1] * (spans[:, 1] + spans[:, 2])).sum())),
+        1 if torch.get_num_threads() == 1 else threads_for(prefill_work(spans, num_heads, head_dim)),
     )
     return out

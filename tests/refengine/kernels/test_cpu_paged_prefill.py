@@ -88,9 +88,9 @@ _TOLERANCE = {torch.float32: dict(rtol=1e-5, atol=2e-5), torch.bfloat16: dict(rt
 def test_two_threads_write_what_one_does(monkeypatch):
     cache, meta, q = _step([(0, 300), (0, 200), (50, 120)], 16, 16, 4, 64)
     args = (q, cache, meta.prefill_block_tables, meta.prefill_rows, 16, 0.125)
-    monkeypatch.setattr(cpu_paged_prefill, "threads_for", lambda pairs: 1)
+    monkeypatch.setattr(cpu_paged_prefill, "threads_for", lambda work: 1)
     one = cpu_paged_prefill.paged_prefill_cpu(*args)
-    monkeypatch.setattr(cpu_paged_prefill, "threads_for", lambda pairs: 2)
+    monkeypatch.setattr(cpu_paged_prefill, "threads_for", lambda work: 2)
     threads = torch.get_num_threads()
     torch.set_num_threads(2)  # with one torch thread the kernel never asks threads_for
     try:
@@ -123,3 +123,14 @@ def test_a_head_shape_the_kernel_lacks_or_the_switch_off_keeps_sdpa(monkeypatch)
     meta_no_write = type(meta)(**{**meta.__dict__, "slot_mapping": meta.slot_mapping[:0]})
     out = layer(q, torch.zeros(0, 72), torch.zeros(0, 72), cache, meta_no_write)
     torch.testing.assert_close(out, _oracle(q, cache, meta, 4, 36**-0.5))
+
+
+def test_a_call_splits_by_its_scores_work_not_its_pairs(monkeypatch):
+    """The same 512-token prompt is 2^28 of work for `tiny` (16 heads of 64) and 2^24 for tiny-test
+    (4 of 16): only the first pays for a second thread beside torch's spinning workers."""
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    rows = torch.tensor([[0, 512, 0]])
+    assert cpu_paged_prefill.threads_for(cpu_paged_prefill.prefill_work(rows, 16, 64)) == 2
+    assert cpu_paged_prefill.threads_for(cpu_paged_prefill.prefill_work(rows, 4, 16)) == 1
+    two_chunks = torch.tensor([[0, 256, 0], [256, 256, 256]])  # a chunk over its earlier context counts it
+    assert cpu_paged_prefill.prefill_work(two_chunks, 1, 1) == 256 * 256 + 256 * 512
