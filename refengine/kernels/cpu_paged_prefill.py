@@ -21,8 +21,10 @@ tests/refengine/kernels/test_cpu_paged_prefill.py.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -53,10 +55,28 @@ LIBRARY = CppLibrary("cpu_paged_prefill", _SOURCE, _declare, "CPU paged prefill 
 MIN_WORK_PER_THREAD = 1 << 27
 
 
+_held_threads: int | None = None  # set by held_threads(): every call uses this many, whatever its work
+
+
 def threads_for(work: int) -> int:
     """How many threads a call of `work` (query-key pairs x query heads x head size) uses: torch's count
     at most, one per MIN_WORK_PER_THREAD, at least one."""
-    return max(1, min(torch.get_num_threads(), work // MIN_WORK_PER_THREAD))
+    wanted = work // MIN_WORK_PER_THREAD if _held_threads is None else _held_threads
+    return max(1, min(torch.get_num_threads(), wanted))
+
+
+@contextlib.contextmanager
+def held_threads(threads: int) -> Iterator[None]:
+    """Calls inside use `threads` threads (torch's count at most) whatever their work: a calibration
+    times a shape both whole and split, and prices each call by the rule above (llmdiag calibrate)."""
+    global _held_threads
+    if threads < 1:
+        raise ValueError(f"threads must be >= 1, got {threads}")
+    before, _held_threads = _held_threads, threads
+    try:
+        yield
+    finally:
+        _held_threads = before
 
 
 def prefill_work(rows: torch.Tensor, num_heads: int, head_dim: int) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 
 from analyzers.plan.attention_table import AttentionTable
@@ -100,11 +101,37 @@ def measure_attention(
 
 
 def measure_attention_table(grid: CalibrationGrid, device: MeasureDevice = CPU) -> AttentionTable:
-    """Prefill attention per head: one sequence of n tokens at each head dim, 4 heads and 2 KV heads."""
+    """Prefill attention per head: one sequence of n tokens at each head dim, 4 heads and 2 KV heads.
+    On a CPU with threads to split over, each point twice: the kernel's call whole and split, with
+    the engine's rule for which a call gets (analyzers/plan/attention_table.py)."""
+    import torch
 
-    times = [[0.0] * len(grid.table_head_dims) for _ in grid.table_tokens]
-    for j, d in enumerate(grid.table_head_dims):
-        layout = dataclasses.replace(grid, heads=4, kv_heads=2, head_dim=d)
-        for i, n in enumerate(grid.table_tokens):
-            times[i][j] = max(_attention(layout, [(0, n)], device=device), 1e-7) / 4
-    return AttentionTable(list(grid.table_tokens), list(grid.table_head_dims), times)
+    split = _split_rule(device)
+
+    def table(threads: int | None) -> list[list[float]]:
+        from refengine.kernels import cpu_paged_prefill
+
+        times = [[0.0] * len(grid.table_head_dims) for _ in grid.table_tokens]
+        for j, d in enumerate(grid.table_head_dims):
+            layout = dataclasses.replace(grid, heads=4, kv_heads=2, head_dim=d)
+            for i, n in enumerate(grid.table_tokens):
+                with cpu_paged_prefill.held_threads(threads) if threads else contextlib.nullcontext():
+                    times[i][j] = max(_attention(layout, [(0, n)], device=device), 1e-7) / 4
+        return times
+
+    if split is None:
+        return AttentionTable(list(grid.table_tokens), list(grid.table_head_dims), table(None))
+    threads = torch.get_num_threads()
+    return AttentionTable(list(grid.table_tokens), list(grid.table_head_dims), table(1), table(threads), threads, split)
+
+
+def _split_rule(device: MeasureDevice) -> float | None:
+    """refengine's CPU prefill kernel's work per thread before a call splits, where it runs here with
+    more than one thread to split over; None where a call is never split (a GPU, one thread, no kernel)."""
+    import torch
+
+    from refengine.kernels import cpu_paged_prefill
+
+    if device.is_gpu or torch.get_num_threads() < 2 or not cpu_paged_prefill.LIBRARY.available():
+        return None
+    return float(cpu_paged_prefill.MIN_WORK_PER_THREAD)

@@ -32,6 +32,13 @@ def test_quick_calibration_writes_a_valid_profile(tmp_path):
     att = profile.attention_prefill_table  # refengine's Attention per head, by prompt length and head dim
     assert att is not None and att.tokens == [32, 128] and att.head_dims == [16, 64]
     assert all(t.attention_prefill_table is not None for t in profile.fewer_threads)
+    # Whole and split where the kernel can split here, with the engine's rule for which a call gets.
+    from refengine.kernels import cpu_paged_prefill
+
+    if profile.threads >= 2 and cpu_paged_prefill.LIBRARY.available():
+        assert att.split_times is not None and att.split_threads == profile.threads
+        assert att.min_work_per_thread == cpu_paged_prefill.MIN_WORK_PER_THREAD
+    assert all(t.attention_prefill_table.split_times is None for t in profile.fewer_threads if t.threads == 1)
     assert set(profile.measured_points) == {"attention", "elementwise", "layer_overhead", "step_overhead"}
     assert profile.layer_overhead is not None and profile.layer_overhead.hi >= 1
     assert any("not measured (--no-comm)" in a for a in profile.assumptions)

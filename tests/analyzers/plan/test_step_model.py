@@ -189,3 +189,19 @@ def test_a_measured_prefill_attention_table_prices_each_chunk_per_head():
     assert cost.parts["attention"] == pytest.approx(2 * 2 * 10e-6)  # 2 layers x 2 heads per rank
     with pytest.raises(DiagnosisError):
         AttentionTable(tokens=[32, 16], head_dims=[16, 64], times=[[1e-6, 1e-6], [1e-6, 1e-6]])
+
+
+def test_a_prefill_call_is_priced_whole_or_split_as_the_engines_rule_gives_it_threads():
+    """refengine's kernel splits a call by its whole work (rows x context x heads x head dim): the same
+    512-token prompt runs whole for tiny-test (4 heads of 16: 2^24) and split for `tiny` (16 of 64: 2^28),
+    so a per-head grid read for both must be the one each call runs at."""
+    whole = [[1e-6, 1e-6, 1e-6], [10e-6, 10e-6, 10e-6], [100e-6, 100e-6, 100e-6]]
+    split = [[2e-6, 2e-6, 2e-6], [6e-6, 6e-6, 6e-6], [55e-6, 55e-6, 55e-6]]
+    table = AttentionTable([32, 512, 2048], [16, 64, 128], whole, split, 2, float(1 << 27))
+    assert table.seconds(512, 512, 4, 16) == pytest.approx(4 * 10e-6)  # 2^24 of work: one thread
+    assert table.seconds(512, 512, 16, 64) == pytest.approx(16 * 6e-6)  # 2^28: two
+    # A step's chunks are one call: two 512-token prompts of 8 heads of 64 (2 x 2^27) split together.
+    assert table.step_seconds([(512, 512)], 8, 64) == pytest.approx(8 * 10e-6)
+    assert table.step_seconds([(512, 512)] * 2, 8, 64) == pytest.approx(8 * (2e-6 + 2 * 4e-6))
+    with pytest.raises(DiagnosisError):
+        AttentionTable([32, 512, 2048], [16, 64, 128], whole, split, 1, float(1 << 27))  # split over one thread
