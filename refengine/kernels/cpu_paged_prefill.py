@@ -50,8 +50,8 @@ LIBRARY = CppLibrary("cpu_paged_prefill", _SOURCE, _declare, "CPU paged prefill 
 # started per call beside torch's OpenMP workers, which spin on the cores they need (the decode
 # kernel's finding, kernels/cpu_paged_decode.py). A rule in pairs alone, set on `tiny` (16 heads of
 # 64: one 512-token prompt is 2^18 pairs, 2^28 of work, about 6 ms a layer on one core), split
-# tiny-test's 512-token prompt (4 heads of 16: 2^24, 0.2 ms) and made its prefill step 25% slower
-# inside the engine than on one thread; bench/prefill_threads.py measures both arms by shape and length.
+# tiny-test's 512-token prompt too (4 heads of 16: 2^24, 0.2 ms a layer), whose kernel then ran 39%
+# slower inside the engine than whole (bench/prefill_threads.py, both arms by shape and length).
 MIN_WORK_PER_THREAD = 1 << 27
 
 
