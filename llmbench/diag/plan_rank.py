@@ -4,7 +4,6 @@ with any --what-if variations of the engine beside the baseline."""
 from __future__ import annotations
 
 from rich.console import Console
-from rich.table import Table
 
 from analyzers.diagnosis_error import DiagnosisError
 from analyzers.model.presets import ModelShape
@@ -15,6 +14,7 @@ from analyzers.plan.rank import RankedPlan, TargetLoad, rank_by_goodput
 from analyzers.stats.distribution import MIN_SAMPLES_FOR_P99
 from refengine.config import EngineArgs
 from refengine.errors import RefEngineError
+from reports.grid import Column, Grid, print_grid
 
 
 def predicted_ranking(
@@ -58,12 +58,7 @@ def print_ranking(
         if load.concurrency is not None
         else f"{load.request_rate:g} requests/s"
     )
-    table = Table(
-        title=f"predicted at {what} of {load.input_len}/{load.output_len} tokens ({profile_arg}); "
-        f"SLO TTFT P99 <= {slo_ttft_s * 1e3:g} ms, TPOT P95 <= {slo_tpot_s * 1e3:g} ms",
-        title_justify="left",
-    )
-    for col in (
+    columns = [
         "#",
         "plan",
         "what-if",
@@ -73,8 +68,16 @@ def print_ranking(
         "TPOT P50/P95 ms",
         "SLO",
         "preempt",
-    ):
-        table.add_column(col, justify="left" if col in ("plan", "what-if", "SLO") else "right", no_wrap=col == "plan")
+    ]
+    table = Grid(
+        f"predicted at {what} of {load.input_len}/{load.output_len} tokens ({profile_arg}); "
+        f"SLO TTFT P99 <= {slo_ttft_s * 1e3:g} ms, TPOT P95 <= {slo_tpot_s * 1e3:g} ms",
+        [
+            Column(col, "left" if col in ("plan", "what-if", "SLO") else "right", wrap=col in ("plan", "what-if"))
+            for col in columns
+        ],
+        box_optional=True,
+    )
     for i, r in enumerate(ranked, 1):
         p = r.prediction
         table.add_row(
@@ -88,7 +91,7 @@ def print_ranking(
             "met" if r.slo_met else "missed",
             str(p.preemptions),
         )
-    console.print(table)
+    print_grid(console, table)
     notes = sorted({n for r in ranked for n in r.prediction.notes if "simulated requests" not in n})
     thin = sum(1 for r in ranked if r.prediction.n_requests < MIN_SAMPLES_FOR_P99)
     if thin:

@@ -124,6 +124,16 @@ def test_llmdiag_plan_reads_at_every_width(monkeypatch):
     assert "239,536" in outputs[160] and "239,536" in outputs[80]
 
 
+def test_llmdiag_plans_predicted_ranking_reads_at_every_width(monkeypatch):
+    """The table ranked on predicted goodput: its headers said which percentiles only when wide
+    ("TTFT P50/P… ms" at 80 columns) before it was a Grid."""
+    args = ["plan", "--model", "llama-3-8b", "--profile", "h100", "--top", "2", "-c", "8"]
+    outputs = check_widths(
+        monkeypatch, llmdiag_app, ["llmbench.diag.plan"], args + ["--input-len", "256", "--output-len", "16"]
+    )
+    assert "P50/P99" in outputs[80] and "goodput" in outputs[80]
+
+
 def check_renders(draw) -> dict[int, str]:
     """`draw(console)` at 1,000 columns, then at each width and into a pipe: the same checks as a command."""
     wide_console = _console(WIDE)
