@@ -9,7 +9,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from rich.console import Console
-from rich.table import Table
 
 from analyzers.diagnosis_error import DiagnosisError
 from analyzers.model.presets import ModelShape
@@ -21,6 +20,7 @@ from analyzers.plan.simulate import Simulator, random_prompt
 from refengine.config import EngineArgs
 from refengine.errors import RefEngineError
 from refengine.server.dp_policy import LB_POLICIES
+from reports.grid import Column, Grid, print_grid
 from reports.replicas_words import POLICY_WORDS, one_replica_words, policy_cost_words
 
 FLEET_PLANS = 3  # plans sized: each is several simulations, least-outstanding's of the whole fleet
@@ -93,16 +93,15 @@ def print_fleet(sized: list[SizedPlan], load: TargetLoad, spec: SizingSpec, clus
     if not sized:
         return
     policies = [c.policy for c in sized[0].sizing.counts]
-    table = Table(
-        title=f"replicas for {spec.target_rate:g} requests/s of {load.input_len}/{load.output_len} tokens; "
-        f"SLO TTFT P99 <= {spec.slo_ttft_s * 1e3:g} ms, TPOT P95 <= {spec.slo_tpot_s * 1e3:g} ms",
-        title_justify="left",
-    )
-    table.add_column("plan", no_wrap=True)
-    table.add_column("1 replica req/s", justify="right")
+    columns = [Column("plan", wrap=False), Column("1 replica req/s", "right")]
     for p in policies:
-        table.add_column(f"{POLICY_WORDS[p]}: replicas (GPUs)", justify="right")
-        table.add_column("TTFT P99/TPOT P95 ms", justify="right")
+        columns += [Column(f"{POLICY_WORDS[p]}: replicas (GPUs)", "right"), Column("TTFT P99/TPOT P95 ms", "right")]
+    table = Grid(
+        f"replicas for {spec.target_rate:g} requests/s of {load.input_len}/{load.output_len} tokens; "
+        f"SLO TTFT P99 <= {spec.slo_ttft_s * 1e3:g} ms, TPOT P95 <= {spec.slo_tpot_s * 1e3:g} ms",
+        columns,
+        box_optional=True,
+    )
     for s in sized:
         row = [
             f"{s.plan.candidate.label} {s.plan.candidate.weight_dtype}",
@@ -118,7 +117,7 @@ def print_fleet(sized: list[SizedPlan], load: TargetLoad, spec: SizingSpec, clus
                     "-" if pred is None else f"{_ms(pred.ttft_p99_s)}/{_ms(pred.tpot_p95_s)}",
                 ]
         table.add_row(*row)
-    console.print(table)
+    print_grid(console, table)
     for s in sized:
         label = f"{s.plan.candidate.label} {s.plan.candidate.weight_dtype}"
         console.print(f"{label}: {policy_cost_words(s.sizing)}; {one_replica_words(s.sizing)}.", highlight=False)

@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 from rich.console import Console
-from rich.table import Table
 
 from analyzers.diagnosis_error import DiagnosisError
 from analyzers.model.presets import resolve_model
@@ -20,6 +19,7 @@ from analyzers.plan.step_jitter import jitter_of_level
 from analyzers.plan.sweep_prediction import SweepPrediction, predict_sweep
 from llmbench.diag.plan_levels import planned_levels
 from llmbench.options.profile import POOLED_SEEDS
+from reports.grid import Column, Grid, print_grid
 from rundir import RunDir
 
 
@@ -136,16 +136,17 @@ def print_prediction(result: SweepPrediction, console: Console) -> None:
         f"TP{result.setup.tp} PP{result.setup.pp}, max_num_seqs {result.setup.scheduler.max_num_seqs}, "
         f"{result.setup.cache.num_blocks} KV blocks"
     )
-    table = Table(title="predicted / measured (error); ms, output tok/s", title_justify="left")
-    table.add_column("level", no_wrap=True)
-    table.add_column("role")
-    for k in METRICS:
-        table.add_column(k.replace("_s", "").replace("_", " "), justify="right")
+    table = Grid(
+        "predicted / measured (error); ms, output tok/s",
+        [Column("level", wrap=False), Column("role")]
+        + [Column(k.replace("_s", "").replace("_", " "), "right", wrap=True) for k in METRICS],
+        box_optional=True,
+    )
     for row in d["levels"]:
         table.add_row(
             row["level_id"], row["role"], *(_cell(row["predicted"], row["measured"], row["error"], k) for k in METRICS)
         )
-    console.print(table)
+    print_grid(console, table)
     for role, errs in d["median_abs_error"].items():
         parts = ", ".join(f"{k} {v:.0%}" for k, v in errs.items() if v is not None)
         console.print(f"median |error| of the {role} levels: {parts or 'nothing measured'}")
