@@ -54,8 +54,7 @@ def measure(model: str, lengths: list[int], reps: int, work_dir: Path) -> list[d
     engine = _engine(model, work_dir)
     cfg = engine.model_config
     heads, head_dim = cfg.num_attention_heads, cfg.head_dim
-    rule, call = kernel.threads_for, kernel.paged_prefill_cpu
-    forced = {"threads": 1}
+    call = kernel.paged_prefill_cpu
     kernel_s: list[float] = []
 
     def timed_call(*a, **kw):
@@ -64,24 +63,20 @@ def measure(model: str, lengths: list[int], reps: int, work_dir: Path) -> list[d
         kernel_s.append(time.perf_counter() - t)
         return out
 
-    kernel.threads_for = lambda work: forced["threads"]
-    kernel.paged_prefill_cpu = timed_call
-    import refengine.model.layers.attention as attention_layer
-
-    attention_layer.cpu_paged_prefill.paged_prefill_cpu = timed_call
+    kernel.paged_prefill_cpu = timed_call  # the attention layer calls it through the module
     rng = random.Random(0)
     rows = []
     try:
         for length in lengths:
 
             def step(threads: int) -> tuple[float, float]:
-                forced["threads"] = threads
                 ids = [rng.randrange(3, cfg.vocab_size) for _ in range(length)]
                 engine.add_request(ids, SamplingParams(max_tokens=1, ignore_eos=True), request_id=f"r{rng.random()}")
                 kernel_s.clear()
-                t = time.perf_counter()
-                engine.step()
-                wall = time.perf_counter() - t
+                with kernel.held_threads(threads):
+                    t = time.perf_counter()
+                    engine.step()
+                    wall = time.perf_counter() - t
                 while engine.has_unfinished_requests():
                     engine.step()
                 return wall, sum(kernel_s)
@@ -99,13 +94,11 @@ def measure(model: str, lengths: list[int], reps: int, work_dir: Path) -> list[d
                 row[f"step_p90_ms_{threads}"] = round(float(np.percentile(walls, 90)), 2)
                 row[f"kernel_ms_{threads}"] = round(float(statistics.median(kernels)), 2)
             row["two_threads_gain"] = round(float(row["step_ms_1"] / row["step_ms_2"] - 1), 3)  # > 0: splitting pays
-            forced["threads"] = 0
-            row["rule_threads"] = rule(work)
+            row["rule_threads"] = kernel.threads_for(work)
             rows.append(row)
             print(row, flush=True)
     finally:
-        kernel.threads_for, kernel.paged_prefill_cpu = rule, call
-        attention_layer.cpu_paged_prefill.paged_prefill_cpu = call
+        kernel.paged_prefill_cpu = call
     return rows
 
 
