@@ -19,6 +19,7 @@ sharegpt dataset_path or tokenizer path must exist on each of them, though).
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import logging
 import resource
@@ -58,6 +59,7 @@ def run_local(config: dict, out: JsonLinesOut) -> str:
     env.llmbench_session = LevelSession({**config, "worker_index": 0, "n_workers": 1}, runner)
     attach_worker_side(runner, make_session=None)
     user_class = OpenLoopPacer if level.open_loop else ClosedLoopUser
+    freeze_setup_heap()
     try:
         return coordinator.run(user_class, user_count_for(level, 1), LEAD_LOCAL_S)
     finally:
@@ -98,6 +100,7 @@ def run_master(
                 )
             coordinator.all_ready.wait(timeout=1.0)
         user_class = OpenLoopPacer if level.open_loop else ClosedLoopUser
+        freeze_setup_heap()
         return coordinator.run(user_class, user_count_for(level, expect_workers), LEAD_DISTRIBUTED_S)
     finally:
         runner.quit()
@@ -125,6 +128,16 @@ def _stop_on_sigterm(coordinator: Coordinator) -> None:
     gevent.signal_handler(signal.SIGTERM, coordinator.stop, "interrupted")
 
 
+def freeze_setup_heap() -> None:
+    """Take what this process built before its level (locust, gevent, the session's prepared requests)
+    out of the garbage collector's full collections. A full collection walks every live container, and
+    in this process it stops every user's greenlet at once: the chunks that arrive meanwhile are
+    stamped late, which reads as the server's latency (25-35 ms pauses measured inside a level;
+    docs/metrics.md, "The client's own pauses"). What the level allocates is collected as before."""
+    gc.collect()
+    gc.freeze()
+
+
 def _raise_fd_limit() -> None:
     # Open loop keeps one socket per request in flight; the default soft limit (often 1024) is too low.
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -150,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(asctime)s %(name)s %(message)s")
     _raise_fd_limit()
     if args.worker:
+        freeze_setup_heap()  # once: a worker builds a session per level, and a frozen one is never freed
         run_worker(args.master_host, args.port, once=args.once)
         return 0
     out = JsonLinesOut(fd_for_output())

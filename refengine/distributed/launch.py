@@ -30,6 +30,7 @@ from refengine.device import resolve_device_setup
 from refengine.distributed.parallel_state import destroy_process_groups, init_process_groups
 from refengine.distributed.worker import WorkerSpec, build_runner, kv_blocks_for, set_cpu_threads, worker_loop
 from refengine.errors import RefEngineError
+from refengine.gc_heap import freeze_startup_heap
 from refengine.model.hf_config import load_model_config
 from refengine.model.tiny import resolve_model
 from refengine.parallel.layout import ParallelConfig, validate_layout
@@ -67,6 +68,8 @@ def _run_rank(rank: int, spec: WorkerSpec, model_config, pc: ParallelConfig, bac
     try:
         runner = build_runner(spec, model_config, pc, groups)
         dist.barrier(group=groups.control)  # "loaded": the driver starts serving after this
+        # A rank's collection pause stalls every rank at the next collective (refengine/gc_heap.py).
+        freeze_startup_heap(f"rank {rank}")
         worker_loop(runner, groups)
     except RuntimeError as exc:  # a peer died or timed out: say so in one line and exit non-zero
         print(f"refengine rank {rank}: stopping, a collective failed: {str(exc).splitlines()[0]}", file=sys.stderr)

@@ -17,6 +17,7 @@ import uvicorn
 
 from refengine.config import EngineArgs
 from refengine.errors import RefEngineError
+from refengine.gc_heap import freeze_startup_heap
 from refengine.server.dp_policy import DEFAULT_LB_POLICY, LB_POLICIES
 from refengine.server.uvicorn_impl import (
     EVENT_LOOPS,
@@ -258,6 +259,9 @@ def main(argv: list[str] | None = None, prog: str = "refengine-serve") -> int:
         http=protocol,
         loop=loop,
     )
+    # This process serves this engine for its whole life: freeze what start-up built out of the
+    # garbage collector's full collections, which otherwise walk it mid-serving (refengine/gc_heap.py).
+    freeze_startup_heap("server")
     try:
         _GracefulServer(config).run()
     finally:

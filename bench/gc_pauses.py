@@ -1,0 +1,167 @@
+"""What the garbage collector's full collections cost a served level, with the start-up heap frozen or not.
+
+refengine's server and each locust process freeze what they built before serving
+(refengine/gc_heap.py, loadgen/locust_proc.py `freeze_setup_heap`). This bench runs the same embedded
+sweep with the freeze in force ("frozen") and with `gc.freeze` made a no-op in every process of the
+run ("thawed": the code before the change), the arms alternating (A B B A ...), and reports per arm
+and level the collector's pauses inside the level (every process of the run times each collection
+through `gc.callbacks`; pauses of 2 ms or more are kept, by process: server, client) beside the
+level's own TTFT, ITL and TPOT percentiles and output tokens/s from the run's summary.json.
+
+Both arms run the same hook (the only difference is `gc.freeze`), installed as a sitecustomize on
+PYTHONPATH that this script writes into a temporary folder. Run it alone on the machine.
+
+    python bench/gc_pauses.py [--model tiny-test] [--concurrency 8,16] [--duration 20] [--reps 2] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.common import machine, matmul_peak, print_table, write_json  # noqa: E402
+
+MIN_PAUSE_MS = 2.0  # below this a collection is the collector's normal young-generation work
+
+HOOK = """
+import gc, json, os, sys, time
+_dir = os.environ["GC_BENCH_DIR"]
+if os.environ.get("GC_BENCH_THAW") == "1":
+    gc.freeze = lambda: None  # the arm without the change: nothing is frozen
+_out, _t0 = [None], [0.0]
+def _timed(phase, info):
+    if phase == "start":
+        _t0[0] = time.perf_counter()
+        return
+    ms = (time.perf_counter() - _t0[0]) * 1e3
+    if ms < %(min_ms)r:
+        return
+    if _out[0] is None:
+        _out[0] = open(os.path.join(_dir, "gc-%%d.jsonl" %% os.getpid()), "a")
+        _out[0].write(json.dumps({"argv": " ".join(sys.argv)}) + "\\n")
+    _out[0].write(json.dumps({"t": time.time(), "gen": info["generation"], "ms": ms}) + "\\n")
+    _out[0].flush()
+gc.callbacks.append(_timed)
+""" % {"min_ms": MIN_PAUSE_MS}
+
+
+def _role(argv: str) -> str:
+    if "refengine/server" in argv:
+        return "server"
+    if "locust_proc" in argv or argv.strip().startswith("-m --"):  # the level's locust process
+        return "client"
+    return "sweep"
+
+
+def read_pauses(gc_dir: Path) -> list[dict]:
+    out = []
+    for f in gc_dir.glob("gc-*.jsonl"):
+        lines = f.read_text().splitlines()
+        role = _role(json.loads(lines[0])["argv"])
+        out += [{**json.loads(line), "role": role} for line in lines[1:]]
+    return out
+
+
+def level_spans(run: Path) -> dict[str, tuple[float, float]]:
+    """Each level's measured stretch: the first send to the last finish of its window's requests."""
+    spans: dict[str, list[float]] = {}
+    for line in (run / "requests.jsonl").read_text().splitlines():
+        r = json.loads(line)
+        if r.get("in_window") and r.get("t_done"):
+            lo_hi = spans.setdefault(r["level_id"], [r["t_sent"], r["t_done"]])
+            lo_hi[0], lo_hi[1] = min(lo_hi[0], r["t_sent"]), max(lo_hi[1], r["t_done"])
+    return {k: (v[0], v[1]) for k, v in spans.items()}
+
+
+def one_run(arm: str, args, work: Path, rep: int) -> list[dict]:
+    gc_dir = work / f"gc-{arm}-{rep}"
+    gc_dir.mkdir()
+    run = work / f"run-{arm}-{rep}"
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(work / "hook"), str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        "GC_BENCH_DIR": str(gc_dir),
+        "GC_BENCH_THAW": "1" if arm == "thawed" else "0",
+    }
+    cmd = [sys.executable, str(ROOT / "llmbench" / "cli.py"), "sweep", "--model", args.model]
+    cmd += ["--concurrency", args.concurrency, "--input-len", str(args.input_len), "--output-len", "64"]
+    cmd += ["--duration", str(args.duration), "--slo-ttft", "60", "--out", str(run)]
+    subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    pauses = read_pauses(gc_dir)
+    summary = {lv["level_id"]: lv for lv in json.loads((run / "summary.json").read_text())["levels"]}
+    rows = []
+    for level_id, (lo, hi) in level_spans(run).items():
+        inside = [p for p in pauses if lo <= p["t"] <= hi]
+        lv = summary[level_id]
+        row = {"arm": arm, "rep": rep, "level_id": level_id, "span_s": hi - lo}
+        for role in ("server", "client"):
+            ms = [p["ms"] for p in inside if p["role"] == role]
+            row[f"{role}_pauses"] = len(ms)
+            row[f"{role}_pause_max_ms"] = max(ms, default=0.0)
+            row[f"{role}_pause_sum_ms"] = sum(ms)
+            row[f"{role}_full_pauses"] = sum(1 for p in inside if p["role"] == role and p["gen"] == 2)
+        for metric, q in (("ttft", "p50"), ("ttft", "p99"), ("itl", "p99"), ("itl", "p99.9"), ("tpot", "p95")):
+            row[f"{metric}_{q}_ms"] = lv[metric]["p"][q] * 1e3
+        row["output_tok_s"] = lv["output_tok_s"]
+        rows.append(row)
+    return rows
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", default="tiny-test")
+    p.add_argument("--concurrency", default="8,16")
+    p.add_argument("--input-len", type=int, default=128)
+    p.add_argument("--duration", type=float, default=20.0)
+    p.add_argument("--reps", type=int, default=2, help="runs per arm, alternating A B B A ...")
+    p.add_argument("--out")
+    args = p.parse_args()
+    host = {**machine(), "matmul": matmul_peak([(512, 1024, 1024)])}
+    rows: list[dict] = []
+    with tempfile.TemporaryDirectory(prefix="gc-pauses-") as tmp:
+        work = Path(tmp)
+        (work / "hook").mkdir()
+        (work / "hook" / "sitecustomize.py").write_text(HOOK)
+        for rep in range(args.reps):
+            order = ("thawed", "frozen") if rep % 2 == 0 else ("frozen", "thawed")
+            for arm in order:
+                print(f"rep {rep + 1}/{args.reps}: {arm}", flush=True)
+                rows += one_run(arm, args, work, rep)
+    table = []
+    for r in sorted(rows, key=lambda r: (r["level_id"], r["arm"], r["rep"])):
+        table.append(
+            [r["level_id"], r["arm"], r["rep"], f"{r['server_pauses']} ({r['server_full_pauses']})"]
+            + [f"{r['server_pause_max_ms']:.0f}", f"{r['client_pauses']} ({r['client_full_pauses']})"]
+            + [f"{r['client_pause_max_ms']:.0f}"]
+            + [f"{r[k]:.1f}" for k in ("ttft_p50_ms", "ttft_p99_ms", "itl_p99_ms", "itl_p99.9_ms", "tpot_p95_ms")]
+            + [f"{r['output_tok_s']:.0f}"]
+        )
+    header = ["level", "arm", "rep", "server pauses (full)", "max ms", "client pauses (full)", "max ms"]
+    header += ["TTFT P50", "TTFT P99", "ITL P99", "ITL P99.9", "TPOT P95", "tok/s"]
+    print_table(
+        f"garbage-collector pauses >= {MIN_PAUSE_MS:g} ms inside each level, and the level's figures (ms)",
+        header,
+        table,
+    )
+    for arm in ("thawed", "frozen"):
+        mine = [r for r in rows if r["arm"] == arm]
+        print(
+            f"{arm}: server pauses max {max(r['server_pause_max_ms'] for r in mine):.0f} ms, "
+            f"client max {max(r['client_pause_max_ms'] for r in mine):.0f} ms; median TTFT P99 "
+            f"{statistics.median(r['ttft_p99_ms'] for r in mine):.1f} ms, ITL P99.9 "
+            f"{statistics.median(r['itl_p99.9_ms'] for r in mine):.1f} ms"
+        )
+    write_json(args.out, {"bench": "gc_pauses", "args": vars(args), "machine": host, "rows": rows})
+
+
+if __name__ == "__main__":
+    main()
