@@ -11,7 +11,7 @@ level's own TTFT, ITL and TPOT percentiles and output tokens/s from the run's su
 Both arms run the same hook (the only difference is `gc.freeze`), installed as a sitecustomize on
 PYTHONPATH that this script writes into a temporary folder. Run it alone on the machine.
 
-    python bench/gc_pauses.py [--model tiny-test] [--concurrency 8,16] [--duration 20] [--reps 2] [--out FILE]
+    python bench/gc_pauses.py [--model tiny-test] [--concurrency 4,8,16] [--duration 30] [--reps 2] [--out FILE]
 """
 
 from __future__ import annotations
@@ -82,7 +82,13 @@ def level_spans(run: Path) -> dict[str, tuple[float, float]]:
     return {k: (v[0], v[1]) for k, v in spans.items()}
 
 
-def one_run(arm: str, args, work: Path, rep: int) -> list[dict]:
+def served_span(run: Path) -> tuple[float, float]:
+    """From the run's first send to its last finish, every request counted."""
+    reqs = [json.loads(line) for line in (run / "requests.jsonl").read_text().splitlines()]
+    return min(r["t_sent"] for r in reqs), max(r["t_done"] or r["t_sent"] for r in reqs)
+
+
+def one_run(arm: str, args, work: Path, rep: int, runs: list[dict]) -> list[dict]:
     gc_dir = work / f"gc-{arm}-{rep}"
     gc_dir.mkdir()
     run = work / f"run-{arm}-{rep}"
@@ -98,8 +104,17 @@ def one_run(arm: str, args, work: Path, rep: int) -> list[dict]:
     subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     pauses = read_pauses(gc_dir)
     summary = {lv["level_id"]: lv for lv in json.loads((run / "summary.json").read_text())["levels"]}
+    spans = level_spans(run)
+    # The whole served stretch too (warm-ups and drains included): a full collection is rare enough
+    # that a level's window may or may not catch one, and where one falls it stalls every stream.
+    served = served_span(run)
+    whole = {"arm": arm, "rep": rep, "served_s": served[1] - served[0]}
+    for role in ("server", "client"):
+        full = [p["ms"] for p in pauses if p["role"] == role and p["gen"] == 2 and served[0] <= p["t"] <= served[1]]
+        whole[f"{role}_full_collections_ms"] = sorted(full)
+    runs.append(whole)
     rows = []
-    for level_id, (lo, hi) in level_spans(run).items():
+    for level_id, (lo, hi) in spans.items():
         inside = [p for p in pauses if lo <= p["t"] <= hi]
         lv = summary[level_id]
         row = {"arm": arm, "rep": rep, "level_id": level_id, "span_s": hi - lo}
@@ -119,14 +134,15 @@ def one_run(arm: str, args, work: Path, rep: int) -> list[dict]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="tiny-test")
-    p.add_argument("--concurrency", default="8,16")
+    p.add_argument("--concurrency", default="4,8,16")
     p.add_argument("--input-len", type=int, default=128)
-    p.add_argument("--duration", type=float, default=20.0)
+    p.add_argument("--duration", type=float, default=30.0)
     p.add_argument("--reps", type=int, default=2, help="runs per arm, alternating A B B A ...")
     p.add_argument("--out")
     args = p.parse_args()
     host = {**machine(), "matmul": matmul_peak([(512, 1024, 1024)])}
     rows: list[dict] = []
+    runs: list[dict] = []  # one per sweep: the full collections over its whole served stretch
     with tempfile.TemporaryDirectory(prefix="gc-pauses-") as tmp:
         work = Path(tmp)
         (work / "hook").mkdir()
@@ -135,7 +151,7 @@ def main() -> None:
             order = ("thawed", "frozen") if rep % 2 == 0 else ("frozen", "thawed")
             for arm in order:
                 print(f"rep {rep + 1}/{args.reps}: {arm}", flush=True)
-                rows += one_run(arm, args, work, rep)
+                rows += one_run(arm, args, work, rep, runs)
     table = []
     for r in sorted(rows, key=lambda r: (r["level_id"], r["arm"], r["rep"])):
         table.append(
@@ -152,6 +168,18 @@ def main() -> None:
         header,
         table,
     )
+    print_table(
+        "full (generation 2) collections over each run's served stretch, warm-ups and drains included (ms each)",
+        ["arm", "rep", "served s", "server", "client"],
+        [
+            [w["arm"], w["rep"], f"{w['served_s']:.0f}"]
+            + [
+                " ".join(f"{ms:.0f}" for ms in w[f"{role}_full_collections_ms"]) or "none"
+                for role in ("server", "client")
+            ]
+            for w in runs
+        ],
+    )
     for arm in ("thawed", "frozen"):
         mine = [r for r in rows if r["arm"] == arm]
         print(
@@ -160,7 +188,7 @@ def main() -> None:
             f"{statistics.median(r['ttft_p99_ms'] for r in mine):.1f} ms, ITL P99.9 "
             f"{statistics.median(r['itl_p99.9_ms'] for r in mine):.1f} ms"
         )
-    write_json(args.out, {"bench": "gc_pauses", "args": vars(args), "machine": host, "rows": rows})
+    write_json(args.out, {"bench": "gc_pauses", "args": vars(args), "machine": host, "rows": rows, "runs": runs})
 
 
 if __name__ == "__main__":
