@@ -2,16 +2,18 @@
 
 refengine's server and each locust process freeze what they built before serving
 (refengine/gc_heap.py, loadgen/locust_proc.py `freeze_setup_heap`). This bench runs the same embedded
-sweep with the freeze in force ("frozen") and with `gc.freeze` made a no-op in every process of the
-run ("thawed": the code before the change), the arms alternating (A B B A ...), and reports per arm
-and level the collector's pauses inside the level (every process of the run times each collection
-through `gc.callbacks`; pauses of 2 ms or more are kept, by process: server, client) beside the
-level's own TTFT, ITL and TPOT percentiles and output tokens/s from the run's summary.json.
+sweep with this checkout's code ("frozen") and with the code of `--before` ("thawed", by default the
+commit before the freeze, checked out into a temporary git worktree), the arms alternating
+(A B B A ...), and reports per arm and level the collector's pauses inside the level (every process
+of the run times each collection through `gc.callbacks`; pauses of 2 ms or more are kept, by
+process: server, client) beside the level's own TTFT, ITL and TPOT percentiles and output tokens/s
+from the run's summary.json, and every full collection over each run's whole served stretch.
 
-Both arms run the same hook (the only difference is `gc.freeze`), installed as a sitecustomize on
-PYTHONPATH that this script writes into a temporary folder. Run it alone on the machine.
+Both arms run the same hook, installed as a sitecustomize on PYTHONPATH that this script writes into
+a temporary folder. Run it alone on the machine.
 
-    python bench/gc_pauses.py [--model tiny-test] [--concurrency 4,8,16] [--duration 30] [--reps 2] [--out FILE]
+    python bench/gc_pauses.py [--model tiny-test] [--concurrency 4,8,16] [--duration 30] [--reps 2]
+                              [--before REV] [--out FILE]
 """
 
 from __future__ import annotations
@@ -35,8 +37,6 @@ MIN_PAUSE_MS = 2.0  # below this a collection is the collector's normal young-ge
 HOOK = """
 import gc, json, os, sys, time
 _dir = os.environ["GC_BENCH_DIR"]
-if os.environ.get("GC_BENCH_THAW") == "1":
-    gc.freeze = lambda: None  # the arm without the change: nothing is frozen
 _out, _t0 = [None], [0.0]
 def _timed(phase, info):
     if phase == "start":
@@ -88,17 +88,17 @@ def served_span(run: Path) -> tuple[float, float]:
     return min(r["t_sent"] for r in reqs), max(r["t_done"] or r["t_sent"] for r in reqs)
 
 
-def one_run(arm: str, args, work: Path, rep: int, runs: list[dict]) -> list[dict]:
+def one_run(arm: str, code: Path, args, work: Path, rep: int, runs: list[dict]) -> list[dict]:
+    """One sweep of `code` (a checkout of the project), every process of it timing its collections."""
     gc_dir = work / f"gc-{arm}-{rep}"
     gc_dir.mkdir()
     run = work / f"run-{arm}-{rep}"
     env = {
         **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(work / "hook"), str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        "PYTHONPATH": os.pathsep.join([str(work / "hook"), str(code), os.environ.get("PYTHONPATH", "")]),
         "GC_BENCH_DIR": str(gc_dir),
-        "GC_BENCH_THAW": "1" if arm == "thawed" else "0",
     }
-    cmd = [sys.executable, str(ROOT / "llmbench" / "cli.py"), "sweep", "--model", args.model]
+    cmd = [sys.executable, str(code / "llmbench" / "cli.py"), "sweep", "--model", args.model]
     cmd += ["--concurrency", args.concurrency, "--input-len", str(args.input_len), "--output-len", "64"]
     cmd += ["--duration", str(args.duration), "--slo-ttft", "60", "--out", str(run)]
     subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -131,6 +131,14 @@ def one_run(arm: str, args, work: Path, rep: int, runs: list[dict]) -> list[dict
     return rows
 
 
+def _run_arms(args, work: Path, before: Path, rows: list[dict], runs: list[dict]) -> None:
+    for rep in range(args.reps):
+        order = ("thawed", "frozen") if rep % 2 == 0 else ("frozen", "thawed")
+        for arm in order:
+            print(f"rep {rep + 1}/{args.reps}: {arm}", flush=True)
+            rows += one_run(arm, ROOT if arm == "frozen" else before, args, work, rep, runs)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="tiny-test")
@@ -138,6 +146,7 @@ def main() -> None:
     p.add_argument("--input-len", type=int, default=128)
     p.add_argument("--duration", type=float, default=30.0)
     p.add_argument("--reps", type=int, default=2, help="runs per arm, alternating A B B A ...")
+    p.add_argument("--before", default="dc00e11", help="the thawed arm's code: a git revision before the freeze")
     p.add_argument("--out")
     args = p.parse_args()
     host = {**machine(), "matmul": matmul_peak([(512, 1024, 1024)])}
@@ -147,11 +156,14 @@ def main() -> None:
         work = Path(tmp)
         (work / "hook").mkdir()
         (work / "hook" / "sitecustomize.py").write_text(HOOK)
-        for rep in range(args.reps):
-            order = ("thawed", "frozen") if rep % 2 == 0 else ("frozen", "thawed")
-            for arm in order:
-                print(f"rep {rep + 1}/{args.reps}: {arm}", flush=True)
-                rows += one_run(arm, args, work, rep, runs)
+        before = work / "before"
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(before), args.before], check=True)
+        sha = subprocess.run(["git", "-C", str(before), "rev-parse", "HEAD"], capture_output=True, text=True)
+        print(f"thawed arm: {args.before} = {sha.stdout.strip()}", flush=True)
+        try:
+            _run_arms(args, work, before, rows, runs)
+        finally:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(before)], check=False)
     table = []
     for r in sorted(rows, key=lambda r: (r["level_id"], r["arm"], r["rep"])):
         table.append(
@@ -188,7 +200,9 @@ def main() -> None:
             f"{statistics.median(r['ttft_p99_ms'] for r in mine):.1f} ms, ITL P99.9 "
             f"{statistics.median(r['itl_p99.9_ms'] for r in mine):.1f} ms"
         )
-    write_json(args.out, {"bench": "gc_pauses", "args": vars(args), "machine": host, "rows": rows, "runs": runs})
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    out = {"bench": "gc_pauses", "args": vars(args), "frozen_sha": head, "machine": host, "rows": rows, "runs": runs}
+    write_json(args.out, out)
 
 
 if __name__ == "__main__":
