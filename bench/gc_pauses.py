@@ -9,7 +9,9 @@ of the run times each collection through `gc.callbacks`; pauses of 2 ms or more 
 process: server, client) beside the level's own TTFT, ITL and TPOT percentiles and output tokens/s
 from the run's summary.json, and every full collection over each run's whole served stretch.
 
-Both arms run the same hook, installed as a sitecustomize on PYTHONPATH that this script writes into
+First, the price of one full collection where it is paid: a process that builds the engine as the
+server does, timed `gc.collect()` before and after `freeze_startup_heap` (`--heap-models`). Both arms
+of the sweeps run the same hook, installed as a sitecustomize on PYTHONPATH that this script writes into
 a temporary folder. Run it alone on the machine.
 
     python bench/gc_pauses.py [--model tiny-test] [--concurrency 4,8,16] [--duration 30] [--reps 2]
@@ -131,6 +133,35 @@ def one_run(arm: str, code: Path, args, work: Path, rep: int, runs: list[dict]) 
     return rows
 
 
+HEAP_PROBE = """
+import gc, json, statistics, sys, time
+from refengine.engine import LLMEngine
+from refengine.server.cli import build_parser, engine_args_from
+import refengine.server.app, uvicorn  # noqa: F401  (what a served process also holds)
+engine = LLMEngine(engine_args_from(build_parser().parse_args(["--model", sys.argv[1]])))
+def full_collection_ms():
+    times = []
+    for _ in range(5):
+        t = time.perf_counter()
+        gc.collect()
+        times.append((time.perf_counter() - t) * 1e3)
+    return statistics.median(times)
+tracked = len(gc.get_objects())
+thawed = full_collection_ms()
+from refengine.gc_heap import freeze_startup_heap
+frozen_objects = freeze_startup_heap("bench")
+print(json.dumps({"tracked": tracked, "kv_blocks": engine.cache_config.num_blocks, "thawed_ms": thawed,
+                  "frozen_objects": frozen_objects, "frozen_ms": full_collection_ms()}))
+"""
+
+
+def heap_cost(model: str) -> dict:
+    """What one full collection costs a process that holds a served engine's start-up heap, before and
+    after this checkout's freeze: the pause every stream waits through when the collector decides to."""
+    out = subprocess.run([sys.executable, "-c", HEAP_PROBE, model], capture_output=True, text=True, check=True)
+    return {"model": model, **json.loads(out.stdout.strip().splitlines()[-1])}
+
+
 def _run_arms(args, work: Path, before: Path, rows: list[dict], runs: list[dict]) -> None:
     for rep in range(args.reps):
         order = ("thawed", "frozen") if rep % 2 == 0 else ("frozen", "thawed")
@@ -146,10 +177,27 @@ def main() -> None:
     p.add_argument("--input-len", type=int, default=128)
     p.add_argument("--duration", type=float, default=30.0)
     p.add_argument("--reps", type=int, default=2, help="runs per arm, alternating A B B A ...")
+    p.add_argument("--heap-models", default="tiny-test,tiny", help="models whose start-up heap is collected")
     p.add_argument("--before", default="dc00e11", help="the thawed arm's code: a git revision before the freeze")
     p.add_argument("--out")
     args = p.parse_args()
     host = {**machine(), "matmul": matmul_peak([(512, 1024, 1024)])}
+    heaps = [heap_cost(m) for m in args.heap_models.split(",")]
+    print_table(
+        "one full collection (gc.collect, median of 5) in a process holding a served engine's start-up heap",
+        ["model", "KV blocks", "objects tracked", "thawed ms", "objects frozen", "frozen ms"],
+        [
+            [
+                h["model"],
+                h["kv_blocks"],
+                h["tracked"],
+                f"{h['thawed_ms']:.1f}",
+                h["frozen_objects"],
+                f"{h['frozen_ms']:.2f}",
+            ]
+            for h in heaps
+        ],
+    )
     rows: list[dict] = []
     runs: list[dict] = []  # one per sweep: the full collections over its whole served stretch
     with tempfile.TemporaryDirectory(prefix="gc-pauses-") as tmp:
@@ -201,7 +249,15 @@ def main() -> None:
             f"{statistics.median(r['itl_p99.9_ms'] for r in mine):.1f} ms"
         )
     head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
-    out = {"bench": "gc_pauses", "args": vars(args), "frozen_sha": head, "machine": host, "rows": rows, "runs": runs}
+    out = {
+        "bench": "gc_pauses",
+        "args": vars(args),
+        "frozen_sha": head,
+        "machine": host,
+        "heaps": heaps,
+        "rows": rows,
+        "runs": runs,
+    }
     write_json(args.out, out)
 
 
