@@ -37,9 +37,9 @@ del pool
 def test_a_served_engine_freezes_its_start_up_heap_before_it_serves():
     port = free_port()
     cmd = [sys.executable, "-m", "refengine.server", "--model", "tiny-test", "--port", str(port)]
-    cmd += ["--max-model-len", "256"]
+    cmd += ["--max-model-len", "256", "--log-level", "info"]  # the freeze is logged at info
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    killer = threading.Timer(180, proc.kill)  # bounds the read below if the line never comes
+    killer = threading.Timer(120, proc.kill)  # bounds the read below if the line never comes
     killer.start()
     try:
         wait_healthy(f"http://127.0.0.1:{port}", proc)
