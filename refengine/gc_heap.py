@@ -2,11 +2,11 @@
 
 CPython's full (generation 2) collection walks every container object the process holds. A server
 holds hundreds of thousands that live as long as it does and are never garbage: the block pool's
-`KVCacheBlock`s alone are one per KV block (131,074 for tiny-test on this machine's default cache),
-plus the model's modules and the web framework. A full collection of that heap took 86 ms here and,
-served, 120-250 ms while it freed nothing, on the thread that held the GIL: every stream stalled
-at once, a whole wave of requests' TTFT went from 12 to 136 ms, and a level's P99 was that one pause
-(docs/server.md, "Garbage-collector pauses"; bench/gc_pauses.py).
+`KVCacheBlock`s alone are one per KV block (131,072 for tiny-test on this machine's default cache),
+plus the model's modules and the web framework. One full collection of that heap took 102 ms here
+while it freed nothing, on the thread that held the GIL: every stream stalls until it ends, and a
+level that one lands in has it as its P99 (docs/server.md, "Garbage-collector pauses";
+bench/gc_pauses.py).
 
 `gc.freeze()` moves everything alive into a permanent generation that collections skip; what the
 process allocates afterwards is collected as before. vLLM does the same once its model has warmed up.
