@@ -33,6 +33,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.common import machine, matmul_peak, print_table, write_json  # noqa: E402
+from rundir import RunDir  # noqa: E402
+from rundir.table import RequestTable  # noqa: E402
 
 MIN_PAUSE_MS = 2.0  # below this a collection is the collector's normal young-generation work
 
@@ -73,28 +75,20 @@ def read_pauses(gc_dir: Path) -> list[dict]:
     return out
 
 
-def level_spans(run: Path) -> dict[str, tuple[float, float]]:
-    """Each level's measured stretch: the first send to the last finish of its window's requests."""
-    spans: dict[str, list[float]] = {}
-    for line in (run / "requests.jsonl").read_text().splitlines():
-        r = json.loads(line)
-        if r.get("in_window") and r.get("t_done"):
-            lo_hi = spans.setdefault(r["level_id"], [r["t_sent"], r["t_done"]])
-            lo_hi[0], lo_hi[1] = min(lo_hi[0], r["t_sent"]), max(lo_hi[1], r["t_done"])
-    return {k: (v[0], v[1]) for k, v in spans.items()}
-
-
-def served_span(run: Path) -> tuple[float, float]:
-    """From the run's first send to its last finish, every request counted."""
-    reqs = [json.loads(line) for line in (run / "requests.jsonl").read_text().splitlines()]
-    return min(r["t_sent"] for r in reqs), max(r["t_done"] or r["t_sent"] for r in reqs)
+def spans(run: RunDir) -> tuple[dict[str, tuple[float, float]], tuple[float, float]]:
+    """Each level's measured stretch (the first send to the last finish of its window's requests), and
+    the run's whole served stretch (its first send to its last finish, every request counted)."""
+    df = RequestTable.load(run).df
+    window = df[df["in_window"] & df["t_done"].notna()]
+    levels = {str(k): (float(g["t_sent"].min()), float(g["t_done"].max())) for k, g in window.groupby("level_id")}
+    return levels, (float(df["t_sent"].min()), float(df["t_done"].fillna(df["t_sent"]).max()))
 
 
 def one_run(arm: str, code: Path, args, work: Path, rep: int, runs: list[dict]) -> list[dict]:
     """One sweep of `code` (a checkout of the project), every process of it timing its collections."""
     gc_dir = work / f"gc-{arm}-{rep}"
     gc_dir.mkdir()
-    run = work / f"run-{arm}-{rep}"
+    run = RunDir(work / f"run-{arm}-{rep}")
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(work / "hook"), str(code), os.environ.get("PYTHONPATH", "")]),
@@ -102,21 +96,20 @@ def one_run(arm: str, code: Path, args, work: Path, rep: int, runs: list[dict]) 
     }
     cmd = [sys.executable, str(code / "llmbench" / "cli.py"), "sweep", "--model", args.model]
     cmd += ["--concurrency", args.concurrency, "--input-len", str(args.input_len), "--output-len", "64"]
-    cmd += ["--duration", str(args.duration), "--slo-ttft", "60", "--out", str(run)]
+    cmd += ["--duration", str(args.duration), "--slo-ttft", "60", "--out", str(run.path)]
     subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     pauses = read_pauses(gc_dir)
-    summary = {lv["level_id"]: lv for lv in json.loads((run / "summary.json").read_text())["levels"]}
-    spans = level_spans(run)
+    summary = {lv["level_id"]: lv for lv in (run.read_summary() or {"levels": []})["levels"]}
     # The whole served stretch too (warm-ups and drains included): a full collection is rare enough
     # that a level's window may or may not catch one, and where one falls it stalls every stream.
-    served = served_span(run)
+    level_spans, served = spans(run)
     whole = {"arm": arm, "rep": rep, "served_s": served[1] - served[0]}
     for role in ("server", "client"):
         full = [p["ms"] for p in pauses if p["role"] == role and p["gen"] == 2 and served[0] <= p["t"] <= served[1]]
         whole[f"{role}_full_collections_ms"] = sorted(full)
     runs.append(whole)
     rows = []
-    for level_id, (lo, hi) in spans.items():
+    for level_id, (lo, hi) in level_spans.items():
         inside = [p for p in pauses if lo <= p["t"] <= hi]
         lv = summary[level_id]
         row = {"arm": arm, "rep": rep, "level_id": level_id, "span_s": hi - lo}
