@@ -132,7 +132,7 @@ def freeze_setup_heap() -> None:
     """Take what this process built before its level (locust, gevent, the session's prepared requests)
     out of the garbage collector's full collections. A full collection walks every live container, and
     in this process it stops every user's greenlet at once: the chunks that arrive meanwhile are
-    stamped late, which reads as the server's latency (29 and 35 ms inside two levels of one run;
+    stamped late, which reads as the server's latency (15-31 ms each here, bench/gc_pauses.py;
     docs/metrics.md, "The client's own pauses"). What the level allocates is collected as before."""
     gc.collect()
     gc.freeze()
