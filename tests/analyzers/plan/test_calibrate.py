@@ -14,6 +14,7 @@ from analyzers.plan.profile import PROFILE_SCHEMA, MachineProfile
 from llmbench.diag_cli import app
 
 
+@pytest.mark.slow  # moved out of the default suite (its 10-minute budget); .ci/run runs it
 def test_quick_calibration_writes_a_valid_profile(tmp_path):
     out = tmp_path / "machine.json"
     r = CliRunner().invoke(

@@ -34,6 +34,7 @@ def test_sizing_needs_a_bound():
         WindowSizing(steady_warmup=True)
 
 
+@pytest.mark.slow  # moved out of the default suite (its 10-minute budget); .ci/run runs it
 def test_a_simulated_level_whose_first_wave_outlasts_a_fixed_warm_up_measures_later_waves_when_sized():
     lengths = lambda i: (random_prompt(512, 0, i), 32)
     first_wave_done = max(

@@ -191,6 +191,7 @@ def test_cache_key_follows_the_cpu_flags(monkeypatch):
     assert "cpu flags: avx2 fma fpu sse2\n" in here[1]
 
 
+@pytest.mark.slow  # moved out of the default suite (its 10-minute budget); .ci/run runs it
 @needs_compiler
 def test_object_built_for_another_cpu_is_not_loaded(monkeypatch, fresh_build):
     """A shared cache holding an object built for another CPU (here: this CPU's flags with AVX-512
