@@ -29,12 +29,15 @@ class Stall:
     in_flight: int  # requests waiting through it
 
 
-def token_times(table: RequestTable, rows: np.ndarray) -> np.ndarray:
-    """Arrival time of every token of these rows (first tokens and the gaps after them)."""
+def token_arrivals(table: RequestTable, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Arrival time of every token-carrying chunk of these rows (first tokens and the gaps after them)
+    and the row each belongs to, in time order."""
     df = table.df
-    first = df["t_first_token"].to_numpy()[rows]
+    rows = np.asarray(rows, dtype=int)
+    first_all = df["t_first_token"].to_numpy(float)
+    first = first_all[rows]
     has = ~np.isnan(first)
-    out = [first[has]]
+    times, owners = [first[has]], [rows[has]]
     if table.itl.size:
         mask = np.zeros(len(df), dtype=bool)
         mask[rows] = True
@@ -45,8 +48,16 @@ def token_times(table: RequestTable, rows: np.ndarray) -> np.ndarray:
             csum = np.cumsum(gaps)
             starts = np.r_[0, np.flatnonzero(np.diff(owner)) + 1]
             base = np.repeat(np.r_[0.0, csum[starts[1:] - 1]], np.diff(np.r_[starts, gaps.size]))
-            out.append(df["t_first_token"].to_numpy()[owner] + (csum - base))
-    return np.sort(np.concatenate(out)) if out else np.empty(0)
+            times.append(first_all[owner] + (csum - base))
+            owners.append(owner)
+    t, o = np.concatenate(times), np.concatenate(owners)
+    order = np.argsort(t, kind="stable")
+    return t[order], o[order]
+
+
+def token_times(table: RequestTable, rows: np.ndarray) -> np.ndarray:
+    """Arrival time of every token of these rows (first tokens and the gaps after them), sorted."""
+    return token_arrivals(table, rows)[0]
 
 
 def longest_stall(table: RequestTable, rows: np.ndarray, window: Window) -> Stall | None:

@@ -2,7 +2,8 @@
 planted-cause runs on this machine (issue 25): each draw picks a cause and random parameters for
 it (its magnitude, its onset and duration inside the window or the whole level, the load, the
 lengths), plants it for real, runs `llmbench sweep` against the embedded engine, diagnoses the run
-and records the ranked findings. Clean draws must find nothing; confounded draws (a CPU neighbour
+and records the ranked findings (`--family fleet`: two replicas' causes; `--family pause`: the whole
+server stopped now and then, beside clean and neighbour draws). Clean draws must find nothing; confounded draws (a CPU neighbour
 beside an admission limit) must name both.
 
     python bench/diagnosis_family.py [--draws 40] [--seed 0] [--out bench/diagnosis_family.json]
@@ -36,7 +37,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from analyzers.triage.exposure import MIN_EFFECT
 from bench.common import cpu_model, matmul_peak
 from bench.diagnosis_accuracy import CaseResult, diagnose, run_embedded, run_lossy
-from bench.diagnosis_faults import Burners, LossyNamespace, head_of_line_effect, netns_unavailable, realized_effect
+from bench.diagnosis_faults import (
+    Burners,
+    LossyNamespace,
+    ServerPauses,
+    head_of_line_effect,
+    netns_unavailable,
+    realized_effect,
+)
 from bench.diagnosis_fleet_draws import FLEET_EXPECTED, FLEET_MIX, make_fleet_draw, run_fleet_draw
 
 FAINT_EFFECT = MIN_EFFECT  # the least effect the diagnosis calls a cause
@@ -50,6 +58,7 @@ EXPECTED = {
     "head-of-line": ["p99.sched.long-prefill", "p99.sched.long-prompts", "p99.sched.prefill-time"],
     "cpu-neighbour": ["p99.host.cpu"],
     "packet-loss": ["p99.net.retransmits"],
+    "server-pause": ["p99.host.pause"],  # --family pause: the server process stopped now and then
     **FLEET_EXPECTED,  # --family fleet: two replicas (bench/diagnosis_fleet_draws.py)
 }
 # Draws per cause in 40 (scaled for other --draws); parameters are drawn per draw.
@@ -62,6 +71,9 @@ MIX = {
     "packet-loss": 4,
     "confounded": 3,
 }
+# --family pause: the whole server stopped (SIGSTOP) a few times inside the level, beside draws that
+# must not be called a pause (clean levels, a CPU neighbour).
+PAUSE_MIX = {"server-pause": 10, "clean": 3, "cpu-neighbour": 3}
 WARMUP_S, DURATION_S = 2.0, 12.0
 
 
@@ -185,6 +197,8 @@ def make_draw(seed: int, index: int, cause: str) -> Draw:
             "span": kind,
         }
         return Draw(index, cause, params, [*base, "--concurrency", str(c)], EXPECTED["cpu-neighbour"])
+    if cause == "server-pause":
+        return _pause_draw(rng, index, base)
     if cause == "packet-loss":
         windows, kind = _window(rng)
         params = {
@@ -195,6 +209,27 @@ def make_draw(seed: int, index: int, cause: str) -> Draw:
         }
         return Draw(index, cause, params, [], EXPECTED["packet-loss"])
     raise ValueError(cause)
+
+
+def _pause_draw(rng: random.Random, index: int, base: list[str]) -> Draw:
+    """The server stopped 3-6 times for 0.12-0.5 s, at least 1 s apart, after the warm-up; under load
+    (a pause holds the first tokens of the requests waiting through it, and one user alone spends
+    most of its time decoding, where a pause is a TPOT matter)."""
+    load = (
+        ["--request-rate", str(rng.choice([8, 12, 16]))]
+        if rng.random() < 0.4
+        else ["--concurrency", str(rng.choice([4, 6, 8]))]
+    )
+    onsets: list[float] = []
+    for _ in range(rng.choice([3, 4, 5, 6])):
+        for _try in range(50):
+            t = rng.uniform(WARMUP_S + 0.5, WARMUP_S + DURATION_S - 1.0)
+            if all(abs(t - o) >= 1.0 for o in onsets):
+                onsets.append(t)
+                break
+    windows = [(round(t, 2), round(t + rng.uniform(0.12, 0.5), 2)) for t in sorted(onsets)]
+    params = {"load": load, "windows": windows}
+    return Draw(index, "server-pause", params, [*base, *load], EXPECTED["server-pause"])
 
 
 def plan(draws: int, seed: int, mix: dict[str, int] = MIX) -> list[Draw]:
@@ -212,6 +247,9 @@ def run_draw(tmp: Path, d: Draw, res: CaseResult) -> Path:
     if d.cause in ("cpu-neighbour", "confounded"):
         burners = Burners(d.params["burners"], d.params["nice"])
         return run_embedded(tmp, name, d.args, (burners.start, burners.stop), d.params["windows"])
+    if d.cause == "server-pause":
+        pauser = ServerPauses()
+        return run_embedded(tmp, name, d.args, (pauser.start, pauser.stop), d.params["windows"])
     if d.cause == "packet-loss":
         ns = LossyNamespace(f"llmbfam{d.index}", 200 + d.index, 18440 + d.index, d.params["loss"])
         return run_lossy(tmp / name, ns, d.params["concurrency"], d.params["windows"], _timing())
@@ -253,15 +291,16 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument(
         "--family",
-        choices=["single", "fleet"],
+        choices=["single", "fleet", "pause"],
         default="single",
-        help="single: one server's causes; fleet: two replicas' (bench/diagnosis_fleet_draws.py)",
+        help="single: one server's causes; fleet: two replicas' (bench/diagnosis_fleet_draws.py); pause: the "
+        "server stopped now and then, beside clean and neighbour draws",
     )
     ap.add_argument("--only", default=None, help="run only these draw indexes (a comma list): to look at one again")
     ap.add_argument("--out", default=str(Path(__file__).with_name("diagnosis_family.json")))
     ap.add_argument("--keep", default=None, help="keep the run directories under this folder")
     a = ap.parse_args()
-    draws = plan(a.draws, a.seed, FLEET_MIX if a.family == "fleet" else MIX)
+    draws = plan(a.draws, a.seed, {"fleet": FLEET_MIX, "pause": PAUSE_MIX}.get(a.family, MIX))
     if a.only:
         keep = {int(x) for x in a.only.split(",")}
         draws = [d for d in draws if d.index in keep]

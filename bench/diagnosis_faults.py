@@ -1,6 +1,6 @@
 """Faults planted for real by bench/diagnosis_accuracy.py: a network namespace behind a veth with
-an iptables random-drop rule that can be switched on and off, CPU burner processes, and a
-background flow through a lossy namespace of its own.
+an iptables random-drop rule that can be switched on and off, CPU burner processes, a
+background flow through a lossy namespace of its own, and pauses of the whole server process.
 
 Everything is created by this process, bounded in time, and torn down in `close()`/`finally`
 even when a case fails. This kernel has no netem, so loss is `-m statistic --mode random
@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -106,6 +107,40 @@ class Burners:
             p.kill()
             p.wait(timeout=10)
         self.procs = []
+
+
+class ServerPauses:
+    """The whole server process stopped (SIGSTOP) and let go (SIGCONT): what a long garbage-collector
+    pass or a blocking call on its event loop does to every stream at once. The server is this
+    process's descendant running `refengine.server` (the sweep's embedded engine), found when first
+    paused; a server on its own (pid given) for any other."""
+
+    def __init__(self, pid: int | None = None):
+        self.pid = pid
+        self.stopped = False
+
+    def _server(self) -> int:
+        import psutil
+
+        if self.pid is None:
+            mine = psutil.Process().children(recursive=True)
+            servers = [p for p in mine if "refengine.server" in " ".join(p.cmdline())]
+            if len(servers) != 1:
+                raise RuntimeError(f"expected one refengine.server below this process, found {len(servers)}")
+            self.pid = servers[0].pid
+        return self.pid
+
+    def start(self) -> None:
+        os.kill(self._server(), signal.SIGSTOP)
+        self.stopped = True
+
+    def stop(self) -> None:
+        if self.stopped and self.pid is not None:
+            try:
+                os.kill(self.pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        self.stopped = False
 
 
 def first_record_time(run_dir: Path, timeout_s: float = 300.0) -> float:

@@ -165,3 +165,26 @@ def clean_probes(t_start: float, t_end: float, ncpu: int = 8) -> dict[str, list[
 def rows_in(rows: list[dict], windows: list[tuple[float, float]]) -> list[dict]:
     """The probe rows whose one-second interval overlaps any of `windows`."""
     return [r for r in rows if any(r["t"] - 1.0 < e and r["t"] > s for s, e in windows)]
+
+
+def pause_server(recs: list[RequestRecord], at: float, seconds: float) -> None:
+    """The whole server stopped at `at` for `seconds`: every token a request in flight then was still
+    owed comes `seconds` later (a first token still to come, or the gap that spans `at` grows), and a
+    request sent while it was stopped is served from when it went on."""
+    for r in recs:
+        if at < r.t_sent < at + seconds:
+            delay(r, at + seconds - r.t_sent)
+            continue
+        if r.t_sent > at or r.t_done <= at:
+            continue
+        if r.t_first_token > at:
+            delay(r, seconds)
+            continue
+        t = r.t_first_token
+        for k, gap in enumerate(r.itl_s):
+            if t + gap > at:
+                r.itl_s[k] = gap + seconds
+                break
+            t += gap
+        r.t_done += seconds
+        r.derive()

@@ -35,6 +35,7 @@ from analyzers.triage.fleet.replica_failures import narrow_failures
 from analyzers.triage.fleet.router import router_path_yields
 from analyzers.triage.host.cpu import check_cpu
 from analyzers.triage.host.gpu_throttle import check_gpu_throttle
+from analyzers.triage.host.pauses import check_pauses, pauses_yield_to_a_neighbour, queue_yields_to_pauses
 from analyzers.triage.levels import LevelLoad, level_loads
 from analyzers.triage.long_prompts import check_long_prompts
 from analyzers.triage.network import (
@@ -189,6 +190,7 @@ def diagnose_p99(run: RunDir, metric: str = "ttft") -> P99Diagnosis:
         check_batch_size(p["server"], tails, server_absent),
         *check_standing(metric, levels, phases, limits, locality is not None),
         check_cpu(p["host"], tails, top_others, table),
+        check_pauses(table, tails),
         check_gpu_throttle(p["gpu"], tails),
         check_send_lag(table, ttft, series["server"], series["host"]),
     ]
@@ -196,6 +198,8 @@ def diagnose_p99(run: RunDir, metric: str = "ttft") -> P99Diagnosis:
     baseline_lived_through_it(found, levels)
     n_tail = set_tail_shares(table, metric, tails, levels, found)
     narrow_failures(found)
+    pauses_yield_to_a_neighbour(found)
+    queue_yields_to_pauses(found, _scrape_interval(series["server"]))
     unmeasured_is_a_cause(found)
     last_resort_yields(found)
     router_queue_yields(found)
@@ -203,6 +207,13 @@ def diagnose_p99(run: RunDir, metric: str = "ttft") -> P99Diagnosis:
     router_path_yields(found)
     causes, context = split_causes(found)
     return P99Diagnosis(info.run_id, metric, tails, checks, causes, context, levels, n_tail)
+
+
+def _scrape_interval(server) -> float:
+    """The server probe's typical interval (1 s by default; 1 s without a probe)."""
+    if server is None or len(server) < 2:
+        return 1.0
+    return float(np.median(np.diff(server.t)))
 
 
 def _ok(table: RequestTable, metric: str) -> np.ndarray:

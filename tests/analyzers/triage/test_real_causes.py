@@ -67,3 +67,22 @@ def test_real_packet_loss_into_a_namespace_is_the_targets_own(tmp_path):
     res = CaseResult("packet-loss", "30% drop", ["p99.net.retransmits"])
     diagnose(case_netloss(tmp_path, res), res)
     assert res.first_ok, res.findings
+
+
+@pytest.mark.slow  # ~25 s; .ci/run runs it (--runslow)
+def test_a_real_server_stopped_now_and_then_is_a_pause_named_first(tmp_path):
+    # The embedded server stopped (SIGSTOP) for 0.4 s four times inside the window, as a long garbage
+    # collection stops every stream of a Python server at once: the requests waiting for a first
+    # token through it are the TTFT tail, and nothing else in the run explains it.
+    from bench.diagnosis_accuracy import run_embedded
+    from bench.diagnosis_faults import ServerPauses
+
+    pauser = ServerPauses()
+    windows = [(3.0, 3.4), (5.5, 5.9), (8.0, 8.4), (10.5, 10.9)]  # seconds after the first record
+    args = [*SMALL, "--concurrency", "6", "--warmup", "2s", "--duration", "10s"]
+    run = RunDir(run_embedded(tmp_path, "paused", args, (pauser.start, pauser.stop), windows))
+    diag = diagnose_p99(run)
+    assert diag.findings, diag.headline
+    f = diag.findings[0]
+    assert f.check_id == "p99.host.pause" and f.kind == "differential", [x.title for x in diag.findings]
+    assert f.evidence["pauses"] >= 3 and all(p["seconds"] >= 0.3 for p in f.evidence["longest_pauses"][:3])
