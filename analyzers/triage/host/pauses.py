@@ -14,12 +14,16 @@ stream (every token of every request of the level, from the client's timestamps)
   PAUSE_TTFT_FACTOR x its median TTFT (one prefill step is never longer than the TTFTs that wait
   for it, so an ordinary prefill, however large, stays under it);
 - owed: at least one stream was decoding through it (a token before it and one after it), so a
-  decode step was due and none came;
+  decode step was due and none came; or, nothing decoding (an open loop between arrivals), at least
+  MIN_WAITING_ALONE requests waited the whole threshold for their first token (an idle server serves
+  an arrival at once);
 - not a long prompt's prefill: it does not end with the first token of a prompt LONG_PROMPT_FACTOR x
   the level's median or longer (head-of-line blocking, analyzers/triage/requests.py, names those);
-- not read back in a burst: the streams decoding through it resumed at their pace. A client that
-  stalled finds the server's tokens waiting in its socket and reads them back to back
-  (analyzers/bursts.py); that is the client's lag, judged by `p99.client-lag`.
+- not a backlog read by the client: a client that stalled while the server went on finds many
+  tokens waiting in each socket and reads them back to back (analyzers/bursts.py; the client's lag,
+  judged by `p99.client-lag`). A server that stopped had made at most a token or two that its HTTP
+  side had not sent yet (a real refengine stopped by SIGSTOP flushes up to two per stream, 0.01-0.15
+  ms apart), then it goes on at its pace.
 
 Which requests a pause explains is the differential machinery's (analyzers/triage/exposure.py): a
 request is exposed when pauses cover half of its own latency window. Where a CPU neighbour's finding
@@ -48,7 +52,9 @@ PAUSE_ID, PAUSE_TITLE = "p99.host.pause", "the server never stops every stream a
 PAUSE_MIN_S = 0.08  # shorter silences are a busy host's scheduling noise (tens of ms on 2 shared cores)
 PAUSE_ITL_FACTOR = 10.0  # ... and ten decode steps of the level's pace at least
 PAUSE_TTFT_FACTOR = 2.0  # ... and twice the level's median TTFT: longer than any one prefill step
-BURST_SHARE = 0.5  # most of the streams read their next tokens back to back: the client stalled
+BACKLOG_TOKENS = 3  # a stream that read this many tokens back to back after it read a backlog ...
+BACKLOG_SHARE = 0.5  # ... and most streams doing so: the client stalled while the server went on
+MIN_WAITING_ALONE = 2  # with no stream decoding: this many requests that waited the whole threshold
 MAX_LISTED = 5  # pauses named in a finding's evidence (the longest)
 QUEUE_NEAR_PAUSES = 0.8  # a queue seen this much only within one scrape of a pause is the pauses'
 MAX_CANDIDATES = 200  # silences judged per level, the longest first: a level with more is not paused now and then
@@ -69,8 +75,10 @@ class Pause:
     waiting: int  # requests waiting for their first token when it ended
 
     def __post_init__(self) -> None:
-        if not self.end > self.start or self.decoding < 1 or self.waiting < 0:
-            raise ValueError(f"a pause needs end > start and a stream decoding through it: {self}")
+        if not self.end > self.start or self.decoding < 0 or self.waiting < 0:
+            raise ValueError(f"a pause needs end > start and counts of what it held: {self}")
+        if self.decoding < 1 and self.waiting < MIN_WAITING_ALONE:
+            raise ValueError(f"a pause holds a decoding stream or {MIN_WAITING_ALONE} waiting requests: {self}")
 
     @property
     def seconds(self) -> float:
@@ -118,15 +126,20 @@ def _level_pauses(table: RequestTable, level_id: str, rows: np.ndarray, ok: np.n
         a, b = float(times[i]), float(times[i + 1])
         # A stream owed a token through the silence: one of its tokens before it and one after.
         decoding = rows[(first[rows] <= a) & (streams.last[rows] >= b)]
+        waiting = rows[(sent[rows] < b) & (first[rows] >= b)]
         if decoding.size == 0:
-            continue
+            # Nothing decoding (an open loop between arrivals): requests that arrived and waited the
+            # whole threshold for a server that did nothing; it stopped no later than the first came.
+            long_wait = waiting[sent[waiting] <= b - threshold]
+            if long_wait.size < MIN_WAITING_ALONE:
+                continue
+            a = max(a, float(sent[long_wait].min()))
         ended_by = rows[(first[rows] >= b) & (first[rows] <= b + SAME_STEP_S) & (sent[rows] < a)]
         if long_prompt[ended_by].any():
             continue  # a long prompt's prefill: head-of-line blocking's
-        if streams.read_in_a_burst(decoding, b, burst_gap):
-            continue  # the client's own stall (analyzers/bursts.py)
-        waiting = int(((sent[rows] < b) & (first[rows] >= b)).sum())
-        out.append(Pause(level_id, a, b, int(decoding.size), waiting))
+        if streams.read_a_backlog(decoding, b, burst_gap):
+            continue  # the client's own stall: the server went on meanwhile (analyzers/bursts.py)
+        out.append(Pause(level_id, a, b, int(decoding.size), int(waiting.size)))
     return out
 
 
@@ -143,16 +156,19 @@ class _Streams:
         has = self.end > self.start
         self.last[has] = self.times[self.end[has] - 1]
 
-    def read_in_a_burst(self, rows: np.ndarray, after: float, burst_gap: float) -> bool:
-        """Whether most of `rows` read their first two tokens from `after` on back to back."""
-        bursts = judged = 0
+    def read_a_backlog(self, rows: np.ndarray, after: float, burst_gap: float) -> bool:
+        """Whether most of `rows` read BACKLOG_TOKENS tokens or more back to back from `after` on: what
+        a client finds in its sockets after it stalled while the server went on decoding. A server
+        that stopped sends at most the token or two it had made before it stopped, then its pace."""
+        backlogs = judged = 0
         for r in rows:
             mine = self.times[self.start[r] : self.end[r]]
             k = int(np.searchsorted(mine, after, side="left"))
-            if k + 1 < mine.size:
+            run = mine[k : k + BACKLOG_TOKENS]
+            if run.size == BACKLOG_TOKENS:
                 judged += 1
-                bursts += bool(mine[k + 1] - mine[k] < burst_gap)
-        return judged > 0 and bursts >= BURST_SHARE * judged
+                backlogs += bool((np.diff(run) < burst_gap).all())
+        return judged > 0 and backlogs >= BACKLOG_SHARE * judged
 
 
 def check_pauses(table: RequestTable, tails: TailWindows) -> CheckResult:
@@ -172,10 +188,12 @@ def check_pauses(table: RequestTable, tails: TailWindows) -> CheckResult:
     ms = sorted(round(p.seconds * 1000) for p in pauses)
     span = f"{ms[0]} ms" if ms[0] == ms[-1] else f"{ms[0]}-{ms[-1]} ms"
     levels = ", ".join(dict.fromkeys(p.level_id for p in pauses))
-    streams = max(p.decoding for p in pauses)
+    decoding = max(p.decoding for p in pauses)
+    waiting = max(p.waiting for p in pauses)
     said = (
-        f"{len(pauses)} pause{'s' if len(pauses) > 1 else ''} of {span} in {levels}: no token reached any of "
-        f"up to {streams} streams decoding, then each went on at its pace (not a prefill, not the client)"
+        f"{len(pauses)} pause{'s' if len(pauses) > 1 else ''} of {span} in {levels}: no stream got a token "
+        f"(up to {decoding} decoding and {waiting} waiting for a first token), then each went on at its pace "
+        "(not a prefill, not the client)"
     )
     evidence = dict(
         diff.evidence(),
