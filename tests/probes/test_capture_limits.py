@@ -53,18 +53,20 @@ def _started(ctx: ProbeContext) -> CaptureProbe:
 
 
 def test_the_probe_stopping_is_no_limit(tmp_path, target):
-    # As `llmdiag probe` had it: a duration limit equal to the recording's duration.
-    # Stopped after 0.6 s: past that limit, before the second tick at 1 s.
-    ctx = ProbeContext(out_dir=tmp_path, target_url=target, interval_s=1.0, capture_max_s=0.5)
+    # As `llmdiag probe` had it: a duration limit no longer than the recording. The interval is
+    # long, so no tick falls between the start and the stop (a tick after the limit would rightly
+    # say the limit ended the capture): the rows are the first one, then the last sample and the
+    # closing row, written while the probe stops, when a passed duration limit cut nothing short.
+    ctx = ProbeContext(out_dir=tmp_path, target_url=target, interval_s=300.0, capture_max_s=0.2)
     pset = ProbeSet(["capture"], ctx, log=lambda _m: None)
     status = pset.start()["capture"]
     if status != "ok":
         pytest.skip(f"capture cannot run here: {status}")
-    time.sleep(0.3)  # the sniffer thread opens its socket
+    time.sleep(0.3)  # the sniffer thread opens its socket; the duration limit passes
     _traffic(target, 3)
-    time.sleep(0.3)
     pset.stop()
     rows = read_rows(tmp_path / "probes" / "capture.jsonl")
+    assert len(rows) == 3, rows
     assert rows[-1]["packets"] > 0 and rows[-1]["pcap_file"] == "capture.pcap"
     assert not any(r["limit_reached"] for r in rows), rows  # the last sample used to say True
     assert all(r["stopped"] is None for r in rows)
