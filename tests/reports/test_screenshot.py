@@ -81,6 +81,7 @@ def test_screenshot_of_the_report_and_the_comparison(diagnosed, tmp_path):
         assert any(c == (250, 251, 253) for _, c in top.getcolors(maxcolors=1 << 16))  # the answer box
 
 
+@pytest.mark.slow  # ~6s; .ci/run runs it (the default suite keeps under 10 minutes)
 def test_runs_together_in_the_browser(diagnosed, tmp_path):
     """runs.html (`llmbench report --runs`): both figures drawn, a legend line per run, no script."""
     from PIL import Image

@@ -124,6 +124,7 @@ def test_llmdiag_plan_reads_at_every_width(monkeypatch):
     assert "239,536" in outputs[160] and "239,536" in outputs[80]
 
 
+@pytest.mark.slow  # ~8s; .ci/run runs it (the default suite keeps under 10 minutes)
 def test_llmdiag_plans_predicted_ranking_reads_at_every_width(monkeypatch):
     """The table ranked on predicted goodput: its headers said which percentiles only when wide
     ("TTFT P50/P… ms" at 80 columns) before it was a Grid."""

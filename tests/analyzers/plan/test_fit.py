@@ -115,6 +115,7 @@ def _queued_at_c16():
     return base, predict, measured
 
 
+@pytest.mark.slow  # ~7s; .ci/run runs it (the default suite keeps under 10 minutes)
 def test_the_request_overhead_never_exceeds_the_unloaded_ttft():
     # A closed loop's queueing the simulation does not reproduce (measured TTFT P50 at c16 ten times
     # the simulated one) must not land in the request overhead: one fit put 3.9 s per running

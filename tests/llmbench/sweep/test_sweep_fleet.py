@@ -205,6 +205,7 @@ def test_the_embedded_fleets_front_is_started_with_the_policy():
     assert "--lb-policy" not in EmbeddedServer("tiny", data_parallel_size=2).command  # the front's default
 
 
+@pytest.mark.slow  # ~4 s each (a CLI process); .ci/run runs the file (the default suite keeps under 10 minutes)
 @pytest.mark.parametrize(
     "targets,words",
     [

@@ -17,6 +17,9 @@ from refengine_proc import start_refengine
 from probes.prom import parse_metrics
 from refengine.server.dp_policy import REPLICA_HEADER
 
+# Two replicas and a front take ~12 s to start: .ci/run runs this file with --runslow (the default
+# suite keeps under 10 minutes on 2 cores).
+pytestmark = pytest.mark.slow
 LONG = 1500  # tokens of a request that is still generating seconds after its first chunk
 KEY = "sekret"  # the fleets require it: the front passes the client's Authorization on to the replica
 AUTH = {"Authorization": f"Bearer {KEY}"}
