@@ -47,6 +47,7 @@ from analyzers.triage.network import (
 )
 from analyzers.triage.phases import level_phases
 from analyzers.triage.processes import read_top_others
+from analyzers.triage.queue_seconds import queue_bounded_by_its_seconds
 from analyzers.triage.requests import check_hol_blocking
 from analyzers.triage.server import check_batch_size, check_preemptions, check_queueing, server_absence
 from analyzers.triage.standing.check import check_standing
@@ -196,7 +197,8 @@ def diagnose_p99(run: RunDir, metric: str = "ttft") -> P99Diagnosis:
     ]
     found = [c.finding for c in checks if c.finding is not None]
     baseline_lived_through_it(found, levels)
-    n_tail = set_tail_shares(table, metric, tails, levels, found)
+    tail = set_tail_shares(table, metric, tails, levels, found)
+    queue_bounded_by_its_seconds(found, tail, metric, levels, p["server"])
     narrow_failures(found)
     pauses_yield_to_a_neighbour(found)
     queue_yields_to_pauses(found, _scrape_interval(series["server"]))
@@ -206,7 +208,7 @@ def diagnose_p99(run: RunDir, metric: str = "ttft") -> P99Diagnosis:
     own_witness_yields(found)
     router_path_yields(found)
     causes, context = split_causes(found)
-    return P99Diagnosis(info.run_id, metric, tails, checks, causes, context, levels, n_tail)
+    return P99Diagnosis(info.run_id, metric, tails, checks, causes, context, levels, int(tail.rows.size))
 
 
 def _scrape_interval(server) -> float:

@@ -148,7 +148,7 @@ def check_queueing(server: SampleSplit | None, tails: TailWindows, absent: str |
             QUEUE_ID,
             "scheduling",
             QUEUE_TITLE,
-            f"waiting requests: {w_spike or 0:.1f} in the spikes vs {w_calm or 0:.1f} in the calm",
+            f"waiting requests: {w_spike or 0:.1f} in the spikes vs {_calm_words(w_calm)}",
             **evidence,
         )
     waiting = np.nan_to_num(server.values("waiting"))
@@ -157,8 +157,8 @@ def check_queueing(server: SampleSplit | None, tails: TailWindows, absent: str |
         QUEUE_ID,
         "scheduling",
         "medium",
-        f"requests queued in the spike windows: {w_spike:.1f} waiting on average vs {w_calm or 0:.1f} "
-        "in the calm" + _queue_time_words(server),
+        f"requests queued in the spike windows: {w_spike:.1f} waiting on average vs {_calm_words(w_calm)}"
+        + _queue_time_words(server),
         evidence,
         explains,
         len(tails.spikes),
@@ -166,6 +166,14 @@ def check_queueing(server: SampleSplit | None, tails: TailWindows, absent: str |
         "limits, or add replicas; the TTFT tail here is queueing, not compute",
     )
     return failed(finding, QUEUE_TITLE, finding.title)
+
+
+def _calm_words(w_calm: float | None) -> str:
+    """The calm's side of a gauge's contrast. Where every scrape interval overlapped a spike window
+    there is no calm, and "0.0 in the calm" would be a comparison with nothing."""
+    if w_calm is None:
+        return "no calm to compare (every scrape interval overlapped a spike window)"
+    return f"{w_calm:.1f} in the calm"
 
 
 def _rows(server: SampleSplit, spike: bool) -> np.ndarray:

@@ -7,6 +7,8 @@ fleet's, analyzers/triage/fleet/).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from analyzers.triage.client_lag import LAG_ID
@@ -106,16 +108,28 @@ def _inside(windows: list[Window], held: list[Window], share: float = 0.8) -> bo
     return total > 0 and covered >= share * total
 
 
-def set_tail_shares(
-    table: RequestTable, metric: str, tails: TailWindows, levels: list[LevelLoad], findings: list[Finding]
-) -> int:
-    """Each finding's share of the run's tail: of the tail's latency above the median (the spike
-    requests and the standing levels' tail requests, each weighed by its latency over its level's
-    median), the part carried by requests whose own latency window overlaps a window the finding
-    explains. Weighed, as the differential findings' own share is (exposure.py): a P99 is made by
-    the requests far above the median, and a neighbour that stalled 23 requests by 250 ms each must
-    not read as 16% of a tail padded with a hundred requests 4 ms over it (counted one request each,
-    it did)."""
+@dataclass(frozen=True)
+class TailExcess:
+    """The run's tail requests (the spike requests and the standing levels' tail requests): table
+    rows, the window each one's latency covers, and its latency above what it would be without the
+    tail, in seconds (a spike over its level's median; a standing level's request over its
+    baseline's median, or all of it where the level has no baseline; a request cut off before its
+    latency was known weighs the time it waited)."""
+
+    rows: np.ndarray
+    starts: np.ndarray
+    ends: np.ndarray
+    seconds: np.ndarray
+
+    def weights(self) -> np.ndarray:
+        """Normalized to sum to 1 (equal weights when none stands above)."""
+        total = float(self.seconds.sum())
+        if total <= 0:
+            return np.full(self.rows.shape, 1.0 / self.rows.size) if self.rows.size else self.seconds
+        return self.seconds / total
+
+
+def tail_excess(table: RequestTable, metric: str, tails: TailWindows, levels: list[LevelLoad]) -> TailExcess:
     tail = np.union1d(tails.spike_rows, tail_rows(levels)).astype(int)
     start_col, end_col, value_col = METRIC_SPANS[metric]
     df = table.df
@@ -124,35 +138,31 @@ def set_tail_shares(
     # A request cut off before its first token: its window runs to when it was cut off.
     starts = np.where(np.isfinite(starts), starts, df["t_sent"].to_numpy(float)[tail])
     ends = np.where(np.isfinite(ends), ends, df["t_done"].to_numpy(float)[tail])
-    weights = _excess(
-        tail, df[value_col].to_numpy(float)[tail], ends - starts, df["level_id"].to_numpy()[tail], tails, levels
-    )
-    for f in findings:
-        if f.kind not in OWN_SHARE:  # a differential or added finding measured its own share of the tail
-            f.tail_share = float(np.sum(weights * overlaps(starts, ends, f.explains))) if tail.size else 0.0
-    return int(tail.size)
-
-
-def _excess(
-    rows: np.ndarray,
-    values: np.ndarray,
-    spans: np.ndarray,
-    level_ids: np.ndarray,
-    tails: TailWindows,
-    levels: list[LevelLoad],
-) -> np.ndarray:
-    """Each tail request's weight, normalized to sum to 1: its latency over what it would be without
-    the tail — a spike over its level's median; a standing level's request (the whole level is
-    slow) over its baseline's median, or all of it where the level has no baseline. A request cut
-    off before its latency was known weighs the time it waited. Equal weights when none stands above."""
+    values = df[value_col].to_numpy(float)[tail]
+    latency = np.where(np.isfinite(values), values, ends - starts)
     medians = {lv.level_id: lv.p50 for lv in tails.levels}
-    latency = np.where(np.isfinite(values), values, spans)
-    base = np.array([medians.get(level, np.nan) for level in level_ids], dtype=float)
+    base = np.array([medians.get(level, np.nan) for level in df["level_id"].to_numpy()[tail]], dtype=float)
     for lv in levels:
         if lv.standing:
-            base[np.isin(rows, lv.tail_rows)] = lv.baseline_p50 if lv.baseline_p50 is not None else 0.0
+            base[np.isin(tail, lv.tail_rows)] = lv.baseline_p50 if lv.baseline_p50 is not None else 0.0
     excess = np.where(np.isfinite(latency) & np.isfinite(base), np.maximum(latency - base, 0.0), 0.0)
-    total = float(excess.sum())
-    if total <= 0:
-        return np.full(values.shape, 1.0 / values.size) if values.size else excess
-    return excess / total
+    return TailExcess(tail, starts, ends, excess)
+
+
+def set_tail_shares(
+    table: RequestTable, metric: str, tails: TailWindows, levels: list[LevelLoad], findings: list[Finding]
+) -> TailExcess:
+    """Each finding's share of the run's tail: of the tail's latency above the median (TailExcess),
+    the part carried by requests whose own latency window overlaps a window the finding explains.
+    Weighed, as the differential findings' own share is (exposure.py): a P99 is made by the
+    requests far above the median, and a neighbour that stalled 23 requests by 250 ms each must
+    not read as 16% of a tail padded with a hundred requests 4 ms over it (counted one request each,
+    it did)."""
+    tail = tail_excess(table, metric, tails, levels)
+    weights = tail.weights()
+    for f in findings:
+        if f.kind not in OWN_SHARE:  # a differential or added finding measured its own share of the tail
+            f.tail_share = (
+                float(np.sum(weights * overlaps(tail.starts, tail.ends, f.explains))) if tail.rows.size else 0.0
+            )
+    return tail
