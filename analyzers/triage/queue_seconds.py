@@ -16,7 +16,7 @@ and no more, to the tail requests' latency above their level's median (the media
 the typical time too). So the queue's share of the spike requests in its windows is scaled by
 (queued seconds above typical) / (the spike requests' latency above the median there), when that
 is below 1. A standing level's requests are measured against their baseline (tail_shares.py), and
-its queue is judged by the standing checks: their share is left as it is. TPOT holds no queue time;
+its queue is judged by the standing checks: the share of its requests is left as it is. TPOT holds no queue time;
 a run whose server exported no queue-time histogram is left as it is.
 """
 
@@ -35,10 +35,9 @@ from analyzers.triage.tail_windows import overlaps
 def queue_bounded_by_its_seconds(
     findings: list[Finding], tail: TailExcess, metric: str, levels: list[LevelLoad], server: SampleSplit | None
 ) -> None:
-    if metric == "tpot" or server is None or not server.has("queue_time_mean_s"):
+    if metric == "tpot" or server is None or not (server.has("queue_time_mean_s") and server.has("queue_time_count")):
         return
-    standing = np.concatenate([lv.tail_rows for lv in levels if lv.standing] or [np.array([], dtype=int)])
-    spiking = ~np.isin(tail.rows, standing)
+    spiking = ~np.isin(tail.level_ids, [lv.level_id for lv in levels if lv.standing])
     weights = tail.weights()
     queued = queued_seconds_above_typical(server, levels)
     for f in findings:

@@ -117,6 +117,7 @@ class TailExcess:
     latency was known weighs the time it waited)."""
 
     rows: np.ndarray
+    level_ids: np.ndarray
     starts: np.ndarray
     ends: np.ndarray
     seconds: np.ndarray
@@ -140,13 +141,14 @@ def tail_excess(table: RequestTable, metric: str, tails: TailWindows, levels: li
     ends = np.where(np.isfinite(ends), ends, df["t_done"].to_numpy(float)[tail])
     values = df[value_col].to_numpy(float)[tail]
     latency = np.where(np.isfinite(values), values, ends - starts)
+    level_ids = df["level_id"].to_numpy()[tail]
     medians = {lv.level_id: lv.p50 for lv in tails.levels}
-    base = np.array([medians.get(level, np.nan) for level in df["level_id"].to_numpy()[tail]], dtype=float)
+    base = np.array([medians.get(level, np.nan) for level in level_ids], dtype=float)
     for lv in levels:
         if lv.standing:
             base[np.isin(tail, lv.tail_rows)] = lv.baseline_p50 if lv.baseline_p50 is not None else 0.0
     excess = np.where(np.isfinite(latency) & np.isfinite(base), np.maximum(latency - base, 0.0), 0.0)
-    return TailExcess(tail, starts, ends, excess)
+    return TailExcess(tail, level_ids, starts, ends, excess)
 
 
 def set_tail_shares(

@@ -47,3 +47,17 @@ def test_a_queue_whose_seconds_match_the_tail_keeps_it(tmp_path):
     queue = diag.findings[0]
     assert queue.check_id == QUEUE_ID and queue.tail_share > 0.9, [(f.title, f.tail_share) for f in diag.findings]
     assert "at most" not in queue.title and "queue_seconds_above_typical_s" not in queue.evidence
+
+
+def test_a_server_that_exports_no_queue_time_count_is_left_as_it_was(tmp_path):
+    recs = base_records()
+    t0 = recs[0].t_sent
+    windows = [(t0 + a, t0 + b) for a, b in EPISODES]
+    for r in recs:
+        if any(s <= r.t_sent <= e for s, e in windows):
+            delay(r, 1.0)
+    probes = clean_probes(t0 - 1, max(r.t_done for r in recs) + 1)
+    for row in rows_in(probes["server"], windows):
+        row |= dict(waiting=3)  # no queue-time histogram: nothing to bound the gauge with
+    queue = diagnose_p99(write_run(tmp_path / "r", recs, probes)).findings[0]
+    assert queue.check_id == QUEUE_ID and queue.tail_share > 0.9 and "at most" not in queue.title
