@@ -64,6 +64,20 @@ def delay(r: RequestRecord, extra_s: float) -> None:
     r.derive()
 
 
+EPISODES = [(10.0, 11.5), (25.0, 26.5), (40.0, 41.5)]  # seconds after the first request
+
+
+def delay_in_episodes(recs: list[RequestRecord], episodes=EPISODES, extra_s: float = 1.0) -> list[tuple[float, float]]:
+    """Every request sent inside an episode waits `extra_s` more for its first token; returns the
+    episodes as epoch windows."""
+    t0 = recs[0].t_sent
+    windows = [(t0 + a, t0 + b) for a, b in episodes]
+    for r in recs:
+        if any(s <= r.t_sent <= e for s, e in windows):
+            delay(r, extra_s)
+    return windows
+
+
 def stalled(recs: list[RequestRecord], on: float, off: float, stall_s: float, keep_every: int) -> list[RequestRecord]:
     """A closed loop stalled from `on` to `off`: it sends few requests then (one in `keep_every` of
     those sent in the span is kept), and each waits `stall_s` more for its first token."""

@@ -3,22 +3,17 @@ the triage's checks really return (the planted runs of tests/planted.py)."""
 
 from __future__ import annotations
 
-from planted import base_records, clean_probes, delay, rows_in, write_run
+from planted import base_records, clean_probes, delay_in_episodes, rows_in, write_run
 
 from analyzers.triage.p99 import diagnose_p99
 from reports.evidence_words.phrasing import seconds
 from reports.evidence_words.sentences import evidence_sentences
 
-EPISODES = [(10.0, 11.5), (25.0, 26.5), (40.0, 41.5)]
-
 
 def _planted(tmp_path, plant) -> dict:
     recs = base_records()
     t0 = recs[0].t_sent
-    windows = [(t0 + a, t0 + b) for a, b in EPISODES]
-    for r in recs:
-        if any(s <= r.t_sent <= e for s, e in windows):
-            delay(r, 1.0)
+    windows = delay_in_episodes(recs)
     probes = clean_probes(t0 - 1, max(r.t_done for r in recs) + 1)
     plant(probes, windows)
     d = diagnose_p99(write_run(tmp_path / "r", recs, probes)).to_dict()

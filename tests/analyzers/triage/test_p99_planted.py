@@ -8,20 +8,16 @@ import os
 import subprocess
 import sys
 
-from planted import base_records, clean_probes, delay, plant_head_of_line, rows_in, write_run
+from planted import (
+    base_records,
+    clean_probes,
+    delay_in_episodes,
+    plant_head_of_line,
+    rows_in,
+    write_run,
+)
 
 from analyzers.triage.p99 import diagnose_p99, mark_playbook
-
-EPISODES = [(10.0, 11.5), (25.0, 26.5), (40.0, 41.5)]  # seconds after the first request
-
-
-def _spike_windows(recs, episodes=EPISODES, extra_s=1.0):
-    t0 = recs[0].t_sent
-    abs_windows = [(t0 + a, t0 + b) for a, b in episodes]
-    for r in recs:
-        if any(s <= r.t_sent <= e for s, e in abs_windows):
-            delay(r, extra_s)
-    return abs_windows
 
 
 def _probes(recs):
@@ -37,14 +33,14 @@ def test_clean_run_has_no_cause(tmp_path):
 
 def test_spikes_without_evidence_find_no_cause(tmp_path):
     recs = base_records()
-    _spike_windows(recs)
+    delay_in_episodes(recs)
     diag = diagnose_p99(write_run(tmp_path / "r", recs, _probes(recs)))
     assert len(diag.tails.spikes) == 3 and diag.findings == [], [f.title for f in diag.findings]
 
 
 def test_retransmit_burst_is_ranked_first(tmp_path):
     recs = base_records()
-    windows = _spike_windows(recs)
+    windows = delay_in_episodes(recs)
     probes = _probes(recs)
     for row in rows_in(probes["tcp"], windows):
         row["Tcp.RetransSegs"], row["TcpExt.TCPTimeouts"] = 40, 2
@@ -61,7 +57,7 @@ def test_retransmit_burst_is_ranked_first(tmp_path):
 
 def test_host_wide_retransmits_of_other_flows_are_context_only(tmp_path):
     recs = base_records()
-    windows = _spike_windows(recs)
+    windows = delay_in_episodes(recs)
     probes = _probes(recs)
     for row in rows_in(probes["tcp"], windows):
         row["Tcp.RetransSegs"], row["TcpExt.TCPTimeouts"] = 40, 2  # other flows; the target's stay at 0
@@ -72,7 +68,7 @@ def test_host_wide_retransmits_of_other_flows_are_context_only(tmp_path):
 
 def test_loopback_target_takes_the_network_out_of_the_path(tmp_path):
     recs = base_records()
-    windows = _spike_windows(recs)
+    windows = delay_in_episodes(recs)
     probes = _probes(recs)
     for row in rows_in(probes["tcp"], windows):
         row["Tcp.RetransSegs"] = row["conns_retrans"] = 40
@@ -84,7 +80,7 @@ def test_loopback_target_takes_the_network_out_of_the_path(tmp_path):
 
 def test_pinned_nic_irqs_are_ranked_first(tmp_path):
     recs = base_records()
-    windows = _spike_windows(recs)
+    windows = delay_in_episodes(recs)
     probes = _probes(recs)
     for row in probes["irq"]:
         row["nic_busiest_share"], row["nic_busiest_cpu"] = 1.0, 0
@@ -106,7 +102,7 @@ def test_a_neighbour_behind_a_steady_background_is_named_by_process(tmp_path):
     """On a shared host other processes take 1.2 cores all the time (the aggregate barely moves);
     one process that took 0.8 cores only in the spikes is the neighbour, named by pid and command."""
     recs = base_records()
-    windows = _spike_windows(recs)
+    windows = delay_in_episodes(recs)
     probes = _probes(recs)
     for row in probes["host"]:
         row["others_cpu_cores"], row["top_others"] = 1.2, [{"pid": 77, "comm": "cc1plus", "cpu_cores": 1.2}]
@@ -129,7 +125,7 @@ def test_a_neighbour_behind_a_steady_background_is_named_by_process(tmp_path):
 
 def test_the_servers_own_cpu_is_not_a_neighbour(tmp_path):
     recs = base_records()
-    windows = _spike_windows(recs)
+    windows = delay_in_episodes(recs)
     probes = _probes(recs)
     for row in rows_in(probes["host"], windows):
         row["cpu_pct"], row["server_cpu_cores"] = 100.0, 7.5  # the engine itself on all 8 cores
@@ -164,7 +160,7 @@ def test_a_tpot_tail_is_never_the_long_prompts_own_prefill(tmp_path):
 
 def test_preemption_burst_and_playbook_marks(tmp_path):
     recs = base_records()
-    windows = _spike_windows(recs)
+    windows = delay_in_episodes(recs)
     probes = _probes(recs)
     for row in rows_in(probes["server"], windows):
         row["preemptions"], row["kv_usage"] = 5, 1.0
@@ -188,7 +184,7 @@ def test_missing_probes_are_unchecked_not_passed(tmp_path):
 
 def test_cli_prints_the_cause_and_saves_json(tmp_path):
     recs = base_records()
-    windows = _spike_windows(recs)
+    windows = delay_in_episodes(recs)
     probes = _probes(recs)
     for row in rows_in(probes["tcp"], windows):
         row["Tcp.RetransSegs"] = row["conns_retrans"] = 40

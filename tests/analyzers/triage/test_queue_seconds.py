@@ -5,23 +5,22 @@ with the queue time to match keeps the tail."""
 
 from __future__ import annotations
 
-from planted import base_records, clean_probes, delay, rows_in, write_run
+from planted import base_records, clean_probes, delay_in_episodes, rows_in, write_run
 
 from analyzers.triage.p99 import diagnose_p99
 from analyzers.triage.server import QUEUE_ID
 
-EPISODES = [(10.0, 11.5), (25.0, 26.5), (40.0, 41.5)]
 PER_SECOND = 11  # requests a second: 8 users, ~0.72 s each
 
 
-def _run(tmp_path, queued_in_episodes_s: float):
+def _delayed():
     recs = base_records()
-    t0 = recs[0].t_sent
-    windows = [(t0 + a, t0 + b) for a, b in EPISODES]
-    for r in recs:
-        if any(s <= r.t_sent <= e for s, e in windows):
-            delay(r, 1.0)
-    probes = clean_probes(t0 - 1, max(r.t_done for r in recs) + 1)
+    windows = delay_in_episodes(recs)
+    return recs, windows, clean_probes(recs[0].t_sent - 1, max(r.t_done for r in recs) + 1)
+
+
+def _run(tmp_path, queued_in_episodes_s: float):
+    recs, windows, probes = _delayed()
     for row in probes["server"]:
         row |= dict(queue_time_count=PER_SECOND, queue_time_mean_s=0.003)  # a short wait for the current step
     for row in rows_in(probes["server"], windows):
@@ -50,13 +49,7 @@ def test_a_queue_whose_seconds_match_the_tail_keeps_it(tmp_path):
 
 
 def test_a_server_that_exports_no_queue_time_count_is_left_as_it_was(tmp_path):
-    recs = base_records()
-    t0 = recs[0].t_sent
-    windows = [(t0 + a, t0 + b) for a, b in EPISODES]
-    for r in recs:
-        if any(s <= r.t_sent <= e for s, e in windows):
-            delay(r, 1.0)
-    probes = clean_probes(t0 - 1, max(r.t_done for r in recs) + 1)
+    recs, windows, probes = _delayed()
     for row in rows_in(probes["server"], windows):
         row |= dict(waiting=3)  # no queue-time histogram: nothing to bound the gauge with
     queue = diagnose_p99(write_run(tmp_path / "r", recs, probes)).findings[0]

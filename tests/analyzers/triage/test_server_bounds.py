@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from planted import base_records, clean_probes, delay, write_run
+from planted import base_records, clean_probes, delay_in_episodes, write_run
 from prometheus_client import CollectorRegistry, Gauge, Histogram, generate_latest
 
 from analyzers.summary import analyze_run
@@ -42,7 +42,6 @@ REQUEST_BUCKETS = (
     1920.0,
     7680.0,
 )
-EPISODES = [(10.0, 11.5), (25.0, 26.5), (40.0, 41.5)]
 
 
 class _VllmPage:
@@ -65,10 +64,7 @@ class _VllmPage:
 def _queued_run(tmp_path):
     recs = base_records()
     t0 = recs[0].t_sent
-    windows = [(t0 + a, t0 + b) for a, b in EPISODES]
-    for r in recs:
-        if any(s <= r.t_sent <= e for s, e in windows):
-            delay(r, 1.0)
+    windows = delay_in_episodes(recs)
     probes = clean_probes(t0 - 1, max(r.t_done for r in recs) + 1)
     page, scraper = _VllmPage(), ServerProbe(ProbeContext(out_dir=tmp_path, target_url="http://127.0.0.1:9"))
     rows = []
