@@ -162,6 +162,10 @@ def server_state(series: ProbeSeries | None, w: Window, observed: Window | None 
         out["waiting_share"] = float(queued.mean()) if queued.size else None
         out["running_when_waiting"] = float(r[queued].mean()) if queued.any() else None
         out["running_max_when_waiting"] = float(r[queued].max()) if queued.any() else None
+        # The batch as the steps left it: an empty batch beside a queue is the instant between a
+        # step that finished the whole batch and the next one, which admits its successors.
+        stepped = queued & (r >= 1)
+        out["running_when_waiting_nonempty"] = float(r[stepped].mean()) if stepped.any() else None
         kv = s.numeric.get("kv_usage")
         if kv is not None:
             k = kv[keep]

@@ -289,6 +289,17 @@ def test_a_cap_of_one_read_between_steps_is_the_admission_limit(tmp_path):
     assert f.check_id == "p99.sched.admission" and "max_num_seqs=1" in f.title, f.title
 
 
+def test_a_cap_of_two_admitted_and_finished_together_is_the_admission_limit(tmp_path):
+    """Two requests admitted in one step finish in one step: a scrape between that step and the next
+    prefill reads an empty batch, and more than half of them did: a real c20 level behind
+    --max-num-seqs=2 read these 15, 18 waiting at each (mean 0.93, under the one-short allowance).
+    Every batch a step left non-empty was at the cap."""
+    reads = [2, 2, 0, 0, 0, 0, 0, 2, 2, 0, 2, 2, 0, 2, 0]
+    f = diagnose_p99(_cap_run(tmp_path, 2, reads)).findings[0]
+    assert f.check_id == "p99.sched.admission" and "max_num_seqs=2" in f.title, f.title
+    assert "2.0 in the batches a step left non-empty" in f.title, f.title
+
+
 def test_a_cap_of_three_mostly_unfilled_is_not_the_admission_limit(tmp_path):
     """Its neighbour: a cap of 3 reached once but held at under one on average while requests waited
     is not what held them (one short of 3 would read 2)."""
