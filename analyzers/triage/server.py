@@ -197,13 +197,19 @@ def _queue_time(server: SampleSplit) -> dict[str, float]:
     return out
 
 
+def _ms(seconds: float) -> str:
+    """Milliseconds to three figures, and whole ones from a second up (1810, not 1.81e+03)."""
+    ms = seconds * 1000
+    return f"{ms:.0f}" if ms >= 1000 else f"{ms:.3g}"
+
+
 def _queue_time_words(server: SampleSplit) -> str:
     rows = _rows(server, True)
     mean = weighted_mean(server.series.numeric, "queue_time", rows)
     p99 = worst_quantile(server.series.numeric, "queue_time_p99", rows)
     if mean is None and p99 is None:
         return ""
-    parts = ([f"mean {mean * 1000:.3g} ms"] if mean is not None else []) + (
+    parts = ([f"mean {_ms(mean)} ms"] if mean is not None else []) + (
         [f"P99 {p99.words()}"] if p99 is not None else []
     )
     return "; the server's queue time in the spikes: " + ", ".join(parts)
