@@ -209,9 +209,7 @@ def _queue_time_words(server: SampleSplit) -> str:
     p99 = worst_quantile(server.series.numeric, "queue_time_p99", rows)
     if mean is None and p99 is None:
         return ""
-    parts = ([f"mean {_ms(mean)} ms"] if mean is not None else []) + (
-        [f"P99 {p99.words()}"] if p99 is not None else []
-    )
+    parts = ([f"mean {_ms(mean)} ms"] if mean is not None else []) + ([f"P99 {p99.words()}"] if p99 is not None else [])
     return "; the server's queue time in the spikes: " + ", ".join(parts)
 
 
