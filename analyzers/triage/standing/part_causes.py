@@ -120,7 +120,7 @@ def _queue(lv: LevelLoad, ph: LevelPhases, base: LevelPhases | None, limits: dic
         and lv.load
         and ceiling < lv.load
     )
-    if pinned:
+    if pinned and ceiling is not None and held is not None:  # pinned says so; mypy needs it spelled out
         limit = cap_words(limits) if cap is not None else f"{s['running_max']:.0f} (its ceiling)"
         nonempty = s.get("running_when_waiting_nonempty")
         between = (
