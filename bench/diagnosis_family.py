@@ -46,6 +46,7 @@ from bench.diagnosis_faults import (
     realized_effect,
 )
 from bench.diagnosis_fleet_draws import FLEET_EXPECTED, FLEET_MIX, make_fleet_draw, run_fleet_draw
+from bench.diagnosis_pause_draws import PAUSE_EXPECTED, PAUSE_MIX, make_pause_draw
 
 FAINT_EFFECT = MIN_EFFECT  # the least effect the diagnosis calls a cause
 
@@ -58,7 +59,7 @@ EXPECTED = {
     "head-of-line": ["p99.sched.long-prefill", "p99.sched.long-prompts", "p99.sched.prefill-time"],
     "cpu-neighbour": ["p99.host.cpu"],
     "packet-loss": ["p99.net.retransmits"],
-    "server-pause": ["p99.host.pause"],  # --family pause: the server process stopped now and then
+    **PAUSE_EXPECTED,  # --family pause: the server process stopped now and then (bench/diagnosis_pause_draws.py)
     **FLEET_EXPECTED,  # --family fleet: two replicas (bench/diagnosis_fleet_draws.py)
 }
 # Draws per cause in 40 (scaled for other --draws); parameters are drawn per draw.
@@ -71,9 +72,6 @@ MIX = {
     "packet-loss": 4,
     "confounded": 3,
 }
-# --family pause: the whole server stopped (SIGSTOP) a few times inside the level, beside draws that
-# must not be called a pause (clean levels, a CPU neighbour).
-PAUSE_MIX = {"server-pause": 10, "clean": 3, "cpu-neighbour": 3}
 WARMUP_S, DURATION_S = 2.0, 12.0
 
 
@@ -198,7 +196,7 @@ def make_draw(seed: int, index: int, cause: str) -> Draw:
         }
         return Draw(index, cause, params, [*base, "--concurrency", str(c)], EXPECTED["cpu-neighbour"])
     if cause == "server-pause":
-        return _pause_draw(rng, index, base)
+        return make_pause_draw(rng, index, base, WARMUP_S, DURATION_S, Draw)
     if cause == "packet-loss":
         windows, kind = _window(rng)
         params = {
@@ -209,27 +207,6 @@ def make_draw(seed: int, index: int, cause: str) -> Draw:
         }
         return Draw(index, cause, params, [], EXPECTED["packet-loss"])
     raise ValueError(cause)
-
-
-def _pause_draw(rng: random.Random, index: int, base: list[str]) -> Draw:
-    """The server stopped 3-6 times for 0.12-0.5 s, at least 1 s apart, after the warm-up; under load
-    (a pause holds the first tokens of the requests waiting through it, and one user alone spends
-    most of its time decoding, where a pause is a TPOT matter)."""
-    load = (
-        ["--request-rate", str(rng.choice([8, 12, 16]))]
-        if rng.random() < 0.4
-        else ["--concurrency", str(rng.choice([4, 6, 8]))]
-    )
-    onsets: list[float] = []
-    for _ in range(rng.choice([3, 4, 5, 6])):
-        for _try in range(50):
-            t = rng.uniform(WARMUP_S + 0.5, WARMUP_S + DURATION_S - 1.0)
-            if all(abs(t - o) >= 1.0 for o in onsets):
-                onsets.append(t)
-                break
-    windows = [(round(t, 2), round(t + rng.uniform(0.12, 0.5), 2)) for t in sorted(onsets)]
-    params = {"load": load, "windows": windows}
-    return Draw(index, "server-pause", params, [*base, *load], EXPECTED["server-pause"])
 
 
 def plan(draws: int, seed: int, mix: dict[str, int] = MIX) -> list[Draw]:

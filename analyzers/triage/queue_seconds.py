@@ -35,20 +35,21 @@ from analyzers.triage.tail_windows import overlaps
 def queue_bounded_by_its_seconds(
     findings: list[Finding], tail: TailExcess, metric: str, levels: list[LevelLoad], server: SampleSplit | None
 ) -> None:
-    if metric == "tpot" or server is None or not (server.has("queue_time_mean_s") and server.has("queue_time_count")):
+    queues = [f for f in findings if f.check_id == QUEUE_ID and f.tail_share]
+    if not queues or metric == "tpot" or server is None:
+        return
+    if not (server.has("queue_time_mean_s") and server.has("queue_time_count")):
         return
     spiking = ~np.isin(tail.level_ids, [lv.level_id for lv in levels if lv.standing])
     weights = tail.weights()
     queued = queued_seconds_above_typical(server, levels)
-    for f in findings:
-        if f.check_id != QUEUE_ID or not f.tail_share:
-            continue
+    for f in queues:
         mine = spiking & overlaps(tail.starts, tail.ends, f.explains)
         claimed = float(tail.seconds[mine].sum())
         if claimed <= 0 or queued >= claimed:
             continue
         bound = queued / claimed
-        f.tail_share = max(0.0, f.tail_share - float(weights[mine].sum()) * (1.0 - bound))
+        f.tail_share = max(0.0, (f.tail_share or 0.0) - float(weights[mine].sum()) * (1.0 - bound))
         f.evidence |= dict(queue_seconds_above_typical_s=queued, tail_seconds_above_median_s=claimed)
         f.title += (
             f"; but by the server's own count its queue held those requests {queued:.3g} s longer than the "
